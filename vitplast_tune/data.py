@@ -1,0 +1,348 @@
+"""Datasets, their train/validation/test splits, transforms, and seeded batch streams.
+
+A registry maps a dataset name to a loader. Every loader returns ``Splits``: a seeded 80/20
+train/validation split of the train set (as in the paper) and the test split for the final
+evaluation. Transforms follow the model's own timm data config (resolution, mean/std,
+interpolation, crop); training adds the paper's RandomResizedCrop + horizontal flip.
+
+Names: ``digits`` (scikit-learn's digits, offline, the default), ``fractals`` (the generated
+pretraining / plasticity-reference distribution, offline), ``cifar10``, ``cifar100``, ``pets``,
+``flowers102`` (torchvision, ``download=True`` fetches them), ``cifar10c:<corruption>`` (the
+published .npy files in ``data_dir``), and ``imagefolder`` (``data_dir`` with ``train/`` and
+optionally ``test/`` class folders; DomainNet fits this shape).
+"""
+
+from __future__ import annotations
+
+import math
+import urllib.error
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset, TensorDataset
+
+from vitplast_tune.errors import UserError, did_you_mean
+
+CIFAR10C_CORRUPTIONS = (
+    "brightness", "contrast", "defocus_blur", "elastic_transform", "fog", "frost",
+    "gaussian_blur", "gaussian_noise", "glass_blur", "impulse_noise", "jpeg_compression",
+    "motion_blur", "pixelate", "saturate", "shot_noise", "snow", "spatter", "speckle_noise",
+    "zoom_blur",
+)  # fmt: skip
+
+
+@dataclass
+class Splits:
+    """Train / validation / test datasets yielding (image tensor, label) and the class count."""
+
+    train: Dataset
+    val: Dataset
+    test: Dataset
+    num_classes: int
+
+
+Loader = Callable[..., Splits]
+_DATASETS: dict[str, Loader] = {}
+
+
+def register_dataset(name: str) -> Callable[[Loader], Loader]:
+    """Decorator adding a loader ``fn(data_config, data_dir, download, seed, val_fraction)``."""
+
+    def add(fn: Loader) -> Loader:
+        _DATASETS[name] = fn
+        return fn
+
+    return add
+
+
+def list_datasets() -> list[str]:
+    """Registered dataset names (``cifar10c`` takes ``:<corruption>``)."""
+    return sorted(_DATASETS)
+
+
+def check_dataset_name(name: str) -> None:
+    """Raise UserError unless ``name`` is a registered dataset (with a valid CIFAR-10-C corruption)."""
+    family, _, option = name.partition(":")
+    if family not in _DATASETS:
+        raise UserError(f'unknown dataset "{name}"{did_you_mean(family, _DATASETS)}; known: {", ".join(list_datasets())}')
+    if family == "cifar10c" and option not in CIFAR10C_CORRUPTIONS:
+        raise UserError(
+            f'dataset "{name}" needs a corruption, e.g. "cifar10c:snow"; one of {", ".join(CIFAR10C_CORRUPTIONS)}'
+        )
+
+
+def load_dataset(
+    name: str,
+    data_config: dict[str, Any],
+    *,
+    data_dir: str | Path | None = None,
+    download: bool = False,
+    seed: int = 0,
+    val_fraction: float = 0.2,
+) -> Splits:
+    """Load dataset ``name`` with transforms for ``data_config`` (see ``models.data_config``).
+
+    Raises UserError with what to do when the data is missing and ``download`` is off, or when a
+    download fails.
+    """
+    check_dataset_name(name)
+    family, _, option = name.partition(":")
+    root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+    kwargs = dict(data_config=data_config, root=root, download=download, seed=seed, val_fraction=val_fraction)
+    if option:
+        kwargs["option"] = option
+    return _DATASETS[family](**kwargs)
+
+
+def default_data_dir() -> Path:
+    """Where datasets live when ``--data-dir`` is not given: ``~/.cache/vitplast_tune/data``."""
+    return Path.home() / ".cache" / "vitplast_tune" / "data"
+
+
+# ----------------------------------------------------------------------------- splitting
+
+
+def split_indices(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded random split of ``range(n)`` into (1 - fraction, fraction) index arrays."""
+    order = np.random.default_rng(seed).permutation(n)
+    cut = n - int(round(n * fraction))
+    return np.sort(order[:cut]), np.sort(order[cut:])
+
+
+def _in_memory_splits(
+    images: torch.Tensor, labels: torch.Tensor, data_config: dict, seed: int, val_fraction: float,
+    test_fraction: float = 0.2,
+) -> Splits:
+    """Splits of a small in-memory dataset: seeded test split, then train/val of the rest."""
+    images = prepare_images(images, data_config)
+    labels = labels.long()
+    rest, test = split_indices(len(labels), test_fraction, seed=10_007)  # fixed: the test set never moves
+    train, val = (rest[i] for i in split_indices(len(rest), val_fraction, seed))
+    pick = lambda idx: TensorDataset(images[idx], labels[idx])  # noqa: E731
+    return Splits(pick(train), pick(val), pick(test), int(labels.max()) + 1)
+
+
+def prepare_images(images: torch.Tensor, data_config: dict) -> torch.Tensor:
+    """Float images in [0, 1], (N, C, h, w), resized to the model's input size and normalized."""
+    _, height, width = data_config["input_size"]
+    images = images.float()
+    if images.shape[1] == 1:
+        images = images.expand(-1, 3, -1, -1)
+    if images.shape[-2:] != (height, width):
+        mode = "bicubic" if data_config.get("interpolation") == "bicubic" else "bilinear"
+        images = F.interpolate(images, size=(height, width), mode=mode, align_corners=False).clamp(0, 1)
+    mean = torch.tensor(data_config["mean"]).view(1, 3, 1, 1)
+    std = torch.tensor(data_config["std"]).view(1, 3, 1, 1)
+    return ((images - mean) / std).contiguous()
+
+
+# ----------------------------------------------------------------------------- offline datasets
+
+
+@register_dataset("digits")
+def _digits(data_config, root, download, seed, val_fraction) -> Splits:
+    """scikit-learn's 1,797 8x8 digits (shipped with the package), upscaled, 3 channels."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = torch.from_numpy(bunch.images / 16.0).unsqueeze(1)
+    return _in_memory_splits(images, torch.from_numpy(bunch.target), data_config, seed, val_fraction)
+
+
+@register_dataset("fractals")
+def _fractals(data_config, root, download, seed, val_fraction) -> Splits:
+    """Formula-driven IFS fractals (generated, deterministic): the testbed's pretraining data."""
+    from vitplast_tune.fractals import fractal_dataset
+
+    images, labels = fractal_dataset(image_size=data_config["input_size"][-1])
+    return _in_memory_splits(images, labels, data_config, seed, val_fraction)
+
+
+# ----------------------------------------------------------------------------- image datasets
+
+
+def image_transforms(data_config: dict, train: bool) -> Callable:
+    """The paper's transforms at the model's resolution: RandomResizedCrop + flip, or resize + center crop."""
+    from torchvision import transforms as T
+
+    size = data_config["input_size"][-1]
+    interpolation = T.InterpolationMode(data_config.get("interpolation", "bilinear"))
+    normalize = [T.ToTensor(), T.Normalize(data_config["mean"], data_config["std"])]
+    if train:
+        return T.Compose(
+            [T.RandomResizedCrop(size, interpolation=interpolation), T.RandomHorizontalFlip(), *normalize]
+        )
+    resize = int(math.floor(size / data_config.get("crop_pct", 1.0)))
+    return T.Compose([T.Resize(resize, interpolation=interpolation), T.CenterCrop(size), *normalize])
+
+
+def _train_val(make: Callable[[Callable], Dataset], data_config, seed, val_fraction) -> tuple[Dataset, Dataset]:
+    """The seeded train/val split of a train set, each half with its own transform."""
+    train_set = make(image_transforms(data_config, train=True))
+    eval_set = make(image_transforms(data_config, train=False))
+    train_idx, val_idx = split_indices(len(train_set), val_fraction, seed)
+    return Subset(train_set, train_idx.tolist()), Subset(eval_set, val_idx.tolist())
+
+
+def _torchvision(name: str, cls_name: str, train_kw: dict, test_kw: dict, num_classes: int) -> Loader:
+    def load(data_config, root, download, seed, val_fraction) -> Splits:
+        import torchvision.datasets as tvd
+
+        cls = getattr(tvd, cls_name)
+        with _friendly_data_errors(name, root, download):
+            make = lambda tf, kw=train_kw: cls(str(root), download=download, transform=tf, **kw)  # noqa: E731
+            train, val = _train_val(make, data_config, seed, val_fraction)
+            test = cls(str(root), download=download, transform=image_transforms(data_config, False), **test_kw)
+        return Splits(train, val, test, num_classes)
+
+    load.__doc__ = f"torchvision {cls_name} in data_dir (download=True fetches it)."
+    return load
+
+
+register_dataset("cifar10")(_torchvision("cifar10", "CIFAR10", {"train": True}, {"train": False}, 10))
+register_dataset("cifar100")(_torchvision("cifar100", "CIFAR100", {"train": True}, {"train": False}, 100))
+register_dataset("pets")(
+    _torchvision("pets", "OxfordIIITPet", {"split": "trainval"}, {"split": "test"}, 37)
+)
+register_dataset("flowers102")(
+    _torchvision("flowers102", "Flowers102", {"split": "train"}, {"split": "test"}, 102)
+)
+
+
+@register_dataset("imagefolder")
+def _imagefolder(data_config, root, download, seed, val_fraction) -> Splits:
+    """``root/train/<class>/*`` (and ``root/test/<class>/*``, else a seeded 20% test split)."""
+    from torchvision.datasets import ImageFolder
+
+    train_dir, test_dir = root / "train", root / "test"
+    if not train_dir.is_dir():
+        raise UserError(
+            f"image folder {train_dir} does not exist; point --data-dir at a directory with "
+            "train/<class>/<images> (and optionally test/<class>/<images>)"
+        )
+    make = lambda tf: ImageFolder(str(train_dir), transform=tf)  # noqa: E731
+    if test_dir.is_dir():
+        train, val = _train_val(make, data_config, seed, val_fraction)
+        test = ImageFolder(str(test_dir), transform=image_transforms(data_config, False))
+    else:
+        full_train, full_eval = make(image_transforms(data_config, True)), make(image_transforms(data_config, False))
+        rest, test_idx = split_indices(len(full_train), 0.2, seed=10_007)
+        train_idx, val_idx = (rest[i] for i in split_indices(len(rest), val_fraction, seed))
+        train, val = Subset(full_train, train_idx.tolist()), Subset(full_eval, val_idx.tolist())
+        test = Subset(full_eval, test_idx.tolist())
+        return Splits(train, val, test, len(full_train.classes))
+    return Splits(train, val, test, len(test.classes))
+
+
+@register_dataset("cifar10c")
+def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "", severity: int = 5) -> Splits:
+    """CIFAR-10-C ``<corruption>.npy`` + ``labels.npy`` (severity 5) from ``data_dir`` or ``data_dir/CIFAR-10-C``.
+
+    CIFAR-10-C has no train split: its 10,000 images of one severity are split 80/20 into
+    train and test (seeded, fixed), then train into train/validation.
+    """
+    folder = next((d for d in (root / "CIFAR-10-C", root) if (d / f"{option}.npy").is_file()), None)
+    if folder is None or not (folder / "labels.npy").is_file():
+        raise UserError(
+            f"CIFAR-10-C files not found: put {option}.npy and labels.npy (from "
+            f"https://zenodo.org/records/2535967) in {root / 'CIFAR-10-C'}; they are not downloaded"
+        )
+    images = np.load(folder / f"{option}.npy", mmap_mode="r")
+    labels = np.load(folder / "labels.npy")
+    per = len(images) // 5
+    block = slice((severity - 1) * per, severity * per)
+    images = torch.from_numpy(np.ascontiguousarray(images[block])).permute(0, 3, 1, 2) / 255.0
+    return _in_memory_splits(images, torch.from_numpy(labels[block].astype(np.int64)), data_config, seed, val_fraction)
+
+
+class _friendly_data_errors:
+    """Turn torchvision's missing-data and download failures into one UserError line."""
+
+    def __init__(self, name: str, root: Path, download: bool):
+        self.name, self.root, self.download = name, root, download
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None:
+            return False
+        if isinstance(exc, (urllib.error.URLError, OSError, ConnectionError)) and self.download:
+            raise UserError(
+                f'downloading dataset "{self.name}" to {self.root} failed ({exc}); with no network, '
+                "download it elsewhere and point --data-dir at it"
+            ) from exc
+        if isinstance(exc, RuntimeError) and not self.download:
+            raise UserError(
+                f'dataset "{self.name}" not found in {self.root}; pass --download to fetch it, '
+                "or --data-dir to where it lies"
+            ) from exc
+        return False
+
+
+# ----------------------------------------------------------------------------- batch streams
+
+
+class EpochSampler(Sampler[int]):
+    """Indices of one epoch in a permutation seeded by (seed, epoch), starting at ``start``."""
+
+    def __init__(self, n: int, seed: int, epoch: int, start: int = 0):
+        self.order = epoch_permutation(n, seed, epoch)[start:]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order.tolist())
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+
+def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """The deterministic shuffle of epoch ``epoch`` for ``seed``."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=generator)
+
+
+def train_batches(
+    dataset: Dataset, batch_size: int, *, seed: int, start_step: int = 0, num_workers: int = 0
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endless shuffled training batches (last partial batch dropped), resumable at ``start_step``.
+
+    Batch ``k`` is the same for a given seed whether the stream starts at 0 or resumes at ``k``.
+    """
+    n = len(dataset)
+    per_epoch = max(n // batch_size, 1)
+    epoch, offset = divmod(start_step, per_epoch)
+    while True:
+        if isinstance(dataset, TensorDataset):
+            order = epoch_permutation(n, seed, epoch)
+            images, labels = dataset.tensors
+            for b in range(offset, per_epoch):
+                idx = order[b * batch_size : (b + 1) * batch_size]
+                yield images[idx], labels[idx]
+        else:
+            sampler = EpochSampler(n, seed, epoch, start=offset * batch_size)
+            loader = DataLoader(
+                dataset, batch_size, sampler=sampler, drop_last=True, num_workers=num_workers,
+                pin_memory=torch.cuda.is_available(),
+            )
+            yield from loader
+        epoch, offset = epoch + 1, 0
+
+
+def eval_batches(dataset: Dataset, batch_size: int, num_workers: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """All of ``dataset`` once, in order, in batches of ``batch_size``."""
+    if isinstance(dataset, TensorDataset):
+        images, labels = dataset.tensors
+        for i in range(0, len(labels), batch_size):
+            yield images[i : i + batch_size], labels[i : i + batch_size]
+    else:
+        yield from DataLoader(dataset, batch_size, num_workers=num_workers, pin_memory=torch.cuda.is_available())
+
+
+def reference_images(splits: Splits) -> torch.Tensor:
+    """The test images of ``splits`` as one tensor (for plasticity pairs)."""
+    return torch.stack([splits.test[i][0] for i in range(len(splits.test))])

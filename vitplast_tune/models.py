@@ -1,0 +1,106 @@
+"""Building timm Vision Transformers: by timm name, from a local weights file, or the shipped testbed.
+
+Every model goes through ``timm.create_model``. The offline testbed ViT is registered with timm
+here (``vit_testbed_patch8_32.fractal``), and its pretrained config points at the safetensors
+file committed in ``vitplast_tune/weights/``, so it loads through the same path a user's
+``vit_base_patch16_224.augreg_in21k`` does, with no network.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import timm
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
+
+from vitplast_tune.errors import UserError, did_you_mean
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+TESTBED_MODEL = "vit_testbed_patch8_32.fractal"
+TESTBED_WEIGHTS = WEIGHTS_DIR / "vit_testbed_patch8_32.fractal.safetensors"
+TESTBED_ARGS: dict[str, Any] = dict(img_size=32, patch_size=8, embed_dim=96, depth=4, num_heads=3)
+
+# timm's register_model reads the pretrained configs from this module-level name.
+default_cfgs = generate_default_cfgs(
+    {
+        TESTBED_MODEL: {
+            "file": str(TESTBED_WEIGHTS),
+            "num_classes": 64,
+            "input_size": (3, 32, 32),
+            "crop_pct": 1.0,
+            "interpolation": "bilinear",
+            "mean": (0.5, 0.5, 0.5),
+            "std": (0.5, 0.5, 0.5),
+            "first_conv": "patch_embed.proj",
+            "classifier": "head",
+            "license": "mit",
+        }
+    }
+)
+
+
+@register_model
+def vit_testbed_patch8_32(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    """The offline testbed: a 4-block, 96-wide ViT on 32 px images with 8 px patches."""
+    return build_model_with_cfg(
+        VisionTransformer,
+        "vit_testbed_patch8_32",
+        pretrained,
+        pretrained_filter_fn=checkpoint_filter_fn,
+        **dict(TESTBED_ARGS, **kwargs),
+    )
+
+
+def build_model(
+    name: str,
+    num_classes: int,
+    *,
+    pretrained: bool = True,
+    weights: str | Path | None = None,
+    **kwargs: Any,
+) -> VisionTransformer:
+    """Build a timm ViT by name with a new ``num_classes`` head.
+
+    ``pretrained`` loads the weights named by the timm tag (from the hub, or the shipped file for
+    the testbed); ``weights`` loads a local safetensors file or torch state dict instead
+    (``weights_only=True``). Raises UserError for an unknown name or a non-ViT model.
+    """
+    check_model_name(name)
+    create_kwargs: dict[str, Any] = dict(num_classes=num_classes, **kwargs)
+    if weights is not None:
+        path = Path(weights).expanduser()
+        if not path.is_file():
+            raise UserError(f"weights file {path} does not exist")
+        create_kwargs["pretrained_cfg_overlay"] = dict(file=str(path))
+        pretrained = True
+    try:
+        model = timm.create_model(name, pretrained=pretrained, **create_kwargs)
+    except (OSError, RuntimeError) as exc:  # hub unreachable, missing file, shape mismatch
+        raise UserError(
+            f'could not load pretrained weights for "{name}": {_one_line(exc)}; '
+            "with no network, pass --weights PATH to a local file, or use the offline default "
+            f'"{TESTBED_MODEL}"'
+        ) from exc
+    if not isinstance(model, VisionTransformer):
+        raise UserError(f'"{name}" is a {type(model).__name__}, not a timm VisionTransformer')
+    return model
+
+
+def check_model_name(name: str) -> None:
+    """Raise UserError unless ``name`` (with an optional ".tag") is a timm model, suggesting near names."""
+    arch = name.split(".", 1)[0]
+    if not timm.is_model(arch):
+        options = timm.list_models("vit_*") + timm.list_models("deit*")
+        raise UserError(f'unknown timm model "{name}"{did_you_mean(arch, options)}')
+
+
+def data_config(model: VisionTransformer) -> dict[str, Any]:
+    """The model's own timm data config: input_size, mean, std, interpolation, crop_pct."""
+    return timm.data.resolve_data_config({}, model=model)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] + ("..." if len(text) > 300 else "")
