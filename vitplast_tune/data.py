@@ -47,16 +47,34 @@ class Splits:
 
 Loader = Callable[..., Splits]
 _DATASETS: dict[str, Loader] = {}
+_NUM_CLASSES: dict[str, int] = {}
 
 
-def register_dataset(name: str) -> Callable[[Loader], Loader]:
-    """Decorator adding a loader ``fn(data_config, data_dir, download, seed, val_fraction)``."""
+def register_dataset(name: str, num_classes: int | None = None) -> Callable[[Loader], Loader]:
+    """Decorator adding a loader ``fn(data_config, root, download, seed, val_fraction)``.
+
+    ``num_classes`` lets a model get its head before the data is loaded (None: read from disk).
+    """
 
     def add(fn: Loader) -> Loader:
         _DATASETS[name] = fn
+        if num_classes is not None:
+            _NUM_CLASSES[name] = num_classes
         return fn
 
     return add
+
+
+def num_classes(name: str, data_dir: str | Path | None = None) -> int:
+    """Number of classes of dataset ``name`` without loading it."""
+    check_dataset_name(name)
+    family = name.partition(":")[0]
+    if family in _NUM_CLASSES:
+        return _NUM_CLASSES[family]
+    train_dir = _root(data_dir) / "train"
+    if not train_dir.is_dir():
+        raise UserError(_IMAGEFOLDER_HELP.format(train_dir=train_dir))
+    return sum(1 for d in train_dir.iterdir() if d.is_dir())
 
 
 def list_datasets() -> list[str]:
@@ -91,8 +109,7 @@ def load_dataset(
     """
     check_dataset_name(name)
     family, _, option = name.partition(":")
-    root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
-    kwargs = dict(data_config=data_config, root=root, download=download, seed=seed, val_fraction=val_fraction)
+    kwargs = dict(data_config=data_config, root=_root(data_dir), download=download, seed=seed, val_fraction=val_fraction)
     if option:
         kwargs["option"] = option
     return _DATASETS[family](**kwargs)
@@ -101,6 +118,10 @@ def load_dataset(
 def default_data_dir() -> Path:
     """Where datasets live when ``--data-dir`` is not given: ``~/.cache/vitplast_tune/data``."""
     return Path.home() / ".cache" / "vitplast_tune" / "data"
+
+
+def _root(data_dir: str | Path | None) -> Path:
+    return Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
 
 
 # ----------------------------------------------------------------------------- splitting
@@ -143,7 +164,7 @@ def prepare_images(images: torch.Tensor, data_config: dict) -> torch.Tensor:
 # ----------------------------------------------------------------------------- offline datasets
 
 
-@register_dataset("digits")
+@register_dataset("digits", num_classes=10)
 def _digits(data_config, root, download, seed, val_fraction) -> Splits:
     """scikit-learn's 1,797 8x8 digits (shipped with the package), upscaled, 3 channels."""
     from sklearn.datasets import load_digits
@@ -153,7 +174,7 @@ def _digits(data_config, root, download, seed, val_fraction) -> Splits:
     return _in_memory_splits(images, torch.from_numpy(bunch.target), data_config, seed, val_fraction)
 
 
-@register_dataset("fractals")
+@register_dataset("fractals", num_classes=64)
 def _fractals(data_config, root, download, seed, val_fraction) -> Splits:
     """Formula-driven IFS fractals (generated, deterministic): the testbed's pretraining data."""
     from vitplast_tune.fractals import fractal_dataset
@@ -188,7 +209,7 @@ def _train_val(make: Callable[[Callable], Dataset], data_config, seed, val_fract
     return Subset(train_set, train_idx.tolist()), Subset(eval_set, val_idx.tolist())
 
 
-def _torchvision(name: str, cls_name: str, train_kw: dict, test_kw: dict, num_classes: int) -> Loader:
+def _torchvision(name: str, cls_name: str, train_kw: dict, test_kw: dict, classes: int) -> Loader:
     def load(data_config, root, download, seed, val_fraction) -> Splits:
         import torchvision.datasets as tvd
 
@@ -197,19 +218,25 @@ def _torchvision(name: str, cls_name: str, train_kw: dict, test_kw: dict, num_cl
             make = lambda tf, kw=train_kw: cls(str(root), download=download, transform=tf, **kw)  # noqa: E731
             train, val = _train_val(make, data_config, seed, val_fraction)
             test = cls(str(root), download=download, transform=image_transforms(data_config, False), **test_kw)
-        return Splits(train, val, test, num_classes)
+        return Splits(train, val, test, classes)
 
     load.__doc__ = f"torchvision {cls_name} in data_dir (download=True fetches it)."
     return load
 
 
-register_dataset("cifar10")(_torchvision("cifar10", "CIFAR10", {"train": True}, {"train": False}, 10))
-register_dataset("cifar100")(_torchvision("cifar100", "CIFAR100", {"train": True}, {"train": False}, 100))
-register_dataset("pets")(
+register_dataset("cifar10", 10)(_torchvision("cifar10", "CIFAR10", {"train": True}, {"train": False}, 10))
+register_dataset("cifar100", 100)(_torchvision("cifar100", "CIFAR100", {"train": True}, {"train": False}, 100))
+register_dataset("pets", 37)(
     _torchvision("pets", "OxfordIIITPet", {"split": "trainval"}, {"split": "test"}, 37)
 )
-register_dataset("flowers102")(
+register_dataset("flowers102", 102)(
     _torchvision("flowers102", "Flowers102", {"split": "train"}, {"split": "test"}, 102)
+)
+
+
+_IMAGEFOLDER_HELP = (
+    "image folder {train_dir} does not exist; point --data-dir at a directory with "
+    "train/<class>/<images> (and optionally test/<class>/<images>)"
 )
 
 
@@ -220,10 +247,7 @@ def _imagefolder(data_config, root, download, seed, val_fraction) -> Splits:
 
     train_dir, test_dir = root / "train", root / "test"
     if not train_dir.is_dir():
-        raise UserError(
-            f"image folder {train_dir} does not exist; point --data-dir at a directory with "
-            "train/<class>/<images> (and optionally test/<class>/<images>)"
-        )
+        raise UserError(_IMAGEFOLDER_HELP.format(train_dir=train_dir))
     make = lambda tf: ImageFolder(str(train_dir), transform=tf)  # noqa: E731
     if test_dir.is_dir():
         train, val = _train_val(make, data_config, seed, val_fraction)
@@ -238,7 +262,7 @@ def _imagefolder(data_config, root, download, seed, val_fraction) -> Splits:
     return Splits(train, val, test, len(test.classes))
 
 
-@register_dataset("cifar10c")
+@register_dataset("cifar10c", num_classes=10)
 def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "", severity: int = 5) -> Splits:
     """CIFAR-10-C ``<corruption>.npy`` + ``labels.npy`` (severity 5) from ``data_dir`` or ``data_dir/CIFAR-10-C``.
 

@@ -1,8 +1,89 @@
-"""One finetuning run: optimizer, warm-up + cosine schedule, clipped steps, evaluation."""
+"""One finetuning run: build, freeze, train with warm-up + cosine and clipping, evaluate, checkpoint.
+
+``finetune(config)`` is a plain function with no Ray or MLflow in it; ``trial.py`` wraps it for
+Ray Tune. It calls ``report(metrics, state)`` after every evaluation; ``state`` (only the
+trainable tensors, the optimizer and the step) resumes the run exactly where it stopped.
+"""
 
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitplast_tune import components, data, models
+from vitplast_tune.errors import UserError, did_you_mean
+
+OPTIMIZERS = ("sgd", "adamw")
+
+
+@dataclass
+class FinetuneConfig:
+    """Everything one finetuning run needs; a search trial's parameters override these fields."""
+
+    model: str = models.TESTBED_MODEL
+    weights: str | None = None
+    pretrained: bool = True
+    dataset: str = "digits"
+    data_dir: str | None = None
+    download: bool = False
+    val_fraction: float = 0.2
+    components: str = "all"
+    blocks: list[int] | None = None
+    optimizer: str = "sgd"
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    batch_size: int = 64
+    max_steps: int = 400
+    warmup_steps: int = 40
+    eval_every: int = 50
+    grad_clip: float = 1.0
+    seed: int = 0
+    threads: int = 0
+    num_workers: int = 0
+    eval_test: bool = True
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "FinetuneConfig":
+        """Build from a dict (a trial's config), rejecting unknown keys with a suggestion."""
+        names = {f.name for f in fields(cls)}
+        for key in values:
+            if key not in names:
+                raise UserError(f'unknown setting "{key}"{did_you_mean(key, names)}')
+        return cls(**values)
+
+    def validate(self) -> "FinetuneConfig":
+        """Raise UserError for values that cannot train; return self."""
+        components.parse_subset(self.components)
+        if self.optimizer not in OPTIMIZERS:
+            raise UserError(f'unknown optimizer "{self.optimizer}"{did_you_mean(self.optimizer, OPTIMIZERS)}; use one of {", ".join(OPTIMIZERS)}')
+        positive = dict(lr=self.lr, batch_size=self.batch_size, max_steps=self.max_steps, eval_every=self.eval_every)
+        for name, value in positive.items():
+            if not value > 0:
+                raise UserError(f"{name} must be positive, got {value}")
+        for name in ("warmup_steps", "weight_decay", "momentum", "grad_clip", "threads", "num_workers"):
+            if getattr(self, name) < 0:
+                raise UserError(f"{name} must not be negative, got {getattr(self, name)}")
+        if not 0 < self.val_fraction < 1:
+            raise UserError(f"val_fraction must lie in (0, 1), got {self.val_fraction}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of every field."""
+        return asdict(self)
+
+
+class DivergedError(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+Report = Callable[[dict[str, Any], dict[str, Any]], None]
 
 
 def warmup_cosine(step: int, total_steps: int, warmup_steps: int) -> float:
@@ -11,3 +92,134 @@ def warmup_cosine(step: int, total_steps: int, warmup_steps: int) -> float:
         return (step + 1) / warmup_steps
     progress = (step - warmup_steps) / max(total_steps - warmup_steps, 1)
     return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def default_device() -> torch.device:
+    """CUDA when there is a GPU, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def build_optimizer(cfg: FinetuneConfig, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+    """SGD with momentum or AdamW over the trainable parameters."""
+    fused = bool(params) and params[0].is_cuda
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, fused=fused or None)
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused or None)
+
+
+@torch.inference_mode()
+def evaluate(model: nn.Module, dataset, batch_size: int, device: torch.device, num_workers: int = 0) -> dict[str, float]:
+    """Accuracy and mean cross-entropy of ``model`` over ``dataset``."""
+    was_training = model.training
+    model.eval()
+    correct, loss_sum, count = torch.zeros((), device=device), torch.zeros((), device=device), 0
+    for images, labels in data.eval_batches(dataset, max(batch_size, 256), num_workers):
+        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        with _autocast(device):
+            logits = model(images)
+        loss_sum += F.cross_entropy(logits.float(), labels, reduction="sum")
+        correct += (logits.argmax(-1) == labels).sum()
+        count += len(labels)
+    model.train(was_training)
+    return {"acc": correct.item() / max(count, 1), "loss": loss_sum.item() / max(count, 1)}
+
+
+def finetune(
+    cfg: FinetuneConfig,
+    report: Report | None = None,
+    resume: dict[str, Any] | None = None,
+    device: torch.device | None = None,
+) -> dict[str, Any]:
+    """Finetune ``cfg.components`` of ``cfg.model`` on ``cfg.dataset``; return the final metrics.
+
+    After every ``eval_every`` steps (and the last), ``report(metrics, state)`` receives the
+    metrics (step, train_loss, val_acc, val_loss, best_val_acc, current_lr, trainable_params) and a
+    resumable state. When training ends, the best-validation weights are evaluated on the test
+    split (``test_acc``), as in the paper. Raises DivergedError on a NaN or infinite loss.
+    """
+    cfg.validate()
+    device = device or default_device()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    num_classes = data.num_classes(cfg.dataset, data_dir=cfg.data_dir)
+    model = models.build_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
+    splits = data.load_dataset(
+        cfg.dataset, models.data_config(model), data_dir=cfg.data_dir, download=cfg.download,
+        seed=cfg.seed, val_fraction=cfg.val_fraction,
+    )
+    counts = components.freeze(model, cfg.components, cfg.blocks)
+    trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    model.to(device).train()
+    optimizer = build_optimizer(cfg, list(trainable.values()))
+    step, best = 0, {"val_acc": -1.0, "step": 0, "trainable": None}
+    if resume is not None:
+        step, best = _load_state(resume, trainable, optimizer)
+    schedule = lambda s: cfg.lr * warmup_cosine(s, cfg.max_steps, cfg.warmup_steps)  # noqa: E731
+
+    metrics: dict[str, Any] = {}
+    batches = data.train_batches(splits.train, cfg.batch_size, seed=cfg.seed, start_step=step, num_workers=cfg.num_workers)
+    loss_sum, loss_count, started = torch.zeros((), device=device), 0, time.perf_counter()
+    while step < cfg.max_steps:
+        images, labels = _to(next(batches), device)
+        for group in optimizer.param_groups:
+            group["lr"] = schedule(step)
+        with _autocast(device):
+            loss = F.cross_entropy(model(images).float(), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(trainable.values(), cfg.grad_clip)
+        optimizer.step()
+        loss_sum += loss.detach()
+        loss_count += 1
+        step += 1
+        if step % cfg.eval_every == 0 or step == cfg.max_steps:
+            train_loss = loss_sum.item() / loss_count
+            if not math.isfinite(train_loss):
+                raise DivergedError(f"training loss became {train_loss} before step {step}")
+            val = evaluate(model, splits.val, cfg.batch_size, device, cfg.num_workers)
+            if val["acc"] > best["val_acc"]:
+                best = {"val_acc": val["acc"], "step": step, "trainable": _snapshot(trainable)}
+            metrics = {
+                "step": step, "train_loss": train_loss, "val_acc": val["acc"], "val_loss": val["loss"],
+                "best_val_acc": best["val_acc"], "best_step": best["step"], "current_lr": schedule(step - 1),
+                "trainable_params": sum(counts.values()), "max_steps": cfg.max_steps, "steps_per_s": loss_count / (time.perf_counter() - started),
+            }
+            if step == cfg.max_steps and cfg.eval_test:
+                metrics["test_acc"] = _test_best(model, trainable, best, splits.test, cfg, device)
+            if report is not None:
+                report(metrics, {"step": step, "trainable": _snapshot(trainable), "optimizer": optimizer.state_dict(), "best": best})
+            loss_sum.zero_()
+            loss_count, started = 0, time.perf_counter()
+    return metrics
+
+
+def _test_best(model, trainable, best, test_set, cfg, device) -> float:
+    """Test accuracy of the best-validation weights (the model keeps them afterwards)."""
+    if best["trainable"] is not None:
+        with torch.no_grad():
+            for name, tensor in best["trainable"].items():
+                trainable[name].copy_(tensor)
+    return evaluate(model, test_set, cfg.batch_size, device, cfg.num_workers)["acc"]
+
+
+def _snapshot(params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in params.items()}
+
+
+def _load_state(state: dict[str, Any], trainable: dict[str, nn.Parameter], optimizer) -> tuple[int, dict]:
+    with torch.no_grad():
+        for name, tensor in state["trainable"].items():
+            trainable[name].copy_(tensor)
+    optimizer.load_state_dict(state["optimizer"])
+    return int(state["step"]), state["best"]
+
+
+def _to(batch: tuple[torch.Tensor, torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    images, labels = batch
+    return images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+
+
+def _autocast(device: torch.device):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")

@@ -1,0 +1,479 @@
+"""Building and running (or resuming) a Ray Tune search over component subsets and hyperparameters.
+
+``run(options)`` is the whole job: validate everything before any Ray or MLflow work, compute the
+plasticity table once on the driver, open the MLflow parent run, start or join Ray, run the
+Tuner (OptunaSearch / grid / random, ASHA or median stopping), then analyse and summarise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from ray.tune import Callback
+
+from vitplast_tune import data, models, spaces
+from vitplast_tune.errors import UserError
+from vitplast_tune.trial import trial_config
+
+SEARCH_FILE = "vitplast_search.json"
+EXPERIMENT = "vitplast_tune"
+
+
+@dataclass
+class SearchOptions:
+    """What the command line controls; ``settings`` override the space file's defaults."""
+
+    space: str = "component_subsets"
+    name: str | None = None
+    storage: str | None = None
+    tracking_uri: str | None = None
+    address: str | None = None
+    num_samples: int | None = None
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    resources_per_trial: dict[str, float] = field(default_factory=dict)
+    max_concurrent: int | None = None
+    seed: int = 0
+    resume: bool = False
+    max_failures: int = 2
+    settings: dict[str, Any] = field(default_factory=dict)
+    verbose: int = 1
+
+
+@dataclass
+class SearchPlan:
+    """A validated search: everything decided, nothing started."""
+
+    spec: spaces.SearchSpec
+    options: SearchOptions
+    name: str
+    storage: str
+    tracking_uri: str
+    settings: dict[str, Any]
+
+    @property
+    def local_dir(self) -> Path | None:
+        """The search's directory when storage is a local path (None for s3:// and the like)."""
+        return None if _is_uri(self.storage) else Path(self.storage) / self.name
+
+
+@dataclass
+class SearchResult:
+    """The finished search: its trials (one row each) and where everything lies."""
+
+    plan: SearchPlan
+    trials: pd.DataFrame
+    parent_run_id: str
+    elapsed_s: float
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def default_storage() -> Path:
+    """Where searches are stored when ``--storage`` is not given: ``~/vitplast_tune_results``."""
+    return Path.home() / "vitplast_tune_results"
+
+
+def prepare(options: SearchOptions) -> SearchPlan:
+    """Validate the space, settings, resources and paths; raise UserError on the first problem.
+
+    Starts nothing: no Ray, no MLflow run, no model download.
+    """
+    spec = spaces.load_space(options.space).with_overrides(num_samples=options.num_samples)
+    settings = _settings(spec, options)
+    _check_resources(options)
+    models.check_model_name(settings["model"])
+    data.num_classes(settings["dataset"], settings.get("data_dir"))
+    storage = str(options.storage or default_storage())
+    if not _is_uri(storage):
+        storage = str(Path(storage).expanduser().resolve())
+        _check_writable(Path(storage))
+    name = options.name or f"{spec.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    if "/" in name or name.startswith("."):
+        raise UserError(f'--name "{name}" must be a plain directory name')
+    tracking_uri = options.tracking_uri or _default_tracking_uri(storage)
+    plan = SearchPlan(spec, options, name, storage, tracking_uri, settings)
+    _check_resume(plan)
+    return plan
+
+
+def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> dict[str, Any]:
+    """The trial settings: FinetuneConfig defaults < space defaults < command line; all validated."""
+    from vitplast_tune.training import FinetuneConfig
+
+    where = f"{spec.path}"
+    overrides = {k: v for k, v in options.settings.items() if v is not None}
+    try:
+        base = FinetuneConfig.from_dict({**spec.defaults, **overrides})
+        base.seed = overrides.get("seed", spec.defaults.get("seed", options.seed))
+        if not base.threads:
+            base.threads = max(1, int(options.cpus_per_trial))
+        settings = base.to_dict()
+        for config in _corner_configs(spec):
+            trial_config(config, settings).validate()
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
+    return settings
+
+
+def _corner_configs(spec: spaces.SearchSpec) -> list[dict[str, Any]]:
+    """Configurations that touch every choice and both ends of every range."""
+    base = spec.example()
+    configs = [base]
+    for name, p in spec.parameters.items():
+        values = list(p.values) if p.kind == "choice" else [p.low, p.high] if p.kind != "constant" and p.kind != "subsets" else []
+        if p.kind == "randint":
+            values = [int(v) for v in values]
+        configs += [{**base, name: v} for v in values]
+    return configs
+
+
+def _check_resources(options: SearchOptions) -> None:
+    if options.cpus_per_trial < 0 or options.gpus_per_trial < 0:
+        raise UserError("--cpus-per-trial and --gpus-per-trial must not be negative")
+    if options.cpus_per_trial == 0 and options.gpus_per_trial == 0 and not options.resources_per_trial:
+        raise UserError("a trial needs some resource: give --cpus-per-trial or --gpus-per-trial above 0")
+    if options.gpus_per_trial > 1 and not float(options.gpus_per_trial).is_integer():
+        raise UserError("--gpus-per-trial above 1 must be a whole number")
+    if any(v < 0 for v in options.resources_per_trial.values()):
+        raise UserError("custom resources per trial must not be negative")
+    if options.max_concurrent is not None and options.max_concurrent < 1:
+        raise UserError("--max-concurrent must be at least 1")
+    if options.max_failures < 0:
+        raise UserError("--max-failures must not be negative")
+
+
+def _check_writable(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"storage path {path} is not writable ({exc.strerror}); pass --storage DIR") from None
+
+
+def _check_resume(plan: SearchPlan) -> None:
+    directory = plan.local_dir
+    if directory is None:
+        return
+    record = directory / SEARCH_FILE
+    if plan.options.resume:
+        if not record.is_file():
+            raise UserError(f'no search "{plan.name}" to resume in {plan.storage}; check --name and --storage')
+        saved = json.loads(record.read_text())
+        if saved["fingerprint"] != plan.spec.fingerprint:
+            raise UserError(
+                f'search "{plan.name}" was started with a different space file ({saved["space_path"]}); '
+                "resume it with that file, or start a new search with another --name"
+            )
+    elif record.exists():
+        raise UserError(f'search "{plan.name}" already exists in {plan.storage}; pass --resume to continue it, or another --name')
+
+
+def _default_tracking_uri(storage: str) -> str:
+    root = Path(storage) if not _is_uri(storage) else default_storage()
+    root.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{root / 'mlflow.db'}"
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def run(options: SearchOptions) -> SearchResult:
+    """Validate, then run (or resume) the search and return its trials; see the module docstring."""
+    plan = prepare(options)
+    return execute(plan)
+
+
+def execute(plan: SearchPlan) -> SearchResult:
+    """Run a prepared search: tracking, Ray, the Tuner, the summary records."""
+    import ray
+    from ray import tune
+
+    from vitplast_tune import tracking
+
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    started = time.perf_counter()
+    mlflow = tracking.client(plan.tracking_uri)
+    parent = _parent_run(plan, mlflow)
+    _write_record(plan, parent)
+    owns_ray = not ray.is_initialized()
+    if owns_ray:
+        _init_ray(plan.options.address)
+    try:
+        callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, _describe_trial(plan))]
+        if plan.options.verbose:
+            callbacks.append(Progress(plan.spec.total_trials))
+        trainable = tune.with_resources(
+            tune.with_parameters(finetune_trial, settings=plan.settings), _trial_resources(plan.options)
+        )
+        tuner = _tuner(plan, trainable, callbacks)
+        grid = tuner.fit()
+        trials = _trial_table(grid, plan)
+        mlflow.set_terminated(parent, status="FINISHED")
+    except KeyboardInterrupt:
+        mlflow.set_terminated(parent, status="KILLED")
+        raise
+    finally:
+        if owns_ray:
+            ray.shutdown()
+    result = SearchResult(plan, trials, parent, time.perf_counter() - started)
+    _log_summary(result, mlflow)
+    return result
+
+
+def finetune_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
+    """The Tune trainable (imported lazily so that the driver module stays light)."""
+    from vitplast_tune.trial import train_trial
+
+    train_trial(config, settings)
+
+
+def _init_ray(address: str | None) -> None:
+    import ray
+
+    address = address or os.environ.get("RAY_ADDRESS")
+    runtime_env = {"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}}
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+    else:
+        ray.init(include_dashboard=False, runtime_env=runtime_env, log_to_driver=False, configure_logging=False)
+
+
+def _trial_resources(options: SearchOptions) -> dict[str, float]:
+    return {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial, **options.resources_per_trial}
+
+
+def _tuner(plan: SearchPlan, trainable, callbacks: list):
+    from ray import tune
+
+    spec, options = plan.spec, plan.options
+    path = f"{plan.storage}/{plan.name}"
+    if options.resume and tune.Tuner.can_restore(path):
+        return tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True)
+    search_alg = None
+    param_space: dict[str, Any] = {}
+    if spec.algorithm == "optuna":
+        from optuna.samplers import TPESampler
+        from ray.tune.search.optuna import OptunaSearch
+
+        search_alg = OptunaSearch(
+            space=spaces.OptunaSpace(spec), metric=spec.metric, mode=spec.mode, sampler=TPESampler(seed=options.seed)
+        )
+    else:
+        from ray.tune.search import BasicVariantGenerator
+
+        param_space = spaces.tune_param_space(spec)
+        search_alg = BasicVariantGenerator(random_state=options.seed, max_concurrent=options.max_concurrent or 0)
+    if options.max_concurrent and spec.algorithm == "optuna":
+        from ray.tune.search import ConcurrencyLimiter
+
+        search_alg = ConcurrencyLimiter(search_alg, max_concurrent=options.max_concurrent)
+    return tune.Tuner(
+        trainable,
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            metric=spec.metric, mode=spec.mode, search_alg=search_alg, scheduler=_scheduler(plan),
+            num_samples=spec.num_samples, reuse_actors=True,
+        ),
+        run_config=tune.RunConfig(
+            name=plan.name, storage_path=plan.storage, callbacks=callbacks, verbose=0,
+            failure_config=tune.FailureConfig(max_failures=options.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+        ),
+    )
+
+
+class Progress(Callback):
+    """One line per finished trial and a heartbeat every 30 s, instead of Tune's large tables."""
+
+    def __init__(self, total: int, every_s: float = 30.0):
+        self.total, self.every_s = total, every_s
+        self.done, self.best, self.started, self.last = 0, None, time.time(), time.time()
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        self.done += 1
+        r = trial.last_result or {}
+        name = _trial_label(trial.config)
+        if r.get("diverged"):
+            return self._print(f"{name}: diverged ({r.get('error', '')})")
+        acc = r.get("best_val_acc")
+        if acc is not None and (self.best is None or acc > self.best[0]):
+            self.best = (acc, name)
+        early = " (stopped early)" if r.get("step", 0) < r.get("max_steps", 0) else ""
+        self._print(f"{name}: best val_acc {_pct(acc)} at step {r.get('best_step')}{early}")
+
+    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+        self.done += 1
+        self._print(f"{_trial_label(trial.config)}: failed; see its MLflow run")
+
+    def on_step(self, iteration, trials, **info) -> None:
+        if time.time() - self.last >= self.every_s:
+            running = sum(t.status == "RUNNING" for t in trials)
+            self._print(f"{running} running")
+
+    def _print(self, text: str) -> None:
+        self.last = time.time()
+        best = f" | best so far {_pct(self.best[0])} ({self.best[1]})" if self.best else ""
+        elapsed = time.strftime("%M:%S", time.gmtime(time.time() - self.started))
+        print(f"[{elapsed}] {self.done}/{self.total} trials done | {text}{best}", flush=True)
+
+
+def _trial_label(config: dict[str, Any]) -> str:
+    lr = config.get("lr")
+    return spaces.config_components(config) + (f" lr={lr:.3g}" if isinstance(lr, (int, float)) else "")
+
+
+def _scheduler(plan: SearchPlan):
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
+
+    s = plan.spec.scheduler
+    if s.name == "asha":
+        return ASHAScheduler(
+            time_attr="step", max_t=plan.settings["max_steps"], grace_period=s.grace_period, reduction_factor=s.reduction_factor
+        )
+    if s.name == "median":
+        return MedianStoppingRule(time_attr="step", grace_period=s.grace_period)
+    return FIFOScheduler()
+
+
+def _describe_trial(plan: SearchPlan):
+    """The function that names a trial's MLflow run and gives its params."""
+    settings = plan.settings
+
+    def describe(config: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, float]]:
+        subset = spaces.config_components(config)
+        cfg = trial_config(config, settings)
+        params = {**cfg.to_dict(), "components": subset, **spaces.component_flags(subset)}
+        name = f"{subset} lr={cfg.lr:.3g}" + (f" seed={cfg.seed}" if "seed" in config else "")
+        return name, params, {}
+
+    return describe
+
+
+def _parent_run(plan: SearchPlan, mlflow) -> str:
+    from vitplast_tune import tracking
+
+    if plan.options.resume:
+        existing = tracking.find_search_run(mlflow, EXPERIMENT, plan.name)
+        if existing:
+            mlflow.update_run(existing, status="RUNNING")
+            return existing
+    params = {"space": plan.spec.name, "algorithm": plan.spec.algorithm, "scheduler": plan.spec.scheduler.name,
+              "num_samples": plan.spec.num_samples, "metric": plan.spec.metric, "mode": plan.spec.mode,
+              "search_seed": plan.options.seed, **plan.settings}  # fmt: skip
+    tags = {"vitplast.space_fingerprint": plan.spec.fingerprint, "vitplast.storage": f"{plan.storage}/{plan.name}"}
+    run_id = tracking.start_search_run(mlflow, EXPERIMENT, plan.name, params, tags)
+    mlflow.log_text(run_id, plan.spec.text, f"space/{plan.spec.path.name}")
+    return run_id
+
+
+def _write_record(plan: SearchPlan, parent_run_id: str) -> None:
+    directory = plan.local_dir
+    if directory is None:
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    record = {"name": plan.name, "space_path": str(plan.spec.path), "fingerprint": plan.spec.fingerprint,
+              "tracking_uri": plan.tracking_uri, "parent_run_id": parent_run_id, "settings": plan.settings}  # fmt: skip
+    (directory / SEARCH_FILE).write_text(json.dumps(record, indent=2, default=str))
+
+
+# ----------------------------------------------------------------------------- results
+
+
+def _trial_table(grid, plan: SearchPlan) -> pd.DataFrame:
+    """One row per trial: its subset, parameters, final and best metrics, and status."""
+    rows = []
+    for result in grid:
+        config, metrics = result.config or {}, result.metrics or {}
+        rows.append(
+            {
+                "trial_id": metrics.get("trial_id", ""),
+                "components": spaces.config_components(config),
+                **{k: v for k, v in config.items() if k != "components" and k not in spaces.COMPONENT_FLAGS},
+                "val_acc": metrics.get("val_acc"),
+                "best_val_acc": metrics.get("best_val_acc"),
+                "test_acc": metrics.get("test_acc"),
+                "step": metrics.get("step"),
+                "trainable_params": metrics.get("trainable_params"),
+                "diverged": bool(metrics.get("diverged", 0)),
+                "error": None if result.error is None else str(result.error).splitlines()[0][:200],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _log_summary(result: SearchResult, mlflow) -> None:
+    from vitplast_tune import tracking
+
+    directory = result.plan.local_dir
+    if directory is None or result.trials.empty:
+        return
+    path = directory / "trials.csv"
+    result.trials.to_csv(path, index=False)
+    tracking.log_artifacts(mlflow, result.parent_run_id, [path])
+    best = top_trials(result, 1)
+    if not best.empty:
+        tracking.log_metrics(mlflow, result.parent_run_id, {"best_val_acc": best.iloc[0]["best_val_acc"],
+                             "best_test_acc": best.iloc[0].get("test_acc"), "num_trials": len(result.trials)})  # fmt: skip
+
+
+def top_trials(result: SearchResult, k: int = 10) -> pd.DataFrame:
+    """The ``k`` best trials by best validation accuracy (or the space's metric when it is not accuracy)."""
+    trials = result.trials
+    if trials.empty:
+        return trials
+    spec = result.plan.spec
+    column = "best_val_acc" if spec.metric == "val_acc" else spec.metric
+    if column not in trials:
+        column = "val_acc"
+    ok = trials[~trials["diverged"] & trials[column].notna()]
+    return ok.sort_values(column, ascending=spec.mode == "min").head(k)
+
+
+def summary(result: SearchResult, k: int = 10) -> str:
+    """The text a person reads at the end: top trials, where results lie, how to open MLflow."""
+    plan = result.plan
+    top = top_trials(result, k)
+    lines = [f"Search {plan.name}: {len(result.trials)} trials in {result.elapsed_s / 60:.1f} min "
+             f"({plan.spec.algorithm}, scheduler {plan.spec.scheduler.name}, {plan.settings['model']} on {plan.settings['dataset']})"]  # fmt: skip
+    failed = int(result.trials["diverged"].sum() + result.trials["error"].notna().sum()) if not result.trials.empty else 0
+    if failed:
+        lines.append(f"{failed} trial(s) failed or diverged; see their MLflow runs for the reason")
+    if not top.empty:
+        table = pd.DataFrame(
+            {
+                "components": top["components"],
+                "lr": top["lr"].map(lambda v: f"{v:.3g}") if "lr" in top else "",
+                "val_acc": top["val_acc"].map(_pct),
+                "best_val_acc": top["best_val_acc"].map(_pct),
+                "test_acc": top["test_acc"].map(_pct),
+                "steps": top["step"].map(lambda v: "" if pd.isna(v) else int(v)),
+                "trainable": top["trainable_params"].map(lambda v: "" if pd.isna(v) else f"{int(v):,}"),
+            }
+        )
+        lines += ["", f"Top {len(top)} trials (best validation accuracy; test accuracy of its best-validation weights):",
+                  table.to_string(index=False)]  # fmt: skip
+    lines += ["", f"Results (Ray Tune): {plan.storage}/{plan.name}"]
+    if plan.local_dir is not None:
+        lines.append(f"Trial table:        {plan.local_dir / 'trials.csv'}")
+    lines.append(f"MLflow runs:        mlflow ui --backend-store-uri {plan.tracking_uri}   (experiment '{EXPERIMENT}', parent run '{plan.name}')")
+    return "\n".join(lines)
+
+
+def _pct(value: Any) -> str:
+    return "" if value is None or pd.isna(value) else f"{100 * float(value):.2f}%"
+

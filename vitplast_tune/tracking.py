@@ -1,0 +1,193 @@
+"""MLflow records of a search, written from the driver: a parent run per search, a child per trial.
+
+Logging from a Tune callback on the driver (not inside trials) works wherever trials run, with a
+SQLite store on the head node or an ``mlflow server``. Runs are found again by tags, so a resumed
+search continues its runs instead of duplicating them.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from ray.tune import Callback
+
+SEARCH_TAG = "vitplast.search"
+TRIAL_TAG = "ray.trial_id"
+PARENT_TAG = "mlflow.parentRunId"
+RUN_NAME_TAG = "mlflow.runName"
+CURVE_METRICS = ("train_loss", "val_acc", "val_loss", "best_val_acc", "current_lr", "steps_per_s")
+_MAX_PARAM = 6000
+
+
+def client(tracking_uri: str) -> MlflowClient:
+    """An MLflow client for ``tracking_uri`` (e.g. ``sqlite:///path/mlflow.db`` or ``http://127.0.0.1:5000``)."""
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def experiment_id(mlflow: MlflowClient, name: str) -> str:
+    """Id of the experiment ``name``, created when missing."""
+    experiment = mlflow.get_experiment_by_name(name)
+    return experiment.experiment_id if experiment else mlflow.create_experiment(name)
+
+
+def find_search_run(mlflow: MlflowClient, experiment: str, search: str) -> str | None:
+    """Run id of the parent run of search ``search``, or None."""
+    exp = mlflow.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    runs = mlflow.search_runs([exp.experiment_id], filter_string=f"tags.`{SEARCH_TAG}` = '{search}'", max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def start_search_run(
+    mlflow: MlflowClient, experiment: str, search: str, params: dict[str, Any], tags: dict[str, str]
+) -> str:
+    """Create the parent run of a search with its params and tags; return its id."""
+    run = mlflow.create_run(experiment_id(mlflow, experiment), run_name=search, tags={SEARCH_TAG: search, **tags})
+    log_params(mlflow, run.info.run_id, params)
+    return run.info.run_id
+
+
+def log_params(mlflow: MlflowClient, run_id: str, params: dict[str, Any]) -> None:
+    """Log params (values as strings, None skipped) in one batch."""
+    batch = [Param(k, _param_text(v)) for k, v in params.items() if v is not None]
+    for i in range(0, len(batch), 100):
+        mlflow.log_batch(run_id, params=batch[i : i + 100])
+
+
+def log_metrics(mlflow: MlflowClient, run_id: str, metrics: dict[str, Any], step: int = 0) -> None:
+    """Log the finite numeric values of ``metrics`` at ``step`` in one batch."""
+    now = _now_ms()
+    batch = [Metric(k, float(v), now, step) for k, v in metrics.items() if _is_number(v)]
+    if batch:
+        mlflow.log_batch(run_id, metrics=batch)
+
+
+class MlflowTracker(Callback):
+    """Tune callback: one MLflow child run per trial under the search's parent run.
+
+    ``describe(config)`` returns the run name, params and start metrics of a trial (the search
+    supplies it, e.g. the subset's plasticity scores), so this class knows nothing of training.
+    """
+
+    def __init__(
+        self,
+        tracking_uri: str,
+        parent_run_id: str,
+        describe: Callable[[dict[str, Any]], tuple[str, dict[str, Any], dict[str, float]]],
+    ):
+        self.tracking_uri = tracking_uri
+        self.parent_run_id = parent_run_id
+        self.describe = describe
+        self.runs: dict[str, str] = {}
+        self._mlflow: MlflowClient | None = None
+        self._tagged_node: set[str] = set()
+
+    @property
+    def mlflow(self) -> MlflowClient:
+        if self._mlflow is None:
+            self._mlflow = client(self.tracking_uri)
+        return self._mlflow
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_mlflow": None}
+
+    def run_id(self, trial, number: int | None = None) -> str:
+        """The trial's child run: the one already made (also by an earlier driver), else a new one."""
+        if trial.trial_id in self.runs:
+            return self.runs[trial.trial_id]
+        parent = self.mlflow.get_run(self.parent_run_id)
+        found = self.mlflow.search_runs(
+            [parent.info.experiment_id],
+            filter_string=f"tags.`{TRIAL_TAG}` = '{trial.trial_id}' and tags.`{PARENT_TAG}` = '{self.parent_run_id}'",
+            max_results=1,
+        )
+        if found:
+            run_id = found[0].info.run_id
+            self.mlflow.update_run(run_id, status="RUNNING")
+        else:
+            name, params, metrics = self.describe(trial.config)
+            tags = {PARENT_TAG: self.parent_run_id, TRIAL_TAG: trial.trial_id, RUN_NAME_TAG: f"{name} #{number or trial.trial_id}"}
+            run_id = self.mlflow.create_run(parent.info.experiment_id, tags=tags).info.run_id
+            log_params(self.mlflow, run_id, params)
+            log_metrics(self.mlflow, run_id, metrics)
+        self.runs[trial.trial_id] = run_id
+        return run_id
+
+    def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
+        self.run_id(trial, number=trials.index(trial) + 1 if trial in trials else None)
+
+    def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
+        run_id = self.run_id(trial)
+        step = int(result.get("step", result.get("training_iteration", 0)))
+        log_metrics(self.mlflow, run_id, {k: result.get(k) for k in CURVE_METRICS}, step)
+        if trial.trial_id not in self._tagged_node and result.get("node_ip"):
+            self.mlflow.set_tag(run_id, "ray.node_ip", str(result["node_ip"]))
+            self.mlflow.set_tag(run_id, "ray.hostname", str(result.get("hostname", "")))
+            self._tagged_node.add(trial.trial_id)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        run_id = self.run_id(trial)
+        last = trial.last_result or {}
+        if last.get("diverged"):
+            self.mlflow.set_tag(run_id, "failure_reason", str(last.get("error", "diverged")))
+            self.mlflow.set_terminated(run_id, status="FAILED")
+            return
+        final = {"final_val_acc": last.get("val_acc"), "best_val_acc": last.get("best_val_acc"),
+                 "test_acc": last.get("test_acc"), "final_step": last.get("step")}  # fmt: skip
+        log_metrics(self.mlflow, run_id, final, int(last.get("step", 0)))
+        self.mlflow.set_tag(run_id, "stopped_early", str(int(last.get("step", 0)) < int(last.get("max_steps", 0))))
+        self.mlflow.set_terminated(run_id, status="FINISHED")
+
+    def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
+        run_id = self.run_id(trial)
+        reason = _error_text(trial)
+        self.mlflow.set_tag(run_id, "failure_reason", reason)
+        self.mlflow.set_terminated(run_id, status="FAILED")
+
+    def get_state(self) -> dict:
+        return {"runs": dict(self.runs)}
+
+    def set_state(self, state: dict) -> None:
+        self.runs.update(state.get("runs", {}))
+
+
+def child_runs(mlflow: MlflowClient, parent_run_id: str) -> list:
+    """Every child run of a parent run."""
+    parent = mlflow.get_run(parent_run_id)
+    return mlflow.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{parent_run_id}'", max_results=10_000
+    )
+
+
+def log_artifacts(mlflow: MlflowClient, run_id: str, paths: Iterable[Path], artifact_path: str | None = None) -> None:
+    """Upload files to a run's artifacts."""
+    for path in paths:
+        mlflow.log_artifact(run_id, str(path), artifact_path)
+
+
+def _error_text(trial) -> str:
+    path = getattr(trial, "error_file", None)
+    if path and Path(path).is_file():
+        lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+        return lines[-1][:500] if lines else "error"
+    return "error"
+
+
+def _param_text(value: Any) -> str:
+    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    return text[:_MAX_PARAM]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)

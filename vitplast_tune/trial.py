@@ -1,0 +1,49 @@
+"""One finetuning run as a Ray Tune trainable: report, checkpoint, resume.
+
+``train_trial(config, settings)`` merges the trial's sampled ``config`` over the search-wide
+``settings`` (a FinetuneConfig as a dict), resumes from ``tune.get_checkpoint()`` when Tune
+restarts it, and reports metrics with a checkpoint of the trainable state after every evaluation.
+A NaN or infinite loss ends the trial with ``diverged=1`` and the reason, instead of a retry
+that would diverge again.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vitplast_tune.spaces import COMPONENT_FLAGS
+from vitplast_tune.training import DivergedError, FinetuneConfig, finetune
+
+STATE_FILE = "state.pt"
+
+
+def trial_config(config: dict[str, Any], settings: dict[str, Any]) -> FinetuneConfig:
+    """The FinetuneConfig of a trial: its sampled parameters over the search's settings."""
+    sampled = {k: v for k, v in config.items() if k not in COMPONENT_FLAGS}
+    return FinetuneConfig.from_dict({**settings, **sampled})
+
+
+def train_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
+    """Ray Tune function trainable for one finetuning run (see the module docstring)."""
+    from ray import tune
+
+    cfg = trial_config(config, settings)
+    checkpoint = tune.get_checkpoint()
+    resume = None
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            resume = torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=True)
+
+    def report(metrics: dict[str, Any], state: dict[str, Any]) -> None:
+        with tempfile.TemporaryDirectory() as directory:
+            torch.save(state, Path(directory) / STATE_FILE)
+            tune.report({**metrics, "diverged": 0}, checkpoint=tune.Checkpoint.from_directory(directory))
+
+    try:
+        finetune(cfg, report=report, resume=resume)
+    except DivergedError as exc:
+        tune.report({"diverged": 1, "error": str(exc), "step": cfg.max_steps})
