@@ -33,6 +33,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-concurrent", type=int, help="most trials running at once; default: as many as resources allow")
     p.add_argument("--max-failures", type=int, default=2, help="retries of a trial that crashes, from its last checkpoint")
     p.add_argument("--seed", type=int, default=0, help="seed of the search algorithm, and the training seed unless the space sets one")
+    p.add_argument("--no-plasticity", action="store_true", help="skip measuring plasticity and its correlation with accuracy")
+    p.add_argument("--plasticity-variant", default="paper", choices=("paper", "in_network"),
+                   help="paper: every component applied to the embedding output (the paper's definition); in_network: real inputs")
+    p.add_argument("--plasticity-reference", default="fractals",
+                   help="reference dataset paired with the downstream test split (the paper uses ImageNet val)")
+    p.add_argument("--plasticity-pairs", type=int, help="most image pairs for plasticity (the paper uses 12,800); default: all")
     p.add_argument("--quiet", action="store_true", help="no progress table while trials run")
     return p.parse_args()
 
@@ -50,6 +56,8 @@ def main() -> int:
         num_samples=args.num_samples, cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
         resources_per_trial=args.resources_per_trial, max_concurrent=args.max_concurrent, seed=args.seed,
         resume=args.resume, max_failures=args.max_failures, settings=settings, verbose=0 if args.quiet else 1,
+        plasticity=not args.no_plasticity, plasticity_variant=args.plasticity_variant,
+        plasticity_reference=args.plasticity_reference, plasticity_pairs=args.plasticity_pairs,
     )  # fmt: skip
     result = search.run(options)
     print(search.summary(result))

@@ -75,6 +75,8 @@ def build_model(
             raise UserError(f"weights file {path} does not exist")
         create_kwargs["pretrained_cfg_overlay"] = dict(file=str(path))
         pretrained = True
+    elif pretrained:
+        _check_shipped_file(name)
     try:
         model = timm.create_model(name, pretrained=pretrained, **create_kwargs)
     except (OSError, RuntimeError) as exc:  # hub unreachable, missing file, shape mismatch
@@ -99,6 +101,23 @@ def check_model_name(name: str) -> None:
 def data_config(model: VisionTransformer) -> dict[str, Any]:
     """The model's own timm data config: input_size, mean, std, interpolation, crop_pct."""
     return timm.data.resolve_data_config({}, model=model)
+
+
+def pretrained_data_config(name: str) -> dict[str, Any]:
+    """The data config of a timm model name without building it (from its pretrained config)."""
+    check_model_name(name)
+    cfg = timm.models.get_pretrained_cfg(name)
+    if cfg is None:
+        return timm.data.resolve_data_config({}, model=timm.create_model(name, pretrained=False))
+    return timm.data.resolve_data_config(pretrained_cfg=cfg.to_dict())
+
+
+def _check_shipped_file(name: str) -> None:
+    """A pretrained config that names a local file (the testbed) must find it; say how to make it."""
+    cfg = timm.models.get_pretrained_cfg(name)
+    file = getattr(cfg, "file", None) if cfg is not None else None
+    if file and not Path(file).is_file():
+        raise UserError(f'weights of "{name}" not found at {file}; make them with: python scripts/pretrain.py')
 
 
 def _one_line(exc: BaseException) -> str:

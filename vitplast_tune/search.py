@@ -44,6 +44,10 @@ class SearchOptions:
     resume: bool = False
     max_failures: int = 2
     settings: dict[str, Any] = field(default_factory=dict)
+    plasticity: bool = True
+    plasticity_variant: str = "paper"
+    plasticity_reference: str = "fractals"
+    plasticity_pairs: int | None = None
     verbose: int = 1
 
 
@@ -72,6 +76,7 @@ class SearchResult:
     trials: pd.DataFrame
     parent_run_id: str
     elapsed_s: float
+    correlations: pd.DataFrame | None = None
 
 
 # ----------------------------------------------------------------------------- validation
@@ -90,8 +95,13 @@ def prepare(options: SearchOptions) -> SearchPlan:
     spec = spaces.load_space(options.space).with_overrides(num_samples=options.num_samples)
     settings = _settings(spec, options)
     _check_resources(options)
-    models.check_model_name(settings["model"])
-    data.num_classes(settings["dataset"], settings.get("data_dir"))
+    _check_data(settings)
+    if options.plasticity:
+        from vitplast_tune.plasticity import VARIANTS
+
+        if options.plasticity_variant not in VARIANTS:
+            raise UserError(f'unknown plasticity variant "{options.plasticity_variant}"; use one of {", ".join(VARIANTS)}')
+        data.check_dataset_name(options.plasticity_reference)
     storage = str(options.storage or default_storage())
     if not _is_uri(storage):
         storage = str(Path(storage).expanduser().resolve())
@@ -122,6 +132,14 @@ def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> dict[str, Any]
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
     return settings
+
+
+def _check_data(settings: dict[str, Any]) -> None:
+    """The model name is known and the dataset is where the settings say (or may be downloaded)."""
+    config = models.pretrained_data_config(settings["model"])
+    data.num_classes(settings["dataset"], settings.get("data_dir"))
+    if not settings.get("download"):
+        data.load_dataset(settings["dataset"], config, data_dir=settings.get("data_dir"), seed=settings["seed"])
 
 
 def _corner_configs(spec: spaces.SearchSpec) -> list[dict[str, Any]]:
@@ -207,14 +225,15 @@ def execute(plan: SearchPlan) -> SearchResult:
 
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     started = time.perf_counter()
+    report = measure_plasticity(plan)
     mlflow = tracking.client(plan.tracking_uri)
-    parent = _parent_run(plan, mlflow)
+    parent = _parent_run(plan, mlflow, report)
     _write_record(plan, parent)
     owns_ray = not ray.is_initialized()
     if owns_ray:
         _init_ray(plan.options.address)
     try:
-        callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, _describe_trial(plan))]
+        callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, _describe_trial(plan, report))]
         if plan.options.verbose:
             callbacks.append(Progress(plan.spec.total_trials))
         trainable = tune.with_resources(
@@ -222,7 +241,7 @@ def execute(plan: SearchPlan) -> SearchResult:
         )
         tuner = _tuner(plan, trainable, callbacks)
         grid = tuner.fit()
-        trials = _trial_table(grid, plan)
+        trials = _trial_table(grid, plan, report)
         mlflow.set_terminated(parent, status="FINISHED")
     except KeyboardInterrupt:
         mlflow.set_terminated(parent, status="KILLED")
@@ -232,6 +251,8 @@ def execute(plan: SearchPlan) -> SearchResult:
             ray.shutdown()
     result = SearchResult(plan, trials, parent, time.perf_counter() - started)
     _log_summary(result, mlflow)
+    if report is not None:
+        result.correlations = analyse(result, mlflow)
     return result
 
 
@@ -350,8 +371,8 @@ def _scheduler(plan: SearchPlan):
     return FIFOScheduler()
 
 
-def _describe_trial(plan: SearchPlan):
-    """The function that names a trial's MLflow run and gives its params."""
+def _describe_trial(plan: SearchPlan, report):
+    """The function that names a trial's MLflow run and gives its params and plasticity scores."""
     settings = plan.settings
 
     def describe(config: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, float]]:
@@ -359,12 +380,42 @@ def _describe_trial(plan: SearchPlan):
         cfg = trial_config(config, settings)
         params = {**cfg.to_dict(), "components": subset, **spaces.component_flags(subset)}
         name = f"{subset} lr={cfg.lr:.3g}" + (f" seed={cfg.seed}" if "seed" in config else "")
-        return name, params, {}
+        return name, params, subset_scores(report, subset)
 
     return describe
 
 
-def _parent_run(plan: SearchPlan, mlflow) -> str:
+def subset_scores(report, subset: str) -> dict[str, float]:
+    """Plasticity scores of a subset from the search's plasticity report (empty when there is none)."""
+    if report is None:
+        return {}
+    from vitplast_tune import plasticity
+
+    return plasticity.subset_scores(report.table, subset, report.meta["component_params"])
+
+
+def measure_plasticity(plan: SearchPlan):
+    """The plasticity report of the search's model and data, from the cache when it was measured before."""
+    if not plan.options.plasticity:
+        return None
+    from vitplast_tune import plasticity
+
+    s, o = plan.settings, plan.options
+    if o.verbose:
+        print(f"Plasticity of {s['model']} ({o.plasticity_variant} variant): {s['dataset']} test split vs {o.plasticity_reference} ...", flush=True)
+    report = plasticity.plasticity_report(
+        s["model"], weights=s["weights"], pretrained=s["pretrained"], dataset=s["dataset"],
+        reference=o.plasticity_reference, data_dir=s["data_dir"], download=s["download"],
+        variant=o.plasticity_variant, max_pairs=o.plasticity_pairs, reuse=True,
+    )  # fmt: skip
+    if o.verbose:
+        ranking = report.ranking.dropna(subset=["rank"]).sort_values("rank")
+        order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranking.itertuples())
+        print(f"  ranking: {order}  ({'cached' if report.meta.get('reused') else 'measured'}, {report.out_dir})", flush=True)
+    return report
+
+
+def _parent_run(plan: SearchPlan, mlflow, report=None) -> str:
     from vitplast_tune import tracking
 
     if plan.options.resume:
@@ -376,8 +427,15 @@ def _parent_run(plan: SearchPlan, mlflow) -> str:
               "num_samples": plan.spec.num_samples, "metric": plan.spec.metric, "mode": plan.spec.mode,
               "search_seed": plan.options.seed, **plan.settings}  # fmt: skip
     tags = {"vitplast.space_fingerprint": plan.spec.fingerprint, "vitplast.storage": f"{plan.storage}/{plan.name}"}
+    if report is not None:
+        params.update(plasticity_variant=report.meta["variant"], plasticity_reference=report.meta["reference"],
+                      plasticity_pairs=report.meta["n_pairs"])  # fmt: skip
     run_id = tracking.start_search_run(mlflow, EXPERIMENT, plan.name, params, tags)
     mlflow.log_text(run_id, plan.spec.text, f"space/{plan.spec.path.name}")
+    if report is not None:
+        tracking.log_artifacts(mlflow, run_id, report.files.values(), "plasticity")
+        means = {f"plasticity/{r.component}": r.plasticity for r in report.ranking.itertuples()}
+        tracking.log_metrics(mlflow, run_id, means)
     return run_id
 
 
@@ -394,23 +452,26 @@ def _write_record(plan: SearchPlan, parent_run_id: str) -> None:
 # ----------------------------------------------------------------------------- results
 
 
-def _trial_table(grid, plan: SearchPlan) -> pd.DataFrame:
-    """One row per trial: its subset, parameters, final and best metrics, and status."""
+def _trial_table(grid, plan: SearchPlan, report=None) -> pd.DataFrame:
+    """One row per trial: its subset, parameters, final and best metrics, status and plasticity scores."""
     rows = []
     for result in grid:
         config, metrics = result.config or {}, result.metrics or {}
+        subset = spaces.config_components(config)
         rows.append(
             {
                 "trial_id": metrics.get("trial_id", ""),
-                "components": spaces.config_components(config),
+                "components": subset,
                 **{k: v for k, v in config.items() if k != "components" and k not in spaces.COMPONENT_FLAGS},
                 "val_acc": metrics.get("val_acc"),
                 "best_val_acc": metrics.get("best_val_acc"),
                 "test_acc": metrics.get("test_acc"),
                 "step": metrics.get("step"),
                 "trainable_params": metrics.get("trainable_params"),
+                "max_steps": plan.settings["max_steps"],
                 "diverged": bool(metrics.get("diverged", 0)),
                 "error": None if result.error is None else str(result.error).splitlines()[0][:200],
+                **subset_scores(report, subset),
             }
         )
     return pd.DataFrame(rows)
@@ -429,6 +490,38 @@ def _log_summary(result: SearchResult, mlflow) -> None:
     if not best.empty:
         tracking.log_metrics(mlflow, result.parent_run_id, {"best_val_acc": best.iloc[0]["best_val_acc"],
                              "best_test_acc": best.iloc[0].get("test_acc"), "num_trials": len(result.trials)})  # fmt: skip
+
+
+def analyse(result: SearchResult, mlflow) -> pd.DataFrame:
+    """Plasticity vs final accuracy over the finished trials: metrics and plots on the parent run."""
+    from vitplast_tune import analysis, tracking
+
+    out = (result.plan.local_dir or default_storage() / result.plan.name) / "analysis"
+    found = analysis.analyse_trials(result.trials, out)
+    metrics = {"analysis/n_finished": found.n_finished}
+    for row in found.correlations.itertuples():
+        for stat in ("n", "spearman", "spearman_low", "spearman_high", "kendall", "kendall_low", "kendall_high"):
+            metrics[f"corr/{row.target}/{row.predictor}/{stat}"] = getattr(row, stat)
+    tracking.log_metrics(mlflow, result.parent_run_id, metrics)
+    tracking.log_artifacts(mlflow, result.parent_run_id, found.files, "analysis")
+    return found.correlations
+
+
+def reanalyse(name: str, storage: str | None = None, tracking_uri: str | None = None) -> SearchResult:
+    """Analyse a finished search again from its stored trial table and log to its parent run."""
+    from vitplast_tune import tracking
+
+    directory = Path(storage or default_storage()).expanduser() / name
+    record_path, trials_path = directory / SEARCH_FILE, directory / "trials.csv"
+    if not record_path.is_file() or not trials_path.is_file():
+        raise UserError(f'no finished search "{name}" in {directory.parent}; check --name and --storage')
+    record = json.loads(record_path.read_text())
+    spec = spaces.load_space(record["space_path"])
+    options = SearchOptions(space=record["space_path"], name=name, storage=str(directory.parent))
+    plan = SearchPlan(spec, options, name, str(directory.parent), tracking_uri or record["tracking_uri"], record["settings"])
+    result = SearchResult(plan, pd.read_csv(trials_path), record["parent_run_id"], 0.0)
+    result.correlations = analyse(result, tracking.client(plan.tracking_uri))
+    return result
 
 
 def top_trials(result: SearchResult, k: int = 10) -> pd.DataFrame:
@@ -467,6 +560,11 @@ def summary(result: SearchResult, k: int = 10) -> str:
         )
         lines += ["", f"Top {len(top)} trials (best validation accuracy; test accuracy of its best-validation weights):",
                   table.to_string(index=False)]  # fmt: skip
+    if result.correlations is not None:
+        from vitplast_tune.analysis import describe_correlations
+
+        lines += ["", "Plasticity of the trained subset vs final validation accuracy (finished trials; "
+                  "the naive baseline is log(trainable parameters)):", describe_correlations(result.correlations)]  # fmt: skip
     lines += ["", f"Results (Ray Tune): {plan.storage}/{plan.name}"]
     if plan.local_dir is not None:
         lines.append(f"Trial table:        {plan.local_dir / 'trials.csv'}")

@@ -84,10 +84,18 @@ def all_subsets(allow_head: bool = False) -> list[str]:
     return (["head"] if allow_head else []) + subsets
 
 
+def _subset(value: Any, where: str) -> str:
+    """A component subset named in a space file; an empty list is a mistake ("head" is explicit)."""
+    if not isinstance(value, (str, list)) or (isinstance(value, list) and not value) or value == "":
+        raise UserError(f'{where}: empty or malformed component subset {value!r}; name components such as '
+                        '[mha, fc1], or "head" to train only the classification head (linear probe)')
+    return subset_name(parse_subset(value))
+
+
 def _parse_param(name: str, raw: Any, where: str) -> Param:
     if not isinstance(raw, dict):
         if name == "components":
-            return Param(name, "constant", (subset_name(parse_subset(raw)),))
+            return Param(name, "constant", (_subset(raw, where),))
         if isinstance(raw, (list, tuple)):
             raise UserError(f'{where}: parameter "{name}" is a list; write {{choice: [...]}} to search over it')
         return Param(name, "constant", (raw,))
@@ -106,10 +114,7 @@ def _parse_param(name: str, raw: Any, where: str) -> Param:
         if not isinstance(arg, list) or not arg:
             raise UserError(f'{where}: parameter "{name}" {{choice: ...}} needs a non-empty list')
         if name == "components":
-            names = [subset_name(parse_subset(v)) for v in arg]
-            if any(not isinstance(v, (str, list)) for v in arg):
-                raise UserError(f"{where}: components choices must be lists of names or strings like mha+fc1")
-            return Param(name, "choice", tuple(dict.fromkeys(names)))
+            return Param(name, "choice", tuple(dict.fromkeys(_subset(v, where) for v in arg)))
         return Param(name, "choice", tuple(arg))
     if not (isinstance(arg, list) and len(arg) == 2 and all(isinstance(v, (int, float)) for v in arg)):
         raise UserError(f'{where}: parameter "{name}" {{{kind}: ...}} needs [low, high] numbers, got {arg!r}')

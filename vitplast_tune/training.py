@@ -7,6 +7,7 @@ trainable tensors, the optimizer and the step) resumes the run exactly where it 
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import asdict, dataclass, fields
@@ -189,7 +190,8 @@ def finetune(
             if step == cfg.max_steps and cfg.eval_test:
                 metrics["test_acc"] = _test_best(model, trainable, best, splits.test, cfg, device)
             if report is not None:
-                report(metrics, {"step": step, "trainable": _snapshot(trainable), "optimizer": optimizer.state_dict(), "best": best})
+                state = {"step": step, "trainable": _snapshot(trainable), "optimizer": copy.deepcopy(optimizer.state_dict()), "best": best}
+                report(metrics, state)
             loss_sum.zero_()
             loss_count, started = 0, time.perf_counter()
     return metrics

@@ -1,0 +1,80 @@
+"""Bad input: one clear line on stderr, exit code 2, quickly, and no Ray session or MLflow store."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GOOD = """
+metric: val_acc
+mode: max
+algorithm: optuna
+num_samples: 2
+scheduler: asha
+parameters:
+  components: {subsets: any}
+  lr: {loguniform: [1.0e-3, 1.0]}
+defaults: {model: vit_testbed_patch8_32, pretrained: false, max_steps: 8}
+"""
+
+
+def ray_sessions() -> set[str]:
+    return {p.name for p in Path("/tmp/ray").glob("session_2*")} if Path("/tmp/ray").is_dir() else set()
+
+
+def run_search(tmp_path, *args, space_text=GOOD):
+    space = tmp_path / "space.yaml"
+    space.write_text(space_text)
+    storage = tmp_path / "results"
+    before = ray_sessions()
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(space), "--storage", str(storage), *args],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    return proc, time.perf_counter() - started, before, storage
+
+
+CASES = [
+    ([], GOOD.replace("mode: max", "mode: [max"), "malformed YAML"),
+    ([], GOOD.replace("num_samples", "num_sample"), 'did you mean "num_samples"'),
+    ([], GOOD.replace("{subsets: any}", "[mha, mlp]"), 'unknown component "mlp"'),
+    ([], GOOD.replace("{subsets: any}", "[]"), "empty or malformed component subset"),
+    ([], GOOD.replace("[1.0e-3, 1.0]", "[0, 1.0]"), "loguniform range must be positive"),
+    ([], GOOD.replace("[1.0e-3, 1.0]", "[1.0, 1.0e-3]"), "empty or inverted"),
+    ([], GOOD.replace("lr: {loguniform: [1.0e-3, 1.0]}", "lr: -0.1"), "lr must be positive"),
+    ([], GOOD.replace("algorithm: optuna", "algorithm: bayes"), 'unknown algorithm "bayes"'),
+    ([], GOOD.replace("scheduler: asha", "scheduler: pbt"), 'unknown scheduler "pbt"'),
+    (["--model", "vit_bace_patch16_224"], GOOD, 'unknown timm model "vit_bace_patch16_224"'),
+    (["--dataset", "cifar10", "--data-dir", "{tmp}/nothing"], GOOD, 'dataset "cifar10" not found'),
+    (["--dataset", "imagefolder", "--data-dir", "{tmp}/nothing"], GOOD, "image folder"),
+    (["--cpus-per-trial", "-1"], GOOD, "must not be negative"),
+    (["--max-steps", "0"], GOOD, "max_steps must be positive"),
+    (["--storage", "/proc/vitplast"], GOOD, "not writable"),
+    (["--resume", "--name", "never-ran"], GOOD, 'no search "never-ran" to resume'),
+]
+
+
+@pytest.mark.parametrize("args, space_text, message", CASES, ids=[c[2][:30] for c in CASES])
+def test_bad_input_exits_2_with_one_line(tmp_path, args, space_text, message):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    proc, seconds, ray_before, storage = run_search(tmp_path, *args, space_text=space_text)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert message in lines[0]
+    assert "Traceback" not in proc.stderr
+    assert seconds < 60
+    assert ray_sessions() == ray_before, "a Ray session was started"
+    assert not (storage / "mlflow.db").exists(), "an MLflow store was created"
+
+
+def test_help_documents_every_flag():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "search.py"), "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0
+    for flag in ("--space", "--num-samples", "--max-steps", "--name", "--storage", "--tracking-uri", "--address",
+                 "--cpus-per-trial", "--gpus-per-trial", "--max-concurrent", "--seed", "--model", "--dataset", "--data-dir"):  # fmt: skip
+        assert flag in proc.stdout

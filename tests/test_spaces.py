@@ -1,0 +1,137 @@
+import optuna
+import pytest
+
+from vitplast_tune import spaces
+from vitplast_tune.components import COMPONENTS, parse_subset
+from vitplast_tune.errors import UserError
+
+VALID = """
+metric: val_acc
+mode: max
+algorithm: {algorithm}
+num_samples: 3
+scheduler: {{name: asha, grace_period: 20, reduction_factor: 2}}
+parameters:
+{parameters}
+defaults: {{max_steps: 40}}
+"""
+
+
+def write_space(tmp_path, parameters="  components: {subsets: any}\n  lr: {loguniform: [1.0e-3, 1.0]}", algorithm="optuna", text=None):
+    path = tmp_path / "space.yaml"
+    path.write_text(text if text is not None else VALID.format(parameters=parameters, algorithm=algorithm))
+    return path
+
+
+@pytest.mark.parametrize("name", ["component_subsets", "paper_grid", "single_component"])
+def test_shipped_spaces_load(name):
+    spec = spaces.load_space(name)
+    assert spec.metric == "val_acc" and spec.mode == "max"
+    assert spec.parameters and spec.total_trials >= 1
+
+
+def test_paper_grid_is_the_papers_protocol():
+    spec = spaces.load_space("paper_grid")
+    assert spec.algorithm == "grid"
+    assert set(spec.parameters["components"].values) == {"all", "mha", "fc1", "fc2", "ln2", "ln1", "head"}
+    assert spec.parameters["lr"].values == (1e-3, 3e-3, 1e-2, 3e-2)
+    assert spec.parameters["seed"].values == (0, 42, 3407)
+    assert spec.total_trials == 7 * 4 * 3
+    assert len({tuple(c.items()) for c in spec.grid}) == 84
+
+
+def test_component_subsets_space_is_optuna_with_asha():
+    spec = spaces.load_space("component_subsets")
+    assert spec.algorithm == "optuna" and spec.scheduler.name == "asha"
+    assert spec.parameters["components"].kind == "subsets"
+    lr = spec.parameters["lr"]
+    assert lr.kind == "loguniform" and lr.low <= 1e-3 and lr.high >= 1.0
+
+
+def test_optuna_space_samples_booleans_and_never_an_empty_subset():
+    spec = spaces.load_space("component_subsets")
+    space = spaces.OptunaSpace(spec)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(200):
+        trial = study.ask()
+        constants = space(trial)
+        subset = constants["components"]
+        assert parse_subset(subset), "empty subset sampled"
+        flags = {c: trial.params.get(spaces.component_flag(c), constants.get(spaces.component_flag(c))) for c in COMPONENTS}
+        assert all(isinstance(v, bool) for v in flags.values())
+        assert set(parse_subset(subset)) == {c for c, on in flags.items() if on}
+        assert 1e-3 <= trial.params["lr"] <= 1.0
+        seen.add(subset)
+        study.tell(trial, 0.5)
+    assert len(seen) > 40  # the sampler reaches most of the 63 subsets
+
+
+def test_grid_expands_subsets_and_choices(tmp_path):
+    path = write_space(tmp_path, "  components: {choice: [[mha], fc1+ln1, all, head]}\n  lr: {choice: [0.1, 0.3]}", "grid")
+    spec = spaces.load_space(path)
+    assert spec.parameters["components"].values == ("mha", "ln1+fc1", "all", "head")
+    assert spec.total_trials == 4 * 2 * 3
+    assert spaces.tune_param_space(spec)["lr"] == {"grid_search": [0.1, 0.3]}
+
+
+def test_random_space_uses_tune_domains(tmp_path):
+    from ray import tune
+
+    spec = spaces.load_space(write_space(tmp_path, algorithm="random"))
+    space = spaces.tune_param_space(spec)
+    assert isinstance(space["lr"], tune.search.sample.Float)
+    assert len(space["components"].categories) == 63
+
+
+@pytest.mark.parametrize(
+    "parameters, algorithm, message",
+    [
+        ("  components: {subsets: any}\n  lr: {loguniform: [0, 1.0]}", "optuna", "loguniform range must be positive"),
+        ("  components: {subsets: any}\n  lr: {uniform: [0.5, 0.1]}", "optuna", "empty or inverted"),
+        ("  components: [mha, mlp]\n  lr: 0.1", "optuna", 'unknown component "mlp"'),
+        ("  components: []\n  lr: 0.1", "optuna", "empty or malformed component subset"),
+        ("  components: {choice: [mha, []]}\n  lr: 0.1", "optuna", "empty or malformed component subset"),
+        ("  components: {subsets: any}\n  lr: {loguniform: [1.0e-3, 1.0]}", "grid", "a grid needs discrete parameters"),
+        ("  components: {subsets: any}\n  lr: {logunifrom: [1.0e-3, 1.0]}", "optuna", 'did you mean "loguniform"'),
+        ("  components: {subsets: any}\n  lr: {loguniform: [1.0e-3, 1.0]}", "optunaa", 'unknown algorithm "optunaa"'),
+        ("  lr: [0.1, 0.2]", "optuna", r"write \{choice: \[\.\.\.\]\}"),
+    ],
+)
+def test_bad_spaces_raise_clear_errors(tmp_path, parameters, algorithm, message):
+    with pytest.raises(UserError, match=message):
+        spaces.load_space(write_space(tmp_path, parameters, algorithm))
+
+
+def test_unknown_top_level_key_suggests(tmp_path):
+    text = VALID.format(parameters="  lr: 0.1", algorithm="optuna").replace("num_samples", "num_sample")
+    with pytest.raises(UserError, match='unknown key "num_sample" \\(did you mean "num_samples"\\?\\)'):
+        spaces.load_space(write_space(tmp_path, text=text))
+
+
+def test_malformed_yaml_names_the_line(tmp_path):
+    with pytest.raises(UserError, match=r"malformed YAML at line \d"):
+        spaces.load_space(write_space(tmp_path, text="metric: val_acc\nmode: [max\nparameters: {}\n"))
+
+
+def test_unknown_scheduler_and_missing_space(tmp_path):
+    text = VALID.format(parameters="  lr: 0.1", algorithm="optuna").replace("name: asha", "name: hyperband")
+    with pytest.raises(UserError, match='unknown scheduler "hyperband"'):
+        spaces.load_space(write_space(tmp_path, text=text))
+    with pytest.raises(UserError, match='search space "component_subset" not found \\(did you mean "component_subsets"'):
+        spaces.load_space("component_subset")
+
+
+def test_fingerprint_follows_the_file(tmp_path):
+    path = write_space(tmp_path)
+    first = spaces.load_space(path).fingerprint
+    path.write_text(path.read_text().replace("num_samples: 3", "num_samples: 4"))
+    assert spaces.load_space(path).fingerprint != first
+
+
+def test_component_flags_and_config_components():
+    assert spaces.component_flags("mha+fc1") == {
+        "train_emb": False, "train_ln1": False, "train_mha": True, "train_ln2": False, "train_fc1": True, "train_fc2": False,
+    }
+    assert spaces.config_components({"components": "fc1+mha"}) == "mha+fc1"
+    assert spaces.config_components({}) == "all"

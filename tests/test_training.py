@@ -1,0 +1,86 @@
+import math
+
+import pytest
+import torch
+
+from vitplast_tune.errors import UserError
+from vitplast_tune.training import DivergedError, FinetuneConfig, finetune, warmup_cosine
+
+FAST = dict(model="vit_testbed_patch8_32", pretrained=False, max_steps=12, eval_every=4, warmup_steps=3,
+            batch_size=32, threads=1, lr=0.05)  # fmt: skip
+
+
+def run(**overrides):
+    reports = []
+    cfg = FinetuneConfig(**{**FAST, **overrides})
+    final = finetune(cfg, report=lambda metrics, state: reports.append((metrics, state)))
+    return final, reports
+
+
+def test_warmup_cosine_shape():
+    assert warmup_cosine(0, 100, 10) == pytest.approx(0.1)
+    assert warmup_cosine(9, 100, 10) == pytest.approx(1.0)
+    assert warmup_cosine(10, 100, 10) == pytest.approx(1.0)
+    assert warmup_cosine(55, 100, 10) == pytest.approx(0.5)
+    assert warmup_cosine(100, 100, 10) == pytest.approx(0.0)
+
+
+def test_reports_every_eval_with_metrics_and_resumable_state():
+    final, reports = run(components="mha")
+    assert [m["step"] for m, _ in reports] == [4, 8, 12]
+    for metrics, state in reports:
+        assert {"train_loss", "val_acc", "val_loss", "best_val_acc", "trainable_params", "current_lr"} <= set(metrics)
+        assert 0.0 <= metrics["val_acc"] <= 1.0 and math.isfinite(metrics["train_loss"])
+        assert state["step"] == metrics["step"]
+        assert all(".attn." in n or n.startswith(("head.", "norm.")) for n in state["trainable"])
+    assert final["best_val_acc"] == max(m["val_acc"] for m, _ in reports)
+    assert 0.0 <= final["test_acc"] <= 1.0
+    assert final["trainable_params"] == reports[0][0]["trainable_params"]
+
+
+def test_same_seed_same_run_and_other_seed_differs():
+    a, _ = run(components="fc1", seed=3)
+    b, _ = run(components="fc1", seed=3)
+    c, _ = run(components="fc1", seed=4)
+    assert a["train_loss"] == b["train_loss"] and a["val_acc"] == b["val_acc"]
+    assert a["train_loss"] != c["train_loss"]
+
+
+def test_resume_from_state_matches_an_uninterrupted_run():
+    full, reports = run(components="ln1+fc2", seed=1)
+    _, state = reports[0]  # as if the trial died after its first checkpoint
+    saved = torch.load(_roundtrip(state), weights_only=True)
+    resumed = []
+    final = finetune(FinetuneConfig(**{**FAST, "components": "ln1+fc2", "seed": 1}), report=lambda m, s: resumed.append(m), resume=saved)
+    assert [m["step"] for m in resumed] == [8, 12]
+    assert final["train_loss"] == pytest.approx(full["train_loss"], rel=1e-5)
+    assert final["val_acc"] == full["val_acc"]
+
+
+def _roundtrip(state):
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return buffer
+
+
+def test_divergence_raises():
+    with pytest.raises(DivergedError, match="loss became nan"):
+        run(components="all", lr=1e6, grad_clip=0.0, optimizer="sgd", momentum=0.0, max_steps=8, eval_every=4)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [({"lr": 0.0}, "lr must be positive"), ({"lr": -1.0}, "lr must be positive"), ({"optimizer": "adam"}, 'did you mean "adamw"'),
+     ({"components": "mlp"}, 'unknown component "mlp"'), ({"max_steps": 0}, "max_steps must be positive")],
+)  # fmt: skip
+def test_invalid_configs(overrides, message):
+    with pytest.raises(UserError, match=message):
+        FinetuneConfig(**{**FAST, **overrides}).validate()
+
+
+def test_from_dict_rejects_unknown_keys():
+    with pytest.raises(UserError, match='unknown setting "learning_rate"'):
+        FinetuneConfig.from_dict({"learning_rate": 0.1})

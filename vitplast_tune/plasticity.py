@@ -1,0 +1,451 @@
+"""Plasticity of ViT components: the average rate of change ||f(x) - f(y)|| / ||x - y|| over image pairs.
+
+Two variants (see PAPER.md):
+
+    paper       (default, the paper's definition) x and y are the embedding output, the real input
+                of block 0; every component of every block is applied to that same embedding output:
+                LN1(e), MHA(e) with no norm in front, LN2(e), FC1(e), and FC2(e zero-padded to the
+                hidden width). Every ratio divides by ||e_x - e_y||.
+    in_network  each component is fed its real input inside a normal forward pass (forward hooks),
+                and the ratio divides by the distance between those real inputs.
+
+MHA is ``blocks[i].attn`` alone (qkv + proj), as in the paper; a layer scale ``ls1``, if any, is not applied.
+
+Both add an ``emb`` row (layer 0), this project's extension, not in the paper: the embedding's rate
+of change from pixels to the embedding output, ||e_x - e_y|| / ||x_pixels - y_pixels||.
+
+Distances are Frobenius norms over (tokens x dim) per sample; the ratio is taken per pair, then
+averaged over pairs. A pair whose denominator is zero (identical inputs) is skipped for that row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Union
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vitplast_tune.components import BLOCK_COMPONENTS, COMPONENTS, parse_subset
+from vitplast_tune.errors import UserError, did_you_mean
+
+VARIANTS: tuple[str, ...] = ("paper", "in_network")
+Images = Union[Tensor, Iterable[Any]]  # (N, C, H, W), or batches of it (or of (images, labels) tuples)
+
+# The timm submodule of block i that each block component names, for hooks and checks.
+_BLOCK_MODULES: dict[str, str] = {
+    "ln1": "norm1", "mha": "attn", "ln2": "norm2", "fc1": "mlp.fc1", "fc2": "mlp.fc2",
+}  # fmt: skip
+
+
+def compute_plasticity(
+    model: nn.Module,
+    reference: Images,
+    downstream: Images,
+    *,
+    variant: str = "paper",
+    batch_size: int = 64,
+    device: str | torch.device | None = None,
+    max_pairs: int | None = None,
+) -> pd.DataFrame:
+    """Plasticity of every component of every block of a timm ViT over pairs (reference[i], downstream[i]).
+
+    Returns one row per (component, layer) with columns component, layer, plasticity, std, sem and
+    n_pairs (the ``emb`` row first, this project's extension, then ln1, mha, ln2, fc1, fc2 by layer);
+    ``df.attrs["variant"]`` says which variant ("paper", the default and the paper's definition, or
+    "in_network") was used. Images are (N, C, H, W) tensors normalized for the model, or iterables of them.
+    """
+    if variant not in VARIANTS:
+        hint = did_you_mean(variant, VARIANTS)
+        raise UserError(f'unknown plasticity variant "{variant}"{hint}; use one of {", ".join(VARIANTS)}')
+    if batch_size < 1:
+        raise UserError(f"batch_size must be a positive integer, not {batch_size}")
+    if max_pairs is not None and max_pairs < 1:
+        raise UserError(f"max_pairs must be a positive integer, not {max_pairs}")
+    blocks = _check_model(model)
+    device = _resolve_device(device)
+    first = next(model.parameters())
+    home, dtype = first.device, first.dtype
+    acc_dtype = torch.float32 if device.type == "mps" else torch.float64
+    num_rows = 1 + len(BLOCK_COMPONENTS) * len(blocks)
+    sums = torch.zeros(3, num_rows, dtype=acc_dtype, device=device)  # sum, sum of squares, count
+
+    modes = {m: m.training for m in model.modules()}
+    model.eval().to(device)
+    try:
+        with torch.inference_mode():
+            ratios_of = _paper_ratios if variant == "paper" else _in_network_ratios
+            for x, y in _pairs(reference, downstream, batch_size, max_pairs):
+                pixels = torch.cat([x, y]).to(device=device, dtype=dtype, non_blocking=True)
+                num, den = ratios_of(model, blocks, pixels)
+                _accumulate(sums, num, den)
+            totals = sums.cpu().numpy()  # the one synchronisation
+    finally:
+        model.to(home)
+        for module, training in modes.items():
+            module.training = training
+
+    if totals[2].max() == 0:
+        raise UserError(
+            "no image pairs to measure: the reference or downstream images are empty, "
+            "or every pair is identical (the same images on both sides)"
+        )
+    return _table(totals, len(blocks), variant)
+
+
+def aggregate_plasticity(table: pd.DataFrame) -> pd.DataFrame:
+    """Per component: the mean of ``plasticity`` over layers, its spread (std over layers), min and max.
+
+    Rows in the order emb, ln1, mha, ln2, fc1, fc2 (those present); ``rank`` orders the block
+    components, 1 = most plastic. ``emb`` has no rank: its ratio is relative to pixels, another scale.
+    """
+    _check_table(table)
+    grouped = table.groupby("component", sort=False)["plasticity"]
+    out = pd.DataFrame(
+        {
+            "plasticity": grouped.mean(),
+            "spread": grouped.std(ddof=0),
+            "min": grouped.min(),
+            "max": grouped.max(),
+            "n_layers": grouped.count(),
+        }
+    )
+    out = out.reindex([c for c in COMPONENTS if c in out.index])
+    ranked = out.loc[out.index != "emb", "plasticity"].rank(ascending=False, method="min")
+    out["rank"] = ranked.reindex(out.index).astype("Int64")
+    out = out.rename_axis("component").reset_index()
+    out.attrs.update(table.attrs)
+    return out
+
+
+def subset_scores(table: pd.DataFrame, subset: str | Iterable[str], param_counts: dict[str, int]) -> dict[str, float]:
+    """Plasticity scores of a subset of components: mean, max, and parameter-weighted mean of the per-component means.
+
+    ``param_counts`` is ``components.count_parameters(model)``; the head-only subset gives NaN for each score.
+    """
+    names = parse_subset(subset)
+    if not names:
+        return {"plasticity_mean": math.nan, "plasticity_max": math.nan, "plasticity_weighted": math.nan}
+    means = aggregate_plasticity(table).set_index("component")["plasticity"]
+    missing = [c for c in names if c not in means.index]
+    if missing:
+        raise UserError(f"the plasticity table has no rows for {', '.join(missing)}")
+    missing = [c for c in names if c not in param_counts]
+    if missing:
+        raise UserError(
+            f"param_counts has no count for {', '.join(missing)}; pass components.count_parameters(model)"
+        )
+    values = np.array([means[c] for c in names], dtype=float)
+    weights = np.array([param_counts[c] for c in names], dtype=float)
+    weighted = float(values @ weights / weights.sum()) if weights.sum() > 0 else math.nan
+    return {
+        "plasticity_mean": float(values.mean()),
+        "plasticity_max": float(values.max()),
+        "plasticity_weighted": weighted,
+    }
+
+
+# ----------------------------------------------------------------------------- report (used by scripts/plasticity.py)
+
+
+@dataclass
+class PlasticityReport:
+    """What ``plasticity_report`` measured and wrote."""
+
+    table: pd.DataFrame
+    ranking: pd.DataFrame
+    out_dir: Path
+    files: dict[str, Path] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def plasticity_report(
+    model_name: str,
+    *,
+    weights: str | Path | None = None,
+    pretrained: bool = True,
+    dataset: str = "digits",
+    reference: str = "fractals",
+    reference_split: str = "test",
+    data_dir: str | Path | None = None,
+    download: bool = False,
+    variant: str = "paper",
+    batch_size: int = 64,
+    max_pairs: int | None = None,
+    out_dir: str | Path | None = None,
+    device: str | torch.device | None = None,
+    reuse: bool = False,
+) -> PlasticityReport:
+    """Measure the plasticity of a model between a reference distribution and a downstream test split; write files.
+
+    Writes ``plasticity.csv`` (the per-layer table), ``plasticity.json`` (settings, table, ranking
+    and parameter counts per component) and ``plasticity.png`` into ``out_dir`` (default: a cache
+    folder keyed by model, weights, data and variant). With ``reuse``, a report already written
+    there for the same settings is loaded instead of measured again.
+    """
+    from vitplast_tune import analysis, components, data, models
+
+    if reference_split not in ("test", "train"):
+        raise UserError(f'reference split must be "test" or "train", not "{reference_split}"')
+    if variant not in VARIANTS:
+        raise UserError(f'unknown plasticity variant "{variant}"{did_you_mean(variant, VARIANTS)}; use one of {", ".join(VARIANTS)}')
+    data.check_dataset_name(dataset)
+    data.check_dataset_name(reference)
+    key = dict(
+        model=model_name, weights=_file_identity(weights), pretrained=pretrained or weights is not None,
+        dataset=dataset, reference=reference, reference_split=reference_split, variant=variant, max_pairs=max_pairs,
+    )  # fmt: skip
+    out = Path(out_dir).expanduser() if out_dir is not None else default_out_dir(model_name, dataset, reference, variant, key)
+    files = {"csv": out / "plasticity.csv", "json": out / "plasticity.json", "png": out / "plasticity.png"}
+    if reuse and all(f.is_file() for f in files.values()):
+        meta = json.loads(files["json"].read_text())
+        if {k: meta.get(k) for k in key} == key:
+            table = pd.read_csv(files["csv"])
+            table.attrs["variant"] = variant
+            meta = {k: v for k, v in meta.items() if k not in ("table", "ranking")}
+            return PlasticityReport(table, aggregate_plasticity(table), out, files, dict(meta, reused=True))
+
+    # The head is never used: build without one, which also accepts any head in the weights.
+    model = models.build_model(model_name, 0, pretrained=pretrained, weights=weights)
+    config = models.data_config(model)
+    downstream_set = data.load_dataset(dataset, config, data_dir=data_dir, download=download).test
+    reference_splits = data.load_dataset(reference, config, data_dir=data_dir, download=download)
+    reference_set = getattr(reference_splits, reference_split)
+
+    start = time.perf_counter()
+    table = compute_plasticity(
+        model,
+        data.eval_batches(reference_set, batch_size),
+        data.eval_batches(downstream_set, batch_size),
+        variant=variant,
+        batch_size=batch_size,
+        device=device,
+        max_pairs=max_pairs,
+    )
+    seconds = time.perf_counter() - start
+    ranking = aggregate_plasticity(table)
+
+    out.mkdir(parents=True, exist_ok=True)
+    counts = components.count_parameters(model)
+    meta = dict(key, batch_size=batch_size, n_pairs=int(table["n_pairs"].max()), seconds=round(seconds, 3),
+                component_params={c: counts[c] for c in COMPONENTS})  # fmt: skip
+    table.to_csv(files["csv"], index=False)
+    payload = dict(meta, table=_records(table), ranking=_records(ranking))
+    files["json"].write_text(json.dumps(payload, indent=2) + "\n")
+    title = f"{model_name}: {dataset} vs {reference} ({variant})"
+    analysis.plot_plasticity(table, files["png"], title=title)
+    return PlasticityReport(table, ranking, out, files, meta)
+
+
+def default_out_dir(model_name: str, dataset: str, reference: str, variant: str, key: dict | None = None) -> Path:
+    """``~/.cache/vitplast_tune/plasticity/<model>__<dataset>__vs__<reference>__<variant>[__<hash of key>]``."""
+    name = "__".join([model_name, dataset, "vs", reference, variant])
+    if key is not None:
+        name += "__" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
+    return Path.home() / ".cache" / "vitplast_tune" / "plasticity" / re.sub(r"[^A-Za-z0-9._-]", "-", name)
+
+
+def _file_identity(path: str | Path | None) -> str | None:
+    """A weights file named by its path, size and modification time (for cache keys)."""
+    if path is None:
+        return None
+    p = Path(path).expanduser().resolve()
+    if not p.is_file():
+        return str(p)
+    stat = p.stat()
+    return f"{p}:{stat.st_size}:{int(stat.st_mtime)}"
+
+
+# ----------------------------------------------------------------------------- internals
+
+
+def _check_model(model: nn.Module) -> list[nn.Module]:
+    """The model's blocks, after checking it has the timm VisionTransformer layout this module needs."""
+    needed = ("patch_embed", "_pos_embed", "patch_drop", "norm_pre", "blocks")
+    if not all(hasattr(model, name) for name in needed):
+        raise UserError(f"{type(model).__name__} is not a timm VisionTransformer (needs {', '.join(needed)})")
+    blocks = list(model.blocks)
+    if not blocks:
+        raise UserError("the model has no blocks")
+    for i, block in enumerate(blocks):
+        for path in _BLOCK_MODULES.values():
+            if _submodule(block, path) is None:
+                raise UserError(
+                    f"block {i} has no {path}: only the standard ViT block "
+                    "(norm1, attn, norm2, mlp.fc1, mlp.fc2) is supported"
+                )
+        fc2 = block.mlp.fc2
+        if not isinstance(fc2, nn.Linear) or fc2.in_features < fc2.out_features:
+            raise UserError(f"block {i}: mlp.fc2 must be an nn.Linear from the hidden width to the model width")
+    return blocks
+
+
+def _submodule(module: nn.Module, path: str) -> nn.Module | None:
+    for name in path.split("."):
+        module = getattr(module, name, None)
+        if not isinstance(module, nn.Module):
+            return None
+    return module
+
+
+def _resolve_device(device: str | torch.device | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except RuntimeError as exc:
+        raise UserError(f'invalid device "{device}": {exc}') from exc
+
+
+def _embed(model: nn.Module, pixels: Tensor) -> Tensor:
+    """The input of block 0: patch_embed -> _pos_embed (prefix tokens + pos embed) -> patch_drop -> norm_pre."""
+    return model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(pixels))))
+
+
+def _pair_dist(stacked: Tensor) -> Tensor:
+    """Per-pair Frobenius distance between the first and second half of a [x; y] batch."""
+    a, b = stacked.chunk(2)
+    dtype = torch.float64 if stacked.dtype == torch.float64 else torch.float32
+    return torch.linalg.vector_norm((a - b).flatten(1), dim=1, dtype=dtype)
+
+
+def _paper_ratios(model: nn.Module, blocks: list[nn.Module], pixels: Tensor) -> tuple[Tensor, Tensor]:
+    """(numerators, denominators), each (rows, pairs): every component applied to the embedding output."""
+    e = _embed(model, pixels)
+    e_dist = _pair_dist(e)
+    width = e.shape[-1]
+    per_block = []
+    for block in blocks:
+        fc2 = block.mlp.fc2
+        # fc2 of e zero-padded to the hidden width only sees the first `width` input columns.
+        fc2_out = F.linear(e, fc2.weight[:, :width], fc2.bias)
+        outputs = (block.norm1(e), block.attn(e), block.norm2(e), block.mlp.fc1(e), fc2_out)  # BLOCK_COMPONENTS order
+        per_block.append([_pair_dist(out) for out in outputs])
+    num = torch.stack([e_dist] + [dists[c] for c in range(len(BLOCK_COMPONENTS)) for dists in per_block])
+    den = torch.cat([_pair_dist(pixels)[None], e_dist.expand(num.shape[0] - 1, -1)])
+    return num, den
+
+
+def _in_network_ratios(model: nn.Module, blocks: list[nn.Module], pixels: Tensor) -> tuple[Tensor, Tensor]:
+    """(numerators, denominators), each (rows, pairs): every component on its real input in the forward pass."""
+    captured: dict[tuple[int, str], tuple[Tensor, Tensor]] = {}
+
+    def hook_for(key):
+        def hook(module, args, output):
+            captured[key] = (_pair_dist(output), _pair_dist(args[0]))
+
+        return hook
+
+    handles = [
+        _submodule(block, path).register_forward_hook(hook_for((i, name)))
+        for i, block in enumerate(blocks)
+        for name, path in _BLOCK_MODULES.items()
+    ]
+    try:
+        e = _embed(model, pixels)
+        model.blocks(e)
+    finally:
+        for handle in handles:
+            handle.remove()
+    keys = [(i, name) for name in BLOCK_COMPONENTS for i in range(len(blocks))]
+    missing = [k for k in keys if k not in captured]
+    if missing:
+        block, name = missing[0]
+        raise UserError(f"the forward pass never called {name} of block {block}: unsupported block layout")
+    num = torch.stack([_pair_dist(e)] + [captured[k][0] for k in keys])
+    den = torch.stack([_pair_dist(pixels)] + [captured[k][1] for k in keys])
+    return num, den
+
+
+def _accumulate(sums: Tensor, num: Tensor, den: Tensor) -> None:
+    """Add the per-pair ratios num/den (rows x pairs) to running sums, squared sums and counts, on the device."""
+    num, den = num.to(sums.dtype), den.to(sums.dtype)
+    valid = den > 0
+    ratio = torch.where(valid, num / torch.where(valid, den, 1.0), 0.0)
+    sums[0] += ratio.sum(1)
+    sums[1] += ratio.square().sum(1)
+    sums[2] += valid.sum(1)
+
+
+def _table(totals: np.ndarray, depth: int, variant: str) -> pd.DataFrame:
+    """The result table from the (sum, sum of squares, count) totals, rows emb then component-major."""
+    total, total_sq, n = totals
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = total / n
+        var = np.clip(total_sq - n * mean**2, 0.0, None) / (n - 1)
+        std = np.where(n > 1, np.sqrt(var), np.nan)
+        sem = std / np.sqrt(n)
+    rows = [("emb", 0)] + [(c, i) for c in BLOCK_COMPONENTS for i in range(depth)]
+    table = pd.DataFrame(rows, columns=["component", "layer"])
+    table["plasticity"], table["std"], table["sem"], table["n_pairs"] = mean, std, sem, n.astype(int)
+    table.attrs["variant"] = variant
+    return table
+
+
+def _check_table(table: pd.DataFrame) -> None:
+    missing = {"component", "layer", "plasticity"} - set(table.columns)
+    if missing:
+        raise UserError(f"not a plasticity table: missing column(s) {', '.join(sorted(missing))}")
+    unknown = sorted(set(table["component"]) - set(COMPONENTS))
+    if unknown:
+        hint = did_you_mean(unknown[0], COMPONENTS)
+        raise UserError(f'unknown component "{unknown[0]}"{hint} in the plasticity table')
+
+
+def _pairs(
+    reference: Images, downstream: Images, batch_size: int, max_pairs: int | None
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """Aligned (x, y) batches: pair i is reference[i], downstream[i]; stops at the shorter or at max_pairs."""
+    seen = 0
+    for x, y in zip(_batches(reference, batch_size, "reference"), _batches(downstream, batch_size, "downstream")):
+        n = min(len(x), len(y), (max_pairs - seen) if max_pairs is not None else len(x))
+        if n <= 0:
+            return
+        if x.shape[1:] != y.shape[1:]:
+            raise UserError(
+                f"reference images {tuple(x.shape[1:])} and downstream images {tuple(y.shape[1:])} differ in shape"
+            )
+        yield x[:n], y[:n]
+        seen += n
+
+
+def _batches(source: Images, batch_size: int, what: str) -> Iterator[Tensor]:
+    """Re-cut a tensor or an iterable of batches (or of (images, labels) tuples) into batches of batch_size."""
+    if isinstance(source, Tensor):
+        _check_images(source, what)
+        yield from source.split(batch_size)
+        return
+    buffer: list[Tensor] = []
+    held = 0
+    for item in source:
+        images = item[0] if isinstance(item, (tuple, list)) else item
+        _check_images(images, what)
+        buffer.append(images)
+        held += len(images)
+        while held >= batch_size:
+            joined = torch.cat(buffer) if len(buffer) > 1 else buffer[0]
+            yield joined[:batch_size]
+            rest = joined[batch_size:]
+            buffer, held = ([rest] if len(rest) else []), len(rest)
+    if held:
+        yield torch.cat(buffer)
+
+
+def _check_images(images: Any, what: str) -> None:
+    if not isinstance(images, Tensor) or images.ndim != 4:
+        shape = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
+        raise UserError(f"{what} images must be a (N, C, H, W) tensor or batches of them, not {shape}")
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """JSON-safe records: NaN and <NA> become null."""
+    return json.loads(frame.to_json(orient="records"))
