@@ -198,9 +198,10 @@ def test_errors():
         compute_plasticity(torch.nn.Linear(2, 2), images(3, 17), images(3, 18))
 
 
-def test_report_writes_table_json_and_plot(tmp_path, capsys):
-    import importlib.util
+def test_report_writes_table_json_and_plot(tmp_path):
     import json
+    import subprocess
+    import sys
     from pathlib import Path
 
     from vitplast_tune.plasticity import plasticity_report
@@ -218,9 +219,7 @@ def test_report_writes_table_json_and_plot(tmp_path, capsys):
     assert report.files["png"].stat().st_size > 1000
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "plasticity.py"
-    spec = importlib.util.spec_from_file_location("plasticity_script", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.main(["--no-pretrained", "--model", "vit_testbed_patch8_32", "--dataset", "digitz"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith('error: unknown dataset "digitz"') and err.count("\n") == 1
+    args = ["--no-pretrained", "--model", "vit_testbed_patch8_32", "--dataset", "digitz"]
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith('error: unknown dataset "digitz"') and proc.stderr.count("\n") == 1
