@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from vitplast_tune.errors import UserError
+from vitplast_tune.errors import SearchInterrupted, UserError
 
 
 def run_main(main: Callable[[], int | None]) -> None:
@@ -15,6 +15,9 @@ def run_main(main: Callable[[], int | None]) -> None:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except SearchInterrupted as exc:
+        print(f"interrupted: {exc}", file=sys.stderr)
+        sys.exit(130)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)

@@ -14,3 +14,7 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
     """Return ' (did you mean "x"?)' for the closest option to ``word``, or '' when none is close."""
     close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1, cutoff=0.6)
     return f' (did you mean "{close[0]}"?)' if close else ""
+
+
+class SearchInterrupted(Exception):
+    """The search stopped before all its trials ended (Ctrl-C); the message says how to resume it."""

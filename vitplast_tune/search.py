@@ -17,9 +17,10 @@ from typing import Any
 
 import pandas as pd
 from ray.tune import Callback
+from ray.tune.search.optuna import OptunaSearch
 
 from vitplast_tune import data, models, spaces
-from vitplast_tune.errors import UserError
+from vitplast_tune.errors import SearchInterrupted, UserError
 from vitplast_tune.trial import trial_config
 
 SEARCH_FILE = "vitplast_search.json"
@@ -242,18 +243,29 @@ def execute(plan: SearchPlan) -> SearchResult:
         tuner = _tuner(plan, trainable, callbacks)
         grid = tuner.fit()
         trials = _trial_table(grid, plan, report)
-        mlflow.set_terminated(parent, status="FINISHED")
     except KeyboardInterrupt:
         mlflow.set_terminated(parent, status="KILLED")
         raise
     finally:
         if owns_ray:
             ray.shutdown()
+    unfinished = _unfinished(grid, plan.spec.total_trials)
+    mlflow.set_terminated(parent, status="KILLED" if unfinished else "FINISHED")
+    if unfinished:
+        raise SearchInterrupted(
+            f"{unfinished} trial(s) unfinished; nothing is lost: continue the search with "
+            f"python scripts/search.py --name {plan.name} --storage {plan.storage} --resume"
+        )
     result = SearchResult(plan, trials, parent, time.perf_counter() - started)
     _log_summary(result, mlflow)
     if report is not None:
         result.correlations = analyse(result, mlflow)
     return result
+
+
+def _unfinished(grid, total: int) -> int:
+    """Trials of the search that neither finished nor failed (Tune stops early on Ctrl-C)."""
+    return max(total - grid.num_terminated - grid.num_errors, 0)
 
 
 def finetune_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
@@ -289,9 +301,8 @@ def _tuner(plan: SearchPlan, trainable, callbacks: list):
     param_space: dict[str, Any] = {}
     if spec.algorithm == "optuna":
         from optuna.samplers import TPESampler
-        from ray.tune.search.optuna import OptunaSearch
 
-        search_alg = OptunaSearch(
+        search_alg = OptunaSearcher(
             space=spaces.OptunaSpace(spec), metric=spec.metric, mode=spec.mode, sampler=TPESampler(seed=options.seed)
         )
     else:
@@ -308,7 +319,7 @@ def _tuner(plan: SearchPlan, trainable, callbacks: list):
         param_space=param_space,
         tune_config=tune.TuneConfig(
             metric=spec.metric, mode=spec.mode, search_alg=search_alg, scheduler=_scheduler(plan),
-            num_samples=spec.num_samples, reuse_actors=True,
+            num_samples=spec.num_samples, reuse_actors=True, trial_dirname_creator=trial_dirname,
         ),
         run_config=tune.RunConfig(
             name=plan.name, storage_path=plan.storage, callbacks=callbacks, verbose=0,
@@ -318,6 +329,24 @@ def _tuner(plan: SearchPlan, trainable, callbacks: list):
     )
 
 
+def trial_dirname(trial) -> str:
+    """Short trial folder names ("trial_<id>") instead of Tune's config-laden ones."""
+    return f"trial_{trial.trial_id}"
+
+
+class OptunaSearcher(OptunaSearch):
+    """Ray Tune's OptunaSearch, telling Optuna FAIL for a trial that errored or diverged.
+
+    The stock searcher reports an errored trial's last value as COMPLETE; a failure should not
+    teach TPE that its configuration was fine.
+    """
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if error or (result or {}).get("diverged"):
+            result, error = None, True
+        super().on_trial_complete(trial_id, result=result, error=error)
+
+
 class Progress(Callback):
     """One line per finished trial and a heartbeat every 30 s, instead of Tune's large tables."""
 
@@ -325,8 +354,11 @@ class Progress(Callback):
         self.total, self.every_s = total, every_s
         self.done, self.best, self.started, self.last = 0, None, time.time(), time.time()
 
+    def setup(self, **info) -> None:
+        self.started = self.last = time.time()
+
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
-        self.done += 1
+        self.done = 1 + sum(t.status in ("TERMINATED", "ERROR") for t in trials if t is not trial)
         r = trial.last_result or {}
         name = _trial_label(trial.config)
         if r.get("diverged"):
@@ -338,7 +370,7 @@ class Progress(Callback):
         self._print(f"{name}: best val_acc {_pct(acc)} at step {r.get('best_step')}{early}")
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
-        self.done += 1
+        self.done = 1 + sum(t.status in ("TERMINATED", "ERROR") for t in trials if t is not trial)
         self._print(f"{_trial_label(trial.config)}: failed; see its MLflow run")
 
     def on_step(self, iteration, trials, **info) -> None:
@@ -568,7 +600,7 @@ def summary(result: SearchResult, k: int = 10) -> str:
     lines += ["", f"Results (Ray Tune): {plan.storage}/{plan.name}"]
     if plan.local_dir is not None:
         lines.append(f"Trial table:        {plan.local_dir / 'trials.csv'}")
-    lines.append(f"MLflow runs:        mlflow ui --backend-store-uri {plan.tracking_uri}   (experiment '{EXPERIMENT}', parent run '{plan.name}')")
+    lines.append(f"MLflow runs:        mlflow ui --backend-store-uri {plan.tracking_uri} --host 127.0.0.1   (experiment '{EXPERIMENT}', parent run '{plan.name}')")
     return "\n".join(lines)
 
 

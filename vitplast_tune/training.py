@@ -81,7 +81,11 @@ class FinetuneConfig:
 
 
 class DivergedError(RuntimeError):
-    """The training loss became NaN or infinite."""
+    """The training loss became NaN or infinite at ``step``."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
 
 
 Report = Callable[[dict[str, Any], dict[str, Any]], None]
@@ -178,7 +182,7 @@ def finetune(
         if step % cfg.eval_every == 0 or step == cfg.max_steps:
             train_loss = loss_sum.item() / loss_count
             if not math.isfinite(train_loss):
-                raise DivergedError(f"training loss became {train_loss} before step {step}")
+                raise DivergedError(f"training loss became {train_loss} before step {step}", step)
             val = evaluate(model, splits.val, cfg.batch_size, device, cfg.num_workers)
             if val["acc"] > best["val_acc"]:
                 best = {"val_acc": val["acc"], "step": step, "trainable": _snapshot(trainable)}

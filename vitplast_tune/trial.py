@@ -46,4 +46,5 @@ def train_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
     try:
         finetune(cfg, report=report, resume=resume)
     except DivergedError as exc:
-        tune.report({"diverged": 1, "error": str(exc), "step": cfg.max_steps})
+        # The metric is NaN so that Optuna records the trial as failed; no checkpoint, no retry.
+        tune.report({"diverged": 1, "error": str(exc), "step": exc.step, "max_steps": cfg.max_steps, "val_acc": float("nan")})

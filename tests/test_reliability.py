@@ -1,0 +1,192 @@
+"""A killed driver resumes, a lost worker retries from its checkpoint, a diverging trial fails cleanly."""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from vitplast_tune import search, tracking
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+
+SPACE = """
+metric: val_acc
+mode: max
+algorithm: {algorithm}
+num_samples: {num_samples}
+scheduler: fifo
+parameters:
+  components: {components}
+  lr: {lr}
+defaults: {{model: vit_testbed_patch8_32, pretrained: false, max_steps: {steps}, eval_every: 8, warmup_steps: 4,
+            batch_size: 32, grad_clip: 0.0}}
+"""
+
+
+def write_space(path, algorithm="optuna", num_samples=5, components="{subsets: any}", lr="{loguniform: [0.01, 0.3]}", steps=48):
+    path.write_text(SPACE.format(algorithm=algorithm, num_samples=num_samples, components=components, lr=lr, steps=steps))
+    return path
+
+
+class OwnedRay:
+    """Processes started under one RAY_TMPDIR: everything a search subprocess spawned, and only that."""
+
+    def __init__(self):
+        self.tmp = tempfile.mkdtemp(prefix="vtr", dir="/tmp")
+        self.env = {**os.environ, "RAY_TMPDIR": self.tmp, "PYTHONUNBUFFERED": "1"}
+
+    def pids(self, title: str = "") -> list[int]:
+        mine = []
+        for environ in glob.glob("/proc/[0-9]*/environ"):
+            pid = int(environ.split("/")[2])
+            try:
+                if f"RAY_TMPDIR={self.tmp}".encode() not in Path(environ).read_bytes().split(b"\0"):
+                    continue
+                if title and title not in Path(f"/proc/{pid}/cmdline").read_text():
+                    continue
+            except OSError:
+                continue
+            mine.append(pid)
+        return [p for p in mine if p != os.getpid()]
+
+    def kill_all(self) -> None:
+        for _ in range(50):
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def owned_ray():
+    owned = OwnedRay()
+    yield owned
+    owned.kill_all()
+
+
+def start_search(owned, *args):
+    cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--no-plasticity", "--cpus-per-trial", "1", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=owned.env, start_new_session=True)
+
+
+def wait_for_line(proc, text, timeout=240):
+    deadline, seen = time.time() + timeout, []
+    for line in proc.stdout:
+        seen.append(line)
+        if text in line:
+            return seen
+        if time.time() > deadline:
+            break
+    raise AssertionError(f"never saw {text!r}; output:\n{''.join(seen[-40:])}")
+
+
+def child_runs_by_trial(parent_run_id, tracking_uri):
+    client = MlflowClient(tracking_uri)
+    runs = tracking.child_runs(client, parent_run_id)
+    by_trial = {}
+    for run in runs:
+        by_trial.setdefault(run.data.tags[tracking.TRIAL_TAG], []).append(run)
+    return client, by_trial
+
+
+def test_sigkilled_driver_resumes_without_losing_or_repeating_trials(tmp_path, owned_ray):
+    space = write_space(tmp_path / "space.yaml", num_samples=5)
+    args = ["--space", str(space), "--name", "crash", "--storage", str(tmp_path / "results"), "--seed", "3"]
+    proc = start_search(owned_ray, *args)
+    wait_for_line(proc, "2/5 trials done")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    owned_ray.kill_all()  # the orphaned raylet, GCS and workers this driver had started
+
+    resumed = start_search(owned_ray, *args, "--resume")
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    directory = tmp_path / "results" / "crash"
+    trials = pd.read_csv(directory / "trials.csv")
+    assert len(trials) == 5 and trials["trial_id"].nunique() == 5
+    assert (trials["step"] == 48).all() and trials["error"].isna().all()
+
+    record = json.loads((directory / "vitplast_search.json").read_text())
+    client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
+    assert sorted(by_trial) == sorted(trials["trial_id"])  # one MLflow run per trial, none duplicated
+    for runs in by_trial.values():
+        (run,) = runs
+        assert run.info.status == "FINISHED"
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_acc")]
+        assert set(steps) == {8, 16, 24, 32, 40, 48}
+        assert len(steps) <= 7  # a resumed trial repeats at most the segment after its last checkpoint
+
+    searcher = search.OptunaSearcher()
+    searcher.restore_from_dir(str(directory))
+    study_trials = searcher._ot_study.trials
+    assert len(study_trials) == 5
+    assert all(t.state.name == "COMPLETE" for t in study_trials)
+    assert len({tuple(sorted(t.params.items())) for t in study_trials}) == 5  # no repeated suggestion
+
+
+def test_lost_worker_is_retried_from_its_checkpoint(tmp_path, owned_ray):
+    space = write_space(tmp_path / "space.yaml", algorithm="grid", num_samples=1,
+                        components="{choice: [mha, fc1, ln1]}", lr="{choice: [0.05]}", steps=96)  # fmt: skip
+    args = ["--space", str(space), "--name", "lost", "--storage", str(tmp_path / "results"), "--max-concurrent", "1", "--max-failures", "2"]
+    proc = start_search(owned_ray, *args)
+    wait_for_line(proc, "1/3 trials done")
+    time.sleep(3)  # the second trial is training and has checkpointed
+    (victim,) = owned_ray.pids("ray::ImplicitFunc")
+    os.kill(victim, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    directory = tmp_path / "results" / "lost"
+    trials = pd.read_csv(directory / "trials.csv")
+    assert len(trials) == 3 and (trials["step"] == 96).all() and trials["error"].isna().all()
+    record = json.loads((directory / "vitplast_search.json").read_text())
+    client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
+    assert len(by_trial) == 3 and all(len(runs) == 1 and runs[0].info.status == "FINISHED" for runs in by_trial.values())
+    for (run,) in by_trial.values():
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_acc")]
+        assert set(steps) == set(range(8, 97, 8)) and len(steps) <= 13  # continued, not restarted from step 0
+    state = json.loads(next(directory.glob("experiment_state-*.json")).read_text())
+    failures = sorted(json.loads(runtime)["num_failures"] for _, runtime in state["trial_data"])
+    assert failures == [0, 0, 1]  # the killed trial was retried once, from its checkpoint
+
+
+def test_diverging_trial_is_failed_in_mlflow_and_optuna(ray_local, tmp_path):
+    space = write_space(tmp_path / "space.yaml", num_samples=4, components="{choice: [mha, fc1]}",
+                        lr="{choice: [0.05, 1.0e+6]}", steps=24)  # fmt: skip
+    options = search.SearchOptions(space=str(space), name="nan", storage=str(tmp_path / "results"), seed=0,
+                                   plasticity=False, verbose=0)  # fmt: skip
+    result = search.run(options)
+    trials = result.trials
+    assert set(trials["lr"]) == {0.05, 1e6}
+    diverged = trials[trials["lr"] == 1e6]
+    assert diverged["diverged"].all() and (~trials[trials["lr"] == 0.05]["diverged"]).all()
+    assert (trials[trials["lr"] == 0.05]["step"] == 24).all()
+
+    client, by_trial = child_runs_by_trial(result.parent_run_id, result.plan.tracking_uri)
+    for trial in trials.itertuples():
+        (run,) = by_trial[trial.trial_id]
+        if trial.diverged:
+            assert run.info.status == "FAILED"
+            assert "training loss became nan" in run.data.tags["failure_reason"]
+        else:
+            assert run.info.status == "FINISHED"
+
+    searcher = search.OptunaSearcher()
+    searcher.restore_from_dir(str(result.plan.local_dir))
+    states = {t.params["lr"]: t.state.name for t in searcher._ot_study.trials}
+    assert states == {0.05: "COMPLETE", 1e6: "FAIL"}
+    assert "failed or diverged" in search.summary(result)
