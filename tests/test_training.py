@@ -84,3 +84,24 @@ def test_invalid_configs(overrides, message):
 def test_from_dict_rejects_unknown_keys():
     with pytest.raises(UserError, match='unknown setting "learning_rate"'):
         FinetuneConfig.from_dict({"learning_rate": 0.1})
+
+
+def test_linear_probe_on_cached_features_matches_the_full_forward():
+    cached, cached_reports = run(components="head", seed=2)
+    plain, plain_reports = run(components="head", seed=2, cache_features=False)
+    assert [m["step"] for m, _ in cached_reports] == [m["step"] for m, _ in plain_reports]
+    for (a, _), (b, _) in zip(cached_reports, plain_reports):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
+        assert a["val_acc"] == pytest.approx(b["val_acc"], abs=1 / 250)
+    assert cached["trainable_params"] == plain["trainable_params"]
+
+
+def test_shared_decoded_dataset_gives_the_same_run():
+    from vitplast_tune import data, models
+
+    decoded = data.decode_dataset("digits", models.pretrained_data_config("vit_testbed_patch8_32"))
+    assert decoded is not None and decoded.images.shape == (1797, 3, 32, 32)
+    reports = []
+    shared = finetune(FinetuneConfig(**{**FAST, "components": "ln1", "seed": 5}), report=lambda m, s: reports.append(m), decoded=decoded)
+    alone, _ = run(components="ln1", seed=5)
+    assert shared["train_loss"] == alone["train_loss"] and shared["val_acc"] == alone["val_acc"]

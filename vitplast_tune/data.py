@@ -45,13 +45,36 @@ class Splits:
     num_classes: int
 
 
-Loader = Callable[..., Splits]
+@dataclass
+class InMemory:
+    """A small dataset decoded once: normalized images (N, 3, H, W) and labels, split per trial.
+
+    The search decodes it once on the driver and shares it with every trial through Ray's object
+    store; each trial then draws its seeded train/validation split (the test split never moves).
+    """
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    data_config: dict[str, Any] | None = None
+    test_fraction: float = 0.2
+
+    def split(self, seed: int, val_fraction: float) -> Splits:
+        """Seeded train/validation split of the non-test part; the test split is fixed."""
+        rest, test = split_indices(len(self.labels), self.test_fraction, seed=10_007)
+        train, val = (rest[i] for i in split_indices(len(rest), val_fraction, seed))
+        pick = lambda idx: TensorDataset(self.images[idx], self.labels[idx])  # noqa: E731
+        return Splits(pick(train), pick(val), pick(test), int(self.labels.max()) + 1)
+
+
+Loader = Callable[..., "Splits | InMemory"]
 _DATASETS: dict[str, Loader] = {}
 _NUM_CLASSES: dict[str, int] = {}
 
 
 def register_dataset(name: str, num_classes: int | None = None) -> Callable[[Loader], Loader]:
     """Decorator adding a loader ``fn(data_config, root, download, seed, val_fraction)``.
+
+    A loader returns ``Splits``, or ``InMemory`` for a small dataset that is decoded once.
 
     ``num_classes`` lets a model get its head before the data is loaded (None: read from disk).
     """
@@ -101,12 +124,25 @@ def load_dataset(
     download: bool = False,
     seed: int = 0,
     val_fraction: float = 0.2,
+    decoded: InMemory | None = None,
 ) -> Splits:
     """Load dataset ``name`` with transforms for ``data_config`` (see ``models.data_config``).
 
-    Raises UserError with what to do when the data is missing and ``download`` is off, or when a
-    download fails.
+    ``decoded`` (from ``decode_dataset``) skips decoding a small dataset again. Raises UserError
+    with what to do when the data is missing and ``download`` is off, or when a download fails.
     """
+    fits = decoded is not None and decoded.data_config == data_config
+    loaded = decoded if fits else _load(name, data_config, data_dir, download, seed, val_fraction)
+    return loaded.split(seed, val_fraction) if isinstance(loaded, InMemory) else loaded
+
+
+def decode_dataset(name: str, data_config: dict[str, Any], *, data_dir=None, download: bool = False) -> InMemory | None:
+    """Decode a small dataset once (digits, fractals, CIFAR-10-C); None for datasets read lazily from disk."""
+    loaded = _load(name, data_config, data_dir, download, seed=0, val_fraction=0.2)
+    return loaded if isinstance(loaded, InMemory) else None
+
+
+def _load(name, data_config, data_dir, download, seed, val_fraction) -> "Splits | InMemory":
     check_dataset_name(name)
     family, _, option = name.partition(":")
     kwargs = dict(data_config=data_config, root=_root(data_dir), download=download, seed=seed, val_fraction=val_fraction)
@@ -134,19 +170,6 @@ def split_indices(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.nd
     return np.sort(order[:cut]), np.sort(order[cut:])
 
 
-def _in_memory_splits(
-    images: torch.Tensor, labels: torch.Tensor, data_config: dict, seed: int, val_fraction: float,
-    test_fraction: float = 0.2,
-) -> Splits:
-    """Splits of a small in-memory dataset: seeded test split, then train/val of the rest."""
-    images = prepare_images(images, data_config)
-    labels = labels.long()
-    rest, test = split_indices(len(labels), test_fraction, seed=10_007)  # fixed: the test set never moves
-    train, val = (rest[i] for i in split_indices(len(rest), val_fraction, seed))
-    pick = lambda idx: TensorDataset(images[idx], labels[idx])  # noqa: E731
-    return Splits(pick(train), pick(val), pick(test), int(labels.max()) + 1)
-
-
 def prepare_images(images: torch.Tensor, data_config: dict) -> torch.Tensor:
     """Float images in [0, 1], (N, C, h, w), resized to the model's input size and normalized."""
     _, height, width = data_config["input_size"]
@@ -165,22 +188,22 @@ def prepare_images(images: torch.Tensor, data_config: dict) -> torch.Tensor:
 
 
 @register_dataset("digits", num_classes=10)
-def _digits(data_config, root, download, seed, val_fraction) -> Splits:
+def _digits(data_config, root, download, seed, val_fraction) -> InMemory:
     """scikit-learn's 1,797 8x8 digits (shipped with the package), upscaled, 3 channels."""
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
     images = torch.from_numpy(bunch.images / 16.0).unsqueeze(1)
-    return _in_memory_splits(images, torch.from_numpy(bunch.target), data_config, seed, val_fraction)
+    return InMemory(prepare_images(images, data_config), torch.from_numpy(bunch.target).long(), dict(data_config))
 
 
 @register_dataset("fractals", num_classes=64)
-def _fractals(data_config, root, download, seed, val_fraction) -> Splits:
+def _fractals(data_config, root, download, seed, val_fraction) -> InMemory:
     """Formula-driven IFS fractals (generated, deterministic): the testbed's pretraining data."""
     from vitplast_tune.fractals import fractal_dataset
 
     images, labels = fractal_dataset(image_size=data_config["input_size"][-1])
-    return _in_memory_splits(images, labels, data_config, seed, val_fraction)
+    return InMemory(prepare_images(images, data_config), labels.long(), dict(data_config))
 
 
 # ----------------------------------------------------------------------------- image datasets
@@ -263,7 +286,7 @@ def _imagefolder(data_config, root, download, seed, val_fraction) -> Splits:
 
 
 @register_dataset("cifar10c", num_classes=10)
-def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "", severity: int = 5) -> Splits:
+def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "", severity: int = 5) -> InMemory:
     """CIFAR-10-C ``<corruption>.npy`` + ``labels.npy`` (severity 5) from ``data_dir`` or ``data_dir/CIFAR-10-C``.
 
     CIFAR-10-C has no train split: its 10,000 images of one severity are split 80/20 into
@@ -280,7 +303,7 @@ def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "",
     per = len(images) // 5
     block = slice((severity - 1) * per, severity * per)
     images = torch.from_numpy(np.ascontiguousarray(images[block])).permute(0, 3, 1, 2) / 255.0
-    return _in_memory_splits(images, torch.from_numpy(labels[block].astype(np.int64)), data_config, seed, val_fraction)
+    return InMemory(prepare_images(images, data_config), torch.from_numpy(labels[block].astype(np.int64)), dict(data_config))
 
 
 class _friendly_data_errors:
@@ -311,17 +334,17 @@ class _friendly_data_errors:
 # ----------------------------------------------------------------------------- batch streams
 
 
-class EpochSampler(Sampler[int]):
-    """Indices of one epoch in a permutation seeded by (seed, epoch), starting at ``start``."""
+class EpochStream(Sampler[int]):
+    """Endless indices: epoch after epoch of seeded permutations, starting ``start`` samples in."""
 
-    def __init__(self, n: int, seed: int, epoch: int, start: int = 0):
-        self.order = epoch_permutation(n, seed, epoch)[start:]
+    def __init__(self, n: int, seed: int, start: int = 0):
+        self.n, self.seed, self.start = n, seed, start
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.order.tolist())
-
-    def __len__(self) -> int:
-        return len(self.order)
+        epoch, offset = divmod(self.start, self.n)
+        while True:
+            yield from epoch_permutation(self.n, self.seed, epoch)[offset:].tolist()
+            epoch, offset = epoch + 1, 0
 
 
 def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
@@ -333,28 +356,28 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
 def train_batches(
     dataset: Dataset, batch_size: int, *, seed: int, start_step: int = 0, num_workers: int = 0
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Endless shuffled training batches (last partial batch dropped), resumable at ``start_step``.
+    """Endless shuffled training batches, resumable at ``start_step``.
 
     Batch ``k`` is the same for a given seed whether the stream starts at 0 or resumes at ``k``.
+    In-memory datasets are indexed directly (last partial batch of an epoch dropped); others go
+    through one DataLoader with pinned memory and persistent workers.
     """
     n = len(dataset)
-    per_epoch = max(n // batch_size, 1)
-    epoch, offset = divmod(start_step, per_epoch)
-    while True:
-        if isinstance(dataset, TensorDataset):
+    if isinstance(dataset, TensorDataset):
+        images, labels = dataset.tensors
+        per_epoch = max(n // batch_size, 1)
+        epoch, offset = divmod(start_step, per_epoch)
+        while True:
             order = epoch_permutation(n, seed, epoch)
-            images, labels = dataset.tensors
             for b in range(offset, per_epoch):
                 idx = order[b * batch_size : (b + 1) * batch_size]
                 yield images[idx], labels[idx]
-        else:
-            sampler = EpochSampler(n, seed, epoch, start=offset * batch_size)
-            loader = DataLoader(
-                dataset, batch_size, sampler=sampler, drop_last=True, num_workers=num_workers,
-                pin_memory=torch.cuda.is_available(),
-            )
-            yield from loader
-        epoch, offset = epoch + 1, 0
+            epoch, offset = epoch + 1, 0
+    sampler = EpochStream(n, seed, start=start_step * batch_size)
+    yield from DataLoader(
+        dataset, batch_size, sampler=sampler, drop_last=True, num_workers=num_workers,
+        pin_memory=torch.cuda.is_available(), persistent_workers=num_workers > 0,
+    )  # fmt: skip
 
 
 def eval_batches(dataset: Dataset, batch_size: int, num_workers: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -365,8 +388,3 @@ def eval_batches(dataset: Dataset, batch_size: int, num_workers: int = 0) -> Ite
             yield images[i : i + batch_size], labels[i : i + batch_size]
     else:
         yield from DataLoader(dataset, batch_size, num_workers=num_workers, pin_memory=torch.cuda.is_available())
-
-
-def reference_images(splits: Splits) -> torch.Tensor:
-    """The test images of ``splits`` as one tensor (for plasticity pairs)."""
-    return torch.stack([splits.test[i][0] for i in range(len(splits.test))])

@@ -103,7 +103,9 @@ def prepare(options: SearchOptions) -> SearchPlan:
         if options.plasticity_variant not in VARIANTS:
             raise UserError(f'unknown plasticity variant "{options.plasticity_variant}"; use one of {", ".join(VARIANTS)}')
         data.check_dataset_name(options.plasticity_reference)
-    storage = str(options.storage or default_storage())
+    from vitplast_tune.cluster import storage_uri  # cluster: s3://, gs://, ... checked; file:// made a path
+
+    storage = storage_uri(str(options.storage or default_storage()))
     if not _is_uri(storage):
         storage = str(Path(storage).expanduser().resolve())
         _check_writable(Path(storage))
@@ -226,19 +228,29 @@ def execute(plan: SearchPlan) -> SearchResult:
 
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     started = time.perf_counter()
-    report = measure_plasticity(plan)
-    mlflow = tracking.client(plan.tracking_uri)
-    parent = _parent_run(plan, mlflow, report)
-    _write_record(plan, parent)
     owns_ray = not ray.is_initialized()
     if owns_ray:
         _init_ray(plan.options.address)
+    try:  # cluster: join and check the per-trial request before any record exists; Ray shut down on failure
+        _check_cluster(plan)
+        report = measure_plasticity(plan)
+        mlflow = tracking.client(plan.tracking_uri)
+        parent = _parent_run(plan, mlflow, report)
+        _write_record(plan, parent)
+    except BaseException:
+        if owns_ray:
+            ray.shutdown()
+        raise
     try:
         callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, _describe_trial(plan, report))]
         if plan.options.verbose:
             callbacks.append(Progress(plan.spec.total_trials))
+        decoded = data.decode_dataset(
+            plan.settings["dataset"], models.pretrained_data_config(plan.settings["model"]),
+            data_dir=plan.settings["data_dir"], download=plan.settings["download"],
+        )  # small datasets: decoded once here, shared with every trial through the object store
         trainable = tune.with_resources(
-            tune.with_parameters(finetune_trial, settings=plan.settings), _trial_resources(plan.options)
+            tune.with_parameters(finetune_trial, settings=plan.settings, decoded=decoded), _trial_resources(plan.options)
         )
         tuner = _tuner(plan, trainable, callbacks)
         grid = tuner.fit()
@@ -268,22 +280,31 @@ def _unfinished(grid, total: int) -> int:
     return max(total - grid.num_terminated - grid.num_errors, 0)
 
 
-def finetune_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
-    """The Tune trainable (imported lazily so that the driver module stays light)."""
+def finetune_trial(config: dict[str, Any], settings: dict[str, Any], decoded=None) -> None:
+    """The Tune trainable (see ``trial.train_trial``)."""
     from vitplast_tune.trial import train_trial
 
-    train_trial(config, settings)
+    train_trial(config, settings, decoded)
 
 
 def _init_ray(address: str | None) -> None:
     import ray
 
-    address = address or os.environ.get("RAY_ADDRESS")
+    from vitplast_tune import cluster
+
+    address = cluster.address(address)  # --address, else RAY_ADDRESS
     runtime_env = {"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}}
     if address:
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+        cluster.connect(address, runtime_env=runtime_env, log_to_driver=False)  # UserError when refused/unreachable
     else:
         ray.init(include_dashboard=False, runtime_env=runtime_env, log_to_driver=False, configure_logging=False)
+
+
+def _check_cluster(plan: SearchPlan) -> None:
+    """UserError when no node (or node type) of the cluster can ever hold one trial; see cluster.py."""
+    from vitplast_tune import cluster
+
+    cluster.preflight(_trial_resources(plan.options), plan.storage, say=print if plan.options.verbose else lambda *a: None)
 
 
 def _trial_resources(options: SearchOptions) -> dict[str, float]:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import TensorDataset
 
 from vitplast_tune import components, data, models
 from vitplast_tune.errors import UserError, did_you_mean
@@ -47,7 +48,9 @@ class FinetuneConfig:
     grad_clip: float = 1.0
     seed: int = 0
     threads: int = 0
-    num_workers: int = 0
+    num_workers: int = -1
+    compile: bool = False
+    cache_features: bool = True
     eval_test: bool = True
 
     @classmethod
@@ -68,7 +71,7 @@ class FinetuneConfig:
         for name, value in positive.items():
             if not value > 0:
                 raise UserError(f"{name} must be positive, got {value}")
-        for name in ("warmup_steps", "weight_decay", "momentum", "grad_clip", "threads", "num_workers"):
+        for name in ("warmup_steps", "weight_decay", "momentum", "grad_clip", "threads"):
             if getattr(self, name) < 0:
                 raise UserError(f"{name} must not be negative, got {getattr(self, name)}")
         if not 0 < self.val_fraction < 1:
@@ -113,15 +116,19 @@ def build_optimizer(cfg: FinetuneConfig, params: list[nn.Parameter]) -> torch.op
 
 
 @torch.inference_mode()
-def evaluate(model: nn.Module, dataset, batch_size: int, device: torch.device, num_workers: int = 0) -> dict[str, float]:
-    """Accuracy and mean cross-entropy of ``model`` over ``dataset``."""
+def evaluate(
+    model: nn.Module, dataset, batch_size: int, device: torch.device, num_workers: int = 0,
+    forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> dict[str, float]:  # fmt: skip
+    """Accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset``."""
+    forward = forward or model
     was_training = model.training
     model.eval()
     correct, loss_sum, count = torch.zeros((), device=device), torch.zeros((), device=device), 0
     for images, labels in data.eval_batches(dataset, max(batch_size, 256), num_workers):
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
         with _autocast(device):
-            logits = model(images)
+            logits = forward(images)
         loss_sum += F.cross_entropy(logits.float(), labels, reduction="sum")
         correct += (logits.argmax(-1) == labels).sum()
         count += len(labels)
@@ -134,28 +141,39 @@ def finetune(
     report: Report | None = None,
     resume: dict[str, Any] | None = None,
     device: torch.device | None = None,
+    decoded: data.InMemory | None = None,
 ) -> dict[str, Any]:
     """Finetune ``cfg.components`` of ``cfg.model`` on ``cfg.dataset``; return the final metrics.
 
     After every ``eval_every`` steps (and the last), ``report(metrics, state)`` receives the
     metrics (step, train_loss, val_acc, val_loss, best_val_acc, current_lr, trainable_params) and a
     resumable state. When training ends, the best-validation weights are evaluated on the test
-    split (``test_acc``), as in the paper. Raises DivergedError on a NaN or infinite loss.
+    split (``test_acc``), as in the paper. ``decoded`` is the dataset already decoded (shared by
+    the search). Raises DivergedError on a NaN or infinite loss.
+
+    Frozen parameters get no gradient and no optimizer state, and autograd stops below the lowest
+    trainable component. A head-only run (the linear probe) on an in-memory dataset passes each
+    image through the frozen backbone once and trains the head on the cached features.
     """
     cfg.validate()
     device = device or default_device()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    _use_hardware(cfg, device)
     torch.manual_seed(cfg.seed)
     num_classes = data.num_classes(cfg.dataset, data_dir=cfg.data_dir)
     model = models.build_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
     splits = data.load_dataset(
         cfg.dataset, models.data_config(model), data_dir=cfg.data_dir, download=cfg.download,
-        seed=cfg.seed, val_fraction=cfg.val_fraction,
+        seed=cfg.seed, val_fraction=cfg.val_fraction, decoded=decoded,
     )
     counts = components.freeze(model, cfg.components, cfg.blocks)
     trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
     model.to(device).train()
+    forward: Callable[[torch.Tensor], torch.Tensor] = model
+    if cfg.cache_features and not components.parse_subset(cfg.components) and _in_memory(splits):
+        splits, forward = _backbone_features(model, splits, device, cfg.batch_size), _head_forward(model)
+    elif cfg.compile:
+        forward = torch.compile(model)
+    workers = _num_workers(cfg, splits)
     optimizer = build_optimizer(cfg, list(trainable.values()))
     step, best = 0, {"val_acc": -1.0, "step": 0, "trainable": None}
     if resume is not None:
@@ -163,14 +181,14 @@ def finetune(
     schedule = lambda s: cfg.lr * warmup_cosine(s, cfg.max_steps, cfg.warmup_steps)  # noqa: E731
 
     metrics: dict[str, Any] = {}
-    batches = data.train_batches(splits.train, cfg.batch_size, seed=cfg.seed, start_step=step, num_workers=cfg.num_workers)
+    batches = data.train_batches(splits.train, cfg.batch_size, seed=cfg.seed, start_step=step, num_workers=workers)
     loss_sum, loss_count, started = torch.zeros((), device=device), 0, time.perf_counter()
     while step < cfg.max_steps:
         images, labels = _to(next(batches), device)
         for group in optimizer.param_groups:
             group["lr"] = schedule(step)
         with _autocast(device):
-            loss = F.cross_entropy(model(images).float(), labels)
+            loss = F.cross_entropy(forward(images).float(), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip > 0:
@@ -183,7 +201,7 @@ def finetune(
             train_loss = loss_sum.item() / loss_count
             if not math.isfinite(train_loss):
                 raise DivergedError(f"training loss became {train_loss} before step {step}", step)
-            val = evaluate(model, splits.val, cfg.batch_size, device, cfg.num_workers)
+            val = evaluate(model, splits.val, cfg.batch_size, device, workers, forward)
             if val["acc"] > best["val_acc"]:
                 best = {"val_acc": val["acc"], "step": step, "trainable": _snapshot(trainable)}
             metrics = {
@@ -192,7 +210,7 @@ def finetune(
                 "trainable_params": sum(counts.values()), "max_steps": cfg.max_steps, "steps_per_s": loss_count / (time.perf_counter() - started),
             }
             if step == cfg.max_steps and cfg.eval_test:
-                metrics["test_acc"] = _test_best(model, trainable, best, splits.test, cfg, device)
+                metrics["test_acc"] = _test_best(model, trainable, best, splits.test, cfg, device, forward)
             if report is not None:
                 state = {"step": step, "trainable": _snapshot(trainable), "optimizer": copy.deepcopy(optimizer.state_dict()), "best": best}
                 report(metrics, state)
@@ -201,13 +219,62 @@ def finetune(
     return metrics
 
 
-def _test_best(model, trainable, best, test_set, cfg, device) -> float:
+def _test_best(model, trainable, best, test_set, cfg, device, forward) -> float:
     """Test accuracy of the best-validation weights (the model keeps them afterwards)."""
     if best["trainable"] is not None:
         with torch.no_grad():
             for name, tensor in best["trainable"].items():
                 trainable[name].copy_(tensor)
-    return evaluate(model, test_set, cfg.batch_size, device, cfg.num_workers)["acc"]
+    return evaluate(model, test_set, cfg.batch_size, device, 0, forward)["acc"]
+
+
+def _use_hardware(cfg: FinetuneConfig, device: torch.device) -> None:
+    """CPU threads as the trial's CPUs; TF32 matmuls on CUDA (bf16 autocast is in the loop)."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def _num_workers(cfg: FinetuneConfig, splits: data.Splits) -> int:
+    """DataLoader workers: none for in-memory data; by default one per trial CPU (at most 8) otherwise."""
+    if _in_memory(splits):
+        return 0
+    return cfg.num_workers if cfg.num_workers >= 0 else min(max(cfg.threads, 1), 8)
+
+
+def _in_memory(splits: data.Splits) -> bool:
+    return all(isinstance(d, TensorDataset) for d in (splits.train, splits.val, splits.test))
+
+
+@torch.inference_mode()
+def _backbone_features(model: nn.Module, splits: data.Splits, device: torch.device, batch_size: int) -> data.Splits:
+    """Each split passed once through the frozen backbone: the tokens before the final norm.
+
+    Token pooling needs only the class token; other pooling keeps every token.
+    """
+    model.eval()
+    keep = 1 if getattr(model, "global_pool", "token") == "token" and getattr(model, "cls_token", None) is not None else None
+
+    def features(dataset: TensorDataset) -> TensorDataset:
+        images, labels = dataset.tensors
+        out = []
+        for i in range(0, len(images), max(batch_size, 256)):
+            x = images[i : i + max(batch_size, 256)].to(device)
+            with _autocast(device):
+                tokens = model.blocks(model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(x)))))
+            out.append((tokens[:, :keep] if keep else tokens).float())
+        return TensorDataset(torch.cat(out), labels)
+
+    cached = data.Splits(features(splits.train), features(splits.val), features(splits.test), splits.num_classes)
+    model.train()
+    return cached
+
+
+def _head_forward(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The trainable part of a linear probe: final norm, pooling and head, on cached tokens."""
+    return lambda tokens: model.forward_head(model.norm(tokens))
 
 
 def _snapshot(params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from vitplast_tune.data import InMemory
 from vitplast_tune.spaces import COMPONENT_FLAGS
 from vitplast_tune.training import DivergedError, FinetuneConfig, finetune
 
@@ -27,8 +28,11 @@ def trial_config(config: dict[str, Any], settings: dict[str, Any]) -> FinetuneCo
     return FinetuneConfig.from_dict({**settings, **sampled})
 
 
-def train_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
-    """Ray Tune function trainable for one finetuning run (see the module docstring)."""
+def train_trial(config: dict[str, Any], settings: dict[str, Any], decoded: InMemory | None = None) -> None:
+    """Ray Tune function trainable for one finetuning run (see the module docstring).
+
+    ``decoded`` is the dataset the driver decoded once and shared through the object store.
+    """
     from ray import tune
 
     cfg = trial_config(config, settings)
@@ -41,10 +45,17 @@ def train_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
     def report(metrics: dict[str, Any], state: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory() as directory:
             torch.save(state, Path(directory) / STATE_FILE)
-            tune.report({**metrics, "diverged": 0}, checkpoint=tune.Checkpoint.from_directory(directory))
+            tune.report({**metrics, "diverged": 0, "node_id": _node_id()}, checkpoint=tune.Checkpoint.from_directory(directory))
 
     try:
-        finetune(cfg, report=report, resume=resume)
+        finetune(cfg, report=report, resume=resume, decoded=decoded)
     except DivergedError as exc:
         # The metric is NaN so that Optuna records the trial as failed; no checkpoint, no retry.
         tune.report({"diverged": 1, "error": str(exc), "step": exc.step, "max_steps": cfg.max_steps, "val_acc": float("nan")})
+
+
+def _node_id() -> str:
+    """The id of the Ray node running this trial: the MLflow tracker tags the child run with it (cluster.py)."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
