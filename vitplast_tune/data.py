@@ -302,7 +302,7 @@ def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "",
     labels = np.load(folder / "labels.npy")
     per = len(images) // 5
     block = slice((severity - 1) * per, severity * per)
-    images = torch.from_numpy(np.ascontiguousarray(images[block])).permute(0, 3, 1, 2) / 255.0
+    images = torch.from_numpy(np.array(images[block])).permute(0, 3, 1, 2) / 255.0
     return InMemory(prepare_images(images, data_config), torch.from_numpy(labels[block].astype(np.int64)), dict(data_config))
 
 

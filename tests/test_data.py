@@ -1,0 +1,175 @@
+"""Every dataset family, built on small data made in the test; the real loading code is exercised."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import TensorDataset
+
+from vitplast_tune import data, models
+from vitplast_tune.errors import UserError
+
+CONFIG = {"input_size": (3, 32, 32), "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "interpolation": "bilinear", "crop_pct": 1.0}
+
+
+def check_image_splits(splits, num_classes):
+    assert splits.num_classes == num_classes
+    for dataset in (splits.train, splits.val, splits.test):
+        assert len(dataset) > 0
+        image, label = dataset[0]
+        assert image.shape == (3, 32, 32) and image.dtype == torch.float32
+        assert -1.01 <= float(image.min()) and float(image.max()) <= 1.01  # normalized with mean/std 0.5
+        assert 0 <= int(label) < num_classes
+
+
+def save_png(path, seed):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.random.default_rng(seed).integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(path)
+
+
+def test_digits_splits_are_seeded_and_the_test_split_fixed():
+    a = data.load_dataset("digits", CONFIG, seed=0)
+    b = data.load_dataset("digits", CONFIG, seed=0)
+    c = data.load_dataset("digits", CONFIG, seed=1)
+    assert (len(a.train), len(a.val), len(a.test)) == (1150, 288, 359)
+    assert torch.equal(a.val.tensors[0], b.val.tensors[0])
+    assert not torch.equal(a.val.tensors[0], c.val.tensors[0])
+    assert torch.equal(a.test.tensors[0], c.test.tensors[0])
+    assert a.train.tensors[0].shape[1:] == (3, 32, 32)
+    rest, test = data.split_indices(1797, 0.2, seed=10_007)
+    train, val = data.split_indices(len(rest), 0.2, seed=0)
+    assert not set(rest) & set(test) and not set(train) & set(val)  # disjoint splits
+    assert check_image_splits(a, 10) is None
+
+
+def test_imagefolder_with_and_without_a_test_folder(tmp_path):
+    for split, count in (("train", 6), ("test", 2)):
+        for cls in ("cat", "dog", "eel"):
+            for i in range(count):
+                save_png(tmp_path / "with" / split / cls / f"{i}.png", hash((split, cls, i)) % 1000)
+                save_png(tmp_path / "without" / "train" / cls / f"{split}{i}.png", hash((cls, split, i)) % 1000)
+    with_test = data.load_dataset("imagefolder", CONFIG, data_dir=tmp_path / "with")
+    check_image_splits(with_test, 3)
+    assert (len(with_test.train), len(with_test.val), len(with_test.test)) == (14, 4, 6)
+    without = data.load_dataset("imagefolder", CONFIG, data_dir=tmp_path / "without")
+    check_image_splits(without, 3)
+    assert len(without.train) + len(without.val) + len(without.test) == 24 and len(without.test) == 5
+    assert data.num_classes("imagefolder", tmp_path / "with") == 3
+    with pytest.raises(UserError, match="train/<class>/<images>"):
+        data.load_dataset("imagefolder", CONFIG, data_dir=tmp_path / "missing")
+
+
+def test_cifar10c_from_npy_files(tmp_path):
+    folder = tmp_path / "CIFAR-10-C"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    np.save(folder / "snow.npy", rng.integers(0, 255, (5 * 40, 32, 32, 3), dtype=np.uint8))
+    labels = np.tile(np.arange(10), 20).astype(np.uint8)
+    np.save(folder / "labels.npy", labels)
+    splits = data.load_dataset("cifar10c:snow", CONFIG, data_dir=tmp_path)
+    check_image_splits(splits, 10)
+    assert len(splits.train) + len(splits.val) + len(splits.test) == 40  # severity 5 only
+    with pytest.raises(UserError, match="put gaussian_noise.npy and labels.npy"):
+        data.load_dataset("cifar10c:gaussian_noise", CONFIG, data_dir=tmp_path)
+    with pytest.raises(UserError, match='needs a corruption, e.g. "cifar10c:snow"'):
+        data.check_dataset_name("cifar10c")
+
+
+def fake_cifar(root, folder, files, label_key, meta_name, meta_key, classes):
+    base = root / folder
+    base.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for name in files:
+        batch = {"data": rng.integers(0, 255, (20, 3072), dtype=np.uint8), label_key: list(np.arange(20) % classes)}
+        (base / name).write_bytes(pickle.dumps(batch))
+    (base / meta_name).write_bytes(pickle.dumps({meta_key: [f"c{i}" for i in range(classes)]}))
+
+
+@pytest.mark.parametrize("name, classes", [("cifar10", 10), ("cifar100", 100)])
+def test_torchvision_cifar(tmp_path, monkeypatch, name, classes):
+    import torchvision.datasets as tvd
+
+    if name == "cifar10":
+        fake_cifar(tmp_path, "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"],
+                   "labels", "batches.meta", "label_names", 10)  # fmt: skip
+        monkeypatch.setattr(tvd.CIFAR10, "_check_integrity", lambda self: True)
+        monkeypatch.setattr(tvd.cifar, "check_integrity", lambda *args: True)
+    else:
+        fake_cifar(tmp_path, "cifar-100-python", ["train", "test"], "fine_labels", "meta", "fine_label_names", 100)
+        monkeypatch.setattr(tvd.CIFAR100, "_check_integrity", lambda self: True)
+        monkeypatch.setattr(tvd.cifar, "check_integrity", lambda *args: True)
+    splits = data.load_dataset(name, CONFIG, data_dir=tmp_path, seed=0)
+    check_image_splits(splits, classes)
+    train_total = 100 if name == "cifar10" else 20
+    assert len(splits.train) + len(splits.val) == train_total and len(splits.val) == train_total // 5
+
+
+def test_pets_and_flowers(tmp_path, monkeypatch):
+    import scipy.io
+    import torchvision.datasets as tvd
+
+    pets = tmp_path / "oxford-iiit-pet"
+    (pets / "annotations" / "trimaps").mkdir(parents=True)
+    for split, ids in (("trainval", range(10)), ("test", range(10, 14))):
+        lines = []
+        for i in ids:
+            breed = ("Abyssinian", "beagle")[i % 2]
+            save_png(pets / "images" / f"{breed}_{i}.jpg", i)
+            lines.append(f"{breed}_{i} {1 + i % 2} {1 + i % 2} 1")
+        (pets / "annotations" / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    splits = data.load_dataset("pets", CONFIG, data_dir=tmp_path)
+    assert (len(splits.train), len(splits.val), len(splits.test)) == (8, 2, 4)
+    check_image_splits(splits, 37)
+
+    flowers = tmp_path / "flowers-102"
+    for i in range(1, 13):
+        save_png(flowers / "jpg" / f"image_{i:05d}.jpg", i)
+    scipy.io.savemat(flowers / "imagelabels.mat", {"labels": np.array([1 + i % 3 for i in range(12)])})
+    scipy.io.savemat(flowers / "setid.mat", {"trnid": np.arange(1, 6), "valid": np.arange(6, 8), "tstid": np.arange(8, 13)})
+    monkeypatch.setattr(tvd.Flowers102, "_check_integrity", lambda self: True)
+    splits = data.load_dataset("flowers102", CONFIG, data_dir=tmp_path)
+    assert (len(splits.train), len(splits.val), len(splits.test)) == (4, 1, 5)
+    check_image_splits(splits, 102)
+
+
+def test_missing_torchvision_dataset_says_what_to_do(tmp_path):
+    with pytest.raises(UserError, match=r'dataset "cifar10" not found in .*; pass --download'):
+        data.load_dataset("cifar10", CONFIG, data_dir=tmp_path)
+    with pytest.raises(UserError, match=r'unknown dataset "cifar1O"'):
+        data.load_dataset("cifar1O", CONFIG)
+
+
+def test_training_transforms_are_the_papers():
+    from torchvision import transforms as T
+
+    train = data.image_transforms(CONFIG, train=True).transforms
+    assert isinstance(train[0], T.RandomResizedCrop) and isinstance(train[1], T.RandomHorizontalFlip)
+    evaluation = data.image_transforms({**CONFIG, "input_size": (3, 224, 224), "crop_pct": 0.875}, train=False).transforms
+    assert isinstance(evaluation[0], T.Resize) and evaluation[0].size == 256 and evaluation[1].size == (224, 224)
+
+
+def test_local_weights_load_through_timms_pretrained_path(tmp_path):
+    import timm
+    from safetensors.torch import save_file
+
+    source = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, num_classes=7)
+    state = {k: v.contiguous() for k, v in source.state_dict().items()}
+    save_file(state, tmp_path / "w.safetensors")
+    torch.save(state, tmp_path / "w.pth")
+    for path in (tmp_path / "w.safetensors", tmp_path / "w.pth"):
+        model = models.build_model("vit_tiny_patch16_224.augreg_in21k", 3, weights=path, img_size=32, patch_size=8)
+        assert torch.equal(model.blocks[0].attn.qkv.weight, source.blocks[0].attn.qkv.weight)
+        assert torch.equal(model.pos_embed, source.pos_embed)
+        assert model.head.out_features == 3  # a new head for the downstream classes
+    with pytest.raises(UserError, match="does not exist"):
+        models.build_model("vit_tiny_patch16_224", 3, weights=tmp_path / "nope.safetensors")
+
+
+def test_model_data_config_drives_the_transforms():
+    config = models.pretrained_data_config("vit_base_patch16_224.augreg_in21k")
+    assert config["input_size"] == (3, 224, 224) and config["interpolation"] == "bicubic"
+    assert models.pretrained_data_config("deit_small_patch16_224")["mean"] == pytest.approx((0.485, 0.456, 0.406))
+    decoded = data.decode_dataset("digits", models.pretrained_data_config("vit_small_patch16_224"))
+    assert decoded.images.shape[1:] == (3, 224, 224) and isinstance(decoded.split(0, 0.2).train, TensorDataset)
