@@ -85,7 +85,7 @@ class MlflowTracker(Callback):
         self.describe = describe
         self.runs: dict[str, str] = {}
         self._mlflow: MlflowClient | None = None
-        self._tagged_node: set[str] = set()
+        self._tagged_node: dict[str, tuple] = {}  # trial id -> (node ip, node id) last tagged
 
     @property
     def mlflow(self) -> MlflowClient:
@@ -125,10 +125,11 @@ class MlflowTracker(Callback):
         run_id = self.run_id(trial)
         step = int(result.get("step", result.get("training_iteration", 0)))
         log_metrics(self.mlflow, run_id, {k: result.get(k) for k in CURVE_METRICS}, step)
-        if trial.trial_id not in self._tagged_node and result.get("node_ip"):
-            self.mlflow.set_tag(run_id, "ray.node_ip", str(result["node_ip"]))
-            self.mlflow.set_tag(run_id, "ray.hostname", str(result.get("hostname", "")))
-            self._tagged_node.add(trial.trial_id)
+        node = (result.get("node_ip"), result.get("node_id"))
+        if result.get("node_ip") and self._tagged_node.get(trial.trial_id) != node:  # again when a retry moved it
+            tags = {"ray.node_ip": node[0], "ray.hostname": result.get("hostname"), "ray.node_id": node[1]}
+            self.mlflow.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items() if v])
+            self._tagged_node[trial.trial_id] = node
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
         run_id = self.run_id(trial)

@@ -1,0 +1,260 @@
+"""Joining a Ray cluster, storage that every node reaches, and requests that can never be scheduled.
+
+``connect(address)`` joins a running cluster (``--address``, else ``RAY_ADDRESS``) and turns the
+usual failures (unreachable, token authentication refused) into one-line UserErrors.
+``check_trial_fits(resources)`` runs on the driver after Ray is up and before anything is recorded:
+
+* a node of the cluster has the per-trial resources now: fine;
+* else, when the cluster's node types are known, one of them has them: fine (the autoscaler adds
+  such a node), none has: UserError. Node types come from, in order, ``$VITPLAST_CLUSTER_CONFIG``
+  (a cluster launcher YAML), ``~/ray_bootstrap_config.yaml`` (the head of a ``ray up`` cluster,
+  where ``ray submit``/``ray job submit`` run the driver) or the cluster config that autoscaler v2
+  (the default on KubeRay) keeps in the GCS, when there is one;
+* else, when the autoscaler reports only fixed nodes (``ray start`` without an autoscaling
+  config): UserError; when it autoscales with node types unknown here, or has not reported within
+  15 s: a warning, and trials wait as Tune makes them.
+
+``storage_uri`` checks ``--storage``: a local (or shared-filesystem) path, or a URI that pyarrow,
+and so Ray Tune, can write to (s3://, gs://, hdfs://, abfs://); ``file://`` becomes a path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from vitplast_tune.errors import UserError
+
+CONFIG_ENV = "VITPLAST_CLUSTER_CONFIG"
+BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"
+_EPS = 1e-9
+# URI schemes that pyarrow.fs.FileSystem.from_uri (what Ray Tune uses) resolves, and the pyarrow
+# filesystem class each needs.
+_SCHEMES = {"s3": "S3FileSystem", "gs": "GcsFileSystem", "gcs": "GcsFileSystem", "hdfs": "HadoopFileSystem",
+            "viewfs": "HadoopFileSystem", "abfs": "AzureFileSystem", "abfss": "AzureFileSystem"}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- joining
+
+
+def address(option: str | None) -> str | None:
+    """The cluster to join: ``--address``, else ``RAY_ADDRESS``; None starts a local Ray instance."""
+    return option or os.environ.get("RAY_ADDRESS") or None
+
+
+def connect(address: str, **init_kwargs: Any) -> None:
+    """``ray.init(address=...)``, with a clear UserError when the cluster cannot be joined."""
+    import ray
+
+    try:
+        ray.init(address=address, **init_kwargs)
+    except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError or AuthenticationError
+        raise _join_error(address, exc) from None
+
+
+def _join_error(address: str, exc: BaseException) -> UserError:
+    chain, cause = [], exc
+    while cause is not None and len(chain) < 8:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    text = " ".join(f"{type(e).__name__}: {e}" for e in chain)
+    if any(type(e).__name__ == "AuthenticationError" for e in chain) or "InvalidAuthToken" in text:
+        mode = os.environ.get("RAY_AUTH_MODE", "unset")
+        return UserError(
+            f"the Ray cluster at {address} refused this driver: it uses token authentication "
+            f"(RAY_AUTH_MODE here is {mode}). Set RAY_AUTH_MODE=token and give the cluster's token in "
+            "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (see docs/cluster.md)"
+        )
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return UserError(f"cannot join the Ray cluster at {address} ({first}); check --address / RAY_ADDRESS and that the head is up")
+
+
+# ----------------------------------------------------------------------------- resources
+
+
+def ray_request(resources: dict[str, float]) -> dict[str, float]:
+    """Tune's per-trial resources ({"cpu": 1, "gpu": 0.5, "x": 1}) as Ray resource names, zeros dropped."""
+    names = {"cpu": "CPU", "gpu": "GPU"}
+    request: dict[str, float] = {}
+    for key, value in resources.items():
+        if value:
+            request[names.get(key, key)] = float(value)
+    return request
+
+
+def fits(available: dict[str, float], request: dict[str, float], unknown: set[str] = frozenset()) -> bool:
+    """Whether one node with ``available`` resources holds ``request`` (``unknown`` names pass)."""
+    return all(k in unknown or available.get(k, 0.0) + _EPS >= v for k, v in request.items())
+
+
+def alive_nodes() -> list[dict[str, Any]]:
+    import ray
+
+    return [n for n in ray.nodes() if n.get("Alive")]
+
+
+def node_types() -> tuple[str, dict[str, dict[str, float]]] | None:
+    """(where from, {node type: resources}) of the types the autoscaler may add, or None when unknown."""
+    given = os.environ.get(CONFIG_ENV)
+    if given and not Path(given).expanduser().is_file():
+        raise UserError(f"{CONFIG_ENV}={given} is not a file; point it at the cluster launcher YAML")
+    for path in (given, BOOTSTRAP_CONFIG):
+        if path and Path(path).expanduser().is_file():
+            return str(path), _launcher_node_types(Path(path).expanduser())
+    return _gcs_node_types()
+
+
+def _launcher_node_types(path: Path) -> dict[str, dict[str, float]]:
+    import yaml
+
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise UserError(f"cannot read the cluster config {path}: {exc}") from None
+    types = config.get("available_node_types") or {}
+    head = config.get("head_node_type")
+    return {name: dict(t.get("resources") or {}) for name, t in types.items() if name == head or t.get("max_workers", 1) != 0}
+
+
+def _gcs_node_types() -> tuple[str, dict[str, dict[str, float]]] | None:
+    try:
+        import ray._private.state
+
+        config = ray._private.state.state.get_cluster_config()
+    except Exception:  # noqa: BLE001 - private API; absent or changed: node types unknown
+        return None
+    if config is None or not config.node_group_configs:
+        return None
+    types = {g.name: dict(g.resources) for g in config.node_group_configs if g.max_count != 0}
+    return "the autoscaler's cluster config", types
+
+
+def autoscales(wait_s: float = 0.0) -> bool | None:
+    """Whether the cluster's autoscaler manages node types (None: no autoscaler report, even after ``wait_s``).
+
+    A cluster started with plain ``ray start`` runs the autoscaler with a read-only provider whose
+    node types are the nodes themselves ("node_<id>"); any other type name means real node types.
+    The autoscaler reports every few seconds, so a cluster that just started may need ``wait_s``.
+    """
+    deadline = time.monotonic() + wait_s
+    while (found := _autoscales()) is None and time.monotonic() < deadline:
+        time.sleep(1.0)
+    return found
+
+
+def _autoscales() -> bool | None:
+    try:
+        from ray._private import ray_constants
+        from ray.experimental.internal_kv import _internal_kv_get
+
+        raw = _internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
+    except Exception:  # noqa: BLE001
+        return None
+    if not raw:
+        return None
+    mapping = (json.loads(raw).get("autoscaler_report") or {}).get("node_type_mapping") or {}
+    if not mapping:
+        return None
+    return any(not str(t).startswith("node_") for t in mapping.values())
+
+
+def started_here() -> bool:
+    """Whether this process started the Ray instance it uses (``ray.init()`` without an address): one fixed node."""
+    try:
+        import ray._private.worker
+
+        node = ray._private.worker._global_node
+        return node is not None and node.is_head()
+    except Exception:  # noqa: BLE001 - private API; unknown: not assumed fixed
+        return False
+
+
+def check_trial_fits(resources: dict[str, float], say=print) -> str:
+    """Raise UserError when no node, and no node type the cluster can add, holds one trial's resources.
+
+    Returns how the request is satisfied ("node", "node type", "autoscaler (unchecked)"), for tests.
+    """
+    request = ray_request(resources)
+    nodes = alive_nodes()
+    if any(fits(n.get("Resources", {}), request) for n in nodes):
+        return "node"
+    shown = _show(request)
+    have = "; ".join(sorted({_show(_plain(n.get("Resources", {}))) for n in nodes})) or "none"
+    types = node_types()
+    if types is not None:
+        source, found = types
+        # A node type without a CPU count (a launcher YAML that leaves it to `ray up`) is not judged on CPU/GPU.
+        ok = [name for name, res in found.items() if fits(res, request, set() if "CPU" in res else {"CPU", "GPU"})]
+        if ok:
+            say(f"No node has {shown} yet; the autoscaler can add node type(s) {', '.join(ok)} ({source}); trials wait for it.")
+            return "node type"
+        listed = "; ".join(f"{name}: {_show(res)}" for name, res in found.items()) or "none"
+        raise UserError(
+            f"a trial asks for {shown}, which no node and no node type of the cluster has (nodes: {have}; "
+            f"node types from {source}: {listed}); lower --cpus-per-trial/--gpus-per-trial/--resources-per-trial "
+            "or add a node type that has them"
+        )
+    if started_here():
+        raise UserError(
+            f"a trial asks for {shown}, more than this machine's local Ray instance has ({have}); lower "
+            "--cpus-per-trial/--gpus-per-trial/--resources-per-trial, or join a cluster with --address"
+        )
+    scaling = autoscales(wait_s=15.0)
+    if scaling is None or scaling:
+        what = "the cluster autoscales with node types unknown here" if scaling else "the autoscaler has not reported"
+        say(f"No node has {shown} yet and {what}, so trials wait for a node that has it "
+            f"(set {CONFIG_ENV} to the cluster YAML to check the request up front).")  # fmt: skip
+        return "autoscaler (unchecked)"
+    raise UserError(
+        f"a trial asks for {shown}, which no node of the cluster has (nodes: {have}) and the cluster does not "
+        "autoscale; lower --cpus-per-trial/--gpus-per-trial/--resources-per-trial or start nodes that have them "
+        f"(for an autoscaling cluster whose node types are not known here, set {CONFIG_ENV} to its YAML)"
+    )
+
+
+def _plain(resources: dict[str, float]) -> dict[str, float]:
+    """A node's resources without Ray's bookkeeping entries (node:<ip>, memory, object store)."""
+    return {k: v for k, v in resources.items() if not k.startswith("node:") and k not in ("memory", "object_store_memory")}
+
+
+def _show(resources: dict[str, float]) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(resources.items())) + "}"
+
+
+# ----------------------------------------------------------------------------- storage
+
+
+def storage_uri(storage: str) -> str:
+    """``--storage`` checked: a path stays a path (``file://`` becomes one), a URI needs a filesystem pyarrow has."""
+    if "://" not in storage:
+        return storage
+    parsed = urlparse(storage)
+    scheme = parsed.scheme.lower()
+    if scheme == "file":
+        return parsed.path
+    if scheme not in _SCHEMES:
+        raise UserError(
+            f'--storage "{storage}": unknown scheme {scheme}://; use a local or shared-filesystem path, '
+            f"or one of {', '.join(s + '://' for s in sorted(_SCHEMES))}"
+        )
+    import pyarrow.fs
+
+    if not hasattr(pyarrow.fs, _SCHEMES[scheme]):
+        raise UserError(f'--storage "{storage}": this pyarrow has no {_SCHEMES[scheme]} (reinstall pyarrow with {scheme} support)')
+    if not parsed.netloc:
+        raise UserError(f'--storage "{storage}" names no bucket or host; e.g. {scheme}://my-bucket/vitplast')
+    return storage.rstrip("/")
+
+
+def preflight(resources: dict[str, float], storage: str, say=print) -> str:
+    """The driver's checks once Ray is up: the trial request can be scheduled, and storage suits the cluster."""
+    how = check_trial_fits(resources, say)
+    nodes = alive_nodes()
+    if "://" not in storage and (len({n.get("NodeManagerAddress") for n in nodes}) > 1 or how != "node"):
+        say(f"Storage {storage} is a local path: every node must see it (a shared filesystem such as NFS); "
+            "else use --storage s3://... or gs://...")  # fmt: skip
+    return how
