@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 from ray.tune import Callback
@@ -122,7 +122,6 @@ def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> dict[str, Any]
     """The trial settings: FinetuneConfig defaults < space defaults < command line; all validated."""
     from vitplast_tune.training import FinetuneConfig
 
-    where = f"{spec.path}"
     overrides = {k: v for k, v in options.settings.items() if v is not None}
     try:
         base = FinetuneConfig.from_dict({**spec.defaults, **overrides})
@@ -133,7 +132,7 @@ def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> dict[str, Any]
         for config in _corner_configs(spec):
             trial_config(config, settings).validate()
     except UserError as exc:
-        raise UserError(f"{where}: {exc}") from None
+        raise UserError(f"{exc} (settings from {spec.path.name} and the command line)") from None
     return settings
 
 
@@ -213,14 +212,17 @@ def _is_uri(path: str) -> bool:
 # ----------------------------------------------------------------------------- running
 
 
-def run(options: SearchOptions) -> SearchResult:
+def run(options: SearchOptions, callbacks: Sequence[Callback] = ()) -> SearchResult:
     """Validate, then run (or resume) the search and return its trials; see the module docstring."""
     plan = prepare(options)
-    return execute(plan)
+    return execute(plan, callbacks)
 
 
-def execute(plan: SearchPlan) -> SearchResult:
-    """Run a prepared search: tracking, Ray, the Tuner, the summary records."""
+def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResult:
+    """Run a prepared search: tracking, Ray, the Tuner, the summary records.
+
+    ``callbacks``: extra Ray Tune callbacks (e.g. the trial timeline of scripts/bench_trial.py).
+    """
     import ray
     from ray import tune
 
@@ -242,7 +244,7 @@ def execute(plan: SearchPlan) -> SearchResult:
             ray.shutdown()
         raise
     try:
-        callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, _describe_trial(plan, report))]
+        callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, _describe_trial(plan, report)), *callbacks]
         if plan.options.verbose:
             callbacks.append(Progress(plan.spec.total_trials))
         decoded = data.decode_dataset(

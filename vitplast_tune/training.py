@@ -121,7 +121,7 @@ def evaluate(
     forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> dict[str, float]:  # fmt: skip
     """Accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset``."""
-    forward = forward or model
+    forward = model if forward is None else forward  # not `or`: a compiled module has no truth value
     was_training = model.training
     model.eval()
     correct, loss_sum, count = torch.zeros((), device=device), torch.zeros((), device=device), 0
@@ -156,6 +156,7 @@ def finetune(
     image through the frozen backbone once and trains the head on the cached features.
     """
     cfg.validate()
+    entered = time.perf_counter()
     device = device or default_device()
     _use_hardware(cfg, device)
     torch.manual_seed(cfg.seed)
@@ -183,6 +184,9 @@ def finetune(
     metrics: dict[str, Any] = {}
     batches = data.train_batches(splits.train, cfg.batch_size, seed=cfg.seed, start_step=step, num_workers=workers)
     loss_sum, loss_count, started = torch.zeros((), device=device), 0, time.perf_counter()
+    # Cumulative seconds since this call (a resumed run starts again at 0): setup (model, data, freezing,
+    # feature cache), training steps (up to the loss sync at each evaluation), evaluation (val and test).
+    timing = {"time_setup_s": started - entered, "time_in_steps_s": 0.0, "time_in_eval_s": 0.0}
     while step < cfg.max_steps:
         images, labels = _to(next(batches), device)
         for group in optimizer.param_groups:
@@ -199,6 +203,8 @@ def finetune(
         step += 1
         if step % cfg.eval_every == 0 or step == cfg.max_steps:
             train_loss = loss_sum.item() / loss_count
+            evaluating = time.perf_counter()
+            timing["time_in_steps_s"] += evaluating - started
             if not math.isfinite(train_loss):
                 raise DivergedError(f"training loss became {train_loss} before step {step}", step)
             val = evaluate(model, splits.val, cfg.batch_size, device, workers, forward)
@@ -207,10 +213,12 @@ def finetune(
             metrics = {
                 "step": step, "train_loss": train_loss, "val_acc": val["acc"], "val_loss": val["loss"],
                 "best_val_acc": best["val_acc"], "best_step": best["step"], "current_lr": schedule(step - 1),
-                "trainable_params": sum(counts.values()), "max_steps": cfg.max_steps, "steps_per_s": loss_count / (time.perf_counter() - started),
+                "trainable_params": sum(counts.values()), "max_steps": cfg.max_steps, "steps_per_s": loss_count / (evaluating - started),
             }
             if step == cfg.max_steps and cfg.eval_test:
                 metrics["test_acc"] = _test_best(model, trainable, best, splits.test, cfg, device, forward)
+            timing["time_in_eval_s"] += time.perf_counter() - evaluating
+            metrics.update(timing)
             if report is not None:
                 state = {"step": step, "trainable": _snapshot(trainable), "optimizer": copy.deepcopy(optimizer.state_dict()), "best": best}
                 report(metrics, state)
@@ -264,7 +272,7 @@ def _backbone_features(model: nn.Module, splits: data.Splits, device: torch.devi
             x = images[i : i + max(batch_size, 256)].to(device)
             with _autocast(device):
                 tokens = model.blocks(model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(x)))))
-            out.append((tokens[:, :keep] if keep else tokens).float())
+            out.append((tokens[:, :keep] if keep else tokens).to(torch.float32, copy=True))  # a copy: a view would keep every token
         return TensorDataset(torch.cat(out), labels)
 
     cached = data.Splits(features(splits.train), features(splits.val), features(splits.test), splits.num_classes)

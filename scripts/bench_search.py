@@ -1,0 +1,342 @@
+#!/usr/bin/env python
+"""Search efficiency on the offline testbed: training steps that grid, random search and TPE + ASHA
+need to reach the accuracy of the full grid's best configuration (within --tolerance, 0.5 points),
+as a fraction of the grid's steps, averaged over search seeds (goal for TPE + ASHA: <= 0.2).
+
+1. The real grid: every configuration of a discrete space (default search_spaces/single_component.yaml:
+   8 subsets x 5 learning rates = 40 trials of 400 steps) runs once through ``vitplast_tune.search.run``
+   on a Ray instance started here (--cpus CPUs, one per trial), and every trial's learning curve
+   (val_acc at each evaluation) is recorded to --curves. Its best best_val_acc is the reference.
+   The training seed is pinned (seed: 0 in the space's defaults) so that it does not follow the
+   search seed.
+2. A REPLAY of the other searches over those recorded curves (training is deterministic: a
+   configuration's curve is the same in every search, which --check re-verifies by training one
+   configuration again). The algorithms are the real ones, driven exactly as Tune drives them:
+   Ray's BasicVariantGenerator for grid order and random sampling, the search's OptunaSearcher with
+   Optuna's TPESampler(seed) over the same discrete space, and the search's ASHAScheduler (grace
+   period and reduction factor of search_spaces/component_subsets.yaml unless given) deciding at
+   each rung from the recorded val_acc. --workers trials run at once (every step costs the same
+   time in the replay). Steps are counted over finished trials, in order of completion, up to and
+   including the first one whose best val_acc reaches best_grid - tolerance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import yaml
+from ray.tune import Callback
+
+from vitplast_tune import search, spaces
+
+Key = tuple[str, float]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--space", default="single_component", help="discrete space file (choices only) shared by all searches (default: single_component)")
+    p.add_argument("--curves", default=str(search.default_storage() / "bench_search_curves.json"),
+                   help="recorded grid curves: read when present, else the grid runs and writes them (default: ~/vitplast_tune_results/bench_search_curves.json)")
+    p.add_argument("--rerun-grid", action="store_true", help="run the grid even when --curves exists")
+    p.add_argument("--model", help="model for the grid (default: the space file's, the pretrained testbed)")
+    p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None, help="load the model's pretrained weights (default: the space file's)")
+    p.add_argument("--max-steps", type=int, help="steps per trial (default: the space file's)")
+    p.add_argument("--cpus", type=int, default=2, help="CPUs of the Ray instance for the grid; one per trial (default: 2)")
+    p.add_argument("--seeds", type=int, default=50, help="search seeds averaged over; the replay is cheap (default: 50)")
+    p.add_argument("--workers", type=int, default=1, help="trials running at once in the replay (default: 1)")
+    p.add_argument("--max-trials", type=int, default=200, help="a replayed search that has not reached the target after this many trials counts as failed (default: 200)")
+    p.add_argument("--grace-period", type=int, help="ASHA grace period in steps (default: component_subsets.yaml's)")
+    p.add_argument("--reduction-factor", type=int, help="ASHA reduction factor (default: component_subsets.yaml's)")
+    p.add_argument("--tolerance", type=float, default=0.005, help="accuracy below the grid's best that counts as reached (default: 0.005 = 0.5 points)")
+    p.add_argument("--check", type=int, default=1, help="configurations trained again in this process to confirm the curves replay exactly (default: 1; 0 skips)")
+    p.add_argument("--json", help="also write the results to this JSON file")
+    return p.parse_args(argv)
+
+
+# ----------------------------------------------------------------------------- spaces
+
+
+def variant(base: spaces.SearchSpec, directory: Path, algorithm: str, scheduler: dict | str, settings: dict) -> spaces.SearchSpec:
+    """The base space's parameters with another algorithm/scheduler (and pinned settings), as a loaded space file."""
+    raw = yaml.safe_load(base.text)
+    raw.update(algorithm=algorithm, scheduler=scheduler, num_samples=1)
+    raw["defaults"] = {**(raw.get("defaults") or {}), **settings, "seed": 0}
+    path = directory / f"{base.name}_{algorithm}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return spaces.load_space(path)
+
+
+def key(config: dict[str, Any]) -> Key:
+    return spaces.config_components(config), float(config["lr"])
+
+
+# ----------------------------------------------------------------------------- the real grid
+
+
+class Curves(Callback):
+    """Every trial's reported results (step, val_acc, best_val_acc, diverged), in order."""
+
+    def __init__(self):
+        self.curves: dict[str, dict[str, Any]] = {}
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        entry = self.curves.setdefault(trial.trial_id, {"config": {k: trial.config[k] for k in ("components", "lr")}, "results": []})
+        keep = ("step", "val_acc", "best_val_acc", "diverged", "test_acc")
+        entry["results"].append({k: result[k] for k in keep if k in result})
+
+
+def run_grid(spec: spaces.SearchSpec, cpus: int, directory: Path) -> tuple[list[dict], float]:
+    """Run the grid for real; return each configuration's curve and the wall time."""
+    import ray
+
+    recorder = Curves()
+    started = time.time()
+    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}})  # fmt: skip
+    try:
+        options = search.SearchOptions(
+            space=str(spec.path), name="bench_search_grid", storage=str(directory / "results"),
+            tracking_uri=f"sqlite:///{directory / 'mlflow.db'}", cpus_per_trial=1, plasticity=False,
+        )  # fmt: skip
+        search.run(options, callbacks=[recorder])
+    finally:
+        ray.shutdown()
+    return list(recorder.curves.values()), time.time() - started
+
+
+def check_replay(curves: dict[Key, list[dict]], settings: dict, count: int) -> list[str]:
+    """Train ``count`` configurations again (the best first) and compare their val_acc curves."""
+    from vitplast_tune.trial import trial_config
+    from vitplast_tune.training import finetune
+
+    order = sorted(curves, key=lambda k: -best_acc(curves[k]))[:count]
+    lines = []
+    for components, lr in order:
+        again: list[float] = []
+        finetune(trial_config({"components": components, "lr": lr}, settings), report=lambda m, s: again.append(m["val_acc"]))
+        recorded = [r["val_acc"] for r in curves[(components, lr)]]
+        same = again == recorded
+        lines.append(f"{components} lr={lr:g}: {'identical curve' if same else f'DIFFERENT curve: {again} vs {recorded}'}")
+    return lines
+
+
+# ----------------------------------------------------------------------------- replay
+
+
+def best_acc(results: list[dict]) -> float:
+    values = [r["val_acc"] for r in results if not math.isnan(r.get("val_acc", math.nan))]
+    return max(values, default=-1.0)
+
+
+def generator_configs(spec: spaces.SearchSpec, seed: int, samples: int, directory: Path) -> Callable[[str], dict | None]:
+    """Ray's BasicVariantGenerator (grid order, or seeded random sampling) as a suggest function."""
+    from ray.tune.search import BasicVariantGenerator
+
+    gen = BasicVariantGenerator(random_state=seed)
+    gen.add_configurations({"replay": {"run": lambda config: None, "config": spaces.tune_param_space(spec),
+                                       "num_samples": samples, "storage_path": str(directory / "ray")}})  # fmt: skip
+
+    def suggest(trial_id: str) -> dict | None:
+        trial = gen.next_trial()
+        return None if trial is None else trial.config
+
+    return suggest
+
+
+def replay(
+    curves: dict[Key, list[dict]], suggest: Callable[[str], dict | None], searcher, scheduler,
+    workers: int, target: float, max_trials: int,
+) -> tuple[int | None, int, int]:  # fmt: skip
+    """Run a search over the recorded curves; return (steps to target or None, finished trials, steps spent)."""
+    from ray.tune.schedulers import TrialScheduler
+
+    events: list = []
+    order = itertools.count()
+    launched = finished = spent = 0
+
+    def launch(now: int) -> None:
+        nonlocal launched
+        if launched >= max_trials:
+            return
+        trial = SimpleNamespace(trial_id=f"replay_{launched:05d}")
+        config = suggest(trial.trial_id)
+        if config is None:
+            return
+        launched += 1
+        curve = curves[key(config)]
+        scheduler.on_trial_add(None, trial)
+        heapq.heappush(events, (now + curve[0]["step"], next(order), trial, curve, 0, now))
+
+    for _ in range(workers):
+        launch(0)
+    while events:
+        now, _, trial, curve, i, started = heapq.heappop(events)
+        result = {**curve[i], "training_iteration": i + 1, "trial_id": trial.trial_id}
+        decision = scheduler.on_trial_result(None, trial, result)
+        if decision != TrialScheduler.STOP:
+            searcher.on_trial_result(trial.trial_id, result)
+        if decision == TrialScheduler.STOP or i == len(curve) - 1:
+            scheduler.on_trial_complete(None, trial, result)
+            searcher.on_trial_complete(trial.trial_id, result=result)
+            finished += 1
+            spent += result["step"]
+            if best_acc(curve[: i + 1]) >= target:
+                return spent, finished, spent
+            launch(now)
+        else:
+            heapq.heappush(events, (started + curve[i + 1]["step"], next(order), trial, curve, i + 1, started))
+    return None, finished, spent
+
+
+class NoSearcher:
+    """The searcher hooks of a generator-driven (grid / random) search: nothing to learn."""
+
+    def on_trial_result(self, trial_id, result):
+        pass
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        pass
+
+
+def algorithms(specs: dict[str, spaces.SearchSpec], max_steps: int, directory: Path, max_trials: int):
+    """name -> factory(seed) returning (suggest, searcher, scheduler), built by the search's own code."""
+    import optuna
+    from optuna.samplers import TPESampler
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    def scheduler(spec):
+        made = search._scheduler(SimpleNamespace(spec=spec, settings={"max_steps": max_steps}))
+        made.set_search_properties(spec.metric, spec.mode)  # as TuneConfig(metric, mode) does
+        return made
+
+    def tpe(spec):
+        def make(seed):
+            searcher = search.OptunaSearcher(space=spaces.OptunaSpace(spec), metric=spec.metric, mode=spec.mode, sampler=TPESampler(seed=seed))
+            return searcher.suggest, searcher, scheduler(spec)
+
+        return make
+
+    def generated(spec, samples):
+        return lambda seed: (generator_configs(spec, seed, samples, directory), NoSearcher(), scheduler(spec))
+
+    return {
+        "grid": generated(specs["grid"], 1),
+        "random": generated(specs["random"], max_trials),
+        "random + ASHA": generated(specs["random_asha"], max_trials),
+        "TPE": tpe(specs["optuna"]),
+        "TPE + ASHA": tpe(specs["optuna_asha"]),
+    }
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    base = spaces.load_space(args.space)
+    reference = spaces.load_space("component_subsets").scheduler
+    asha = {"name": "asha", "grace_period": args.grace_period or reference.grace_period,
+            "reduction_factor": args.reduction_factor or reference.reduction_factor}  # fmt: skip
+    pinned = {k: v for k, v in dict(model=args.model, pretrained=args.pretrained, max_steps=args.max_steps).items() if v is not None}
+    with tempfile.TemporaryDirectory(prefix="bench_search_") as tmp:
+        tmp = Path(tmp)
+        specs = {
+            "grid": variant(base, tmp, "grid", "fifo", pinned),
+            "random": variant(base, tmp, "random", "fifo", pinned),
+            "optuna": variant(base, tmp, "optuna", "fifo", pinned),
+        }
+        specs["random_asha"] = variant(base, tmp, "random", asha, pinned)
+        specs["optuna_asha"] = variant(base, tmp, "optuna", asha, pinned)
+        settings = search.prepare(search.SearchOptions(space=str(specs["grid"].path), cpus_per_trial=1, plasticity=False,
+                                                       storage=str(tmp / "results"))).settings  # fmt: skip
+        curves_path = Path(args.curves)
+        if curves_path.is_file() and not args.rerun_grid:
+            recorded = json.loads(curves_path.read_text())
+            print(f"grid curves read from {curves_path} (recorded {recorded['date']}, grid wall time {recorded['grid_wall_s'] / 60:.1f} min)")
+        else:
+            print(f"running the real grid: {len(specs['grid'].grid)} trials of {settings['max_steps']} steps, "
+                  f"{settings['model']} (pretrained={settings['pretrained']}) on {settings['dataset']}, {args.cpus} CPUs ...", flush=True)  # fmt: skip
+            before = _weights_provenance(settings)
+            trials, wall = run_grid(specs["grid"], args.cpus, tmp)
+            recorded = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "grid_wall_s": wall, "settings": settings,
+                        "weights": _weights_provenance(settings), "trials": trials}  # fmt: skip
+            if recorded["weights"] != before:
+                print("warning: the testbed checkpoint changed while the grid ran; run it again (--rerun-grid)", file=sys.stderr)
+            curves_path.parent.mkdir(parents=True, exist_ok=True)
+            curves_path.write_text(json.dumps(recorded, indent=1, default=str))
+            print(f"grid done in {wall / 60:.1f} min; curves written to {curves_path}")
+        if recorded["settings"] != json.loads(json.dumps(settings, default=str)):
+            print("warning: the recorded curves were made with other settings than these; pass --rerun-grid", file=sys.stderr)
+        curves = {key(t["config"]): t["results"] for t in recorded["trials"]}
+        missing = [k for k in map(key, specs["grid"].grid) if k not in curves]
+        if missing:
+            print(f"error: the recorded grid lacks {missing}; pass --rerun-grid", file=sys.stderr)
+            return 1
+        grid_steps = sum(r[-1]["step"] for r in curves.values())
+        best_key = max(curves, key=lambda k: best_acc(curves[k]))
+        best = best_acc(curves[best_key])
+        target = best - args.tolerance
+        reaching = sorted(f"{c} lr={lr:g}" for (c, lr), r in curves.items() if best_acc(r) >= target)
+        print(f"grid: {len(curves)} configurations, {grid_steps} steps; best val_acc {best:.4f} ({best_key[0]} lr={best_key[1]:g}); "
+              f"target {target:.4f}, reached by {len(reaching)}: {', '.join(reaching)}")  # fmt: skip
+
+        names = list(dict.fromkeys(c for c, _ in map(key, specs["grid"].grid)))
+        print("best val_acc (%) of each grid configuration:\n" + f"{'lr':>8} " + " ".join(f"{c:>6}" for c in names))
+        for lr in sorted({lr for _, lr in curves}):
+            print(f"{lr:>8g} " + " ".join(f"{100 * best_acc(curves[(c, lr)]):6.1f}" for c in names))
+        if args.check:
+            for line in check_replay(curves, settings, args.check):
+                print(f"replay check, trained again: {line}")
+
+        rows = {}
+        for name, make in algorithms(specs, settings["max_steps"], tmp, args.max_trials).items():
+            seeds = [0] if name == "grid" else range(args.seeds)
+            runs = [replay(curves, *make(seed), args.workers, target, args.max_trials) for seed in seeds]
+            steps = [s if s is not None else spent for s, _, spent in runs]
+            rows[name] = {"fractions": [s / grid_steps for s in steps], "trials": [n for _, n, _ in runs],
+                          "failed": sum(s is None for s, _, _ in runs)}  # fmt: skip
+
+    print(f"\nREPLAY over the recorded grid curves ({args.workers} trial(s) at once; ASHA grace period {asha['grace_period']}, "
+          f"reduction factor {asha['reduction_factor']}; {args.seeds} search seeds): steps to reach {target:.4f} "
+          f"as a fraction of the grid's {grid_steps} steps")  # fmt: skip
+    print(f"{'algorithm':<14} {'mean':>6} {'median':>7} {'min':>6} {'max':>6} {'trials (mean)':>14} {'not reached':>12}  goal")
+    for name, row in rows.items():
+        f = row["fractions"]
+        goal = f"{'met' if statistics.mean(f) <= 0.2 else 'MISSED'} (<= 0.2)" if name == "TPE + ASHA" else ""
+        print(f"{name:<14} {statistics.mean(f):6.3f} {statistics.median(f):7.3f} {min(f):6.3f} {max(f):6.3f} "
+              f"{statistics.mean(row['trials']):14.1f} {row['failed']:>8}/{len(f):<3}  {goal}")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "grid_steps": grid_steps, "best_val_acc": best, "target": target,
+                                               "reaching": reaching, "rows": rows}, indent=2))  # fmt: skip
+    return 0
+
+
+def _weights_provenance(settings: dict) -> dict | None:
+    """The testbed checkpoint's provenance JSON, when the grid used it."""
+    from vitplast_tune.models import TESTBED_MODEL, WEIGHTS_DIR
+
+    path = WEIGHTS_DIR / f"{TESTBED_MODEL}.json"
+    if settings["model"] != TESTBED_MODEL or not settings["pretrained"] or not path.is_file():
+        return None
+    import hashlib
+
+    meta = json.loads(path.read_text())
+    file = WEIGHTS_DIR / meta["file"]
+    return {**{k: meta.get(k) for k in ("sha256", "heldout_accuracy", "date", "command")},
+            "file_sha256": hashlib.sha256(file.read_bytes()).hexdigest() if file.is_file() else None}  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+#!/usr/bin/env python
+"""Training speed and peak memory of each single-component trial and of the head-only trial,
+as ratios to full finetuning of the same model and batch, beside the FLOP bound.
+
+Every configuration runs the real ``vitplast_tune.training.finetune`` (freezing through
+``components.freeze``; the head-only run trains on its cached backbone features, as trials do)
+in a fresh subprocess; the steps/s come from finetune's own ``time_in_steps_s`` between a
+report after the warm-up steps and the last one (evaluation excluded). Configurations take turns,
+``--repeats`` rounds, and the median is reported, so load drift on a shared machine hits all alike.
+On the CPU the ratios are also computed from the process's CPU time over the same steps (the
+validation split is made tiny, so the window holds the steps and next to nothing else): on a
+machine shared with other work, wall time also measures the others' load, CPU time only the steps'
+own work. The goal column uses CPU time on the CPU and wall time on CUDA.
+
+The bound is the step FLOPs of full finetuning over the step FLOPs of the subset, from the
+model's shapes: forward FLOPs F of every matmul/conv (attention's QK^T and AV included);
+backward = input-gradient FLOPs of every op whose input depends on a trainable parameter (F per
+such input; QK^T and AV have two) + weight-gradient FLOPs F of every trainable weight. LayerNorms,
+activations and the optimizer count zero. The head and the final norm always train.
+
+Peak memory, from one more short run per configuration (its own fresh subprocess): CUDA,
+torch.cuda.max_memory_allocated over the run; CPU, the process's resident-set high-water mark
+(VmHWM, reset through /proc/self/clear_refs) minus the resident set just before finetune is called
+(after a 2-step warm-up run that loads the kernels, and malloc_trim), with the dataset already decoded
+as the search shares it, and glibc's mmap threshold fixed at 64 KiB so that freed tensors leave the
+resident set. It counts everything finetune allocates: model, its train/val/test split of the data
+(a constant ~21 MiB for digits at 32 px), feature cache, activations, grads and optimizer state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from vitplast_tune import components, models
+from vitplast_tune.components import COMPONENTS
+
+SUBSETS = ("all", *COMPONENTS, "head")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="vit_testbed_patch8_32", help="timm ViT, randomly initialised (default: vit_testbed_patch8_32)")
+    p.add_argument("--dataset", default="digits", help="dataset, upscaled to the model's input size (default: digits)")
+    p.add_argument("--batch-size", type=int, default=64, help="training batch (default: 64)")
+    p.add_argument("--steps", type=int, default=100, help="timed steps per configuration (default: 100)")
+    p.add_argument("--warmup", type=int, default=20, help="untimed steps before them (default: 20)")
+    p.add_argument("--repeats", type=int, default=3, help="rounds over all configurations; the median is reported (default: 3)")
+    p.add_argument("--subsets", default=",".join(SUBSETS), help=f"comma-separated subsets; 'all' is always run (default: {','.join(SUBSETS)})")
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads, as a 1-CPU trial has (default: 1)")
+    p.add_argument("--cuda-options", action=argparse.BooleanOptionalAction, default=True,
+                   help="CUDA only: bf16 autocast + TF32 + fused optimizer, as trials run (default); --no-cuda-options: plain fp32. "
+                   "On CUDA, full finetuning is also timed in the other mode and both images/s are printed")  # fmt: skip
+    p.add_argument("--compile", action="store_true", help="finetune with compile=True (torch.compile of the model)")
+    p.add_argument("--trial-steps", type=int, default=400, help="trial length for the head-only speed-up including its feature cache (default: 400)")
+    p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--child", help=argparse.SUPPRESS)  # internal: one measurement, as JSON
+    return p.parse_args(argv)
+
+
+# ----------------------------------------------------------------------------- FLOP bound
+
+
+def step_flops(model: torch.nn.Module, subset: str, batch: int, cached_head: bool = True) -> float:
+    """Matmul/conv FLOPs of one training step (forward + backward) of ``subset`` at ``batch``.
+
+    ``cached_head``: a head-only step runs on cached backbone features (forward = the head only).
+    """
+    chosen = set(components.parse_subset(subset))
+    patches = model.patch_embed.num_patches
+    tokens = patches + model.num_prefix_tokens
+    total = 0.0
+
+    def op(forward: float, input_live: bool, weight_trains: bool, inputs: int = 1) -> None:
+        nonlocal total
+        total += forward * (1 + (inputs if input_live else 0) + (1 if weight_trains else 0))
+
+    def linear(layer: torch.nn.Linear, rows: int) -> float:
+        return 2.0 * rows * layer.in_features * layer.out_features
+
+    if chosen or not cached_head:
+        conv = model.patch_embed.proj
+        op(2.0 * batch * patches * conv.in_channels * math.prod(conv.kernel_size) * conv.out_channels, False, "emb" in chosen)
+        live = "emb" in chosen  # cls/pos tokens are emb too
+        for block in model.blocks:
+            attn, mlp = block.attn, block.mlp
+            a = live or "ln1" in chosen
+            op(linear(attn.qkv, batch * tokens), a, "mha" in chosen)
+            a = a or "mha" in chosen
+            width = attn.qkv.out_features // 3
+            op(2.0 * batch * tokens * tokens * width, a, False, inputs=2)  # Q K^T, all heads
+            op(2.0 * batch * tokens * tokens * width, a, False, inputs=2)  # softmax(.) V
+            op(linear(attn.proj, batch * tokens), a, "mha" in chosen)
+            live = live or a
+            m = live or "ln2" in chosen
+            op(linear(mlp.fc1, batch * tokens), m, "fc1" in chosen)
+            m = m or "fc1" in chosen
+            op(linear(mlp.fc2, batch * tokens), m, "fc2" in chosen)
+            live = live or m or "fc2" in chosen
+    op(linear(model.head, batch), True, True)  # the final norm trains, so the head's input gradient is always needed
+    return total
+
+
+def flop_bounds(model_name: str, batch: int, subsets=SUBSETS) -> dict[str, float]:
+    """Full-finetuning step FLOPs over each subset's step FLOPs (the speed-up the skipped work allows)."""
+    model = models.build_model(model_name, 10, pretrained=False)
+    full = step_flops(model, "all", batch)
+    return {s: full / step_flops(model, s, batch) for s in subsets}
+
+
+# ----------------------------------------------------------------------------- one measurement (child process)
+
+
+def _proc_status(key: str) -> int:
+    """A /proc/self/status memory line in bytes (Linux)."""
+    match = re.search(rf"^{key}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M)
+    return int(match.group(1)) * 1024
+
+
+def _plain_fp32() -> None:
+    """Turn off the CUDA options finetune applies (bf16 autocast, TF32, fused optimizers): the fp32 baseline."""
+    from vitplast_tune import training
+
+    build = training.build_optimizer
+    training._autocast = lambda device: nullcontext()
+
+    def use_hardware(cfg, device):
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+
+    def build_optimizer(cfg, params):
+        if cfg.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        return build(cfg, params) if not params or not params[0].is_cuda else torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    training._use_hardware, training.build_optimizer = use_hardware, build_optimizer
+
+
+def measure(spec: dict) -> dict:
+    """Run finetune for one configuration and return its steps/s, setup time and peak memory."""
+    from vitplast_tune import data, training
+    from vitplast_tune.training import FinetuneConfig, finetune
+
+    device = torch.device(spec["device"])
+    if device.type == "cuda" and not spec["cuda_options"]:
+        _plain_fp32()
+    cfg = FinetuneConfig(
+        model=spec["model"], pretrained=False, dataset=spec["dataset"], components=spec["subset"], lr=0.01,
+        batch_size=spec["batch_size"], max_steps=spec["warmup"] + spec["steps"], eval_every=spec["warmup"],
+        warmup_steps=0, threads=spec["threads"], compile=spec["compile"], eval_test=False,
+        val_fraction=0.2 if spec["memory"] else 0.01,  # timing: a tiny evaluation inside the CPU-time window
+    )  # fmt: skip
+    torch.set_num_threads(spec["threads"])
+    decoded = data.decode_dataset(cfg.dataset, models.pretrained_data_config(cfg.model))  # as the search shares it
+    reports: list[dict] = []
+    cpu_at: list[float] = []
+    cache_s = [0.0]
+    cache = training._backbone_features
+
+    def timed_cache(*a, **kw):  # the head-only feature cache, timed (it is part of finetune's setup)
+        started = time.perf_counter()
+        out = cache(*a, **kw)
+        cache_s[0] = time.perf_counter() - started
+        return out
+
+    training._backbone_features = timed_cache
+    if not spec["memory"]:
+        pass
+    elif device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        # Touch the kernels' code and one-time buffers (a 2-step run at batch 2), so that the baseline holds them.
+        warm = dict(components="all", batch_size=2, max_steps=2, eval_every=2, compile=False, cache_features=False)
+        finetune(FinetuneConfig(**{**cfg.to_dict(), **warm}), device=device, decoded=decoded)
+        gc.collect()
+        ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand freed heap back to the OS, so finetune cannot reuse it unseen
+        baseline = _proc_status("VmRSS")
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    finetune(cfg, report=lambda metrics, state: (reports.append(metrics), cpu_at.append(time.process_time())), device=device, decoded=decoded)
+    if spec["memory"]:
+        peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else _proc_status("VmHWM") - baseline
+        return {"peak_bytes": peak}
+    first, last = reports[0], reports[-1]
+    steps = last["step"] - first["step"]
+    return {"steps_per_s": steps / (last["time_in_steps_s"] - first["time_in_steps_s"]), "cpu_steps_per_s": steps / (cpu_at[-1] - cpu_at[0]),
+            "setup_s": last["time_setup_s"], "cache_s": cache_s[0]}  # fmt: skip
+
+
+def run_child(spec: dict, env: dict | None = None) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"measuring {spec['subset']} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(json.loads(args.child))))
+        return 0
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    subsets = ["all"] + [s for s in dict.fromkeys(x.strip() for x in args.subsets.split(",")) if s and s != "all"]
+    for s in subsets:
+        components.parse_subset(s)
+    base = dict(model=args.model, dataset=args.dataset, batch_size=args.batch_size, steps=args.steps, warmup=args.warmup,
+                device=str(device), threads=args.threads, compile=args.compile, cuda_options=args.cuda_options, memory=False)  # fmt: skip
+    other_mode = device.type == "cuda"
+    runs: dict[str, list[dict]] = {s: [] for s in subsets + (["all/other"] if other_mode else [])}
+    for repeat in range(args.repeats):
+        for s in subsets:
+            runs[s].append(run_child({**base, "subset": s}))
+            r = runs[s][-1]
+            print(f"  round {repeat + 1}/{args.repeats} {s:<5} {r['steps_per_s']:8.1f} steps/s ({r['cpu_steps_per_s']:.1f} per CPU second)", file=sys.stderr, flush=True)
+        if other_mode:
+            runs["all/other"].append(run_child({**base, "subset": "all", "cuda_options": not args.cuda_options}))
+    # Peak memory: one more short run each; on the CPU with a fixed malloc mmap threshold, so that freed
+    # tensors leave the resident set (glibc's adaptive threshold would otherwise keep them in its heap).
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"} if device.type == "cpu" else None
+    memory = {s: run_child({**base, "subset": s, "memory": True, "steps": min(args.steps, 10)}, env)["peak_bytes"] for s in subsets}
+    med = {s: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for s, rs in runs.items()}
+    bounds = flop_bounds(args.model, args.batch_size, subsets)
+    full = med["all"]
+
+    def ratio(s: str, k: str) -> float:
+        """Median over rounds of the ratio to full finetuning in the same round."""
+        return statistics.median(r[k] / f[k] for r, f in zip(runs[s], runs["all"]))
+
+    cpu = device.type == "cpu"
+    mem_note = "torch.cuda.max_memory_allocated" if not cpu else "process RSS high-water mark above the RSS before finetune (fresh subprocess, fixed mmap threshold)"
+    mode = ("bf16 autocast + TF32 + fused optimizer" if args.cuda_options else "plain fp32") if not cpu else "fp32 (CUDA options do not apply on CPU)"
+    print(f"{args.model} on {args.dataset}, batch {args.batch_size}, {device} ({mode}), torch threads {args.threads}{', compiled' if args.compile else ''}: "
+          f"median of {args.repeats} rounds of {args.steps} steps after {args.warmup}; peak memory = {mem_note}; "
+          f"goal judged on {'CPU-time' if cpu else 'wall-time'} ratios")  # fmt: skip
+    print(f"{'subset':<6} {'steps/s':>8} {'images/s':>9} {'vs full':>8} {'(CPU t)':>8} {'bound':>9} {'vs bound':>9} {'peak MiB':>9} {'mem vs full':>12}  goal")
+    rows = []
+    for s in subsets:
+        m = med[s]
+        wall = ratio(s, "steps_per_s")
+        cpu_ratio = ratio(s, "cpu_steps_per_s")
+        judged = cpu_ratio if cpu else wall
+        of_bound = judged / bounds[s]
+        mem = memory[s] / memory["all"]
+        if s == "all":
+            goal = ""
+        elif s == "head":
+            goal = f"{'met' if judged >= 10 else 'MISSED'} (>= 10x)"
+        else:
+            goal = f"{'met' if of_bound >= 0.9 else 'MISSED'} (within 10% of bound)"
+        rows.append(dict(subset=s, steps_per_s=m["steps_per_s"], cpu_steps_per_s=m["cpu_steps_per_s"], images_per_s=m["steps_per_s"] * args.batch_size,
+                         speedup_wall=wall, speedup_cpu_time=cpu_ratio, bound=bounds[s], of_bound=of_bound, peak_mib=memory[s] / 2**20,
+                         peak_bytes=memory[s], mem_ratio=mem, rounds=runs[s]))  # fmt: skip
+        print(f"{s:<6} {m['steps_per_s']:8.1f} {m['steps_per_s'] * args.batch_size:9.0f} {wall:7.2f}x {cpu_ratio:7.2f}x {bounds[s]:8.2f}x "
+              f"{of_bound:9.2f} {memory[s] / 2**20:9.1f} {mem:11.2f}x  {goal}")  # fmt: skip
+    summary = {"args": {k: v for k, v in vars(args).items() if k != "child"}, "device": str(device), "rows": rows}
+    if "head" in med:
+        cache_s = med["head"]["cache_s"]
+        trial = args.trial_steps / (args.trial_steps / med["head"]["steps_per_s"] + cache_s)
+        summary["head_cache_s"] = cache_s
+        print(f"head-only feature cache: {cache_s:.2f} s once per trial (= {cache_s * full['steps_per_s']:.0f} full steps); "
+              f"a {args.trial_steps}-step head-only trial including it: {trial / full['steps_per_s']:.1f}x full finetuning")  # fmt: skip
+    if other_mode:
+        fast, plain = (full, med["all/other"]) if args.cuda_options else (med["all/other"], full)
+        summary["full_images_per_s"] = {"cuda_options": fast["steps_per_s"] * args.batch_size, "plain_fp32": plain["steps_per_s"] * args.batch_size}
+        print(f"full finetuning images/s: {fast['steps_per_s'] * args.batch_size:.0f} with CUDA options, "
+              f"{plain['steps_per_s'] * args.batch_size:.0f} plain fp32 ({fast['steps_per_s'] / plain['steps_per_s']:.2f}x)")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

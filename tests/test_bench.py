@@ -1,0 +1,100 @@
+"""The benchmarks' logic (no timing here): FLOP bounds, finetune's timing metrics, the search replay."""
+
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from vitplast_tune.training import FinetuneConfig, finetune
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"_{name}", SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_flop_bounds_match_the_skipped_weight_gradients():
+    bounds = _script("bench_training").flop_bounds("vit_base_patch16_224", 128)
+    assert bounds["all"] == 1.0
+    for ln in ("ln1", "ln2"):
+        assert bounds[ln] == pytest.approx(1.5, abs=0.05)
+    for big in ("mha", "fc1", "fc2"):
+        assert bounds[big] == pytest.approx(1.3, abs=0.05)
+    assert bounds["head"] > 1000  # a head step on cached features is a single small matmul
+
+
+def test_flop_count_of_full_finetuning_and_of_the_head_on_cached_features():
+    bench = _script("bench_training")
+    from vitplast_tune.models import build_model
+
+    model = build_model("vit_testbed_patch8_32", 10, pretrained=False)
+    tokens, width, depth = 17, 96, 4  # 16 patches + the class token
+    linears = 2.0 * tokens * (width * 3 * width + width * width + 2 * width * 4 * width)
+    attention = 2 * 2.0 * tokens * tokens * width  # Q K^T and A V
+    patch = 2.0 * 16 * 3 * 8 * 8 * width
+    head = 2.0 * width * 10
+    # forward F; backward: input gradients (two for the attention matmuls) + weight gradients,
+    # none for the image's gradient through the patch embedding
+    assert bench.step_flops(model, "all", 1) == pytest.approx(2 * patch + depth * (3 * linears + 3 * attention) + 3 * head)
+    assert bench.step_flops(model, "head", 1) == pytest.approx(3 * head)
+    assert bench.step_flops(model, "all", 64) == pytest.approx(64 * bench.step_flops(model, "all", 1))
+
+
+def test_finetune_reports_cumulative_timing():
+    reports = []
+    cfg = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False, max_steps=8, eval_every=4, warmup_steps=2,
+                         batch_size=16, threads=1, components="ln1")  # fmt: skip
+    finetune(cfg, report=lambda m, s: reports.append(m))
+    first, last = reports
+    for key in ("time_setup_s", "time_in_steps_s", "time_in_eval_s"):
+        assert last[key] >= first[key] > 0
+    assert last["time_setup_s"] == first["time_setup_s"]
+    assert last["steps_per_s"] == pytest.approx(4 / (last["time_in_steps_s"] - first["time_in_steps_s"]), rel=1e-6)
+
+
+def _curve(*accs, every=100):
+    return [{"step": every * (i + 1), "val_acc": a, "best_val_acc": max(accs[: i + 1]), "diverged": 0} for i, a in enumerate(accs)]
+
+
+class _Queue:
+    def __init__(self, configs):
+        self.configs = list(configs)
+
+    def __call__(self, trial_id):
+        return self.configs.pop(0) if self.configs else None
+
+
+def test_replay_counts_finished_steps_until_the_target_and_asha_stops_at_rungs():
+    bench = _script("bench_search")
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    curves = {("mha", 0.1): _curve(0.5, 0.6, 0.7, 0.8), ("ln1", 0.1): _curve(0.2, 0.3, 0.3, 0.3), ("all", 0.1): _curve(0.6, 0.8, 0.9, 0.95)}
+    order = [{"components": c, "lr": 0.1} for c in ("mha", "ln1", "all")]
+    steps, finished, _ = bench.replay(curves, _Queue(order), bench.NoSearcher(), FIFOScheduler(), 1, 0.95, 10)
+    assert (steps, finished) == (1200, 3)
+    asha = ASHAScheduler(time_attr="step", metric="val_acc", mode="max", max_t=400, grace_period=100, reduction_factor=3)
+    steps, finished, _ = bench.replay(curves, _Queue(order), bench.NoSearcher(), asha, 1, 0.95, 10)
+    assert (steps, finished) == (400 + 100 + 400, 3)  # ln1 is below the first rung's cutoff at step 100
+    steps, finished, spent = bench.replay(curves, _Queue(order[:2]), bench.NoSearcher(), FIFOScheduler(), 1, 0.99, 10)
+    assert steps is None and finished == 2 and spent == 800
+
+
+def test_replay_drives_the_search_optuna_searcher():
+    bench = _script("bench_search")
+    import optuna
+    from ray.tune.schedulers import FIFOScheduler
+
+    from vitplast_tune import search, spaces
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = SimpleNamespace(parameters={"components": spaces.Param("components", "choice", ("mha", "ln1")),
+                                       "lr": spaces.Param("lr", "choice", (0.1,))})  # fmt: skip
+    curves = {("mha", 0.1): _curve(0.5, 0.9), ("ln1", 0.1): _curve(0.2, 0.3)}
+    searcher = search.OptunaSearcher(space=spaces.OptunaSpace(spec), metric="val_acc", mode="max", sampler=optuna.samplers.TPESampler(seed=0))
+    steps, finished, _ = bench.replay(curves, searcher.suggest, searcher, FIFOScheduler(), 1, 0.9, 20)
+    assert steps == 200 * finished and finished >= 1
