@@ -41,6 +41,7 @@ def test_every_trial_finishes_and_reports(finished):
     assert len(trials) == 6
     assert set(trials["components"]) == {"mha", "fc1", "ln1", "ln2+fc2", "all", "head"}
     assert (trials["step"] == 24).all() and trials["error"].isna().all()
+    assert (trials["common_step"] == 24).all() and (trials["val_acc_common"] == trials["val_acc"]).all()
     assert trials["val_acc"].between(0, 1).all() and trials["test_acc"].between(0, 1).all()
     by_subset = trials.set_index("components")["trainable_params"]
     assert by_subset["head"] < by_subset["ln1"] < by_subset["mha"] < by_subset["all"]
@@ -86,6 +87,7 @@ def test_parent_run_has_plasticity_and_correlations(finished):
     assert metrics["corr/val_acc/log_trainable_params/n"] == 6
     assert "corr/relative_gain/plasticity_mean/spearman" in metrics  # the grid has a linear probe
     assert metrics["plasticity/mha"] > 0
+    assert metrics["corr/val_acc_common/log_trainable_params/n"] == 6  # every trial at the common step
 
 
 def test_summary_names_results_and_mlflow_command(finished):

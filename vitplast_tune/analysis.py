@@ -257,50 +257,74 @@ def analyse_trials(
     trials: pd.DataFrame, out_dir: str | Path, *, target: str = "val_acc", min_trials: int = 5,
     n_boot: int = 1000, seed: int = 0,
 ) -> TrialAnalysis:  # fmt: skip
-    """Correlate each plasticity score, and the naive baseline log(trainable parameters), with final accuracy.
+    """Correlate each plasticity score, and the naive baseline log(trainable parameters), with accuracy.
 
-    Uses finished trials only; adds the relative gain over the linear probe when the search has
-    head-only trials. Writes correlations.csv, single_components.csv and scatter plots to ``out_dir``.
+    Two views: final ``target`` of the finished trials (those that trained their whole budget),
+    and, when the table has it, ``val_acc_common`` of every trial (accuracy at the last step all
+    trials reached, the fair view under early stopping). Adds the relative gain over the linear
+    probe when the search has head-only trials. Writes correlations.csv, single_components.csv and
+    scatter plots to ``out_dir``.
     """
     out = Path(out_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
+    trials = trials.copy()
+    trials[BASELINE] = np.log(pd.to_numeric(trials["trainable_params"], errors="coerce").astype(float))
     done = finished_trials(trials)
-    done[BASELINE] = np.log(pd.to_numeric(done["trainable_params"], errors="coerce").astype(float))
     single = single_component_table(done, target) if len(done) else pd.DataFrame()
-    targets = [target]
+    views = [(target, done)]
     if "relative_gain" in single:
         done["relative_gain"] = relative_gain(_numeric(done[target]), single.loc[single["components"] == HEAD, "mean"].iloc[0])
-        targets.append("relative_gain")
-    predictors = [c for c in SCORES if c in done] + [BASELINE]
+        views.append(("relative_gain", done))
+    if "val_acc_common" in trials and trials["val_acc_common"].notna().any():
+        views.append(("val_acc_common", trials))
+    predictors = [c for c in SCORES if c in trials] + [BASELINE]
     table = pd.concat(
-        [correlations(done, predictors, t, n_boot=n_boot, seed=seed, min_trials=min_trials) for t in targets],
+        [correlations(frame, predictors, t, n_boot=n_boot, seed=seed, min_trials=min_trials) for t, frame in views],
         ignore_index=True,
     )
     files = [out / "correlations.csv", out / "single_components.csv", out / "finished_trials.csv"]
     table.to_csv(files[0], index=False)
     single.to_csv(files[1], index=False)
     done.to_csv(files[2], index=False)
-    for predictor in predictors:
-        if done[predictor].notna().any():
-            files.append(plot_score_vs_accuracy(done, predictor, target, out / f"{predictor}_vs_{target}.png"))
+    for t, frame in views:
+        for predictor in ("plasticity_mean", BASELINE):
+            if t != "relative_gain" and predictor in frame and frame[predictor].notna().any():
+                files.append(plot_score_vs_accuracy(frame, predictor, t, out / f"{predictor}_vs_{t}.png"))
     return TrialAnalysis(table, single, files, len(done))
 
 
+TARGET_LABELS = {
+    "val_acc": "final validation accuracy, finished trials",
+    "relative_gain": "relative gain over the linear probe, finished trials",
+    "val_acc_common": "validation accuracy at the last step every trial reached, all trials",
+}
+
+
 def describe_correlations(table: pd.DataFrame) -> str:
-    """A few plain lines: each predictor's Spearman with its interval, and which predictor ranks trials best."""
+    """Plain lines per target: each predictor's Spearman with its interval, then plasticity vs the baseline."""
     lines = []
-    for row in table.itertuples():
-        if row.note:
-            lines.append(f"  {row.predictor:<22} vs {row.target}: n={row.n}, {row.note}")
-        else:
-            lines.append(f"  {row.predictor:<22} vs {row.target}: Spearman {row.spearman:+.2f} "
-                         f"[{row.spearman_low:+.2f}, {row.spearman_high:+.2f}], Kendall {row.kendall:+.2f}, n={row.n}")  # fmt: skip
-    valid = table[table["note"] == ""]
-    if len(valid):
-        best = valid.loc[valid["spearman"].idxmax()]
-        plastic = valid[valid["predictor"].isin(SCORES)]
-        verdict = f"  Best predictor of {best.target}: {best.predictor} (Spearman {best.spearman:+.2f})."
-        if best.predictor == BASELINE and len(plastic):
-            verdict += " The naive baseline ranks these trials better than plasticity does."
-        lines.append(verdict)
+    for target, rows in table.groupby("target", sort=False):
+        lines.append(f"  {TARGET_LABELS.get(target, target)}:")
+        for row in rows.itertuples():
+            if row.note:
+                lines.append(f"    {row.predictor:<22} n={row.n}: {row.note}")
+            else:
+                lines.append(f"    {row.predictor:<22} Spearman {row.spearman:+.2f} [{row.spearman_low:+.2f}, "
+                             f"{row.spearman_high:+.2f}], Kendall {row.kendall:+.2f}, n={row.n}")  # fmt: skip
+        lines += [f"    -> {line}" for line in [_verdict(rows)] if line]
     return "\n".join(lines)
+
+
+def _verdict(rows: pd.DataFrame) -> str:
+    """Which ranks the trials better, the best plasticity score or log(trainable parameters), and how clearly."""
+    valid = rows[rows["note"] == ""]
+    plastic, baseline = valid[valid["predictor"].isin(SCORES)], valid[valid["predictor"] == BASELINE]
+    if plastic.empty or baseline.empty:
+        return ""
+    p, b = plastic.loc[plastic["spearman"].idxmax()], baseline.iloc[0]
+    winner, loser = (p, b) if p.spearman > b.spearman else (b, p)
+    clear = winner.spearman_low > loser.spearman_high
+    name = lambda r: "log(trainable parameters)" if r.predictor == BASELINE else r.predictor  # noqa: E731
+    return (f"{name(winner)} ranks these trials better than {name(loser)} "
+            f"({winner.spearman:+.2f} vs {loser.spearman:+.2f}; "
+            f"{'the intervals do not overlap' if clear else 'the intervals overlap: not a clear difference'}).")  # fmt: skip

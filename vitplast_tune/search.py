@@ -323,8 +323,10 @@ def _tuner(plan: SearchPlan, trainable, callbacks: list):
     search_alg = None
     param_space: dict[str, Any] = {}
     if spec.algorithm == "optuna":
+        import optuna
         from optuna.samplers import TPESampler
 
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
         search_alg = OptunaSearcher(
             space=spaces.OptunaSpace(spec), metric=spec.metric, mode=spec.mode, sampler=TPESampler(seed=options.seed)
         )
@@ -508,8 +510,12 @@ def _write_record(plan: SearchPlan, parent_run_id: str) -> None:
 
 
 def _trial_table(grid, plan: SearchPlan, report=None) -> pd.DataFrame:
-    """One row per trial: its subset, parameters, final and best metrics, status and plasticity scores."""
-    rows = []
+    """One row per trial: its subset, parameters, final and best metrics, status and plasticity scores.
+
+    ``val_acc_common`` is each trial's validation accuracy at ``common_step``, the last evaluation
+    every trial reached: with early stopping, the one budget all trials share.
+    """
+    rows, curves = [], []
     for result in grid:
         config, metrics = result.config or {}, result.metrics or {}
         subset = spaces.config_components(config)
@@ -529,7 +535,21 @@ def _trial_table(grid, plan: SearchPlan, report=None) -> pd.DataFrame:
                 **subset_scores(report, subset),
             }
         )
+        curves.append(_val_curve(result))
+    reached = [max(curve) for curve, row in zip(curves, rows) if curve and not row["diverged"] and row["error"] is None]
+    common = min(reached) if reached else None
+    for row, curve in zip(rows, curves):
+        row["common_step"], row["val_acc_common"] = common, curve.get(common)
     return pd.DataFrame(rows)
+
+
+def _val_curve(result) -> dict[int, float]:
+    """Validation accuracy by step, from every report of a trial."""
+    frame = result.metrics_dataframe
+    if frame is None or "val_acc" not in frame or "step" not in frame:
+        return {}
+    frame = frame.dropna(subset=["step", "val_acc"])
+    return dict(zip(frame["step"].astype(int), frame["val_acc"].astype(float)))
 
 
 def _log_summary(result: SearchResult, mlflow) -> None:
@@ -618,8 +638,8 @@ def summary(result: SearchResult, k: int = 10) -> str:
     if result.correlations is not None:
         from vitplast_tune.analysis import describe_correlations
 
-        lines += ["", "Plasticity of the trained subset vs final validation accuracy (finished trials; "
-                  "the naive baseline is log(trainable parameters)):", describe_correlations(result.correlations)]  # fmt: skip
+        lines += ["", "Does the plasticity of the trained subset predict accuracy? Spearman with a bootstrap 95% interval,"
+                  " beside the naive baseline log(trainable parameters):", describe_correlations(result.correlations)]  # fmt: skip
     lines += ["", f"Results (Ray Tune): {plan.storage}/{plan.name}"]
     if plan.local_dir is not None:
         lines.append(f"Trial table:        {plan.local_dir / 'trials.csv'}")
