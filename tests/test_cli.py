@@ -51,6 +51,7 @@ CASES = [
     (["--model", "vit_bace_patch16_224"], GOOD, 'unknown timm model "vit_bace_patch16_224"'),
     (["--dataset", "cifar10", "--data-dir", "{tmp}/nothing"], GOOD, 'dataset "cifar10" not found'),
     (["--dataset", "imagefolder", "--data-dir", "{tmp}/nothing"], GOOD, "image folder"),
+    (["--weights", "{tmp}/nope.safetensors"], GOOD, "nope.safetensors does not exist"),
     (["--cpus-per-trial", "-1"], GOOD, "must not be negative"),
     (["--max-steps", "0"], GOOD, "max_steps must be positive"),
     (["--storage", "/proc/vitplast"], GOOD, "not writable"),

@@ -67,16 +67,11 @@ def build_model(
     the testbed); ``weights`` loads a local safetensors file or torch state dict instead
     (``weights_only=True``). Raises UserError for an unknown name or a non-ViT model.
     """
-    check_model_name(name)
+    check_weights(name, weights, pretrained)
     create_kwargs: dict[str, Any] = dict(num_classes=num_classes, **kwargs)
     if weights is not None:
-        path = Path(weights).expanduser()
-        if not path.is_file():
-            raise UserError(f"weights file {path} does not exist")
-        create_kwargs["pretrained_cfg_overlay"] = dict(file=str(path))
+        create_kwargs["pretrained_cfg_overlay"] = dict(file=str(Path(weights).expanduser()))
         pretrained = True
-    elif pretrained:
-        _check_shipped_file(name)
     try:
         model = timm.create_model(name, pretrained=pretrained, **create_kwargs)
     except (OSError, RuntimeError) as exc:  # hub unreachable, missing file, shape mismatch
@@ -88,6 +83,16 @@ def build_model(
     if not isinstance(model, VisionTransformer):
         raise UserError(f'"{name}" is a {type(model).__name__}, not a timm VisionTransformer')
     return model
+
+
+def check_weights(name: str, weights: str | Path | None, pretrained: bool) -> None:
+    """Raise UserError when the model is unknown, or a local weights file it needs is missing."""
+    check_model_name(name)
+    if weights is not None:
+        if not Path(weights).expanduser().is_file():
+            raise UserError(f"weights file {Path(weights).expanduser()} does not exist")
+    elif pretrained:
+        _check_shipped_file(name)
 
 
 def check_model_name(name: str) -> None:

@@ -137,8 +137,9 @@ def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> dict[str, Any]
 
 
 def _check_data(settings: dict[str, Any]) -> None:
-    """The model name is known and the dataset is where the settings say (or may be downloaded)."""
+    """The model and its weights file are known, and the dataset is where the settings say (or may be downloaded)."""
     config = models.pretrained_data_config(settings["model"])
+    models.check_weights(settings["model"], settings["weights"], settings["pretrained"])
     data.num_classes(settings["dataset"], settings.get("data_dir"))
     if not settings.get("download"):
         data.load_dataset(settings["dataset"], config, data_dir=settings.get("data_dir"), seed=settings["seed"])
@@ -230,12 +231,12 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
 
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     started = time.perf_counter()
+    report = measure_plasticity(plan)  # on the driver, before Ray: it also proves the weights load
     owns_ray = not ray.is_initialized()
     if owns_ray:
         _init_ray(plan.options.address)
     try:  # cluster: join and check the per-trial request before any record exists; Ray shut down on failure
         _check_cluster(plan)
-        report = measure_plasticity(plan)
         mlflow = tracking.client(plan.tracking_uri)
         parent = _parent_run(plan, mlflow, report)
         _write_record(plan, parent)
