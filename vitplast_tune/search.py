@@ -62,6 +62,7 @@ class SearchPlan:
     storage: str
     tracking_uri: str
     settings: dict[str, Any]
+    decoded: data.InMemory | None = None  # a small dataset, decoded once for every trial
 
     @property
     def local_dir(self) -> Path | None:
@@ -96,7 +97,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     spec = spaces.load_space(options.space).with_overrides(num_samples=options.num_samples)
     settings = _settings(spec, options)
     _check_resources(options)
-    _check_data(settings)
+    decoded = _check_data(settings)
     if options.plasticity:
         from vitplast_tune.plasticity import VARIANTS
 
@@ -113,7 +114,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     if "/" in name or name.startswith("."):
         raise UserError(f'--name "{name}" must be a plain directory name')
     tracking_uri = options.tracking_uri or _default_tracking_uri(storage)
-    plan = SearchPlan(spec, options, name, storage, tracking_uri, settings)
+    plan = SearchPlan(spec, options, name, storage, tracking_uri, settings, decoded)
     _check_resume(plan)
     return plan
 
@@ -136,13 +137,16 @@ def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> dict[str, Any]
     return settings
 
 
-def _check_data(settings: dict[str, Any]) -> None:
-    """The model and its weights file are known, and the dataset is where the settings say (or may be downloaded)."""
+def _check_data(settings: dict[str, Any]) -> data.InMemory | None:
+    """Check the model, its weights file and the dataset; return a small dataset decoded once.
+
+    The decoded dataset (None for datasets read lazily from disk) is shared with every trial
+    through the object store, so it is decoded here and nowhere else on the driver.
+    """
     config = models.pretrained_data_config(settings["model"])
     models.check_weights(settings["model"], settings["weights"], settings["pretrained"])
     data.num_classes(settings["dataset"], settings.get("data_dir"))
-    if not settings.get("download"):
-        data.load_dataset(settings["dataset"], config, data_dir=settings.get("data_dir"), seed=settings["seed"])
+    return data.decode_dataset(settings["dataset"], config, data_dir=settings.get("data_dir"), download=settings["download"])
 
 
 def _corner_configs(spec: spaces.SearchSpec) -> list[dict[str, Any]]:
@@ -248,12 +252,8 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
         callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, _describe_trial(plan, report)), *callbacks]
         if plan.options.verbose:
             callbacks.append(Progress(plan.spec.total_trials))
-        decoded = data.decode_dataset(
-            plan.settings["dataset"], models.pretrained_data_config(plan.settings["model"]),
-            data_dir=plan.settings["data_dir"], download=plan.settings["download"],
-        )  # small datasets: decoded once here, shared with every trial through the object store
         trainable = tune.with_resources(
-            tune.with_parameters(finetune_trial, settings=plan.settings, decoded=decoded), _trial_resources(plan.options)
+            tune.with_parameters(finetune_trial, settings=plan.settings, decoded=plan.decoded), _trial_resources(plan.options)
         )
         tuner = _tuner(plan, trainable, callbacks)
         grid = tuner.fit()

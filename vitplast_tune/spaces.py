@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -182,18 +181,13 @@ class SearchSpec:
                 example[name] = int(p.low)
         return example
 
-    def with_overrides(self, num_samples: int | None = None, algorithm: str | None = None) -> "SearchSpec":
-        """A copy with the command line's overrides applied (and validated)."""
-        values = dict(self.__dict__)
-        if num_samples is not None:
-            if num_samples < 1:
-                raise UserError(f"--num-samples must be at least 1, got {num_samples}")
-            values["num_samples"] = num_samples
-        if algorithm is not None:
-            values["algorithm"] = algorithm
-        spec = SearchSpec(**values)
-        _check_algorithm(spec)
-        return spec
+    def with_overrides(self, num_samples: int | None = None) -> "SearchSpec":
+        """A copy with the command line's ``--num-samples`` applied (and validated)."""
+        if num_samples is None:
+            return self
+        if num_samples < 1:
+            raise UserError(f"--num-samples must be at least 1, got {num_samples}")
+        return SearchSpec(**{**self.__dict__, "num_samples": num_samples})
 
 
 def resolve_space_path(name_or_path: str | Path) -> Path:
@@ -358,15 +352,3 @@ def component_flags(subset: str) -> dict[str, bool]:
     """One boolean per component (``train_<name>``) for a subset name."""
     chosen = parse_subset(subset)
     return {component_flag(c): c in chosen for c in COMPONENTS}
-
-
-def dumps(spec: SearchSpec) -> str:
-    """A compact JSON description of the spec (for logging)."""
-    return json.dumps(
-        {"name": spec.name, "algorithm": spec.algorithm, "num_samples": spec.num_samples,
-         "scheduler": spec.scheduler.__dict__, "metric": spec.metric, "mode": spec.mode,
-         "parameters": {k: {"kind": p.kind, "values": list(p.values), "low": p.low, "high": p.high}
-                        for k, p in spec.parameters.items()}},
-        default=str,
-    )  # fmt: skip
-

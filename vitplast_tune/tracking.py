@@ -8,6 +8,7 @@ search continues its runs instead of duplicating them.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -189,6 +190,4 @@ def _is_number(value: Any) -> bool:
 
 
 def _now_ms() -> int:
-    import time
-
     return int(time.time() * 1000)
