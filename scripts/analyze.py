@@ -14,10 +14,10 @@ def main() -> int:
     p.add_argument("--storage", help="where the search's results lie; default ~/vitplast_tune_results")
     p.add_argument("--tracking-uri", help="MLflow tracking URI; default: the one the search used")
     args = p.parse_args()
-    from vitplast_tune import search
+    from vitplast_tune import results, search
 
     result = search.reanalyse(args.name, args.storage, args.tracking_uri)
-    print(search.summary(result))
+    print(results.summary(result))
     return 0
 
 

@@ -38,7 +38,7 @@ from typing import Any, Callable
 import yaml
 from ray.tune import Callback
 
-from vitplast_tune import search, spaces
+from vitplast_tune import plan, search, searchers, spaces
 
 Key = tuple[str, float]
 
@@ -46,7 +46,7 @@ Key = tuple[str, float]
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--space", default="single_component", help="discrete space file (choices only) shared by all searches (default: single_component)")
-    p.add_argument("--curves", default=str(search.default_storage() / "bench_search_curves.json"),
+    p.add_argument("--curves", default=str(plan.default_storage() / "bench_search_curves.json"),
                    help="recorded grid curves: read when present, else the grid runs and writes them (default: ~/vitplast_tune_results/bench_search_curves.json)")
     p.add_argument("--rerun-grid", action="store_true", help="run the grid even when --curves exists")
     p.add_argument("--model", help="model for the grid (default: the space file's, the pretrained testbed)")
@@ -217,13 +217,13 @@ def algorithms(specs: dict[str, spaces.SearchSpec], max_steps: int, directory: P
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     def scheduler(spec):
-        made = search._scheduler(SimpleNamespace(spec=spec, settings={"max_steps": max_steps}))
+        made = searchers.scheduler(spec, max_steps)
         made.set_search_properties(spec.metric, spec.mode)  # as TuneConfig(metric, mode) does
         return made
 
     def tpe(spec):
         def make(seed):
-            searcher = search.OptunaSearcher(space=spaces.OptunaSpace(spec), metric=spec.metric, mode=spec.mode, sampler=TPESampler(seed=seed))
+            searcher = searchers.OptunaSearcher(space=spaces.OptunaSpace(spec), metric=spec.metric, mode=spec.mode, sampler=TPESampler(seed=seed))
             return searcher.suggest, searcher, scheduler(spec)
 
         return make
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         specs["random_asha"] = variant(base, tmp, "random", asha, pinned)
         specs["optuna_asha"] = variant(base, tmp, "optuna", asha, pinned)
-        settings = search.prepare(search.SearchOptions(space=str(specs["grid"].path), cpus_per_trial=1, plasticity=False,
+        settings = plan.prepare(search.SearchOptions(space=str(specs["grid"].path), cpus_per_trial=1, plasticity=False,
                                                        storage=str(tmp / "results"))).settings  # fmt: skip
         curves_path = Path(args.curves)
         if curves_path.is_file() and not args.rerun_grid:

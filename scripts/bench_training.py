@@ -40,7 +40,6 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -131,54 +130,22 @@ def _proc_status(key: str) -> int:
     return int(match.group(1)) * 1024
 
 
-def _plain_fp32() -> None:
-    """Turn off the CUDA options finetune applies (bf16 autocast, TF32, fused optimizers): the fp32 baseline."""
-    from vitplast_tune import training
-
-    build = training.build_optimizer
-    training._autocast = lambda device: nullcontext()
-
-    def use_hardware(cfg, device):
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-
-    def build_optimizer(cfg, params):
-        if cfg.optimizer == "sgd":
-            return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        return build(cfg, params) if not params or not params[0].is_cuda else torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-
-    training._use_hardware, training.build_optimizer = use_hardware, build_optimizer
-
-
 def measure(spec: dict) -> dict:
     """Run finetune for one configuration and return its steps/s, setup time and peak memory."""
-    from vitplast_tune import data, training
+    from vitplast_tune import data
     from vitplast_tune.training import FinetuneConfig, finetune
 
     device = torch.device(spec["device"])
-    if device.type == "cuda" and not spec["cuda_options"]:
-        _plain_fp32()
     cfg = FinetuneConfig(
         model=spec["model"], pretrained=False, dataset=spec["dataset"], components=spec["subset"], lr=0.01,
         batch_size=spec["batch_size"], max_steps=spec["warmup"] + spec["steps"], eval_every=spec["warmup"],
-        warmup_steps=0, threads=spec["threads"], compile=spec["compile"], eval_test=False,
+        warmup_steps=0, threads=spec["threads"], compile=spec["compile"], cuda_options=spec["cuda_options"], eval_test=False,
         val_fraction=0.2 if spec["memory"] else 0.01,  # timing: a tiny evaluation inside the CPU-time window
     )  # fmt: skip
     torch.set_num_threads(spec["threads"])
     decoded = data.decode_dataset(cfg.dataset, models.pretrained_data_config(cfg.model))  # as the search shares it
     reports: list[dict] = []
     cpu_at: list[float] = []
-    cache_s = [0.0]
-    cache = training._backbone_features
-
-    def timed_cache(*a, **kw):  # the head-only feature cache, timed (it is part of finetune's setup)
-        started = time.perf_counter()
-        out = cache(*a, **kw)
-        cache_s[0] = time.perf_counter() - started
-        return out
-
-    training._backbone_features = timed_cache
     if not spec["memory"]:
         pass
     elif device.type == "cuda":
@@ -199,7 +166,7 @@ def measure(spec: dict) -> dict:
     first, last = reports[0], reports[-1]
     steps = last["step"] - first["step"]
     return {"steps_per_s": steps / (last["time_in_steps_s"] - first["time_in_steps_s"]), "cpu_steps_per_s": steps / (cpu_at[-1] - cpu_at[0]),
-            "setup_s": last["time_setup_s"], "cache_s": cache_s[0]}  # fmt: skip
+            "setup_s": last["time_setup_s"], "cache_s": last["time_feature_cache_s"]}  # fmt: skip
 
 
 def run_child(spec: dict, env: dict | None = None) -> dict:

@@ -12,7 +12,8 @@ import argparse
 
 from vitplast_tune.cli import run_main
 from vitplast_tune.models import TESTBED_MODEL
-from vitplast_tune.plasticity import VARIANTS, plasticity_report
+from vitplast_tune.plasticity import VARIANTS
+from vitplast_tune.report import plasticity_report
 
 
 def positive_int(text: str) -> int:

@@ -89,12 +89,12 @@ def test_replay_drives_the_search_optuna_searcher():
     import optuna
     from ray.tune.schedulers import FIFOScheduler
 
-    from vitplast_tune import search, spaces
+    from vitplast_tune import searchers, spaces
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    spec = SimpleNamespace(parameters={"components": spaces.Param("components", "choice", ("mha", "ln1")),
-                                       "lr": spaces.Param("lr", "choice", (0.1,))})  # fmt: skip
+    spec = SimpleNamespace(parameters={"components": spaces.Choice("components", ("mha", "ln1")),
+                                       "lr": spaces.Choice("lr", (0.1,))})  # fmt: skip
     curves = {("mha", 0.1): _curve(0.5, 0.9), ("ln1", 0.1): _curve(0.2, 0.3)}
-    searcher = search.OptunaSearcher(space=spaces.OptunaSpace(spec), metric="val_acc", mode="max", sampler=optuna.samplers.TPESampler(seed=0))
+    searcher = searchers.OptunaSearcher(space=spaces.OptunaSpace(spec), metric="val_acc", mode="max", sampler=optuna.samplers.TPESampler(seed=0))
     steps, finished, _ = bench.replay(curves, searcher.suggest, searcher, FIFOScheduler(), 1, 0.9, 20)
     assert steps == 200 * finished and finished >= 1

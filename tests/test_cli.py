@@ -79,3 +79,4 @@ def test_help_documents_every_flag():
     for flag in ("--space", "--num-samples", "--max-steps", "--name", "--storage", "--tracking-uri", "--address",
                  "--cpus-per-trial", "--gpus-per-trial", "--max-concurrent", "--seed", "--model", "--dataset", "--data-dir"):  # fmt: skip
         assert flag in proc.stdout
+    assert "(default: None)" not in proc.stdout

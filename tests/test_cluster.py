@@ -22,7 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from _raycluster import LocalCluster, MlflowServer, free_ports, node_ip
 from vitplast_tune import cluster, tracking
-from vitplast_tune.search import EXPERIMENT
+from vitplast_tune.plan import EXPERIMENT
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_DIR = ROOT / "scripts" / "cluster"

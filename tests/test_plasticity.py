@@ -204,7 +204,7 @@ def test_report_writes_table_json_and_plot(tmp_path):
     import sys
     from pathlib import Path
 
-    from vitplast_tune.plasticity import plasticity_report
+    from vitplast_tune.report import plasticity_report
 
     report = plasticity_report(
         "vit_testbed_patch8_32", pretrained=False, dataset="digits", reference="digits", reference_split="train",

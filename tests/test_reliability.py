@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from vitplast_tune import search, tracking
+from vitplast_tune import results, search, searchers, tracking
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,7 +131,7 @@ def test_sigkilled_driver_resumes_without_losing_or_repeating_trials(tmp_path, o
         assert set(steps) == {8, 16, 24, 32, 40, 48}
         assert len(steps) <= 7  # a resumed trial repeats at most the segment after its last checkpoint
 
-    searcher = search.OptunaSearcher()
+    searcher = searchers.OptunaSearcher()
     searcher.restore_from_dir(str(directory))
     study_trials = searcher._ot_study.trials
     assert len(study_trials) == 5
@@ -185,8 +185,8 @@ def test_diverging_trial_is_failed_in_mlflow_and_optuna(ray_local, tmp_path):
         else:
             assert run.info.status == "FINISHED"
 
-    searcher = search.OptunaSearcher()
+    searcher = searchers.OptunaSearcher()
     searcher.restore_from_dir(str(result.plan.local_dir))
     states = {t.params["lr"]: t.state.name for t in searcher._ot_study.trials}
     assert states == {0.05: "COMPLETE", 1e6: "FAIL"}
-    assert "failed or diverged" in search.summary(result)
+    assert "failed or diverged" in results.summary(result)

@@ -5,7 +5,7 @@ import math
 import pytest
 from mlflow.tracking import MlflowClient
 
-from vitplast_tune import search, tracking
+from vitplast_tune import results, search, tracking
 
 pytestmark = pytest.mark.slow
 
@@ -91,7 +91,7 @@ def test_parent_run_has_plasticity_and_correlations(finished):
 
 
 def test_summary_names_results_and_mlflow_command(finished):
-    text = search.summary(finished)
+    text = results.summary(finished)
     assert "Top 6 trials" in text
     assert f"mlflow ui --backend-store-uri {finished.plan.tracking_uri}" in text
     assert "log_trainable_params" in text and "Spearman" in text

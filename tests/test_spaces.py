@@ -30,6 +30,16 @@ def test_shipped_spaces_load(name):
     assert spec.parameters and spec.total_trials >= 1
 
 
+@pytest.mark.parametrize("name", ["component_subsets", "paper_grid", "single_component"])
+def test_shipped_spaces_leave_defaults_to_the_training_config(name):
+    from vitplast_tune.training import FinetuneConfig
+
+    base = FinetuneConfig().to_dict()
+    spec = spaces.load_space(name)
+    repeated = {k: v for k, v in spec.defaults.items() if base.get(k) == v}
+    assert not repeated, f"{name} repeats FinetuneConfig defaults {repeated}: one source of defaults"
+
+
 def test_paper_grid_is_the_papers_protocol():
     spec = spaces.load_space("paper_grid")
     assert spec.algorithm == "grid"
@@ -43,9 +53,30 @@ def test_paper_grid_is_the_papers_protocol():
 def test_component_subsets_space_is_optuna_with_asha():
     spec = spaces.load_space("component_subsets")
     assert spec.algorithm == "optuna" and spec.scheduler.name == "asha"
-    assert spec.parameters["components"].kind == "subsets"
+    assert isinstance(spec.parameters["components"], spaces.Subsets)
     lr = spec.parameters["lr"]
-    assert lr.kind == "loguniform" and lr.low <= 1e-3 and lr.high >= 1.0
+    assert isinstance(lr, spaces.LogUniform) and lr.low <= 1e-3 and lr.high >= 1.0
+
+
+def test_distributions_know_their_corners_and_forms(tmp_path):
+    path = write_space(
+        tmp_path,
+        "  components: {choice: [mha, all]}\n  lr: {loguniform: [0.01, 1.0]}\n  batch_size: {randint: [8, 16]}\n"
+        "  optimizer: adamw",
+        "random",
+    )
+    spec = spaces.load_space(path)
+    params = spec.parameters
+    assert isinstance(params["batch_size"], spaces.RandInt) and params["batch_size"].corners() == [8, 16]
+    assert params["lr"].corners() == [0.01, 1.0] and params["optimizer"].corners() == ["adamw"]
+    assert spec.example() == {"components": "mha", "lr": 0.01, "batch_size": 8, "optimizer": "adamw"}
+    corners = spec.corner_configs()
+    assert {c["components"] for c in corners} == {"mha", "all"} and {c["lr"] for c in corners} == {0.01, 1.0}
+    assert {c["batch_size"] for c in corners} == {8, 16}
+    domain = spaces.tune_param_space(spec)["batch_size"]
+    assert domain.lower == 8 and domain.upper == 17  # Tune's randint excludes its upper bound
+    with pytest.raises(UserError, match="range"):
+        params["lr"].grid_values()
 
 
 def test_optuna_space_samples_booleans_and_never_an_empty_subset():

@@ -26,13 +26,13 @@ BLOCK_COMPONENTS: tuple[str, ...] = COMPONENTS[1:]
 HEAD = "head"
 ALL = "all"
 
-# Parameter-name prefixes inside a block, per component.
+# The timm submodule of block i that each block component names (its input and output define plasticity).
+BLOCK_MODULES: dict[str, str] = {"ln1": "norm1", "mha": "attn", "ln2": "norm2", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
+# Parameters of a block that belong to a component besides its module's own (layer scales, the MLP's norm).
+_EXTRA_PREFIXES: dict[str, tuple[str, ...]] = {"mha": ("ls1.",), "fc2": ("mlp.norm.", "ls2.")}
+# Parameter-name prefixes inside a block, per component ("mlp.fc1" also matches fc1_g / fc1_x of gated MLPs).
 _BLOCK_PREFIXES: dict[str, tuple[str, ...]] = {
-    "ln1": ("norm1.",),
-    "mha": ("attn.", "ls1."),
-    "ln2": ("norm2.",),
-    "fc1": ("mlp.fc1",),  # also fc1_g / fc1_x of gated MLPs
-    "fc2": ("mlp.fc2", "mlp.norm.", "ls2."),
+    c: (m if "." in m else f"{m}.", *_EXTRA_PREFIXES.get(c, ())) for c, m in BLOCK_MODULES.items()
 }
 _EMB_PREFIXES = ("patch_embed.", "cls_token", "reg_token", "pos_embed", "norm_pre.")
 _HEAD_PREFIXES = ("head.", "norm.", "fc_norm.", "attn_pool.")

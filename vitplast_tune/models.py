@@ -1,4 +1,5 @@
-"""Building timm Vision Transformers: by timm name, from a local weights file, or the shipped testbed.
+"""timm Vision Transformers: building them (by timm name, from a local weights file, or the shipped
+testbed), and the one place that knows timm's ViT internals (the embedding path, the block layout).
 
 Every model goes through ``timm.create_model``. The offline testbed ViT is registered with timm
 here (``vit_testbed_patch8_32.fractal``), and its pretrained config points at the safetensors
@@ -12,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import timm
+from torch import Tensor, nn
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
 
+from vitplast_tune.components import BLOCK_MODULES
 from vitplast_tune.errors import UserError, did_you_mean
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
@@ -115,6 +118,42 @@ def pretrained_data_config(name: str) -> dict[str, Any]:
     if cfg is None:
         return timm.data.resolve_data_config({}, model=timm.create_model(name, pretrained=False))
     return timm.data.resolve_data_config(pretrained_cfg=cfg.to_dict())
+
+
+def embed(model: nn.Module, pixels: Tensor) -> Tensor:
+    """The input of block 0: patch_embed -> _pos_embed (prefix tokens + pos embed) -> patch_drop -> norm_pre."""
+    return model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(pixels))))
+
+
+def block_module(block: nn.Module, component: str) -> nn.Module | None:
+    """The submodule of a ViT block that a block component names (``BLOCK_MODULES``), or None."""
+    module: Any = block
+    for name in BLOCK_MODULES[component].split("."):
+        module = getattr(module, name, None)
+        if not isinstance(module, nn.Module):
+            return None
+    return module
+
+
+def vit_blocks(model: nn.Module) -> list[nn.Module]:
+    """The model's blocks, after checking it has the timm VisionTransformer layout (UserError otherwise)."""
+    needed = ("patch_embed", "_pos_embed", "patch_drop", "norm_pre", "blocks")
+    if not all(hasattr(model, name) for name in needed):
+        raise UserError(f"{type(model).__name__} is not a timm VisionTransformer (needs {', '.join(needed)})")
+    blocks = list(model.blocks)
+    if not blocks:
+        raise UserError("the model has no blocks")
+    for i, block in enumerate(blocks):
+        for component, path in BLOCK_MODULES.items():
+            if block_module(block, component) is None:
+                raise UserError(
+                    f"block {i} has no {path}: only the standard ViT block "
+                    "(norm1, attn, norm2, mlp.fc1, mlp.fc2) is supported"
+                )
+        fc2 = block.mlp.fc2
+        if not isinstance(fc2, nn.Linear) or fc2.in_features < fc2.out_features:
+            raise UserError(f"block {i}: mlp.fc2 must be an nn.Linear from the hidden width to the model width")
+    return blocks
 
 
 def _check_shipped_file(name: str) -> None:

@@ -1,4 +1,5 @@
-"""Plasticity of ViT components: the average rate of change ||f(x) - f(y)|| / ||x - y|| over image pairs.
+"""Measuring the plasticity of ViT components (pure: model and images in, table out): the average rate
+of change ||f(x) - f(y)|| / ||x - y|| over image pairs.
 
 Two variants (see PAPER.md):
 
@@ -20,13 +21,7 @@ averaged over pairs. A pair whose denominator is zero (identical inputs) is skip
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import re
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Iterator, Union
 
 import numpy as np
@@ -37,15 +32,10 @@ from torch import Tensor, nn
 
 from vitplast_tune.components import BLOCK_COMPONENTS, COMPONENTS, parse_subset
 from vitplast_tune.errors import UserError, did_you_mean
+from vitplast_tune.models import block_module, embed, vit_blocks
 
 VARIANTS: tuple[str, ...] = ("paper", "in_network")
 Images = Union[Tensor, Iterable[Any]]  # (N, C, H, W), or batches of it (or of (images, labels) tuples)
-
-# The timm submodule of block i that each block component names, for hooks and checks.
-_BLOCK_MODULES: dict[str, str] = {
-    "ln1": "norm1", "mha": "attn", "ln2": "norm2", "fc1": "mlp.fc1", "fc2": "mlp.fc2",
-}  # fmt: skip
-
 
 def compute_plasticity(
     model: nn.Module,
@@ -71,7 +61,7 @@ def compute_plasticity(
         raise UserError(f"batch_size must be a positive integer, not {batch_size}")
     if max_pairs is not None and max_pairs < 1:
         raise UserError(f"max_pairs must be a positive integer, not {max_pairs}")
-    blocks = _check_model(model)
+    blocks = vit_blocks(model)
     device = _resolve_device(device)
     first = next(model.parameters())
     home, dtype = first.device, first.dtype
@@ -154,147 +144,7 @@ def subset_scores(table: pd.DataFrame, subset: str | Iterable[str], param_counts
     }
 
 
-# ----------------------------------------------------------------------------- report (used by scripts/plasticity.py)
-
-
-@dataclass
-class PlasticityReport:
-    """What ``plasticity_report`` measured and wrote."""
-
-    table: pd.DataFrame
-    ranking: pd.DataFrame
-    out_dir: Path
-    files: dict[str, Path] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-def plasticity_report(
-    model_name: str,
-    *,
-    weights: str | Path | None = None,
-    pretrained: bool = True,
-    dataset: str = "digits",
-    reference: str = "fractals",
-    reference_split: str = "test",
-    data_dir: str | Path | None = None,
-    download: bool = False,
-    variant: str = "paper",
-    batch_size: int = 64,
-    max_pairs: int | None = None,
-    out_dir: str | Path | None = None,
-    device: str | torch.device | None = None,
-    reuse: bool = False,
-) -> PlasticityReport:
-    """Measure the plasticity of a model between a reference distribution and a downstream test split; write files.
-
-    Writes ``plasticity.csv`` (the per-layer table), ``plasticity.json`` (settings, table, ranking
-    and parameter counts per component) and ``plasticity.png`` into ``out_dir`` (default: a cache
-    folder keyed by model, weights, data and variant). With ``reuse``, a report already written
-    there for the same settings is loaded instead of measured again.
-    """
-    from vitplast_tune import analysis, components, data, models
-
-    if reference_split not in ("test", "train"):
-        raise UserError(f'reference split must be "test" or "train", not "{reference_split}"')
-    if variant not in VARIANTS:
-        raise UserError(f'unknown plasticity variant "{variant}"{did_you_mean(variant, VARIANTS)}; use one of {", ".join(VARIANTS)}')
-    data.check_dataset_name(dataset)
-    data.check_dataset_name(reference)
-    key = dict(
-        model=model_name, weights=_file_identity(weights), pretrained=pretrained or weights is not None,
-        dataset=dataset, reference=reference, reference_split=reference_split, variant=variant, max_pairs=max_pairs,
-    )  # fmt: skip
-    out = Path(out_dir).expanduser() if out_dir is not None else default_out_dir(model_name, dataset, reference, variant, key)
-    files = {"csv": out / "plasticity.csv", "json": out / "plasticity.json", "png": out / "plasticity.png"}
-    if reuse and all(f.is_file() for f in files.values()):
-        meta = json.loads(files["json"].read_text())
-        if {k: meta.get(k) for k in key} == key:
-            table = pd.read_csv(files["csv"])
-            table.attrs["variant"] = variant
-            meta = {k: v for k, v in meta.items() if k not in ("table", "ranking")}
-            return PlasticityReport(table, aggregate_plasticity(table), out, files, dict(meta, reused=True))
-
-    # The head is never used: build without one, which also accepts any head in the weights.
-    model = models.build_model(model_name, 0, pretrained=pretrained, weights=weights)
-    config = models.data_config(model)
-    downstream_set = data.load_dataset(dataset, config, data_dir=data_dir, download=download).test
-    reference_splits = data.load_dataset(reference, config, data_dir=data_dir, download=download)
-    reference_set = getattr(reference_splits, reference_split)
-
-    start = time.perf_counter()
-    table = compute_plasticity(
-        model,
-        data.eval_batches(reference_set, batch_size),
-        data.eval_batches(downstream_set, batch_size),
-        variant=variant,
-        batch_size=batch_size,
-        device=device,
-        max_pairs=max_pairs,
-    )
-    seconds = time.perf_counter() - start
-    ranking = aggregate_plasticity(table)
-
-    out.mkdir(parents=True, exist_ok=True)
-    counts = components.count_parameters(model)
-    meta = dict(key, batch_size=batch_size, n_pairs=int(table["n_pairs"].max()), seconds=round(seconds, 3),
-                component_params={c: counts[c] for c in COMPONENTS})  # fmt: skip
-    table.to_csv(files["csv"], index=False)
-    payload = dict(meta, table=_records(table), ranking=_records(ranking))
-    files["json"].write_text(json.dumps(payload, indent=2) + "\n")
-    title = f"{model_name}: {dataset} vs {reference} ({variant})"
-    analysis.plot_plasticity(table, files["png"], title=title)
-    return PlasticityReport(table, ranking, out, files, meta)
-
-
-def default_out_dir(model_name: str, dataset: str, reference: str, variant: str, key: dict | None = None) -> Path:
-    """``~/.cache/vitplast_tune/plasticity/<model>__<dataset>__vs__<reference>__<variant>[__<hash of key>]``."""
-    name = "__".join([model_name, dataset, "vs", reference, variant])
-    if key is not None:
-        name += "__" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
-    return Path.home() / ".cache" / "vitplast_tune" / "plasticity" / re.sub(r"[^A-Za-z0-9._-]", "-", name)
-
-
-def _file_identity(path: str | Path | None) -> str | None:
-    """A weights file named by its path, size and modification time (for cache keys)."""
-    if path is None:
-        return None
-    p = Path(path).expanduser().resolve()
-    if not p.is_file():
-        return str(p)
-    stat = p.stat()
-    return f"{p}:{stat.st_size}:{int(stat.st_mtime)}"
-
-
 # ----------------------------------------------------------------------------- internals
-
-
-def _check_model(model: nn.Module) -> list[nn.Module]:
-    """The model's blocks, after checking it has the timm VisionTransformer layout this module needs."""
-    needed = ("patch_embed", "_pos_embed", "patch_drop", "norm_pre", "blocks")
-    if not all(hasattr(model, name) for name in needed):
-        raise UserError(f"{type(model).__name__} is not a timm VisionTransformer (needs {', '.join(needed)})")
-    blocks = list(model.blocks)
-    if not blocks:
-        raise UserError("the model has no blocks")
-    for i, block in enumerate(blocks):
-        for path in _BLOCK_MODULES.values():
-            if _submodule(block, path) is None:
-                raise UserError(
-                    f"block {i} has no {path}: only the standard ViT block "
-                    "(norm1, attn, norm2, mlp.fc1, mlp.fc2) is supported"
-                )
-        fc2 = block.mlp.fc2
-        if not isinstance(fc2, nn.Linear) or fc2.in_features < fc2.out_features:
-            raise UserError(f"block {i}: mlp.fc2 must be an nn.Linear from the hidden width to the model width")
-    return blocks
-
-
-def _submodule(module: nn.Module, path: str) -> nn.Module | None:
-    for name in path.split("."):
-        module = getattr(module, name, None)
-        if not isinstance(module, nn.Module):
-            return None
-    return module
 
 
 def _resolve_device(device: str | torch.device | None) -> torch.device:
@@ -306,11 +156,6 @@ def _resolve_device(device: str | torch.device | None) -> torch.device:
         raise UserError(f'invalid device "{device}": {exc}') from exc
 
 
-def _embed(model: nn.Module, pixels: Tensor) -> Tensor:
-    """The input of block 0: patch_embed -> _pos_embed (prefix tokens + pos embed) -> patch_drop -> norm_pre."""
-    return model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(pixels))))
-
-
 def _pair_dist(stacked: Tensor) -> Tensor:
     """Per-pair Frobenius distance between the first and second half of a [x; y] batch."""
     a, b = stacked.chunk(2)
@@ -320,7 +165,7 @@ def _pair_dist(stacked: Tensor) -> Tensor:
 
 def _paper_ratios(model: nn.Module, blocks: list[nn.Module], pixels: Tensor) -> tuple[Tensor, Tensor]:
     """(numerators, denominators), each (rows, pairs): every component applied to the embedding output."""
-    e = _embed(model, pixels)
+    e = embed(model, pixels)
     e_dist = _pair_dist(e)
     width = e.shape[-1]
     per_block = []
@@ -346,12 +191,12 @@ def _in_network_ratios(model: nn.Module, blocks: list[nn.Module], pixels: Tensor
         return hook
 
     handles = [
-        _submodule(block, path).register_forward_hook(hook_for((i, name)))
+        block_module(block, name).register_forward_hook(hook_for((i, name)))
         for i, block in enumerate(blocks)
-        for name, path in _BLOCK_MODULES.items()
+        for name in BLOCK_COMPONENTS
     ]
     try:
-        e = _embed(model, pixels)
+        e = embed(model, pixels)
         model.blocks(e)
     finally:
         for handle in handles:
@@ -444,8 +289,3 @@ def _check_images(images: Any, what: str) -> None:
     if not isinstance(images, Tensor) or images.ndim != 4:
         shape = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
         raise UserError(f"{what} images must be a (N, C, H, W) tensor or batches of them, not {shape}")
-
-
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """JSON-safe records: NaN and <NA> become null."""
-    return json.loads(frame.to_json(orient="records"))

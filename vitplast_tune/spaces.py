@@ -23,11 +23,11 @@ import hashlib
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable
 
 import yaml
 
-from vitplast_tune.components import COMPONENTS, parse_subset, subset_name
+from vitplast_tune.components import ALL, COMPONENTS, parse_subset, subset_name
 from vitplast_tune.errors import UserError, did_you_mean
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
@@ -36,7 +36,6 @@ SCHEDULERS = ("asha", "median", "fifo")
 MODES = ("max", "min")
 _TOP_KEYS = ("description", "metric", "mode", "algorithm", "num_samples", "scheduler", "parameters", "defaults")
 _SCHEDULER_KEYS = ("name", "grace_period", "reduction_factor")
-_DISTRIBUTIONS = ("choice", "uniform", "loguniform", "randint", "subsets")
 
 
 def component_flag(component: str) -> str:
@@ -47,30 +46,159 @@ def component_flag(component: str) -> str:
 COMPONENT_FLAGS = tuple(component_flag(c) for c in COMPONENTS)
 
 
-# ----------------------------------------------------------------------------- parameters
+# ----------------------------------------------------------------------------- distributions
 
 
 @dataclass(frozen=True)
-class Param:
-    """One parameter of a space: a constant, a choice, a (log-)uniform or integer range, or subsets."""
+class Distribution:
+    """One parameter of a space, in the manner of Optuna's distributions: each kind knows its Optuna
+    suggestion, its Ray Tune and grid forms, and the values that probe its corners."""
 
     name: str
-    kind: str  # constant | choice | uniform | loguniform | randint | subsets
-    values: tuple = ()
-    low: float = 0.0
-    high: float = 0.0
+    discrete: ClassVar[bool] = True
 
-    @property
-    def is_discrete(self) -> bool:
-        return self.kind in ("constant", "choice", "subsets")
+    def suggest(self, trial) -> dict[str, Any]:
+        """Ask an Optuna trial for this parameter; return the constants it adds to the config (often none)."""
+        raise NotImplementedError
+
+    def tune_domain(self) -> Any:
+        """The Ray Tune sampling domain (random search)."""
+        raise NotImplementedError
 
     def grid_values(self) -> list:
-        """Every value of a discrete parameter, for a grid."""
-        if self.kind in ("constant", "choice"):
-            return list(self.values)
-        if self.kind == "subsets":
-            return all_subsets(allow_head="head" in self.values)
-        raise UserError(f'parameter "{self.name}" is a {self.kind} range; a grid needs {{choice: [...]}}')
+        """Every value, for a grid; a range raises UserError."""
+        raise UserError(f'parameter "{self.name}" is a range; a grid needs {{choice: [...]}}')
+
+    def corners(self) -> list:
+        """Values that touch every choice and both ends of a range, to validate settings before a search."""
+        return self.grid_values()
+
+
+@dataclass(frozen=True)
+class Constant(Distribution):
+    """A plain value, the same in every trial."""
+
+    value: Any = None
+
+    def suggest(self, trial) -> dict[str, Any]:
+        return {self.name: self.value}
+
+    def tune_domain(self) -> Any:
+        return self.value
+
+    def grid_values(self) -> list:
+        return [self.value]
+
+
+@dataclass(frozen=True)
+class Choice(Distribution):
+    """``{choice: [a, b, ...]}``: one of the listed values."""
+
+    values: tuple = ()
+
+    def suggest(self, trial) -> dict[str, Any]:
+        trial.suggest_categorical(self.name, list(self.values))
+        return {}
+
+    def tune_domain(self) -> Any:
+        from ray import tune
+
+        return tune.choice(list(self.values))
+
+    def grid_values(self) -> list:
+        return list(self.values)
+
+
+@dataclass(frozen=True)
+class Uniform(Distribution):
+    """``{uniform: [low, high]}``: a float drawn uniformly."""
+
+    low: float = 0.0
+    high: float = 1.0
+    discrete: ClassVar[bool] = False
+
+    def suggest(self, trial) -> dict[str, Any]:
+        trial.suggest_float(self.name, self.low, self.high)
+        return {}
+
+    def tune_domain(self) -> Any:
+        from ray import tune
+
+        return tune.uniform(self.low, self.high)
+
+    def corners(self) -> list:
+        return [self.low, self.high]
+
+
+@dataclass(frozen=True)
+class LogUniform(Uniform):
+    """``{loguniform: [low, high]}``: a positive float drawn uniformly in log space."""
+
+    def suggest(self, trial) -> dict[str, Any]:
+        trial.suggest_float(self.name, self.low, self.high, log=True)
+        return {}
+
+    def tune_domain(self) -> Any:
+        from ray import tune
+
+        return tune.loguniform(self.low, self.high)
+
+
+@dataclass(frozen=True)
+class RandInt(Distribution):
+    """``{randint: [low, high]}``: an integer in [low, high], both ends included."""
+
+    low: int = 0
+    high: int = 1
+    discrete: ClassVar[bool] = False
+
+    def suggest(self, trial) -> dict[str, Any]:
+        trial.suggest_int(self.name, self.low, self.high)
+        return {}
+
+    def tune_domain(self) -> Any:
+        from ray import tune
+
+        return tune.randint(self.low, self.high + 1)
+
+    def corners(self) -> list:
+        return [self.low, self.high]
+
+
+@dataclass(frozen=True)
+class Subsets(Distribution):
+    """``{subsets: any}`` (any non-empty subset) or ``{subsets: any_or_head}`` (also the linear probe).
+
+    For Optuna a subset is one boolean per component. For a non-empty subset, the last flag is only
+    asked when an earlier one is set; otherwise fc2 is forced on (and recorded as a constant).
+    """
+
+    allow_head: bool = False
+
+    def suggest(self, trial) -> dict[str, Any]:
+        flags = {c: trial.suggest_categorical(component_flag(c), [True, False]) for c in COMPONENTS[:-1]}
+        last, constants = COMPONENTS[-1], {}
+        if any(flags.values()) or self.allow_head:
+            flags[last] = trial.suggest_categorical(component_flag(last), [True, False])
+        else:
+            flags[last] = constants[component_flag(last)] = True
+        return {**constants, self.name: subset_name(c for c, on in flags.items() if on)}
+
+    def tune_domain(self) -> Any:
+        from ray import tune
+
+        return tune.choice(self.grid_values())
+
+    def grid_values(self) -> list:
+        return all_subsets(allow_head=self.allow_head)
+
+    def corners(self) -> list:
+        return [ALL]
+
+
+_DISTRIBUTIONS: dict[str, type[Distribution]] = {
+    "choice": Choice, "uniform": Uniform, "loguniform": LogUniform, "randint": RandInt, "subsets": Subsets,
+}  # fmt: skip
 
 
 def all_subsets(allow_head: bool = False) -> list[str]:
@@ -91,13 +219,13 @@ def _subset(value: Any, where: str) -> str:
     return subset_name(parse_subset(value))
 
 
-def _parse_param(name: str, raw: Any, where: str) -> Param:
+def _parse_param(name: str, raw: Any, where: str) -> Distribution:
     if not isinstance(raw, dict):
         if name == "components":
-            return Param(name, "constant", (_subset(raw, where),))
+            return Constant(name, _subset(raw, where))
         if isinstance(raw, (list, tuple)):
             raise UserError(f'{where}: parameter "{name}" is a list; write {{choice: [...]}} to search over it')
-        return Param(name, "constant", (raw,))
+        return Constant(name, raw)
     if len(raw) != 1:
         raise UserError(f'{where}: parameter "{name}" needs exactly one of {", ".join(_DISTRIBUTIONS)}, got {sorted(raw)}')
     kind, arg = next(iter(raw.items()))
@@ -108,13 +236,13 @@ def _parse_param(name: str, raw: Any, where: str) -> Param:
             raise UserError(f'{where}: {{subsets: ...}} only applies to "components", not "{name}"')
         if arg not in ("any", "any_or_head"):
             raise UserError(f'{where}: components {{subsets: {arg}}} must be "any" (non-empty) or "any_or_head"')
-        return Param(name, "subsets", ("head",) if arg == "any_or_head" else ())
+        return Subsets(name, allow_head=arg == "any_or_head")
     if kind == "choice":
         if not isinstance(arg, list) or not arg:
             raise UserError(f'{where}: parameter "{name}" {{choice: ...}} needs a non-empty list')
         if name == "components":
-            return Param(name, "choice", tuple(dict.fromkeys(_subset(v, where) for v in arg)))
-        return Param(name, "choice", tuple(arg))
+            return Choice(name, tuple(dict.fromkeys(_subset(v, where) for v in arg)))
+        return Choice(name, tuple(arg))
     if not (isinstance(arg, list) and len(arg) == 2 and all(isinstance(v, (int, float)) for v in arg)):
         raise UserError(f'{where}: parameter "{name}" {{{kind}: ...}} needs [low, high] numbers, got {arg!r}')
     low, high = float(arg[0]), float(arg[1])
@@ -122,9 +250,11 @@ def _parse_param(name: str, raw: Any, where: str) -> Param:
         raise UserError(f'{where}: parameter "{name}" range [{arg[0]}, {arg[1]}] is empty or inverted; write [low, high] with low < high')
     if kind == "loguniform" and low <= 0:
         raise UserError(f'{where}: parameter "{name}" loguniform range must be positive, got [{arg[0]}, {arg[1]}]')
-    if kind == "randint" and not (low.is_integer() and high.is_integer()):
-        raise UserError(f'{where}: parameter "{name}" randint bounds must be integers')
-    return Param(name, kind, (), low, high)
+    if kind == "randint":
+        if not (low.is_integer() and high.is_integer()):
+            raise UserError(f'{where}: parameter "{name}" randint bounds must be integers')
+        return RandInt(name, int(low), int(high))
+    return _DISTRIBUTIONS[kind](name, low, high)
 
 
 # ----------------------------------------------------------------------------- spec
@@ -151,7 +281,7 @@ class SearchSpec:
     algorithm: str
     num_samples: int
     scheduler: SchedulerSpec
-    parameters: dict[str, Param]
+    parameters: dict[str, Distribution]
     defaults: dict[str, Any] = field(default_factory=dict)
     text: str = ""
 
@@ -173,13 +303,13 @@ class SearchSpec:
         return len(self.grid) * self.num_samples if self.algorithm == "grid" else self.num_samples
 
     def example(self) -> dict[str, Any]:
-        """One representative configuration (lowest of each range), for validating settings."""
-        example = {}
-        for name, p in self.parameters.items():
-            example[name] = p.values[0] if p.kind in ("constant", "choice") else "all" if p.kind == "subsets" else p.low
-            if p.kind == "randint":
-                example[name] = int(p.low)
-        return example
+        """One representative configuration (the first corner of each parameter), for validating settings."""
+        return {name: p.corners()[0] for name, p in self.parameters.items()}
+
+    def corner_configs(self) -> list[dict[str, Any]]:
+        """Configurations that touch every choice and both ends of every range."""
+        base = self.example()
+        return [base] + [{**base, name: v} for name, p in self.parameters.items() for v in p.corners()[1:]]
 
     def with_overrides(self, num_samples: int | None = None) -> "SearchSpec":
         """A copy with the command line's ``--num-samples`` applied (and validated)."""
@@ -245,12 +375,10 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
 
 
 def _check_algorithm(spec: SearchSpec) -> None:
-    if spec.algorithm not in ALGORITHMS:
-        raise UserError(f'unknown algorithm "{spec.algorithm}"{did_you_mean(spec.algorithm, ALGORITHMS)}; use one of {", ".join(ALGORITHMS)}')
     if spec.algorithm == "grid":
         for p in spec.parameters.values():
-            if not p.is_discrete:
-                raise UserError(f'{spec.path}: a grid needs discrete parameters; "{p.name}" is a {p.kind} range, write {{choice: [...]}}')
+            if not p.discrete:
+                raise UserError(f'{spec.path}: a grid needs discrete parameters; "{p.name}" is a range, write {{choice: [...]}}')
 
 
 def _parse_scheduler(raw: Any, where: str) -> SchedulerSpec:
@@ -289,36 +417,15 @@ def _positive_int(value: Any, where: str, what: str, minimum: int = 1) -> int:
 
 
 class OptunaSpace:
-    """Define-by-run function for Ray Tune's OptunaSearch (picklable, so the searcher can be saved).
-
-    A subset is one boolean per component. For a non-empty subset, the last flag is only asked
-    when an earlier one is set; otherwise fc2 is forced on (and recorded as a constant).
-    """
+    """Define-by-run function for Ray Tune's OptunaSearch (picklable, so the searcher can be saved)."""
 
     def __init__(self, spec: SearchSpec):
         self.parameters = spec.parameters
 
     def __call__(self, trial) -> dict[str, Any]:
         constants: dict[str, Any] = {}
-        for name, p in self.parameters.items():
-            if p.kind == "constant":
-                constants[name] = p.values[0]
-            elif p.kind == "choice":
-                trial.suggest_categorical(name, list(p.values))
-            elif p.kind in ("uniform", "loguniform"):
-                trial.suggest_float(name, p.low, p.high, log=p.kind == "loguniform")
-            elif p.kind == "randint":
-                trial.suggest_int(name, int(p.low), int(p.high))
-            else:
-                flags = {}
-                for component in COMPONENTS[:-1]:
-                    flags[component] = trial.suggest_categorical(component_flag(component), [True, False])
-                last = COMPONENTS[-1]
-                if any(flags.values()) or "head" in p.values:
-                    flags[last] = trial.suggest_categorical(component_flag(last), [True, False])
-                else:
-                    flags[last] = constants[component_flag(last)] = True
-                constants[name] = subset_name(c for c, on in flags.items() if on)
+        for p in self.parameters.values():
+            constants.update(p.suggest(trial))
         return constants
 
 
@@ -326,21 +433,12 @@ def tune_param_space(spec: SearchSpec) -> dict[str, Any]:
     """The Ray Tune param_space of a grid or random space (not used for optuna)."""
     from ray import tune
 
-    space: dict[str, Any] = {}
-    for name, p in spec.parameters.items():
-        if p.kind == "constant":
-            space[name] = p.values[0]
-        elif spec.algorithm == "grid":
-            space[name] = tune.grid_search(p.grid_values())
-        elif p.kind in ("choice", "subsets"):
-            space[name] = tune.choice(p.grid_values())
-        elif p.kind == "uniform":
-            space[name] = tune.uniform(p.low, p.high)
-        elif p.kind == "loguniform":
-            space[name] = tune.loguniform(p.low, p.high)
-        else:
-            space[name] = tune.randint(int(p.low), int(p.high) + 1)
-    return space
+    def domain(p: Distribution) -> Any:
+        if isinstance(p, Constant):
+            return p.value
+        return tune.grid_search(p.grid_values()) if spec.algorithm == "grid" else p.tune_domain()
+
+    return {name: domain(p) for name, p in spec.parameters.items()}
 
 
 def config_components(config: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""MLflow records of a search, written from the driver: a parent run per search, a child per trial.
+"""MLflow records of a search, written from the driver: a parent run per search, a child per trial,
+and what goes into each (params, tags, metrics, artifacts).
 
 Logging from a Tune callback on the driver (not inside trials) works wherever trials run, with a
 SQLite store on the head node or an ``mlflow server``. Runs are found again by tags, so a resumed
@@ -12,9 +13,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import pandas as pd
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from ray.tune import Callback
+
+from vitplast_tune import report, spaces
+from vitplast_tune.plan import EXPERIMENT, SearchPlan
+from vitplast_tune.trial import trial_config
 
 SEARCH_TAG = "vitplast.search"
 TRIAL_TAG = "ray.trial_id"
@@ -156,6 +162,60 @@ class MlflowTracker(Callback):
 
     def set_state(self, state: dict) -> None:
         self.runs.update(state.get("runs", {}))
+
+
+def open_search_run(mlflow: MlflowClient, plan: SearchPlan, plasticity: report.PlasticityReport | None) -> str:
+    """The parent run of a search: found again on ``--resume``, else created with the space, settings and plasticity."""
+    if plan.options.resume:
+        existing = find_search_run(mlflow, EXPERIMENT, plan.name)
+        if existing:
+            mlflow.update_run(existing, status="RUNNING")
+            return existing
+    spec = plan.spec
+    params = {"space": spec.name, "algorithm": spec.algorithm, "scheduler": spec.scheduler.name, "num_samples": spec.num_samples,
+              "metric": spec.metric, "mode": spec.mode, "search_seed": plan.options.seed, **plan.settings}  # fmt: skip
+    tags = {"vitplast.space_fingerprint": spec.fingerprint, "vitplast.storage": f"{plan.storage}/{plan.name}"}
+    if plasticity is not None:
+        meta = plasticity.meta
+        params.update(plasticity_variant=meta["variant"], plasticity_reference=meta["reference"], plasticity_pairs=meta["n_pairs"])
+    run_id = start_search_run(mlflow, EXPERIMENT, plan.name, params, tags)
+    mlflow.log_text(run_id, spec.text, f"space/{spec.path.name}")
+    if plasticity is not None:
+        log_artifacts(mlflow, run_id, plasticity.files.values(), "plasticity")
+        log_metrics(mlflow, run_id, {f"plasticity/{r.component}": r.plasticity for r in plasticity.ranking.itertuples()})
+    return run_id
+
+
+def trial_describer(plan: SearchPlan, plasticity: report.PlasticityReport | None):
+    """The function that names a trial's child run and gives its params and plasticity scores (see MlflowTracker)."""
+    settings = plan.settings
+
+    def describe(config: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, float]]:
+        subset = spaces.config_components(config)
+        cfg = trial_config(config, settings)
+        params = {**cfg.to_dict(), "components": subset, **spaces.component_flags(subset)}
+        name = f"{subset} lr={cfg.lr:.3g}" + (f" seed={cfg.seed}" if "seed" in config else "")
+        return name, params, report.subset_scores(plasticity, subset)
+
+    return describe
+
+
+def log_results(mlflow: MlflowClient, run_id: str, trials_csv: Path, best: pd.DataFrame, num_trials: int) -> None:
+    """The trial table and the headline metrics (best trial's accuracies, number of trials) on the parent run."""
+    log_artifacts(mlflow, run_id, [trials_csv])
+    if not best.empty:
+        top = best.iloc[0]
+        log_metrics(mlflow, run_id, {"best_val_acc": top["best_val_acc"], "best_test_acc": top.get("test_acc"), "num_trials": num_trials})
+
+
+def log_analysis(mlflow: MlflowClient, run_id: str, found) -> None:
+    """An ``analysis.TrialAnalysis`` on the parent run: ``corr/<target>/<predictor>/<statistic>`` metrics and its files."""
+    metrics = {"analysis/n_finished": found.n_finished}
+    for row in found.correlations.itertuples():
+        for stat in ("n", "spearman", "spearman_low", "spearman_high", "kendall", "kendall_low", "kendall_high"):
+            metrics[f"corr/{row.target}/{row.predictor}/{stat}"] = getattr(row, stat)
+    log_metrics(mlflow, run_id, metrics)
+    log_artifacts(mlflow, run_id, found.files, "analysis")
 
 
 def child_runs(mlflow: MlflowClient, parent_run_id: str) -> list:

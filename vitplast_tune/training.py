@@ -50,6 +50,7 @@ class FinetuneConfig:
     threads: int = 0
     num_workers: int = -1
     compile: bool = False
+    cuda_options: bool = True  # on CUDA: bf16 autocast, TF32 matmuls, fused optimizers (False: the plain fp32 baseline)
     cache_features: bool = True
     eval_test: bool = True
 
@@ -108,8 +109,8 @@ def default_device() -> torch.device:
 
 
 def build_optimizer(cfg: FinetuneConfig, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-    """SGD with momentum or AdamW over the trainable parameters."""
-    fused = bool(params) and params[0].is_cuda
+    """SGD with momentum or AdamW over the trainable parameters (fused kernels on CUDA with ``cuda_options``)."""
+    fused = cfg.cuda_options and bool(params) and params[0].is_cuda
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, fused=fused or None)
     return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused or None)
@@ -118,16 +119,16 @@ def build_optimizer(cfg: FinetuneConfig, params: list[nn.Parameter]) -> torch.op
 @torch.inference_mode()
 def evaluate(
     model: nn.Module, dataset, batch_size: int, device: torch.device, num_workers: int = 0,
-    forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    forward: Callable[[torch.Tensor], torch.Tensor] | None = None, autocast: bool = True,
 ) -> dict[str, float]:  # fmt: skip
-    """Accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset``."""
+    """Accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset`` (bf16 on CUDA with ``autocast``)."""
     forward = model if forward is None else forward  # not `or`: a compiled module has no truth value
     was_training = model.training
     model.eval()
     correct, loss_sum, count = torch.zeros((), device=device), torch.zeros((), device=device), 0
     for images, labels in data.eval_batches(dataset, max(batch_size, 256), num_workers):
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-        with _autocast(device):
+        with _autocast(device, autocast):
             logits = forward(images)
         loss_sum += F.cross_entropy(logits.float(), labels, reduction="sum")
         correct += (logits.argmax(-1) == labels).sum()
@@ -170,8 +171,11 @@ def finetune(
     trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
     model.to(device).train()
     forward: Callable[[torch.Tensor], torch.Tensor] = model
+    feature_cache_s = 0.0
     if cfg.cache_features and not components.parse_subset(cfg.components) and _in_memory(splits):
-        splits, forward = _backbone_features(model, splits, device, cfg.batch_size), _head_forward(model)
+        caching = time.perf_counter()
+        splits, forward = _backbone_features(model, splits, device, cfg.batch_size, cfg.cuda_options), _head_forward(model)
+        feature_cache_s = time.perf_counter() - caching
     elif cfg.compile:
         forward = torch.compile(model)
     workers = _num_workers(cfg, splits)
@@ -186,12 +190,12 @@ def finetune(
     loss_sum, loss_count, started = torch.zeros((), device=device), 0, time.perf_counter()
     # Cumulative seconds since this call (a resumed run starts again at 0): setup (model, data, freezing,
     # feature cache), training steps (up to the loss sync at each evaluation), evaluation (val and test).
-    timing = {"time_setup_s": started - entered, "time_in_steps_s": 0.0, "time_in_eval_s": 0.0}
+    timing = {"time_setup_s": started - entered, "time_in_steps_s": 0.0, "time_in_eval_s": 0.0, "time_feature_cache_s": feature_cache_s}
     while step < cfg.max_steps:
         images, labels = _to(next(batches), device)
         for group in optimizer.param_groups:
             group["lr"] = schedule(step)
-        with _autocast(device):
+        with _autocast(device, cfg.cuda_options):
             loss = F.cross_entropy(forward(images).float(), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -207,7 +211,7 @@ def finetune(
             timing["time_in_steps_s"] += evaluating - started
             if not math.isfinite(train_loss):
                 raise DivergedError(f"training loss became {train_loss} before step {step}", step)
-            val = evaluate(model, splits.val, cfg.batch_size, device, workers, forward)
+            val = evaluate(model, splits.val, cfg.batch_size, device, workers, forward, cfg.cuda_options)
             if val["acc"] > best["val_acc"]:
                 best = {"val_acc": val["acc"], "step": step, "trainable": _snapshot(trainable)}
             metrics = {
@@ -233,16 +237,15 @@ def _test_best(model, trainable, best, test_set, cfg, device, forward) -> float:
         with torch.no_grad():
             for name, tensor in best["trainable"].items():
                 trainable[name].copy_(tensor)
-    return evaluate(model, test_set, cfg.batch_size, device, 0, forward)["acc"]
+    return evaluate(model, test_set, cfg.batch_size, device, 0, forward, cfg.cuda_options)["acc"]
 
 
 def _use_hardware(cfg: FinetuneConfig, device: torch.device) -> None:
-    """CPU threads as the trial's CPUs; TF32 matmuls on CUDA (bf16 autocast is in the loop)."""
+    """CPU threads as the trial's CPUs; TF32 matmuls on CUDA with ``cuda_options`` (bf16 autocast is in the loop)."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.cuda_options
 
 
 def _num_workers(cfg: FinetuneConfig, splits: data.Splits) -> int:
@@ -257,7 +260,7 @@ def _in_memory(splits: data.Splits) -> bool:
 
 
 @torch.inference_mode()
-def _backbone_features(model: nn.Module, splits: data.Splits, device: torch.device, batch_size: int) -> data.Splits:
+def _backbone_features(model: nn.Module, splits: data.Splits, device: torch.device, batch_size: int, autocast: bool) -> data.Splits:
     """Each split passed once through the frozen backbone: the tokens before the final norm.
 
     Token pooling needs only the class token; other pooling keeps every token.
@@ -270,8 +273,8 @@ def _backbone_features(model: nn.Module, splits: data.Splits, device: torch.devi
         out = []
         for i in range(0, len(images), max(batch_size, 256)):
             x = images[i : i + max(batch_size, 256)].to(device)
-            with _autocast(device):
-                tokens = model.blocks(model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(x)))))
+            with _autocast(device, autocast):
+                tokens = model.blocks(models.embed(model, x))
             out.append((tokens[:, :keep] if keep else tokens).to(torch.float32, copy=True))  # a copy: a view would keep every token
         return TensorDataset(torch.cat(out), labels)
 
@@ -302,5 +305,5 @@ def _to(batch: tuple[torch.Tensor, torch.Tensor], device: torch.device) -> tuple
     return images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
 
 
-def _autocast(device: torch.device):
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+def _autocast(device: torch.device, enabled: bool = True):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled and device.type == "cuda")

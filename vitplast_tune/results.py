@@ -1,0 +1,142 @@
+"""The results of a search: one row per trial, the best trials, and the summary a person reads at the end.
+
+``trial_table`` reads Tune's result grid (duck-typed: each result's config, metrics, error and
+metrics dataframe), so this module needs no Ray; ``summary`` renders a ``SearchResult`` as text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from vitplast_tune import report, spaces
+from vitplast_tune.plan import EXPERIMENT, SearchPlan
+
+
+@dataclass
+class SearchResult:
+    """The finished search: its trials (one row each) and where everything lies."""
+
+    plan: SearchPlan
+    trials: pd.DataFrame
+    parent_run_id: str
+    elapsed_s: float
+    correlations: pd.DataFrame | None = None
+
+
+def trial_table(grid, plan: SearchPlan, plasticity: report.PlasticityReport | None = None) -> pd.DataFrame:
+    """One row per trial: its subset, parameters, final and best metrics, status and plasticity scores.
+
+    ``val_acc_common`` is each trial's validation accuracy at ``common_step``, the last evaluation
+    every trial reached: with early stopping, the one budget all trials share.
+    """
+    rows, curves = [], []
+    for result in grid:
+        config, metrics = result.config or {}, result.metrics or {}
+        subset = spaces.config_components(config)
+        rows.append(
+            {
+                "trial_id": metrics.get("trial_id", ""),
+                "components": subset,
+                **{k: v for k, v in config.items() if k != "components" and k not in spaces.COMPONENT_FLAGS},
+                "val_acc": metrics.get("val_acc"),
+                "best_val_acc": metrics.get("best_val_acc"),
+                "test_acc": metrics.get("test_acc"),
+                "step": metrics.get("step"),
+                "trainable_params": metrics.get("trainable_params"),
+                "max_steps": plan.settings["max_steps"],
+                "diverged": bool(metrics.get("diverged", 0)),
+                "error": None if result.error is None else str(result.error).splitlines()[0][:200],
+                **report.subset_scores(plasticity, subset),
+            }
+        )
+        curves.append(val_curve(result))
+    reached = [max(curve) for curve, row in zip(curves, rows) if curve and not row["diverged"] and row["error"] is None]
+    common = min(reached) if reached else None
+    for row, curve in zip(rows, curves):
+        row["common_step"], row["val_acc_common"] = common, curve.get(common)
+    return pd.DataFrame(rows)
+
+
+def write_trials(result: SearchResult) -> Path | None:
+    """Write the trial table as ``trials.csv`` in the search's directory (None for remote storage or no trials)."""
+    directory = result.plan.local_dir
+    if directory is None or result.trials.empty:
+        return None
+    path = directory / "trials.csv"
+    result.trials.to_csv(path, index=False)
+    return path
+
+
+def val_curve(result) -> dict[int, float]:
+    """Validation accuracy by step, from every report of a trial."""
+    frame = result.metrics_dataframe
+    if frame is None or "val_acc" not in frame or "step" not in frame:
+        return {}
+    frame = frame.dropna(subset=["step", "val_acc"])
+    return dict(zip(frame["step"].astype(int), frame["val_acc"].astype(float)))
+
+
+def top_trials(result: SearchResult, k: int = 10) -> pd.DataFrame:
+    """The ``k`` best trials by best validation accuracy (or the space's metric when it is not accuracy)."""
+    trials = result.trials
+    if trials.empty:
+        return trials
+    spec = result.plan.spec
+    column = "best_val_acc" if spec.metric == "val_acc" else spec.metric
+    if column not in trials:
+        column = "val_acc"
+    ok = trials[~trials["diverged"] & trials[column].notna()]
+    return ok.sort_values(column, ascending=spec.mode == "min").head(k)
+
+
+def summary(result: SearchResult, k: int = 10) -> str:
+    """The text a person reads at the end: top trials, where results lie, how to open MLflow."""
+    plan = result.plan
+    top = top_trials(result, k)
+    lines = [f"Search {plan.name}: {len(result.trials)} trials in {result.elapsed_s / 60:.1f} min "
+             f"({plan.spec.algorithm}, scheduler {plan.spec.scheduler.name}, {plan.settings['model']} on {plan.settings['dataset']})"]  # fmt: skip
+    failed = int(result.trials["diverged"].sum() + result.trials["error"].notna().sum()) if not result.trials.empty else 0
+    if failed:
+        lines.append(f"{failed} trial(s) failed or diverged; see their MLflow runs for the reason")
+    if not top.empty:
+        lines += ["", f"Top {len(top)} trials (best validation accuracy; test accuracy of its best-validation weights):",
+                  _top_table(top).to_string(index=False)]  # fmt: skip
+    if result.correlations is not None:
+        from vitplast_tune.analysis import describe_correlations
+
+        lines += ["", "Does the plasticity of the trained subset predict accuracy? Spearman with a bootstrap 95% interval,"
+                  " beside the naive baseline log(trainable parameters):", describe_correlations(result.correlations)]  # fmt: skip
+    lines += ["", f"Results (Ray Tune): {plan.storage}/{plan.name}"]
+    if plan.local_dir is not None:
+        lines.append(f"Trial table:        {plan.local_dir / 'trials.csv'}")
+    lines.append(f"MLflow runs:        mlflow ui --backend-store-uri {plan.tracking_uri} --host 127.0.0.1   (experiment '{EXPERIMENT}', parent run '{plan.name}')")
+    return "\n".join(lines)
+
+
+def _top_table(top: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "components": top["components"],
+            "lr": top["lr"].map(lambda v: f"{v:.3g}") if "lr" in top else "",
+            "val_acc": top["val_acc"].map(pct),
+            "best_val_acc": top["best_val_acc"].map(pct),
+            "test_acc": top["test_acc"].map(pct),
+            "steps": top["step"].map(lambda v: "" if pd.isna(v) else int(v)),
+            "trainable": top["trainable_params"].map(lambda v: "" if pd.isna(v) else f"{int(v):,}"),
+        }
+    )
+
+
+def trial_label(config: dict[str, Any]) -> str:
+    """A trial's short name: its subset and learning rate, e.g. "mha+fc1 lr=0.0312"."""
+    lr = config.get("lr")
+    return spaces.config_components(config) + (f" lr={lr:.3g}" if isinstance(lr, (int, float)) else "")
+
+
+def pct(value: Any) -> str:
+    """An accuracy as a percentage with two decimals ("" for a missing value)."""
+    return "" if value is None or pd.isna(value) else f"{100 * float(value):.2f}%"

@@ -1,0 +1,86 @@
+"""The Ray Tune machinery a plan asks for: the search algorithm, the early-stopping scheduler and the Tuner.
+
+``tuner(plan, trainable, callbacks)`` builds a new Tuner (or restores one for ``--resume``);
+``scheduler(spec, max_steps)`` and ``OptunaSearcher`` are public for the benchmarks that replay searches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import tune
+from ray.tune.search.optuna import OptunaSearch
+
+from vitplast_tune import spaces
+from vitplast_tune.plan import SearchPlan
+
+
+class OptunaSearcher(OptunaSearch):
+    """Ray Tune's OptunaSearch, telling Optuna FAIL for a trial that errored or diverged.
+
+    The stock searcher reports an errored trial's last value as COMPLETE; a failure should not
+    teach TPE that its configuration was fine.
+    """
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if error or (result or {}).get("diverged"):
+            result, error = None, True
+        super().on_trial_complete(trial_id, result=result, error=error)
+
+
+def scheduler(spec: spaces.SearchSpec, max_steps: int):
+    """The space's early-stopping rule over training steps: ASHA, median stopping, or none (FIFO)."""
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
+
+    s = spec.scheduler
+    if s.name == "asha":
+        return ASHAScheduler(time_attr="step", max_t=max_steps, grace_period=s.grace_period, reduction_factor=s.reduction_factor)
+    if s.name == "median":
+        return MedianStoppingRule(time_attr="step", grace_period=s.grace_period)
+    return FIFOScheduler()
+
+
+def search_algorithm(spec: spaces.SearchSpec, seed: int, max_concurrent: int | None = None):
+    """Optuna TPE over the space (define-by-run), or Tune's variant generator for grid and random spaces."""
+    if spec.algorithm == "optuna":
+        import optuna
+        from optuna.samplers import TPESampler
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        searcher = OptunaSearcher(space=spaces.OptunaSpace(spec), metric=spec.metric, mode=spec.mode, sampler=TPESampler(seed=seed))
+        if max_concurrent:
+            from ray.tune.search import ConcurrencyLimiter
+
+            return ConcurrencyLimiter(searcher, max_concurrent=max_concurrent)
+        return searcher
+    from ray.tune.search import BasicVariantGenerator
+
+    return BasicVariantGenerator(random_state=seed, max_concurrent=max_concurrent or 0)
+
+
+def trial_dirname(trial) -> str:
+    """Short trial folder names ("trial_<id>") instead of Tune's config-laden ones."""
+    return f"trial_{trial.trial_id}"
+
+
+def tuner(plan: SearchPlan, trainable, callbacks: list) -> tune.Tuner:
+    """The Tuner of a plan: restored from storage with ``--resume``, else new."""
+    spec, options = plan.spec, plan.options
+    path = f"{plan.storage}/{plan.name}"
+    if options.resume and tune.Tuner.can_restore(path):
+        return tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True)
+    param_space: dict[str, Any] = {} if spec.algorithm == "optuna" else spaces.tune_param_space(spec)
+    return tune.Tuner(
+        trainable,
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            metric=spec.metric, mode=spec.mode, num_samples=spec.num_samples, reuse_actors=True,
+            search_alg=search_algorithm(spec, options.seed, options.max_concurrent),
+            scheduler=scheduler(spec, plan.settings["max_steps"]), trial_dirname_creator=trial_dirname,
+        ),
+        run_config=tune.RunConfig(
+            name=plan.name, storage_path=plan.storage, callbacks=callbacks, verbose=0,
+            failure_config=tune.FailureConfig(max_failures=options.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+        ),
+    )  # fmt: skip
