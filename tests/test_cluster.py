@@ -44,6 +44,20 @@ defaults: {{model: vit_testbed_patch8_32, pretrained: false, max_steps: {steps},
 """
 
 
+OPTUNA_SPACE = """
+description: tiny optuna search for the autoscaler
+metric: val_acc
+mode: max
+algorithm: optuna
+num_samples: 4
+scheduler: fifo
+parameters:
+  components: {subsets: any}
+  lr: {loguniform: [0.01, 0.1]}
+defaults: {model: vit_testbed_patch8_32, pretrained: false, max_steps: 20, eval_every: 10, warmup_steps: 1, batch_size: 16}
+"""
+
+
 def write_space(path: Path, components: list[str], steps: int = 6) -> Path:
     path.write_text(SPACE.format(components=json.dumps(components), steps=steps, every=steps // 2))
     return path
@@ -241,6 +255,26 @@ def test_fake_autoscaler_adds_workers_for_trials_and_removes_them(tmp_path):
         while time.time() < deadline and len(nodes := c.alive_nodes()) > 1:
             time.sleep(2)
         assert [n["NodeID"] for n in nodes] == [FAKE_HEAD_NODE_ID], "idle workers were not removed"
+
+        # Optuna, 4 trials of a whole GPU each: Tune keeps them all pending (searchers.pending_trials), so the
+        # autoscaler starts both workers at once, before the first trial starts; with Tune's default of one
+        # pending trial, the second worker would only be asked for once the first trial left the queue.
+        space = tmp_path / "optuna.yaml"
+        space.write_text(OPTUNA_SPACE)
+        cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(space), "--name", "optuna-scaled",
+               "--storage", str(tmp_path / "results"), "--tracking-uri", tracking_uri, "--address", c.address,
+               "--no-plasticity", "--cpus-per-trial", "1", "--gpus-per-trial", "1", "--max-failures", "0"]  # fmt: skip
+        proc = subprocess.run(cmd, env=driver_env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, explain(proc)
+        parent, children = child_runs(tracking_uri, "optuna-scaled")
+        assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
+        first_trial_ms = min(r.info.start_time for r in children)
+        out = c.query("from ray.util.state import list_nodes\n"
+                      "print('STARTS=' + json.dumps({n.node_id: n.start_time_ms for n in list_nodes(detail=True, limit=100)}))")
+        starts = json.loads(next(line[7:] for line in out.stdout.splitlines() if line.startswith("STARTS=")))
+        workers = sorted(ms for node, ms in starts.items() if node != FAKE_HEAD_NODE_ID and ms)
+        assert len(workers) >= 2, starts
+        assert workers[1] < first_trial_ms, f"second worker started {workers[1] - first_trial_ms} ms after the first trial"
     finally:
         c.stop()
 

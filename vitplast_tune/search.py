@@ -45,7 +45,7 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
     if owns_ray:
         _init_ray(plan.options.address)
     try:  # cluster: join and check the per-trial request before any record exists; Ray shut down on failure
-        _check_cluster(plan)
+        grows = _check_cluster(plan)
         mlflow = tracking.client(plan.tracking_uri)
         parent = tracking.open_search_run(mlflow, plan, plasticity)
         write_record(plan, parent)
@@ -61,7 +61,8 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
             callbacks.append(Progress(plan.spec.total_trials))
         trainable = tune.with_parameters(train_trial, settings=plan.settings, decoded=plan.decoded)
         trainable = tune.with_resources(trainable, plan.options.trial_resources)
-        grid = searchers.tuner(plan, trainable, callbacks).fit()
+        with searchers.pending_limit(plan, grows):
+            grid = searchers.tuner(plan, trainable, callbacks).fit()
         trials = results.trial_table(grid, plan, plasticity)
     except KeyboardInterrupt:
         mlflow.set_terminated(parent, status="KILLED")
@@ -142,8 +143,10 @@ def _init_ray(address: str | None) -> None:
         ray.init(include_dashboard=False, runtime_env=runtime_env, log_to_driver=False, configure_logging=False)
 
 
-def _check_cluster(plan: SearchPlan) -> None:
-    """UserError when no node (or node type) of the cluster can ever hold one trial; see cluster.py."""
+def _check_cluster(plan: SearchPlan) -> bool:
+    """UserError when no node (or node type) of the cluster can ever hold one trial (see cluster.py); else
+    whether the cluster can grow (an autoscaler adds nodes for pending trials)."""
     from vitplast_tune import cluster
 
-    cluster.preflight(plan.options.trial_resources, plan.storage, say=print if plan.options.verbose else lambda *a: None)
+    how = cluster.preflight(plan.options.trial_resources, plan.storage, say=print if plan.options.verbose else lambda *a: None)
+    return how != "node" or (not cluster.started_here() and cluster.autoscales() is not False)

@@ -1,4 +1,5 @@
-"""The Ray Tune machinery a plan asks for: the search algorithm, the early-stopping scheduler and the Tuner.
+"""The Ray Tune machinery a plan asks for: the search algorithm, the early-stopping scheduler, pending
+trials for autoscaling, and the Tuner.
 
 ``tuner(plan, trainable, callbacks)`` builds a new Tuner (or restores one for ``--resume``);
 ``scheduler(spec, max_steps)`` and ``OptunaSearcher`` are public for the benchmarks that replay searches.
@@ -6,7 +7,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import os
+from typing import Any, Iterator
 
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
@@ -56,6 +59,37 @@ def search_algorithm(spec: spaces.SearchSpec, seed: int, max_concurrent: int | N
     from ray.tune.search import BasicVariantGenerator
 
     return BasicVariantGenerator(random_state=seed, max_concurrent=max_concurrent or 0)
+
+
+PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
+
+
+def pending_trials(plan: SearchPlan, cluster_grows: bool) -> int | None:
+    """How many trials Tune may keep waiting for resources at once, or None to leave Tune's default.
+
+    Ray Tune 2.60 lets a searcher other than its variant generator keep one trial pending (or a
+    ConcurrencyLimiter's ``max_concurrent``; ray-project/ray#43451), so an autoscaler sees one request at
+    a time and adds one node per trial. On a cluster that can grow, the search's concurrency is pending
+    at once: ``--max-concurrent``, else every trial of the search. On a fixed cluster (a local Ray
+    instance) one pending trial starts at once, and TPE keeps learning from the freshest results.
+    """
+    if not cluster_grows or plan.spec.algorithm != "optuna":
+        return None
+    return plan.options.max_concurrent or plan.spec.total_trials
+
+
+@contextlib.contextmanager
+def pending_limit(plan: SearchPlan, cluster_grows: bool) -> Iterator[int | None]:
+    """Set ``TUNE_MAX_PENDING_TRIALS_PG`` to ``pending_trials`` while Tune runs (a value the user set wins)."""
+    pending = pending_trials(plan, cluster_grows)
+    if pending is None or PENDING_ENV in os.environ:
+        yield None
+        return
+    os.environ[PENDING_ENV] = str(pending)
+    try:
+        yield pending
+    finally:
+        os.environ.pop(PENDING_ENV, None)
 
 
 def trial_dirname(trial) -> str:
