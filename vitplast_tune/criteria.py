@@ -156,3 +156,26 @@ def measure(cfg, *, num_batches: int = 4, decoded=None, device: str | torch.devi
     table = gradient_table(model, batches, device=device)
     table.attrs.update(model=cfg.model, dataset=cfg.dataset, num_batches=num_batches, batch_size=cfg.batch_size)
     return table
+
+
+def lab_predictors(settings: dict, subsets: Iterable[str], *, num_batches: int = 4, plasticity_pairs: int | None = None,
+                   reference: str = "fractals") -> pd.DataFrame:  # fmt: skip
+    """Per subset (index): gradient criteria (grad_norm, rgn, rgn_mean) and in-network plasticity (in_network_mean).
+
+    ``settings`` are a search's settings (a FinetuneConfig as a dict); the in-network plasticity report is
+    measured once and cached like the search's paper-variant one.
+    """
+    from vitplast_tune import plasticity
+    from vitplast_tune.training import FinetuneConfig
+
+    cfg = FinetuneConfig.from_dict(settings)
+    table = measure(cfg, num_batches=num_batches)
+    report = plasticity.plasticity_report(
+        cfg.model, weights=cfg.weights, pretrained=cfg.pretrained, dataset=cfg.dataset, reference=reference,
+        data_dir=cfg.data_dir, download=cfg.download, variant="in_network", max_pairs=plasticity_pairs, reuse=True,
+    )  # fmt: skip
+    rows = {}
+    for subset in subsets:
+        scores = plasticity.subset_scores(report.table, subset, report.meta["component_params"])
+        rows[subset] = {**subset_criteria(table, subset), "in_network_mean": scores["plasticity_mean"]}
+    return pd.DataFrame.from_dict(rows, orient="index")
