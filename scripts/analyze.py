@@ -52,7 +52,8 @@ def main() -> int:
             print("\nRelative gain over the linear probe per configuration and dataset (test accuracy, best lr):")
             print(gains.to_string(index=False, float_format=lambda v: f"{100 * v:+.2f}%"))
             print("\nRank agreement of the gain with plasticity:")
-            print(agreement[["dataset", "n", "by_value", "by_plasticity", "spearman", "kendall"]].to_string(index=False))
+            shown = agreement[["dataset", "n", "by_value", "by_plasticity", "spearman", "kendall"]]
+            print(shown.to_string(index=False))
         print(f"files: {out}")
     return 0
 

@@ -122,7 +122,7 @@ def compare_predictors(
 
 
 def partial_spearman(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> float:
-    """Spearman correlation of x and y controlling for z: Pearson of the ranks' residuals after a linear fit on z's ranks."""
+    """Spearman of x and y controlling for z: Pearson of the ranks' residuals after a linear fit on z's ranks."""
     rx, ry, rz = (stats.rankdata(v) for v in (x, y, z))
     design = np.column_stack([np.ones_like(rz), rz])
     res_x = rx - design @ np.linalg.lstsq(design, rx, rcond=None)[0]
@@ -155,7 +155,8 @@ def partial_correlations(
             row["note"] = f"{'predictor' if _constant(x) else 'target'} is constant"
         else:
             row["partial_spearman"] = partial_spearman(x, y, z)
-            row["partial_low"], row["partial_high"] = bca_interval((x, y, z), partial_spearman, n_boot=n_boot, seed=seed)
+            interval = bca_interval((x, y, z), partial_spearman, n_boot=n_boot, seed=seed)
+            row["partial_low"], row["partial_high"] = interval
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -180,7 +181,8 @@ def best_lr_table(trials: pd.DataFrame, target: str = "test_acc", *, select_by: 
     _require_columns(trials, ["components", "lr", target, select_by])
     frame = trials.loc[trials["components"].notna(), ["components", "lr"]].copy()
     frame["config"] = [_config_name(c) for c in frame["components"]]
-    frame["_target"], frame["_select"] = _numeric(trials.loc[frame.index, target]), _numeric(trials.loc[frame.index, select_by])
+    frame["_target"] = _numeric(trials.loc[frame.index, target])
+    frame["_select"] = _numeric(trials.loc[frame.index, select_by])
     frame = frame[np.isfinite(frame["_target"]) & np.isfinite(frame["_select"])]
     seen = list(dict.fromkeys(frame["config"]))
     rows = []
@@ -229,7 +231,8 @@ def rank_agreement(table: pd.DataFrame, plasticity: pd.Series, *, value: str | N
     x, y = plasticity[common].to_numpy(float), gains[common].to_numpy(float)
     out: dict[str, Any] = {"value": value, "n": len(common), "components": "+".join(common),
                            "by_value": " > ".join(gains[common].sort_values(ascending=False).index),
-                           "by_plasticity": " > ".join(plasticity[common].sort_values(ascending=False).index)}  # fmt: skip
+                           "by_plasticity": " > ".join(plasticity[common].sort_values(ascending=False).index),
+                           }  # fmt: skip
     out.update(dict.fromkeys(_stat_columns(), math.nan))
     if len(common) >= 3 and not (_constant(x) or _constant(y)):
         out.update(_point_stats(x, y))
@@ -283,7 +286,9 @@ def describe_paper(results: PaperResults) -> str:
     return "\n".join(lines)
 
 
-def cross_dataset(tables: dict[str, pd.DataFrame], plasticity: dict[str, pd.Series]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def cross_dataset(
+    tables: dict[str, pd.DataFrame], plasticity: dict[str, pd.Series]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Several searches (one per dataset) together: relative gain per component and dataset, and its mean.
 
     Returns (gains: one row per configuration, a column per dataset and ``mean_gain``; agreement: one row
@@ -293,7 +298,8 @@ def cross_dataset(tables: dict[str, pd.DataFrame], plasticity: dict[str, pd.Seri
                           if "relative_gain" in t})  # fmt: skip
     if gains.empty:
         raise UserError("no search has a linear probe (head) to measure relative gains against")
-    gains = gains.reindex([c for c in TABLE_ORDER if c in gains.index] + [c for c in gains.index if c not in TABLE_ORDER])
+    order = [c for c in TABLE_ORDER if c in gains.index] + [c for c in gains.index if c not in TABLE_ORDER]
+    gains = gains.reindex(order)
     gains["mean_gain"] = gains.mean(axis=1)
     rows = [{"dataset": name, **rank_agreement(tables[name], plasticity.get(name, pd.Series(dtype=float)))}
             for name in gains.columns[:-1]]  # fmt: skip
@@ -500,7 +506,9 @@ def analyse_trials(
     return TrialAnalysis(table, single, files, len(done))
 
 
-def _with_comparisons(table: pd.DataFrame, frame: pd.DataFrame, n_boot: int, seed: int, min_trials: int) -> pd.DataFrame:
+def _with_comparisons(
+    table: pd.DataFrame, frame: pd.DataFrame, n_boot: int, seed: int, min_trials: int
+) -> pd.DataFrame:
     """Add each predictor's paired difference against the baseline and its partial Spearman given lr."""
     table = table.copy()
     for column in ("diff_vs_baseline", "diff_low", "diff_high", "partial_spearman", "partial_low", "partial_high"):
@@ -552,7 +560,7 @@ def describe_correlations(table: pd.DataFrame) -> str:
 
 
 def _verdict(rows: pd.DataFrame) -> str:
-    """Does the best plasticity score rank the trials better than log(trainable parameters)? From the paired bootstrap."""
+    """Does the best plasticity score rank the trials better than log(trainable params)? Paired bootstrap."""
     valid = rows[(rows["note"] == "") & rows["predictor"].isin(SCORES)]
     if valid.empty or "verdict" not in valid or not (valid["verdict"] != "").any():
         return ""
@@ -617,7 +625,7 @@ def criteria_comparison(
 
 
 def criteria_winner(comparison: pd.DataFrame) -> str:
-    """One sentence: the predictor that beats log(#trainable parameters) with the highest Spearman, or that none does."""
+    """One sentence: the best predictor that beats log(#trainable parameters), or that none does."""
     better = comparison[comparison["verdict"] == "better"]
     if better.empty:
         return ("No predictor ranks the subsets clearly better than log(#trainable parameters) "
