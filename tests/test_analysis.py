@@ -10,7 +10,16 @@ import pandas as pd
 import pytest
 
 from vitplast_tune.analysis import (
+    best_lr_table,
+    compare_predictors,
     correlations,
+    criteria_comparison,
+    criteria_winner,
+    cross_dataset,
+    describe_paper,
+    paper_results,
+    partial_correlations,
+    subset_table,
     plot_plasticity,
     plot_score_vs_accuracy,
     relative_gain,
@@ -146,3 +155,116 @@ def test_importing_the_library_selects_no_backend_and_needs_no_ray_or_mlflow():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_bca_interval_is_scipys_paired_bca():
+    from scipy import stats
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=30)
+    trials = pd.DataFrame({"score": x, "val_acc": x + rng.normal(size=30)})
+    row = correlations(trials, ["score"], n_boot=500, seed=7).iloc[0]
+    ref = stats.bootstrap((x, trials["val_acc"].to_numpy()), lambda a, b: stats.spearmanr(a, b).statistic,
+                          paired=True, vectorized=False, n_resamples=500, method="BCa", rng=np.random.default_rng(7))
+    assert row["spearman_low"] == pytest.approx(ref.confidence_interval.low)
+    assert row["spearman_high"] == pytest.approx(ref.confidence_interval.high)
+
+
+def test_paired_difference_decides_which_predictor_is_better():
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=60)
+    trials = pd.DataFrame({"good": y + 0.1 * rng.normal(size=60), "noise": rng.normal(size=60), "y": y})
+    better = compare_predictors(trials, "good", "noise", "y", n_boot=500)
+    assert better["verdict"] == "better" and better["diff_low"] > 0 and better["n"] == 60
+    assert compare_predictors(trials, "noise", "good", "y", n_boot=500)["verdict"] == "worse"
+    same = trials.assign(copy=trials["noise"] + 1e-9 * rng.normal(size=60))
+    assert compare_predictors(same, "copy", "noise", "y", n_boot=500)["verdict"] == "no clear difference"
+
+
+def test_partial_correlation_removes_a_learning_rate_confound():
+    rng = np.random.default_rng(2)
+    lr = 10 ** rng.uniform(-3, 0, size=80)
+    score = np.log(lr) + 0.1 * rng.normal(size=80)  # tracks lr, says nothing else about accuracy
+    acc = np.log(lr) + 0.3 * rng.normal(size=80)
+    trials = pd.DataFrame({"score": score, "lr": lr, "val_acc": acc})
+    assert correlations(trials, ["score"], n_boot=100).iloc[0]["spearman"] > 0.8
+    row = partial_correlations(trials, ["score"], "val_acc", "lr", n_boot=300).iloc[0]
+    assert abs(row["partial_spearman"]) < 0.3 and row["partial_low"] < 0 < row["partial_high"]
+
+
+def grid_trials() -> pd.DataFrame:
+    """A hand-made grid: 3 seeds x 2 lrs; best_val_acc picks the lr, test_acc is reported there."""
+    plan = {  # components: {lr: (best_val_acc per seed, test_acc per seed)}
+        "head": {0.01: ((0.50, 0.52, 0.54), (0.40, 0.42, 0.44)), 0.1: ((0.60, 0.60, 0.60), (0.50, 0.50, 0.50))},
+        "mha": {0.01: ((0.90, 0.90, 0.90), (0.80, 0.82, 0.84)), 0.1: ((0.95, 0.40, 0.90), (0.99, 0.99, 0.99))},
+        "ln1": {0.01: ((0.70, 0.70, 0.70), (0.55, 0.55, 0.55)), 0.1: ((0.80, 0.80, 0.80), (0.60, 0.62, 0.64))},
+        "fc1": {0.01: ((0.85, 0.85, 0.85), (0.75, 0.75, 0.75)), 0.1: ((0.80, 0.80, 0.80), (0.90, 0.90, 0.90))},
+        "mha+fc1": {0.01: ((0.99, 0.99, 0.99), (0.90, 0.90, 0.90)), 0.1: ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))},
+    }
+    plasticity = {"mha": 3.0, "fc1": 2.0, "ln1": 1.0, "mha+fc1": 2.5}
+    params = {"head": 10, "mha": 1000, "ln1": 20, "fc1": 2000, "mha+fc1": 3000}
+    rows = []
+    for components, by_lr in plan.items():
+        for lr, (vals, tests) in by_lr.items():
+            for seed, v, t in zip((0, 42, 3407), vals, tests):
+                rows.append({"components": components, "lr": lr, "seed": seed, "best_val_acc": v, "test_acc": t,
+                             "plasticity_mean": plasticity.get(components, np.nan), "trainable_params": params[components]})
+    return pd.DataFrame(rows)
+
+
+def test_best_lr_on_mean_validation_then_test_accuracy_and_gain_there():
+    table = best_lr_table(grid_trials()).set_index("components")
+    # mha: mean val 0.90 at 0.01 beats 0.75 at 0.1, although a single seed at 0.1 is higher
+    assert table.loc["mha", "lr"] == 0.01 and table.loc["mha", "mean"] == pytest.approx(0.82)
+    assert table.loc["mha", "std"] == pytest.approx(np.std([0.80, 0.82, 0.84], ddof=1))
+    assert table.loc["fc1", "lr"] == 0.01 and table.loc["fc1", "mean"] == pytest.approx(0.75)  # not the better test lr
+    assert table.loc["ln1", "lr"] == 0.1 and table.loc["ln1", "mean"] == pytest.approx(0.62)
+    assert table.loc["head", "lr"] == 0.1 and table.loc["head", "mean"] == pytest.approx(0.50)
+    assert table.loc["mha", "n_seeds"] == 3 and table.loc["mha", "n_lrs"] == 2
+    assert table.loc["mha", "relative_gain"] == pytest.approx((0.82 - 0.50) / 0.50)
+    assert table.loc["ln1", "relative_gain"] == pytest.approx(0.24)
+    assert list(table.index) == ["mha", "fc1", "ln1", "head", "mha+fc1"]
+
+
+def test_paper_results_rank_gain_beside_plasticity_and_write_files(tmp_path):
+    results = paper_results(grid_trials(), tmp_path)
+    a = results.agreement
+    assert a["by_value"] == "mha > fc1 > ln1" and a["by_plasticity"] == "mha > fc1 > ln1"
+    assert a["spearman"] == pytest.approx(1.0) and a["kendall"] == pytest.approx(1.0) and a["n"] == 3
+    assert is_png(tmp_path / "gain_vs_plasticity.png")
+    assert pd.read_csv(tmp_path / "paper_table.csv")["components"].tolist()[:2] == ["mha", "fc1"]
+    assert "+64.00%" in describe_paper(results)  # mha: (0.82 - 0.50) / 0.50
+
+
+def test_cross_dataset_means_gains_and_pools_rank_agreement():
+    a = best_lr_table(grid_trials())
+    other = grid_trials()
+    other.loc[other["components"] == "ln1", "test_acc"] += 0.5  # ln1 best on this dataset
+    b = best_lr_table(other)
+    plast = pd.Series({"mha": 3.0, "fc1": 2.0, "ln1": 1.0})
+    gains, agreement = cross_dataset({"A": a, "B": b}, {"A": plast, "B": plast})
+    gains = gains.set_index("components")
+    assert gains.loc["mha", "mean_gain"] == pytest.approx(0.64)
+    assert gains.loc["ln1", "mean_gain"] == pytest.approx(((0.62 - 0.5) / 0.5 + (1.12 - 0.5) / 0.5) / 2)
+    rows = agreement.set_index("dataset")
+    assert rows.loc["A", "spearman"] == pytest.approx(1.0) and rows.loc["B", "spearman"] == pytest.approx(-0.5)
+    assert rows.loc["pooled", "by_value"] == "ln1 > mha > fc1"
+
+
+def test_criteria_lab_compares_each_predictor_with_the_parameter_count():
+    trials = grid_trials()
+    extra = pd.DataFrame({"grad_norm": {"mha": 5.0, "fc1": 4.0, "ln1": 1.0, "mha+fc1": 6.0}})
+    subsets = subset_table(trials, extra).set_index("components")
+    assert subsets.loc["mha+fc1", "mean"] == pytest.approx(0.90) and subsets.loc["mha+fc1", "lr"] == 0.01
+    assert subsets.loc["ln1", "contains_mha_or_fc"] == 0 and subsets.loc["fc1", "contains_mha_or_fc"] == 1
+    assert subsets.loc["mha", "log_trainable_params"] == pytest.approx(np.log(1000))
+    assert subsets.loc["fc1", "grad_norm"] == 4.0
+    comparison = criteria_comparison(subsets.reset_index(), n_boot=200, min_trials=4).set_index("predictor")
+    assert comparison.loc["grad_norm", "spearman"] == pytest.approx(1.0)  # 0.90 > 0.82 > 0.75 > 0.62 > 0.50 (head: NaN)
+    assert comparison.loc["grad_norm", "n"] == 4
+    assert comparison.loc["log_trainable_params", "verdict"] == ""
+    assert "diff_vs_baseline" in comparison and "kendall_low" in comparison
+    fake = pd.DataFrame({"predictor": ["a", "b"], "spearman": [0.9, 0.5], "verdict": ["no clear difference", "better"],
+                         "diff_vs_baseline": [0.1, 0.4], "diff_low": [-0.1, 0.1], "diff_high": [0.3, 0.7]})
+    assert criteria_winner(fake).startswith("b ranks the subsets best")
+    assert criteria_winner(fake.assign(verdict="worse")).startswith("No predictor")

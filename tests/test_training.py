@@ -17,6 +17,14 @@ def run(**overrides):
     return final, reports
 
 
+def test_warmup_follows_the_step_budget_when_a_fraction_is_set():
+    assert FinetuneConfig(max_steps=10000, warmup_steps=80).warmup == 80
+    assert FinetuneConfig(max_steps=10000, warmup_fraction=0.2).warmup == 2000
+    assert FinetuneConfig(max_steps=400, warmup_fraction=0.2).warmup == 80
+    with pytest.raises(UserError, match="warmup_fraction"):
+        FinetuneConfig(warmup_fraction=1.5).validate()
+
+
 def test_warmup_cosine_shape():
     assert warmup_cosine(0, 100, 10) == pytest.approx(0.1)
     assert warmup_cosine(9, 100, 10) == pytest.approx(1.0)

@@ -44,6 +44,7 @@ class FinetuneConfig:
     batch_size: int = 64
     max_steps: int = 400
     warmup_steps: int = 40
+    warmup_fraction: float | None = None  # when set, warm up for this fraction of max_steps instead of warmup_steps
     eval_every: int = 50
     grad_clip: float = 1.0
     seed: int = 0
@@ -75,9 +76,18 @@ class FinetuneConfig:
         for name in ("warmup_steps", "weight_decay", "momentum", "grad_clip", "threads"):
             if getattr(self, name) < 0:
                 raise UserError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.warmup_fraction is not None and not 0 <= self.warmup_fraction < 1:
+            raise UserError(f"warmup_fraction must lie in [0, 1), got {self.warmup_fraction}")
         if not 0 < self.val_fraction < 1:
             raise UserError(f"val_fraction must lie in (0, 1), got {self.val_fraction}")
         return self
+
+    @property
+    def warmup(self) -> int:
+        """Warm-up steps of this run: ``warmup_fraction`` of ``max_steps`` when set, else ``warmup_steps``."""
+        if self.warmup_fraction is None:
+            return self.warmup_steps
+        return round(self.warmup_fraction * self.max_steps)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field."""
@@ -183,7 +193,7 @@ def finetune(
     step, best = 0, {"val_acc": -1.0, "step": 0, "trainable": None}
     if resume is not None:
         step, best = _load_state(resume, trainable, optimizer)
-    schedule = lambda s: cfg.lr * warmup_cosine(s, cfg.max_steps, cfg.warmup_steps)  # noqa: E731
+    schedule = lambda s: cfg.lr * warmup_cosine(s, cfg.max_steps, cfg.warmup)  # noqa: E731
 
     metrics: dict[str, Any] = {}
     batches = data.train_batches(splits.train, cfg.batch_size, seed=cfg.seed, start_step=step, num_workers=workers)
