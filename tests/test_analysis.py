@@ -9,22 +9,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vitplast_tune.analysis import (
+from vitplast_tune.lab import criteria_comparison, criteria_winner, subset_table
+from vitplast_tune.plots import plot_plasticity, plot_score_vs_accuracy
+from vitplast_tune.protocol import (
     best_lr_table,
-    compare_predictors,
-    correlations,
-    criteria_comparison,
-    criteria_winner,
     cross_dataset,
     describe_paper,
     paper_results,
-    partial_correlations,
-    subset_table,
-    plot_plasticity,
-    plot_score_vs_accuracy,
     relative_gain,
     single_component_table,
 )
+from vitplast_tune.statistics import compare_predictors, correlations, partial_correlations
 from vitplast_tune.errors import UserError
 
 

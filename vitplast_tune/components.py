@@ -25,6 +25,8 @@ COMPONENTS: tuple[str, ...] = ("emb", "ln1", "mha", "ln2", "fc1", "fc2")
 BLOCK_COMPONENTS: tuple[str, ...] = COMPONENTS[1:]
 HEAD = "head"
 ALL = "all"
+# The paper's order of single components (by plasticity), then the embedding, full finetuning, linear probe.
+TABLE_ORDER: tuple[str, ...] = ("mha", "fc1", "fc2", "ln2", "ln1", "emb", ALL, HEAD)
 
 # The timm submodule of block i that each block component names (its input and output define plasticity).
 BLOCK_MODULES: dict[str, str] = {"ln1": "norm1", "mha": "attn", "ln2": "norm2", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}

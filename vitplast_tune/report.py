@@ -1,8 +1,10 @@
-"""The plasticity report of a model and a dataset: measured once, cached on disk, plotted.
+"""What a search measures about a model and a dataset before any training: the plasticity report
+(measured once, cached on disk, plotted) and the gradient criteria, and each subset's scores.
 
 ``plasticity_report`` builds the model and the two image sets, calls the pure measurement
 (``plasticity.compute_plasticity``) and writes the table (CSV, JSON) and a plot into a cache folder
-keyed by everything that changes the result; ``subset_scores`` turns a report into a trial's scores.
+keyed by everything that changes the result; ``gradient_report`` does the same for ``criteria``;
+``Predictors.scores`` turns both into a trial's scores.
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import pandas as pd
 import torch
 
-from vitplast_tune import analysis, components, data, models, plasticity
+from vitplast_tune import components, criteria, data, models, plasticity
 from vitplast_tune.components import COMPONENTS
 from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.plasticity import VARIANTS, aggregate_plasticity, compute_plasticity
+from vitplast_tune.plots import plot_plasticity
 
 
 @dataclass
@@ -107,7 +110,7 @@ def plasticity_report(
     payload = dict(meta, table=_records(table), ranking=_records(ranking))
     files["json"].write_text(json.dumps(payload, indent=2) + "\n")
     title = f"{model_name}: {dataset} vs {reference} ({variant})"
-    analysis.plot_plasticity(table, files["png"], title=title)
+    plot_plasticity(table, files["png"], title=title)
     return PlasticityReport(table, ranking, out, files, meta)
 
 
@@ -130,11 +133,57 @@ def _file_identity(path: str | Path | None) -> str | None:
     return f"{p}:{stat.st_size}:{int(stat.st_mtime)}"
 
 
-def subset_scores(report: PlasticityReport | None, subset: str) -> dict[str, float]:
-    """Plasticity scores of a subset from a report (empty when there is none): mean, max, parameter-weighted."""
-    if report is None:
-        return {}
-    return plasticity.subset_scores(report.table, subset, report.meta["component_params"])
+@dataclass
+class Predictors:
+    """What a search measures before any training: the plasticity report and the gradient criteria."""
+
+    plasticity: PlasticityReport | None = None
+    gradients: pd.DataFrame | None = None  # criteria.gradient_table
+
+    def scores(self, subset: str) -> dict[str, float]:
+        """A subset's predictors: plasticity mean, max and parameter-weighted mean; gradient norm and Auto-RGN."""
+        out: dict[str, float] = {}
+        if self.plasticity is not None:
+            meta = self.plasticity.meta
+            out.update(plasticity.subset_scores(self.plasticity.table, subset, meta["component_params"]))
+        if self.gradients is not None:
+            out.update(criteria.subset_criteria(self.gradients, subset))
+        return out
+
+
+def gradient_report(cfg, *, num_batches: int = 4, decoded: data.InMemory | None = None, device=None) -> pd.DataFrame:
+    """The gradient criteria (``criteria.gradient_table``) of a run's pretrained model on its first training batches.
+
+    ``cfg`` is a ``training.FinetuneConfig`` (model, weights, dataset, batch size, seed); the new head is
+    initialised with ``cfg.seed`` as a trial's would be. ``decoded`` is the dataset already decoded.
+    """
+    if num_batches < 1:
+        raise UserError(f"num_batches must be a positive integer, not {num_batches}")
+    torch.manual_seed(cfg.seed)
+    model = models.build_model(cfg.model, data.num_classes(cfg.dataset, data_dir=cfg.data_dir),
+                               pretrained=cfg.pretrained, weights=cfg.weights)  # fmt: skip
+    splits = data.load_dataset(cfg.dataset, models.data_config(model), data_dir=cfg.data_dir, download=cfg.download,
+                               seed=cfg.seed, val_fraction=cfg.val_fraction, decoded=decoded)  # fmt: skip
+    stream = data.train_batches(splits.train, cfg.batch_size, seed=cfg.seed)
+    table = criteria.gradient_table(model, [next(stream) for _ in range(num_batches)], device=device or "cpu")
+    table.attrs.update(model=cfg.model, dataset=cfg.dataset, num_batches=num_batches, batch_size=cfg.batch_size)
+    return table
+
+
+def in_network_scores(settings: dict[str, Any], subsets: Iterable[str], *, reference: str = "fractals",
+                      plasticity_pairs: int | None = None) -> pd.DataFrame:  # fmt: skip
+    """Per subset (index): the mean in-network plasticity of its components (``in_network_mean``), for the criteria lab.
+
+    ``settings`` are a search's (a FinetuneConfig as a dict); the report is measured once and cached.
+    """
+    s = settings
+    found = plasticity_report(
+        s["model"], weights=s["weights"], pretrained=s["pretrained"], dataset=s["dataset"], reference=reference,
+        data_dir=s["data_dir"], download=s["download"], variant="in_network", max_pairs=plasticity_pairs, reuse=True,
+    )  # fmt: skip
+    counts = found.meta["component_params"]
+    rows = {subset: plasticity.subset_scores(found.table, subset, counts)["plasticity_mean"] for subset in subsets}
+    return pd.DataFrame({"in_network_mean": pd.Series(rows, dtype=float)})
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:

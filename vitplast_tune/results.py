@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from vitplast_tune import report, spaces
+from vitplast_tune.analysis import SearchAnalysis
 from vitplast_tune.plan import EXPERIMENT, SearchPlan
 
 
@@ -24,11 +25,11 @@ class SearchResult:
     trials: pd.DataFrame
     parent_run_id: str
     elapsed_s: float
-    correlations: pd.DataFrame | None = None
+    analysis: SearchAnalysis | None = None
 
 
-def trial_table(grid, plan: SearchPlan, plasticity: report.PlasticityReport | None = None) -> pd.DataFrame:
-    """One row per trial: its subset, parameters, final and best metrics, status and plasticity scores.
+def trial_table(grid, plan: SearchPlan, predictors: report.Predictors | None = None) -> pd.DataFrame:
+    """One row per trial: its subset, parameters, final and best metrics, status and pre-training predictors.
 
     ``val_acc_common`` is each trial's validation accuracy at ``common_step``, the last evaluation
     every trial reached: with early stopping, the one budget all trials share.
@@ -50,7 +51,7 @@ def trial_table(grid, plan: SearchPlan, plasticity: report.PlasticityReport | No
                 "max_steps": plan.settings["max_steps"],
                 "diverged": bool(metrics.get("diverged", 0)),
                 "error": None if result.error is None else str(result.error).splitlines()[0][:200],
-                **report.subset_scores(plasticity, subset),
+                **(predictors.scores(subset) if predictors is not None else {}),
             }
         )
         curves.append(val_curve(result))
@@ -69,6 +70,16 @@ def write_trials(result: SearchResult) -> Path | None:
     path = directory / "trials.csv"
     result.trials.to_csv(path, index=False)
     return path
+
+
+def read_trials(directory: Path) -> pd.DataFrame:
+    """The trial table a finished search wrote in ``directory`` (trial ids kept as strings)."""
+    from vitplast_tune.errors import UserError
+
+    path = directory / "trials.csv"
+    if not path.is_file():
+        raise UserError(f'search "{directory.name}" in {directory.parent} has not finished: no trial table to analyse')
+    return pd.read_csv(path, dtype={"trial_id": str})
 
 
 def val_curve(result) -> dict[int, float]:
@@ -105,11 +116,8 @@ def summary(result: SearchResult, k: int = 10) -> str:
     if not top.empty:
         lines += ["", f"Top {len(top)} trials (best validation accuracy; test accuracy of its best-validation weights):",
                   _top_table(top).to_string(index=False)]  # fmt: skip
-    if result.correlations is not None:
-        from vitplast_tune.analysis import describe_correlations
-
-        lines += ["", "Does the plasticity of the trained subset predict accuracy? Spearman with a bootstrap 95% interval,"
-                  " beside the naive baseline log(trainable parameters):", describe_correlations(result.correlations)]  # fmt: skip
+    if result.analysis is not None and (text := result.analysis.describe()):
+        lines += ["", text]
     lines += ["", f"Results (Ray Tune): {plan.storage}/{plan.name}"]
     if plan.local_dir is not None:
         lines.append(f"Trial table:        {plan.local_dir / 'trials.csv'}")

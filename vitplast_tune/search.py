@@ -8,21 +8,21 @@ results -> analyse.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
 from typing import Sequence
 
-import pandas as pd
 from ray.tune import Callback
 
-from vitplast_tune import analysis, report, results, searchers, spaces, tracking
-from vitplast_tune.errors import SearchInterrupted, UserError
+from vitplast_tune import analysis, protocol, report, results, searchers, spaces, tracking
+from vitplast_tune.errors import SearchInterrupted
 from vitplast_tune.plan import SearchOptions, SearchPlan, default_storage, prepare, read_record, write_record
 from vitplast_tune.results import SearchResult
-from vitplast_tune.trial import train_trial
+from vitplast_tune.trial import train_trial, trial_config
 
-__all__ = ["SearchOptions", "SearchResult", "run", "execute", "reanalyse", "measure_plasticity"]
+__all__ = ["SearchOptions", "SearchResult", "run", "execute", "reanalyse", "measure"]
 
 
 def run(options: SearchOptions, callbacks: Sequence[Callback] = ()) -> SearchResult:
@@ -40,21 +40,21 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
 
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     started = time.perf_counter()
-    plasticity = measure_plasticity(plan)  # on the driver, before Ray: it also proves the weights load
+    predictors = measure(plan)  # on the driver, before Ray: it also proves the weights load
     owns_ray = not ray.is_initialized()
     if owns_ray:
         _init_ray(plan.options.address)
     try:  # cluster: join and check the per-trial request before any record exists; Ray shut down on failure
         grows = _check_cluster(plan)
         mlflow = tracking.client(plan.tracking_uri)
-        parent = tracking.open_search_run(mlflow, plan, plasticity)
+        parent = tracking.open_search_run(mlflow, plan, predictors)
         write_record(plan, parent)
     except BaseException:
         if owns_ray:
             ray.shutdown()
         raise
     try:
-        callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, tracking.trial_describer(plan, plasticity)), *callbacks]
+        callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, tracking.trial_describer(plan, predictors)), *callbacks]
         if plan.options.verbose:
             from vitplast_tune.progress import Progress
 
@@ -63,7 +63,7 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
         trainable = tune.with_resources(trainable, plan.options.trial_resources)
         with searchers.pending_limit(plan, grows):
             grid = searchers.tuner(plan, trainable, callbacks).fit()
-        trials = results.trial_table(grid, plan, plasticity)
+        trials = results.trial_table(grid, plan, predictors)
     except KeyboardInterrupt:
         mlflow.set_terminated(parent, status="KILLED")
         raise
@@ -79,15 +79,14 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
         )
     result = SearchResult(plan, trials, parent, time.perf_counter() - started)
     _record_results(result, mlflow)
-    if plasticity is not None:
-        result.correlations = analyse(result, mlflow)
+    analyse(result, mlflow)
     return result
 
 
-def measure_plasticity(plan: SearchPlan) -> report.PlasticityReport | None:
-    """The plasticity report of the search's model and data, from the cache when it was measured before."""
+def measure(plan: SearchPlan) -> report.Predictors:
+    """The predictors the search measures before training (plasticity, gradient criteria); cached plasticity is reused."""
     if not plan.options.plasticity:
-        return None
+        return report.Predictors()
     s, o = plan.settings, plan.options
     say = print if o.verbose else lambda *a, **k: None
     say(f"Plasticity of {s['model']} ({o.plasticity_variant} variant): {s['dataset']} test split vs {o.plasticity_reference} ...", flush=True)
@@ -99,28 +98,40 @@ def measure_plasticity(plan: SearchPlan) -> report.PlasticityReport | None:
     ranking = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
     order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranking.itertuples())
     say(f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})", flush=True)
-    return measured
+    gradients = report.gradient_report(trial_config({}, s), decoded=plan.decoded)
+    return report.Predictors(measured, gradients)
 
 
-def analyse(result: SearchResult, mlflow) -> pd.DataFrame:
-    """Plasticity vs final accuracy over the finished trials: statistics and plots, logged to the parent run."""
-    found = analysis.analyse_trials(result.trials, result.plan.results_dir / "analysis")
-    tracking.log_analysis(mlflow, result.parent_run_id, found)
-    return found.correlations
+def analyse(result: SearchResult, mlflow) -> None:
+    """Every analysis the search supports (see ``analysis.analyse_search``), logged to the parent run."""
+    plan = result.plan
+    result.analysis = analysis.analyse_search(
+        result.trials, plan.spec, plan.settings, plan.results_dir / "analysis",
+        reference=plan.options.plasticity_reference, plasticity_pairs=plan.options.plasticity_pairs,
+    )  # fmt: skip
+    tracking.log_analysis(mlflow, result.parent_run_id, result.analysis)
 
 
-def reanalyse(name: str, storage: str | None = None, tracking_uri: str | None = None) -> SearchResult:
-    """Analyse a finished search again from its stored trial table and log to its parent run."""
+def reanalyse(name: str, storage: str | None = None, tracking_uri: str | None = None, criteria: bool = False) -> SearchResult:
+    """Analyse a finished search again from its stored trial table and log to its parent run (``criteria``: also the lab)."""
     directory = Path(storage or default_storage()).expanduser() / name
-    record, trials_path = read_record(directory), directory / "trials.csv"
-    if not trials_path.is_file():
-        raise UserError(f'search "{name}" in {directory.parent} has not finished: no trial table to analyse')
+    record, trials = read_record(directory), results.read_trials(directory)
+    spec = spaces.load_space(record["space_path"])
+    spec = dataclasses.replace(spec, criteria=spec.criteria or criteria)
     options = SearchOptions(space=record["space_path"], name=name, storage=str(directory.parent))
-    plan = SearchPlan(spaces.load_space(record["space_path"]), options, name, str(directory.parent),
-                      tracking_uri or record["tracking_uri"], record["settings"])  # fmt: skip
-    result = SearchResult(plan, pd.read_csv(trials_path, dtype={"trial_id": str}), record["parent_run_id"], 0.0)
-    result.correlations = analyse(result, tracking.client(plan.tracking_uri))
+    plan = SearchPlan(spec, options, name, str(directory.parent), tracking_uri or record["tracking_uri"], record["settings"])
+    result = SearchResult(plan, trials, record["parent_run_id"], 0.0)
+    analyse(result, tracking.client(plan.tracking_uri))
     return result
+
+
+def compare_datasets(names: Sequence[str], storage: str | None = None, out_dir: str | None = None) -> str:
+    """The paper's cross-dataset table of several finished searches (one per dataset), written to ``out_dir``; as text."""
+    root = Path(storage or default_storage()).expanduser()
+    trials = {name: results.read_trials(root / name) for name in names}
+    out = Path(out_dir).expanduser() if out_dir else root / f"cross-{'-'.join(names)}"
+    gains, agreement, _ = protocol.cross_dataset_report(trials, out)
+    return protocol.describe_cross_dataset(gains, agreement) + f"\nfiles: {out}"
 
 
 def _record_results(result: SearchResult, mlflow) -> None:

@@ -34,7 +34,7 @@ SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 ALGORITHMS = ("optuna", "grid", "random")
 SCHEDULERS = ("asha", "median", "fifo")
 MODES = ("max", "min")
-_TOP_KEYS = ("description", "metric", "mode", "algorithm", "num_samples", "scheduler", "parameters", "defaults")
+_TOP_KEYS = ("description", "metric", "mode", "algorithm", "num_samples", "scheduler", "criteria", "parameters", "defaults")
 _SCHEDULER_KEYS = ("name", "grace_period", "reduction_factor")
 
 
@@ -284,6 +284,13 @@ class SearchSpec:
     parameters: dict[str, Distribution]
     defaults: dict[str, Any] = field(default_factory=dict)
     text: str = ""
+    criteria: bool = False  # the criteria lab: compare pre-training predictors per subset at the end
+
+    @property
+    def has_seeds(self) -> bool:
+        """Whether trials repeat over seeds (a ``seed`` parameter that varies): the paper's protocol applies."""
+        seed = self.parameters.get("seed")
+        return seed is not None and not isinstance(seed, Constant)
 
     @property
     def fingerprint(self) -> str:
@@ -369,6 +376,7 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
         parameters={str(k): _parse_param(str(k), v, where) for k, v in parameters.items()},
         defaults=dict(defaults),
         text=text,
+        criteria=_flag(raw.get("criteria", False), where, "criteria"),
     )
     _check_algorithm(spec)
     return spec
@@ -405,6 +413,12 @@ def _one_of(value: Any, options: tuple[str, ...], where: str, what: str) -> str:
     if value not in options:
         raise UserError(f'{where}: unknown {what} "{value}"{did_you_mean(str(value), options)}; use one of {", ".join(options)}')
     return str(value)
+
+
+def _flag(value: Any, where: str, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise UserError(f"{where}: {what} must be true or false, got {value!r}")
+    return value
 
 
 def _positive_int(value: Any, where: str, what: str, minimum: int = 1) -> int:

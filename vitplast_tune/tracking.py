@@ -164,7 +164,7 @@ class MlflowTracker(Callback):
         self.runs.update(state.get("runs", {}))
 
 
-def open_search_run(mlflow: MlflowClient, plan: SearchPlan, plasticity: report.PlasticityReport | None) -> str:
+def open_search_run(mlflow: MlflowClient, plan: SearchPlan, predictors: report.Predictors) -> str:
     """The parent run of a search: found again on ``--resume``, else created with the space, settings and plasticity."""
     if plan.options.resume:
         existing = find_search_run(mlflow, EXPERIMENT, plan.name)
@@ -175,19 +175,22 @@ def open_search_run(mlflow: MlflowClient, plan: SearchPlan, plasticity: report.P
     params = {"space": spec.name, "algorithm": spec.algorithm, "scheduler": spec.scheduler.name, "num_samples": spec.num_samples,
               "metric": spec.metric, "mode": spec.mode, "search_seed": plan.options.seed, **plan.settings}  # fmt: skip
     tags = {"vitplast.space_fingerprint": spec.fingerprint, "vitplast.storage": f"{plan.storage}/{plan.name}"}
+    plasticity = predictors.plasticity
     if plasticity is not None:
         meta = plasticity.meta
         params.update(plasticity_variant=meta["variant"], plasticity_reference=meta["reference"], plasticity_pairs=meta["n_pairs"])
     run_id = start_search_run(mlflow, EXPERIMENT, plan.name, params, tags)
     mlflow.log_text(run_id, spec.text, f"space/{spec.path.name}")
+    if predictors.gradients is not None:
+        mlflow.log_text(run_id, predictors.gradients.to_csv(index=False), "criteria/gradients.csv")
     if plasticity is not None:
         log_artifacts(mlflow, run_id, plasticity.files.values(), "plasticity")
         log_metrics(mlflow, run_id, {f"plasticity/{r.component}": r.plasticity for r in plasticity.ranking.itertuples()})
     return run_id
 
 
-def trial_describer(plan: SearchPlan, plasticity: report.PlasticityReport | None):
-    """The function that names a trial's child run and gives its params and plasticity scores (see MlflowTracker)."""
+def trial_describer(plan: SearchPlan, predictors: report.Predictors):
+    """The function that names a trial's child run and gives its params and predictor scores (see MlflowTracker)."""
     settings = plan.settings
 
     def describe(config: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, float]]:
@@ -195,7 +198,7 @@ def trial_describer(plan: SearchPlan, plasticity: report.PlasticityReport | None
         cfg = trial_config(config, settings)
         params = {**cfg.to_dict(), "components": subset, **spaces.component_flags(subset)}
         name = f"{subset} lr={cfg.lr:.3g}" + (f" seed={cfg.seed}" if "seed" in config else "")
-        return name, params, report.subset_scores(plasticity, subset)
+        return name, params, predictors.scores(subset)
 
     return describe
 
@@ -209,11 +212,16 @@ def log_results(mlflow: MlflowClient, run_id: str, trials_csv: Path, best: pd.Da
 
 
 def log_analysis(mlflow: MlflowClient, run_id: str, found) -> None:
-    """An ``analysis.TrialAnalysis`` on the parent run: ``corr/<target>/<predictor>/<statistic>`` metrics and its files."""
-    metrics = {"analysis/n_finished": found.n_finished}
-    for row in found.correlations.itertuples():
-        for stat in ("n", "spearman", "spearman_low", "spearman_high", "kendall", "kendall_low", "kendall_high"):
-            metrics[f"corr/{row.target}/{row.predictor}/{stat}"] = getattr(row, stat)
+    """An ``analysis.SearchAnalysis`` on the parent run: its files, and ``corr/<target>/<predictor>/<statistic>``
+    and ``paper/<statistic>`` metrics."""
+    metrics: dict[str, Any] = {}
+    if found.trials is not None:
+        metrics["analysis/n_finished"] = found.trials.n_finished
+        for row in found.trials.correlations.itertuples():
+            for stat in ("n", "spearman", "spearman_low", "spearman_high", "kendall", "kendall_low", "kendall_high"):
+                metrics[f"corr/{row.target}/{row.predictor}/{stat}"] = getattr(row, stat)
+    if found.paper is not None:
+        metrics.update({f"paper/{k}": found.paper.agreement[k] for k in ("spearman", "kendall")})
     log_metrics(mlflow, run_id, metrics)
     log_artifacts(mlflow, run_id, found.files, "analysis")
 

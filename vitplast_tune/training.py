@@ -11,7 +11,7 @@ import copy
 import math
 import time
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F

@@ -1,0 +1,101 @@
+"""Figures of the analyses (PNG): the plasticity per component and layer, a score against accuracy, and
+the paper-style gain next to plasticity.
+
+Plots draw on ``matplotlib.figure.Figure`` directly (Agg rendering), so importing this module never
+selects a pyplot backend.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from vitplast_tune.components import BLOCK_COMPONENTS, HEAD, TABLE_ORDER
+from vitplast_tune.statistics import is_constant, finite, numeric, require_columns
+
+
+def plot_plasticity(table: pd.DataFrame, path: str | Path, *, title: str | None = None) -> Path:
+    """Write a PNG: plasticity per layer (one line per block component) and per-component means with their spread."""
+    from vitplast_tune.plasticity import aggregate_plasticity
+
+    summary = aggregate_plasticity(table)
+    fig, (left, right) = _figure(ncols=2, figsize=(11, 4.2))
+    for component in BLOCK_COMPONENTS:
+        rows = table[table["component"] == component].sort_values("layer")
+        if len(rows):
+            sem = finite(rows.get("sem"))
+            left.errorbar(rows["layer"], rows["plasticity"], yerr=sem, marker="o", capsize=2, label=component)
+    left.set_xlabel("layer (block index)")
+    left.set_ylabel("plasticity  ||f(x)-f(y)|| / ||x-y||")
+    left.set_title("per layer")
+    if left.has_data():
+        left.legend(frameon=False)
+        left.xaxis.get_major_locator().set_params(integer=True)
+    x = np.arange(len(summary))
+    colors = [f"C{BLOCK_COMPONENTS.index(c)}" if c in BLOCK_COMPONENTS else "0.6" for c in summary["component"]]
+    right.bar(x, summary["plasticity"], yerr=finite(summary["spread"]), color=colors, capsize=3)
+    right.set_xticks(x, summary["component"])
+    right.set_ylabel("mean over layers (± std over layers)")
+    right.set_title("per component" + ("  (emb: vs pixels)" if "emb" in set(summary["component"]) else ""))
+    variant = table.attrs.get("variant")
+    fig.suptitle(title or f"Plasticity{f' ({variant} variant)' if variant else ''}")
+    return _save(fig, path)
+
+
+def plot_score_vs_accuracy(trials: pd.DataFrame, score: str, target: str, path: str | Path) -> Path:
+    """Write a PNG scatter of ``target`` against ``score``, one point per trial, coloured by log10 learning rate."""
+    require_columns(trials, [score, target])
+    x, y = numeric(trials[score]), numeric(trials[target])
+    keep = np.isfinite(x) & np.isfinite(y)
+    fig, (ax,) = _figure(ncols=1, figsize=(6, 4.5))
+    lr = numeric(trials["lr"]) if "lr" in trials.columns else None
+    if lr is not None and np.all(lr[keep] > 0):
+        points = ax.scatter(x[keep], y[keep], c=np.log10(lr[keep]), cmap="viridis", edgecolors="k", linewidths=0.3)
+        fig.colorbar(points, ax=ax, label="log10 learning rate")
+    else:
+        ax.scatter(x[keep], y[keep], edgecolors="k", linewidths=0.3)
+    ax.set_xlabel(score)
+    ax.set_ylabel(target)
+    xs, ys, n = x[keep], y[keep], int(keep.sum())
+    rho = stats.spearmanr(xs, ys).statistic if n >= 2 and not (is_constant(xs) or is_constant(ys)) else math.nan
+    ax.set_title(f"Spearman ρ = {rho:.3f} (n = {n})" if np.isfinite(rho) else f"Spearman ρ undefined (n = {n})")
+    return _save(fig, path)
+
+
+def plot_gain_and_plasticity(table: pd.DataFrame, plasticity: pd.Series, path: str | Path) -> Path:
+    """Write a PNG like the paper's figure: relative gain (or test accuracy) per configuration beside plasticity."""
+    value = "relative_gain" if "relative_gain" in table else "mean"
+    shown = table[table["components"] != HEAD]
+    fig, (left, right) = _figure(ncols=2, figsize=(11, 4.2))
+    colors = [f"C{BLOCK_COMPONENTS.index(c)}" if c in BLOCK_COMPONENTS else "0.6" for c in shown["components"]]
+    x = np.arange(len(shown))
+    scale = 100 if value == "relative_gain" else 1
+    left.bar(x, scale * shown[value], color=colors)
+    left.set_xticks(x, shown["components"], rotation=30 if len(shown) > 8 else 0)
+    left.set_ylabel("relative gain over the linear probe (%)" if value == "relative_gain" else "test accuracy")
+    left.set_title("test accuracy at the best validation lr (mean over seeds)")
+    order = [c for c in TABLE_ORDER if c in plasticity.index]
+    xp = np.arange(len(order))
+    right.bar(xp, plasticity[order], color=[f"C{BLOCK_COMPONENTS.index(c)}" for c in order])
+    right.set_xticks(xp, order)
+    right.set_ylabel("plasticity (mean over layers)")
+    right.set_title("plasticity per component")
+    return _save(fig, path)
+
+
+def _figure(ncols: int, figsize: tuple[float, float]):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, list(np.atleast_1d(fig.subplots(1, ncols)))
+
+
+def _save(fig, path: str | Path) -> Path:
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, format="png")
+    return path

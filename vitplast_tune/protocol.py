@@ -1,0 +1,198 @@
+"""The paper's protocol on a trial table: the learning rate chosen on mean validation accuracy over
+seeds, test accuracy there, the relative gain over the linear probe, its rank agreement with
+plasticity per component, and the same across datasets.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from vitplast_tune.components import BLOCK_COMPONENTS, HEAD, TABLE_ORDER
+from vitplast_tune.errors import UserError
+from vitplast_tune.plots import plot_gain_and_plasticity
+from vitplast_tune.statistics import (
+    config_name,
+    is_constant,
+    numeric,
+    point_stats,
+    require_columns,
+    stat_columns,
+)
+
+
+def relative_gain(acc, baseline_acc):
+    """Relative gain over the linear probe, (acc - baseline_acc) / baseline_acc, as in the paper.
+
+    Works on floats, numpy arrays and pandas Series alike; raises UserError for a zero baseline.
+    """
+    if np.any(np.asarray(baseline_acc, dtype=float) == 0):
+        raise UserError("relative gain needs a non-zero baseline accuracy")
+    return (acc - baseline_acc) / baseline_acc
+
+
+def best_lr_table(trials: pd.DataFrame, target: str = "test_acc", *, select_by: str = "best_val_acc") -> pd.DataFrame:
+    """Per configuration (any subset): the lr with the best mean ``select_by`` over seeds, and ``target`` there.
+
+    Columns components, lr, mean, std (over seeds, ddof=1), n_seeds, n_lrs, n_runs, and relative_gain
+    ((mean - probe) / probe, as in the paper) when the linear probe ("head") is present. Configurations
+    come in the paper's order (TABLE_ORDER) first, then the others in order of appearance.
+    """
+    require_columns(trials, ["components", "lr", target, select_by])
+    frame = trials.loc[trials["components"].notna(), ["components", "lr"]].copy()
+    frame["config"] = [config_name(c) for c in frame["components"]]
+    frame["_target"] = numeric(trials.loc[frame.index, target])
+    frame["_select"] = numeric(trials.loc[frame.index, select_by])
+    frame = frame[np.isfinite(frame["_target"]) & np.isfinite(frame["_select"])]
+    seen = list(dict.fromkeys(frame["config"]))
+    rows = []
+    for config in [c for c in TABLE_ORDER if c in seen] + [c for c in seen if c not in TABLE_ORDER]:
+        runs = frame[frame["config"] == config]
+        by_lr = runs.groupby("lr")
+        best_lr = by_lr["_select"].mean().idxmax()
+        at_best = runs.loc[runs["lr"] == best_lr, "_target"]
+        rows.append({"components": config, "lr": best_lr, "mean": at_best.mean(), "std": at_best.std(ddof=1),
+                     "n_seeds": len(at_best), "n_lrs": by_lr.ngroups, "n_runs": len(runs)})  # fmt: skip
+    table = pd.DataFrame(rows, columns=["components", "lr", "mean", "std", "n_seeds", "n_lrs", "n_runs"])
+    head = table.loc[table["components"] == HEAD, "mean"]
+    if len(head) and head.iloc[0] != 0:
+        table["relative_gain"] = relative_gain(table["mean"], head.iloc[0])
+    table.attrs.update(target=target, select_by=select_by)
+    return table
+
+
+def single_component_table(
+    trials: pd.DataFrame, target: str = "val_acc", *, select_by: str | None = None
+) -> pd.DataFrame:
+    """``best_lr_table`` restricted to mha, fc1, fc2, ln2, ln1, emb, all, head (multi-component subsets left out)."""
+    table = best_lr_table(trials, target, select_by=select_by or target)
+    out = table[table["components"].isin(TABLE_ORDER)].reset_index(drop=True)
+    out.attrs.update(table.attrs)
+    return out
+
+
+def component_plasticity(trials: pd.DataFrame, score: str = "plasticity_mean") -> pd.Series:
+    """Plasticity per single block component, read from the ``score`` of its single-component trials."""
+    if score not in trials:
+        return pd.Series(dtype=float, name=score)
+    names = pd.Series([config_name(c) for c in trials["components"]], index=trials.index)
+    values = pd.to_numeric(trials[score], errors="coerce").groupby(names).first()
+    return values.reindex([c for c in BLOCK_COMPONENTS if c in values.index]).dropna().rename(score)
+
+
+def rank_agreement(table: pd.DataFrame, plasticity: pd.Series, *, value: str | None = None) -> dict[str, Any]:
+    """Spearman and Kendall between a per-component ``value`` (relative gain, else mean) and plasticity.
+
+    Over the single block components present in both; with fewer than 3 the statistics are NaN.
+    """
+    value = value or ("relative_gain" if "relative_gain" in table else "mean")
+    gains = table.set_index("components")[value]
+    common = [c for c in BLOCK_COMPONENTS if c in gains.index and c in plasticity.index]
+    x, y = plasticity[common].to_numpy(float), gains[common].to_numpy(float)
+    out: dict[str, Any] = {"value": value, "n": len(common), "components": "+".join(common),
+                           "by_value": " > ".join(gains[common].sort_values(ascending=False).index),
+                           "by_plasticity": " > ".join(plasticity[common].sort_values(ascending=False).index),
+                           }  # fmt: skip
+    out.update(dict.fromkeys(stat_columns(), math.nan))
+    if len(common) >= 3 and not (is_constant(x) or is_constant(y)):
+        out.update(point_stats(x, y))
+    return out
+
+
+@dataclass
+class PaperResults:
+    """The paper-style results of a grid with seeds: per-configuration table, rank agreement, files."""
+
+    table: pd.DataFrame
+    agreement: dict[str, Any]
+    files: list[Path]
+
+
+def paper_results(trials: pd.DataFrame, out_dir: str | Path, *, plasticity: pd.Series | None = None) -> PaperResults:
+    """Paper protocol on a trial table: best lr on validation (mean over seeds), test accuracy there, gains.
+
+    ``plasticity`` per component defaults to the single-component trials' ``plasticity_mean``. Writes
+    paper_table.csv, rank_agreement.csv and gain_vs_plasticity.png to ``out_dir``.
+    """
+    out = Path(out_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    select = "best_val_acc" if "best_val_acc" in trials else "val_acc"
+    table = best_lr_table(trials, "test_acc", select_by=select)
+    plasticity = component_plasticity(trials) if plasticity is None else plasticity
+    agreement = rank_agreement(table, plasticity)
+    files = [out / "paper_table.csv", out / "rank_agreement.csv"]
+    table.to_csv(files[0], index=False)
+    pd.DataFrame([agreement]).to_csv(files[1], index=False)
+    files.append(plot_gain_and_plasticity(table, plasticity, out / "gain_vs_plasticity.png"))
+    return PaperResults(table, agreement, files)
+
+
+def describe_paper(results: PaperResults) -> str:
+    """Plain lines: the paper-style table (test accuracy at the best validation lr) and the rank agreement."""
+    t = results.table.copy()
+    shown = pd.DataFrame({"components": t["components"], "best lr": t["lr"].map(lambda v: f"{v:.3g}"),
+                          "test acc": [f"{100 * m:.2f} ± {100 * s:.2f}%" if np.isfinite(s) else f"{100 * m:.2f}%"
+                                       for m, s in zip(t["mean"], t["std"])],
+                          "seeds": t["n_seeds"]})  # fmt: skip
+    if "relative_gain" in t:
+        shown["gain vs probe"] = t["relative_gain"].map(lambda g: f"{100 * g:+.2f}%")
+    a = results.agreement
+    lines = ["Paper protocol: lr chosen on mean validation accuracy over seeds; test accuracy there (mean ± std):",
+             shown.to_string(index=False)]  # fmt: skip
+    if a["n"] >= 3 and np.isfinite(a["spearman"]):
+        lines.append(f"  ranked by {a['value']}: {a['by_value']};  by plasticity: {a['by_plasticity']}")
+        lines.append(f"  agreement over {a['n']} components: Spearman {a['spearman']:+.2f} (p={a['spearman_p']:.2g}), "
+                     f"Kendall {a['kendall']:+.2f} (p={a['kendall_p']:.2g})")  # fmt: skip
+    return "\n".join(lines)
+
+
+def cross_dataset(
+    tables: dict[str, pd.DataFrame], plasticity: dict[str, pd.Series]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Several searches (one per dataset) together: relative gain per component and dataset, and its mean.
+
+    Returns (gains: one row per configuration, a column per dataset and ``mean_gain``; agreement: one row
+    per dataset and a "pooled" row, mean gain vs mean plasticity over datasets, with Spearman and Kendall).
+    """
+    gains = pd.DataFrame({name: t.set_index("components")["relative_gain"] for name, t in tables.items()
+                          if "relative_gain" in t})  # fmt: skip
+    if gains.empty:
+        raise UserError("no search has a linear probe (head) to measure relative gains against")
+    order = [c for c in TABLE_ORDER if c in gains.index] + [c for c in gains.index if c not in TABLE_ORDER]
+    gains = gains.reindex(order)
+    gains["mean_gain"] = gains.mean(axis=1)
+    rows = [{"dataset": name, **rank_agreement(tables[name], plasticity.get(name, pd.Series(dtype=float)))}
+            for name in gains.columns[:-1]]  # fmt: skip
+    pooled_plasticity = pd.concat([plasticity[n] for n in gains.columns[:-1] if n in plasticity], axis=1).mean(axis=1)
+    pooled = gains["mean_gain"].rename("mean").rename_axis("components").reset_index()
+    rows.append({"dataset": "pooled", **rank_agreement(pooled, pooled_plasticity, value="mean")})
+    return gains.rename_axis("components").reset_index(), pd.DataFrame(rows)
+
+
+def cross_dataset_report(trials: dict[str, pd.DataFrame], out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
+    """``cross_dataset`` of several searches' trial tables (one per dataset), written as CSV into ``out_dir``."""
+    select = {name: "best_val_acc" if "best_val_acc" in t else "val_acc" for name, t in trials.items()}
+    tables = {name: best_lr_table(t, "test_acc", select_by=select[name]) for name, t in trials.items()}
+    gains, agreement = cross_dataset(tables, {name: component_plasticity(t) for name, t in trials.items()})
+    out = Path(out_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    files = [out / "cross_dataset_gains.csv", out / "cross_dataset_agreement.csv"]
+    gains.to_csv(files[0], index=False)
+    agreement.to_csv(files[1], index=False)
+    return gains, agreement, files
+
+
+def describe_cross_dataset(gains: pd.DataFrame, agreement: pd.DataFrame) -> str:
+    """The cross-dataset table as text: relative gain per configuration and dataset, then the rank agreement."""
+    shown = agreement[["dataset", "n", "by_value", "by_plasticity", "spearman", "kendall"]]
+    with pd.option_context("display.width", 160):
+        return "\n".join([
+            "Relative gain over the linear probe per configuration and dataset (test accuracy, best lr):",
+            gains.to_string(index=False, float_format=lambda v: f"{100 * v:+.2f}%"),
+            "", "Rank agreement of the gain with plasticity:", shown.to_string(index=False),
+        ])  # fmt: skip
