@@ -98,3 +98,26 @@ def test_replay_drives_the_search_optuna_searcher():
     searcher = searchers.OptunaSearcher(space=spaces.OptunaSpace(spec), metric="val_acc", mode="max", sampler=optuna.samplers.TPESampler(seed=0))
     steps, finished, _ = bench.replay(curves, searcher.suggest, searcher, FIFOScheduler(), 1, 0.9, 20)
     assert steps == 200 * finished and finished >= 1
+
+
+def test_gpu_check_dry_run_and_its_cpu_smoke_path(tmp_path, capsys):
+    import json
+
+    check = _script("gpu_check")
+    assert check.main(["--dry-run"]) == 0
+    assert "4 trials at --gpus-per-trial 0.25" in capsys.readouterr().out
+    args = ["--device", "cpu", "--model", "vit_testbed_patch8_32", "--steps", "2", "--warmup", "1", "--batch-size", "4",
+            "--no-compile", "--no-search", "--json", str(tmp_path / "gpu.json")]  # fmt: skip
+    assert check.main(args) == 0
+    result = json.loads((tmp_path / "gpu.json").read_text())
+    assert set(result["full"]) == {"fp32", "options"}
+    assert set(result["subsets"]) == {"all", "emb", "ln1", "mha", "ln2", "fc1", "fc2", "head"}
+    assert result["subsets"]["mha"]["flop_bound"] == pytest.approx(1.3, abs=0.1)  # bench_training's bound, reused
+    assert 0 < result["pipeline"]["share_of_step"] < 1
+    assert "subset (CUDA options)" in capsys.readouterr().out
+
+
+def test_bench_data_byte_table():
+    rows = {r["dataset"]: r for r in _script("bench_data").host_bytes(batch_size=64)}
+    assert rows["digits"]["before_trial"] == 1797 * 3 * 224 * 224 * 4 and rows["digits"]["after_node"] == 1797 * 64
+    assert rows["cifar10c:<corruption>"]["after_node"] == 10000 * 3 * 32 * 32

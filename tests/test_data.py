@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from torch.utils.data import TensorDataset
 
 from vitplast_tune import data, models
 from vitplast_tune.errors import UserError
@@ -34,10 +33,12 @@ def test_digits_splits_are_seeded_and_the_test_split_fixed():
     b = data.load_dataset("digits", CONFIG, seed=0)
     c = data.load_dataset("digits", CONFIG, seed=1)
     assert (len(a.train), len(a.val), len(a.test)) == (1150, 288, 359)
-    assert torch.equal(a.val.tensors[0], b.val.tensors[0])
-    assert not torch.equal(a.val.tensors[0], c.val.tensors[0])
-    assert torch.equal(a.test.tensors[0], c.test.tensors[0])
-    assert a.train.tensors[0].shape[1:] == (3, 32, 32)
+    assert np.array_equal(a.val.indices, b.val.indices)
+    assert not np.array_equal(a.val.indices, c.val.indices)
+    assert np.array_equal(a.test.indices, c.test.indices)
+    assert a.train.images.dtype == np.uint8 and a.train.images.shape[1:] == (1, 8, 8)  # held small: native 8x8
+    images, labels = next(iter(data.eval_batches(a.val, 16)))
+    assert images.shape == (16, 3, 32, 32) and images.dtype == torch.float32 and torch.equal(labels, torch.as_tensor(a.val.labels[a.val.indices[:16]]))
     rest, test = data.split_indices(1797, 0.2, seed=10_007)
     train, val = data.split_indices(len(rest), 0.2, seed=0)
     assert not set(rest) & set(test) and not set(train) & set(val)  # disjoint splits
@@ -104,6 +105,8 @@ def test_torchvision_cifar(tmp_path, monkeypatch, name, classes):
     check_image_splits(splits, classes)
     train_total = 100 if name == "cifar10" else 20
     assert len(splits.train) + len(splits.val) == train_total and len(splits.val) == train_total // 5
+    assert isinstance(splits.train, data.SmallImages) and splits.train.images.dtype == np.uint8  # held small
+    assert set(splits.test.indices) == set(range(train_total, train_total + 20))  # the published test split
 
 
 def test_pets_and_flowers(tmp_path, monkeypatch):
@@ -142,12 +145,16 @@ def test_missing_torchvision_dataset_says_what_to_do(tmp_path):
 
 
 def test_training_transforms_are_the_papers():
+    from timm.data.transforms import RandomResizedCropAndInterpolation
     from torchvision import transforms as T
 
     train = data.image_transforms(CONFIG, train=True).transforms
-    assert isinstance(train[0], T.RandomResizedCrop) and isinstance(train[1], T.RandomHorizontalFlip)
+    assert isinstance(train[0], RandomResizedCropAndInterpolation) and isinstance(train[1], T.RandomHorizontalFlip)
+    assert train[0].scale == (0.08, 1.0) and not any(isinstance(t, T.ColorJitter) for t in train)
     evaluation = data.image_transforms({**CONFIG, "input_size": (3, 224, 224), "crop_pct": 0.875}, train=False).transforms
     assert isinstance(evaluation[0], T.Resize) and evaluation[0].size == 256 and evaluation[1].size == (224, 224)
+    squash = data.image_transforms({**CONFIG, "input_size": (3, 224, 224), "crop_pct": 0.875, "crop_mode": "squash"}, False)
+    assert squash.transforms[0].size == (256, 256)  # the config's crop_mode is honoured
 
 
 def test_local_weights_load_through_timms_pretrained_path(tmp_path):
@@ -172,4 +179,6 @@ def test_model_data_config_drives_the_transforms():
     assert config["input_size"] == (3, 224, 224) and config["interpolation"] == "bicubic"
     assert models.pretrained_data_config("deit_small_patch16_224")["mean"] == pytest.approx((0.485, 0.456, 0.406))
     decoded = data.decode_dataset("digits", models.pretrained_data_config("vit_small_patch16_224"))
-    assert decoded.images.shape[1:] == (3, 224, 224) and isinstance(decoded.split(0, 0.2).train, TensorDataset)
+    assert decoded.images.shape[1:] == (1, 8, 8) and decoded.nbytes < 200_000  # uint8 at native resolution
+    train = data.load_dataset("digits", models.pretrained_data_config("vit_small_patch16_224"), decoded=decoded).train
+    assert isinstance(train, data.SmallImages) and train.images is decoded.images  # shared, not copied

@@ -94,7 +94,12 @@ def test_from_dict_rejects_unknown_keys():
         FinetuneConfig.from_dict({"learning_rate": 0.1})
 
 
-def test_linear_probe_on_cached_features_matches_the_full_forward():
+def test_linear_probe_on_cached_features_matches_the_full_forward(monkeypatch):
+    from vitplast_tune import data, transforms
+
+    # The cache holds features of the evaluation transform; without training crops the two runs see the same inputs.
+    monkeypatch.setattr(transforms, "_crop_flip", lambda x, config, seed: transforms._resize_center_crop(x, config))
+    monkeypatch.setattr(data, "CPU_TRAIN_PATH", "batched")
     cached, cached_reports = run(components="head", seed=2)
     plain, plain_reports = run(components="head", seed=2, cache_features=False)
     assert [m["step"] for m, _ in cached_reports] == [m["step"] for m, _ in plain_reports]
@@ -108,8 +113,27 @@ def test_shared_decoded_dataset_gives_the_same_run():
     from vitplast_tune import data, models
 
     decoded = data.decode_dataset("digits", models.pretrained_data_config("vit_testbed_patch8_32"))
-    assert decoded is not None and decoded.images.shape == (1797, 3, 32, 32)
+    assert decoded is not None and decoded.images.shape == (1797, 1, 8, 8)
     reports = []
     shared = finetune(FinetuneConfig(**{**FAST, "components": "ln1", "seed": 5}), report=lambda m, s: reports.append(m), decoded=decoded)
     alone, _ = run(components="ln1", seed=5)
     assert shared["train_loss"] == alone["train_loss"] and shared["val_acc"] == alone["val_acc"]
+
+
+def test_a_resumed_run_replays_the_same_augmented_batches():
+    from vitplast_tune import data
+
+    splits = data.load_dataset("digits", {"input_size": (3, 32, 32), "mean": (0.5,) * 3, "std": (0.5,) * 3}, seed=0)
+    stream = data.train_batches(splits.train, 32, seed=3)
+    first = [next(stream) for _ in range(40)]  # past the first epoch (35 batches)
+    resumed = data.train_batches(splits.train, 32, seed=3, start_step=37)
+    for (a, la), (b, lb) in zip(first[37:], [next(resumed) for _ in range(3)]):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+@pytest.mark.parametrize("path", ["per_image", "batched"])
+def test_both_cpu_training_paths_replay_on_resume(monkeypatch, path):
+    from vitplast_tune import data
+
+    monkeypatch.setattr(data, "CPU_TRAIN_PATH", path)
+    test_a_resumed_run_replays_the_same_augmented_batches()

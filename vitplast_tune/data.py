@@ -14,17 +14,17 @@ optionally ``test/`` class folders; DomainNet fits this shape).
 
 from __future__ import annotations
 
-import math
 import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset, TensorDataset
 
+from vitplast_tune import transforms
 from vitplast_tune.errors import UserError, did_you_mean
 
 CIFAR10C_CORRUPTIONS = (
@@ -47,23 +47,38 @@ class Splits:
 
 @dataclass
 class InMemory:
-    """A small dataset decoded once: normalized images (N, 3, H, W) and labels, split per trial.
+    """A small dataset decoded once: uint8 images (N, C, h, w) at native resolution and labels.
 
     The search decodes it once on the driver and shares it with every trial through Ray's object
-    store; each trial then draws its seeded train/validation split (the test split never moves).
+    store (numpy arrays: read zero-copy on each node); each trial draws its seeded train/validation
+    split (the test split never moves) and transforms batches on its own device (``SmallImages``).
+    ``test_indices`` fixes a published test split; otherwise a seeded ``test_fraction`` is held out.
     """
 
-    images: torch.Tensor
-    labels: torch.Tensor
-    data_config: dict[str, Any] | None = None
+    images: np.ndarray
+    labels: np.ndarray
+    name: str = ""
+    num_classes: int = 0  # 0: one more than the largest label
+    test_indices: np.ndarray | None = None
     test_fraction: float = 0.2
 
-    def split(self, seed: int, val_fraction: float) -> Splits:
-        """Seeded train/validation split of the non-test part; the test split is fixed."""
-        rest, test = split_indices(len(self.labels), self.test_fraction, seed=10_007)
+    def split(self, seed: int, val_fraction: float, data_config: dict[str, Any]) -> Splits:
+        """Seeded train/validation split of the non-test part, with the model's transforms."""
+        n = len(self.labels)
+        if self.test_indices is None:
+            rest, test = split_indices(n, self.test_fraction, seed=10_007)
+        else:
+            test = np.asarray(self.test_indices)
+            rest = np.setdiff1d(np.arange(n), test)
         train, val = (rest[i] for i in split_indices(len(rest), val_fraction, seed))
-        pick = lambda idx: TensorDataset(self.images[idx], self.labels[idx])  # noqa: E731
-        return Splits(pick(train), pick(val), pick(test), int(self.labels.max()) + 1)
+        pick = lambda idx, augment: SmallImages(self.images, self.labels, idx, data_config, augment)  # noqa: E731
+        classes = self.num_classes or int(self.labels.max()) + 1
+        return Splits(pick(train, True), pick(val, False), pick(test, False), classes)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the images and labels."""
+        return int(self.images.nbytes + self.labels.nbytes)
 
 
 Loader = Callable[..., "Splits | InMemory"]
@@ -131,13 +146,13 @@ def load_dataset(
     ``decoded`` (from ``decode_dataset``) skips decoding a small dataset again. Raises UserError
     with what to do when the data is missing and ``download`` is off, or when a download fails.
     """
-    fits = decoded is not None and decoded.data_config == data_config
+    fits = decoded is not None and decoded.name == name
     loaded = decoded if fits else _load(name, data_config, data_dir, download, seed, val_fraction)
-    return loaded.split(seed, val_fraction) if isinstance(loaded, InMemory) else loaded
+    return loaded.split(seed, val_fraction, data_config) if isinstance(loaded, InMemory) else loaded
 
 
 def decode_dataset(name: str, data_config: dict[str, Any], *, data_dir=None, download: bool = False) -> InMemory | None:
-    """Decode a small dataset once (digits, fractals, CIFAR-10-C); None for datasets read lazily from disk."""
+    """Decode a small dataset once, uint8 at native resolution; None for datasets read lazily from disk."""
     loaded = _load(name, data_config, data_dir, download, seed=0, val_fraction=0.2)
     return loaded if isinstance(loaded, InMemory) else None
 
@@ -148,7 +163,10 @@ def _load(name, data_config, data_dir, download, seed, val_fraction) -> "Splits 
     kwargs = dict(data_config=data_config, root=_root(data_dir), download=download, seed=seed, val_fraction=val_fraction)
     if option:
         kwargs["option"] = option
-    return _DATASETS[family](**kwargs)
+    loaded = _DATASETS[family](**kwargs)
+    if isinstance(loaded, InMemory):
+        loaded.name, loaded.num_classes = name, _NUM_CLASSES.get(family, 0)
+    return loaded
 
 
 def default_data_dir() -> Path:
@@ -189,39 +207,86 @@ def prepare_images(images: torch.Tensor, data_config: dict) -> torch.Tensor:
 
 @register_dataset("digits", num_classes=10)
 def _digits(data_config, root, download, seed, val_fraction) -> InMemory:
-    """scikit-learn's 1,797 8x8 digits (shipped with the package), upscaled, 3 channels."""
+    """scikit-learn's 1,797 8x8 digits (shipped with the package), kept 8x8 and one channel."""
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
-    images = torch.from_numpy(bunch.images / 16.0).unsqueeze(1)
-    return InMemory(prepare_images(images, data_config), torch.from_numpy(bunch.target).long(), dict(data_config))
+    images = np.rint(bunch.images * (255.0 / 16.0)).astype(np.uint8)[:, None]
+    return InMemory(images, bunch.target.astype(np.int64))
 
 
 @register_dataset("fractals", num_classes=64)
 def _fractals(data_config, root, download, seed, val_fraction) -> InMemory:
-    """Formula-driven IFS fractals (generated, deterministic): the testbed's pretraining data."""
+    """Formula-driven IFS fractals (generated, deterministic) rendered at the model's resolution, as uint8."""
     from vitplast_tune.fractals import fractal_dataset
 
     images, labels = fractal_dataset(image_size=data_config["input_size"][-1])
-    return InMemory(prepare_images(images, data_config), labels.long(), dict(data_config))
+    return InMemory(_to_uint8(images), labels.numpy().astype(np.int64))
+
+
+def _to_uint8(images: torch.Tensor) -> np.ndarray:
+    """Float images in [0, 1] as a uint8 array."""
+    return images.mul(255.0).round_().clamp_(0, 255).to(torch.uint8).numpy()
 
 
 # ----------------------------------------------------------------------------- image datasets
 
 
 def image_transforms(data_config: dict, train: bool) -> Callable:
-    """The paper's transforms at the model's resolution: RandomResizedCrop + flip, or resize + center crop."""
-    from torchvision import transforms as T
+    """The paper's per-image transforms at the model's resolution (timm's create_transform, see transforms.py)."""
+    return transforms.per_image(data_config, train)
 
-    size = data_config["input_size"][-1]
-    interpolation = T.InterpolationMode(data_config.get("interpolation", "bilinear"))
-    normalize = [T.ToTensor(), T.Normalize(data_config["mean"], data_config["std"])]
-    if train:
-        return T.Compose(
-            [T.RandomResizedCrop(size, interpolation=interpolation), T.RandomHorizontalFlip(), *normalize]
-        )
-    resize = int(math.floor(size / data_config.get("crop_pct", 1.0)))
-    return T.Compose([T.Resize(resize, interpolation=interpolation), T.CenterCrop(size), *normalize])
+
+class SmallImages(Dataset):
+    """Part (``indices``) of an in-memory uint8 dataset, with the model's training or evaluation transform.
+
+    Items go through the per-image (timm) transform; ``batch`` transforms a whole batch on its
+    device, except training batches on a CPU when ``CPU_TRAIN_PATH`` says per image.
+    """
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, indices: np.ndarray, data_config: dict, train: bool):
+        self.images, self.labels, self.indices = images, labels, np.asarray(indices)
+        self.data_config, self.train = dict(data_config), train
+        self._per_image: Callable | None = None
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        j = self.indices[i]
+        return self.transform(_pil(self.images[j])), int(self.labels[j])
+
+    @property
+    def transform(self) -> Callable:
+        """The per-image transform (built once)."""
+        if self._per_image is None:
+            self._per_image = image_transforms(self.data_config, self.train)
+        return self._per_image
+
+    def batch(self, positions: np.ndarray, device: torch.device, seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images at ``positions`` transformed on ``device`` (random crops from ``seed``), and their labels."""
+        idx = self.indices[positions]
+        labels = torch.from_numpy(self.labels[idx].astype(np.int64)).to(device, non_blocking=True)
+        border = not self.train and self.data_config.get("crop_mode") == "border"
+        if border or (self.train and device.type == "cpu" and CPU_TRAIN_PATH == "per_image"):
+            with transforms.seeded(seed):
+                return torch.stack([self.transform(_pil(self.images[j])) for j in idx]).to(device), labels
+        raw = torch.from_numpy(self.images[idx]).to(device, non_blocking=True)
+        return transforms.batch_transform(raw, self.data_config, self.train, seed), labels
+
+
+# Training batches on a CPU-only trial: "per_image" or "batched", whichever scripts/bench_data.py measured faster
+# (one core, 32 -> 224 px: timm's per-image PIL transform 389 images/s, the batched bicubic grid_sample 179).
+# Evaluation batches are batched everywhere (443 vs 423 images/s per image).
+CPU_TRAIN_PATH = "per_image"
+
+
+def _pil(image: np.ndarray):
+    """A uint8 (C, h, w) array as an RGB PIL image."""
+    from PIL import Image
+
+    pixels = image[0] if image.shape[0] == 1 else np.ascontiguousarray(image.transpose(1, 2, 0))
+    return Image.fromarray(pixels).convert("RGB")
 
 
 def _train_val(make: Callable[[Callable], Dataset], data_config, seed, val_fraction) -> tuple[Dataset, Dataset]:
@@ -230,6 +295,21 @@ def _train_val(make: Callable[[Callable], Dataset], data_config, seed, val_fract
     eval_set = make(image_transforms(data_config, train=False))
     train_idx, val_idx = split_indices(len(train_set), val_fraction, seed)
     return Subset(train_set, train_idx.tolist()), Subset(eval_set, val_idx.tolist())
+
+
+def _torchvision_cifar(name: str, cls_name: str) -> Loader:
+    def load(data_config, root, download, seed, val_fraction) -> InMemory:
+        import torchvision.datasets as tvd
+
+        cls = getattr(tvd, cls_name)
+        with _friendly_data_errors(name, root, download):
+            train, test = (cls(str(root), train=flag, download=download) for flag in (True, False))
+        images = np.concatenate([train.data, test.data]).transpose(0, 3, 1, 2)
+        labels = np.asarray(list(train.targets) + list(test.targets), dtype=np.int64)
+        return InMemory(np.ascontiguousarray(images), labels, test_indices=np.arange(len(train.data), len(labels)))
+
+    load.__doc__ = f"torchvision {cls_name} in data_dir (download=True fetches it), held uint8 32x32 in memory."
+    return load
 
 
 def _torchvision(name: str, cls_name: str, train_kw: dict, test_kw: dict, classes: int) -> Loader:
@@ -247,8 +327,8 @@ def _torchvision(name: str, cls_name: str, train_kw: dict, test_kw: dict, classe
     return load
 
 
-register_dataset("cifar10", 10)(_torchvision("cifar10", "CIFAR10", {"train": True}, {"train": False}, 10))
-register_dataset("cifar100", 100)(_torchvision("cifar100", "CIFAR100", {"train": True}, {"train": False}, 100))
+register_dataset("cifar10", 10)(_torchvision_cifar("cifar10", "CIFAR10"))
+register_dataset("cifar100", 100)(_torchvision_cifar("cifar100", "CIFAR100"))
 register_dataset("pets", 37)(
     _torchvision("pets", "OxfordIIITPet", {"split": "trainval"}, {"split": "test"}, 37)
 )
@@ -302,8 +382,8 @@ def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "",
     labels = np.load(folder / "labels.npy")
     per = len(images) // 5
     block = slice((severity - 1) * per, severity * per)
-    images = torch.from_numpy(np.array(images[block])).permute(0, 3, 1, 2) / 255.0
-    return InMemory(prepare_images(images, data_config), torch.from_numpy(labels[block].astype(np.int64)), dict(data_config))
+    images = np.ascontiguousarray(np.asarray(images[block]).transpose(0, 3, 1, 2))
+    return InMemory(images, labels[block].astype(np.int64))
 
 
 class _friendly_data_errors:
@@ -354,37 +434,66 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
 
 
 def train_batches(
-    dataset: Dataset, batch_size: int, *, seed: int, start_step: int = 0, num_workers: int = 0
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Endless shuffled training batches, resumable at ``start_step``.
+    dataset: Dataset, batch_size: int, *, seed: int, start_step: int = 0, num_workers: int = 0,
+    device: torch.device | str | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
+    """Endless shuffled training batches on ``device`` (default: the CPU), resumable at ``start_step``.
 
-    Batch ``k`` is the same for a given seed whether the stream starts at 0 or resumes at ``k``.
-    In-memory datasets are indexed directly (last partial batch of an epoch dropped); others go
-    through one DataLoader with pinned memory and persistent workers.
+    Batch ``k`` is the same for a given seed whether the stream starts at 0 or resumes at ``k``
+    (for in-memory data, its random crops and flips too). In-memory datasets are indexed directly
+    (last partial batch of an epoch dropped) and transformed on ``device``; others go through one
+    DataLoader with persistent workers, and pinned memory when ``device`` is a GPU.
     """
+    device = torch.device(device or "cpu")
     n = len(dataset)
-    if isinstance(dataset, TensorDataset):
-        images, labels = dataset.tensors
+    if isinstance(dataset, (SmallImages, TensorDataset)):
         per_epoch = max(n // batch_size, 1)
         epoch, offset = divmod(start_step, per_epoch)
         while True:
             order = epoch_permutation(n, seed, epoch)
             for b in range(offset, per_epoch):
                 idx = order[b * batch_size : (b + 1) * batch_size]
-                yield images[idx], labels[idx]
+                yield _batch(dataset, idx, device, transforms.batch_seed(seed, epoch, b))
             epoch, offset = epoch + 1, 0
     sampler = EpochStream(n, seed, start=start_step * batch_size)
-    yield from DataLoader(
-        dataset, batch_size, sampler=sampler, drop_last=True, num_workers=num_workers,
-        pin_memory=torch.cuda.is_available(), persistent_workers=num_workers > 0,
+    yield from loader(dataset, batch_size, num_workers, device, sampler=sampler, drop_last=True)
+
+
+def eval_batches(
+    dataset: Dataset, batch_size: int, num_workers: int = 0, device: torch.device | str | None = None
+) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+    """All of ``dataset`` once, in order, in batches of ``batch_size`` (on ``device`` for in-memory data).
+
+    The result can be iterated again (once per evaluation): a DataLoader's persistent workers stay.
+    """
+    device = torch.device(device or "cpu")
+    if isinstance(dataset, (SmallImages, TensorDataset)):
+        return _InOrder(dataset, batch_size, device)
+    return loader(dataset, batch_size, num_workers, device)
+
+
+def loader(dataset: Dataset, batch_size: int, num_workers: int, device: torch.device, **kwargs: Any) -> DataLoader:
+    """A DataLoader with persistent workers, and pinned memory when ``device`` is a GPU."""
+    return DataLoader(
+        dataset, batch_size, num_workers=num_workers, pin_memory=device.type == "cuda",
+        persistent_workers=num_workers > 0, **kwargs,
     )  # fmt: skip
 
 
-def eval_batches(dataset: Dataset, batch_size: int, num_workers: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """All of ``dataset`` once, in order, in batches of ``batch_size``."""
-    if isinstance(dataset, TensorDataset):
-        images, labels = dataset.tensors
-        for i in range(0, len(labels), batch_size):
-            yield images[i : i + batch_size], labels[i : i + batch_size]
-    else:
-        yield from DataLoader(dataset, batch_size, num_workers=num_workers, pin_memory=torch.cuda.is_available())
+class _InOrder:
+    """An in-memory dataset in order, in batches: iterable once per evaluation."""
+
+    def __init__(self, dataset: Dataset, batch_size: int, device: torch.device):
+        self.dataset, self.batch_size, self.device = dataset, batch_size, device
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for i in range(0, len(self.dataset), self.batch_size):
+            yield _batch(self.dataset, torch.arange(i, min(i + self.batch_size, len(self.dataset))), self.device)
+
+
+def _batch(dataset: Dataset, idx: torch.Tensor, device: torch.device, seed: int | None = None):
+    """Batch ``idx`` of an in-memory dataset: transformed on ``device`` (uint8 images), or as stored (features)."""
+    if isinstance(dataset, SmallImages):
+        return dataset.batch(idx.numpy(), device, seed)
+    images, labels = dataset.tensors
+    return images[idx], labels[idx]

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import TensorDataset
+from torch.utils.data import Dataset, TensorDataset
 
 from vitplast_tune import components, data, models
 from vitplast_tune.errors import UserError, did_you_mean
@@ -131,12 +131,14 @@ def evaluate(
     model: nn.Module, dataset, batch_size: int, device: torch.device, num_workers: int = 0,
     forward: Callable[[torch.Tensor], torch.Tensor] | None = None, autocast: bool = True,
 ) -> dict[str, float]:  # fmt: skip
-    """Accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset`` (bf16 on CUDA with ``autocast``)."""
+    """Accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset`` (or its ``data.eval_batches``);
+    bf16 on CUDA with ``autocast``."""
     forward = model if forward is None else forward  # not `or`: a compiled module has no truth value
     was_training = model.training
     model.eval()
     correct, loss_sum, count = torch.zeros((), device=device), torch.zeros((), device=device), 0
-    for images, labels in data.eval_batches(dataset, max(batch_size, 256), num_workers):
+    batches = data.eval_batches(dataset, eval_batch_size(batch_size), num_workers, device) if isinstance(dataset, Dataset) else dataset
+    for images, labels in batches:
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
         with _autocast(device, autocast):
             logits = forward(images)
@@ -196,7 +198,8 @@ def finetune(
     schedule = lambda s: cfg.lr * warmup_cosine(s, cfg.max_steps, cfg.warmup)  # noqa: E731
 
     metrics: dict[str, Any] = {}
-    batches = data.train_batches(splits.train, cfg.batch_size, seed=cfg.seed, start_step=step, num_workers=workers)
+    batches = data.train_batches(splits.train, cfg.batch_size, seed=cfg.seed, start_step=step, num_workers=workers, device=device)
+    val_batches = data.eval_batches(splits.val, eval_batch_size(cfg.batch_size), workers, device)
     loss_sum, loss_count, started = torch.zeros((), device=device), 0, time.perf_counter()
     # Cumulative seconds since this call (a resumed run starts again at 0): setup (model, data, freezing,
     # feature cache), training steps (up to the loss sync at each evaluation), evaluation (val and test).
@@ -221,7 +224,7 @@ def finetune(
             timing["time_in_steps_s"] += evaluating - started
             if not math.isfinite(train_loss):
                 raise DivergedError(f"training loss became {train_loss} before step {step}", step)
-            val = evaluate(model, splits.val, cfg.batch_size, device, workers, forward, cfg.cuda_options)
+            val = evaluate(model, val_batches, cfg.batch_size, device, workers, forward, cfg.cuda_options)
             if val["acc"] > best["val_acc"]:
                 best = {"val_acc": val["acc"], "step": step, "trainable": _snapshot(trainable)}
             metrics = {
@@ -266,27 +269,34 @@ def _num_workers(cfg: FinetuneConfig, splits: data.Splits) -> int:
 
 
 def _in_memory(splits: data.Splits) -> bool:
-    return all(isinstance(d, TensorDataset) for d in (splits.train, splits.val, splits.test))
+    return all(isinstance(d, (data.SmallImages, TensorDataset)) for d in (splits.train, splits.val, splits.test))
+
+
+def eval_batch_size(batch_size: int) -> int:
+    """Evaluation batch size: the training batch size, at least 64 (no gradients, so memory allows it)."""
+    return max(batch_size, 64)
 
 
 @torch.inference_mode()
 def _backbone_features(model: nn.Module, splits: data.Splits, device: torch.device, batch_size: int, autocast: bool) -> data.Splits:
     """Each split passed once through the frozen backbone: the tokens before the final norm.
 
-    Token pooling needs only the class token; other pooling keeps every token.
+    Every split goes through the evaluation transform (the features of a linear probe are computed
+    once, so training crops and flips do not apply). Token pooling needs only the class token;
+    other pooling keeps every token.
     """
     model.eval()
     keep = 1 if getattr(model, "global_pool", "token") == "token" and getattr(model, "cls_token", None) is not None else None
 
-    def features(dataset: TensorDataset) -> TensorDataset:
-        images, labels = dataset.tensors
-        out = []
-        for i in range(0, len(images), max(batch_size, 256)):
-            x = images[i : i + max(batch_size, 256)].to(device)
+    def features(dataset: data.SmallImages) -> TensorDataset:
+        evaluation = data.SmallImages(dataset.images, dataset.labels, dataset.indices, dataset.data_config, train=False)
+        out, labels = [], []
+        for x, y in data.eval_batches(evaluation, eval_batch_size(batch_size), device=device):
+            labels.append(y.cpu())
             with _autocast(device, autocast):
                 tokens = model.blocks(models.embed(model, x))
             out.append((tokens[:, :keep] if keep else tokens).to(torch.float32, copy=True))  # a copy: a view would keep every token
-        return TensorDataset(torch.cat(out), labels)
+        return TensorDataset(torch.cat(out), torch.cat(labels))
 
     cached = data.Splits(features(splits.train), features(splits.val), features(splits.test), splits.num_classes)
     model.train()

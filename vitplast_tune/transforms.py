@@ -1,0 +1,116 @@
+"""The paper's image transforms at the model's resolution: per image (timm, PIL) and per batch (any device).
+
+Training: RandomResizedCrop (scale 0.08-1, aspect ratio 3/4-4/3) + horizontal flip; evaluation:
+resize to ``input_size / crop_pct`` + center crop (timm's ``crop_mode`` center or squash); then
+normalization, all from the model's timm data config. ``per_image`` is timm's ``create_transform``;
+``batch_transform`` does the same to a uint8 batch on the batch's own device (the trial's GPU when it
+has one): one ``grid_sample`` per batch with a crop box and flip per image for training, torchvision's
+batched resize + center crop for evaluation. Randomness comes from a seed per batch, so a resumed
+trial replays the same batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+SCALE = (0.08, 1.0)
+RATIO = (3.0 / 4.0, 4.0 / 3.0)
+_GRID_MODES = {"bilinear": "bilinear", "bicubic": "bicubic", "nearest": "nearest"}
+
+
+def crop_pct(data_config: dict[str, Any]) -> float:
+    """The config's evaluation crop fraction (timm's default when it has none)."""
+    from timm.data import DEFAULT_CROP_PCT
+
+    return float(data_config.get("crop_pct") or DEFAULT_CROP_PCT)
+
+
+def per_image(data_config: dict[str, Any], train: bool) -> Callable:
+    """timm's transform of one PIL image: RandomResizedCrop + flip, or resize + center crop; then normalize."""
+    from timm.data import create_transform
+
+    return create_transform(
+        data_config["input_size"], is_training=train, scale=SCALE, ratio=RATIO, hflip=0.5, vflip=0.0,
+        color_jitter=None, interpolation=data_config.get("interpolation", "bilinear"), mean=data_config["mean"],
+        std=data_config["std"], crop_pct=crop_pct(data_config), crop_mode=data_config.get("crop_mode", "center"),
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def seeded(seed: int | None) -> Iterator[None]:
+    """Run the block with torch's CPU and Python's random generators seeded (restored afterwards); None: as is."""
+    if seed is None:
+        yield
+        return
+    state = random.getstate()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        random.seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(state)
+
+
+def batch_seed(seed: int, epoch: int, batch: int) -> int:
+    """The augmentation seed of batch ``batch`` of ``epoch`` for a run seeded ``seed``."""
+    return int(np.random.SeedSequence([seed, epoch, batch]).generate_state(1)[0])
+
+
+def crop_boxes(n: int, height: int, width: int, seed: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` RandomResizedCrop boxes (top, left, h, w) drawn by torchvision, and ``n`` horizontal flips."""
+    from torchvision.transforms import RandomResizedCrop
+
+    shape_only = torch.empty(1, height, width)
+    with seeded(seed):
+        boxes = torch.tensor([RandomResizedCrop.get_params(shape_only, list(SCALE), list(RATIO)) for _ in range(n)])
+        flips = torch.rand(n) < 0.5
+    return boxes.float().reshape(n, 4), flips
+
+
+def batch_transform(images: torch.Tensor, data_config: dict[str, Any], train: bool, seed: int | None = None) -> torch.Tensor:
+    """uint8 images (B, C, h, w) on any device -> normalized float (B, 3, H, W) at the model's input size."""
+    from torchvision.transforms.v2 import functional as TF
+
+    x = images.float().div_(255.0)
+    if x.shape[1] == 1:
+        x = x.expand(-1, 3, -1, -1)
+    x = _crop_flip(x, data_config, seed) if train else _resize_center_crop(x, data_config)
+    return TF.normalize(x.clamp_(0.0, 1.0), list(data_config["mean"]), list(data_config["std"]))
+
+
+def _crop_flip(x: torch.Tensor, data_config: dict[str, Any], seed: int | None) -> torch.Tensor:
+    """Each image's own crop box resized to the input size, flipped or not: one affine grid_sample."""
+    n, _, height, width = x.shape
+    _, out_h, out_w = data_config["input_size"]
+    boxes, flips = crop_boxes(n, height, width, seed)
+    top, left, h, w = boxes.unbind(1)
+    theta = torch.zeros(n, 2, 3)
+    theta[:, 0, 0] = torch.where(flips, -w / width, w / width)
+    theta[:, 0, 2] = (2 * left + w) / width - 1
+    theta[:, 1, 1] = h / height
+    theta[:, 1, 2] = (2 * top + h) / height - 1
+    grid = F.affine_grid(theta.to(x.device), [n, 3, out_h, out_w], align_corners=False)
+    mode = _GRID_MODES.get(data_config.get("interpolation", "bilinear"), "bilinear")
+    return F.grid_sample(x, grid, mode=mode, padding_mode="border", align_corners=False)
+
+
+def _resize_center_crop(x: torch.Tensor, data_config: dict[str, Any]) -> torch.Tensor:
+    """timm's evaluation geometry on a batch: resize to input / crop_pct (shorter side, or squash), center crop."""
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms.v2 import functional as TF
+
+    _, out_h, out_w = data_config["input_size"]
+    scale = math.floor(max(out_h, out_w) / crop_pct(data_config))
+    squash = data_config.get("crop_mode", "center") == "squash"
+    size = [scale, scale] if squash else [scale]
+    interpolation = InterpolationMode(_GRID_MODES.get(data_config.get("interpolation", "bilinear"), "bilinear"))
+    x = TF.resize(x, size, interpolation=interpolation, antialias=True)
+    return TF.center_crop(x, [out_h, out_w])
