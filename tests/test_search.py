@@ -95,3 +95,59 @@ def test_summary_names_results_and_mlflow_command(finished):
     assert "Top 6 trials" in text
     assert f"mlflow ui --backend-store-uri {finished.plan.tracking_uri}" in text
     assert "log_trainable_params" in text and "Spearman" in text
+
+
+def test_measurements_run_as_ray_tasks_with_a_trials_resources(ray_local):
+    from vitplast_tune import cluster, report
+
+    assert cluster.task_options({"cpu": 2, "gpu": 0.25, "a100": 1}) == {
+        "num_cpus": 2.0, "num_gpus": 1, "resources": {"a100": 1.0}, "max_retries": 0}  # fmt: skip
+    where = cluster.task_runner({"cpu": 0.5, "gpu": 0})(report.task_context)
+    assert where["resources"] == {"CPU": 0.5}
+    assert where["node_id"] in {n["NodeID"] for n in ray_local.nodes()}
+
+
+def test_the_search_measured_its_predictors_in_a_ray_task(finished):
+    client = MlflowClient(finished.plan.tracking_uri)
+    paths = {a.path for a in client.list_artifacts(finished.parent_run_id, "criteria")}
+    assert paths == {"criteria/gradients.csv"}
+    assert {"grad_norm", "rgn", "rgn_mean"} <= set(finished.trials.columns)
+    assert (finished.trials.loc[finished.trials["components"] != "head", "rgn"] > 0).all()
+
+
+LAB_SPACE = """
+description: tiny criteria lab
+metric: val_acc
+mode: max
+algorithm: grid
+num_samples: 1
+scheduler: fifo
+criteria: true
+parameters:
+  components: {choice: [mha, fc1, ln1, ln2+fc2, mha+fc1, head]}
+  lr: {choice: [0.05, 0.2]}
+  seed: {choice: [0, 1]}
+defaults: {model: vit_testbed_patch8_32, pretrained: false, max_steps: 12, eval_every: 6, warmup_steps: 2, batch_size: 32}
+"""
+
+
+def test_a_grid_with_seeds_and_criteria_ends_with_the_paper_table_and_the_criteria_lab(ray_local, tmp_path):
+    space = tmp_path / "lab.yaml"
+    space.write_text(LAB_SPACE)
+    options = search.SearchOptions(space=str(space), name="lab", storage=str(tmp_path / "results"),
+                                   tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", plasticity_pairs=64, verbose=0)  # fmt: skip
+    result = search.run(options)
+    assert len(result.trials) == 6 * 2 * 2
+    paper = result.analysis.paper.table.set_index("components")
+    assert list(paper["n_seeds"]) == [2] * 6 and set(paper["lr"]) <= {0.05, 0.2}
+    for config, row in paper.iterrows():  # the lr with the best mean validation accuracy over seeds, test acc there
+        runs = result.trials[result.trials["components"] == config]
+        assert row["lr"] == runs.groupby("lr")["best_val_acc"].mean().idxmax()
+        assert row["mean"] == pytest.approx(runs.loc[runs["lr"] == row["lr"], "test_acc"].mean())
+    assert "relative_gain" in paper and paper.loc["head", "relative_gain"] == 0
+    lab = result.analysis.criteria.set_index("predictor")
+    assert {"plasticity_mean", "in_network_mean", "grad_norm", "rgn", "log_trainable_params"} <= set(lab.index)
+    text = results.summary(result)
+    assert "Paper protocol" in text and "Which pre-training predictor ranks the subsets" in text
+    analysis_dir = tmp_path / "results" / "lab" / "analysis"
+    assert {"paper_table.csv", "criteria.csv", "criteria_subsets.csv"} <= {p.name for p in analysis_dir.iterdir()}

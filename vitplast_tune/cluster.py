@@ -1,4 +1,5 @@
-"""Joining a Ray cluster, storage that every node reaches, and requests that can never be scheduled.
+"""Joining a Ray cluster, storage that every node reaches, requests that can never be scheduled, and running
+a measurement as a Ray task where the trials' accelerators are.
 
 ``connect(address)`` joins a running cluster (``--address``, else ``RAY_ADDRESS``) and turns the
 usual failures (unreachable, token authentication refused) into one-line UserErrors.
@@ -223,6 +224,36 @@ def _plain(resources: dict[str, float]) -> dict[str, float]:
 
 def _show(resources: dict[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(resources.items())) + "}"
+
+
+# ----------------------------------------------------------------------------- tasks
+
+
+def task_options(resources: dict[str, float]) -> dict[str, Any]:
+    """Ray task options for a trial's resources: its CPUs and custom resources, one whole GPU if it uses any."""
+    request = ray_request(resources)
+    cpus, gpus = request.pop("CPU", 0.0), request.pop("GPU", 0.0)
+    return {"num_cpus": cpus, "num_gpus": 1 if gpus else 0, "resources": request, "max_retries": 0}
+
+
+def task_runner(resources: dict[str, float], say=print, every_s: float = 30.0):
+    """A runner (``runner(fn, **kwargs) -> fn(**kwargs)``) that runs ``fn`` as a Ray task with a trial's resources.
+
+    ``resources`` as ``--*-per-trial`` give them ({"cpu": 2, "gpu": 0.5, "a100": 1}); a task of a trial that uses
+    GPUs gets one whole GPU. The driver waits, saying every ``every_s`` seconds that the task still runs.
+    """
+    import ray
+
+    options = task_options(resources)
+
+    def run(fn, **kwargs):
+        ref = ray.remote(fn).options(**options).remote(**kwargs)
+        started = time.monotonic()
+        while not ray.wait([ref], timeout=every_s)[0]:
+            say(f"  ... still measuring ({time.monotonic() - started:.0f} s, a Ray task with {_show(ray_request(resources))})", flush=True)
+        return ray.get(ref)
+
+    return run
 
 
 # ----------------------------------------------------------------------------- storage

@@ -31,7 +31,7 @@ def run(options: SearchOptions, callbacks: Sequence[Callback] = ()) -> SearchRes
 
 
 def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResult:
-    """Run a prepared search: plasticity, Ray, MLflow parent run, the Tuner, then results and analysis.
+    """Run a prepared search: Ray, the predictors, the MLflow parent run, the Tuner, then results and analysis.
 
     ``callbacks``: extra Ray Tune callbacks (e.g. the trial timeline of scripts/bench_trial.py).
     """
@@ -40,12 +40,12 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
 
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     started = time.perf_counter()
-    predictors = measure(plan)  # on the driver, before Ray: it also proves the weights load
     owns_ray = not ray.is_initialized()
     if owns_ray:
         _init_ray(plan.options.address)
-    try:  # cluster: join and check the per-trial request before any record exists; Ray shut down on failure
+    try:  # join and check the trial request, measure, then record; Ray shut down on failure, nothing recorded
         grows = _check_cluster(plan)
+        predictors = measure(plan)  # a Ray task with a trial's resources (a GPU when trials use GPUs); cached
         mlflow = tracking.client(plan.tracking_uri)
         parent = tracking.open_search_run(mlflow, plan, predictors)
         write_record(plan, parent)
@@ -84,21 +84,25 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
 
 
 def measure(plan: SearchPlan) -> report.Predictors:
-    """The predictors the search measures before training (plasticity, gradient criteria); cached plasticity is reused."""
+    """The predictors the search measures before training (plasticity, gradient criteria), each as a Ray task
+    with one trial's resources; plasticity measured before is read from its cache instead."""
     if not plan.options.plasticity:
         return report.Predictors()
+    from vitplast_tune.cluster import task_runner
+
     s, o = plan.settings, plan.options
     say = print if o.verbose else lambda *a, **k: None
+    run = task_runner(o.trial_resources, say)
     say(f"Plasticity of {s['model']} ({o.plasticity_variant} variant): {s['dataset']} test split vs {o.plasticity_reference} ...", flush=True)
     measured = report.plasticity_report(
         s["model"], weights=s["weights"], pretrained=s["pretrained"], dataset=s["dataset"],
         reference=o.plasticity_reference, data_dir=s["data_dir"], download=s["download"],
-        variant=o.plasticity_variant, max_pairs=o.plasticity_pairs, reuse=True,
+        variant=o.plasticity_variant, max_pairs=o.plasticity_pairs, reuse=True, runner=run,
     )  # fmt: skip
     ranking = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
     order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranking.itertuples())
     say(f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})", flush=True)
-    gradients = report.gradient_report(trial_config({}, s), decoded=plan.decoded)
+    gradients = run(report.gradient_report, cfg=trial_config({}, s), decoded=plan.decoded)
     return report.Predictors(measured, gradients)
 
 
