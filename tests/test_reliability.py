@@ -104,6 +104,32 @@ def child_runs_by_trial(parent_run_id, tracking_uri):
     return client, by_trial
 
 
+def test_ctrl_c_on_a_grid_stops_without_results_and_resumes_to_the_whole_grid(tmp_path, owned_ray):
+    """Ray Tune marks the pending trials of an interrupted grid TERMINATED on cleanup: they are not finished."""
+    space = write_space(tmp_path / "grid.yaml", algorithm="grid", num_samples=1,
+                        components="{choice: [mha, fc1, ln1, ln2, fc2, all]}", lr="{choice: [0.05]}")  # fmt: skip
+    args = ["--space", str(space), "--name", "grid", "--storage", str(tmp_path / "results")]
+    proc = start_search(owned_ray, *args)
+    seen = wait_for_line(proc, "1/6 trials done")
+    os.kill(proc.pid, signal.SIGINT)
+    out = "".join(seen) + proc.communicate(timeout=300)[0]
+    assert proc.returncode == 130, out
+    assert "trial(s) unfinished" in out and "--resume" in out, out
+    directory = tmp_path / "results" / "grid"
+    assert not (directory / "trials.csv").exists() and not (directory / "analysis").exists()
+    record = json.loads((directory / "vitplast_search.json").read_text())
+    client = MlflowClient(record["tracking_uri"])
+    assert client.get_run(record["parent_run_id"]).info.status == "KILLED"
+
+    resumed = start_search(owned_ray, *args, "--resume")
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    trials = pd.read_csv(directory / "trials.csv")
+    assert sorted(trials["components"]) == sorted(["mha", "fc1", "ln1", "ln2", "fc2", "all"])
+    assert (trials["step"] == 48).all() and trials["error"].isna().all()
+    assert client.get_run(record["parent_run_id"]).info.status == "FINISHED"
+
+
 def test_sigkilled_driver_resumes_without_losing_or_repeating_trials(tmp_path, owned_ray):
     space = write_space(tmp_path / "space.yaml", num_samples=5)
     args = ["--space", str(space), "--name", "crash", "--storage", str(tmp_path / "results"), "--seed", "3"]

@@ -63,21 +63,20 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
         trainable = tune.with_resources(trainable, plan.options.trial_resources)
         with searchers.pending_limit(plan, grows):
             grid = searchers.tuner(plan, trainable, callbacks).fit()
-        trials = results.trial_table(grid, plan, predictors)
     except KeyboardInterrupt:
         mlflow.set_terminated(parent, status="KILLED")
         raise
     finally:
         if owns_ray:
             ray.shutdown()
-    unfinished = max(plan.spec.total_trials - grid.num_terminated - grid.num_errors, 0)  # Tune stops early on Ctrl-C
+    unfinished = results.unfinished(grid) + max(plan.spec.total_trials - len(grid), 0)  # Ctrl-C, or never created
     mlflow.set_terminated(parent, status="KILLED" if unfinished else "FINISHED")
     if unfinished:
         raise SearchInterrupted(
             f"{unfinished} trial(s) unfinished; nothing is lost: continue the search with "
             f"python scripts/search.py --name {plan.name} --storage {plan.storage} --resume"
         )
-    result = SearchResult(plan, trials, parent, time.perf_counter() - started)
+    result = SearchResult(plan, results.trial_table(grid, plan, predictors), parent, time.perf_counter() - started)
     _record_results(result, mlflow)
     analyse(result, mlflow)
     return result
