@@ -121,3 +121,11 @@ def test_bench_data_byte_table():
     rows = {r["dataset"]: r for r in _script("bench_data").host_bytes(batch_size=64)}
     assert rows["digits"]["before_trial"] == 1797 * 3 * 224 * 224 * 4 and rows["digits"]["after_node"] == 1797 * 64
     assert rows["cifar10c:<corruption>"]["after_node"] == 10000 * 3 * 32 * 32
+
+
+@pytest.mark.slow
+def test_bench_memory_samples_the_driver_and_its_ray_processes():
+    bench = _script("bench_memory")
+    found = bench.measure("vit_testbed_patch8_32", "digits")
+    assert 0.3e9 < found["driver_rss"] < found["tree_rss"]  # torch, timm, ray and mlflow alone take ~1 GB
+    assert found["driver_rss"] < found["tree_pss"] <= found["tree_rss"]  # the Ray processes add to the driver
