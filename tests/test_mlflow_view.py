@@ -15,7 +15,8 @@ def test_ui_base_url_is_the_tracking_server_or_the_mlflow_ui_default():
 
 
 def test_supported_versions():
-    assert mlflow_view.supported("3.17.2") and not mlflow_view.supported("2.16.0") and not mlflow_view.supported("3.18.0")
+    assert mlflow_view.supported("3.17.2")
+    assert not mlflow_view.supported("2.16.0") and not mlflow_view.supported("3.18.0")
 
 
 def test_view_state_without_plasticity_has_no_plasticity_chart_or_column():

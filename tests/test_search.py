@@ -82,7 +82,8 @@ def test_mlflow_parent_and_child_runs(finished):
         assert run.data.tags["ray.node_ip"]
         assert run.data.tags[tracking.ROLE_TAG] == "trial" and run.data.tags[tracking.SEARCH_TAG] == "tiny"
         assert run.data.tags["mlflow.source.name"] and run.data.tags["mlflow.user"]
-        contexts = {i.dataset.name: {t.key: t.value for t in i.tags}["mlflow.data.context"] for i in run.inputs.dataset_inputs}
+        inputs = run.inputs.dataset_inputs
+        contexts = {i.dataset.name: {t.key: t.value for t in i.tags}["mlflow.data.context"] for i in inputs}
         assert contexts == {"digits-train": "training", "digits-val": "validation"}
         assert metrics["n_components"] == (6 if subset == "all" else subset.count("+") + (subset != "head"))
         assert metrics["log10_lr"] == pytest.approx(math.log10(0.05))
@@ -161,4 +162,5 @@ def test_summary_names_results_and_mlflow_command(finished):
 
 def _table(client: MlflowClient, run_id: str, path: str) -> pd.DataFrame:
     """A table logged with log_table, values as stored (no type guessing)."""
-    return pd.read_json(io.StringIO(Path(client.download_artifacts(run_id, path)).read_text()), orient="split", dtype=False)
+    text = Path(client.download_artifacts(run_id, path)).read_text()
+    return pd.read_json(io.StringIO(text), orient="split", dtype=False)

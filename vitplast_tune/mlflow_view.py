@@ -71,10 +71,11 @@ def view_state(search: str, plasticity: bool) -> dict[str, Any]:
         *([_scatter("plasticity_mean", "accuracy vs plasticity", section)] if plasticity else []),
         _scatter("log10_trainable_params", "accuracy vs log10 trainable parameters", section),
         _chart("PARALLEL", section, displayName="component flags and log10 lr to accuracy",
-               selectedParams=list(spaces.COMPONENT_FLAGS), selectedMetrics=["log10_lr", SORT_METRIC], showAllRuns=True),
+               selectedParams=list(spaces.COMPONENT_FLAGS), selectedMetrics=["log10_lr", SORT_METRIC],
+               showAllRuns=True),
         _chart("LINE", section, displayName="val_acc curves", metricKey="val_acc", selectedMetricKeys=["val_acc"],
-               lineSmoothness=0, xAxisKey="step", xAxisScaleType="linear", scaleType="linear", selectedXAxisMetricKey="",
-               range={}, yAxisKey="metric", yAxisExpressions=[], ignoreOutliers=False, useGlobalXaxisKey=False,
+               lineSmoothness=0, xAxisKey="step", xAxisScaleType="linear", scaleType="linear",
+               selectedXAxisMetricKey="", range={}, yAxisKey="metric", yAxisExpressions=[], ignoreOutliers=False, useGlobalXaxisKey=False,
                useGlobalLineSmoothing=False),
     ]  # fmt: skip
     return {
@@ -123,7 +124,8 @@ def publish(client, experiment_id: str, search: str, plasticity: bool, base_url:
     client.set_experiment_tag(experiment_id, KIND_TAG, KIND)
     if not supported():
         note = (f"MLflow {_mlflow.__version__}'s saved-view format is not one this knows "
-                f"({', '.join(VIEW_FORMAT_VERSIONS)}): the link opens the trials without the saved columns and charts")  # fmt: skip
+                f"({', '.join(VIEW_FORMAT_VERSIONS)}): the link opens the trials without the saved columns "
+                "and charts")  # fmt: skip
         return View(runs_link(base_url, experiment_id, search=search), saved=False, note=note)
     key = share_key(search)
     save_view(client, experiment_id, key, f"vitplast_tune: {search}", view_state(search, plasticity))

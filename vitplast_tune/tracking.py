@@ -100,7 +100,8 @@ def dataset_inputs(settings: dict[str, Any]) -> list[DatasetInput]:
         identity = f"{name}:{split}:seed={seed}:val_fraction={fraction}"
         digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
         profile = json.dumps({"split": split, "seed": seed, "val_fraction": fraction})
-        dataset = Dataset(name=f"{name}-{split}", digest=digest, source_type="vitplast_tune", source=source, profile=profile)
+        dataset = Dataset(name=f"{name}-{split}", digest=digest, source_type="vitplast_tune", source=source,
+                          profile=profile)  # fmt: skip
         inputs.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)]))
     return inputs
 
@@ -269,7 +270,8 @@ def trial_describer(plan: SearchPlan, plasticity: report.PlasticityReport | None
         params = {**cfg.to_dict(), "components": subset, **spaces.component_flags(subset)}
         name = f"{subset} lr={cfg.lr:.3g}" + (f" seed={cfg.seed}" if "seed" in config else "")
         n_components = sum(spaces.component_flags(subset).values())
-        metrics = {**report.subset_scores(plasticity, subset), "n_components": n_components, "log10_lr": math.log10(cfg.lr)}
+        metrics = {**report.subset_scores(plasticity, subset), "n_components": n_components,
+                   "log10_lr": math.log10(cfg.lr)}  # fmt: skip
         tags = {**source, SEARCH_TAG: plan.name, ROLE_TAG: "trial"}
         return TrialRun(name, params, metrics, tags, dataset_inputs(cfg.to_dict()))
 
@@ -277,7 +279,7 @@ def trial_describer(plan: SearchPlan, plasticity: report.PlasticityReport | None
 
 
 def log_results(mlflow: MlflowClient, run_id: str, trials_csv: Path, best: pd.DataFrame, num_trials: int) -> None:
-    """The trial table (CSV, and as a table the UI shows with ids as text) and the headline metrics on the parent run."""
+    """The trial table (CSV, and a table the UI shows with ids as text) and the headline metrics on the parent run."""
     log_artifacts(mlflow, run_id, [trials_csv])
     mlflow.log_table(run_id, results.read_trials(trials_csv), "trials.json")
     if not best.empty:
@@ -293,7 +295,8 @@ def log_analysis(mlflow: MlflowClient, run_id: str, found) -> None:
 
 def trial_runs(mlflow: MlflowClient, parent_run_id: str) -> dict[str, str]:
     """The child run id of each trial id of a search."""
-    return {run.data.tags[TRIAL_TAG]: run.info.run_id for run in child_runs(mlflow, parent_run_id) if TRIAL_TAG in run.data.tags}
+    runs = child_runs(mlflow, parent_run_id)
+    return {run.data.tags[TRIAL_TAG]: run.info.run_id for run in runs if TRIAL_TAG in run.data.tags}
 
 
 def log_trial_finals(mlflow: MlflowClient, trials: pd.DataFrame) -> None:
