@@ -48,6 +48,7 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
         predictors = measure(plan)  # a Ray task with a trial's resources (a GPU when trials use GPUs); cached
         mlflow = tracking.client(plan.tracking_uri)
         parent = tracking.open_search_run(mlflow, plan, predictors)
+        view = tracking.publish_view(mlflow, plan, parent, predictors.plasticity is not None)
         write_record(plan, parent)
     except BaseException:
         if owns_ray:
@@ -76,8 +77,8 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
             f"{unfinished} trial(s) unfinished; nothing is lost: continue the search with "
             f"python scripts/search.py --name {plan.name} --storage {plan.storage} --resume"
         )
-    result = SearchResult(plan, results.trial_table(grid, plan, predictors), parent, time.perf_counter() - started)
-    _record_results(result, mlflow)
+    result = SearchResult(plan, results.trial_table(grid, plan, predictors), parent, time.perf_counter() - started, view=view)
+    _record_results(result, mlflow, grid)
     analyse(result, mlflow)
     return result
 
@@ -137,11 +138,20 @@ def compare_datasets(names: Sequence[str], storage: str | None = None, out_dir: 
     return protocol.describe_cross_dataset(gains, agreement) + f"\nfiles: {out}"
 
 
-def _record_results(result: SearchResult, mlflow) -> None:
-    """The trial table as CSV in the search's directory, and the headline metrics, on the parent run."""
+def _record_results(result: SearchResult, mlflow, grid) -> None:
+    """Each trial's run id and final metrics on its run; the trial table as CSV in the search's directory, the
+    headline metrics and the best trial's trained weights on the parent run."""
+    trials = result.trials
+    if not trials.empty:
+        trials["run_id"] = trials["trial_id"].map(tracking.trial_runs(mlflow, result.parent_run_id))
+        tracking.log_trial_finals(mlflow, trials)
+    best = results.top_trials(result, 1)
     path = results.write_trials(result)
     if path is not None:
-        tracking.log_results(mlflow, result.parent_run_id, path, results.top_trials(result, 1), len(result.trials))
+        tracking.log_results(mlflow, result.parent_run_id, path, best, len(trials))
+    checkpoint = results.checkpoint(grid, best.iloc[0]["trial_id"]) if not best.empty else None
+    if checkpoint is not None:
+        tracking.log_best_weights(mlflow, result.parent_run_id, checkpoint, best.iloc[0].to_dict())
 
 
 def _init_ray(address: str | None) -> None:
