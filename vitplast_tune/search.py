@@ -36,51 +36,70 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
     ``callbacks``: extra Ray Tune callbacks (e.g. the trial timeline of scripts/bench_trial.py).
     """
     import ray
-    from ray import tune
 
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     started = time.perf_counter()
+    for note in plan.notes:
+        _say(plan, f"note: {note}")
     plasticity = measure_plasticity(plan)  # on the driver, before Ray: it also proves the weights load
     owns_ray = not ray.is_initialized()
     if owns_ray:
         _init_ray(plan.options.address)
-    try:  # cluster: join and check the per-trial request before any record exists; Ray shut down on failure
+    mlflow, parent = None, None
+    try:  # cluster: join and check the per-trial request before any record exists; Ray shut down after
         _check_cluster(plan)
         mlflow = tracking.client(plan.tracking_uri)
         parent = tracking.open_search_run(mlflow, plan, plasticity)
         write_record(plan, parent)
-    except BaseException:
-        if owns_ray:
-            ray.shutdown()
-        raise
-    try:
-        callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, tracking.trial_describer(plan, plasticity)), *callbacks]
-        if plan.options.verbose:
-            from vitplast_tune.progress import Progress
-
-            callbacks.append(Progress(plan.spec.total_trials))
-        trainable = tune.with_parameters(train_trial, settings=plan.settings, decoded=plan.decoded)
-        trainable = tune.with_resources(trainable, plan.options.trial_resources)
-        grid = searchers.tuner(plan, trainable, callbacks).fit()
-        trials = results.trial_table(grid, plan, plasticity)
+        grid, trials = _tune(plan, callbacks, mlflow, parent, plasticity)
     except KeyboardInterrupt:
-        mlflow.set_terminated(parent, status="KILLED")
+        if parent is not None:
+            mlflow.set_terminated(parent, status="KILLED")
+        raise
+    except Exception as exc:
+        if parent is not None:
+            tracking.mark_failed(mlflow, parent, exc)
         raise
     finally:
         if owns_ray:
             ray.shutdown()
     unfinished = max(plan.spec.total_trials - grid.num_terminated - grid.num_errors, 0)  # Tune stops early on Ctrl-C
-    mlflow.set_terminated(parent, status="KILLED" if unfinished else "FINISHED")
     if unfinished:
+        mlflow.set_terminated(parent, status="KILLED")
         raise SearchInterrupted(
             f"{unfinished} trial(s) unfinished; nothing is lost: continue the search with "
             f"python scripts/search.py --name {plan.name} --storage {plan.storage} --resume"
         )
     result = SearchResult(plan, trials, parent, time.perf_counter() - started)
-    _record_results(result, mlflow)
-    if plasticity is not None:
-        result.correlations = analyse(result, mlflow)
+    try:
+        _record_results(result, mlflow)
+        if plasticity is not None:
+            result.correlations = analyse(result, mlflow)
+    except Exception as exc:
+        tracking.mark_failed(mlflow, parent, exc)
+        raise
+    mlflow.set_terminated(parent, status="FINISHED")
     return result
+
+
+def _tune(plan: SearchPlan, callbacks: Sequence[Callback], mlflow, parent: str, plasticity) -> tuple:
+    """Run the trials (the MLflow tracker, progress lines and ``callbacks`` attached); return the grid and trial table."""
+    from ray import tune
+
+    callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, tracking.trial_describer(plan, plasticity)), *callbacks]
+    if plan.options.verbose:
+        from vitplast_tune.progress import Progress
+
+        callbacks.append(Progress(plan.spec.total_trials))
+    trainable = tune.with_parameters(train_trial, settings=plan.settings, decoded=plan.decoded)
+    trainable = tune.with_resources(trainable, plan.options.trial_resources)
+    grid = searchers.tuner(plan, trainable, callbacks).fit()
+    return grid, results.trial_table(grid, plan, plasticity)
+
+
+def _say(plan: SearchPlan, text: str) -> None:
+    if plan.options.verbose:
+        print(text, flush=True)
 
 
 def measure_plasticity(plan: SearchPlan) -> report.PlasticityReport | None:
