@@ -25,14 +25,14 @@ def write_space(tmp_path, parameters="  components: {subsets: any}\n  lr: {logun
     return path
 
 
-@pytest.mark.parametrize("name", ["component_subsets", "paper_grid", "single_component"])
+@pytest.mark.parametrize("name", ["component_subsets", "paper_grid", "single_component", "criteria_lab"])
 def test_shipped_spaces_load(name):
     spec = spaces.load_space(name)
     assert spec.metric == "val_acc" and spec.mode == "max"
     assert spec.parameters and spec.total_trials >= 1
 
 
-@pytest.mark.parametrize("name", ["component_subsets", "paper_grid", "single_component"])
+@pytest.mark.parametrize("name", ["component_subsets", "paper_grid", "single_component", "criteria_lab"])
 def test_shipped_spaces_leave_defaults_to_the_training_config(name):
     from vitplast_tune.training import FinetuneConfig
 

@@ -36,51 +36,70 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
     ``callbacks``: extra Ray Tune callbacks (e.g. the trial timeline of scripts/bench_trial.py).
     """
     import ray
-    from ray import tune
 
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     started = time.perf_counter()
+    for note in plan.notes:
+        _say(plan, f"note: {note}")
     owns_ray = not ray.is_initialized()
     if owns_ray:
         _init_ray(plan.options.address)
-    try:  # join and check the trial request, measure, then record; Ray shut down on failure, nothing recorded
+    mlflow, parent = None, None
+    try:  # join and check the trial request, measure, then record; Ray shut down after; a failure marks the run
         grows = _check_cluster(plan)
         predictors = measure(plan)  # a Ray task with a trial's resources (a GPU when trials use GPUs); cached
         mlflow = tracking.client(plan.tracking_uri)
         parent = tracking.open_search_run(mlflow, plan, predictors)
         view = tracking.publish_view(mlflow, plan, parent, predictors.plasticity is not None)
         write_record(plan, parent)
-    except BaseException:
-        if owns_ray:
-            ray.shutdown()
-        raise
-    try:
-        callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, tracking.trial_describer(plan, predictors)), *callbacks]
-        if plan.options.verbose:
-            from vitplast_tune.progress import Progress
-
-            callbacks.append(Progress(plan.spec.total_trials))
-        trainable = tune.with_parameters(train_trial, settings=plan.settings, decoded=plan.decoded)
-        trainable = tune.with_resources(trainable, plan.options.trial_resources)
         with searchers.pending_limit(plan, grows):
-            grid = searchers.tuner(plan, trainable, callbacks).fit()
+            grid = _tune(plan, callbacks, parent, predictors)
     except KeyboardInterrupt:
-        mlflow.set_terminated(parent, status="KILLED")
+        if parent is not None:
+            mlflow.set_terminated(parent, status="KILLED")
+        raise
+    except Exception as exc:
+        if parent is not None:
+            tracking.mark_failed(mlflow, parent, exc)
         raise
     finally:
         if owns_ray:
             ray.shutdown()
     unfinished = results.unfinished(grid) + max(plan.spec.total_trials - len(grid), 0)  # Ctrl-C, or never created
-    mlflow.set_terminated(parent, status="KILLED" if unfinished else "FINISHED")
     if unfinished:
+        mlflow.set_terminated(parent, status="KILLED")
         raise SearchInterrupted(
             f"{unfinished} trial(s) unfinished; nothing is lost: continue the search with "
             f"python scripts/search.py --name {plan.name} --storage {plan.storage} --resume"
         )
     result = SearchResult(plan, results.trial_table(grid, plan, predictors), parent, time.perf_counter() - started, view=view)
-    _record_results(result, mlflow, grid)
-    analyse(result, mlflow)
+    try:
+        _record_results(result, mlflow, grid)
+        analyse(result, mlflow)
+    except Exception as exc:
+        tracking.mark_failed(mlflow, parent, exc)
+        raise
+    mlflow.set_terminated(parent, status="FINISHED")
     return result
+
+
+def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predictors: report.Predictors):
+    """Run the trials (the MLflow tracker, progress lines and ``callbacks`` attached); return Tune's result grid."""
+    from ray import tune
+
+    callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, tracking.trial_describer(plan, predictors)), *callbacks]
+    if plan.options.verbose:
+        from vitplast_tune.progress import Progress
+
+        callbacks.append(Progress(plan.spec.total_trials))
+    trainable = tune.with_parameters(train_trial, settings=plan.settings, decoded=plan.decoded)
+    trainable = tune.with_resources(trainable, plan.options.trial_resources)
+    return searchers.tuner(plan, trainable, callbacks).fit()
+
+
+def _say(plan: SearchPlan, text: str) -> None:
+    if plan.options.verbose:
+        print(text, flush=True)
 
 
 def measure(plan: SearchPlan) -> report.Predictors:

@@ -31,6 +31,9 @@ from vitplast_tune.trial import trial_config
 
 SEARCH_TAG = mlflow_view.SEARCH_TAG
 ROLE_TAG = mlflow_view.ROLE_TAG  # "search" on the parent run, "trial" on each child: filter by it
+SEARCH_ID_TAG = "vitplast.search_id"  # unique per search: a shared server may hold several searches of one name
+STORAGE_TAG = "vitplast.storage"
+FAILURE_TAG = "failure_reason"
 TRIAL_TAG = "ray.trial_id"
 PARENT_TAG = "mlflow.parentRunId"
 RUN_NAME_TAG = "mlflow.runName"
@@ -65,13 +68,25 @@ def experiment_id(mlflow: MlflowClient, name: str) -> str:
     return experiment.experiment_id if experiment else mlflow.create_experiment(name)
 
 
-def find_search_run(mlflow: MlflowClient, experiment: str, search: str) -> str | None:
-    """Run id of the parent run of search ``search``, or None."""
+def find_search_run(
+    mlflow: MlflowClient, experiment: str, search: str, search_id: str | None = None, storage: str | None = None
+) -> str | None:
+    """Run id of the parent run of search ``search`` (narrowed to its unique id or its storage when given), or None."""
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
         return None
-    runs = mlflow.search_runs([exp.experiment_id], filter_string=f"tags.`{SEARCH_TAG}` = '{search}'", max_results=1)
-    return runs[0].info.run_id if runs else None
+    tags = {SEARCH_TAG: search, SEARCH_ID_TAG: search_id, STORAGE_TAG: storage}
+    where = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items() if v)
+    runs = mlflow.search_runs([exp.experiment_id], filter_string=where, max_results=2)
+    return runs[0].info.run_id if len(runs) == 1 else None
+
+
+def mark_failed(mlflow: MlflowClient, run_id: str, error: BaseException | str) -> None:
+    """End a run as FAILED with the reason (the error's first line) in its ``failure_reason`` tag."""
+    lines = str(error).strip().splitlines()
+    reason = f"{type(error).__name__}: {lines[0] if lines else ''}" if isinstance(error, BaseException) else str(error)
+    mlflow.set_tag(run_id, FAILURE_TAG, reason[:500])
+    mlflow.set_terminated(run_id, status="FAILED")
 
 
 def start_search_run(
@@ -199,7 +214,7 @@ class MlflowTracker(Callback):
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
         run_id = self.run_id(trial)
         reason = _error_text(trial)
-        self.mlflow.set_tag(run_id, "failure_reason", reason)
+        self.mlflow.set_tag(run_id, FAILURE_TAG, reason)
         self.mlflow.set_terminated(run_id, status="FAILED")
 
     def get_state(self) -> dict:
@@ -212,16 +227,17 @@ class MlflowTracker(Callback):
 def open_search_run(mlflow: MlflowClient, plan: SearchPlan, predictors: report.Predictors) -> str:
     """The parent run of a search: found again on ``--resume``, else created with the space, settings and plasticity."""
     if plan.options.resume:
-        existing = find_search_run(mlflow, EXPERIMENT, plan.name)
+        existing = find_search_run(mlflow, EXPERIMENT, plan.name, search_id=plan.search_id or None,
+                                   storage=None if plan.search_id else f"{plan.storage}/{plan.name}")  # fmt: skip
         if existing:
             mlflow.update_run(existing, status="RUNNING")
             return existing
     spec = plan.spec
     params = {"space": spec.name, "algorithm": spec.algorithm, "scheduler": spec.scheduler.name, "num_samples": spec.num_samples,
-              "metric": spec.metric, "mode": spec.mode, "search_seed": plan.options.seed,
+              "metric": spec.metric, "mode": spec.mode, "search_seed": plan.seed,
               **{f"default.{k}": v for k, v in plan.settings.items()}}  # fmt: skip
-    tags = {"vitplast.space_fingerprint": spec.fingerprint, "vitplast.storage": f"{plan.storage}/{plan.name}",
-            NOTE_TAG: search_note(plan.name)}  # fmt: skip
+    tags = {"vitplast.space_fingerprint": spec.fingerprint, STORAGE_TAG: f"{plan.storage}/{plan.name}",
+            SEARCH_ID_TAG: plan.search_id, NOTE_TAG: search_note(plan.name)}  # fmt: skip
     plasticity = predictors.plasticity
     if plasticity is not None:
         meta = plasticity.meta
