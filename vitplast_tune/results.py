@@ -68,16 +68,6 @@ def trial_table(grid, plan: SearchPlan, predictors: report.Predictors | None = N
     return pd.DataFrame(rows)
 
 
-def unfinished(grid) -> int:
-    """Trials that neither completed nor failed: never started, or stopped by Ctrl-C.
-
-    Ray Tune's cleanup marks the pending and running trials of an interrupted search TERMINATED, so
-    the status says nothing; a completed trial's last result says ``done`` (also when a scheduler
-    stopped it early), a failed one has an error.
-    """
-    return sum(1 for r in grid if r.error is None and not (r.metrics or {}).get("done"))
-
-
 def write_trials(result: SearchResult) -> Path | None:
     """Write the trial table as ``trials.csv`` in the search's directory (None for remote storage or no trials).
 

@@ -65,7 +65,7 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
     finally:
         if owns_ray:
             ray.shutdown()
-    unfinished = results.unfinished(grid) + max(plan.spec.total_trials - len(grid), 0)  # Ctrl-C, or never created
+    unfinished = searchers.unfinished(grid, plan.spec.total_trials)
     if unfinished:
         mlflow.set_terminated(parent, status="KILLED")
         raise SearchInterrupted(

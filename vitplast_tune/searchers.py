@@ -115,6 +115,26 @@ def pending_limit(plan: SearchPlan, cluster_grows: bool) -> Iterator[int | None]
         os.environ.pop(PENDING_ENV, None)
 
 
+def unfinished(grid, total: int) -> int:
+    """How many of a search's ``total`` trials have not ended (never created or started, or stopped by Ctrl-C).
+
+    Tune's cleanup marks the pending and running trials of an interrupted search TERMINATED in the grid it
+    returns; the experiment state it saved just before says what they were. Counting the trials that ended
+    there (TERMINATED or ERROR) ignores a trial a killed driver created but never started.
+    """
+    import logging
+
+    from ray.tune import ExperimentAnalysis
+
+    quiet = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    level, quiet.level = quiet.level, logging.ERROR  # "failed to fetch metrics" of trials that never ran
+    try:
+        statuses = [t.status for t in ExperimentAnalysis(grid.experiment_path).trials]
+    finally:
+        quiet.setLevel(level)
+    return max(total - sum(status in ("TERMINATED", "ERROR") for status in statuses), 0)
+
+
 def trial_dirname(trial) -> str:
     """Short trial folder names ("trial_<id>") instead of Tune's config-laden ones."""
     return f"trial_{trial.trial_id}"
