@@ -1,3 +1,4 @@
+import copy
 import math
 
 import pytest
@@ -13,7 +14,7 @@ FAST = dict(model="vit_testbed_patch8_32", pretrained=False, max_steps=12, eval_
 def run(**overrides):
     reports = []
     cfg = FinetuneConfig(**{**FAST, **overrides})
-    final = finetune(cfg, report=lambda metrics, state: reports.append((metrics, state)))
+    final = finetune(cfg, report=lambda metrics, state: reports.append((metrics, copy.deepcopy(state))))
     return final, reports
 
 
