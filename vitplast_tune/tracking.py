@@ -26,7 +26,7 @@ SEARCH_TAG = "vitplast.search"
 TRIAL_TAG = "ray.trial_id"
 PARENT_TAG = "mlflow.parentRunId"
 RUN_NAME_TAG = "mlflow.runName"
-CURVE_METRICS = ("train_loss", "val_acc", "val_loss", "best_val_acc", "current_lr", "steps_per_s")
+CURVE_METRICS = ("train_loss", "val_acc", "val_loss", "best_val_acc", "current_lr", "steps_per_s", "images_per_s")
 _MAX_PARAM = 6000
 
 
@@ -224,6 +224,11 @@ def log_analysis(mlflow: MlflowClient, run_id: str, found) -> None:
         metrics.update({f"paper/{k}": found.paper.agreement[k] for k in ("spearman", "kendall")})
     log_metrics(mlflow, run_id, metrics)
     log_artifacts(mlflow, run_id, found.files, "analysis")
+
+
+def log_pareto(mlflow: MlflowClient, run_id: str, files: Iterable[Path]) -> None:
+    """The Pareto fronts (``results.write_pareto``: CSV and PNG per axis) on the parent run, under ``pareto/``."""
+    log_artifacts(mlflow, run_id, files, "pareto")
 
 
 def child_runs(mlflow: MlflowClient, parent_run_id: str) -> list:

@@ -1,0 +1,128 @@
+"""The Pareto fronts of a search (results.pareto_front), two objectives, the parameter budget and TPE's warm start."""
+
+import math
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+
+from vitplast_tune import results, searchers, spaces
+from vitplast_tune.errors import UserError
+
+
+def _trials(rows):
+    columns = ["components", "lr", "best_val_acc", "val_acc", "test_acc", "trainable_params", "images_per_s", "step"]
+    table = pd.DataFrame(rows, columns=columns)
+    return table.assign(max_steps=400, diverged=False, error=None)
+
+
+TRIALS = _trials([
+    ("head", 0.1, 0.90, 0.90, 0.89, 650, 9000.0, 400),
+    ("ln1", 0.1, 0.89, 0.89, 0.88, 1_000, 2000.0, 400),  # dominated: more params, less accuracy than head
+    ("mha", 0.1, 0.97, 0.97, 0.96, 150_000, 1500.0, 400),
+    ("mha", 0.3, 0.97, 0.96, 0.95, 150_000, 1600.0, 400),  # same params, same accuracy: the first one stays
+    ("fc1", 0.1, 0.96, 0.96, 0.95, 150_000, 1700.0, 400),  # same params, less accuracy
+    ("all", 0.03, 0.995, 0.99, 0.98, 600_000, 1000.0, 400),
+    ("all", 1.0, 0.999, 0.99, 0.98, 600_000, 1200.0, 100),  # stopped early: not a full-budget trial
+])
+
+
+def test_pareto_front_by_trainable_parameters():
+    front = results.pareto_front(TRIALS, "trainable_params", "min")
+    assert list(zip(front["components"], front["lr"])) == [("head", 0.1), ("mha", 0.1), ("all", 0.03)]
+
+
+def test_pareto_front_by_throughput_keeps_faster_or_more_accurate_trials():
+    front = results.pareto_front(TRIALS, "images_per_s", "max")
+    # head is the fastest; ln1 is slower and worse than head; mha lr=0.1 is slower than mha lr=0.3 at the same accuracy
+    assert list(zip(front["components"], front["lr"])) == [("head", 0.1), ("fc1", 0.1), ("mha", 0.3), ("all", 0.03)]
+
+
+def test_pareto_front_of_no_finished_trial_is_empty():
+    assert results.pareto_front(TRIALS[TRIALS["step"] < 400], "trainable_params").empty
+
+
+def test_summary_prints_the_pareto_blocks_under_the_top_table():
+    lines = results._pareto_lines(TRIALS)
+    text = "\n".join(lines)
+    assert "vs fewer trainable parameters (3 of the full-budget trials" in text
+    assert "vs more training images/s (4 of the full-budget trials" in text and "9,000" in text
+
+
+def test_write_pareto_writes_csv_and_png(tmp_path):
+    plan = type("Plan", (), {"results_dir": tmp_path})()
+    files = results.write_pareto(results.SearchResult(plan, TRIALS, "run", 0.0))
+    assert {f.name for f in files} == {"pareto_trainable_params.csv", "pareto_trainable_params.png",
+                                       "pareto_images_per_s.csv", "pareto_images_per_s.png"}  # fmt: skip
+    assert len(pd.read_csv(tmp_path / "analysis" / "pareto_trainable_params.csv")) == 3
+
+
+SPACE = """
+metric: {metric}
+mode: {mode}
+algorithm: optuna
+num_samples: 4
+scheduler: {scheduler}
+{extra}
+parameters:
+  components: {{subsets: any}}
+  lr: {{choice: [0.1]}}
+"""
+
+
+def _space(tmp_path, metric="val_acc", mode="max", scheduler="fifo", extra=""):
+    path = tmp_path / "space.yaml"
+    path.write_text(SPACE.format(metric=metric, mode=mode, scheduler=scheduler, extra=extra))
+    return spaces.load_space(path)
+
+
+def test_two_objectives_are_lists_and_refuse_early_stopping(tmp_path):
+    spec = _space(tmp_path, "[val_acc, trainable_params]", "[max, min]")
+    assert spec.multi_objective and spec.metric == "val_acc" and spec.objectives[1] == ("trainable_params", "min")
+    assert searchers.objectives(spec) == (["val_acc", "trainable_params"], ["max", "min"])
+    with pytest.raises(UserError, match="stops trials by one metric"):
+        _space(tmp_path, "[val_acc, trainable_params]", "[max, min]", scheduler="asha")
+    with pytest.raises(UserError, match="same length"):
+        _space(tmp_path, "[val_acc, trainable_params]", "max")
+
+
+def test_two_objectives_reach_optuna_as_a_pareto_study(tmp_path):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = _space(tmp_path, "[val_acc, trainable_params]", "[max, min]")
+    searcher = searchers.search_algorithm(spec, seed=0)
+    for i, (acc, params) in enumerate([(0.9, 100), (0.95, 1000), (0.8, 5000)]):
+        searcher.suggest(f"t{i}")
+        searcher.on_trial_complete(f"t{i}", {"val_acc": acc, "trainable_params": params})
+    study = searcher._ot_study
+    assert len(study.directions) == 2
+    assert sorted(t.values for t in study.best_trials) == [[0.9, 100], [0.95, 1000]]  # (0.8, 5000) is dominated
+
+
+def test_budget_and_warm_start_keys(tmp_path):
+    spec = _space(tmp_path, extra="max_trainable_params: 200000\nwarm_start: 2")
+    assert spec.max_trainable_params == 200_000 and spec.warm_start == 2
+    with pytest.raises(UserError, match="max_trainable_params must be an integer >= 1"):
+        _space(tmp_path, extra="max_trainable_params: 0")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("algorithm: grid\nwarm_start: 2\nparameters: {components: {choice: [mha]}}\n")
+    with pytest.raises(UserError, match="warm_start needs algorithm: optuna"):
+        spaces.load_space(grid)
+
+
+def test_warm_start_enqueues_the_recommended_subsets_first(tmp_path):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = _space(tmp_path, extra="warm_start: 3")
+    searcher = searchers.search_algorithm(spec, seed=0, warm_start=["fc1", "mha+fc1", "fc2", "ln1"])
+    first = [spaces.config_components(searcher.suggest(f"t{i}")) for i in range(4)]
+    assert first[:3] == ["fc1", "mha+fc1", "fc2"]  # fc2 alone: its flag is forced, not asked
+    assert all(config for config in first)
+
+
+def test_trainable_parameters_count_the_subset_and_the_head():
+    from vitplast_tune.trial import trainable_parameters, trial_config
+
+    settings = {"model": "vit_testbed_patch8_32", "pretrained": False}
+    head = trainable_parameters(trial_config({"components": "head"}, settings))
+    mha = trainable_parameters(trial_config({"components": "mha"}, settings))
+    assert 0 < head < mha < trainable_parameters(trial_config({"components": "all"}, settings))
