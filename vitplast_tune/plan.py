@@ -45,6 +45,7 @@ class SearchOptions:
     plasticity_variant: str = "paper"
     plasticity_reference: str = "fractals"
     plasticity_pairs: int | None = None
+    max_trainable_params: int | None = None  # the parameter budget; overrides the space file's
     verbose: int = 1
 
     @property
@@ -69,6 +70,11 @@ class SearchPlan:
     def local_dir(self) -> Path | None:
         """The search's directory when storage is a local path (None for s3:// and the like)."""
         return None if is_uri(self.storage) else Path(self.storage) / self.name
+
+    @property
+    def max_trainable_params(self) -> int | None:
+        """The parameter budget: the option's, else the space file's; trials over it are not trained."""
+        return self.options.max_trainable_params or self.spec.max_trainable_params
 
     @property
     def results_dir(self) -> Path:

@@ -59,10 +59,11 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
             from vitplast_tune.progress import Progress
 
             callbacks.append(Progress(plan.spec.total_trials))
-        trainable = tune.with_parameters(train_trial, settings=plan.settings, decoded=plan.decoded)
+        trainable = tune.with_parameters(train_trial, settings=plan.settings, decoded=plan.decoded,
+                                         max_trainable_params=plan.max_trainable_params)  # fmt: skip
         trainable = tune.with_resources(trainable, plan.options.trial_resources)
         with searchers.pending_limit(plan, grows):
-            grid = searchers.tuner(plan, trainable, callbacks).fit()
+            grid = searchers.tuner(plan, trainable, callbacks, warm_start_subsets(plan, predictors)).fit()
         trials = results.trial_table(grid, plan, predictors)
     except KeyboardInterrupt:
         mlflow.set_terminated(parent, status="KILLED")
@@ -102,6 +103,20 @@ def measure(plan: SearchPlan) -> report.Predictors:
     return report.Predictors(measured, gradients)
 
 
+def warm_start_subsets(plan: SearchPlan, predictors: report.Predictors) -> list[str]:
+    """The subsets ``recommend`` ranks best (within the parameter budget) for a space with ``warm_start``; else none."""
+    if not plan.spec.warm_start or predictors.plasticity is None:
+        return []
+    from vitplast_tune import recommend
+
+    scores = recommend.subset_scores(predictors, plan.settings)
+    ranked = recommend.rank(scores, recommend.choose_criterion(recommend.read_evidence(Path(plan.storage)))[0],
+                            plan.max_trainable_params)  # fmt: skip
+    say = print if plan.options.verbose else lambda *a, **k: None
+    say(f"Warm start: TPE tries first {', '.join(ranked['components'].head(plan.spec.warm_start))}", flush=True)
+    return list(ranked["components"])
+
+
 def analyse(result: SearchResult, mlflow) -> None:
     """Every analysis the search supports (see ``analysis.analyse_search``), logged to the parent run."""
     plan = result.plan
@@ -139,6 +154,7 @@ def _record_results(result: SearchResult, mlflow) -> None:
     path = results.write_trials(result)
     if path is not None:
         tracking.log_results(mlflow, result.parent_run_id, path, results.top_trials(result, 1), len(result.trials))
+    tracking.log_pareto(mlflow, result.parent_run_id, results.write_pareto(result))
 
 
 def _init_ray(address: str | None) -> None:

@@ -1,0 +1,240 @@
+"""Recommending which component subsets to finetune before any search, with the evidence behind the ranking.
+
+``recommend`` measures the pre-training predictors of a model on a dataset (the paper plasticity, the
+in-network plasticity, the gradient criteria: ``report``), scores every non-empty subset, and ranks them by
+the criterion that predicted accuracy best on the searches recorded under the storage folder (criteria-lab
+tables ``analysis/criteria.csv`` first, per-trial ``analysis/correlations.csv`` otherwise), or by the paper's
+mean plasticity when there is no evidence yet. ``verify`` runs a short grid search over the top K subsets,
+full finetuning and the linear probe, and says whether the recommendation held.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+from scipy import stats
+
+from vitplast_tune import report, spaces
+from vitplast_tune.components import ALL, HEAD, parse_subset
+from vitplast_tune.lab import LAB_PREDICTORS
+from vitplast_tune.plan import SEARCH_FILE
+from vitplast_tune.statistics import BASELINE
+
+DEFAULT_CRITERION = "plasticity_mean"  # the paper's: without evidence, rank by the mean plasticity of the subset
+VERIFY_LRS: tuple[float, ...] = (0.03, 0.1, 0.3)
+
+
+@dataclass
+class Recommendation:
+    """Every subset scored and ranked, the criterion that ranks them, and the evidence for each criterion."""
+
+    model: str
+    dataset: str
+    ranked: pd.DataFrame  # one row per subset within the budget, best first
+    criterion: str
+    evidence: pd.DataFrame  # read_evidence's rows
+    budget: int | None = None
+    seconds: float = 0.0
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def subset_scores(predictors: report.Predictors, settings: dict[str, Any], in_network: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per non-empty subset: trainable parameters (whole blocks), every pre-training predictor of the lab."""
+    from vitplast_tune.trial import trainable_parameters, trial_config
+
+    counts = predictors.plasticity.meta["component_params"]
+    head = trainable_parameters(trial_config({"components": HEAD}, settings))
+    rows = []
+    for subset in spaces.all_subsets():
+        chosen = parse_subset(subset)
+        trainable = head + sum(counts[c] for c in chosen)
+        rows.append({"components": subset, "trainable_params": trainable, BASELINE: math.log(trainable),
+                     "contains_mha_or_fc": float(bool({"mha", "fc1", "fc2"} & set(chosen))), **predictors.scores(subset)})  # fmt: skip
+    table = pd.DataFrame(rows)
+    if in_network is not None:
+        table["in_network_mean"] = table["components"].map(in_network["in_network_mean"])
+    return table
+
+
+def read_evidence(storage: Path) -> pd.DataFrame:
+    """How well each criterion predicted accuracy on the searches stored under ``storage``: one row per search and criterion.
+
+    Criteria-lab tables (``analysis/criteria.csv``: test accuracy per subset at its best lr) have ``source`` "lab";
+    per-trial correlations (``analysis/correlations.csv``, final validation accuracy, confounded by lr) "trials".
+    """
+    rows = []
+    for record_path in sorted(Path(storage).expanduser().glob(f"*/{SEARCH_FILE}")):
+        directory = record_path.parent
+        settings = json.loads(record_path.read_text()).get("settings", {})
+        where = {"search": directory.name, "model": settings.get("model"), "dataset": settings.get("dataset")}
+        lab, trials = directory / "analysis" / "criteria.csv", directory / "analysis" / "correlations.csv"
+        if lab.is_file():
+            rows += [dict(where, source="lab", **r) for r in _evidence_rows(pd.read_csv(lab))]
+        elif trials.is_file():
+            table = pd.read_csv(trials)
+            rows += [dict(where, source="trials", **r) for r in _evidence_rows(table[table["target"] == "val_acc"])]
+    return pd.DataFrame(rows, columns=["search", "model", "dataset", "source", "criterion", "spearman", "spearman_low",
+                                       "spearman_high", "n"])  # fmt: skip
+
+
+def _evidence_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
+    ok = table[table["spearman"].notna()] if "spearman" in table else table.head(0)
+    return [{"criterion": r.predictor, "spearman": r.spearman, "spearman_low": r.spearman_low,
+             "spearman_high": r.spearman_high, "n": int(r.n)} for r in ok.itertuples()]  # fmt: skip
+
+
+def choose_criterion(evidence: pd.DataFrame, model: str | None = None, dataset: str | None = None) -> tuple[str, str]:
+    """The criterion to rank by, and why: the highest mean Spearman on the best evidence there is (criteria labs on
+    this model and dataset, then any lab, then per-trial correlations); the paper's mean plasticity without evidence."""
+    usable = evidence[evidence["criterion"].isin(LAB_PREDICTORS)]
+    same = (usable["model"] == model) & (usable["dataset"] == dataset)
+    for rows, what in ((usable[same & (usable["source"] == "lab")], f"criteria labs on {model} / {dataset}"),
+                       (usable[usable["source"] == "lab"], "criteria labs (other models or datasets)"),
+                       (usable[same], f"per-trial correlations on {model} / {dataset} (confounded by lr)"),
+                       (usable, "per-trial correlations (other models or datasets; confounded by lr)")):  # fmt: skip
+        if rows.empty:
+            continue
+        mean = rows.groupby("criterion")["spearman"].mean().sort_values(ascending=False)
+        best, rho = mean.index[0], mean.iloc[0]
+        searches = rows["search"].nunique()
+        why = f"best mean Spearman {rho:+.2f} with accuracy over {searches} search(es): {what}"
+        return best, why + ("" if rho > 0 else "; no criterion predicted accuracy positively, treat the ranking as a guess")
+    return DEFAULT_CRITERION, "the paper's criterion; no evidence yet (no criteria lab or search results recorded)"
+
+
+def rank(scores: pd.DataFrame, criterion: str, budget: int | None = None) -> pd.DataFrame:
+    """The subsets within ``budget`` trainable parameters, best first by ``criterion`` (higher first); ties: fewer parameters."""
+    shown = scores if budget is None else scores[scores["trainable_params"] <= budget]
+    shown = shown.dropna(subset=[criterion])
+    ranked = shown.sort_values([criterion, "trainable_params"], ascending=[False, True], kind="stable")
+    return ranked.reset_index(drop=True).assign(rank=lambda t: np.arange(1, len(t) + 1))
+
+
+def recommend(settings: dict[str, Any], storage: Path, *, budget: int | None = None, reference: str = "fractals",
+              plasticity_pairs: int | None = None, num_batches: int = 4) -> Recommendation:  # fmt: skip
+    """Measure the predictors of ``settings``' model and dataset (cached plasticity reused) and rank every subset."""
+    from vitplast_tune.trial import trial_config
+
+    started = time.perf_counter()
+    s = settings
+    measured = report.plasticity_report(
+        s["model"], weights=s["weights"], pretrained=s["pretrained"], dataset=s["dataset"], reference=reference,
+        data_dir=s["data_dir"], download=s["download"], max_pairs=plasticity_pairs, reuse=True,
+    )  # fmt: skip
+    gradients = report.gradient_report(trial_config({}, s), num_batches=num_batches)
+    in_network = report.in_network_scores(s, spaces.all_subsets(), reference=reference, plasticity_pairs=plasticity_pairs)
+    scores = subset_scores(report.Predictors(measured, gradients), s, in_network)
+    evidence = read_evidence(storage)
+    criterion, _ = choose_criterion(evidence, s["model"], s["dataset"])
+    ranked = rank(scores, criterion, budget)
+    return Recommendation(s["model"], s["dataset"], ranked, criterion, evidence, budget, time.perf_counter() - started, s)
+
+
+def describe(rec: Recommendation, top: int = 10) -> str:
+    """The ranked subsets with their scores, the criterion that ranks them and the evidence for every criterion."""
+    _, why = choose_criterion(rec.evidence, rec.model, rec.dataset)
+    budget = "" if rec.budget is None else f", within {rec.budget:,} trainable parameters"
+    lines = [f"Recommended subsets to finetune for {rec.model} on {rec.dataset}{budget} (measured in {rec.seconds:.0f} s, no training):",
+             f"ranked by {rec.criterion}: {why}."]  # fmt: skip
+    if rec.ranked.empty:
+        return "\n".join(lines + ["no subset fits the budget: only the linear probe (head) does"])
+    shown = ["rank", "components", "trainable_params", rec.criterion] + [
+        c for c in ("plasticity_mean", "in_network_mean", "rgn", BASELINE) if c != rec.criterion]
+    table = rec.ranked.head(top)[shown].copy()
+    table["trainable_params"] = table["trainable_params"].map(lambda v: f"{int(v):,}")
+    lines.append(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    lines += ["", "Evidence: Spearman of each criterion with accuracy on the searches recorded so far "
+                  "(lab: test accuracy per subset at its best lr; trials: final validation accuracy per trial):"]  # fmt: skip
+    if rec.evidence.empty:
+        lines.append("  no evidence yet: run a criteria lab (python scripts/search.py --space criteria_lab) or --verify")
+    for r in rec.evidence.sort_values(["criterion", "search"]).itertuples():
+        lines.append(f"  {r.criterion:<22} {r.spearman:+.2f} [{r.spearman_low:+.2f}, {r.spearman_high:+.2f}] n={r.n:<3} "
+                     f"{r.source} {r.search} ({r.model} / {r.dataset})")  # fmt: skip
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- verify
+
+
+def verify_space(rec: Recommendation, k: int, directory: Path, *, lrs=VERIFY_LRS, max_steps: int | None = None) -> Path:
+    """Write a grid space file: the top ``k`` subsets, full finetuning and the linear probe x ``lrs``."""
+    subsets = list(dict.fromkeys([*rec.ranked["components"].head(k), ALL, HEAD]))
+    keep = ("model", "weights", "pretrained", "dataset", "data_dir", "batch_size", "max_steps", "warmup_fraction", "eval_every")
+    defaults = {key: rec.settings[key] for key in keep if rec.settings.get(key) is not None}
+    if max_steps:
+        defaults["max_steps"] = max_steps
+    defaults.setdefault("warmup_fraction", 0.1)
+    raw = {"description": f"recommend --verify {k}: the top {k} subsets by {rec.criterion}, all and head (grid)",
+           "metric": "val_acc", "mode": "max", "algorithm": "grid", "num_samples": 1, "scheduler": "fifo",
+           "parameters": {"components": {"choice": subsets}, "lr": {"choice": list(lrs)}, "optimizer": "sgd"},
+           "defaults": defaults}  # fmt: skip
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"recommend_verify_{k}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def verification(rec: Recommendation, trials: pd.DataFrame, k: int) -> pd.DataFrame:
+    """Per verified configuration: the lr with the best validation accuracy, its test accuracy, predicted and actual rank."""
+    ok = trials[trials["best_val_acc"].notna()]
+    best = ok.loc[ok.groupby("components")["best_val_acc"].idxmax()]
+    table = best[["components", "lr", "best_val_acc", "test_acc", "trainable_params"]].copy()
+    predicted = dict(zip(rec.ranked["components"].head(k), range(1, k + 1)))
+    table["predicted_rank"] = table["components"].map(predicted)
+    table = table.sort_values("test_acc", ascending=False, kind="stable").reset_index(drop=True)
+    table["actual_rank"] = np.arange(1, len(table) + 1)
+    return table
+
+
+def verdict(table: pd.DataFrame) -> str:
+    """Did the recommendation hold? The top-ranked subset against the median configuration, and rank agreement."""
+    if table["predicted_rank"].notna().sum() == 0:
+        return "nothing to judge: no recommended subset finished"
+    top = table[table["predicted_rank"] == 1].iloc[0]
+    median = table["test_acc"].median()
+    held = top["test_acc"] >= median
+    lines = [f"top-ranked subset {top['components']}: test accuracy {100 * top['test_acc']:.2f}% "
+             f"{'>=' if held else '<'} the median of the {len(table)} configurations ({100 * median:.2f}%): "
+             f"{'the recommendation held' if held else 'the recommendation did NOT hold'}"]  # fmt: skip
+    ranked = table.dropna(subset=["predicted_rank"])
+    if len(ranked) >= 3 and ranked["test_acc"].nunique() > 1:
+        rho = stats.spearmanr(-ranked["predicted_rank"], ranked["test_acc"]).statistic
+        lines.append(f"rank agreement over the {len(ranked)} recommended subsets: Spearman {rho:+.2f} "
+                     f"({'positive' if rho > 0 else 'not positive'}; n={len(ranked)} is too few for an interval)")  # fmt: skip
+    for name in (ALL, HEAD):
+        row = table[table["components"] == name]
+        if len(row):
+            lines.append(f"vs {name}: {100 * (top['test_acc'] - row['test_acc'].iloc[0]):+.2f} points")
+    return "\n".join(lines)
+
+
+def describe_verification(table: pd.DataFrame) -> str:
+    """The verification table (each configuration at its best-validation lr) and the verdict, as text."""
+    shown = table.assign(
+        predicted_rank=table["predicted_rank"].map(lambda v: "" if pd.isna(v) else int(v)),
+        best_val_acc=table["best_val_acc"].map(lambda v: f"{100 * v:.2f}%"),
+        test_acc=table["test_acc"].map(lambda v: f"{100 * v:.2f}%"),
+        trainable_params=table["trainable_params"].map(lambda v: f"{int(v):,}"),
+    )
+    return "Verification (each configuration at its best-validation lr; ranked by test accuracy):\n" + \
+        shown.to_string(index=False) + "\n" + verdict(table)  # fmt: skip
+
+
+def verify(rec: Recommendation, k: int, storage: Path, *, name: str | None = None, lrs=VERIFY_LRS,
+           max_steps: int | None = None, cpus_per_trial: float = 1.0, verbose: int = 0) -> pd.DataFrame:  # fmt: skip
+    """Run the verification grid (``verify_space``) through ``search.run`` under ``storage``; return ``verification``."""
+    from vitplast_tune import search
+
+    name = name or f"recommend-verify-{time.strftime('%Y%m%d-%H%M%S')}"
+    space = verify_space(rec, k, Path(storage).expanduser() / "recommend", lrs=lrs, max_steps=max_steps)
+    options = search.SearchOptions(space=str(space), name=name, storage=str(storage), cpus_per_trial=cpus_per_trial,
+                                   verbose=verbose, settings={"seed": rec.settings.get("seed")})  # fmt: skip
+    return verification(rec, search.run(options).trials, k)
