@@ -121,3 +121,20 @@ def test_bench_data_byte_table():
     rows = {r["dataset"]: r for r in _script("bench_data").host_bytes(batch_size=64)}
     assert rows["digits"]["before_trial"] == 1797 * 3 * 224 * 224 * 4 and rows["digits"]["after_node"] == 1797 * 64
     assert rows["cifar10c:<corruption>"]["after_node"] == 10000 * 3 * 32 * 32
+
+
+def test_replay_of_tpe_with_warm_start_tries_the_recommended_subsets_first(tmp_path):
+    bench = _script("bench_search")
+    from vitplast_tune import spaces
+
+    spec = spaces.load_space(_write(tmp_path / "s.yaml", "algorithm: optuna\nparameters: {components: {subsets: any}, lr: {choice: [0.1]}}\n"))
+    specs = {name: spec for name in ("grid", "random", "random_asha", "optuna", "optuna_asha")}
+    made = bench.algorithms(specs, 400, tmp_path, 10, warm_start=["fc2", "mha+fc1"])
+    assert {"TPE + warm start", "TPE + ASHA + warm"} <= set(made) and "random + ASHA" in made
+    suggest, _, _ = made["TPE + warm start"](0)
+    assert [spaces.config_components(suggest(f"t{i}")) for i in range(2)] == ["fc2", "mha+fc1"]
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
