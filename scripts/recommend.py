@@ -43,8 +43,11 @@ def main() -> int:
     print(recommend.describe(rec, args.top), flush=True)
     if args.verify:
         print(f"\nVerifying: grid of the top {args.verify} subsets, all and head x lr {list(recommend.VERIFY_LRS)} ...", flush=True)
-        table = recommend.verify(rec, args.verify, storage, max_steps=args.verify_steps)
+        from vitplast_tune import results
+
+        table, search = recommend.verify(rec, args.verify, storage, max_steps=args.verify_steps)
         print(recommend.describe_verification(table))
+        print(f"\n{results.describe_pareto(search.trials)}\nsearch: {search.plan.local_dir} (MLflow parent run {search.plan.name})")
     return 0
 
 

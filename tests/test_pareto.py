@@ -44,8 +44,7 @@ def test_pareto_front_of_no_finished_trial_is_empty():
 
 
 def test_summary_prints_the_pareto_blocks_under_the_top_table():
-    lines = results._pareto_lines(TRIALS)
-    text = "\n".join(lines)
+    text = results.describe_pareto(TRIALS)
     assert "vs fewer trainable parameters (3 of the full-budget trials" in text
     assert "vs more training images/s (4 of the full-budget trials" in text and "9,000" in text
 

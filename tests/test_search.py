@@ -95,3 +95,18 @@ def test_summary_names_results_and_mlflow_command(finished):
     assert "Top 6 trials" in text
     assert f"mlflow ui --backend-store-uri {finished.plan.tracking_uri}" in text
     assert "log_trainable_params" in text and "Spearman" in text
+
+
+def test_pareto_fronts_printed_logged_and_throughput_on_child_runs(finished):
+    trials = finished.trials
+    assert (trials["images_per_s"] > 0).all() and not trials["over_budget"].any()
+    text = results.summary(finished)
+    assert text.index("Top 6 trials") < text.index("Pareto front, best validation accuracy vs fewer trainable parameters")
+    assert "Pareto front, best validation accuracy vs more training images/s" in text
+    client = MlflowClient(finished.plan.tracking_uri)
+    artifacts = {a.path for a in client.list_artifacts(finished.parent_run_id, "pareto")}
+    assert {"pareto/pareto_trainable_params.csv", "pareto/pareto_trainable_params.png", "pareto/pareto_images_per_s.png"} <= artifacts
+    front = results.pareto_front(trials, "trainable_params")
+    assert front["components"].iloc[0] == "head" or front["trainable_params"].iloc[0] == trials["trainable_params"].min()
+    for run in tracking.child_runs(client, finished.parent_run_id):
+        assert run.data.metrics["images_per_s"] > 0

@@ -181,6 +181,8 @@ def _check_resources(options: SearchOptions) -> None:
         raise UserError("--max-concurrent must be at least 1")
     if options.max_failures < 0:
         raise UserError("--max-failures must not be negative")
+    if options.max_trainable_params is not None and options.max_trainable_params < 1:
+        raise UserError("the parameter budget (max_trainable_params) must be a positive number of parameters")
 
 
 def _check_writable(path: Path) -> None:

@@ -229,12 +229,14 @@ def describe_verification(table: pd.DataFrame) -> str:
 
 
 def verify(rec: Recommendation, k: int, storage: Path, *, name: str | None = None, lrs=VERIFY_LRS,
-           max_steps: int | None = None, cpus_per_trial: float = 1.0, verbose: int = 0) -> pd.DataFrame:  # fmt: skip
-    """Run the verification grid (``verify_space``) through ``search.run`` under ``storage``; return ``verification``."""
+           max_steps: int | None = None, cpus_per_trial: float = 1.0, verbose: int = 0):  # fmt: skip
+    """Run the verification grid (``verify_space``) through ``search.run`` under ``storage``; return ``verification``'s
+    table and the search's ``results.SearchResult``."""
     from vitplast_tune import search
 
     name = name or f"recommend-verify-{time.strftime('%Y%m%d-%H%M%S')}"
     space = verify_space(rec, k, Path(storage).expanduser() / "recommend", lrs=lrs, max_steps=max_steps)
     options = search.SearchOptions(space=str(space), name=name, storage=str(storage), cpus_per_trial=cpus_per_trial,
                                    verbose=verbose, settings={"seed": rec.settings.get("seed")})  # fmt: skip
-    return verification(rec, search.run(options).trials, k)
+    result = search.run(options)
+    return verification(rec, result.trials, k), result

@@ -163,7 +163,7 @@ def summary(result: SearchResult, k: int = 10) -> str:
     if not top.empty:
         lines += ["", f"Top {len(top)} trials (best validation accuracy; test accuracy of its best-validation weights):",
                   _top_table(top).to_string(index=False)]  # fmt: skip
-        lines += _pareto_lines(result.trials)
+        lines += ["", text] if (text := describe_pareto(result.trials)) else []
     if result.analysis is not None and (text := result.analysis.describe()):
         lines += ["", text]
     lines += ["", f"Results (Ray Tune): {plan.storage}/{plan.name}"]
@@ -187,9 +187,9 @@ def _top_table(top: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _pareto_lines(trials: pd.DataFrame) -> list[str]:
-    """The Pareto blocks under the top table: per axis, the trials no other full-budget trial beats on both."""
-    lines = []
+def describe_pareto(trials: pd.DataFrame) -> str:
+    """The Pareto blocks printed under the top table: per axis, the trials no other full-budget trial beats on both."""
+    lines: list[str] = []
     for cost, better, label in PARETO_AXES:
         front = pareto_front(trials, cost, better)
         if front.empty:
@@ -197,9 +197,9 @@ def _pareto_lines(trials: pd.DataFrame) -> list[str]:
         table = _top_table(front).drop(columns=["val_acc", "steps"])
         if cost == "images_per_s":
             table["images/s"] = front["images_per_s"].map(lambda v: f"{v:,.0f}")
-        lines += ["", f"Pareto front, best validation accuracy vs {label} ({len(front)} of the full-budget trials; "
-                      "no other one is better on both):", table.to_string(index=False)]  # fmt: skip
-    return lines
+        lines += [f"Pareto front, best validation accuracy vs {label} ({len(front)} of the full-budget trials; "
+                  "no other one is better on both):", table.to_string(index=False), ""]  # fmt: skip
+    return "\n".join(lines).rstrip()
 
 
 def trial_label(config: dict[str, Any]) -> str:
