@@ -106,7 +106,6 @@ def test_pareto_fronts_printed_logged_and_throughput_on_child_runs(finished):
     client = MlflowClient(finished.plan.tracking_uri)
     artifacts = {a.path for a in client.list_artifacts(finished.parent_run_id, "pareto")}
     assert {"pareto/pareto_trainable_params.csv", "pareto/pareto_trainable_params.png", "pareto/pareto_images_per_s.png"} <= artifacts
-    front = results.pareto_front(trials, "trainable_params")
-    assert front["components"].iloc[0] == "head" or front["trainable_params"].iloc[0] == trials["trainable_params"].min()
+    assert results.pareto_front(trials, "trainable_params")["components"].iloc[0] == "head"  # the cheapest trial
     for run in tracking.child_runs(client, finished.parent_run_id):
         assert run.data.metrics["images_per_s"] > 0
