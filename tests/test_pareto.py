@@ -140,3 +140,40 @@ def test_a_trial_over_the_budget_is_not_trained(monkeypatch):
     trial.train_trial({"components": "all", "lr": 0.1}, settings, max_trainable_params=10_000)
     assert len(reported) == 1 and reported[0]["over_budget"] == 1 and reported[0]["trainable_params"] > 10_000
     assert reported[0]["step"] == 0 and math.isnan(reported[0]["val_acc"])
+
+
+E2E = """
+description: two objectives, a parameter budget and a warm start, end to end
+metric: [val_acc, trainable_params]
+mode: [max, min]
+algorithm: optuna
+num_samples: 4
+scheduler: fifo
+warm_start: 2
+max_trainable_params: {budget}
+parameters:
+  components: {{subsets: any}}
+  lr: {{choice: [0.05]}}
+defaults: {{model: vit_testbed_patch8_32, pretrained: false, max_steps: 8, eval_every: 4, warmup_steps: 2, batch_size: 16}}
+"""
+
+
+@pytest.mark.slow
+def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
+    from vitplast_tune import recommend, search
+    from vitplast_tune.trial import trainable_parameters, trial_config
+
+    settings = {"model": "vit_testbed_patch8_32", "pretrained": False}
+    budget = trainable_parameters(trial_config({"components": "mha+fc1"}, settings))  # the largest two-component subset
+    path = tmp_path / "space.yaml"
+    path.write_text(E2E.format(budget=budget))
+    options = search.SearchOptions(space=str(path), name="mo", storage=str(tmp_path / "results"), plasticity_pairs=64,
+                                   tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", verbose=0, max_concurrent=1)  # fmt: skip
+    plan = search.prepare(options)
+    expected = recommend.rank(recommend.subset_scores(search.measure(plan), plan.settings), "plasticity_mean", budget)
+    found = search.execute(plan)
+    trials = found.trials.sort_values("trial_id")
+    assert list(trials["components"].head(2)) == list(expected["components"].head(2))  # TPE tried them first
+    over = trials[trials["over_budget"]]
+    assert (over["trainable_params"] > budget).all() and over["step"].eq(0).all()
+    assert (trials.loc[~trials["over_budget"], "step"] == 8).all()

@@ -77,6 +77,7 @@ def test_verification_takes_the_best_validation_lr_and_judges_the_top_subset():
     assert "the recommendation held" in text and "Spearman +1.00" in text and "vs all: -2.00 points" in text
     worse = recommend.verdict(recommend.verification(_rec(["ln1", "mha", "fc1"]), trials, 3))
     assert "did NOT hold" in worse and "Spearman -1.00" in worse
+    assert "the best configuration was all (98.00%), predicted rank -" in text
 
 
 def test_verify_space_is_a_grid_of_the_top_subsets_all_and_head(tmp_path):

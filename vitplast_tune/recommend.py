@@ -104,8 +104,9 @@ def choose_criterion(evidence: pd.DataFrame, model: str | None = None, dataset: 
             continue
         mean = rows.groupby("criterion")["spearman"].mean().sort_values(ascending=False)
         best, rho = mean.index[0], mean.iloc[0]
-        searches = rows["search"].nunique()
-        why = f"best mean Spearman {rho:+.2f} with accuracy over {searches} search(es): {what}"
+        chosen = rows[rows["criterion"] == best]
+        why = (f"best mean Spearman {rho:+.2f} with accuracy over {chosen['search'].nunique()} search(es) "
+               f"(n={int(chosen['n'].sum())}): {what}")  # fmt: skip
         return best, why + ("" if rho > 0 else "; no criterion predicted accuracy positively, treat the ranking as a guess")
     return DEFAULT_CRITERION, "the paper's criterion; no evidence yet (no criteria lab or search results recorded)"
 
@@ -204,6 +205,10 @@ def verdict(table: pd.DataFrame) -> str:
     lines = [f"top-ranked subset {top['components']}: test accuracy {100 * top['test_acc']:.2f}% "
              f"{'>=' if held else '<'} the median of the {len(table)} configurations ({100 * median:.2f}%): "
              f"{'the recommendation held' if held else 'the recommendation did NOT hold'}"]  # fmt: skip
+    best = table.iloc[0]
+    if best["components"] != top["components"]:
+        lines.append(f"the best configuration was {best['components']} ({100 * best['test_acc']:.2f}%), "
+                     f"predicted rank {'-' if pd.isna(best['predicted_rank']) else int(best['predicted_rank'])}")  # fmt: skip
     ranked = table.dropna(subset=["predicted_rank"])
     if len(ranked) >= 3 and ranked["test_acc"].nunique() > 1:
         rho = stats.spearmanr(-ranked["predicted_rank"], ranked["test_acc"]).statistic
