@@ -36,6 +36,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
+import pandas as pd
 import yaml
 from ray.tune import Callback
 
@@ -323,9 +324,10 @@ def main(argv: list[str] | None = None) -> int:
               f"target {target:.4f}, reached by {len(reaching)}: {', '.join(reaching)}")  # fmt: skip
 
         names = list(dict.fromkeys(c for c, _ in map(key, specs["grid"].grid)))
-        print("best val_acc (%) of each grid configuration:\n" + f"{'lr':>8} " + " ".join(f"{c:>6}" for c in names))
-        for lr in sorted({lr for _, lr in curves}):
-            print(f"{lr:>8g} " + " ".join(f"{100 * best_acc(curves[(c, lr)]):6.1f}" for c in names))
+        lrs = sorted({lr for _, lr in curves})
+        table = pd.DataFrame({f"lr {lr:g}": [round(100 * best_acc(curves[(c, lr)]), 1) for c in names] for lr in lrs}, index=names)
+        print("best val_acc (%) of each grid configuration:")
+        print((table if len(names) > 10 else table.T).to_string())
         if args.check:
             for line in check_replay(curves, settings, args.check):
                 print(f"replay check, trained again: {line}")
