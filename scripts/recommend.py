@@ -31,7 +31,7 @@ def main() -> int:
     p.add_argument("--verify", type=int, default=0, metavar="K", help="run a short grid over the top K subsets + all + head")
     p.add_argument("--verify-steps", type=int, help=f"training steps per verification trial (default: {TRAIN.max_steps})")
     args = p.parse_args()
-    from vitplast_tune import models, plan, recommend
+    from vitplast_tune import models, plan, recommend, verify
     from vitplast_tune.errors import UserError
 
     if args.budget_params is not None and args.budget_params < 1 or args.verify < 0:
@@ -42,11 +42,11 @@ def main() -> int:
     rec = recommend.recommend(settings, storage, budget=args.budget_params, plasticity_pairs=args.plasticity_pairs)
     print(recommend.describe(rec, args.top), flush=True)
     if args.verify:
-        print(f"\nVerifying: grid of the top {args.verify} subsets, all and head x lr {list(recommend.VERIFY_LRS)} ...", flush=True)
+        print(f"\nVerifying: grid of the top {args.verify} subsets, all and head x lr {list(verify.VERIFY_LRS)} ...", flush=True)
         from vitplast_tune import results
 
-        table, search = recommend.verify(rec, args.verify, storage, max_steps=args.verify_steps)
-        print(recommend.describe_verification(table))
+        table, search = verify.verify(rec, args.verify, storage, max_steps=args.verify_steps)
+        print(verify.describe_verification(table))
         print(f"\n{results.describe_pareto(search.trials)}\nsearch: {search.plan.local_dir} (MLflow parent run {search.plan.name})")
     return 0
 

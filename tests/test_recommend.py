@@ -1,10 +1,10 @@
-"""recommend: evidence read from stored searches, the criterion chosen from it, the ranking within a budget, the verdict."""
+"""recommend: evidence read from stored searches, the criterion chosen from it, the ranking within a budget; verify: the verdict."""
 
 import json
 
 import pandas as pd
 
-from vitplast_tune import recommend
+from vitplast_tune import recommend, verify
 from vitplast_tune.plan import SEARCH_FILE
 
 
@@ -70,12 +70,12 @@ def test_verification_takes_the_best_validation_lr_and_judges_the_top_subset():
         "test_acc": [0.94, 0.96, 0.95, 0.91, 0.81, 0.84, 0.98, 0.72],
         "trainable_params": [150, 150, 150, 150, 10, 10, 900, 5],
     })  # fmt: skip
-    table = recommend.verification(_rec(["fc1", "mha", "ln1"]), trials, 3)
+    table = verify.verification(_rec(["fc1", "mha", "ln1"]), trials, 3)
     fc1 = table.set_index("components").loc["fc1"]
     assert fc1["lr"] == 0.3 and fc1["test_acc"] == 0.96 and fc1["predicted_rank"] == 1 and fc1["actual_rank"] == 2
-    text = recommend.verdict(table)
+    text = verify.verdict(table)
     assert "the recommendation held" in text and "Spearman +1.00" in text and "vs all: -2.00 points" in text
-    worse = recommend.verdict(recommend.verification(_rec(["ln1", "mha", "fc1"]), trials, 3))
+    worse = verify.verdict(verify.verification(_rec(["ln1", "mha", "fc1"]), trials, 3))
     assert "did NOT hold" in worse and "Spearman -1.00" in worse
     assert "the best configuration was all (98.00%), predicted rank -" in text
 
@@ -85,6 +85,6 @@ def test_verify_space_is_a_grid_of_the_top_subsets_all_and_head(tmp_path):
 
     rec = _rec(["fc1", "mha+fc1", "emb", "mha"])
     rec.settings = {"model": "vit_testbed_patch8_32.fractal", "dataset": "digits", "batch_size": 64, "max_steps": 400}
-    spec = spaces.load_space(recommend.verify_space(rec, 3, tmp_path, max_steps=100))
+    spec = spaces.load_space(verify.verify_space(rec, 3, tmp_path, max_steps=100))
     assert spec.algorithm == "grid" and spec.defaults["max_steps"] == 100
     assert [c["components"] for c in spec.grid[::3]] == ["fc1", "mha+fc1", "emb", "all", "head"]
