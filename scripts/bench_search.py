@@ -3,7 +3,7 @@
 need to reach the accuracy of the full grid's best configuration (within --tolerance, 0.5 points),
 as a fraction of the grid's steps, averaged over search seeds (goal for TPE + ASHA: <= 0.2).
 
-1. The real grid: every configuration of a discrete space (default search_spaces/single_component.yaml:
+1. The real grid: every configuration of a discrete space (default vitplast_tune/search_spaces/single_component.yaml:
    8 subsets x 5 learning rates = 40 trials of 400 steps) runs once through ``vitplast_tune.search.run``
    on a Ray instance started here (--cpus CPUs, one per trial), and every trial's learning curve
    (val_acc at each evaluation) is recorded to --curves. Its best best_val_acc is the reference.
@@ -14,7 +14,7 @@ as a fraction of the grid's steps, averaged over search seeds (goal for TPE + AS
    configuration again). The algorithms are the real ones, driven exactly as Tune drives them:
    Ray's BasicVariantGenerator for grid order and random sampling, the search's OptunaSearcher with
    Optuna's TPESampler(seed) over the same discrete space, and the search's ASHAScheduler (grace
-   period and reduction factor of search_spaces/component_subsets.yaml unless given) deciding at
+   period and reduction factor of vitplast_tune/search_spaces/component_subsets.yaml unless given) deciding at
    each rung from the recorded val_acc. --workers trials run at once (every step costs the same
    time in the replay). Steps are counted over finished trials, in order of completion, up to and
    including the first one whose best val_acc reaches best_grid - tolerance.

@@ -123,6 +123,14 @@ def test_bench_data_byte_table():
     assert rows["cifar10c:<corruption>"]["after_node"] == 10000 * 3 * 32 * 32
 
 
+@pytest.mark.slow
+def test_bench_memory_samples_the_driver_and_its_ray_processes():
+    bench = _script("bench_memory")
+    found = bench.measure("vit_testbed_patch8_32", "digits")
+    assert 0.3e9 < found["driver_rss"] < found["tree_rss"]  # torch, timm, ray and mlflow alone take ~1 GB
+    assert found["driver_rss"] < found["tree_pss"] <= found["tree_rss"]  # the Ray processes add to the driver
+
+
 def test_replay_of_tpe_with_warm_start_tries_the_recommended_subsets_first(tmp_path):
     bench = _script("bench_search")
     from vitplast_tune import spaces

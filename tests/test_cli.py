@@ -1,11 +1,14 @@
 """Bad input: one clear line on stderr, exit code 2, quickly, and no Ray session or MLflow store."""
 
+import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from vitplast_tune.spaces import load_space
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = """
@@ -52,16 +55,28 @@ CASES = [
     (["--dataset", "cifar10", "--data-dir", "{tmp}/nothing"], GOOD, 'dataset "cifar10" not found'),
     (["--dataset", "imagefolder", "--data-dir", "{tmp}/nothing"], GOOD, "image folder"),
     (["--weights", "{tmp}/nope.safetensors"], GOOD, "nope.safetensors does not exist"),
+    (["--weights", "{tmp}/space.yaml"], GOOD, "space.yaml is unreadable or corrupt"),
+    ([], GOOD.replace("metric: val_acc", "metric: accuracy"), 'metric "accuracy" is not reported by trials'),
+    ([], GOOD.replace("mode: max", "mode: min"), 'mode "min" would search for the worst val_acc'),
     (["--cpus-per-trial", "-1"], GOOD, "must not be negative"),
     (["--max-steps", "0"], GOOD, "max_steps must be positive"),
     (["--storage", "/proc/vitplast"], GOOD, "not writable"),
     (["--resume", "--name", "never-ran"], GOOD, 'no search "never-ran" to resume'),
+    (["--resume", "--name", "started", "--max-steps", "16"], GOOD, "--max-steps 16 differs from the 8"),
+    (["--resume", "--name", "corrupt"], GOOD, "is unreadable"),
 ]
 
 
 @pytest.mark.parametrize("args, space_text, message", CASES, ids=[c[2][:30] for c in CASES])
 def test_bad_input_exits_2_with_one_line(tmp_path, args, space_text, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if "started" in args or "corrupt" in args:  # a search whose record exists (the space's fingerprint, 8 steps)
+        (tmp_path / "space.yaml").write_text(space_text)
+        record = {"name": "x", "space_path": str(tmp_path / "space.yaml"), "fingerprint": load_space(tmp_path / "space.yaml").fingerprint,
+                  "tracking_uri": "sqlite:///x.db", "parent_run_id": "p", "settings": {"max_steps": 8}}  # fmt: skip
+        (tmp_path / "results" / args[2]).mkdir(parents=True)
+        text = json.dumps(record) if args[2] == "started" else "{"
+        (tmp_path / "results" / args[2] / "vitplast_search.json").write_text(text)
     proc, seconds, ray_before, storage = run_search(tmp_path, *args, space_text=space_text)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -71,6 +86,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, args, space_text, message):
     assert seconds < 60
     assert ray_sessions() == ray_before, "a Ray session was started"
     assert not (storage / "mlflow.db").exists(), "an MLflow store was created"
+    assert not any(storage.glob("*/experiment_state*")), "a Ray Tune experiment was written"
 
 
 def test_help_documents_every_flag():

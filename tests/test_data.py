@@ -62,6 +62,29 @@ def test_imagefolder_with_and_without_a_test_folder(tmp_path):
         data.load_dataset("imagefolder", CONFIG, data_dir=tmp_path / "missing")
 
 
+@pytest.mark.parametrize("test_classes, problem", [(("cat", "eel"), "missing dog"), (("cat", "dog", "eel", "fox"), "extra fox")])
+def test_imagefolder_test_classes_must_be_trains(tmp_path, test_classes, problem):
+    for cls in ("cat", "dog", "eel"):
+        for i in range(3):
+            save_png(tmp_path / "train" / cls / f"{i}.png", i)
+    for cls in test_classes:
+        save_png(tmp_path / "test" / cls / "0.png", 7)
+    with pytest.raises(UserError, match=f"must have the classes of .*train \\({problem}\\)"):
+        data.load_dataset("imagefolder", CONFIG, data_dir=tmp_path)
+    with pytest.raises(UserError, match=problem):  # checked before a search starts, too
+        data.num_classes("imagefolder", tmp_path)
+
+
+def test_imagefolder_test_labels_are_trains_by_name(tmp_path):
+    for split in ("train", "test"):
+        for i, cls in enumerate(("cat", "dog", "eel")):
+            for j in range(3):
+                save_png(tmp_path / split / cls / f"{j}.png", 100 * i + j)
+    splits = data.load_dataset("imagefolder", CONFIG, data_dir=tmp_path)
+    train_set = splits.train.dataset
+    assert splits.test.class_to_idx == train_set.class_to_idx and splits.num_classes == 3
+
+
 def test_cifar10c_from_npy_files(tmp_path):
     folder = tmp_path / "CIFAR-10-C"
     folder.mkdir()

@@ -178,3 +178,12 @@ def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
     assert len(over) >= 1 and (over["trainable_params"] > budget).all() and over["step"].eq(0).all()
     assert over["val_acc"].isna().all() and results.pareto_front(trials, "trainable_params")["trainable_params"].max() <= budget
     assert (trials.loc[~trials["over_budget"], "step"] == 8).all()
+
+
+def test_a_second_objective_is_validated_like_the_first(tmp_path):
+    from vitplast_tune import plan
+
+    spec = _space(tmp_path, "[val_acc, trainable_params]", "[max, max]")
+    with pytest.raises(UserError, match='mode "max" would search for the worst trainable_params'):
+        plan._check_metric(spec)
+    plan._check_metric(_space(tmp_path, "[val_acc, images_per_s]", "[max, max]"))

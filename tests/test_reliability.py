@@ -24,7 +24,7 @@ metric: val_acc
 mode: max
 algorithm: {algorithm}
 num_samples: {num_samples}
-scheduler: fifo
+scheduler: {scheduler}
 parameters:
   components: {components}
   lr: {lr}
@@ -33,8 +33,10 @@ defaults: {{model: vit_testbed_patch8_32, pretrained: false, max_steps: {steps},
 """
 
 
-def write_space(path, algorithm="optuna", num_samples=5, components="{subsets: any}", lr="{loguniform: [0.01, 0.3]}", steps=48):
-    path.write_text(SPACE.format(algorithm=algorithm, num_samples=num_samples, components=components, lr=lr, steps=steps))
+def write_space(path, algorithm="optuna", num_samples=5, components="{subsets: any}", lr="{loguniform: [0.01, 0.3]}", steps=48,
+                scheduler="fifo"):  # fmt: skip
+    path.write_text(SPACE.format(algorithm=algorithm, num_samples=num_samples, components=components, lr=lr, steps=steps,
+                                 scheduler=scheduler))  # fmt: skip
     return path
 
 
@@ -104,39 +106,94 @@ def child_runs_by_trial(parent_run_id, tracking_uri):
     return client, by_trial
 
 
-def test_sigkilled_driver_resumes_without_losing_or_repeating_trials(tmp_path, owned_ray):
-    space = write_space(tmp_path / "space.yaml", num_samples=5)
-    args = ["--space", str(space), "--name", "crash", "--storage", str(tmp_path / "results"), "--seed", "3"]
+def test_ctrl_c_on_a_grid_stops_without_results_and_resumes_to_the_whole_grid(tmp_path, owned_ray):
+    """Ray Tune marks the pending trials of an interrupted grid TERMINATED on cleanup: they are not finished."""
+    space = write_space(tmp_path / "grid.yaml", algorithm="grid", num_samples=1,
+                        components="{choice: [mha, fc1, ln1, ln2, fc2, all]}", lr="{choice: [0.05]}")  # fmt: skip
+    args = ["--space", str(space), "--name", "grid", "--storage", str(tmp_path / "results")]
     proc = start_search(owned_ray, *args)
-    wait_for_line(proc, "2/5 trials done")
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-    owned_ray.kill_all()  # the orphaned raylet, GCS and workers this driver had started
+    seen = wait_for_line(proc, "1/6 trials done")
+    os.kill(proc.pid, signal.SIGINT)
+    out = "".join(seen) + proc.communicate(timeout=300)[0]
+    assert proc.returncode == 130, out
+    assert "trial(s) unfinished" in out and "--resume" in out, out
+    directory = tmp_path / "results" / "grid"
+    assert not (directory / "trials.csv").exists() and not (directory / "analysis").exists()
+    record = json.loads((directory / "vitplast_search.json").read_text())
+    client = MlflowClient(record["tracking_uri"])
+    assert client.get_run(record["parent_run_id"]).info.status == "KILLED"
 
     resumed = start_search(owned_ray, *args, "--resume")
     out, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, out
+    trials = pd.read_csv(directory / "trials.csv")
+    assert sorted(trials["components"]) == sorted(["mha", "fc1", "ln1", "ln2", "fc2", "all"])
+    assert (trials["step"] == 48).all() and trials["error"].isna().all()
+    assert client.get_run(record["parent_run_id"]).info.status == "FINISHED"
+
+
+KILLED = {  # space, trials, where the driver is killed
+    "optuna": (dict(num_samples=5), 5, "2/5 trials done"),
+    "asha": (dict(num_samples=6, scheduler="{name: asha, grace_period: 16, reduction_factor: 2}"), 6, "2/6 trials done"),
+    "grid": (dict(algorithm="grid", num_samples=1, components="{choice: [mha, fc1, ln1, ln2]}", lr="{choice: [0.05]}"), 4,
+             "2/4 trials done"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", list(KILLED))
+def test_sigkilled_driver_resumes_without_losing_or_repeating_trials(tmp_path, owned_ray, kind):
+    space_kw, total, kill_at = KILLED[kind]
+    space = write_space(tmp_path / "space.yaml", **space_kw)
+    args = ["--space", str(space), "--name", "crash", "--storage", str(tmp_path / "results"), "--seed", "3"]
+    proc = start_search(owned_ray, *args)
+    wait_for_line(proc, kill_at)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    owned_ray.kill_all()  # the orphaned raylet, GCS and workers this driver had started
+
+    resumed = start_search(owned_ray, "--space", str(space), "--name", "crash", "--storage", str(tmp_path / "results"),
+                           "--resume", "--quiet")  # the recorded settings; this run's callbacks  # fmt: skip
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    assert "trials done" not in out  # --quiet reached the restored Tuner (Ray restores the pickled callbacks)
     directory = tmp_path / "results" / "crash"
     trials = pd.read_csv(directory / "trials.csv")
-    assert len(trials) == 5 and trials["trial_id"].nunique() == 5
-    assert (trials["step"] == 48).all() and trials["error"].isna().all()
+    assert len(trials) == total and trials["trial_id"].nunique() == total and trials["error"].isna().all()
+    stopped = trials["step"] < 48
+    assert (trials["step"] == 48).all() if kind != "asha" else stopped.any() and (trials["step"] >= 16).all()
 
     record = json.loads((directory / "vitplast_search.json").read_text())
     client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
+    parent = client.get_run(record["parent_run_id"])
+    assert parent.info.status == "FINISHED" and parent.data.tags[tracking.SEARCH_ID_TAG] == record["search_id"]
     assert sorted(by_trial) == sorted(trials["trial_id"])  # one MLflow run per trial, none duplicated
-    for runs in by_trial.values():
-        (run,) = runs
+    for trial in trials.itertuples():
+        (run,) = by_trial[trial.trial_id]
         assert run.info.status == "FINISHED"
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_acc")]
-        assert set(steps) == {8, 16, 24, 32, 40, 48}
-        assert len(steps) <= 7  # a resumed trial repeats at most the segment after its last checkpoint
-
+        assert set(steps) == set(range(8, int(trial.step) + 1, 8))
+        # a resumed trial repeats at most the segments after the last checkpoint Tune's experiment state recorded
+        assert len(steps) <= len(set(steps)) + 2
+    if kind == "grid":
+        assert set(trials["components"]) == {"mha", "fc1", "ln1", "ln2"}
+        return
     searcher = searchers.OptunaSearcher()
     searcher.restore_from_dir(str(directory))
     study_trials = searcher._ot_study.trials
-    assert len(study_trials) == 5
-    assert all(t.state.name == "COMPLETE" for t in study_trials)
-    assert len({tuple(sorted(t.params.items())) for t in study_trials}) == 5  # no repeated suggestion
+    assert len(study_trials) == total
+    assert len({tuple(sorted(t.params.items())) for t in study_trials}) == total  # no repeated suggestion
+    states = sorted(t.state.name for t in study_trials)
+    assert states == sorted("PRUNED" if s else "COMPLETE" for s in stopped)  # ASHA's stopped trials are not final
+
+
+def test_a_budget_below_the_grace_period_runs_to_the_end(tmp_path, owned_ray):
+    proc = start_search(owned_ray, "--space", "component_subsets", "--max-steps", "40", "--num-samples", "3",
+                        "--name", "short", "--storage", str(tmp_path / "results"))  # fmt: skip
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    assert out.count("grace_period 100 is above max_steps 40: using 40") == 1
+    trials = pd.read_csv(tmp_path / "results" / "short" / "trials.csv")
+    assert len(trials) == 3 and (trials["step"] == 40).all()
 
 
 def test_lost_worker_is_retried_from_its_checkpoint(tmp_path, owned_ray):

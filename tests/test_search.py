@@ -1,11 +1,17 @@
 """End to end: a real local Ray instance, real trials, a real MLflow SQLite store."""
 
+import io
+import json
 import math
+from pathlib import Path
 
+import pandas as pd
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
+from safetensors.torch import load_file
 
-from vitplast_tune import results, search, tracking
+from vitplast_tune import mlflow_view, results, search, tracking
 
 pytestmark = pytest.mark.slow
 
@@ -53,8 +59,12 @@ def test_mlflow_parent_and_child_runs(finished):
     client = MlflowClient(finished.plan.tracking_uri)
     parent = client.get_run(finished.parent_run_id)
     assert parent.info.status == "FINISHED"
-    assert parent.data.tags[tracking.SEARCH_TAG] == "tiny"
+    assert parent.data.tags[tracking.SEARCH_TAG] == "tiny" and parent.data.tags[tracking.ROLE_TAG] == "search"
     assert parent.data.params["space"] == "tiny" and parent.data.params["algorithm"] == "grid"
+    assert "lr" not in parent.data.params and "components" not in parent.data.params  # trial-varying: on trials only
+    assert parent.data.params["default.lr"] == "0.1" and parent.data.params["default.max_steps"] == "24"
+    assert parent.data.tags["mlflow.source.name"] and parent.data.tags["mlflow.user"]
+    assert "val_acc_common" in parent.data.tags[tracking.NOTE_TAG]
     children = tracking.child_runs(client, finished.parent_run_id)
     assert len(children) == 6
     names = {r.info.run_name for r in children}
@@ -70,6 +80,20 @@ def test_mlflow_parent_and_child_runs(finished):
         history = client.get_metric_history(run.info.run_id, "val_acc")
         assert sorted(m.step for m in history) == [8, 16, 24]
         assert run.data.tags["ray.node_ip"]
+        assert run.data.tags[tracking.ROLE_TAG] == "trial" and run.data.tags[tracking.SEARCH_TAG] == "tiny"
+        assert run.data.tags["mlflow.source.name"] and run.data.tags["mlflow.user"]
+        inputs = run.inputs.dataset_inputs
+        contexts = {i.dataset.name: {t.key: t.value for t in i.tags}["mlflow.data.context"] for i in inputs}
+        assert contexts == {"digits-train": "training", "digits-val": "validation"}
+        assert metrics["n_components"] == (6 if subset == "all" else subset.count("+") + (subset != "head"))
+        assert metrics["log10_lr"] == pytest.approx(math.log10(0.05))
+        row = finished.trials.set_index("run_id").loc[run.info.run_id]
+        assert row["components"] == subset and metrics["val_acc_common"] == row["val_acc_common"]
+        assert metrics["trainable_params"] == row["trainable_params"] > 0
+        assert metrics["log10_trainable_params"] == pytest.approx(math.log10(row["trainable_params"]))
+        assert metrics["best_val_loss"] == min(m.value for m in client.get_metric_history(run.info.run_id, "val_loss"))
+        for key in ("val_acc_common", "trainable_params", "best_val_loss", "test_acc", "best_val_acc"):
+            assert len(client.get_metric_history(run.info.run_id, key)) == (3 if key == "best_val_acc" else 1), key
         if subset != "head":
             assert metrics["plasticity_mean"] > 0 and metrics["plasticity_max"] >= metrics["plasticity_mean"]
 
@@ -80,21 +104,122 @@ def test_parent_run_has_plasticity_and_correlations(finished):
     artifacts = {a.path for folder in ("plasticity", "analysis") for a in client.list_artifacts(finished.parent_run_id, folder)}
     assert {"plasticity/plasticity.csv", "plasticity/plasticity.png", "analysis/correlations.csv",
             "analysis/plasticity_mean_vs_val_acc.png", "analysis/log_trainable_params_vs_val_acc.png"} <= artifacts  # fmt: skip
-    metrics = parent.data.metrics
-    assert metrics["analysis/n_finished"] == 6
-    assert metrics["corr/val_acc/plasticity_mean/n"] == 5  # the head-only trial has no plasticity score
-    assert -1 <= metrics["corr/val_acc/plasticity_mean/spearman"] <= 1
-    assert metrics["corr/val_acc/log_trainable_params/n"] == 6
-    assert "corr/relative_gain/plasticity_mean/spearman" in metrics  # the grid has a linear probe
-    assert metrics["plasticity/mha"] > 0
-    assert metrics["corr/val_acc_common/log_trainable_params/n"] == 6  # every trial at the common step
+    assert set(parent.data.metrics) == {"best_val_acc", "best_test_acc", "num_trials"}  # a few headline metrics
+    corr = _table(client, finished.parent_run_id, "analysis/correlations.json").set_index(["target", "predictor"])
+    assert corr.loc[("val_acc", "plasticity_mean"), "n"] == 5  # the head-only trial has no plasticity score
+    assert -1 <= corr.loc[("val_acc", "plasticity_mean"), "spearman"] <= 1
+    assert corr.loc[("val_acc", "log_trainable_params"), "n"] == 6
+    assert ("relative_gain", "plasticity_mean") in corr.index  # the grid has a linear probe
+    assert corr.loc[("val_acc_common", "log_trainable_params"), "n"] == 6  # every trial at the common step
+    ranking = _table(client, finished.parent_run_id, "plasticity/ranking.json")
+    assert ranking.set_index("component").loc["mha", "plasticity"] > 0
+
+
+def test_parent_run_has_best_trial_weights(finished):
+    client = MlflowClient(finished.plan.tracking_uri)
+    directory = client.download_artifacts(finished.parent_run_id, "best_trial")
+    about = json.loads(open(f"{directory}/trial.json").read())
+    best = results.top_trials(finished, 1).iloc[0]
+    assert about["trial_id"] == best["trial_id"] and about["components"] == best["components"]
+    weights = load_file(f"{directory}/trainable_weights.safetensors")
+    assert sum(t.numel() for t in weights.values()) == best["trainable_params"]  # the trainable parameters only
+    assert all(isinstance(t, torch.Tensor) for t in weights.values())
+
+
+def test_trials_csv_keeps_ids_as_text(finished):
+    trials = results.read_trials(finished.plan.local_dir)
+    assert trials["trial_id"].tolist() == finished.trials["trial_id"].tolist()
+    client = MlflowClient(finished.plan.tracking_uri)
+    assert set(trials["run_id"]) == {r.info.run_id for r in tracking.child_runs(client, finished.parent_run_id)}
+    table = _table(client, finished.parent_run_id, "trials.json")
+    assert table["trial_id"].tolist() == trials["trial_id"].tolist()
+
+
+def test_saved_view_and_link(finished):
+    client = MlflowClient(finished.plan.tracking_uri)
+    parent = client.get_run(finished.parent_run_id)
+    experiment = client.get_experiment(parent.info.experiment_id)
+    assert experiment.tags[mlflow_view.KIND_TAG] == mlflow_view.KIND
+    key = mlflow_view.share_key("tiny")
+    envelope = json.loads(experiment.tags[mlflow_view.VIEW_TAG_PREFIX + key])
+    state = json.loads(envelope["state"])
+    assert state["searchFilter"] == "tags.`vitplast.search` = 'tiny' and tags.`vitplast.role` = 'trial'"
+    assert state["runsHiddenMode"] == "SHOW_ALL" and state["orderByKey"] == "metrics.`val_acc_common`"
+    assert {c["type"] for c in state["compareRunCharts"]} == {"SCATTER", "PARALLEL", "LINE"}
+    link = parent.data.tags[tracking.VIEW_LINK_TAG]
+    assert link == finished.view.link and f"viewStateShareKey={key}" in link and "workflowType=machine_learning" in link
+    assert link.startswith(f"{mlflow_view.DEFAULT_UI}/#/experiments/{experiment.experiment_id}/runs?")
+    assert link in parent.data.tags[tracking.NOTE_TAG]
 
 
 def test_summary_names_results_and_mlflow_command(finished):
     text = results.summary(finished)
     assert "Top 6 trials" in text
     assert f"mlflow ui --backend-store-uri {finished.plan.tracking_uri}" in text
+    assert f"MLflow view:        {finished.view.link}" in text
     assert "log_trainable_params" in text and "Spearman" in text
+
+
+def test_measurements_run_as_ray_tasks_with_a_trials_resources(ray_local):
+    from vitplast_tune import cluster, report
+
+    assert cluster.task_options({"cpu": 2, "gpu": 0.25, "a100": 1}) == {
+        "num_cpus": 2.0, "num_gpus": 1, "resources": {"a100": 1.0}, "max_retries": 0}  # fmt: skip
+    where = cluster.task_runner({"cpu": 0.5, "gpu": 0})(report.task_context)
+    assert where["resources"] == {"CPU": 0.5}
+    assert where["node_id"] in {n["NodeID"] for n in ray_local.nodes()}
+
+
+def test_the_search_measured_its_predictors_in_a_ray_task(finished):
+    client = MlflowClient(finished.plan.tracking_uri)
+    paths = {a.path for a in client.list_artifacts(finished.parent_run_id, "criteria")}
+    assert paths == {"criteria/gradients.csv"}
+    assert {"grad_norm", "rgn", "rgn_mean"} <= set(finished.trials.columns)
+    assert (finished.trials.loc[finished.trials["components"] != "head", "rgn"] > 0).all()
+
+
+LAB_SPACE = """
+description: tiny criteria lab
+metric: val_acc
+mode: max
+algorithm: grid
+num_samples: 1
+scheduler: fifo
+criteria: true
+parameters:
+  components: {choice: [mha, fc1, ln1, ln2+fc2, mha+fc1, head]}
+  lr: {choice: [0.05, 0.2]}
+  seed: {choice: [0, 1]}
+defaults: {model: vit_testbed_patch8_32, pretrained: false, max_steps: 12, eval_every: 6, warmup_steps: 2, batch_size: 32}
+"""
+
+
+def test_a_grid_with_seeds_and_criteria_ends_with_the_paper_table_and_the_criteria_lab(ray_local, tmp_path):
+    space = tmp_path / "lab.yaml"
+    space.write_text(LAB_SPACE)
+    options = search.SearchOptions(space=str(space), name="lab", storage=str(tmp_path / "results"),
+                                   tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", plasticity_pairs=64, verbose=0)  # fmt: skip
+    result = search.run(options)
+    assert len(result.trials) == 6 * 2 * 2
+    paper = result.analysis.paper.table.set_index("components")
+    assert list(paper["n_seeds"]) == [2] * 6 and set(paper["lr"]) <= {0.05, 0.2}
+    for config, row in paper.iterrows():  # the lr with the best mean validation accuracy over seeds, test acc there
+        runs = result.trials[result.trials["components"] == config]
+        assert row["lr"] == runs.groupby("lr")["best_val_acc"].mean().idxmax()
+        assert row["mean"] == pytest.approx(runs.loc[runs["lr"] == row["lr"], "test_acc"].mean())
+    assert "relative_gain" in paper and paper.loc["head", "relative_gain"] == 0
+    lab = result.analysis.criteria.set_index("predictor")
+    assert {"plasticity_mean", "in_network_mean", "grad_norm", "rgn", "log_trainable_params"} <= set(lab.index)
+    text = results.summary(result)
+    assert "Paper protocol" in text and "Which pre-training predictor ranks the subsets" in text
+    analysis_dir = tmp_path / "results" / "lab" / "analysis"
+    assert {"paper_table.csv", "criteria.csv", "criteria_subsets.csv"} <= {p.name for p in analysis_dir.iterdir()}
+
+
+def _table(client: MlflowClient, run_id: str, path: str) -> pd.DataFrame:
+    """A table logged with log_table, values as stored (no type guessing)."""
+    text = Path(client.download_artifacts(run_id, path)).read_text()
+    return pd.read_json(io.StringIO(text), orient="split", dtype=False)
 
 
 def test_pareto_fronts_printed_logged_and_throughput_on_child_runs(finished):

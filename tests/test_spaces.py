@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import optuna
 import pytest
 
@@ -23,14 +25,14 @@ def write_space(tmp_path, parameters="  components: {subsets: any}\n  lr: {logun
     return path
 
 
-@pytest.mark.parametrize("name", ["component_subsets", "paper_grid", "single_component"])
+@pytest.mark.parametrize("name", ["component_subsets", "paper_grid", "single_component", "criteria_lab"])
 def test_shipped_spaces_load(name):
     spec = spaces.load_space(name)
     assert spec.metric == "val_acc" and spec.mode == "max"
     assert spec.parameters and spec.total_trials >= 1
 
 
-@pytest.mark.parametrize("name", ["component_subsets", "paper_grid", "single_component"])
+@pytest.mark.parametrize("name", ["component_subsets", "paper_grid", "single_component", "criteria_lab"])
 def test_shipped_spaces_leave_defaults_to_the_training_config(name):
     from vitplast_tune.training import FinetuneConfig
 
@@ -166,3 +168,14 @@ def test_component_flags_and_config_components():
     }
     assert spaces.config_components({"components": "fc1+mha"}) == "mha+fc1"
     assert spaces.config_components({}) == "all"
+
+
+def test_the_readmes_complete_example_is_a_valid_space(tmp_path):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("A complete example, every key explained:", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "example.yaml"
+    path.write_text(block)
+    spec = spaces.load_space(path)
+    assert spec.algorithm == "optuna" and spec.scheduler.name == "asha" and spec.criteria is False
+    assert isinstance(spec.parameters["components"], spaces.Subsets) and spec.has_seeds
+    assert spec.defaults == {"max_steps": 200, "warmup_fraction": 0.1}

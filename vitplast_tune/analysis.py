@@ -13,15 +13,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vitplast_tune import lab
 from vitplast_tune.components import HEAD
 from vitplast_tune.plots import plot_score_vs_accuracy
-from vitplast_tune import lab
 from vitplast_tune.protocol import PaperResults, describe_paper, paper_results, relative_gain, single_component_table
 from vitplast_tune.statistics import (
     BASELINE,
-    numeric,
     compare_predictors,
     correlations,
+    numeric,
     partial_correlations,
 )
 
@@ -49,9 +49,14 @@ def finished_trials(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 def analyse_trials(
-    trials: pd.DataFrame, out_dir: str | Path, *, target: str = "val_acc", min_trials: int = 5,
-    n_boot: int = 1000, seed: int = 0,
-) -> TrialAnalysis:  # fmt: skip
+    trials: pd.DataFrame,
+    out_dir: str | Path,
+    *,
+    target: str = "val_acc",
+    min_trials: int = 5,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> TrialAnalysis:
     """Correlate each plasticity score, and the naive baseline log(trainable parameters), with accuracy.
 
     Two views: final ``target`` of the finished trials (those that trained their whole budget),
@@ -70,16 +75,26 @@ def analyse_trials(
     single = single_component_table(done, target) if len(done) else pd.DataFrame()
     views = [(target, done)]
     if "relative_gain" in single:
-        done["relative_gain"] = relative_gain(numeric(done[target]), single.loc[single["components"] == HEAD, "mean"].iloc[0])
+        done["relative_gain"] = relative_gain(
+            numeric(done[target]), single.loc[single["components"] == HEAD, "mean"].iloc[0]
+        )
         views.append(("relative_gain", done))
     if "val_acc_common" in trials and trials["val_acc_common"].notna().any():
         views.append(("val_acc_common", trials))
     predictors = [c for c in SCORES if c in trials] + [BASELINE]
     table = pd.concat(
-        [_with_comparisons(correlations(frame, predictors, t, n_boot=n_boot, seed=seed, min_trials=min_trials),
-                           frame, n_boot, seed, min_trials) for t, frame in views],
+        [
+            _with_comparisons(
+                correlations(frame, predictors, t, n_boot=n_boot, seed=seed, min_trials=min_trials),
+                frame,
+                n_boot,
+                seed,
+                min_trials,
+            )
+            for t, frame in views
+        ],
         ignore_index=True,
-    )  # fmt: skip
+    )
     files = [out / "correlations.csv", out / "single_components.csv", out / "finished_trials.csv"]
     table.to_csv(files[0], index=False)
     single.to_csv(files[1], index=False)
@@ -106,12 +121,20 @@ def _with_comparisons(
         if row["predictor"] != BASELINE:
             c = compare_predictors(frame, row["predictor"], BASELINE, row["target"], n_boot=n_boot, seed=seed)
             table.loc[i, ["diff_vs_baseline", "diff_low", "diff_high", "verdict"]] = [
-                c["diff"], c["diff_low"], c["diff_high"], c["verdict"]]
+                c["diff"],
+                c["diff_low"],
+                c["diff_high"],
+                c["verdict"],
+            ]
         if lr_varies:
-            p = partial_correlations(frame, [row["predictor"]], row["target"], "lr", n_boot=n_boot, seed=seed,
-                                     min_trials=min_trials).iloc[0]  # fmt: skip
+            p = partial_correlations(
+                frame, [row["predictor"]], row["target"], "lr", n_boot=n_boot, seed=seed, min_trials=min_trials
+            ).iloc[0]
             table.loc[i, ["partial_spearman", "partial_low", "partial_high"]] = [
-                p["partial_spearman"], p["partial_low"], p["partial_high"]]
+                p["partial_spearman"],
+                p["partial_low"],
+                p["partial_high"],
+            ]
     return table
 
 
@@ -122,8 +145,10 @@ TARGET_LABELS = {
 }
 
 
-CONFOUND_NOTE = ("per-trial correlations mix learning rates and stopping steps: they are confounded by the "
-                 "learning rate and by early stopping; the partial Spearman given lr removes the first only")
+CONFOUND_NOTE = (
+    "per-trial correlations mix learning rates and stopping steps: they are confounded by the "
+    "learning rate and by early stopping; the partial Spearman given lr removes the first only"
+)
 
 
 def describe_correlations(table: pd.DataFrame) -> str:
@@ -135,8 +160,10 @@ def describe_correlations(table: pd.DataFrame) -> str:
             if row.note:
                 lines.append(f"    {row.predictor:<22} n={row.n}: {row.note}")
                 continue
-            line = (f"    {row.predictor:<22} Spearman {row.spearman:+.2f} [{row.spearman_low:+.2f}, "
-                    f"{row.spearman_high:+.2f}], Kendall {row.kendall:+.2f}, n={row.n}")  # fmt: skip
+            line = (
+                f"    {row.predictor:<22} Spearman {row.spearman:+.2f} [{row.spearman_low:+.2f}, "
+                f"{row.spearman_high:+.2f}], Kendall {row.kendall:+.2f}, n={row.n}"
+            )
             if np.isfinite(getattr(row, "partial_spearman", math.nan)):
                 line += f"; given lr {row.partial_spearman:+.2f} [{row.partial_low:+.2f}, {row.partial_high:+.2f}]"
             lines.append(line)
@@ -150,10 +177,15 @@ def _verdict(rows: pd.DataFrame) -> str:
     if valid.empty or "verdict" not in valid or not (valid["verdict"] != "").any():
         return ""
     p = valid.loc[valid["spearman"].idxmax()]
-    words = {"better": "ranks these trials better than", "worse": "ranks these trials worse than",
-             "no clear difference": "is not clearly different from"}  # fmt: skip
-    return (f"{p['predictor']} {words.get(p['verdict'], p['verdict'])} log(trainable parameters): paired bootstrap "
-            f"of the Spearman difference {p['diff_vs_baseline']:+.2f} [{p['diff_low']:+.2f}, {p['diff_high']:+.2f}].")
+    words = {
+        "better": "ranks these trials better than",
+        "worse": "ranks these trials worse than",
+        "no clear difference": "is not clearly different from",
+    }
+    return (
+        f"{p['predictor']} {words.get(p['verdict'], p['verdict'])} log(trainable parameters): paired bootstrap "
+        f"of the Spearman difference {p['diff_vs_baseline']:+.2f} [{p['diff_low']:+.2f}, {p['diff_high']:+.2f}]."
+    )
 
 
 @dataclass
@@ -169,9 +201,11 @@ class SearchAnalysis:
         """The analyses as plain text, in the order a person reads them."""
         parts = []
         if self.trials is not None:
-            parts.append("Does the plasticity of the trained subset predict accuracy? Spearman with a bootstrap 95% "
-                         "interval, beside the naive baseline log(trainable parameters):\n"
-                         + describe_correlations(self.trials.correlations))  # fmt: skip
+            parts.append(
+                "Does the plasticity of the trained subset predict accuracy? Spearman with a bootstrap 95% "
+                "interval, beside the naive baseline log(trainable parameters):\n"
+                + describe_correlations(self.trials.correlations)
+            )
         if self.paper is not None:
             parts.append(describe_paper(self.paper))
         if self.criteria is not None:
@@ -180,9 +214,14 @@ class SearchAnalysis:
 
 
 def analyse_search(
-    trials: pd.DataFrame, spec, settings: dict, out_dir: str | Path, *, reference: str = "fractals",
+    trials: pd.DataFrame,
+    spec,
+    settings: dict,
+    out_dir: str | Path,
+    *,
+    reference: str = "fractals",
     plasticity_pairs: int | None = None,
-) -> SearchAnalysis:  # fmt: skip
+) -> SearchAnalysis:
     """The analyses a search supports: per-trial correlations (when its trials carry plasticity scores), the
     paper's protocol (a grid with seeds) and the criteria lab (``criteria: true``); files go to ``out_dir``."""
     out = Path(out_dir).expanduser()
@@ -197,7 +236,9 @@ def analyse_search(
         from vitplast_tune.report import in_network_scores
 
         subsets = lab.subset_table(trials)
-        extra = in_network_scores(settings, subsets["components"], reference=reference, plasticity_pairs=plasticity_pairs)
+        extra = in_network_scores(
+            settings, subsets["components"], reference=reference, plasticity_pairs=plasticity_pairs
+        )
         table = lab.subset_table(trials, extra)
         found.criteria = lab.criteria_comparison(table)
         found.files += [out / "criteria_subsets.csv", out / "criteria.csv"]

@@ -1,4 +1,5 @@
-"""Joining a Ray cluster, storage that every node reaches, and requests that can never be scheduled.
+"""Joining a Ray cluster, storage that every node reaches, requests that can never be scheduled, and running
+a measurement as a Ray task where the trials' accelerators are.
 
 ``connect(address)`` joins a running cluster (``--address``, else ``RAY_ADDRESS``) and turns the
 usual failures (unreachable, token authentication refused) into one-line UserErrors.
@@ -34,8 +35,15 @@ BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"
 _EPS = 1e-9
 # URI schemes that pyarrow.fs.FileSystem.from_uri (what Ray Tune uses) resolves, and the pyarrow
 # filesystem class each needs.
-_SCHEMES = {"s3": "S3FileSystem", "gs": "GcsFileSystem", "gcs": "GcsFileSystem", "hdfs": "HadoopFileSystem",
-            "viewfs": "HadoopFileSystem", "abfs": "AzureFileSystem", "abfss": "AzureFileSystem"}  # fmt: skip
+_SCHEMES = {
+    "s3": "S3FileSystem",
+    "gs": "GcsFileSystem",
+    "gcs": "GcsFileSystem",
+    "hdfs": "HadoopFileSystem",
+    "viewfs": "HadoopFileSystem",
+    "abfs": "AzureFileSystem",
+    "abfss": "AzureFileSystem",
+}
 
 
 # ----------------------------------------------------------------------------- joining
@@ -52,7 +60,7 @@ def connect(address: str, **init_kwargs: Any) -> None:
 
     try:
         ray.init(address=address, **init_kwargs)
-    except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError or AuthenticationError
+    except Exception as exc:
         raise _join_error(address, exc) from None
 
 
@@ -70,7 +78,9 @@ def _join_error(address: str, exc: BaseException) -> UserError:
             "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (see docs/cluster.md)"
         )
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return UserError(f"cannot join the Ray cluster at {address} ({first}); check --address / RAY_ADDRESS and that the head is up")
+    return UserError(
+        f"cannot join the Ray cluster at {address} ({first}); check --address / RAY_ADDRESS and that the head is up"
+    )
 
 
 # ----------------------------------------------------------------------------- resources
@@ -117,7 +127,11 @@ def _launcher_node_types(path: Path) -> dict[str, dict[str, float]]:
         raise UserError(f"cannot read the cluster config {path}: {exc}") from None
     types = config.get("available_node_types") or {}
     head = config.get("head_node_type")
-    return {name: dict(t.get("resources") or {}) for name, t in types.items() if name == head or t.get("max_workers", 1) != 0}
+    return {
+        name: dict(t.get("resources") or {})
+        for name, t in types.items()
+        if name == head or t.get("max_workers", 1) != 0
+    }
 
 
 def _gcs_node_types() -> tuple[str, dict[str, dict[str, float]]] | None:
@@ -125,7 +139,7 @@ def _gcs_node_types() -> tuple[str, dict[str, dict[str, float]]] | None:
         import ray._private.state
 
         config = ray._private.state.state.get_cluster_config()
-    except Exception:  # noqa: BLE001 - private API; absent or changed: node types unknown
+    except Exception:
         return None
     if config is None or not config.node_group_configs:
         return None
@@ -152,7 +166,7 @@ def _autoscales() -> bool | None:
         from ray.experimental.internal_kv import _internal_kv_get
 
         raw = _internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     if not raw:
         return None
@@ -169,7 +183,7 @@ def started_here() -> bool:
 
         node = ray._private.worker._global_node
         return node is not None and node.is_head()
-    except Exception:  # noqa: BLE001 - private API; unknown: not assumed fixed
+    except Exception:
         return False
 
 
@@ -190,7 +204,10 @@ def check_trial_fits(resources: dict[str, float], say=print) -> str:
         # A node type without a CPU count (a launcher YAML that leaves it to `ray up`) is not judged on CPU/GPU.
         ok = [name for name, res in found.items() if fits(res, request, set() if "CPU" in res else {"CPU", "GPU"})]
         if ok:
-            say(f"No node has {shown} yet; the autoscaler can add node type(s) {', '.join(ok)} ({source}); trials wait for it.")
+            say(
+                f"No node has {shown} yet; the autoscaler can add node type(s) {', '.join(ok)} ({source}); "
+                "trials wait for it."
+            )
             return "node type"
         listed = "; ".join(f"{name}: {_show(res)}" for name, res in found.items()) or "none"
         raise UserError(
@@ -206,8 +223,10 @@ def check_trial_fits(resources: dict[str, float], say=print) -> str:
     scaling = autoscales(wait_s=15.0)
     if scaling is None or scaling:
         what = "the cluster autoscales with node types unknown here" if scaling else "the autoscaler has not reported"
-        say(f"No node has {shown} yet and {what}, so trials wait for a node that has it "
-            f"(set {CONFIG_ENV} to the cluster YAML to check the request up front).")  # fmt: skip
+        say(
+            f"No node has {shown} yet and {what}, so trials wait for a node that has it "
+            f"(set {CONFIG_ENV} to the cluster YAML to check the request up front)."
+        )
         return "autoscaler (unchecked)"
     raise UserError(
         f"a trial asks for {shown}, which no node of the cluster has (nodes: {have}) and the cluster does not "
@@ -218,11 +237,48 @@ def check_trial_fits(resources: dict[str, float], say=print) -> str:
 
 def _plain(resources: dict[str, float]) -> dict[str, float]:
     """A node's resources without Ray's bookkeeping entries (node:<ip>, memory, object store)."""
-    return {k: v for k, v in resources.items() if not k.startswith("node:") and k not in ("memory", "object_store_memory")}
+    return {
+        k: v for k, v in resources.items() if not k.startswith("node:") and k not in ("memory", "object_store_memory")
+    }
 
 
 def _show(resources: dict[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(resources.items())) + "}"
+
+
+# ----------------------------------------------------------------------------- tasks
+
+
+def task_options(resources: dict[str, float]) -> dict[str, Any]:
+    """Ray task options for a trial's resources: its CPUs and custom resources, one whole GPU if it uses any."""
+    request = ray_request(resources)
+    cpus, gpus = request.pop("CPU", 0.0), request.pop("GPU", 0.0)
+    return {"num_cpus": cpus, "num_gpus": 1 if gpus else 0, "resources": request, "max_retries": 0}
+
+
+def task_runner(resources: dict[str, float], say=print, every_s: float = 30.0):
+    """A runner (``runner(fn, **kwargs) -> fn(**kwargs)``) that runs ``fn`` as a Ray task with a trial's resources.
+
+    ``resources`` as ``--*-per-trial`` give them ({"cpu": 2, "gpu": 0.5, "a100": 1}); a task of a trial that uses
+    GPUs gets one whole GPU. The driver waits, saying every ``every_s`` seconds that the task still runs.
+    """
+    import ray
+
+    options = task_options(resources)
+
+    shown = _show(ray_request(resources))
+
+    def run(fn, **kwargs):
+        ref = ray.remote(fn).options(**options).remote(**kwargs)
+        started = time.monotonic()
+        while not ray.wait([ref], timeout=every_s)[0]:
+            say(
+                f"  ... still measuring ({time.monotonic() - started:.0f} s, a Ray task with {shown})",
+                flush=True,
+            )
+        return ray.get(ref)
+
+    return run
 
 
 # ----------------------------------------------------------------------------- storage
@@ -244,7 +300,9 @@ def storage_uri(storage: str) -> str:
     import pyarrow.fs
 
     if not hasattr(pyarrow.fs, _SCHEMES[scheme]):
-        raise UserError(f'--storage "{storage}": this pyarrow has no {_SCHEMES[scheme]} (reinstall pyarrow with {scheme} support)')
+        raise UserError(
+            f'--storage "{storage}": this pyarrow has no {_SCHEMES[scheme]} (reinstall pyarrow with {scheme} support)'
+        )
     if not parsed.netloc:
         raise UserError(f'--storage "{storage}" names no bucket or host; e.g. {scheme}://my-bucket/vitplast')
     return storage.rstrip("/")
@@ -255,6 +313,8 @@ def preflight(resources: dict[str, float], storage: str, say=print) -> str:
     how = check_trial_fits(resources, say)
     nodes = alive_nodes()
     if "://" not in storage and (len({n.get("NodeManagerAddress") for n in nodes}) > 1 or how != "node"):
-        say(f"Storage {storage} is a local path: every node must see it (a shared filesystem such as NFS); "
-            "else use --storage s3://... or gs://...")  # fmt: skip
+        say(
+            f"Storage {storage} is a local path: every node must see it (a shared filesystem such as NFS); "
+            "else use --storage s3://... or gs://..."
+        )
     return how

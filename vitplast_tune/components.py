@@ -15,7 +15,7 @@ A subset is written as a tuple of names in the canonical order above, or as a st
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from torch import nn
 
@@ -103,9 +103,7 @@ def component_parameters(model: nn.Module, component: str) -> dict[str, nn.Param
     """All parameters of one component (or "head") across every block, by name."""
     if component != HEAD:
         parse_subset([component])
-    return {
-        name: p for name, p in model.named_parameters() if parameter_component(name)[0] == component
-    }
+    return {name: p for name, p in model.named_parameters() if parameter_component(name)[0] == component}
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:

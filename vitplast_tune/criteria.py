@@ -15,7 +15,7 @@ training batches (the new head initialised as in training; every parameter recei
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd

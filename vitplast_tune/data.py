@@ -109,10 +109,7 @@ def num_classes(name: str, data_dir: str | Path | None = None) -> int:
     family = name.partition(":")[0]
     if family in _NUM_CLASSES:
         return _NUM_CLASSES[family]
-    train_dir = _root(data_dir) / "train"
-    if not train_dir.is_dir():
-        raise UserError(_IMAGEFOLDER_HELP.format(train_dir=train_dir))
-    return sum(1 for d in train_dir.iterdir() if d.is_dir())
+    return len(imagefolder_classes(_root(data_dir)))
 
 
 def list_datasets() -> list[str]:
@@ -343,18 +340,36 @@ _IMAGEFOLDER_HELP = (
 )
 
 
+def imagefolder_classes(root: Path) -> list[str]:
+    """The class names of ``root/train`` (sorted, as ImageFolder indexes them); a ``root/test`` must have the same."""
+    train_dir, test_dir = root / "train", root / "test"
+    if not train_dir.is_dir():
+        raise UserError(_IMAGEFOLDER_HELP.format(train_dir=train_dir))
+    classes = sorted(d.name for d in train_dir.iterdir() if d.is_dir())
+    if test_dir.is_dir():
+        test = {d.name for d in test_dir.iterdir() if d.is_dir()}
+        missing, extra = sorted(set(classes) - test), sorted(test - set(classes))
+        if missing or extra:
+            found = (("missing", missing), ("extra", extra))
+            problem = "; ".join(f"{what} {', '.join(names)}" for what, names in found if names)
+            raise UserError(f"the test folder {test_dir} must have the classes of {train_dir} ({problem}); "
+                            "add or remove class folders so both match, or remove test/ to split one off train")  # fmt: skip
+    return classes
+
+
 @register_dataset("imagefolder")
 def _imagefolder(data_config, root, download, seed, val_fraction) -> Splits:
     """``root/train/<class>/*`` (and ``root/test/<class>/*``, else a seeded 20% test split)."""
     from torchvision.datasets import ImageFolder
 
     train_dir, test_dir = root / "train", root / "test"
-    if not train_dir.is_dir():
-        raise UserError(_IMAGEFOLDER_HELP.format(train_dir=train_dir))
+    classes = imagefolder_classes(root)  # test/ has train's classes, so both index them alike (sorted names)
     make = lambda tf: ImageFolder(str(train_dir), transform=tf)  # noqa: E731
     if test_dir.is_dir():
         train, val = _train_val(make, data_config, seed, val_fraction)
         test = ImageFolder(str(test_dir), transform=image_transforms(data_config, False))
+        if test.class_to_idx != {name: i for i, name in enumerate(classes)}:  # e.g. a class folder without images
+            raise UserError(f"the test folder {test_dir} has no images for some classes of {train_dir}; add them")
     else:
         full_train, full_eval = make(image_transforms(data_config, True)), make(image_transforms(data_config, False))
         rest, test_idx = split_indices(len(full_train), 0.2, seed=10_007)
@@ -362,7 +377,7 @@ def _imagefolder(data_config, root, download, seed, val_fraction) -> Splits:
         train, val = Subset(full_train, train_idx.tolist()), Subset(full_eval, val_idx.tolist())
         test = Subset(full_eval, test_idx.tolist())
         return Splits(train, val, test, len(full_train.classes))
-    return Splits(train, val, test, len(test.classes))
+    return Splits(train, val, test, len(classes))
 
 
 @register_dataset("cifar10c", num_classes=10)

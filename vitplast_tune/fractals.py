@@ -99,7 +99,8 @@ def _matrices(params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     s1, s2, t1, sg, t2, fl = (params[..., i] for i in range(6))
     c1, n1 = _rotation(t1, sg)
     c2, n2 = _rotation(t2, np.ones_like(t2))
-    # R(theta) diag(s1, s2) R(phi) = [[c1 s1 c2 - n1 s2 n2, -c1 s1 n2 - n1 s2 c2], [n1 s1 c2 + c1 s2 n2, -n1 s1 n2 + c1 s2 c2]]
+    # R(theta) diag(s1, s2) R(phi) = [[c1 s1 c2 - n1 s2 n2, -c1 s1 n2 - n1 s2 c2],
+    #                                 [n1 s1 c2 + c1 s2 n2, -n1 s1 n2 + c1 s2 c2]]
     a = np.stack(
         [
             (c1 * s1 * c2 - n1 * s2 * n2) * fl,
@@ -141,7 +142,12 @@ def _render(params: np.ndarray, size: int, rng: np.random.Generator, augment: bo
         scale, offset = rng.uniform(0.7, 0.95, (b, 1)), rng.uniform(-1, 1, (b, 2, 1))
     else:
         scale, offset = np.full((b, 1), 0.9), np.zeros((b, 2, 1))
-    lo_x, hi_x, lo_y, hi_y = x.min(1, keepdims=True), x.max(1, keepdims=True), y.min(1, keepdims=True), y.max(1, keepdims=True)
+    lo_x, hi_x, lo_y, hi_y = (
+        x.min(1, keepdims=True),
+        x.max(1, keepdims=True),
+        y.min(1, keepdims=True),
+        y.max(1, keepdims=True),
+    )
     extent = np.maximum(np.maximum(hi_x - lo_x, hi_y - lo_y), 1e-9)
     fine = size * SUPERSAMPLE
     unit = scale / extent * fine  # fine pixels per unit of the system's coordinates

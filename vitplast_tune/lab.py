@@ -14,15 +14,22 @@ from vitplast_tune.components import parse_subset
 from vitplast_tune.protocol import best_lr_table
 from vitplast_tune.statistics import (
     BASELINE,
-    config_name,
     compare_predictors,
+    config_name,
     correlations,
 )
 
 LAB_PREDICTORS: tuple[str, ...] = (
-    "plasticity_mean", "plasticity_max", "plasticity_weighted", "in_network_mean",
-    "grad_norm", "rgn", "rgn_mean", "contains_mha_or_fc", BASELINE,
-)  # fmt: skip
+    "plasticity_mean",
+    "plasticity_max",
+    "plasticity_weighted",
+    "in_network_mean",
+    "grad_norm",
+    "rgn",
+    "rgn_mean",
+    "contains_mha_or_fc",
+    BASELINE,
+)
 
 
 def subset_table(trials: pd.DataFrame, predictors: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -47,9 +54,14 @@ def subset_table(trials: pd.DataFrame, predictors: pd.DataFrame | None = None) -
 
 
 def criteria_comparison(
-    subsets: pd.DataFrame, predictors: list[str] | None = None, target: str = "mean", *, n_boot: int = 2000,
-    seed: int = 0, min_trials: int = 5,
-) -> pd.DataFrame:  # fmt: skip
+    subsets: pd.DataFrame,
+    predictors: list[str] | None = None,
+    target: str = "mean",
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    min_trials: int = 5,
+) -> pd.DataFrame:
     """Each predictor's Spearman and Kendall with ``target`` (BCa 95%), and its paired difference against the baseline.
 
     One row per predictor present in ``subsets``; the baseline is log(#trainable parameters).
@@ -66,7 +78,11 @@ def criteria_comparison(
         if row["predictor"] != BASELINE and not row["note"]:
             c = compare_predictors(subsets, row["predictor"], BASELINE, target, n_boot=n_boot, seed=seed)
             table.loc[i, ["diff_vs_baseline", "diff_low", "diff_high", "verdict"]] = [
-                c["diff"], c["diff_low"], c["diff_high"], c["verdict"]]
+                c["diff"],
+                c["diff_low"],
+                c["diff_high"],
+                c["verdict"],
+            ]
     return table
 
 
@@ -74,25 +90,36 @@ def criteria_winner(comparison: pd.DataFrame) -> str:
     """One sentence: the best predictor that beats log(#trainable parameters), or that none does."""
     better = comparison[comparison["verdict"] == "better"]
     if better.empty:
-        return ("No predictor ranks the subsets clearly better than log(#trainable parameters) "
-                "(every paired-bootstrap interval of the Spearman difference includes 0 or lies below it).")
+        return (
+            "No predictor ranks the subsets clearly better than log(#trainable parameters) "
+            "(every paired-bootstrap interval of the Spearman difference includes 0 or lies below it)."
+        )
     best = better.loc[better["spearman"].idxmax()]
-    return (f"{best['predictor']} ranks the subsets best and beats log(#trainable parameters): Spearman "
-            f"{best['spearman']:+.2f}, difference {best['diff_vs_baseline']:+.2f} "
-            f"[{best['diff_low']:+.2f}, {best['diff_high']:+.2f}].")
+    return (
+        f"{best['predictor']} ranks the subsets best and beats log(#trainable parameters): Spearman "
+        f"{best['spearman']:+.2f}, difference {best['diff_vs_baseline']:+.2f} "
+        f"[{best['diff_low']:+.2f}, {best['diff_high']:+.2f}]."
+    )
 
 
 def describe_criteria(comparison: pd.DataFrame) -> str:
     """The criteria table as text (Spearman, Kendall with BCa intervals, difference to the baseline) and the winner."""
-    lines = ["Which pre-training predictor ranks the subsets (test accuracy at each subset's best lr)? "
-             "BCa 95% intervals; difference = Spearman minus that of log(#trainable params), paired bootstrap:"]
+    lines = [
+        "Which pre-training predictor ranks the subsets (test accuracy at each subset's best lr)? "
+        "BCa 95% intervals; difference = Spearman minus that of log(#trainable params), paired bootstrap:"
+    ]
     for r in comparison.itertuples():
         if r.note:
             lines.append(f"  {r.predictor:<22} n={r.n}: {r.note}")
             continue
-        diff = "" if r.predictor == BASELINE else (
-            f"  diff {r.diff_vs_baseline:+.2f} [{r.diff_low:+.2f}, {r.diff_high:+.2f}] {r.verdict}")
-        lines.append(f"  {r.predictor:<22} Spearman {r.spearman:+.2f} [{r.spearman_low:+.2f}, {r.spearman_high:+.2f}]"
-                     f"  Kendall {r.kendall:+.2f} [{r.kendall_low:+.2f}, {r.kendall_high:+.2f}]{diff}")
+        diff = (
+            ""
+            if r.predictor == BASELINE
+            else (f"  diff {r.diff_vs_baseline:+.2f} [{r.diff_low:+.2f}, {r.diff_high:+.2f}] {r.verdict}")
+        )
+        lines.append(
+            f"  {r.predictor:<22} Spearman {r.spearman:+.2f} [{r.spearman_low:+.2f}, {r.spearman_high:+.2f}]"
+            f"  Kendall {r.kendall:+.2f} [{r.kendall_low:+.2f}, {r.kendall_high:+.2f}]{diff}"
+        )
     lines.append("  -> " + criteria_winner(comparison))
     return "\n".join(lines)

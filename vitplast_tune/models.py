@@ -89,13 +89,33 @@ def build_model(
 
 
 def check_weights(name: str, weights: str | Path | None, pretrained: bool) -> None:
-    """Raise UserError when the model is unknown, or a local weights file it needs is missing."""
+    """Raise UserError when the model is unknown, or a local weights file it needs is missing or unreadable."""
     check_model_name(name)
     if weights is not None:
-        if not Path(weights).expanduser().is_file():
-            raise UserError(f"weights file {Path(weights).expanduser()} does not exist")
+        path = Path(weights).expanduser()
+        if not path.is_file():
+            raise UserError(f"weights file {path} does not exist")
+        check_weights_file(path)
     elif pretrained:
         _check_shipped_file(name)
+
+
+def check_weights_file(path: Path) -> None:
+    """Raise UserError unless ``path`` reads as a safetensors file or a torch state dict (``weights_only``)."""
+    import torch
+    from safetensors import safe_open
+
+    try:
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), framework="pt") as f:  # reads and checks the header only
+                f.keys()
+            return
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # safetensors, pickle and zip errors have no common base
+        raise UserError(f"weights file {path} is unreadable or corrupt ({_one_line(exc)}); "
+                        "pass a safetensors file or a torch state dict saved with torch.save") from None  # fmt: skip
+    if not isinstance(state, dict):
+        raise UserError(f"weights file {path} holds a {type(state).__name__}, not a state dict; save model.state_dict()")
 
 
 def check_model_name(name: str) -> None:

@@ -10,22 +10,31 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from vitplast_tune import data, models, spaces
-from vitplast_tune.errors import UserError
-from vitplast_tune.trial import trial_config
+from vitplast_tune.errors import UserError, did_you_mean
+from vitplast_tune.trial import METRICS, trial_config
 
 SEARCH_FILE = "vitplast_search.json"  # the record of a search in its directory
 EXPERIMENT = "vitplast_tune"  # the MLflow experiment every search logs to
+DEFAULT_SEED = 0
+DEFAULT_MAX_FAILURES = 2
+# Settings a resumed search may change: where the data comes from, not what the trials do.
+RESUMABLE_SETTINGS = ("download",)
 
 
 @dataclass
 class SearchOptions:
-    """How a search runs (what the command line controls); ``settings`` override the space file's defaults."""
+    """How a search runs (what the command line controls); ``settings`` override the space file's defaults.
+
+    ``seed`` and ``max_failures`` left None mean ``DEFAULT_SEED`` and ``DEFAULT_MAX_FAILURES`` for a new
+    search, and the recorded values for ``resume``.
+    """
 
     space: str = "component_subsets"
     name: str | None = None
@@ -37,9 +46,9 @@ class SearchOptions:
     gpus_per_trial: float = 0.0
     resources_per_trial: dict[str, float] = field(default_factory=dict)
     max_concurrent: int | None = None
-    seed: int = 0
+    seed: int | None = None
     resume: bool = False
-    max_failures: int = 2
+    max_failures: int | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     plasticity: bool = True
     plasticity_variant: str = "paper"
@@ -65,6 +74,11 @@ class SearchPlan:
     tracking_uri: str
     settings: dict[str, Any]
     decoded: data.InMemory | None = None  # a small dataset, decoded once for every trial
+    search_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # tags the MLflow parent run
+    seed: int = DEFAULT_SEED
+    max_failures: int = DEFAULT_MAX_FAILURES
+    max_concurrent: int | None = None
+    notes: list[str] = field(default_factory=list)  # adjustments the user is told once (e.g. a clamped grace period)
 
     @property
     def local_dir(self) -> Path | None:
@@ -93,17 +107,13 @@ def is_uri(path: str) -> bool:
 
 
 def prepare(options: SearchOptions) -> SearchPlan:
-    """Validate the space, settings, resources and paths into a plan; raise UserError on the first problem."""
-    spec = spaces.load_space(options.space).with_overrides(num_samples=options.num_samples)
-    settings = _settings(spec, options)
-    _check_resources(options)
-    decoded = _check_data(settings)
-    if options.plasticity:
-        from vitplast_tune.plasticity import VARIANTS
+    """Validate the space, flags, files and resume state into a plan; raise UserError on the first problem.
 
-        if options.plasticity_variant not in VARIANTS:
-            raise UserError(f'unknown plasticity variant "{options.plasticity_variant}"; use one of {", ".join(VARIANTS)}')
-        data.check_dataset_name(options.plasticity_reference)
+    Nothing is started or written (apart from creating the storage directory): no Ray, no MLflow run.
+    """
+    spec = spaces.load_space(options.space).with_overrides(num_samples=options.num_samples)
+    _check_metric(spec)
+    _check_resources(options)
     from vitplast_tune.cluster import storage_uri  # cluster: s3://, gs://, ... checked; file:// made a path
 
     storage = storage_uri(str(options.storage or default_storage()))
@@ -113,10 +123,28 @@ def prepare(options: SearchOptions) -> SearchPlan:
     name = options.name or f"{spec.name}-{datetime.now():%Y%m%d-%H%M%S}"
     if "/" in name or name.startswith("."):
         raise UserError(f'--name "{name}" must be a plain directory name')
-    tracking_uri = options.tracking_uri or _default_tracking_uri(storage)
-    plan = SearchPlan(spec, options, name, storage, tracking_uri, settings, decoded)
-    _check_resume(plan)
+    record = _resume_record(spec, options, storage, name)
+    if record is None:
+        settings = _settings(spec, options)
+        plan = SearchPlan(spec, options, name, storage, options.tracking_uri or _default_tracking_uri(storage), settings,
+                          seed=_given(options.seed, DEFAULT_SEED), max_failures=_given(options.max_failures, DEFAULT_MAX_FAILURES),
+                          max_concurrent=options.max_concurrent)  # fmt: skip
+    else:
+        plan = _resumed_plan(spec, options, storage, name, record)
+    plan.spec, plan.notes = fit_scheduler(plan.spec, plan.settings["max_steps"])
+    plan.decoded = _check_data(plan.settings)
+    _check_plasticity(options)
     return plan
+
+
+def fit_scheduler(spec: spaces.SearchSpec, max_steps: int) -> tuple[spaces.SearchSpec, list[str]]:
+    """The space with its scheduler's grace period clamped to the trial budget, and the note saying so."""
+    s = spec.scheduler
+    if s.name == "fifo" or s.grace_period <= max_steps:
+        return spec, []
+    note = (f"scheduler grace_period {s.grace_period} is above max_steps {max_steps}: using {max_steps}, "
+            "so no trial is stopped early")  # fmt: skip
+    return replace(spec, scheduler=replace(s, grace_period=max_steps)), [note]
 
 
 def write_record(plan: SearchPlan, parent_run_id: str) -> None:
@@ -125,8 +153,10 @@ def write_record(plan: SearchPlan, parent_run_id: str) -> None:
     if directory is None:
         return
     directory.mkdir(parents=True, exist_ok=True)
-    record = {"name": plan.name, "space_path": str(plan.spec.path), "fingerprint": plan.spec.fingerprint,
-              "tracking_uri": plan.tracking_uri, "parent_run_id": parent_run_id, "settings": plan.settings}  # fmt: skip
+    record = {"name": plan.name, "search_id": plan.search_id, "space_path": str(plan.spec.path),
+              "fingerprint": plan.spec.fingerprint, "tracking_uri": plan.tracking_uri, "parent_run_id": parent_run_id,
+              "settings": plan.settings, "num_samples": plan.spec.num_samples, "seed": plan.seed,
+              "max_concurrent": plan.max_concurrent, "max_failures": plan.max_failures}  # fmt: skip
     (directory / SEARCH_FILE).write_text(json.dumps(record, indent=2, default=str))
 
 
@@ -134,8 +164,16 @@ def read_record(directory: Path) -> dict[str, Any]:
     """The record of the search stored in ``directory``; UserError when there is none."""
     path = directory / SEARCH_FILE
     if not path.is_file():
-        raise UserError(f'no search "{directory.name}" in {directory.parent}; check --name and --storage')
-    return json.loads(path.read_text())
+        raise UserError(f'no search "{directory.name}" to resume in {directory.parent}; check --name and --storage')
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"the search record {path} is unreadable ({exc}); restore it, or start a new search with another --name") from None
+    missing = [k for k in ("name", "space_path", "fingerprint", "tracking_uri", "parent_run_id", "settings") if k not in record]
+    if not isinstance(record, dict) or missing:
+        raise UserError(f"the search record {path} is incomplete (no {', '.join(missing) or 'mapping'}); "
+                        "start a new search with another --name")  # fmt: skip
+    return record
 
 
 def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> dict[str, Any]:
@@ -145,7 +183,7 @@ def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> dict[str, Any]
     overrides = {k: v for k, v in options.settings.items() if v is not None}
     try:
         base = FinetuneConfig.from_dict({**spec.defaults, **overrides})
-        base.seed = overrides.get("seed", spec.defaults.get("seed", options.seed))
+        base.seed = overrides.get("seed", spec.defaults.get("seed", _given(options.seed, DEFAULT_SEED)))
         if not base.threads:
             base.threads = max(1, int(options.cpus_per_trial))
         settings = base.to_dict()
@@ -154,6 +192,25 @@ def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> dict[str, Any]
     except UserError as exc:
         raise UserError(f"{exc} (settings from {spec.path.name} and the command line)") from None
     return settings
+
+
+def _check_metric(spec: spaces.SearchSpec) -> None:
+    """Each objective's metric must be one every trial reports, and its mode the direction that is better."""
+    for metric, mode in spec.objectives or ((spec.metric, spec.mode),):
+        if metric not in METRICS:
+            raise UserError(f'{spec.path}: metric "{metric}" is not reported by trials{did_you_mean(metric, METRICS)}; '
+                            f"use one of {', '.join(METRICS)}")  # fmt: skip
+        if mode != METRICS[metric]:
+            raise UserError(f'{spec.path}: mode "{mode}" would search for the worst {metric}; use mode: {METRICS[metric]}')
+
+
+def _check_plasticity(options: SearchOptions) -> None:
+    if options.plasticity:
+        from vitplast_tune.plasticity import VARIANTS
+
+        if options.plasticity_variant not in VARIANTS:
+            raise UserError(f'unknown plasticity variant "{options.plasticity_variant}"; use one of {", ".join(VARIANTS)}')
+        data.check_dataset_name(options.plasticity_reference)
 
 
 def _check_data(settings: dict[str, Any]) -> data.InMemory | None:
@@ -179,7 +236,7 @@ def _check_resources(options: SearchOptions) -> None:
         raise UserError("custom resources per trial must not be negative")
     if options.max_concurrent is not None and options.max_concurrent < 1:
         raise UserError("--max-concurrent must be at least 1")
-    if options.max_failures < 0:
+    if options.max_failures is not None and options.max_failures < 0:
         raise UserError("--max-failures must not be negative")
     if options.max_trainable_params is not None and options.max_trainable_params < 1:
         raise UserError("the parameter budget (max_trainable_params) must be a positive number of parameters")
@@ -195,19 +252,55 @@ def _check_writable(path: Path) -> None:
         raise UserError(f"storage path {path} is not writable ({exc.strerror}); pass --storage DIR") from None
 
 
-def _check_resume(plan: SearchPlan) -> None:
-    directory = plan.local_dir
+def _resume_record(spec: spaces.SearchSpec, options: SearchOptions, storage: str, name: str) -> dict[str, Any] | None:
+    """The record of the search to resume (None for a new search); UserError when resuming is impossible."""
+    directory = None if is_uri(storage) else Path(storage) / name
     if directory is None:
-        return
-    if plan.options.resume:
-        saved = read_record(directory)
-        if saved["fingerprint"] != plan.spec.fingerprint:
-            raise UserError(
-                f'search "{plan.name}" was started with a different space file ({saved["space_path"]}); '
-                "resume it with that file, or start a new search with another --name"
-            )
-    elif (directory / SEARCH_FILE).exists():
-        raise UserError(f'search "{plan.name}" already exists in {plan.storage}; pass --resume to continue it, or another --name')
+        return None
+    if not options.resume:
+        if (directory / SEARCH_FILE).exists():
+            raise UserError(f'search "{name}" already exists in {storage}; pass --resume to continue it, or another --name')
+        return None
+    record = read_record(directory)
+    if record["fingerprint"] != spec.fingerprint:
+        raise UserError(
+            f'search "{name}" was started with a different space file ({record["space_path"]}); '
+            "resume it with that file, or start a new search with another --name"
+        )
+    return record
+
+
+def _resumed_plan(spec: spaces.SearchSpec, options: SearchOptions, storage: str, name: str, record: dict) -> SearchPlan:
+    """The plan of a resumed search: its recorded settings; a flag that would change them is refused.
+
+    ``--max-failures`` applies to the remaining trials; ``--num-samples``, ``--max-concurrent``, ``--seed``
+    and ``--tracking-uri`` are fixed when the search starts, so a different value is refused.
+    """
+    saved = record["settings"]
+    for key, value in options.settings.items():
+        if value is not None and key not in RESUMABLE_SETTINGS and value != saved.get(key):
+            _refuse(f"--{key.replace('_', '-')} {value}", saved.get(key), name)
+    fixed = {"num-samples": (options.num_samples, record.get("num_samples", spec.num_samples)),
+             "max-concurrent": (options.max_concurrent, record.get("max_concurrent")),
+             "seed": (options.seed, record.get("seed", DEFAULT_SEED)),
+             "tracking-uri": (options.tracking_uri, record["tracking_uri"])}  # fmt: skip
+    for flag, (given, recorded) in fixed.items():
+        if given is not None and given != recorded:
+            _refuse(f"--{flag} {given}", recorded, name)
+    settings = {**saved, **{k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}}
+    spec = replace(spec, num_samples=fixed["num-samples"][1])
+    max_failures = _given(options.max_failures, record.get("max_failures", DEFAULT_MAX_FAILURES))
+    return SearchPlan(spec, options, name, storage, record["tracking_uri"], settings, search_id=record.get("search_id", ""),
+                      seed=fixed["seed"][1], max_failures=max_failures, max_concurrent=record.get("max_concurrent"))  # fmt: skip
+
+
+def _refuse(given: str, recorded: Any, name: str) -> None:
+    raise UserError(f'{given} differs from the {recorded!r} search "{name}" was started with, and would make its trials '
+                    "inconsistent; resume without it, or start a new search with another --name")  # fmt: skip
+
+
+def _given(value: Any, default: Any) -> Any:
+    return default if value is None else value
 
 
 def _default_tracking_uri(storage: str) -> str:

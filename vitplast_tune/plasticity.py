@@ -22,7 +22,8 @@ averaged over pairs. A pair whose denominator is zero (identical inputs) is skip
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Iterator, Union
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,7 +36,8 @@ from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.models import block_module, embed, vit_blocks
 
 VARIANTS: tuple[str, ...] = ("paper", "in_network")
-Images = Union[Tensor, Iterable[Any]]  # (N, C, H, W), or batches of it (or of (images, labels) tuples)
+Images = Tensor | Iterable[Any]  # (N, C, H, W), or batches of it (or of (images, labels) tuples)
+
 
 def compute_plasticity(
     model: nn.Module,
@@ -131,9 +133,7 @@ def subset_scores(table: pd.DataFrame, subset: str | Iterable[str], param_counts
         raise UserError(f"the plasticity table has no rows for {', '.join(missing)}")
     missing = [c for c in names if c not in param_counts]
     if missing:
-        raise UserError(
-            f"param_counts has no count for {', '.join(missing)}; pass components.count_parameters(model)"
-        )
+        raise UserError(f"param_counts has no count for {', '.join(missing)}; pass components.count_parameters(model)")
     values = np.array([means[c] for c in names], dtype=float)
     weights = np.array([param_counts[c] for c in names], dtype=float)
     weighted = float(values @ weights / weights.sum()) if weights.sum() > 0 else math.nan

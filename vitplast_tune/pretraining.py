@@ -62,7 +62,7 @@ def pretrain_testbed(
     model = timm.create_model("vit_testbed_patch8_32", pretrained=False, num_classes=num_classes)
     config = data_config(model)
     size = config["input_size"][-1]
-    make = lambda per_class, offset: fractal_dataset(  # noqa: E731
+    make = lambda per_class, offset: fractal_dataset(
         num_classes, per_class, size, data_seed, instance_seed=offset + seed
     )
     train_x, train_y = make(images_per_class, TRAIN_INSTANCES)
@@ -75,7 +75,8 @@ def pretrain_testbed(
     no_decay = [p for n, p in model.named_parameters() if not (p.ndim > 1 and "pos_embed" not in n)]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr, betas=(0.9, 0.999),
+        lr=lr,
+        betas=(0.9, 0.999),
     )
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, steps, warmup_steps))
     generator = torch.Generator().manual_seed(seed)
@@ -102,14 +103,15 @@ def pretrain_testbed(
         if not math.isfinite(running):
             raise RuntimeError(f"pretraining diverged at step {step}: loss {loss.item()}")
         if (step + 1) % log_every == 0 or step + 1 == steps:
-            line = f"step {step + 1}/{steps}  loss {running:.4f}  lr {schedule.get_last_lr()[0]:.2e}  {time.time() - start:.0f}s"
+            lr = schedule.get_last_lr()[0]
+            line = f"step {step + 1}/{steps}  loss {running:.4f}  lr {lr:.2e}  {time.time() - start:.0f}s"
             if (step + 1) % (10 * log_every) == 0 or step + 1 == steps:
                 line += f"  held-out acc {accuracy(model, held_x, held_y):.4f}"
                 model.train()
             print(line, flush=True)
 
     held_acc = accuracy(model, held_x, held_y)
-    train_acc = accuracy(model, train_x[:len(held_y) * 2], train_y[:len(held_y) * 2])
+    train_acc = accuracy(model, train_x[: len(held_y) * 2], train_y[: len(held_y) * 2])
     out.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().float() for k, v in model.state_dict().items()}
     save_file(state, str(out), metadata={"format": "pt"})

@@ -56,8 +56,17 @@ def best_lr_table(trials: pd.DataFrame, target: str = "test_acc", *, select_by: 
         by_lr = runs.groupby("lr")
         best_lr = by_lr["_select"].mean().idxmax()
         at_best = runs.loc[runs["lr"] == best_lr, "_target"]
-        rows.append({"components": config, "lr": best_lr, "mean": at_best.mean(), "std": at_best.std(ddof=1),
-                     "n_seeds": len(at_best), "n_lrs": by_lr.ngroups, "n_runs": len(runs)})  # fmt: skip
+        rows.append(
+            {
+                "components": config,
+                "lr": best_lr,
+                "mean": at_best.mean(),
+                "std": at_best.std(ddof=1),
+                "n_seeds": len(at_best),
+                "n_lrs": by_lr.ngroups,
+                "n_runs": len(runs),
+            }
+        )
     table = pd.DataFrame(rows, columns=["components", "lr", "mean", "std", "n_seeds", "n_lrs", "n_runs"])
     head = table.loc[table["components"] == HEAD, "mean"]
     if len(head) and head.iloc[0] != 0:
@@ -94,10 +103,13 @@ def rank_agreement(table: pd.DataFrame, plasticity: pd.Series, *, value: str | N
     gains = table.set_index("components")[value]
     common = [c for c in BLOCK_COMPONENTS if c in gains.index and c in plasticity.index]
     x, y = plasticity[common].to_numpy(float), gains[common].to_numpy(float)
-    out: dict[str, Any] = {"value": value, "n": len(common), "components": "+".join(common),
-                           "by_value": " > ".join(gains[common].sort_values(ascending=False).index),
-                           "by_plasticity": " > ".join(plasticity[common].sort_values(ascending=False).index),
-                           }  # fmt: skip
+    out: dict[str, Any] = {
+        "value": value,
+        "n": len(common),
+        "components": "+".join(common),
+        "by_value": " > ".join(gains[common].sort_values(ascending=False).index),
+        "by_plasticity": " > ".join(plasticity[common].sort_values(ascending=False).index),
+    }
     out.update(dict.fromkeys(stat_columns(), math.nan))
     if len(common) >= 3 and not (is_constant(x) or is_constant(y)):
         out.update(point_stats(x, y))
@@ -135,19 +147,30 @@ def paper_results(trials: pd.DataFrame, out_dir: str | Path, *, plasticity: pd.S
 def describe_paper(results: PaperResults) -> str:
     """Plain lines: the paper-style table (test accuracy at the best validation lr) and the rank agreement."""
     t = results.table.copy()
-    shown = pd.DataFrame({"components": t["components"], "best lr": t["lr"].map(lambda v: f"{v:.3g}"),
-                          "test acc": [f"{100 * m:.2f} ± {100 * s:.2f}%" if np.isfinite(s) else f"{100 * m:.2f}%"
-                                       for m, s in zip(t["mean"], t["std"])],
-                          "seeds": t["n_seeds"]})  # fmt: skip
+    shown = pd.DataFrame(
+        {
+            "components": t["components"],
+            "best lr": t["lr"].map(lambda v: f"{v:.3g}"),
+            "test acc": [
+                f"{100 * m:.2f} ± {100 * s:.2f}%" if np.isfinite(s) else f"{100 * m:.2f}%"
+                for m, s in zip(t["mean"], t["std"])
+            ],
+            "seeds": t["n_seeds"],
+        }
+    )
     if "relative_gain" in t:
         shown["gain vs probe"] = t["relative_gain"].map(lambda g: f"{100 * g:+.2f}%")
     a = results.agreement
-    lines = ["Paper protocol: lr chosen on mean validation accuracy over seeds; test accuracy there (mean ± std):",
-             shown.to_string(index=False)]  # fmt: skip
+    lines = [
+        "Paper protocol: lr chosen on mean validation accuracy over seeds; test accuracy there (mean ± std):",
+        shown.to_string(index=False),
+    ]
     if a["n"] >= 3 and np.isfinite(a["spearman"]):
         lines.append(f"  ranked by {a['value']}: {a['by_value']};  by plasticity: {a['by_plasticity']}")
-        lines.append(f"  agreement over {a['n']} components: Spearman {a['spearman']:+.2f} (p={a['spearman_p']:.2g}), "
-                     f"Kendall {a['kendall']:+.2f} (p={a['kendall_p']:.2g})")  # fmt: skip
+        lines.append(
+            f"  agreement over {a['n']} components: Spearman {a['spearman']:+.2f} (p={a['spearman_p']:.2g}), "
+            f"Kendall {a['kendall']:+.2f} (p={a['kendall_p']:.2g})"
+        )
     return "\n".join(lines)
 
 
@@ -159,22 +182,27 @@ def cross_dataset(
     Returns (gains: one row per configuration, a column per dataset and ``mean_gain``; agreement: one row
     per dataset and a "pooled" row, mean gain vs mean plasticity over datasets, with Spearman and Kendall).
     """
-    gains = pd.DataFrame({name: t.set_index("components")["relative_gain"] for name, t in tables.items()
-                          if "relative_gain" in t})  # fmt: skip
+    gains = pd.DataFrame(
+        {name: t.set_index("components")["relative_gain"] for name, t in tables.items() if "relative_gain" in t}
+    )
     if gains.empty:
         raise UserError("no search has a linear probe (head) to measure relative gains against")
     order = [c for c in TABLE_ORDER if c in gains.index] + [c for c in gains.index if c not in TABLE_ORDER]
     gains = gains.reindex(order)
     gains["mean_gain"] = gains.mean(axis=1)
-    rows = [{"dataset": name, **rank_agreement(tables[name], plasticity.get(name, pd.Series(dtype=float)))}
-            for name in gains.columns[:-1]]  # fmt: skip
+    rows = [
+        {"dataset": name, **rank_agreement(tables[name], plasticity.get(name, pd.Series(dtype=float)))}
+        for name in gains.columns[:-1]
+    ]
     pooled_plasticity = pd.concat([plasticity[n] for n in gains.columns[:-1] if n in plasticity], axis=1).mean(axis=1)
     pooled = gains["mean_gain"].rename("mean").rename_axis("components").reset_index()
     rows.append({"dataset": "pooled", **rank_agreement(pooled, pooled_plasticity, value="mean")})
     return gains.rename_axis("components").reset_index(), pd.DataFrame(rows)
 
 
-def cross_dataset_report(trials: dict[str, pd.DataFrame], out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
+def cross_dataset_report(
+    trials: dict[str, pd.DataFrame], out_dir: str | Path
+) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
     """``cross_dataset`` of several searches' trial tables (one per dataset), written as CSV into ``out_dir``."""
     select = {name: "best_val_acc" if "best_val_acc" in t else "val_acc" for name, t in trials.items()}
     tables = {name: best_lr_table(t, "test_acc", select_by=select[name]) for name, t in trials.items()}
@@ -191,8 +219,12 @@ def describe_cross_dataset(gains: pd.DataFrame, agreement: pd.DataFrame) -> str:
     """The cross-dataset table as text: relative gain per configuration and dataset, then the rank agreement."""
     shown = agreement[["dataset", "n", "by_value", "by_plasticity", "spearman", "kendall"]]
     with pd.option_context("display.width", 160):
-        return "\n".join([
-            "Relative gain over the linear probe per configuration and dataset (test accuracy, best lr):",
-            gains.to_string(index=False, float_format=lambda v: f"{100 * v:+.2f}%"),
-            "", "Rank agreement of the gain with plasticity:", shown.to_string(index=False),
-        ])  # fmt: skip
+        return "\n".join(
+            [
+                "Relative gain over the linear probe per configuration and dataset (test accuracy, best lr):",
+                gains.to_string(index=False, float_format=lambda v: f"{100 * v:+.2f}%"),
+                "",
+                "Rank agreement of the gain with plasticity:",
+                shown.to_string(index=False),
+            ]
+        )

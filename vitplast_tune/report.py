@@ -15,7 +15,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pandas as pd
 import torch
@@ -25,6 +25,8 @@ from vitplast_tune.components import COMPONENTS
 from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.plasticity import VARIANTS, aggregate_plasticity, compute_plasticity
 from vitplast_tune.plots import plot_plasticity
+
+Runner = Callable[..., Any]  # runner(fn, **kwargs) -> fn(**kwargs), here or elsewhere (a Ray task)
 
 
 @dataclass
@@ -54,13 +56,16 @@ def plasticity_report(
     out_dir: str | Path | None = None,
     device: str | torch.device | None = None,
     reuse: bool = False,
+    runner: Runner | None = None,
 ) -> PlasticityReport:
     """Measure the plasticity of a model between a reference distribution and a downstream test split; write files.
 
     Writes ``plasticity.csv`` (the per-layer table), ``plasticity.json`` (settings, table, ranking
     and parameter counts per component) and ``plasticity.png`` into ``out_dir`` (default: a cache
     folder keyed by model, weights, data and variant). With ``reuse``, a report already written
-    there for the same settings is loaded instead of measured again.
+    there for the same settings is loaded instead of measured again. ``runner`` runs the measurement
+    elsewhere (``runner(fn, **kwargs)`` returns ``fn(**kwargs)``, e.g. as a Ray task on a GPU node); the files
+    are written here.
     """
     if reference_split not in ("test", "train"):
         raise UserError(f'reference split must be "test" or "train", not "{reference_split}"')
@@ -68,10 +73,8 @@ def plasticity_report(
         raise UserError(f'unknown plasticity variant "{variant}"{did_you_mean(variant, VARIANTS)}; use one of {", ".join(VARIANTS)}')
     data.check_dataset_name(dataset)
     data.check_dataset_name(reference)
-    key = dict(
-        model=model_name, weights=_file_identity(weights), pretrained=pretrained or weights is not None,
-        dataset=dataset, reference=reference, reference_split=reference_split, variant=variant, max_pairs=max_pairs,
-    )  # fmt: skip
+    key = cache_key(model_name, weights=weights, pretrained=pretrained, dataset=dataset, reference=reference,
+                    reference_split=reference_split, data_dir=data_dir, variant=variant, max_pairs=max_pairs)  # fmt: skip
     out = Path(out_dir).expanduser() if out_dir is not None else default_out_dir(model_name, dataset, reference, variant, key)
     files = {"csv": out / "plasticity.csv", "json": out / "plasticity.json", "png": out / "plasticity.png"}
     if reuse and all(f.is_file() for f in files.values()):
@@ -82,29 +85,14 @@ def plasticity_report(
             meta = {k: v for k, v in meta.items() if k not in ("table", "ranking")}
             return PlasticityReport(table, aggregate_plasticity(table), out, files, dict(meta, reused=True))
 
-    # The head is never used: build without one, which also accepts any head in the weights.
-    model = models.build_model(model_name, 0, pretrained=pretrained, weights=weights)
-    config = models.data_config(model)
-    downstream_set = data.load_dataset(dataset, config, data_dir=data_dir, download=download).test
-    reference_splits = data.load_dataset(reference, config, data_dir=data_dir, download=download)
-    reference_set = getattr(reference_splits, reference_split)
-
-    start = time.perf_counter()
-    table = compute_plasticity(
-        model,
-        data.eval_batches(reference_set, batch_size),
-        data.eval_batches(downstream_set, batch_size),
-        variant=variant,
-        batch_size=batch_size,
-        device=device,
-        max_pairs=max_pairs,
-    )
-    seconds = time.perf_counter() - start
+    table, counts, where = (runner or _here)(
+        measure_plasticity, model_name=model_name, weights=weights, pretrained=pretrained, dataset=dataset,
+        reference=reference, reference_split=reference_split, data_dir=data_dir, download=download, variant=variant,
+        batch_size=batch_size, max_pairs=max_pairs, device=device,
+    )  # fmt: skip
     ranking = aggregate_plasticity(table)
-
     out.mkdir(parents=True, exist_ok=True)
-    counts = components.count_parameters(model)
-    meta = dict(key, batch_size=batch_size, n_pairs=int(table["n_pairs"].max()), seconds=round(seconds, 3),
+    meta = dict(key, batch_size=batch_size, n_pairs=int(table["n_pairs"].max()), **where,
                 component_params={c: counts[c] for c in COMPONENTS})  # fmt: skip
     table.to_csv(files["csv"], index=False)
     payload = dict(meta, table=_records(table), ranking=_records(ranking))
@@ -112,6 +100,82 @@ def plasticity_report(
     title = f"{model_name}: {dataset} vs {reference} ({variant})"
     plot_plasticity(table, files["png"], title=title)
     return PlasticityReport(table, ranking, out, files, meta)
+
+
+def measure_plasticity(
+    model_name: str, *, weights, pretrained: bool, dataset: str, reference: str, reference_split: str, data_dir,
+    download: bool, variant: str, batch_size: int, max_pairs: int | None, device=None,
+) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:  # fmt: skip
+    """Build the model and both image sets and measure: (table, parameters per component, where and how long)."""
+    model = models.build_model(model_name, 0, pretrained=pretrained, weights=weights)  # no head: any head in the weights fits
+    config = models.data_config(model)
+    downstream_set = data.load_dataset(dataset, config, data_dir=data_dir, download=download).test
+    reference_set = getattr(data.load_dataset(reference, config, data_dir=data_dir, download=download), reference_split)
+    start = time.perf_counter()
+    table = compute_plasticity(
+        model, data.eval_batches(reference_set, batch_size), data.eval_batches(downstream_set, batch_size),
+        variant=variant, batch_size=batch_size, device=device, max_pairs=max_pairs,
+    )  # fmt: skip
+    where = {"seconds": round(time.perf_counter() - start, 3), "measured_on": task_context()}
+    return table, components.count_parameters(model), where
+
+
+def task_context() -> dict[str, Any]:
+    """The node and resources of the Ray task running this (empty outside Ray), for the report's metadata."""
+    import sys
+
+    if "ray" not in sys.modules:
+        return {}
+    import ray
+
+    if not ray.is_initialized():
+        return {}
+    context = ray.get_runtime_context()
+    try:
+        return {"node_id": context.get_node_id(), "resources": context.get_assigned_resources()}
+    except Exception:  # noqa: BLE001 - the driver, not a task: no assigned resources
+        return {"node_id": context.get_node_id()}
+
+
+def _here(fn: Callable[..., Any], **kwargs: Any) -> Any:
+    return fn(**kwargs)
+
+
+def cache_key(
+    model_name: str, *, weights: str | Path | None, pretrained: bool, dataset: str, reference: str, reference_split: str,
+    data_dir: str | Path | None, variant: str, max_pairs: int | None,
+) -> dict[str, Any]:
+    """Everything that changes a plasticity report: model and weights, both image sets, settings and the code's version."""
+    return dict(
+        model=model_name, weights=_file_identity(weights), pretrained=pretrained or weights is not None,
+        dataset=dataset, reference=reference, reference_split=reference_split, variant=variant, max_pairs=max_pairs,
+        data_dir=str(_data_root(data_dir)), images=_images_identity({dataset, reference}, data_dir), code=code_version(),
+    )  # fmt: skip
+
+
+def code_version() -> str:
+    """The package version and a hash of the modules that compute a report (measurement, models, data)."""
+    from vitplast_tune import __version__, fractals, transforms
+
+    digest = hashlib.sha256()
+    for module in (plasticity, models, data, transforms, fractals):
+        digest.update(Path(module.__file__).read_bytes())
+    return f"{__version__}+{digest.hexdigest()[:12]}"
+
+
+def _images_identity(datasets: set[str], data_dir: str | Path | None) -> str | None:
+    """A hash of the image files of the on-disk folders among ``datasets`` (paths, sizes, modification times)."""
+    if "imagefolder" not in datasets:
+        return None  # the other datasets are fixed files (torchvision, CIFAR-10-C) or generated by the code
+    root, digest = _data_root(data_dir), hashlib.sha256()
+    for path in sorted(p for split in ("train", "test") for p in (root / split).rglob("*") if p.is_file()):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def _data_root(data_dir: str | Path | None) -> Path:
+    return Path(data_dir).expanduser().resolve() if data_dir is not None else data.default_data_dir()
 
 
 def default_out_dir(model_name: str, dataset: str, reference: str, variant: str, key: dict | None = None) -> Path:

@@ -7,6 +7,7 @@ metrics dataframe), so this module needs no Ray; ``summary`` renders a ``SearchR
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pandas as pd
 
 from vitplast_tune import report, spaces
 from vitplast_tune.analysis import SearchAnalysis
+from vitplast_tune.mlflow_view import View
 from vitplast_tune.plan import EXPERIMENT, SearchPlan
 
 
@@ -27,13 +29,15 @@ class SearchResult:
     parent_run_id: str
     elapsed_s: float
     analysis: SearchAnalysis | None = None
+    view: View | None = None  # the search's MLflow UI view and its link
 
 
 def trial_table(grid, plan: SearchPlan, predictors: report.Predictors | None = None) -> pd.DataFrame:
     """One row per trial: its subset, parameters, final and best metrics, status and pre-training predictors.
 
     ``val_acc_common`` is each trial's validation accuracy at ``common_step``, the last evaluation
-    every trial reached: with early stopping, the one budget all trials share.
+    every trial reached: with early stopping, the one budget all trials share. ``best_val_loss`` is
+    the lowest validation loss it reported (a tie-break between equal accuracies).
     """
     rows, curves = [], []
     for result in grid:
@@ -50,6 +54,8 @@ def trial_table(grid, plan: SearchPlan, predictors: report.Predictors | None = N
                 "step": metrics.get("step"),
                 "trainable_params": metrics.get("trainable_params"),
                 "images_per_s": images_per_s(result, config.get("batch_size", plan.settings["batch_size"])),
+                "log10_trainable_params": _log10(metrics.get("trainable_params")),
+                "best_val_loss": _lowest(result, "val_loss"),
                 "max_steps": plan.settings["max_steps"],
                 "diverged": bool(metrics.get("diverged", 0)),
                 "over_budget": bool(metrics.get("over_budget", 0)),
@@ -65,8 +71,22 @@ def trial_table(grid, plan: SearchPlan, predictors: report.Predictors | None = N
     return pd.DataFrame(rows)
 
 
+def unfinished(grid) -> int:
+    """Trials that neither completed nor failed: never started, or stopped by Ctrl-C.
+
+    Ray Tune's cleanup marks the pending and running trials of an interrupted search TERMINATED, so
+    the status says nothing; a completed trial's last result says ``done`` (also when a scheduler
+    stopped it early), a failed one has an error.
+    """
+    return sum(1 for r in grid if r.error is None and not (r.metrics or {}).get("done"))
+
+
 def write_trials(result: SearchResult) -> Path | None:
-    """Write the trial table as ``trials.csv`` in the search's directory (None for remote storage or no trials)."""
+    """Write the trial table as ``trials.csv`` in the search's directory (None for remote storage or no trials).
+
+    Read it back with ``read_trials`` (ids as text); the parent run also holds it as ``trials.json``, a
+    table the MLflow UI shows with the ids as text (its CSV preview reads "00012" as 12).
+    """
     directory = result.plan.local_dir
     if directory is None or result.trials.empty:
         return None
@@ -76,13 +96,21 @@ def write_trials(result: SearchResult) -> Path | None:
 
 
 def read_trials(directory: Path) -> pd.DataFrame:
-    """The trial table a finished search wrote in ``directory`` (trial ids kept as strings)."""
+    """The trial table a finished search wrote in ``directory`` (``write_trials``), trial and run ids as text."""
     from vitplast_tune.errors import UserError
 
     path = directory / "trials.csv"
     if not path.is_file():
         raise UserError(f'search "{directory.name}" in {directory.parent} has not finished: no trial table to analyse')
-    return pd.read_csv(path, dtype={"trial_id": str})
+    return pd.read_csv(path, dtype={"trial_id": str, "run_id": str})
+
+
+def checkpoint(grid, trial_id: str):
+    """The last checkpoint of trial ``trial_id`` in a result grid (None when it has none)."""
+    for result in grid:
+        if (result.metrics or {}).get("trial_id") == trial_id:
+            return result.checkpoint
+    return None
 
 
 def val_curve(result) -> dict[int, float]:
@@ -138,6 +166,17 @@ def write_pareto(result: SearchResult) -> list[Path]:
     return files
 
 
+def _lowest(result, column: str) -> float | None:
+    frame = result.metrics_dataframe
+    if frame is None or column not in frame or frame[column].dropna().empty:
+        return None
+    return float(frame[column].min())
+
+
+def _log10(value: Any) -> float | None:
+    return math.log10(value) if isinstance(value, (int, float)) and not pd.isna(value) and value > 0 else None
+
+
 def top_trials(result: SearchResult, k: int = 10) -> pd.DataFrame:
     """The ``k`` best trials by best validation accuracy (or the space's metric when it is not accuracy)."""
     trials = result.trials
@@ -169,7 +208,12 @@ def summary(result: SearchResult, k: int = 10) -> str:
     lines += ["", f"Results (Ray Tune): {plan.storage}/{plan.name}"]
     if plan.local_dir is not None:
         lines.append(f"Trial table:        {plan.local_dir / 'trials.csv'}")
-    lines.append(f"MLflow runs:        mlflow ui --backend-store-uri {plan.tracking_uri} --host 127.0.0.1   (experiment '{EXPERIMENT}', parent run '{plan.name}')")
+    if not plan.tracking_uri.startswith(("http://", "https://")):
+        lines.append(f"MLflow runs:        mlflow ui --backend-store-uri {plan.tracking_uri} --host 127.0.0.1   (experiment '{EXPERIMENT}', parent run '{plan.name}')")
+    if result.view is not None:
+        lines.append(f"MLflow view:        {result.view.link}")
+        if result.view.note:
+            lines.append(f"                    ({result.view.note})")
     return "\n".join(lines)
 
 

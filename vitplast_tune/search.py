@@ -31,75 +31,98 @@ def run(options: SearchOptions, callbacks: Sequence[Callback] = ()) -> SearchRes
 
 
 def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResult:
-    """Run a prepared search: plasticity, Ray, MLflow parent run, the Tuner, then results and analysis.
+    """Run a prepared search: Ray, the predictors, the MLflow parent run, the Tuner, then results and analysis.
 
     ``callbacks``: extra Ray Tune callbacks (e.g. the trial timeline of scripts/bench_trial.py).
     """
     import ray
-    from ray import tune
 
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     started = time.perf_counter()
-    predictors = measure(plan)  # on the driver, before Ray: it also proves the weights load
+    for note in plan.notes:
+        _say(plan, f"note: {note}")
     owns_ray = not ray.is_initialized()
     if owns_ray:
         _init_ray(plan.options.address)
-    try:  # cluster: join and check the per-trial request before any record exists; Ray shut down on failure
+    mlflow, parent = None, None
+    try:  # join and check the trial request, measure, then record; Ray shut down after; a failure marks the run
         grows = _check_cluster(plan)
+        predictors = measure(plan)  # a Ray task with a trial's resources (a GPU when trials use GPUs); cached
         mlflow = tracking.client(plan.tracking_uri)
         parent = tracking.open_search_run(mlflow, plan, predictors)
+        view = tracking.publish_view(mlflow, plan, parent, predictors.plasticity is not None)
         write_record(plan, parent)
-    except BaseException:
-        if owns_ray:
-            ray.shutdown()
-        raise
-    try:
-        callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, tracking.trial_describer(plan, predictors)), *callbacks]
-        if plan.options.verbose:
-            from vitplast_tune.progress import Progress
-
-            callbacks.append(Progress(plan.spec.total_trials))
-        trainable = tune.with_parameters(train_trial, settings=plan.settings, decoded=plan.decoded,
-                                         max_trainable_params=plan.max_trainable_params)  # fmt: skip
-        trainable = tune.with_resources(trainable, plan.options.trial_resources)
         with searchers.pending_limit(plan, grows):
-            grid = searchers.tuner(plan, trainable, callbacks, warm_start_subsets(plan, predictors)).fit()
-        trials = results.trial_table(grid, plan, predictors)
+            grid = _tune(plan, callbacks, parent, predictors)
     except KeyboardInterrupt:
-        mlflow.set_terminated(parent, status="KILLED")
+        if parent is not None:
+            mlflow.set_terminated(parent, status="KILLED")
+        raise
+    except Exception as exc:
+        if parent is not None:
+            tracking.mark_failed(mlflow, parent, exc)
         raise
     finally:
         if owns_ray:
             ray.shutdown()
-    unfinished = max(plan.spec.total_trials - grid.num_terminated - grid.num_errors, 0)  # Tune stops early on Ctrl-C
-    mlflow.set_terminated(parent, status="KILLED" if unfinished else "FINISHED")
+    unfinished = results.unfinished(grid) + max(plan.spec.total_trials - len(grid), 0)  # Ctrl-C, or never created
     if unfinished:
+        mlflow.set_terminated(parent, status="KILLED")
         raise SearchInterrupted(
             f"{unfinished} trial(s) unfinished; nothing is lost: continue the search with "
             f"python scripts/search.py --name {plan.name} --storage {plan.storage} --resume"
         )
-    result = SearchResult(plan, trials, parent, time.perf_counter() - started)
-    _record_results(result, mlflow)
-    analyse(result, mlflow)
+    result = SearchResult(plan, results.trial_table(grid, plan, predictors), parent, time.perf_counter() - started, view=view)
+    try:
+        _record_results(result, mlflow, grid)
+        analyse(result, mlflow)
+    except Exception as exc:
+        tracking.mark_failed(mlflow, parent, exc)
+        raise
+    mlflow.set_terminated(parent, status="FINISHED")
     return result
 
 
+def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predictors: report.Predictors):
+    """Run the trials (the MLflow tracker, progress lines and ``callbacks`` attached); return Tune's result grid."""
+    from ray import tune
+
+    callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, tracking.trial_describer(plan, predictors)), *callbacks]
+    if plan.options.verbose:
+        from vitplast_tune.progress import Progress
+
+        callbacks.append(Progress(plan.spec.total_trials))
+    trainable = tune.with_parameters(train_trial, settings=plan.settings, decoded=plan.decoded,
+                                     max_trainable_params=plan.max_trainable_params)  # fmt: skip
+    trainable = tune.with_resources(trainable, plan.options.trial_resources)
+    return searchers.tuner(plan, trainable, callbacks, warm_start_subsets(plan, predictors)).fit()
+
+
+def _say(plan: SearchPlan, text: str) -> None:
+    if plan.options.verbose:
+        print(text, flush=True)
+
+
 def measure(plan: SearchPlan) -> report.Predictors:
-    """The predictors the search measures before training (plasticity, gradient criteria); cached plasticity is reused."""
+    """The predictors the search measures before training (plasticity, gradient criteria), each as a Ray task
+    with one trial's resources; plasticity measured before is read from its cache instead."""
     if not plan.options.plasticity:
         return report.Predictors()
+    from vitplast_tune.cluster import task_runner
+
     s, o = plan.settings, plan.options
     say = print if o.verbose else lambda *a, **k: None
+    run = task_runner(o.trial_resources, say)
     say(f"Plasticity of {s['model']} ({o.plasticity_variant} variant): {s['dataset']} test split vs {o.plasticity_reference} ...", flush=True)
     measured = report.plasticity_report(
         s["model"], weights=s["weights"], pretrained=s["pretrained"], dataset=s["dataset"],
         reference=o.plasticity_reference, data_dir=s["data_dir"], download=s["download"],
-        variant=o.plasticity_variant, max_pairs=o.plasticity_pairs, reuse=True,
+        variant=o.plasticity_variant, max_pairs=o.plasticity_pairs, reuse=True, runner=run,
     )  # fmt: skip
     ranking = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
     order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranking.itertuples())
     say(f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})", flush=True)
-    gradients = report.gradient_report(trial_config({}, s), decoded=plan.decoded)
+    gradients = run(report.gradient_report, cfg=trial_config({}, s), decoded=plan.decoded)
     return report.Predictors(measured, gradients)
 
 
@@ -149,12 +172,21 @@ def compare_datasets(names: Sequence[str], storage: str | None = None, out_dir: 
     return protocol.describe_cross_dataset(gains, agreement) + f"\nfiles: {out}"
 
 
-def _record_results(result: SearchResult, mlflow) -> None:
-    """The trial table as CSV in the search's directory, and the headline metrics, on the parent run."""
+def _record_results(result: SearchResult, mlflow, grid) -> None:
+    """Each trial's run id and final metrics on its run; the trial table as CSV in the search's directory, the
+    headline metrics and the best trial's trained weights on the parent run."""
+    trials = result.trials
+    if not trials.empty:
+        trials["run_id"] = trials["trial_id"].map(tracking.trial_runs(mlflow, result.parent_run_id))
+        tracking.log_trial_finals(mlflow, trials)
+    best = results.top_trials(result, 1)
     path = results.write_trials(result)
     if path is not None:
-        tracking.log_results(mlflow, result.parent_run_id, path, results.top_trials(result, 1), len(result.trials))
+        tracking.log_results(mlflow, result.parent_run_id, path, best, len(trials))
     tracking.log_pareto(mlflow, result.parent_run_id, results.write_pareto(result))
+    checkpoint = results.checkpoint(grid, best.iloc[0]["trial_id"]) if not best.empty else None
+    if checkpoint is not None:
+        tracking.log_best_weights(mlflow, result.parent_run_id, checkpoint, best.iloc[0].to_dict())
 
 
 def _init_ray(address: str | None) -> None:

@@ -8,7 +8,9 @@ trials for autoscaling, and the Tuner.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import warnings
 from typing import Any, Iterator, Sequence
 
 from ray import tune
@@ -19,15 +21,36 @@ from vitplast_tune.plan import SearchPlan
 
 
 class OptunaSearcher(OptunaSearch):
-    """Ray Tune's OptunaSearch, telling Optuna FAIL for a trial that errored or diverged.
+    """Ray Tune's OptunaSearch, telling Optuna the truth about each trial's end.
 
-    The stock searcher reports an errored trial's last value as COMPLETE; a failure should not
-    teach TPE that its configuration was fine.
+    Every evaluation is an intermediate value at its training step. A trial that reached its budget
+    (``max_steps``) is COMPLETE; one the scheduler stopped earlier is PRUNED, so TPE does not take
+    its truncated accuracy for a final one; one that errored or diverged is FAIL (the stock searcher
+    reports both as COMPLETE with their last value).
     """
 
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        """Report the metric to the Optuna trial at the training step (a resumed step is reported once)."""
+        value, step = result.get(self.metric), result.get("step")
+        if trial_id in self._completed_trials or trial_id not in self._ot_trials or step is None:
+            return
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            return
+        with warnings.catch_warnings():  # Optuna warns and ignores a step reported again after a restore
+            warnings.simplefilter("ignore")
+            self._ot_trials[trial_id].report(float(value), int(step))
+
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        """End the Optuna trial: FAIL (errored or diverged), PRUNED (stopped before max_steps) or COMPLETE."""
         if error or (result or {}).get("diverged"):
-            result, error = None, True
+            return super().on_trial_complete(trial_id, result=None, error=True)
+        if result and result.get("step", 0) < result.get("max_steps", 0) and trial_id in self._ot_trials:
+            if trial_id not in self._completed_trials:
+                import optuna
+
+                self._ot_study.tell(self._ot_trials[trial_id], state=optuna.trial.TrialState.PRUNED)
+                self._completed_trials.add(trial_id)
+            return
         super().on_trial_complete(trial_id, result=result, error=error)
 
 
@@ -97,7 +120,7 @@ def pending_trials(plan: SearchPlan, cluster_grows: bool) -> int | None:
     """
     if not cluster_grows or plan.spec.algorithm != "optuna":
         return None
-    return plan.options.max_concurrent or plan.spec.total_trials
+    return plan.max_concurrent or plan.spec.total_trials
 
 
 @contextlib.contextmanager
@@ -120,23 +143,43 @@ def trial_dirname(trial) -> str:
 
 
 def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str] = ()) -> tune.Tuner:
-    """The Tuner of a plan: restored from storage with ``--resume``, else new (``warm_start``: see search_algorithm)."""
+    """The Tuner of a plan: restored from storage with ``--resume`` (with this run's callbacks), else new
+    (``warm_start``: see search_algorithm)."""
     spec, options = plan.spec, plan.options
     path = f"{plan.storage}/{plan.name}"
     if options.resume and tune.Tuner.can_restore(path):
-        return tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True)
+        restored = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True)
+        renew_run_config(restored, callbacks, plan.max_failures)
+        return restored
     param_space: dict[str, Any] = {} if spec.algorithm == "optuna" else spaces.tune_param_space(spec)
     return tune.Tuner(
         trainable,
         param_space=param_space,
         tune_config=tune.TuneConfig(
             metric=spec.metric, mode=spec.mode, num_samples=spec.num_samples, reuse_actors=True,
-            search_alg=search_algorithm(spec, options.seed, options.max_concurrent, warm_start),
+            search_alg=search_algorithm(spec, plan.seed, plan.max_concurrent, warm_start),
             scheduler=scheduler(spec, plan.settings["max_steps"]), trial_dirname_creator=trial_dirname,
         ),
         run_config=tune.RunConfig(
             name=plan.name, storage_path=plan.storage, callbacks=callbacks, verbose=0,
-            failure_config=tune.FailureConfig(max_failures=options.max_failures),
+            failure_config=tune.FailureConfig(max_failures=plan.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         ),
     )  # fmt: skip
+
+
+def renew_run_config(restored: tune.Tuner, callbacks: list, max_failures: int) -> None:
+    """Give a restored Tuner this driver's callbacks and failure budget (Ray restores the pickled ones)."""
+
+    def renew(run_config: tune.RunConfig) -> tune.RunConfig:
+        run_config.callbacks = list(callbacks)
+        run_config.failure_config = tune.FailureConfig(max_failures=max_failures)
+        return run_config
+
+    if getattr(restored, "_local_tuner", None) is not None:
+        renew(restored._local_tuner.get_run_config())
+        return
+    import ray  # a Ray client (ray://) driver: the Tuner lives in an actor on the cluster
+
+    remote = restored._remote_tuner
+    ray.get(remote.set_run_config_and_remote_string_queue.remote(renew(ray.get(remote.get_run_config.remote())), None))

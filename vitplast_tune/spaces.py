@@ -1,6 +1,6 @@
 """Search-space files: reading and validating them, and turning them into Optuna or Ray Tune spaces.
 
-A space file is YAML (see ``search_spaces/component_subsets.yaml``)::
+A space file is YAML (see ``vitplast_tune/search_spaces/component_subsets.yaml``)::
 
     description: Any non-empty subset of the six components, and the learning rate.
     metric: val_acc            # what to optimise, reported by every trial
@@ -35,7 +35,7 @@ import yaml
 from vitplast_tune.components import ALL, COMPONENTS, parse_subset, subset_name
 from vitplast_tune.errors import UserError, did_you_mean
 
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+SPACES_DIR = Path(__file__).resolve().parent / "search_spaces"  # shipped with the package
 ALGORITHMS = ("optuna", "grid", "random")
 SCHEDULERS = ("asha", "median", "fifo")
 MODES = ("max", "min")
@@ -342,7 +342,7 @@ class SearchSpec:
 
 
 def resolve_space_path(name_or_path: str | Path) -> Path:
-    """A space file by name in ``search_spaces/`` (with or without .yaml) or by path."""
+    """A space file by path, else by name among the shipped ones in ``vitplast_tune/search_spaces/`` (.yaml optional)."""
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return path
@@ -354,7 +354,7 @@ def resolve_space_path(name_or_path: str | Path) -> Path:
 
 
 def list_spaces() -> list[str]:
-    """Names of the space files shipped in ``search_spaces/``."""
+    """Names of the space files shipped with the package (``vitplast_tune/search_spaces/``)."""
     return sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
 
 

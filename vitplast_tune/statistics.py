@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -59,9 +60,13 @@ def correlations(
 
 
 def bca_interval(
-    data: tuple[np.ndarray, ...], statistic: Callable[..., float], *, n_boot: int = 1000, seed: int = 0,
+    data: tuple[np.ndarray, ...],
+    statistic: Callable[..., float],
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
     level: float = 0.95,
-) -> tuple[float, float]:  # fmt: skip
+) -> tuple[float, float]:
     """Paired BCa bootstrap interval of ``statistic(*data)`` (``scipy.stats.bootstrap``); NaN when ``n_boot`` is 0.
 
     A bootstrap distribution with a single value (e.g. a perfect rank correlation) gives that value twice.
@@ -70,8 +75,16 @@ def bca_interval(
         return math.nan, math.nan
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # scipy warns about degenerate distributions, handled below
-        res = stats.bootstrap(data, statistic, paired=True, vectorized=False, n_resamples=n_boot, method="BCa",
-                              confidence_level=level, rng=np.random.default_rng(seed))  # fmt: skip
+        res = stats.bootstrap(
+            data,
+            statistic,
+            paired=True,
+            vectorized=False,
+            n_resamples=n_boot,
+            method="BCa",
+            confidence_level=level,
+            rng=np.random.default_rng(seed),
+        )
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     boot = np.asarray(res.bootstrap_distribution, dtype=float)
     if not (np.isfinite(low) and np.isfinite(high)) and np.allclose(boot, boot[0], rtol=0, atol=1e-9):
@@ -93,9 +106,15 @@ _RANK_STATS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {"spearman":
 
 
 def compare_predictors(
-    trials: pd.DataFrame, predictor: str, baseline: str, target: str, *, stat: str = "spearman",
-    n_boot: int = 1000, seed: int = 0,
-) -> dict[str, Any]:  # fmt: skip
+    trials: pd.DataFrame,
+    predictor: str,
+    baseline: str,
+    target: str,
+    *,
+    stat: str = "spearman",
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Is ``predictor`` a better rank predictor of ``target`` than ``baseline``? A paired bootstrap of the difference.
 
     Returns n, diff = stat(predictor) - stat(baseline) on the rows where all three are finite, its BCa 95%
@@ -106,9 +125,18 @@ def compare_predictors(
     keep = np.isfinite(x1) & np.isfinite(x2) & np.isfinite(y)
     x1, x2, y = x1[keep], x2[keep], y[keep]
     f = _RANK_STATS[stat]
-    diff = lambda a, b, t: f(a, t) - f(b, t)  # noqa: E731
-    out = {"predictor": predictor, "baseline": baseline, "target": target, "stat": stat, "n": int(keep.sum()),
-           "diff": math.nan, "diff_low": math.nan, "diff_high": math.nan, "verdict": "too few rows"}  # fmt: skip
+    diff = lambda a, b, t: f(a, t) - f(b, t)
+    out = {
+        "predictor": predictor,
+        "baseline": baseline,
+        "target": target,
+        "stat": stat,
+        "n": int(keep.sum()),
+        "diff": math.nan,
+        "diff_low": math.nan,
+        "diff_high": math.nan,
+        "verdict": "too few rows",
+    }
     if len(y) < 3 or is_constant(y):
         return out
     low, high = bca_interval((x1, x2, y), diff, n_boot=n_boot, seed=seed)
@@ -128,9 +156,15 @@ def partial_spearman(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> float:
 
 
 def partial_correlations(
-    trials: pd.DataFrame, predictors: list[str], target: str = "val_acc", control: str = "lr", *,
-    n_boot: int = 1000, seed: int = 0, min_trials: int = 5,
-) -> pd.DataFrame:  # fmt: skip
+    trials: pd.DataFrame,
+    predictors: list[str],
+    target: str = "val_acc",
+    control: str = "lr",
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    min_trials: int = 5,
+) -> pd.DataFrame:
     """Partial Spearman of each predictor with ``target`` controlling for ``control`` (log lr: ranks are the same).
 
     One row per predictor: n, partial_spearman and its paired BCa 95% interval, note.
@@ -142,8 +176,16 @@ def partial_correlations(
         x_all = numeric(trials[predictor])
         keep = np.isfinite(x_all) & np.isfinite(y_all) & np.isfinite(z_all)
         x, y, z = x_all[keep], y_all[keep], z_all[keep]
-        row = {"predictor": predictor, "target": target, "control": control, "n": int(keep.sum()),
-               "partial_spearman": math.nan, "partial_low": math.nan, "partial_high": math.nan, "note": ""}  # fmt: skip
+        row = {
+            "predictor": predictor,
+            "target": target,
+            "control": control,
+            "n": int(keep.sum()),
+            "partial_spearman": math.nan,
+            "partial_low": math.nan,
+            "partial_high": math.nan,
+            "note": "",
+        }
         if len(x) < min_trials:
             row["note"] = f"too few finished trials (n < {min_trials})"
         elif is_constant(x) or is_constant(y):
@@ -183,9 +225,11 @@ def point_stats(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     """Spearman and Kendall of two samples with their p-values."""
     spearman, kendall = stats.spearmanr(x, y), stats.kendalltau(x, y)
     return {
-        "spearman": spearman.statistic, "spearman_p": spearman.pvalue,
-        "kendall": kendall.statistic, "kendall_p": kendall.pvalue,
-    }  # fmt: skip
+        "spearman": spearman.statistic,
+        "spearman_p": spearman.pvalue,
+        "kendall": kendall.statistic,
+        "kendall_p": kendall.pvalue,
+    }
 
 
 def config_name(components: Any) -> str:

@@ -8,26 +8,53 @@ search continues its runs instead of duplicating them.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import numbers
+import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import pandas as pd
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
+from mlflow.tracking.context.registry import resolve_tags
 from ray.tune import Callback
 
-from vitplast_tune import report, spaces
+from vitplast_tune import mlflow_view, report, results, spaces
 from vitplast_tune.plan import EXPERIMENT, SearchPlan
 from vitplast_tune.trial import trial_config
 
-SEARCH_TAG = "vitplast.search"
+SEARCH_TAG = mlflow_view.SEARCH_TAG
+ROLE_TAG = mlflow_view.ROLE_TAG  # "search" on the parent run, "trial" on each child: filter by it
+SEARCH_ID_TAG = "vitplast.search_id"  # unique per search: a shared server may hold several searches of one name
+STORAGE_TAG = "vitplast.storage"
+FAILURE_TAG = "failure_reason"
 TRIAL_TAG = "ray.trial_id"
 PARENT_TAG = "mlflow.parentRunId"
 RUN_NAME_TAG = "mlflow.runName"
+NOTE_TAG = "mlflow.note.content"  # the run's description in the UI (Markdown)
+VIEW_LINK_TAG = "vitplast.view_link"
 CURVE_METRICS = ("train_loss", "val_acc", "val_loss", "best_val_acc", "current_lr", "steps_per_s", "images_per_s")
+# Logged once per trial after the search, from the trial table (results.trial_table).
+FINAL_METRICS = ("val_acc_common", "common_step", "trainable_params", "log10_trainable_params", "best_val_loss")
+BEST_WEIGHTS = "best_trial/trainable_weights.safetensors"
 _MAX_PARAM = 6000
+
+
+@dataclass
+class TrialRun:
+    """What a trial's child run starts with: its name, params, start metrics, tags and dataset inputs."""
+
+    name: str
+    params: dict[str, Any]
+    metrics: dict[str, float]
+    tags: dict[str, str] = field(default_factory=dict)
+    inputs: list[DatasetInput] = field(default_factory=list)
 
 
 def client(tracking_uri: str) -> MlflowClient:
@@ -41,22 +68,57 @@ def experiment_id(mlflow: MlflowClient, name: str) -> str:
     return experiment.experiment_id if experiment else mlflow.create_experiment(name)
 
 
-def find_search_run(mlflow: MlflowClient, experiment: str, search: str) -> str | None:
-    """Run id of the parent run of search ``search``, or None."""
+def find_search_run(
+    mlflow: MlflowClient, experiment: str, search: str, search_id: str | None = None, storage: str | None = None
+) -> str | None:
+    """Run id of the parent run of search ``search`` (narrowed to its unique id or its storage when given), or None."""
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
         return None
-    runs = mlflow.search_runs([exp.experiment_id], filter_string=f"tags.`{SEARCH_TAG}` = '{search}'", max_results=1)
-    return runs[0].info.run_id if runs else None
+    tags = {SEARCH_TAG: search, SEARCH_ID_TAG: search_id, STORAGE_TAG: storage}
+    where = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items() if v)
+    runs = mlflow.search_runs([exp.experiment_id], filter_string=where, max_results=2)
+    return runs[0].info.run_id if len(runs) == 1 else None
+
+
+def mark_failed(mlflow: MlflowClient, run_id: str, error: BaseException | str) -> None:
+    """End a run as FAILED with the reason (the error's first line) in its ``failure_reason`` tag."""
+    lines = str(error).strip().splitlines()
+    reason = f"{type(error).__name__}: {lines[0] if lines else ''}" if isinstance(error, BaseException) else str(error)
+    mlflow.set_tag(run_id, FAILURE_TAG, reason[:500])
+    mlflow.set_terminated(run_id, status="FAILED")
 
 
 def start_search_run(
     mlflow: MlflowClient, experiment: str, search: str, params: dict[str, Any], tags: dict[str, str]
 ) -> str:
-    """Create the parent run of a search with its params and tags; return its id."""
-    run = mlflow.create_run(experiment_id(mlflow, experiment), run_name=search, tags={SEARCH_TAG: search, **tags})
+    """Create the parent run of a search with its params and tags (and the source tags); return its id."""
+    tags = {**source_tags(), SEARCH_TAG: search, ROLE_TAG: "search", **tags}
+    run = mlflow.create_run(experiment_id(mlflow, experiment), run_name=search, tags=tags)
     log_params(mlflow, run.info.run_id, params)
     return run.info.run_id
+
+
+def source_tags() -> dict[str, str]:
+    """MLflow's source tags for runs made through the client: entry point, git commit (in a git repo), user."""
+    name = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-", "-c") else "vitplast_tune"
+    tags = resolve_tags({"mlflow.source.name": name})
+    return {k: str(v) for k, v in tags.items() if k.startswith(("mlflow.source.", "mlflow.user"))}
+
+
+def dataset_inputs(settings: dict[str, Any]) -> list[DatasetInput]:
+    """The training and validation splits a trial uses, as MLflow dataset inputs (the UI's Dataset column)."""
+    name, seed, fraction = settings["dataset"], settings.get("seed", 0), settings.get("val_fraction")
+    source = json.dumps({"dataset": name, "data_dir": settings.get("data_dir")})
+    inputs = []
+    for context, split in (("training", "train"), ("validation", "val")):
+        identity = f"{name}:{split}:seed={seed}:val_fraction={fraction}"
+        digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
+        profile = json.dumps({"split": split, "seed": seed, "val_fraction": fraction})
+        dataset = Dataset(name=f"{name}-{split}", digest=digest, source_type="vitplast_tune", source=source,
+                          profile=profile)  # fmt: skip
+        inputs.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)]))
+    return inputs
 
 
 def log_params(mlflow: MlflowClient, run_id: str, params: dict[str, Any]) -> None:
@@ -77,16 +139,12 @@ def log_metrics(mlflow: MlflowClient, run_id: str, metrics: dict[str, Any], step
 class MlflowTracker(Callback):
     """Tune callback: one MLflow child run per trial under the search's parent run.
 
-    ``describe(config)`` returns the run name, params and start metrics of a trial (the search
-    supplies it, e.g. the subset's plasticity scores), so this class knows nothing of training.
+    ``describe(config)`` returns the ``TrialRun`` of a trial (name, params, start metrics such as the
+    subset's plasticity scores, tags, dataset inputs; see ``trial_describer``), so this class knows
+    nothing of training.
     """
 
-    def __init__(
-        self,
-        tracking_uri: str,
-        parent_run_id: str,
-        describe: Callable[[dict[str, Any]], tuple[str, dict[str, Any], dict[str, float]]],
-    ):
+    def __init__(self, tracking_uri: str, parent_run_id: str, describe: Callable[[dict[str, Any]], TrialRun]):
         self.tracking_uri = tracking_uri
         self.parent_run_id = parent_run_id
         self.describe = describe
@@ -117,11 +175,14 @@ class MlflowTracker(Callback):
             run_id = found[0].info.run_id
             self.mlflow.update_run(run_id, status="RUNNING")
         else:
-            name, params, metrics = self.describe(trial.config)
-            tags = {PARENT_TAG: self.parent_run_id, TRIAL_TAG: trial.trial_id, RUN_NAME_TAG: f"{name} #{number or trial.trial_id}"}
+            described = self.describe(trial.config)
+            tags = {**described.tags, PARENT_TAG: self.parent_run_id, TRIAL_TAG: trial.trial_id,
+                    RUN_NAME_TAG: f"{described.name} #{number or trial.trial_id}"}  # fmt: skip
             run_id = self.mlflow.create_run(parent.info.experiment_id, tags=tags).info.run_id
-            log_params(self.mlflow, run_id, params)
-            log_metrics(self.mlflow, run_id, metrics)
+            log_params(self.mlflow, run_id, described.params)
+            log_metrics(self.mlflow, run_id, described.metrics)
+            if described.inputs:
+                self.mlflow.log_inputs(run_id, datasets=described.inputs)
         self.runs[trial.trial_id] = run_id
         return run_id
 
@@ -145,8 +206,7 @@ class MlflowTracker(Callback):
             self.mlflow.set_tag(run_id, "failure_reason", str(last.get("error", "diverged")))
             self.mlflow.set_terminated(run_id, status="FAILED")
             return
-        final = {"final_val_acc": last.get("val_acc"), "best_val_acc": last.get("best_val_acc"),
-                 "test_acc": last.get("test_acc"), "final_step": last.get("step")}  # fmt: skip
+        final = {"final_val_acc": last.get("val_acc"), "test_acc": last.get("test_acc"), "final_step": last.get("step")}
         log_metrics(self.mlflow, run_id, final, int(last.get("step", 0)))
         self.mlflow.set_tag(run_id, "stopped_early", str(int(last.get("step", 0)) < int(last.get("max_steps", 0))))
         self.mlflow.set_terminated(run_id, status="FINISHED")
@@ -154,7 +214,7 @@ class MlflowTracker(Callback):
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
         run_id = self.run_id(trial)
         reason = _error_text(trial)
-        self.mlflow.set_tag(run_id, "failure_reason", reason)
+        self.mlflow.set_tag(run_id, FAILURE_TAG, reason)
         self.mlflow.set_terminated(run_id, status="FAILED")
 
     def get_state(self) -> dict:
@@ -167,14 +227,17 @@ class MlflowTracker(Callback):
 def open_search_run(mlflow: MlflowClient, plan: SearchPlan, predictors: report.Predictors) -> str:
     """The parent run of a search: found again on ``--resume``, else created with the space, settings and plasticity."""
     if plan.options.resume:
-        existing = find_search_run(mlflow, EXPERIMENT, plan.name)
+        existing = find_search_run(mlflow, EXPERIMENT, plan.name, search_id=plan.search_id or None,
+                                   storage=None if plan.search_id else f"{plan.storage}/{plan.name}")  # fmt: skip
         if existing:
             mlflow.update_run(existing, status="RUNNING")
             return existing
     spec = plan.spec
     params = {"space": spec.name, "algorithm": spec.algorithm, "scheduler": spec.scheduler.name, "num_samples": spec.num_samples,
-              "metric": spec.metric, "mode": spec.mode, "search_seed": plan.options.seed, **plan.settings}  # fmt: skip
-    tags = {"vitplast.space_fingerprint": spec.fingerprint, "vitplast.storage": f"{plan.storage}/{plan.name}"}
+              "metric": spec.metric, "mode": spec.mode, "search_seed": plan.seed,
+              **{f"default.{k}": v for k, v in plan.settings.items()}}  # fmt: skip
+    tags = {"vitplast.space_fingerprint": spec.fingerprint, STORAGE_TAG: f"{plan.storage}/{plan.name}",
+            SEARCH_ID_TAG: plan.search_id, NOTE_TAG: search_note(plan.name)}  # fmt: skip
     plasticity = predictors.plasticity
     if plasticity is not None:
         meta = plasticity.meta
@@ -185,50 +248,110 @@ def open_search_run(mlflow: MlflowClient, plan: SearchPlan, predictors: report.P
         mlflow.log_text(run_id, predictors.gradients.to_csv(index=False), "criteria/gradients.csv")
     if plasticity is not None:
         log_artifacts(mlflow, run_id, plasticity.files.values(), "plasticity")
-        log_metrics(mlflow, run_id, {f"plasticity/{r.component}": r.plasticity for r in plasticity.ranking.itertuples()})
+        mlflow.log_table(run_id, plasticity.ranking, "plasticity/ranking.json")
     return run_id
+
+
+def search_note(search: str, link: str | None = None, note: str = "") -> str:
+    """The parent run's description (Markdown): what the search's runs and metrics are, and the view's link."""
+    lines = [f"**Search `{search}`**: one child run per trial (tag `{ROLE_TAG}` = `trial`); this run (`search`) holds "
+             "the search-wide settings (params `default.*`), the plasticity table and the analysis."]  # fmt: skip
+    if link:
+        lines += ["", f"[Open the trials view]({link}) (trials sorted by accuracy at the common step, with charts)."]
+    if note:
+        lines += ["", note]
+    lines += ["", "Metrics: `best_val_acc` (best validation accuracy of the best trial), `best_test_acc` (test accuracy "
+              "of that trial's best-validation weights), `num_trials`. Trials: `val_acc_common` is the validation "
+              "accuracy at `common_step`, the last evaluation every trial reached (the fair comparison under early "
+              "stopping); `plasticity_mean` is the subset's mean plasticity; `trainable_params` and its log10.",
+              "", "Artifacts: `analysis/correlations.json` (Spearman and Kendall of plasticity and of log trainable "
+              "parameters with accuracy, bootstrap 95% intervals), plots, `trials.csv`, "
+              f"`{BEST_WEIGHTS}` (the best trial's trained parameters)."]  # fmt: skip
+    return "\n".join(lines)
+
+
+def publish_view(mlflow: MlflowClient, plan: SearchPlan, run_id: str, plasticity: bool) -> mlflow_view.View:
+    """Save the search's MLflow UI view, and its link on the parent run (tag and description)."""
+    experiment = mlflow.get_run(run_id).info.experiment_id
+    view = mlflow_view.publish(mlflow, experiment, plan.name, plasticity, mlflow_view.ui_base_url(plan.tracking_uri))
+    tags = {VIEW_LINK_TAG: view.link, NOTE_TAG: search_note(plan.name, view.link, view.note)}
+    mlflow.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+    return view
 
 
 def trial_describer(plan: SearchPlan, predictors: report.Predictors):
     """The function that names a trial's child run and gives its params and predictor scores (see MlflowTracker)."""
-    settings = plan.settings
+    settings, source = plan.settings, source_tags()
 
-    def describe(config: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, float]]:
+    def describe(config: dict[str, Any]) -> TrialRun:
         subset = spaces.config_components(config)
         cfg = trial_config(config, settings)
         params = {**cfg.to_dict(), "components": subset, **spaces.component_flags(subset)}
         name = f"{subset} lr={cfg.lr:.3g}" + (f" seed={cfg.seed}" if "seed" in config else "")
-        return name, params, predictors.scores(subset)
+        n_components = sum(spaces.component_flags(subset).values())
+        metrics = {**predictors.scores(subset), "n_components": n_components, "log10_lr": math.log10(cfg.lr)}
+        tags = {**source, SEARCH_TAG: plan.name, ROLE_TAG: "trial"}
+        return TrialRun(name, params, metrics, tags, dataset_inputs(cfg.to_dict()))
 
     return describe
 
 
 def log_results(mlflow: MlflowClient, run_id: str, trials_csv: Path, best: pd.DataFrame, num_trials: int) -> None:
-    """The trial table and the headline metrics (best trial's accuracies, number of trials) on the parent run."""
+    """The trial table (CSV, and a table the UI shows with ids as text) and the headline metrics on the parent run."""
     log_artifacts(mlflow, run_id, [trials_csv])
+    mlflow.log_table(run_id, results.read_trials(trials_csv.parent), "trials.json")
     if not best.empty:
         top = best.iloc[0]
         log_metrics(mlflow, run_id, {"best_val_acc": top["best_val_acc"], "best_test_acc": top.get("test_acc"), "num_trials": num_trials})
 
 
 def log_analysis(mlflow: MlflowClient, run_id: str, found) -> None:
-    """An ``analysis.SearchAnalysis`` on the parent run: its files, and ``corr/<target>/<predictor>/<statistic>``
-    and ``paper/<statistic>`` metrics."""
-    metrics: dict[str, Any] = {}
+    """An ``analysis.SearchAnalysis`` on the parent run: its tables (every column) and its files."""
     if found.trials is not None:
-        metrics["analysis/n_finished"] = found.trials.n_finished
-        for row in found.trials.correlations.itertuples():
-            for stat in ("n", "spearman", "spearman_low", "spearman_high", "kendall", "kendall_low", "kendall_high"):
-                metrics[f"corr/{row.target}/{row.predictor}/{stat}"] = getattr(row, stat)
+        mlflow.log_table(run_id, found.trials.correlations, "analysis/correlations.json")
     if found.paper is not None:
-        metrics.update({f"paper/{k}": found.paper.agreement[k] for k in ("spearman", "kendall")})
-    log_metrics(mlflow, run_id, metrics)
+        mlflow.log_table(run_id, found.paper.table, "analysis/paper_table.json")
+    if found.criteria is not None:
+        mlflow.log_table(run_id, found.criteria, "analysis/criteria.json")
     log_artifacts(mlflow, run_id, found.files, "analysis")
 
 
 def log_pareto(mlflow: MlflowClient, run_id: str, files: Iterable[Path]) -> None:
     """The Pareto fronts (``results.write_pareto``: CSV and PNG per axis) on the parent run, under ``pareto/``."""
     log_artifacts(mlflow, run_id, files, "pareto")
+
+
+def trial_runs(mlflow: MlflowClient, parent_run_id: str) -> dict[str, str]:
+    """The child run id of each trial id of a search."""
+    runs = child_runs(mlflow, parent_run_id)
+    return {run.data.tags[TRIAL_TAG]: run.info.run_id for run in runs if TRIAL_TAG in run.data.tags}
+
+
+def log_trial_finals(mlflow: MlflowClient, trials: pd.DataFrame) -> None:
+    """The values known only after the search (``FINAL_METRICS`` of the trial table) on each trial's run, once."""
+    for row in trials.itertuples(index=False):
+        run_id = getattr(row, "run_id", None)
+        if isinstance(run_id, str) and run_id:
+            log_metrics(mlflow, run_id, {k: getattr(row, k, None) for k in FINAL_METRICS}, int(_number(row.step, 0)))
+
+
+def log_best_weights(mlflow: MlflowClient, run_id: str, checkpoint, trial: dict[str, Any]) -> None:
+    """The best trial's trained parameters (its best-validation weights, trainable tensors only) as a
+    safetensors artifact of the parent run, beside a JSON of the trial they come from."""
+    import torch
+    from safetensors.torch import save_file
+
+    from vitplast_tune.trial import STATE_FILE
+
+    with checkpoint.as_directory() as directory:
+        state = torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=True)
+    best = state.get("best", {}).get("trainable") or state["trainable"]
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / Path(BEST_WEIGHTS).name
+        save_file({k: v.contiguous() for k, v in best.items()}, str(path))
+        about = Path(directory) / "trial.json"
+        about.write_text(json.dumps(trial, indent=2, default=str))
+        log_artifacts(mlflow, run_id, [path, about], str(Path(BEST_WEIGHTS).parent))
 
 
 def child_runs(mlflow: MlflowClient, parent_run_id: str) -> list:
@@ -258,8 +381,12 @@ def _param_text(value: Any) -> str:
     return text[:_MAX_PARAM]
 
 
+def _number(value: Any, default: float) -> float:
+    return float(value) if _is_number(value) else default
+
+
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _now_ms() -> int:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import math
 import random
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,10 +38,19 @@ def per_image(data_config: dict[str, Any], train: bool) -> Callable:
     from timm.data import create_transform
 
     return create_transform(
-        data_config["input_size"], is_training=train, scale=SCALE, ratio=RATIO, hflip=0.5, vflip=0.0,
-        color_jitter=None, interpolation=data_config.get("interpolation", "bilinear"), mean=data_config["mean"],
-        std=data_config["std"], crop_pct=crop_pct(data_config), crop_mode=data_config.get("crop_mode", "center"),
-    )  # fmt: skip
+        data_config["input_size"],
+        is_training=train,
+        scale=SCALE,
+        ratio=RATIO,
+        hflip=0.5,
+        vflip=0.0,
+        color_jitter=None,
+        interpolation=data_config.get("interpolation", "bilinear"),
+        mean=data_config["mean"],
+        std=data_config["std"],
+        crop_pct=crop_pct(data_config),
+        crop_mode=data_config.get("crop_mode", "center"),
+    )
 
 
 @contextlib.contextmanager
@@ -75,7 +85,9 @@ def crop_boxes(n: int, height: int, width: int, seed: int | None) -> tuple[torch
     return boxes.float().reshape(n, 4), flips
 
 
-def batch_transform(images: torch.Tensor, data_config: dict[str, Any], train: bool, seed: int | None = None) -> torch.Tensor:
+def batch_transform(
+    images: torch.Tensor, data_config: dict[str, Any], train: bool, seed: int | None = None
+) -> torch.Tensor:
     """uint8 images (B, C, h, w) on any device -> normalized float (B, 3, H, W) at the model's input size."""
     from torchvision.transforms.v2 import functional as TF
 

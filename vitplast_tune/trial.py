@@ -22,6 +22,9 @@ from vitplast_tune.spaces import COMPONENT_FLAGS
 from vitplast_tune.training import DivergedError, FinetuneConfig, finetune
 
 STATE_FILE = "state.pt"
+# What every report of a trial carries that a search can optimise, and the mode in which it is better.
+METRICS = {"val_acc": "max", "best_val_acc": "max", "val_loss": "min", "train_loss": "min",
+           "trainable_params": "min", "images_per_s": "max"}  # the last two: second objectives (Pareto)
 
 
 def trial_config(config: dict[str, Any], settings: dict[str, Any]) -> FinetuneConfig:
@@ -66,8 +69,9 @@ def train_trial(
     try:
         finetune(cfg, report=report, resume=resume, decoded=decoded)
     except DivergedError as exc:
-        # The metric is NaN so that Optuna records the trial as failed; no checkpoint, no retry.
-        tune.report({"diverged": 1, "error": str(exc), "step": exc.step, "max_steps": cfg.max_steps, "val_acc": float("nan")})
+        # The metrics are NaN so that Optuna records the trial as failed; no checkpoint, no retry.
+        nan = {metric: float("nan") for metric in METRICS}
+        tune.report({**nan, "diverged": 1, "error": str(exc), "step": exc.step, "max_steps": cfg.max_steps})
 
 
 def _node_id() -> str:

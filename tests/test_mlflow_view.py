@@ -1,0 +1,52 @@
+"""The saved MLflow UI view of a search: its state, its link, and the fallback for an unknown MLflow version."""
+
+import json
+from urllib.parse import parse_qs, urlsplit
+
+from mlflow.tracking import MlflowClient
+
+from vitplast_tune import mlflow_view
+
+
+def test_ui_base_url_is_the_tracking_server_or_the_mlflow_ui_default():
+    assert mlflow_view.ui_base_url("http://10.0.0.5:8080/") == "http://10.0.0.5:8080"
+    assert mlflow_view.ui_base_url("https://mlflow.example.org/prefix") == "https://mlflow.example.org/prefix"
+    assert mlflow_view.ui_base_url("sqlite:////tmp/mlflow.db") == "http://127.0.0.1:5000"
+
+
+def test_supported_versions():
+    assert mlflow_view.supported("3.17.2")
+    assert not mlflow_view.supported("2.16.0") and not mlflow_view.supported("3.18.0")
+
+
+def test_view_state_without_plasticity_has_no_plasticity_chart_or_column():
+    state = mlflow_view.view_state("s", plasticity=False)
+    assert "metrics.`plasticity_mean`" not in state["selectedColumns"]
+    axes = [c["xaxis"]["key"] for c in state["compareRunCharts"] if c["type"] == "SCATTER"]
+    assert axes == ["log10_trainable_params"]
+    assert "metrics.`plasticity_mean`" in mlflow_view.view_state("s", plasticity=True)["selectedColumns"]
+
+
+def test_publish_saves_the_view_for_a_known_version(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    experiment = client.create_experiment("e", artifact_location=str(tmp_path / "a"))
+    view = mlflow_view.publish(client, experiment, "my search", True, "http://127.0.0.1:5000")
+    tags = client.get_experiment(experiment).tags
+    key = mlflow_view.share_key("my search")
+    envelope = json.loads(tags[mlflow_view.VIEW_TAG_PREFIX + key])
+    assert envelope["name"] == "vitplast_tune: my search" and isinstance(envelope["createdAt"], int)
+    assert json.loads(envelope["state"]) == mlflow_view.view_state("my search", True)
+    assert tags[mlflow_view.KIND_TAG] == "custom_model_development"
+    query = parse_qs(urlsplit(view.link).fragment.split("?", 1)[1])
+    assert view.saved and query["viewStateShareKey"] == [key] and query["workflowType"] == ["machine_learning"]
+
+
+def test_unknown_version_falls_back_to_the_plain_link_with_a_note(tmp_path, monkeypatch):
+    monkeypatch.setattr(mlflow_view, "VIEW_FORMAT_VERSIONS", ("0.1",))
+    client = MlflowClient(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    experiment = client.create_experiment("e", artifact_location=str(tmp_path / "a"))
+    view = mlflow_view.publish(client, experiment, "s", True, "http://127.0.0.1:5000")
+    assert not view.saved and "not one this knows" in view.note
+    assert not any(k.startswith(mlflow_view.VIEW_TAG_PREFIX) for k in client.get_experiment(experiment).tags)
+    query = parse_qs(urlsplit(view.link).fragment.split("?", 1)[1])
+    assert query["searchFilter"] == [mlflow_view.search_filter("s")] and "viewStateShareKey" not in query

@@ -1,0 +1,65 @@
+"""What Optuna is told about each trial, and how a search's MLflow parent run is found and ended."""
+
+import math
+
+import optuna
+import pytest
+
+from vitplast_tune import searchers, tracking
+
+
+def suggest_lr(trial) -> None:
+    trial.suggest_float("lr", 0.01, 0.1)
+
+
+def searcher() -> searchers.OptunaSearcher:
+    found = searchers.OptunaSearcher(space=suggest_lr, metric="val_acc",
+                                     mode="max", sampler=optuna.samplers.RandomSampler(seed=0))  # fmt: skip
+    for trial_id in ("stopped", "finished", "failed", "diverged"):
+        assert found.suggest(trial_id) is not None
+    return found
+
+
+def report(found, trial_id, steps, max_steps=24, **extra):
+    result = {}
+    for i, step in enumerate(steps, 1):
+        result = {"val_acc": step / 100, "step": step, "max_steps": max_steps, "training_iteration": i, **extra}
+        found.on_trial_result(trial_id, result)
+    return result
+
+
+def test_optuna_is_told_pruned_complete_and_fail_with_intermediate_values_by_step():
+    found = searcher()
+    found.on_trial_complete("stopped", report(found, "stopped", [8]))  # ASHA stopped it at step 8 of 24
+    found.on_trial_complete("finished", report(found, "finished", [8, 16, 24]))
+    report(found, "failed", [8])
+    found.on_trial_complete("failed", None, error=True)
+    found.on_trial_complete("diverged", {"val_acc": math.nan, "diverged": 1, "step": 5, "max_steps": 24})
+    trials = {t.number: t for t in found._ot_study.trials}
+    stopped, finished, failed, diverged = (trials[i] for i in range(4))
+    assert stopped.state == optuna.trial.TrialState.PRUNED and stopped.intermediate_values == {8: 0.08}
+    assert finished.state == optuna.trial.TrialState.COMPLETE and finished.value == 0.24
+    assert finished.intermediate_values == {8: 0.08, 16: 0.16, 24: 0.24}
+    assert failed.state == diverged.state == optuna.trial.TrialState.FAIL
+
+
+@pytest.fixture
+def mlflow(tmp_path):
+    return tracking.client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+
+def test_the_parent_run_is_found_by_its_unique_search_id(mlflow):
+    for search_id in ("id-one", "id-two"):  # two searches of one name on a shared server
+        tracking.start_search_run(mlflow, "exp", "same-name", {}, {tracking.SEARCH_ID_TAG: search_id})
+    found = tracking.find_search_run(mlflow, "exp", "same-name", search_id="id-two")
+    assert mlflow.get_run(found).data.tags[tracking.SEARCH_ID_TAG] == "id-two"
+    assert tracking.find_search_run(mlflow, "exp", "same-name") is None  # ambiguous: not guessed
+    assert tracking.find_search_run(mlflow, "exp", "same-name", search_id="id-three") is None
+
+
+def test_a_failed_search_marks_its_parent_run_failed_with_the_reason(mlflow):
+    run_id = tracking.start_search_run(mlflow, "exp", "s", {}, {})
+    tracking.mark_failed(mlflow, run_id, RuntimeError("the cluster went away\ntraceback lines"))
+    run = mlflow.get_run(run_id)
+    assert run.info.status == "FAILED"
+    assert run.data.tags[tracking.FAILURE_TAG] == "RuntimeError: the cluster went away"

@@ -1,0 +1,154 @@
+"""The MLflow UI view of a search: a saved runs view (its trials, columns, sort and charts) and the deep link
+that opens it.
+
+The MLflow UI keeps a shared runs view as the experiment tag ``mlflow.sharedViewState.<key>``: a JSON
+envelope ``{name, createdAt, updatedAt, state}`` whose ``state`` is the JSON text of the runs page's
+search facets (filter, sort) and UI state (columns, charts, visible runs). The page opens it from
+``viewStateShareKey=<key>`` in the URL. That format is internal to the UI: ``VIEW_FORMAT_VERSIONS``
+lists the MLflow versions whose bundle it was read from and tested against; for any other version no
+view is written and the link opens the runs page filtered and sorted through the URL instead.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import mlflow as _mlflow
+
+from vitplast_tune import spaces
+
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+KIND_TAG = "mlflow.experimentKind"
+KIND = "custom_model_development"  # model training, not GenAI (MLflow 3's ExperimentKind)
+VIEW_FORMAT_VERSIONS = ("3.17",)  # major.minor of the MLflow UIs whose saved-view format this writes
+DEFAULT_UI = "http://127.0.0.1:5000"  # what ``mlflow ui --host 127.0.0.1`` serves
+SORT_METRIC = "val_acc_common"
+ROLE_TAG = "vitplast.role"
+SEARCH_TAG = "vitplast.search"
+
+
+@dataclass
+class View:
+    """A search's view: the link that opens it, and why it is a plain link when no view could be saved."""
+
+    link: str
+    saved: bool
+    note: str = ""
+
+
+def supported(version: str | None = None) -> bool:
+    """Whether the installed (or given) MLflow version's UI reads the saved-view format written here."""
+    major_minor = ".".join((version or _mlflow.__version__).split(".")[:2])
+    return major_minor in VIEW_FORMAT_VERSIONS
+
+
+def ui_base_url(tracking_uri: str) -> str:
+    """The MLflow UI's address: the tracking server for an http(s) URI, else what ``mlflow ui`` serves by default."""
+    parts = urlsplit(tracking_uri)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+    return DEFAULT_UI
+
+
+def search_filter(search: str) -> str:
+    """The runs filter that shows the trials of one search and not its parent run."""
+    return f"tags.`{SEARCH_TAG}` = '{search}' and tags.`{ROLE_TAG}` = 'trial'"
+
+
+def view_state(search: str, plasticity: bool) -> dict[str, Any]:
+    """The runs page state of a search's view: its trials sorted by accuracy at the common step, all shown,
+    the comparison columns, and charts (accuracy vs plasticity and vs trainable parameters, parallel
+    coordinates of the component flags and log10 lr to accuracy, val_acc curves overlaid)."""
+    metrics = ["best_val_acc", SORT_METRIC, *(["plasticity_mean"] if plasticity else []), "trainable_params"]
+    columns = [_column("attributes", "Dataset"), _column("params", "components"), _column("params", "lr"),
+               *(_column("metrics", m) for m in metrics)]  # fmt: skip
+    section = "vitplast_tune"
+    charts = [
+        *([_scatter("plasticity_mean", "accuracy vs plasticity", section)] if plasticity else []),
+        _scatter("log10_trainable_params", "accuracy vs log10 trainable parameters", section),
+        _chart("PARALLEL", section, displayName="component flags and log10 lr to accuracy",
+               selectedParams=list(spaces.COMPONENT_FLAGS), selectedMetrics=["log10_lr", SORT_METRIC],
+               showAllRuns=True),
+        _chart("LINE", section, displayName="val_acc curves", metricKey="val_acc", selectedMetricKeys=["val_acc"],
+               lineSmoothness=0, xAxisKey="step", xAxisScaleType="linear", scaleType="linear",
+               selectedXAxisMetricKey="", range={}, yAxisKey="metric", yAxisExpressions=[], ignoreOutliers=False, useGlobalXaxisKey=False,
+               useGlobalLineSmoothing=False),
+    ]  # fmt: skip
+    return {
+        "searchFilter": search_filter(search),
+        "orderByKey": _column("metrics", SORT_METRIC),
+        "orderByAsc": False,
+        "startTime": "ALL",
+        "lifecycleFilter": "Active",
+        "datasetsFilter": [],
+        "modelVersionFilter": "All Runs",
+        "selectedColumns": columns,
+        "columnOrder": [],
+        "runsHiddenMode": "SHOW_ALL",
+        "compareRunCharts": charts,
+        "compareRunSections": [{"uuid": section, "name": "vitplast_tune", "display": True, "isReordered": True,
+                                "deleted": False, "isGenerated": False}],  # fmt: skip
+        "isAccordionReordered": True,
+        "hideEmptyCharts": True,
+        "useGroupedValuesInCharts": True,
+        "groupBy": None,
+        "viewMaximized": False,
+        "runListHidden": False,
+    }
+
+
+def save_view(client, experiment_id: str, key: str, name: str, state: dict[str, Any]) -> None:
+    """Store ``state`` as the experiment's shared view ``key`` (the tag the UI reads for ``viewStateShareKey``)."""
+    now = int(time.time() * 1000)
+    envelope = {"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}
+    client.set_experiment_tag(experiment_id, VIEW_TAG_PREFIX + key, json.dumps(envelope))
+
+
+def runs_link(base_url: str, experiment_id: str, share_key: str | None = None, search: str | None = None,
+              mode: str = "CHART") -> str:  # fmt: skip
+    """The runs page in model-training mode: the saved view ``share_key``, else the search's trials via the URL."""
+    query: dict[str, str] = {"workflowType": "machine_learning", "compareRunsMode": mode}
+    if share_key:
+        query["viewStateShareKey"] = share_key
+    elif search:
+        query.update(searchFilter=search_filter(search), orderByKey=_column("metrics", SORT_METRIC), orderByAsc="false")
+    return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{urlencode(query)}"
+
+
+def publish(client, experiment_id: str, search: str, plasticity: bool, base_url: str) -> View:
+    """Save the search's view (when this MLflow's format is known) and mark the experiment as model training."""
+    client.set_experiment_tag(experiment_id, KIND_TAG, KIND)
+    if not supported():
+        note = (f"MLflow {_mlflow.__version__}'s saved-view format is not one this knows "
+                f"({', '.join(VIEW_FORMAT_VERSIONS)}): the link opens the trials without the saved columns "
+                "and charts")  # fmt: skip
+        return View(runs_link(base_url, experiment_id, search=search), saved=False, note=note)
+    key = share_key(search)
+    save_view(client, experiment_id, key, f"vitplast_tune: {search}", view_state(search, plasticity))
+    return View(runs_link(base_url, experiment_id, share_key=key), saved=True)
+
+
+def share_key(search: str) -> str:
+    """The view's key: the search name, with characters the URL and tag name do not take replaced."""
+    return "vitplast-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in search)
+
+
+def _column(group: str, name: str) -> str:
+    return f"{group}.`{name}`"
+
+
+def _chart(kind: str, section: str, **fields: Any) -> dict[str, Any]:
+    uuid = f"vitplast-{kind.lower()}-{fields.get('metricKey') or len(fields)}"
+    return {"uuid": uuid, "type": kind, "runsCountToCompare": 1000, "metricSectionId": section, "deleted": False,
+            "isGenerated": False, **fields}  # fmt: skip
+
+
+def _scatter(x_metric: str, title: str, section: str) -> dict[str, Any]:
+    chart = _chart("SCATTER", section, displayName=title, xaxis={"key": x_metric, "type": "METRIC"},
+                   yaxis={"key": SORT_METRIC, "type": "METRIC"})  # fmt: skip
+    chart["uuid"] = f"vitplast-scatter-{x_metric}"
+    return chart
