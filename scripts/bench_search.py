@@ -55,9 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None, help="load the model's pretrained weights (default: the space file's)")
     p.add_argument("--max-steps", type=int, help="steps per trial (default: the space file's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=_setting,
-                   help="pin a training setting for every configuration, e.g. --set eval_every=10 (YAML value; repeatable)")
+                   help="pin a training setting of every configuration, e.g. --set eval_every=10 (YAML; repeatable)")
     p.add_argument("--lrs", type=lambda text: [float(v) for v in text.split(",")],
-                   help="comma-separated learning-rate grid replacing the space's lr range, e.g. 0.03,0.1,0.3 (for component_subsets)")
+                   help="learning-rate grid replacing the space's lr range, e.g. 0.03,0.1,0.3 (component_subsets)")
     p.add_argument("--cpus", type=int, default=2, help="CPUs of the Ray instance for the grid; one per trial (default: 2)")
     p.add_argument("--seeds", type=int, default=50, help="search seeds averaged over; the replay is cheap (default: 50)")
     p.add_argument("--workers", type=int, default=1, help="trials running at once in the replay (default: 1)")
@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--grace-period", type=int, help="ASHA grace period in steps (default: component_subsets.yaml's)")
     p.add_argument("--reduction-factor", type=int, help="ASHA reduction factor (default: component_subsets.yaml's)")
     p.add_argument("--warm-start", type=int, default=3, metavar="K",
-                   help="also replay TPE (and TPE + ASHA) with recommend's top K subsets enqueued first (default: 3; 0: no warm start)")
+                   help="also replay TPE (+ ASHA) with recommend's top K subsets enqueued first (default: 3; 0: none)")
     p.add_argument("--tolerance", type=float, default=0.005, help="accuracy below the grid's best that counts as reached (default: 0.005 = 0.5 points)")
     p.add_argument("--check", type=int, default=1, help="configurations trained again in this process to confirm the curves replay exactly (default: 1; 0 skips)")
     p.add_argument("--json", help="also write the results to this JSON file")
@@ -325,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
 
         names = list(dict.fromkeys(c for c, _ in map(key, specs["grid"].grid)))
         lrs = sorted({lr for _, lr in curves})
-        table = pd.DataFrame({f"lr {lr:g}": [round(100 * best_acc(curves[(c, lr)]), 1) for c in names] for lr in lrs}, index=names)
+        columns = {f"lr {lr:g}": [round(100 * best_acc(curves[(c, lr)]), 1) for c in names] for lr in lrs}
+        table = pd.DataFrame(columns, index=names)
         print("best val_acc (%) of each grid configuration:")
         print((table if len(names) > 10 else table.T).to_string())
         if args.check:
@@ -358,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def recommended(settings: dict, k: int, spec: spaces.SearchSpec) -> list[str]:
-    """recommend's ranking of the space's subsets for these settings (its criterion chosen from the recorded evidence)."""
+    """recommend's ranking of the space's subsets for these settings (its criterion chosen from the evidence)."""
     from vitplast_tune import recommend
 
     rec = recommend.recommend(settings, plan.default_storage())

@@ -1,7 +1,6 @@
 """The Pareto fronts of a search (results.pareto_front), two objectives, the parameter budget and TPE's warm start."""
 
 import math
-from pathlib import Path
 
 import optuna
 import pandas as pd
@@ -17,15 +16,17 @@ def _trials(rows):
     return table.assign(max_steps=400, diverged=False, error=None)
 
 
-TRIALS = _trials([
-    ("head", 0.1, 0.90, 0.90, 0.89, 650, 9000.0, 400),
-    ("ln1", 0.1, 0.89, 0.89, 0.88, 1_000, 2000.0, 400),  # dominated: more params, less accuracy than head
-    ("mha", 0.1, 0.97, 0.97, 0.96, 150_000, 1500.0, 400),
-    ("mha", 0.3, 0.97, 0.96, 0.95, 150_000, 1600.0, 400),  # same params, same accuracy: the first one stays
-    ("fc1", 0.1, 0.96, 0.96, 0.95, 150_000, 1700.0, 400),  # same params, less accuracy
-    ("all", 0.03, 0.995, 0.99, 0.98, 600_000, 1000.0, 400),
-    ("all", 1.0, 0.999, 0.99, 0.98, 600_000, 1200.0, 100),  # stopped early: not a full-budget trial
-])
+TRIALS = _trials(
+    [
+        ("head", 0.1, 0.90, 0.90, 0.89, 650, 9000.0, 400),
+        ("ln1", 0.1, 0.89, 0.89, 0.88, 1_000, 2000.0, 400),  # dominated: more params, less accuracy than head
+        ("mha", 0.1, 0.97, 0.97, 0.96, 150_000, 1500.0, 400),
+        ("mha", 0.3, 0.97, 0.96, 0.95, 150_000, 1600.0, 400),  # same params, same accuracy: the first one stays
+        ("fc1", 0.1, 0.96, 0.96, 0.95, 150_000, 1700.0, 400),  # same params, less accuracy
+        ("all", 0.03, 0.995, 0.99, 0.98, 600_000, 1000.0, 400),
+        ("all", 1.0, 0.999, 0.99, 0.98, 600_000, 1200.0, 100),  # stopped early: not a full-budget trial
+    ]
+)
 
 
 def test_pareto_front_by_trainable_parameters():
@@ -52,8 +53,12 @@ def test_summary_prints_the_pareto_blocks_under_the_top_table():
 def test_write_pareto_writes_csv_and_png(tmp_path):
     plan = type("Plan", (), {"results_dir": tmp_path})()
     files = results.write_pareto(results.SearchResult(plan, TRIALS, "run", 0.0))
-    assert {f.name for f in files} == {"pareto_trainable_params.csv", "pareto_trainable_params.png",
-                                       "pareto_images_per_s.csv", "pareto_images_per_s.png"}  # fmt: skip
+    assert {f.name for f in files} == {
+        "pareto_trainable_params.csv",
+        "pareto_trainable_params.png",
+        "pareto_images_per_s.csv",
+        "pareto_images_per_s.png",
+    }
     assert len(pd.read_csv(tmp_path / "analysis" / "pareto_trainable_params.csv")) == 3
 
 
@@ -154,7 +159,8 @@ max_trainable_params: {budget}
 parameters:
   components: {{subsets: any}}
   lr: {{choice: [0.05]}}
-defaults: {{model: vit_testbed_patch8_32, pretrained: false, max_steps: 8, eval_every: 4, warmup_steps: 2, batch_size: 16}}
+defaults:
+  {{model: vit_testbed_patch8_32, pretrained: false, max_steps: 8, eval_every: 4, warmup_steps: 2, batch_size: 16}}
 """
 
 
@@ -167,8 +173,15 @@ def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
     budget = trainable_parameters(trial_config({"components": "mha"}, settings))  # one attention or feed-forward layer
     path = tmp_path / "space.yaml"
     path.write_text(E2E.format(budget=budget))
-    options = search.SearchOptions(space=str(path), name="mo", storage=str(tmp_path / "results"), plasticity_pairs=64,
-                                   tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", verbose=0, max_concurrent=1)  # fmt: skip
+    options = search.SearchOptions(
+        space=str(path),
+        name="mo",
+        storage=str(tmp_path / "results"),
+        plasticity_pairs=64,
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        verbose=0,
+        max_concurrent=1,
+    )
     plan = search.prepare(options)
     expected = recommend.rank(recommend.subset_scores(search.measure(plan), plan.settings), "plasticity_mean", budget)
     found = search.execute(plan)
@@ -176,7 +189,10 @@ def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
     assert list(trials["components"].head(2)) == list(expected["components"].head(2))  # TPE tried them first
     over = trials[trials["over_budget"]]
     assert len(over) >= 1 and (over["trainable_params"] > budget).all() and over["step"].eq(0).all()
-    assert over["val_acc"].isna().all() and results.pareto_front(trials, "trainable_params")["trainable_params"].max() <= budget
+    assert (
+        over["val_acc"].isna().all()
+        and results.pareto_front(trials, "trainable_params")["trainable_params"].max() <= budget
+    )
     assert (trials.loc[~trials["over_budget"], "step"] == 8).all()
 
 

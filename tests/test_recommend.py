@@ -1,4 +1,5 @@
-"""recommend: evidence read from stored searches, the criterion chosen from it, the ranking within a budget; verify: the verdict."""
+"""recommend: evidence read from stored searches, the criterion chosen from it, the ranking within a budget;
+verify: the verdict."""
 
 import json
 
@@ -19,7 +20,13 @@ def _search(root, name, model="m", dataset="d", criteria=None, correlations=None
 
 
 def _row(predictor, spearman, target=None):
-    row = {"predictor": predictor, "spearman": spearman, "spearman_low": spearman - 0.2, "spearman_high": spearman + 0.2, "n": 31}
+    row = {
+        "predictor": predictor,
+        "spearman": spearman,
+        "spearman_low": spearman - 0.2,
+        "spearman_high": spearman + 0.2,
+        "n": 31,
+    }
     return row if target is None else {"target": target, **row}
 
 
@@ -31,8 +38,14 @@ def test_no_evidence_ranks_by_the_papers_criterion(tmp_path):
 
 
 def test_lab_evidence_on_the_same_model_wins_over_per_trial_correlations(tmp_path):
-    _search(tmp_path, "lab", criteria=[_row("rgn", 0.6), _row("plasticity_mean", 0.1), _row("log_trainable_params", 0.3)])
-    _search(tmp_path, "tpe", correlations=[_row("plasticity_max", 0.9, "val_acc"), _row("plasticity_mean", 0.95, "val_acc_common")])
+    _search(
+        tmp_path, "lab", criteria=[_row("rgn", 0.6), _row("plasticity_mean", 0.1), _row("log_trainable_params", 0.3)]
+    )
+    _search(
+        tmp_path,
+        "tpe",
+        correlations=[_row("plasticity_max", 0.9, "val_acc"), _row("plasticity_mean", 0.95, "val_acc_common")],
+    )
     _search(tmp_path, "other-lab", model="big", criteria=[_row("grad_norm", 0.99)])
     evidence = recommend.read_evidence(tmp_path)
     assert set(evidence["source"]) == {"lab", "trials"}
@@ -50,8 +63,13 @@ def test_negative_evidence_is_said(tmp_path):
 
 
 def test_rank_within_a_budget_breaks_ties_by_fewer_parameters():
-    scores = pd.DataFrame({"components": ["fc1", "mha", "all", "ln1", "emb"], "trainable_params": [150, 150, 900, 10, 5],
-                           "plasticity_mean": [2.0, 1.5, 1.5, 0.5, float("nan")]})  # fmt: skip
+    scores = pd.DataFrame(
+        {
+            "components": ["fc1", "mha", "all", "ln1", "emb"],
+            "trainable_params": [150, 150, 900, 10, 5],
+            "plasticity_mean": [2.0, 1.5, 1.5, 0.5, float("nan")],
+        }
+    )
     ranked = recommend.rank(scores, "plasticity_mean")
     assert list(ranked["components"]) == ["fc1", "mha", "all", "ln1"] and list(ranked["rank"]) == [1, 2, 3, 4]
     assert list(recommend.rank(scores, "plasticity_mean", budget=200)["components"]) == ["fc1", "mha", "ln1"]
@@ -63,13 +81,15 @@ def _rec(order):
 
 
 def test_verification_takes_the_best_validation_lr_and_judges_the_top_subset():
-    trials = pd.DataFrame({
-        "components": ["fc1", "fc1", "mha", "mha", "ln1", "ln1", "all", "head"],
-        "lr": [0.1, 0.3, 0.1, 0.3, 0.1, 0.3, 0.1, 0.3],
-        "best_val_acc": [0.95, 0.97, 0.96, 0.90, 0.80, 0.85, 0.99, 0.70],
-        "test_acc": [0.94, 0.96, 0.95, 0.91, 0.81, 0.84, 0.98, 0.72],
-        "trainable_params": [150, 150, 150, 150, 10, 10, 900, 5],
-    })  # fmt: skip
+    trials = pd.DataFrame(
+        {
+            "components": ["fc1", "fc1", "mha", "mha", "ln1", "ln1", "all", "head"],
+            "lr": [0.1, 0.3, 0.1, 0.3, 0.1, 0.3, 0.1, 0.3],
+            "best_val_acc": [0.95, 0.97, 0.96, 0.90, 0.80, 0.85, 0.99, 0.70],
+            "test_acc": [0.94, 0.96, 0.95, 0.91, 0.81, 0.84, 0.98, 0.72],
+            "trainable_params": [150, 150, 150, 150, 10, 10, 900, 5],
+        }
+    )
     table = verify.verification(_rec(["fc1", "mha", "ln1"]), trials, 3)
     fc1 = table.set_index("components").loc["fc1"]
     assert fc1["lr"] == 0.3 and fc1["test_acc"] == 0.96 and fc1["predicted_rank"] == 1 and fc1["actual_rank"] == 2

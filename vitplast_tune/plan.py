@@ -201,7 +201,8 @@ def _check_metric(spec: spaces.SearchSpec) -> None:
             raise UserError(f'{spec.path}: metric "{metric}" is not reported by trials{did_you_mean(metric, METRICS)}; '
                             f"use one of {', '.join(METRICS)}")  # fmt: skip
         if mode != METRICS[metric]:
-            raise UserError(f'{spec.path}: mode "{mode}" would search for the worst {metric}; use mode: {METRICS[metric]}')
+            worst = f'{spec.path}: mode "{mode}" would search for the worst {metric}'
+            raise UserError(f"{worst}; use mode: {METRICS[metric]}")
 
 
 def _check_plasticity(options: SearchOptions) -> None:

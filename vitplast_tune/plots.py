@@ -87,8 +87,10 @@ def plot_gain_and_plasticity(table: pd.DataFrame, plasticity: pd.Series, path: s
     return _save(fig, path)
 
 
-def plot_pareto(trials: pd.DataFrame, front: pd.DataFrame, cost: str, path: str | Path, accuracy: str = "best_val_acc") -> Path:
-    """Write a PNG: every trial's ``accuracy`` against ``cost`` (log scale), the Pareto front as a labelled step line."""
+def plot_pareto(
+    trials: pd.DataFrame, front: pd.DataFrame, cost: str, path: str | Path, accuracy: str = "best_val_acc"
+) -> Path:
+    """Write a PNG: every trial's ``accuracy`` against ``cost`` (log scale), the front as a labelled step line."""
     fig, (ax,) = _figure(ncols=1, figsize=(7, 4.8))
     x, y = numeric(trials[cost]), numeric(trials[accuracy])
     keep = np.isfinite(x) & np.isfinite(y) & (x > 0)

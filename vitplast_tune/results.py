@@ -123,7 +123,8 @@ def val_curve(result) -> dict[int, float]:
 
 
 def images_per_s(result, batch_size: int) -> float | None:
-    """A trial's training throughput: the median over its reports of steps/s (training steps only) times the batch size."""
+    """A trial's training throughput: the median over its reports of steps/s (training steps only) times the batch
+    size."""
     frame = result.metrics_dataframe
     if frame is None or "steps_per_s" not in frame or frame["steps_per_s"].dropna().empty:
         return None

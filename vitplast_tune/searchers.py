@@ -31,6 +31,8 @@ class OptunaSearcher(OptunaSearch):
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         """Report the metric to the Optuna trial at the training step (a resumed step is reported once)."""
+        if isinstance(self.metric, list):  # several objectives: Optuna takes no intermediate values
+            return
         value, step = result.get(self.metric), result.get("step")
         if trial_id in self._completed_trials or trial_id not in self._ot_trials or step is None:
             return
@@ -83,7 +85,9 @@ def warm_start_points(spec: spaces.SearchSpec, subsets: Sequence[str]) -> list[d
     return [spaces.component_flags(subset) for subset in list(subsets)[: spec.warm_start]]
 
 
-def search_algorithm(spec: spaces.SearchSpec, seed: int, max_concurrent: int | None = None, warm_start: Sequence[str] = ()):
+def search_algorithm(
+    spec: spaces.SearchSpec, seed: int, max_concurrent: int | None = None, warm_start: Sequence[str] = ()
+):
     """Optuna TPE over the space (define-by-run), or Tune's variant generator for grid and random spaces.
 
     ``warm_start``: subsets ranked best first (``recommend``), of which TPE tries ``spec.warm_start`` first.
@@ -94,8 +98,9 @@ def search_algorithm(spec: spaces.SearchSpec, seed: int, max_concurrent: int | N
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         metric, mode = objectives(spec)
-        searcher = OptunaSearcher(space=spaces.OptunaSpace(spec), metric=metric, mode=mode, sampler=TPESampler(seed=seed),
-                                  points_to_evaluate=warm_start_points(spec, warm_start) or None)  # fmt: skip
+        points = warm_start_points(spec, warm_start) or None
+        space, sampler = spaces.OptunaSpace(spec), TPESampler(seed=seed)
+        searcher = OptunaSearcher(space=space, metric=metric, mode=mode, sampler=sampler, points_to_evaluate=points)
         if max_concurrent:
             from ray.tune.search import ConcurrencyLimiter
 

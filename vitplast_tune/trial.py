@@ -6,7 +6,7 @@ restarts it, and reports metrics with a checkpoint of the trainable state after 
 A NaN or infinite loss ends the trial with ``diverged=1`` and the reason, instead of a retry
 that would diverge again. A trial whose subset trains more parameters than the search's budget
 (``max_trainable_params``) is not trained: it reports ``over_budget=1`` at step 0 with a NaN metric,
-which Optuna records as failed.
+which the search's OptunaSearcher records as PRUNED (stopped before its budget).
 """
 
 from __future__ import annotations
@@ -42,7 +42,10 @@ def trainable_parameters(cfg: FinetuneConfig) -> int:
 
 
 def train_trial(
-    config: dict[str, Any], settings: dict[str, Any], decoded: InMemory | None = None, max_trainable_params: int | None = None
+    config: dict[str, Any],
+    settings: dict[str, Any],
+    decoded: InMemory | None = None,
+    max_trainable_params: int | None = None,
 ) -> None:
     """Ray Tune function trainable for one finetuning run (see the module docstring).
 
@@ -53,7 +56,8 @@ def train_trial(
 
     cfg = trial_config(config, settings)
     if max_trainable_params is not None and (count := trainable_parameters(cfg)) > max_trainable_params:
-        tune.report({"over_budget": 1, "trainable_params": count, "step": 0, "max_steps": cfg.max_steps, "val_acc": float("nan")})
+        over = {"over_budget": 1, "trainable_params": count, "step": 0, "max_steps": cfg.max_steps}
+        tune.report({**over, "val_acc": float("nan")})
         return
     checkpoint = tune.get_checkpoint()
     resume = None
