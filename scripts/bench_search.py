@@ -23,6 +23,7 @@ as a fraction of the grid's steps, averaged over search seeds (goal for TPE + AS
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import heapq
 import itertools
 import json
@@ -35,6 +36,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
+import pandas as pd
 import yaml
 from ray.tune import Callback
 
@@ -52,25 +54,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", help="model for the grid (default: the space file's, the pretrained testbed)")
     p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None, help="load the model's pretrained weights (default: the space file's)")
     p.add_argument("--max-steps", type=int, help="steps per trial (default: the space file's)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=_setting,
+                   help="pin a training setting of every configuration, e.g. --set eval_every=10 (YAML; repeatable)")
+    p.add_argument("--lrs", type=lambda text: [float(v) for v in text.split(",")],
+                   help="learning-rate grid replacing the space's lr range, e.g. 0.03,0.1,0.3 (component_subsets)")
     p.add_argument("--cpus", type=int, default=2, help="CPUs of the Ray instance for the grid; one per trial (default: 2)")
     p.add_argument("--seeds", type=int, default=50, help="search seeds averaged over; the replay is cheap (default: 50)")
     p.add_argument("--workers", type=int, default=1, help="trials running at once in the replay (default: 1)")
     p.add_argument("--max-trials", type=int, default=200, help="a replayed search that has not reached the target after this many trials counts as failed (default: 200)")
     p.add_argument("--grace-period", type=int, help="ASHA grace period in steps (default: component_subsets.yaml's)")
     p.add_argument("--reduction-factor", type=int, help="ASHA reduction factor (default: component_subsets.yaml's)")
+    p.add_argument("--warm-start", type=int, default=3, metavar="K",
+                   help="also replay TPE (+ ASHA) with recommend's top K subsets enqueued first (default: 3; 0: none)")
     p.add_argument("--tolerance", type=float, default=0.005, help="accuracy below the grid's best that counts as reached (default: 0.005 = 0.5 points)")
     p.add_argument("--check", type=int, default=1, help="configurations trained again in this process to confirm the curves replay exactly (default: 1; 0 skips)")
     p.add_argument("--json", help="also write the results to this JSON file")
     return p.parse_args(argv)
 
 
+def _setting(text: str) -> tuple[str, Any]:
+    name, _, value = text.partition("=")
+    return name.strip(), yaml.safe_load(value)
+
+
 # ----------------------------------------------------------------------------- spaces
 
 
-def variant(base: spaces.SearchSpec, directory: Path, algorithm: str, scheduler: dict | str, settings: dict) -> spaces.SearchSpec:
-    """The base space's parameters with another algorithm/scheduler (and pinned settings), as a loaded space file."""
+def variant(base: spaces.SearchSpec, directory: Path, algorithm: str, scheduler: dict | str, settings: dict,
+            lrs: list[float] | None = None) -> spaces.SearchSpec:  # fmt: skip
+    """The base space's parameters with another algorithm/scheduler (and pinned settings), as a loaded space file.
+
+    ``lrs`` replaces the space's learning rate (a range in component_subsets.yaml) by a grid of choices.
+    """
     raw = yaml.safe_load(base.text)
     raw.update(algorithm=algorithm, scheduler=scheduler, num_samples=1)
+    raw.pop("warm_start", None)
+    if lrs:
+        raw["parameters"]["lr"] = {"choice": lrs}
     raw["defaults"] = {**(raw.get("defaults") or {}), **settings, "seed": 0}
     path = directory / f"{base.name}_{algorithm}.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -209,8 +229,12 @@ class NoSearcher:
         pass
 
 
-def algorithms(specs: dict[str, spaces.SearchSpec], max_steps: int, directory: Path, max_trials: int):
-    """name -> factory(seed) returning (suggest, searcher, scheduler), built by the search's own code."""
+def algorithms(specs: dict[str, spaces.SearchSpec], max_steps: int, directory: Path, max_trials: int,
+               warm_start: list[str] | None = None):  # fmt: skip
+    """name -> factory(seed) returning (suggest, searcher, scheduler), built by the search's own code.
+
+    ``warm_start``: the subsets TPE tries first (``searchers.warm_start_points``) in the "+ warm start" rows.
+    """
     import optuna
     from optuna.samplers import TPESampler
 
@@ -221,9 +245,11 @@ def algorithms(specs: dict[str, spaces.SearchSpec], max_steps: int, directory: P
         made.set_search_properties(spec.metric, spec.mode)  # as TuneConfig(metric, mode) does
         return made
 
-    def tpe(spec):
+    def tpe(spec, first=()):
         def make(seed):
-            searcher = searchers.OptunaSearcher(space=spaces.OptunaSpace(spec), metric=spec.metric, mode=spec.mode, sampler=TPESampler(seed=seed))
+            points = searchers.warm_start_points(dataclasses.replace(spec, warm_start=len(first)), first) or None
+            searcher = searchers.OptunaSearcher(space=spaces.OptunaSpace(spec), metric=spec.metric, mode=spec.mode,
+                                                sampler=TPESampler(seed=seed), points_to_evaluate=points)  # fmt: skip
             return searcher.suggest, searcher, scheduler(spec)
 
         return make
@@ -237,6 +263,10 @@ def algorithms(specs: dict[str, spaces.SearchSpec], max_steps: int, directory: P
         "random + ASHA": generated(specs["random_asha"], max_trials),
         "TPE": tpe(specs["optuna"]),
         "TPE + ASHA": tpe(specs["optuna_asha"]),
+        **({} if not warm_start else {
+            "TPE + warm start": tpe(specs["optuna"], warm_start),
+            "TPE + ASHA + warm": tpe(specs["optuna_asha"], warm_start),
+        }),
     }
 
 
@@ -249,16 +279,17 @@ def main(argv: list[str] | None = None) -> int:
     reference = spaces.load_space("component_subsets").scheduler
     asha = {"name": "asha", "grace_period": args.grace_period or reference.grace_period,
             "reduction_factor": args.reduction_factor or reference.reduction_factor}  # fmt: skip
-    pinned = {k: v for k, v in dict(model=args.model, pretrained=args.pretrained, max_steps=args.max_steps).items() if v is not None}
+    pinned = dict(model=args.model, pretrained=args.pretrained, max_steps=args.max_steps, **dict(args.set))
+    pinned = {k: v for k, v in pinned.items() if v is not None}
     with tempfile.TemporaryDirectory(prefix="bench_search_") as tmp:
         tmp = Path(tmp)
         specs = {
-            "grid": variant(base, tmp, "grid", "fifo", pinned),
-            "random": variant(base, tmp, "random", "fifo", pinned),
-            "optuna": variant(base, tmp, "optuna", "fifo", pinned),
+            "grid": variant(base, tmp, "grid", "fifo", pinned, args.lrs),
+            "random": variant(base, tmp, "random", "fifo", pinned, args.lrs),
+            "optuna": variant(base, tmp, "optuna", "fifo", pinned, args.lrs),
         }
-        specs["random_asha"] = variant(base, tmp, "random", asha, pinned)
-        specs["optuna_asha"] = variant(base, tmp, "optuna", asha, pinned)
+        specs["random_asha"] = variant(base, tmp, "random", asha, pinned, args.lrs)
+        specs["optuna_asha"] = variant(base, tmp, "optuna", asha, pinned, args.lrs)
         settings = plan.prepare(search.SearchOptions(space=str(specs["grid"].path), cpus_per_trial=1, plasticity=False,
                                                        storage=str(tmp / "results"))).settings  # fmt: skip
         curves_path = Path(args.curves)
@@ -293,15 +324,18 @@ def main(argv: list[str] | None = None) -> int:
               f"target {target:.4f}, reached by {len(reaching)}: {', '.join(reaching)}")  # fmt: skip
 
         names = list(dict.fromkeys(c for c, _ in map(key, specs["grid"].grid)))
-        print("best val_acc (%) of each grid configuration:\n" + f"{'lr':>8} " + " ".join(f"{c:>6}" for c in names))
-        for lr in sorted({lr for _, lr in curves}):
-            print(f"{lr:>8g} " + " ".join(f"{100 * best_acc(curves[(c, lr)]):6.1f}" for c in names))
+        lrs = sorted({lr for _, lr in curves})
+        columns = {f"lr {lr:g}": [round(100 * best_acc(curves[(c, lr)]), 1) for c in names] for lr in lrs}
+        table = pd.DataFrame(columns, index=names)
+        print("best val_acc (%) of each grid configuration:")
+        print((table if len(names) > 10 else table.T).to_string())
         if args.check:
             for line in check_replay(curves, settings, args.check):
                 print(f"replay check, trained again: {line}")
 
+        first = recommended(settings, args.warm_start, specs["optuna"])[: args.warm_start] if args.warm_start else None
         rows = {}
-        for name, make in algorithms(specs, settings["max_steps"], tmp, args.max_trials).items():
+        for name, make in algorithms(specs, settings["max_steps"], tmp, args.max_trials, first).items():
             seeds = [0] if name == "grid" else range(args.seeds)
             runs = [replay(curves, *make(seed), args.workers, target, args.max_trials) for seed in seeds]
             steps = [s if s is not None else spent for s, _, spent in runs]
@@ -311,16 +345,28 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nREPLAY over the recorded grid curves ({args.workers} trial(s) at once; ASHA grace period {asha['grace_period']}, "
           f"reduction factor {asha['reduction_factor']}; {args.seeds} search seeds): steps to reach {target:.4f} "
           f"as a fraction of the grid's {grid_steps} steps")  # fmt: skip
-    print(f"{'algorithm':<14} {'mean':>6} {'median':>7} {'min':>6} {'max':>6} {'trials (mean)':>14} {'not reached':>12}  goal")
+    print(f"{'algorithm':<18} {'mean':>6} {'median':>7} {'IQR':>13} {'min':>6} {'max':>6} {'trials (mean)':>14} {'not reached':>12}  goal")
     for name, row in rows.items():
         f = row["fractions"]
         goal = f"{'met' if statistics.mean(f) <= 0.2 else 'MISSED'} (<= 0.2)" if name == "TPE + ASHA" else ""
-        print(f"{name:<14} {statistics.mean(f):6.3f} {statistics.median(f):7.3f} {min(f):6.3f} {max(f):6.3f} "
+        q1, _, q3 = statistics.quantiles(f, n=4) if len(f) > 1 else (f[0], f[0], f[0])
+        print(f"{name:<18} {statistics.mean(f):6.3f} {statistics.median(f):7.3f} [{q1:5.3f}, {q3:5.3f}] {min(f):6.3f} {max(f):6.3f} "
               f"{statistics.mean(row['trials']):14.1f} {row['failed']:>8}/{len(f):<3}  {goal}")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "grid_steps": grid_steps, "best_val_acc": best, "target": target,
                                                "reaching": reaching, "rows": rows}, indent=2))  # fmt: skip
     return 0
+
+
+def recommended(settings: dict, k: int, spec: spaces.SearchSpec) -> list[str]:
+    """recommend's ranking of the space's subsets for these settings (its criterion chosen from the evidence)."""
+    from vitplast_tune import recommend
+
+    rec = recommend.recommend(settings, plan.default_storage())
+    allowed = set(spec.parameters["components"].grid_values())
+    ranked = [c for c in rec.ranked["components"] if c in allowed]
+    print(f"warm start: recommend ranks by {rec.criterion}; TPE tries first {', '.join(ranked[:k])}")
+    return ranked
 
 
 def _weights_provenance(settings: dict) -> dict | None:

@@ -129,3 +129,20 @@ def test_bench_memory_samples_the_driver_and_its_ray_processes():
     found = bench.measure("vit_testbed_patch8_32", "digits")
     assert 0.3e9 < found["driver_rss"] < found["tree_rss"]  # torch, timm, ray and mlflow alone take ~1 GB
     assert found["driver_rss"] < found["tree_pss"] <= found["tree_rss"]  # the Ray processes add to the driver
+
+
+def test_replay_of_tpe_with_warm_start_tries_the_recommended_subsets_first(tmp_path):
+    bench = _script("bench_search")
+    from vitplast_tune import spaces
+
+    spec = spaces.load_space(_write(tmp_path / "s.yaml", "algorithm: optuna\nparameters: {components: {subsets: any}, lr: {choice: [0.1]}}\n"))
+    specs = {name: spec for name in ("grid", "random", "random_asha", "optuna", "optuna_asha")}
+    made = bench.algorithms(specs, 400, tmp_path, 10, warm_start=["fc2", "mha+fc1"])
+    assert {"TPE + warm start", "TPE + ASHA + warm"} <= set(made) and "random + ASHA" in made
+    suggest, _, _ = made["TPE + warm start"](0)
+    assert [spaces.config_components(suggest(f"t{i}")) for i in range(2)] == ["fc2", "mha+fc1"]
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path

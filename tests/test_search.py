@@ -220,3 +220,17 @@ def _table(client: MlflowClient, run_id: str, path: str) -> pd.DataFrame:
     """A table logged with log_table, values as stored (no type guessing)."""
     text = Path(client.download_artifacts(run_id, path)).read_text()
     return pd.read_json(io.StringIO(text), orient="split", dtype=False)
+
+
+def test_pareto_fronts_printed_logged_and_throughput_on_child_runs(finished):
+    trials = finished.trials
+    assert (trials["images_per_s"] > 0).all() and not trials["over_budget"].any()
+    text = results.summary(finished)
+    assert text.index("Top 6 trials") < text.index("Pareto front, best validation accuracy vs fewer trainable parameters")
+    assert "Pareto front, best validation accuracy vs more training images/s" in text
+    client = MlflowClient(finished.plan.tracking_uri)
+    artifacts = {a.path for a in client.list_artifacts(finished.parent_run_id, "pareto")}
+    assert {"pareto/pareto_trainable_params.csv", "pareto/pareto_trainable_params.png", "pareto/pareto_images_per_s.png"} <= artifacts
+    assert results.pareto_front(trials, "trainable_params")["components"].iloc[0] == "head"  # the cheapest trial
+    for run in tracking.child_runs(client, finished.parent_run_id):
+        assert run.data.metrics["images_per_s"] > 0

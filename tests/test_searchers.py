@@ -57,6 +57,14 @@ def test_the_parent_run_is_found_by_its_unique_search_id(mlflow):
     assert tracking.find_search_run(mlflow, "exp", "same-name", search_id="id-three") is None
 
 
+def test_the_parent_run_is_found_by_name_beside_its_trials_which_carry_the_name_too(mlflow):
+    parent = tracking.start_search_run(mlflow, "exp", "solo", {}, {})
+    experiment = mlflow.get_run(parent).info.experiment_id
+    for _ in range(2):
+        mlflow.create_run(experiment, tags={tracking.SEARCH_TAG: "solo", tracking.ROLE_TAG: "trial"})
+    assert tracking.find_search_run(mlflow, "exp", "solo") == parent
+
+
 def test_a_failed_search_marks_its_parent_run_failed_with_the_reason(mlflow):
     run_id = tracking.start_search_run(mlflow, "exp", "s", {}, {})
     tracking.mark_failed(mlflow, run_id, RuntimeError("the cluster went away\ntraceback lines"))

@@ -54,6 +54,7 @@ class SearchOptions:
     plasticity_variant: str = "paper"
     plasticity_reference: str = "fractals"
     plasticity_pairs: int | None = None
+    max_trainable_params: int | None = None  # the parameter budget; overrides the space file's
     verbose: int = 1
 
     @property
@@ -83,6 +84,11 @@ class SearchPlan:
     def local_dir(self) -> Path | None:
         """The search's directory when storage is a local path (None for s3:// and the like)."""
         return None if is_uri(self.storage) else Path(self.storage) / self.name
+
+    @property
+    def max_trainable_params(self) -> int | None:
+        """The parameter budget: the option's, else the space file's; trials over it are not trained."""
+        return self.options.max_trainable_params or self.spec.max_trainable_params
 
     @property
     def results_dir(self) -> Path:
@@ -189,13 +195,14 @@ def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> dict[str, Any]
 
 
 def _check_metric(spec: spaces.SearchSpec) -> None:
-    """The space's metric must be one every trial reports, and its mode the direction that is better."""
-    if spec.metric not in METRICS:
-        raise UserError(f'{spec.path}: metric "{spec.metric}" is not reported by trials{did_you_mean(spec.metric, METRICS)}; '
-                        f"use one of {', '.join(METRICS)}")  # fmt: skip
-    if spec.mode != METRICS[spec.metric]:
-        raise UserError(f'{spec.path}: mode "{spec.mode}" would search for the worst {spec.metric}; '
-                        f"use mode: {METRICS[spec.metric]}")  # fmt: skip
+    """Each objective's metric must be one every trial reports, and its mode the direction that is better."""
+    for metric, mode in spec.objectives or ((spec.metric, spec.mode),):
+        if metric not in METRICS:
+            raise UserError(f'{spec.path}: metric "{metric}" is not reported by trials{did_you_mean(metric, METRICS)}; '
+                            f"use one of {', '.join(METRICS)}")  # fmt: skip
+        if mode != METRICS[metric]:
+            worst = f'{spec.path}: mode "{mode}" would search for the worst {metric}'
+            raise UserError(f"{worst}; use mode: {METRICS[metric]}")
 
 
 def _check_plasticity(options: SearchOptions) -> None:
@@ -232,6 +239,8 @@ def _check_resources(options: SearchOptions) -> None:
         raise UserError("--max-concurrent must be at least 1")
     if options.max_failures is not None and options.max_failures < 0:
         raise UserError("--max-failures must not be negative")
+    if options.max_trainable_params is not None and options.max_trainable_params < 1:
+        raise UserError("the parameter budget (max_trainable_params) must be a positive number of parameters")
 
 
 def _check_writable(path: Path) -> None:

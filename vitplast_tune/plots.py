@@ -1,5 +1,5 @@
-"""Figures of the analyses (PNG): the plasticity per component and layer, a score against accuracy, and
-the paper-style gain next to plasticity.
+"""Figures of the analyses (PNG): the plasticity per component and layer, a score against accuracy, the
+paper-style gain next to plasticity, and a search's Pareto front.
 
 Plots draw on ``matplotlib.figure.Figure`` directly (Agg rendering), so importing this module never
 selects a pyplot backend.
@@ -84,6 +84,25 @@ def plot_gain_and_plasticity(table: pd.DataFrame, plasticity: pd.Series, path: s
     right.set_xticks(xp, order)
     right.set_ylabel("plasticity (mean over layers)")
     right.set_title("plasticity per component")
+    return _save(fig, path)
+
+
+def plot_pareto(
+    trials: pd.DataFrame, front: pd.DataFrame, cost: str, path: str | Path, accuracy: str = "best_val_acc"
+) -> Path:
+    """Write a PNG: every trial's ``accuracy`` against ``cost`` (log scale), the front as a labelled step line."""
+    fig, (ax,) = _figure(ncols=1, figsize=(7, 4.8))
+    x, y = numeric(trials[cost]), numeric(trials[accuracy])
+    keep = np.isfinite(x) & np.isfinite(y) & (x > 0)
+    ax.scatter(x[keep], 100 * y[keep], color="0.7", edgecolors="k", linewidths=0.3, label="trials")
+    fx, fy = numeric(front[cost]), 100 * numeric(front[accuracy])
+    ax.step(fx, fy, where="post" if cost == "trainable_params" else "pre", color="C3", marker="o", label="Pareto front")
+    for xi, yi, name in zip(fx, fy, front["components"]):
+        ax.annotate(str(name), (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("trainable parameters" if cost == "trainable_params" else "training images/s")
+    ax.set_ylabel(f"{accuracy} (%)")
+    ax.legend(frameon=False, loc="lower right")
     return _save(fig, path)
 
 

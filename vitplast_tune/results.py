@@ -1,4 +1,5 @@
-"""The results of a search: one row per trial, the best trials, and the summary a person reads at the end.
+"""The results of a search: one row per trial, the best trials, the Pareto fronts (accuracy against trainable
+parameters and against training throughput), and the summary a person reads at the end.
 
 ``trial_table`` reads Tune's result grid (duck-typed: each result's config, metrics, error and
 metrics dataframe), so this module needs no Ray; ``summary`` renders a ``SearchResult`` as text.
@@ -52,10 +53,12 @@ def trial_table(grid, plan: SearchPlan, predictors: report.Predictors | None = N
                 "test_acc": metrics.get("test_acc"),
                 "step": metrics.get("step"),
                 "trainable_params": metrics.get("trainable_params"),
+                "images_per_s": images_per_s(result, config.get("batch_size", plan.settings["batch_size"])),
                 "log10_trainable_params": _log10(metrics.get("trainable_params")),
                 "best_val_loss": _lowest(result, "val_loss"),
                 "max_steps": plan.settings["max_steps"],
                 "diverged": bool(metrics.get("diverged", 0)),
+                "over_budget": bool(metrics.get("over_budget", 0)),
                 "error": None if result.error is None else str(result.error).splitlines()[0][:200],
                 **(predictors.scores(subset) if predictors is not None else {}),
             }
@@ -109,6 +112,51 @@ def val_curve(result) -> dict[int, float]:
     return dict(zip(frame["step"].astype(int), frame["val_acc"].astype(float)))
 
 
+def images_per_s(result, batch_size: int) -> float | None:
+    """A trial's training throughput: the median over its reports of steps/s (training steps only) times the batch
+    size."""
+    frame = result.metrics_dataframe
+    if frame is None or "steps_per_s" not in frame or frame["steps_per_s"].dropna().empty:
+        return None
+    return float(frame["steps_per_s"].dropna().median() * batch_size)
+
+
+# What each Pareto front trades accuracy against: (column, "min" when less is better, label).
+PARETO_AXES: tuple[tuple[str, str, str], ...] = (
+    ("trainable_params", "min", "fewer trainable parameters"),
+    ("images_per_s", "max", "more training images/s"),
+)
+
+
+def pareto_front(trials: pd.DataFrame, cost: str, better: str = "min", accuracy: str = "best_val_acc") -> pd.DataFrame:
+    """The full-budget trials that no other full-budget trial beats on both ``accuracy`` (higher) and ``cost``
+    (lower when ``better`` is "min", higher when "max"), sorted from the cheapest; ties keep the first."""
+    from vitplast_tune.analysis import finished_trials
+
+    if trials.empty or cost not in trials or accuracy not in trials:
+        return trials.head(0)
+    done = finished_trials(trials).dropna(subset=[cost, accuracy])
+    ordered = done.sort_values([cost, accuracy], ascending=[better == "min", False], kind="stable")
+    best_before = ordered[accuracy].cummax().shift(fill_value=-float("inf"))
+    return ordered[ordered[accuracy] > best_before]
+
+
+def write_pareto(result: SearchResult) -> list[Path]:
+    """Each Pareto front as CSV and PNG (``pareto_<cost>.csv``/``.png``) in the search's ``analysis`` folder."""
+    from vitplast_tune.plots import plot_pareto
+
+    out = result.plan.results_dir / "analysis"
+    files: list[Path] = []
+    for cost, better, _ in PARETO_AXES:
+        front = pareto_front(result.trials, cost, better)
+        if front.empty:
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        front.to_csv(out / f"pareto_{cost}.csv", index=False)
+        files += [out / f"pareto_{cost}.csv", plot_pareto(result.trials, front, cost, out / f"pareto_{cost}.png")]
+    return files
+
+
 def _lowest(result, column: str) -> float | None:
     frame = result.metrics_dataframe
     if frame is None or column not in frame or frame[column].dropna().empty:
@@ -145,6 +193,7 @@ def summary(result: SearchResult, k: int = 10) -> str:
     if not top.empty:
         lines += ["", f"Top {len(top)} trials (best validation accuracy; test accuracy of its best-validation weights):",
                   _top_table(top).to_string(index=False)]  # fmt: skip
+        lines += ["", text] if (text := describe_pareto(result.trials)) else []
     if result.analysis is not None and (text := result.analysis.describe()):
         lines += ["", text]
     lines += ["", f"Results (Ray Tune): {plan.storage}/{plan.name}"]
@@ -171,6 +220,21 @@ def _top_table(top: pd.DataFrame) -> pd.DataFrame:
             "trainable": top["trainable_params"].map(lambda v: "" if pd.isna(v) else f"{int(v):,}"),
         }
     )
+
+
+def describe_pareto(trials: pd.DataFrame) -> str:
+    """The Pareto blocks printed under the top table: per axis, the trials no other full-budget trial beats on both."""
+    lines: list[str] = []
+    for cost, better, label in PARETO_AXES:
+        front = pareto_front(trials, cost, better)
+        if front.empty:
+            continue
+        table = _top_table(front).drop(columns=["val_acc", "steps"])
+        if cost == "images_per_s":
+            table["images/s"] = front["images_per_s"].map(lambda v: f"{v:,.0f}")
+        lines += [f"Pareto front, best validation accuracy vs {label} ({len(front)} of the full-budget trials; "
+                  "no other one is better on both):", table.to_string(index=False), ""]  # fmt: skip
+    return "\n".join(lines).rstrip()
 
 
 def trial_label(config: dict[str, Any]) -> str:

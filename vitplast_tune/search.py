@@ -92,9 +92,10 @@ def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predicto
         from vitplast_tune.progress import Progress
 
         callbacks.append(Progress(plan.spec.total_trials))
-    trainable = tune.with_parameters(train_trial, settings=plan.settings, decoded=plan.decoded)
+    trainable = tune.with_parameters(train_trial, settings=plan.settings, decoded=plan.decoded,
+                                     max_trainable_params=plan.max_trainable_params)  # fmt: skip
     trainable = tune.with_resources(trainable, plan.options.trial_resources)
-    return searchers.tuner(plan, trainable, callbacks).fit()
+    return searchers.tuner(plan, trainable, callbacks, warm_start_subsets(plan, predictors)).fit()
 
 
 def _say(plan: SearchPlan, text: str) -> None:
@@ -123,6 +124,20 @@ def measure(plan: SearchPlan) -> report.Predictors:
     say(f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})", flush=True)
     gradients = run(report.gradient_report, cfg=trial_config({}, s), decoded=plan.decoded)
     return report.Predictors(measured, gradients)
+
+
+def warm_start_subsets(plan: SearchPlan, predictors: report.Predictors) -> list[str]:
+    """The subsets ``recommend`` ranks best (within the parameter budget) for a space with ``warm_start``; else none."""
+    if not plan.spec.warm_start or predictors.plasticity is None:
+        return []
+    from vitplast_tune import recommend
+
+    scores = recommend.subset_scores(predictors, plan.settings)
+    ranked = recommend.rank(scores, recommend.choose_criterion(recommend.read_evidence(Path(plan.storage)))[0],
+                            plan.max_trainable_params)  # fmt: skip
+    say = print if plan.options.verbose else lambda *a, **k: None
+    say(f"Warm start: TPE tries first {', '.join(ranked['components'].head(plan.spec.warm_start))}", flush=True)
+    return list(ranked["components"])
 
 
 def analyse(result: SearchResult, mlflow) -> None:
@@ -168,6 +183,7 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
     path = results.write_trials(result)
     if path is not None:
         tracking.log_results(mlflow, result.parent_run_id, path, best, len(trials))
+    tracking.log_pareto(mlflow, result.parent_run_id, results.write_pareto(result))
     checkpoint = results.checkpoint(grid, best.iloc[0]["trial_id"]) if not best.empty else None
     if checkpoint is not None:
         tracking.log_best_weights(mlflow, result.parent_run_id, checkpoint, best.iloc[0].to_dict())

@@ -11,7 +11,7 @@ import contextlib
 import math
 import os
 import warnings
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
@@ -31,6 +31,8 @@ class OptunaSearcher(OptunaSearch):
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         """Report the metric to the Optuna trial at the training step (a resumed step is reported once)."""
+        if isinstance(self.metric, list):  # several objectives: Optuna takes no intermediate values
+            return
         value, step = result.get(self.metric), result.get("step")
         if trial_id in self._completed_trials or trial_id not in self._ot_trials or step is None:
             return
@@ -66,14 +68,39 @@ def scheduler(spec: spaces.SearchSpec, max_steps: int):
     return FIFOScheduler()
 
 
-def search_algorithm(spec: spaces.SearchSpec, seed: int, max_concurrent: int | None = None):
-    """Optuna TPE over the space (define-by-run), or Tune's variant generator for grid and random spaces."""
+def objectives(spec: spaces.SearchSpec) -> tuple[str | list[str], str | list[str]]:
+    """OptunaSearch's ``metric`` and ``mode``: one each, or lists for a multi-objective space (Optuna's Pareto front).
+
+    Tune's scheduler and result grid still use ``spec.metric`` (the first objective); a multi-objective
+    space has no early stopping (``spaces`` refuses ASHA and median stopping for it).
+    """
+    if not spec.multi_objective:
+        return spec.metric, spec.mode
+    return [m for m, _ in spec.objectives], [d for _, d in spec.objectives]
+
+
+def warm_start_points(spec: spaces.SearchSpec, subsets: Sequence[str]) -> list[dict[str, Any]]:
+    """TPE's first trials (OptunaSearch ``points_to_evaluate``, i.e. Optuna's ``enqueue_trial``): the first
+    ``spec.warm_start`` of ``subsets`` as the space's component flags; the other parameters are sampled."""
+    return [spaces.component_flags(subset) for subset in list(subsets)[: spec.warm_start]]
+
+
+def search_algorithm(
+    spec: spaces.SearchSpec, seed: int, max_concurrent: int | None = None, warm_start: Sequence[str] = ()
+):
+    """Optuna TPE over the space (define-by-run), or Tune's variant generator for grid and random spaces.
+
+    ``warm_start``: subsets ranked best first (``recommend``), of which TPE tries ``spec.warm_start`` first.
+    """
     if spec.algorithm == "optuna":
         import optuna
         from optuna.samplers import TPESampler
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        searcher = OptunaSearcher(space=spaces.OptunaSpace(spec), metric=spec.metric, mode=spec.mode, sampler=TPESampler(seed=seed))
+        metric, mode = objectives(spec)
+        points = warm_start_points(spec, warm_start) or None
+        space, sampler = spaces.OptunaSpace(spec), TPESampler(seed=seed)
+        searcher = OptunaSearcher(space=space, metric=metric, mode=mode, sampler=sampler, points_to_evaluate=points)
         if max_concurrent:
             from ray.tune.search import ConcurrencyLimiter
 
@@ -140,8 +167,9 @@ def trial_dirname(trial) -> str:
     return f"trial_{trial.trial_id}"
 
 
-def tuner(plan: SearchPlan, trainable, callbacks: list) -> tune.Tuner:
-    """The Tuner of a plan: restored from storage with ``--resume`` (with this run's callbacks), else new."""
+def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str] = ()) -> tune.Tuner:
+    """The Tuner of a plan: restored from storage with ``--resume`` (with this run's callbacks), else new
+    (``warm_start``: see search_algorithm)."""
     spec, options = plan.spec, plan.options
     path = f"{plan.storage}/{plan.name}"
     if options.resume and tune.Tuner.can_restore(path):
@@ -154,7 +182,7 @@ def tuner(plan: SearchPlan, trainable, callbacks: list) -> tune.Tuner:
         param_space=param_space,
         tune_config=tune.TuneConfig(
             metric=spec.metric, mode=spec.mode, num_samples=spec.num_samples, reuse_actors=True,
-            search_alg=search_algorithm(spec, plan.seed, plan.max_concurrent),
+            search_alg=search_algorithm(spec, plan.seed, plan.max_concurrent, warm_start),
             scheduler=scheduler(spec, plan.settings["max_steps"]), trial_dirname_creator=trial_dirname,
         ),
         run_config=tune.RunConfig(

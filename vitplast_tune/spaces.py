@@ -14,6 +14,11 @@ A space file is YAML (see ``vitplast_tune/search_spaces/component_subsets.yaml``
       optimizer: sgd
     defaults: {max_steps: 400, batch_size: 64}   # experiment settings; command-line flags override
 
+Optional keys: ``metric: [val_acc, trainable_params]`` with ``mode: [max, min]`` asks Optuna for two
+objectives (its Pareto front; no early stopping then: schedulers take one metric);
+``max_trainable_params: N`` is a parameter budget (trials over it are not trained);
+``warm_start: K`` enqueues the K subsets ``recommend`` ranks best as TPE's first trials.
+
 A subset is encoded for Optuna as one boolean per component (``train_emb`` ... ``train_fc2``).
 """
 
@@ -34,7 +39,8 @@ SPACES_DIR = Path(__file__).resolve().parent / "search_spaces"  # shipped with t
 ALGORITHMS = ("optuna", "grid", "random")
 SCHEDULERS = ("asha", "median", "fifo")
 MODES = ("max", "min")
-_TOP_KEYS = ("description", "metric", "mode", "algorithm", "num_samples", "scheduler", "criteria", "parameters", "defaults")
+_TOP_KEYS = ("description", "metric", "mode", "algorithm", "num_samples", "scheduler", "criteria", "max_trainable_params",
+             "warm_start", "parameters", "defaults")
 _SCHEDULER_KEYS = ("name", "grace_period", "reduction_factor")
 
 
@@ -285,6 +291,14 @@ class SearchSpec:
     defaults: dict[str, Any] = field(default_factory=dict)
     text: str = ""
     criteria: bool = False  # the criteria lab: compare pre-training predictors per subset at the end
+    objectives: tuple[tuple[str, str], ...] = ()  # (metric, mode) of each objective; two or more: multi-objective
+    max_trainable_params: int | None = None  # the parameter budget: trials over it are not trained
+    warm_start: int = 0  # the recommended subsets TPE tries first
+
+    @property
+    def multi_objective(self) -> bool:
+        """Whether Optuna optimises several objectives (``metric`` and ``mode`` given as lists)."""
+        return len(self.objectives) > 1
 
     @property
     def has_seeds(self) -> bool:
@@ -362,14 +376,15 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
     if not isinstance(parameters, dict) or not parameters:
         raise UserError(f"{where}: needs a non-empty 'parameters' mapping")
     defaults = raw.get("defaults") or {}
+    objectives = _parse_objectives(raw, where)
     if not isinstance(defaults, dict):
         raise UserError(f"{where}: 'defaults' must be a mapping of settings")
     spec = SearchSpec(
         name=path.stem,
         path=path,
         description=str(raw.get("description", "")).strip(),
-        metric=str(raw.get("metric", "val_acc")),
-        mode=_one_of(raw.get("mode", "max"), MODES, where, "mode"),
+        metric=objectives[0][0],
+        mode=objectives[0][1],
         algorithm=_one_of(raw.get("algorithm", "optuna"), ALGORITHMS, where, "algorithm"),
         num_samples=_positive_int(raw.get("num_samples", 1), where, "num_samples"),
         scheduler=_parse_scheduler(raw.get("scheduler", "fifo"), where),
@@ -377,12 +392,33 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
         defaults=dict(defaults),
         text=text,
         criteria=_flag(raw.get("criteria", False), where, "criteria"),
+        objectives=objectives,
+        max_trainable_params=_optional_int(raw.get("max_trainable_params"), where, "max_trainable_params"),
+        warm_start=_positive_int(raw.get("warm_start", 0), where, "warm_start", minimum=0),
     )
     _check_algorithm(spec)
     return spec
 
 
+def _parse_objectives(raw: dict, where: str) -> tuple[tuple[str, str], ...]:
+    """``metric``/``mode``: one name and one mode, or two lists of the same length (Optuna multi-objective)."""
+    metric, mode = raw.get("metric", "val_acc"), raw.get("mode", "max")
+    if not isinstance(metric, list):
+        return ((str(metric), _one_of(mode, MODES, where, "mode")),)
+    if not isinstance(mode, list) or len(mode) != len(metric) or len(metric) < 2:
+        raise UserError(f"{where}: two or more objectives need metric and mode lists of the same length, "
+                        f"e.g. metric: [val_acc, trainable_params] and mode: [max, min]")  # fmt: skip
+    return tuple((str(m), _one_of(d, MODES, where, "mode")) for m, d in zip(metric, mode))
+
+
 def _check_algorithm(spec: SearchSpec) -> None:
+    if spec.multi_objective and spec.algorithm != "optuna":
+        raise UserError(f"{spec.path}: several objectives need algorithm: optuna (its multi-objective TPE)")
+    if spec.multi_objective and spec.scheduler.name != "fifo":
+        raise UserError(f"{spec.path}: scheduler {spec.scheduler.name} stops trials by one metric; with several "
+                        "objectives use scheduler: fifo (every trial trains its whole budget)")  # fmt: skip
+    if spec.warm_start and not (spec.algorithm == "optuna" and isinstance(spec.parameters.get("components"), Subsets)):
+        raise UserError(f"{spec.path}: warm_start needs algorithm: optuna and components: {{subsets: ...}}")
     if spec.algorithm == "grid":
         for p in spec.parameters.values():
             if not p.discrete:
@@ -419,6 +455,10 @@ def _flag(value: Any, where: str, what: str) -> bool:
     if not isinstance(value, bool):
         raise UserError(f"{where}: {what} must be true or false, got {value!r}")
     return value
+
+
+def _optional_int(value: Any, where: str, what: str) -> int | None:
+    return None if value is None else _positive_int(value, where, what)
 
 
 def _positive_int(value: Any, where: str, what: str, minimum: int = 1) -> int:

@@ -39,7 +39,7 @@ PARENT_TAG = "mlflow.parentRunId"
 RUN_NAME_TAG = "mlflow.runName"
 NOTE_TAG = "mlflow.note.content"  # the run's description in the UI (Markdown)
 VIEW_LINK_TAG = "vitplast.view_link"
-CURVE_METRICS = ("train_loss", "val_acc", "val_loss", "best_val_acc", "current_lr", "steps_per_s")
+CURVE_METRICS = ("train_loss", "val_acc", "val_loss", "best_val_acc", "current_lr", "steps_per_s", "images_per_s")
 # Logged once per trial after the search, from the trial table (results.trial_table).
 FINAL_METRICS = ("val_acc_common", "common_step", "trainable_params", "log10_trainable_params", "best_val_loss")
 BEST_WEIGHTS = "best_trial/trainable_weights.safetensors"
@@ -75,7 +75,7 @@ def find_search_run(
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
         return None
-    tags = {SEARCH_TAG: search, SEARCH_ID_TAG: search_id, STORAGE_TAG: storage}
+    tags = {SEARCH_TAG: search, ROLE_TAG: "search", SEARCH_ID_TAG: search_id, STORAGE_TAG: storage}  # trials carry the name too
     where = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items() if v)
     runs = mlflow.search_runs([exp.experiment_id], filter_string=where, max_results=2)
     return runs[0].info.run_id if len(runs) == 1 else None
@@ -314,6 +314,11 @@ def log_analysis(mlflow: MlflowClient, run_id: str, found) -> None:
     if found.criteria is not None:
         mlflow.log_table(run_id, found.criteria, "analysis/criteria.json")
     log_artifacts(mlflow, run_id, found.files, "analysis")
+
+
+def log_pareto(mlflow: MlflowClient, run_id: str, files: Iterable[Path]) -> None:
+    """The Pareto fronts (``results.write_pareto``: CSV and PNG per axis) on the parent run, under ``pareto/``."""
+    log_artifacts(mlflow, run_id, files, "pareto")
 
 
 def trial_runs(mlflow: MlflowClient, parent_run_id: str) -> dict[str, str]:

@@ -159,8 +159,9 @@ def finetune(
     """Finetune ``cfg.components`` of ``cfg.model`` on ``cfg.dataset``; return the final metrics.
 
     After every ``eval_every`` steps (and the last), ``report(metrics, state)`` receives the
-    metrics (step, train_loss, val_acc, val_loss, best_val_acc, current_lr, trainable_params) and a
-    resumable state of live tensors (save or copy it during the call: training goes on). When training ends, the best-validation weights are evaluated on the test
+    metrics (step, train_loss, val_acc, val_loss, best_val_acc, current_lr, trainable_params, steps_per_s,
+    images_per_s) and a resumable state of live tensors (save or copy it during the call: training goes on).
+    When training ends, the best-validation weights are evaluated on the test
     split (``test_acc``), as in the paper. ``decoded`` is the dataset already decoded (shared by
     the search). Raises DivergedError on a NaN or infinite loss.
 
@@ -232,6 +233,7 @@ def finetune(
                 "best_val_acc": best["val_acc"], "best_step": best["step"], "current_lr": schedule(step - 1),
                 "trainable_params": sum(counts.values()), "max_steps": cfg.max_steps, "steps_per_s": loss_count / (evaluating - started),
             }
+            metrics["images_per_s"] = metrics["steps_per_s"] * cfg.batch_size  # training throughput, the Pareto front's axis
             if step == cfg.max_steps and cfg.eval_test:
                 metrics["test_acc"] = _test_best(model, trainable, best, splits.test, cfg, device, forward)
             timing["time_in_eval_s"] += time.perf_counter() - evaluating

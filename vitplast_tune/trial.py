@@ -4,7 +4,9 @@
 ``settings`` (a FinetuneConfig as a dict), resumes from ``tune.get_checkpoint()`` when Tune
 restarts it, and reports metrics with a checkpoint of the trainable state after every evaluation.
 A NaN or infinite loss ends the trial with ``diverged=1`` and the reason, instead of a retry
-that would diverge again.
+that would diverge again. A trial whose subset trains more parameters than the search's budget
+(``max_trainable_params``) is not trained: it reports ``over_budget=1`` at step 0 with a NaN metric,
+which the search's OptunaSearcher records as PRUNED (stopped before its budget).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from vitplast_tune.training import DivergedError, FinetuneConfig, finetune
 
 STATE_FILE = "state.pt"
 # What every report of a trial carries that a search can optimise, and the mode in which it is better.
-METRICS = {"val_acc": "max", "best_val_acc": "max", "val_loss": "min", "train_loss": "min"}
+METRICS = {"val_acc": "max", "best_val_acc": "max", "val_loss": "min", "train_loss": "min",
+           "trainable_params": "min", "images_per_s": "max"}  # the last two: second objectives (Pareto)
 
 
 def trial_config(config: dict[str, Any], settings: dict[str, Any]) -> FinetuneConfig:
@@ -30,14 +33,32 @@ def trial_config(config: dict[str, Any], settings: dict[str, Any]) -> FinetuneCo
     return FinetuneConfig.from_dict({**settings, **sampled})
 
 
-def train_trial(config: dict[str, Any], settings: dict[str, Any], decoded: InMemory | None = None) -> None:
+def trainable_parameters(cfg: FinetuneConfig) -> int:
+    """How many parameters a run of ``cfg`` trains (its subset, blocks and head), counted on an untrained model."""
+    from vitplast_tune import components, data, models
+
+    model = models.build_model(cfg.model, data.num_classes(cfg.dataset, data_dir=cfg.data_dir), pretrained=False)
+    return sum(components.freeze(model, cfg.components, cfg.blocks).values())
+
+
+def train_trial(
+    config: dict[str, Any],
+    settings: dict[str, Any],
+    decoded: InMemory | None = None,
+    max_trainable_params: int | None = None,
+) -> None:
     """Ray Tune function trainable for one finetuning run (see the module docstring).
 
-    ``decoded`` is the dataset the driver decoded once and shared through the object store.
+    ``decoded`` is the dataset the driver decoded once and shared through the object store;
+    ``max_trainable_params`` the search's parameter budget.
     """
     from ray import tune
 
     cfg = trial_config(config, settings)
+    if max_trainable_params is not None and (count := trainable_parameters(cfg)) > max_trainable_params:
+        over = {"over_budget": 1, "trainable_params": count, "step": 0, "max_steps": cfg.max_steps}
+        tune.report({**over, "val_acc": float("nan")})
+        return
     checkpoint = tune.get_checkpoint()
     resume = None
     if checkpoint is not None:

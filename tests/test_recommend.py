@@ -1,0 +1,110 @@
+"""recommend: evidence read from stored searches, the criterion chosen from it, the ranking within a budget;
+verify: the verdict."""
+
+import json
+
+import pandas as pd
+
+from vitplast_tune import recommend, verify
+from vitplast_tune.plan import SEARCH_FILE
+
+
+def _search(root, name, model="m", dataset="d", criteria=None, correlations=None):
+    directory = root / name
+    (directory / "analysis").mkdir(parents=True)
+    (directory / SEARCH_FILE).write_text(json.dumps({"settings": {"model": model, "dataset": dataset}}))
+    if criteria is not None:
+        pd.DataFrame(criteria).to_csv(directory / "analysis" / "criteria.csv", index=False)
+    if correlations is not None:
+        pd.DataFrame(correlations).to_csv(directory / "analysis" / "correlations.csv", index=False)
+
+
+def _row(predictor, spearman, target=None):
+    row = {
+        "predictor": predictor,
+        "spearman": spearman,
+        "spearman_low": spearman - 0.2,
+        "spearman_high": spearman + 0.2,
+        "n": 31,
+    }
+    return row if target is None else {"target": target, **row}
+
+
+def test_no_evidence_ranks_by_the_papers_criterion(tmp_path):
+    evidence = recommend.read_evidence(tmp_path)
+    assert evidence.empty
+    criterion, why = recommend.choose_criterion(evidence, "m", "d")
+    assert criterion == "plasticity_mean" and "no evidence yet" in why
+
+
+def test_lab_evidence_on_the_same_model_wins_over_per_trial_correlations(tmp_path):
+    _search(
+        tmp_path, "lab", criteria=[_row("rgn", 0.6), _row("plasticity_mean", 0.1), _row("log_trainable_params", 0.3)]
+    )
+    _search(
+        tmp_path,
+        "tpe",
+        correlations=[_row("plasticity_max", 0.9, "val_acc"), _row("plasticity_mean", 0.95, "val_acc_common")],
+    )
+    _search(tmp_path, "other-lab", model="big", criteria=[_row("grad_norm", 0.99)])
+    evidence = recommend.read_evidence(tmp_path)
+    assert set(evidence["source"]) == {"lab", "trials"}
+    assert len(evidence[evidence["search"] == "tpe"]) == 1  # only final validation accuracy of per-trial tables
+    criterion, why = recommend.choose_criterion(evidence, "m", "d")
+    assert criterion == "rgn" and "+0.60" in why and "criteria labs on m / d" in why
+    criterion, _ = recommend.choose_criterion(evidence, "m", "other")  # no lab here: any lab beats per-trial evidence
+    assert criterion == "grad_norm"
+
+
+def test_negative_evidence_is_said(tmp_path):
+    _search(tmp_path, "lab", criteria=[_row("rgn", -0.3), _row("plasticity_mean", -0.1)])
+    criterion, why = recommend.choose_criterion(recommend.read_evidence(tmp_path), "m", "d")
+    assert criterion == "plasticity_mean" and "treat the ranking as a guess" in why
+
+
+def test_rank_within_a_budget_breaks_ties_by_fewer_parameters():
+    scores = pd.DataFrame(
+        {
+            "components": ["fc1", "mha", "all", "ln1", "emb"],
+            "trainable_params": [150, 150, 900, 10, 5],
+            "plasticity_mean": [2.0, 1.5, 1.5, 0.5, float("nan")],
+        }
+    )
+    ranked = recommend.rank(scores, "plasticity_mean")
+    assert list(ranked["components"]) == ["fc1", "mha", "all", "ln1"] and list(ranked["rank"]) == [1, 2, 3, 4]
+    assert list(recommend.rank(scores, "plasticity_mean", budget=200)["components"]) == ["fc1", "mha", "ln1"]
+
+
+def _rec(order):
+    ranked = pd.DataFrame({"components": order})
+    return recommend.Recommendation("m", "d", ranked, "plasticity_mean", pd.DataFrame())
+
+
+def test_verification_takes_the_best_validation_lr_and_judges_the_top_subset():
+    trials = pd.DataFrame(
+        {
+            "components": ["fc1", "fc1", "mha", "mha", "ln1", "ln1", "all", "head"],
+            "lr": [0.1, 0.3, 0.1, 0.3, 0.1, 0.3, 0.1, 0.3],
+            "best_val_acc": [0.95, 0.97, 0.96, 0.90, 0.80, 0.85, 0.99, 0.70],
+            "test_acc": [0.94, 0.96, 0.95, 0.91, 0.81, 0.84, 0.98, 0.72],
+            "trainable_params": [150, 150, 150, 150, 10, 10, 900, 5],
+        }
+    )
+    table = verify.verification(_rec(["fc1", "mha", "ln1"]), trials, 3)
+    fc1 = table.set_index("components").loc["fc1"]
+    assert fc1["lr"] == 0.3 and fc1["test_acc"] == 0.96 and fc1["predicted_rank"] == 1 and fc1["actual_rank"] == 2
+    text = verify.verdict(table)
+    assert "the recommendation held" in text and "Spearman +1.00" in text and "vs all: -2.00 points" in text
+    worse = verify.verdict(verify.verification(_rec(["ln1", "mha", "fc1"]), trials, 3))
+    assert "did NOT hold" in worse and "Spearman -1.00" in worse
+    assert "the best configuration was all (98.00%), predicted rank -" in text
+
+
+def test_verify_space_is_a_grid_of_the_top_subsets_all_and_head(tmp_path):
+    from vitplast_tune import spaces
+
+    rec = _rec(["fc1", "mha+fc1", "emb", "mha"])
+    rec.settings = {"model": "vit_testbed_patch8_32.fractal", "dataset": "digits", "batch_size": 64, "max_steps": 400}
+    spec = spaces.load_space(verify.verify_space(rec, 3, tmp_path, max_steps=100))
+    assert spec.algorithm == "grid" and spec.defaults["max_steps"] == 100
+    assert [c["components"] for c in spec.grid[::3]] == ["fc1", "mha+fc1", "emb", "all", "head"]

@@ -1,0 +1,143 @@
+"""Checking a recommendation with a short real search: a grid over the top K recommended subsets, full finetuning
+and the linear probe (``verify_space``), run through ``search.run``, and whether the recommendation held
+(``verification``, ``verdict``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+from scipy import stats
+
+from vitplast_tune.components import ALL, HEAD
+from vitplast_tune.recommend import Recommendation
+
+VERIFY_LRS: tuple[float, ...] = (0.03, 0.1, 0.3)
+
+
+def verify_space(rec: Recommendation, k: int, directory: Path, *, lrs=VERIFY_LRS, max_steps: int | None = None) -> Path:
+    """Write a grid space file: the top ``k`` subsets, full finetuning and the linear probe x ``lrs``."""
+    subsets = list(dict.fromkeys([*rec.ranked["components"].head(k), ALL, HEAD]))
+    keep = (
+        "model",
+        "weights",
+        "pretrained",
+        "dataset",
+        "data_dir",
+        "batch_size",
+        "max_steps",
+        "warmup_fraction",
+        "eval_every",
+    )
+    defaults = {key: rec.settings[key] for key in keep if rec.settings.get(key) is not None}
+    if max_steps:
+        defaults["max_steps"] = max_steps
+    defaults.setdefault("warmup_fraction", 0.1)
+    raw = {
+        "description": f"recommend --verify {k}: the top {k} subsets by {rec.criterion}, all and head (grid)",
+        "metric": "val_acc",
+        "mode": "max",
+        "algorithm": "grid",
+        "num_samples": 1,
+        "scheduler": "fifo",
+        "parameters": {"components": {"choice": subsets}, "lr": {"choice": list(lrs)}, "optimizer": "sgd"},
+        "defaults": defaults,
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"recommend_verify_{k}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def verification(rec: Recommendation, trials: pd.DataFrame, k: int) -> pd.DataFrame:
+    """Per verified configuration: the lr with the best validation accuracy, its test accuracy, predicted and actual
+    rank."""
+    ok = trials[trials["best_val_acc"].notna()]
+    best = ok.loc[ok.groupby("components")["best_val_acc"].idxmax()]
+    table = best[["components", "lr", "best_val_acc", "test_acc", "trainable_params"]].copy()
+    predicted = dict(zip(rec.ranked["components"].head(k), range(1, k + 1)))
+    table["predicted_rank"] = table["components"].map(predicted)
+    table = table.sort_values("test_acc", ascending=False, kind="stable").reset_index(drop=True)
+    table["actual_rank"] = np.arange(1, len(table) + 1)
+    return table
+
+
+def verdict(table: pd.DataFrame) -> str:
+    """Did the recommendation hold? The top-ranked subset against the median configuration, and rank agreement."""
+    if table["predicted_rank"].notna().sum() == 0:
+        return "nothing to judge: no recommended subset finished"
+    top = table[table["predicted_rank"] == 1].iloc[0]
+    median = table["test_acc"].median()
+    held = top["test_acc"] >= median
+    lines = [
+        f"top-ranked subset {top['components']}: test accuracy {100 * top['test_acc']:.2f}% "
+        f"{'>=' if held else '<'} the median of the {len(table)} configurations ({100 * median:.2f}%): "
+        f"{'the recommendation held' if held else 'the recommendation did NOT hold'}"
+    ]
+    best = table.iloc[0]
+    if best["components"] != top["components"]:
+        lines.append(
+            f"the best configuration was {best['components']} ({100 * best['test_acc']:.2f}%), "
+            f"predicted rank {'-' if pd.isna(best['predicted_rank']) else int(best['predicted_rank'])}"
+        )
+    ranked = table.dropna(subset=["predicted_rank"])
+    if len(ranked) >= 3 and ranked["test_acc"].nunique() > 1:
+        rho = stats.spearmanr(-ranked["predicted_rank"], ranked["test_acc"]).statistic
+        lines.append(
+            f"rank agreement over the {len(ranked)} recommended subsets: Spearman {rho:+.2f} "
+            f"({'positive' if rho > 0 else 'not positive'}; n={len(ranked)} is too few for an interval)"
+        )
+    for name in (ALL, HEAD):
+        row = table[table["components"] == name]
+        if len(row):
+            lines.append(f"vs {name}: {100 * (top['test_acc'] - row['test_acc'].iloc[0]):+.2f} points")
+    return "\n".join(lines)
+
+
+def describe_verification(table: pd.DataFrame) -> str:
+    """The verification table (each configuration at its best-validation lr) and the verdict, as text."""
+    shown = table.assign(
+        predicted_rank=table["predicted_rank"].map(lambda v: "" if pd.isna(v) else int(v)),
+        best_val_acc=table["best_val_acc"].map(lambda v: f"{100 * v:.2f}%"),
+        test_acc=table["test_acc"].map(lambda v: f"{100 * v:.2f}%"),
+        trainable_params=table["trainable_params"].map(lambda v: f"{int(v):,}"),
+    )
+    return (
+        "Verification (each configuration at its best-validation lr; ranked by test accuracy):\n"
+        + shown.to_string(index=False)
+        + "\n"
+        + verdict(table)
+    )
+
+
+def verify(
+    rec: Recommendation,
+    k: int,
+    storage: Path,
+    *,
+    name: str | None = None,
+    lrs=VERIFY_LRS,
+    max_steps: int | None = None,
+    cpus_per_trial: float = 1.0,
+    verbose: int = 0,
+):
+    """Run the verification grid (``verify_space``) through ``search.run`` under ``storage``; return ``verification``'s
+    table and the search's ``results.SearchResult``."""
+    from vitplast_tune import search
+
+    name = name or f"recommend-verify-{time.strftime('%Y%m%d-%H%M%S')}"
+    space = verify_space(rec, k, Path(storage).expanduser() / "recommend", lrs=lrs, max_steps=max_steps)
+    options = search.SearchOptions(
+        space=str(space),
+        name=name,
+        storage=str(storage),
+        cpus_per_trial=cpus_per_trial,
+        verbose=verbose,
+        settings={"seed": rec.settings.get("seed")},
+    )
+    result = search.run(options)
+    return verification(rec, result.trials, k), result
