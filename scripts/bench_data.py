@@ -24,7 +24,7 @@ import io
 import json
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -42,7 +42,9 @@ DATASETS = {
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="vit_base_patch16_224", help="timm ViT, randomly initialised (default: vit_base_patch16_224)")
+    p.add_argument(
+        "--model", default="vit_base_patch16_224", help="timm ViT, randomly initialised (default: vit_base_patch16_224)"
+    )
     p.add_argument("--batch-size", type=int, default=64, help="pipeline batch (default: 64)")
     p.add_argument("--model-batch", type=int, default=8, help="training batch of the model (default: 8)")
     p.add_argument("--seconds", type=float, default=3.0, help="time per pipeline measurement (default: 3)")
@@ -62,7 +64,9 @@ def host_bytes(batch_size: int, size: int = 224) -> list[dict]:
         else:  # float32 at 224 px: the driver's tensor + the object store's copy; each trial's own copy
             before_node, before_trial = 2 * float_224, float_224
         batch = batch_size * 3 * size * size * 4
-        rows.append(dict(dataset=name, before_node=before_node, before_trial=before_trial, after_node=native, after_trial=batch))
+        rows.append(
+            dict(dataset=name, before_node=before_node, before_trial=before_trial, after_node=native, after_trial=batch)
+        )
     return rows
 
 
@@ -139,8 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     speeds = pipelines(config, args.batch_size, args.seconds)
     torch.set_num_threads(cores)
     model_speed = model_images_per_s(args.model, args.model_batch, args.model_steps)
-    result = dict(model=args.model, cores=cores, model_images_per_s=model_speed, pipelines=speeds,
-                  bytes=host_bytes(args.batch_size), date=time.strftime("%Y-%m-%d"))  # fmt: skip
+    result = dict(
+        model=args.model,
+        cores=cores,
+        model_images_per_s=model_speed,
+        pipelines=speeds,
+        bytes=host_bytes(args.batch_size),
+        date=time.strftime("%Y-%m-%d"),
+    )
     print(format_tables(result))
     if args.json:
         with open(args.json, "w") as f:
@@ -150,13 +160,23 @@ def main(argv: list[str] | None = None) -> int:
 
 def format_tables(result: dict) -> str:
     """Markdown tables of bytes and speeds."""
-    mb = lambda b: f"{b / 2**20:,.1f} MiB" if b < 2**30 else f"{b / 2**30:,.2f} GiB"  # noqa: E731
-    lines = ["| dataset (224 px) | node before | node after | trial before | trial after (one float batch) |", "|---|---|---|---|---|"]
+    mb = lambda b: f"{b / 2**20:,.1f} MiB" if b < 2**30 else f"{b / 2**30:,.2f} GiB"
+    lines = [
+        "| dataset (224 px) | node before | node after | trial before | trial after (one float batch) |",
+        "|---|---|---|---|---|",
+    ]
     for r in result["bytes"]:
-        lines.append(f"| {r['dataset']} | {mb(r['before_node'])} | {mb(r['after_node'])} | {mb(r['before_trial'])} | {mb(r['after_trial'])} |")
+        lines.append(
+            f"| {r['dataset']} | {mb(r['before_node'])} | {mb(r['after_node'])} | {mb(r['before_trial'])} | {mb(r['after_trial'])} |"
+        )
     model = result["model_images_per_s"]
-    lines += ["", f"{result['model']} full finetuning, fp32, {result['cores']} cores: {model:,.1f} training images/s", "",
-              "| input path (to a normalized 224 px batch) | images/s per core | cores needed to feed the model |", "|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        f"{result['model']} full finetuning, fp32, {result['cores']} cores: {model:,.1f} training images/s",
+        "",
+        "| input path (to a normalized 224 px batch) | images/s per core | cores needed to feed the model |",
+        "|---|---|---|",
+    ]
     for name, speed in result["pipelines"].items():
         lines.append(f"| {name} | {speed:,.0f} | {model / speed:.3f} |")
     return "\n".join(lines)

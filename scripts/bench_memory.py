@@ -70,8 +70,18 @@ def measure(model: str, dataset: str) -> dict[str, float]:
         space = Path(tmp) / "one.yaml"
         space.write_text(SPACE.format(model=model, dataset=dataset))
         env = {**os.environ, "RAY_TMPDIR": tmp}
-        cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(space), "--storage", f"{tmp}/results",
-               "--no-plasticity", "--quiet", "--name", "memory"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            str(ROOT / "scripts" / "search.py"),
+            "--space",
+            str(space),
+            "--storage",
+            f"{tmp}/results",
+            "--no-plasticity",
+            "--quiet",
+            "--name",
+            "memory",
+        ]
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         peak = {"driver_rss": 0, "tree_pss": 0, "tree_rss": 0}
@@ -87,8 +97,11 @@ def measure(model: str, dataset: str) -> dict[str, float]:
                 driver = _kb(Path(f"/proc/{proc.pid}/status"), "VmRSS")
             except OSError:
                 driver = 0
-            peak = {"driver_rss": max(peak["driver_rss"], driver), "tree_pss": max(peak["tree_pss"], pss),
-                    "tree_rss": max(peak["tree_rss"], rss)}  # fmt: skip
+            peak = {
+                "driver_rss": max(peak["driver_rss"], driver),
+                "tree_pss": max(peak["tree_pss"], pss),
+                "tree_rss": max(peak["tree_rss"], rss),
+            }
             time.sleep(0.1)
         out = proc.stdout.read()
         if proc.returncode != 0:
@@ -104,11 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"One-trial search on {args.dataset} (2 steps of batch 4, --no-plasticity): peak memory")
     print(f"{'model':<28} {'driver RSS':>11} {'tree PSS':>9} {'tree RSS':>9}")
     for model, r in found.items():
-        print(f"{model:<28} {r['driver_rss'] / gib:9.2f} GB {r['tree_pss'] / gib:6.2f} GB {r['tree_rss'] / gib:6.2f} GB")
+        print(
+            f"{model:<28} {r['driver_rss'] / gib:9.2f} GB {r['tree_pss'] / gib:6.2f} GB {r['tree_rss'] / gib:6.2f} GB"
+        )
     if len(models) >= 2:
         a, b = found[models[0]], found[models[1]]
-        print(f"ratio {models[0]} / {models[1]}: driver {a['driver_rss'] / b['driver_rss']:.2f}x, "
-              f"tree PSS {a['tree_pss'] / b['tree_pss']:.2f}x")  # fmt: skip
+        print(
+            f"ratio {models[0]} / {models[1]}: driver {a['driver_rss'] / b['driver_rss']:.2f}x, "
+            f"tree PSS {a['tree_pss'] / b['tree_pss']:.2f}x"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(found, indent=2))
     return 0

@@ -14,7 +14,7 @@ import argparse
 import statistics
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -26,19 +26,26 @@ from vitplast_tune.plasticity import VARIANTS, compute_plasticity
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
-        "--model", default="vit_testbed_patch8_32",
+        "--model",
+        default="vit_testbed_patch8_32",
         help="timm architecture, randomly initialised (default: vit_testbed_patch8_32)",
     )
     p.add_argument(
-        "--batch-size", type=int, default=64,
+        "--batch-size",
+        type=int,
+        default=64,
         help="pairs per batch; the forward baseline runs 2x this many images per call (default: 64)",
     )
     p.add_argument(
-        "--pairs", type=int, default=1024,
+        "--pairs",
+        type=int,
+        default=1024,
         help="number of pairs N; the baseline forwards 2N images (default: 1024)",
     )
     p.add_argument(
-        "--repeats", type=int, default=5,
+        "--repeats",
+        type=int,
+        default=5,
         help="timed repeats; the median is reported (default: 5)",
     )
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
@@ -88,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     seconds = median_seconds(fns, device, args.repeats)
     base = seconds.pop("forward")
-    print(f"{args.model} on {device}: {args.pairs} pairs, batch {args.batch_size} pairs, median of {args.repeats} "
-          f"(torch threads {torch.get_num_threads()})")  # fmt: skip
+    print(
+        f"{args.model} on {device}: {args.pairs} pairs, batch {args.batch_size} pairs, median of {args.repeats} "
+        f"(torch threads {torch.get_num_threads()})"
+    )
     for variant, t in seconds.items():
         print(f"  {variant:<11} {t / base:5.2f}x forward   ({t * 1e3:.0f} ms vs {base * 1e3:.0f} ms)")
     return 0

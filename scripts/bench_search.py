@@ -32,9 +32,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -47,27 +48,72 @@ Key = tuple[str, float]
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--space", default="single_component", help="discrete space file (choices only) shared by all searches (default: single_component)")
-    p.add_argument("--curves", default=str(plan.default_storage() / "bench_search_curves.json"),
-                   help="recorded grid curves: read when present, else the grid runs and writes them (default: ~/vitplast_tune_results/bench_search_curves.json)")
+    p.add_argument(
+        "--space",
+        default="single_component",
+        help="discrete space file (choices only) shared by all searches (default: single_component)",
+    )
+    p.add_argument(
+        "--curves",
+        default=str(plan.default_storage() / "bench_search_curves.json"),
+        help="recorded grid curves: read when present, else the grid runs and writes them (default: ~/vitplast_tune_results/bench_search_curves.json)",
+    )
     p.add_argument("--rerun-grid", action="store_true", help="run the grid even when --curves exists")
     p.add_argument("--model", help="model for the grid (default: the space file's, the pretrained testbed)")
-    p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None, help="load the model's pretrained weights (default: the space file's)")
+    p.add_argument(
+        "--pretrained",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="load the model's pretrained weights (default: the space file's)",
+    )
     p.add_argument("--max-steps", type=int, help="steps per trial (default: the space file's)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=_setting,
-                   help="pin a training setting of every configuration, e.g. --set eval_every=10 (YAML; repeatable)")
-    p.add_argument("--lrs", type=lambda text: [float(v) for v in text.split(",")],
-                   help="learning-rate grid replacing the space's lr range, e.g. 0.03,0.1,0.3 (component_subsets)")
-    p.add_argument("--cpus", type=int, default=2, help="CPUs of the Ray instance for the grid; one per trial (default: 2)")
-    p.add_argument("--seeds", type=int, default=50, help="search seeds averaged over; the replay is cheap (default: 50)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        type=_setting,
+        help="pin a training setting of every configuration, e.g. --set eval_every=10 (YAML; repeatable)",
+    )
+    p.add_argument(
+        "--lrs",
+        type=lambda text: [float(v) for v in text.split(",")],
+        help="learning-rate grid replacing the space's lr range, e.g. 0.03,0.1,0.3 (component_subsets)",
+    )
+    p.add_argument(
+        "--cpus", type=int, default=2, help="CPUs of the Ray instance for the grid; one per trial (default: 2)"
+    )
+    p.add_argument(
+        "--seeds", type=int, default=50, help="search seeds averaged over; the replay is cheap (default: 50)"
+    )
     p.add_argument("--workers", type=int, default=1, help="trials running at once in the replay (default: 1)")
-    p.add_argument("--max-trials", type=int, default=200, help="a replayed search that has not reached the target after this many trials counts as failed (default: 200)")
+    p.add_argument(
+        "--max-trials",
+        type=int,
+        default=200,
+        help="a replayed search that has not reached the target after this many trials counts as failed (default: 200)",
+    )
     p.add_argument("--grace-period", type=int, help="ASHA grace period in steps (default: component_subsets.yaml's)")
     p.add_argument("--reduction-factor", type=int, help="ASHA reduction factor (default: component_subsets.yaml's)")
-    p.add_argument("--warm-start", type=int, default=3, metavar="K",
-                   help="also replay TPE (+ ASHA) with recommend's top K subsets enqueued first (default: 3; 0: none)")
-    p.add_argument("--tolerance", type=float, default=0.005, help="accuracy below the grid's best that counts as reached (default: 0.005 = 0.5 points)")
-    p.add_argument("--check", type=int, default=1, help="configurations trained again in this process to confirm the curves replay exactly (default: 1; 0 skips)")
+    p.add_argument(
+        "--warm-start",
+        type=int,
+        default=3,
+        metavar="K",
+        help="also replay TPE (+ ASHA) with recommend's top K subsets enqueued first (default: 3; 0: none)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.005,
+        help="accuracy below the grid's best that counts as reached (default: 0.005 = 0.5 points)",
+    )
+    p.add_argument(
+        "--check",
+        type=int,
+        default=1,
+        help="configurations trained again in this process to confirm the curves replay exactly (default: 1; 0 skips)",
+    )
     p.add_argument("--json", help="also write the results to this JSON file")
     return p.parse_args(argv)
 
@@ -80,8 +126,14 @@ def _setting(text: str) -> tuple[str, Any]:
 # ----------------------------------------------------------------------------- spaces
 
 
-def variant(base: spaces.SearchSpec, directory: Path, algorithm: str, scheduler: dict | str, settings: dict,
-            lrs: list[float] | None = None) -> spaces.SearchSpec:  # fmt: skip
+def variant(
+    base: spaces.SearchSpec,
+    directory: Path,
+    algorithm: str,
+    scheduler: dict | str,
+    settings: dict,
+    lrs: list[float] | None = None,
+) -> spaces.SearchSpec:
     """The base space's parameters with another algorithm/scheduler (and pinned settings), as a loaded space file.
 
     ``lrs`` replaces the space's learning rate (a range in component_subsets.yaml) by a grid of choices.
@@ -111,7 +163,9 @@ class Curves(Callback):
         self.curves: dict[str, dict[str, Any]] = {}
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
-        entry = self.curves.setdefault(trial.trial_id, {"config": {k: trial.config[k] for k in ("components", "lr")}, "results": []})
+        entry = self.curves.setdefault(
+            trial.trial_id, {"config": {k: trial.config[k] for k in ("components", "lr")}, "results": []}
+        )
         keep = ("step", "val_acc", "best_val_acc", "diverged", "test_acc")
         entry["results"].append({k: result[k] for k in keep if k in result})
 
@@ -122,13 +176,22 @@ def run_grid(spec: spaces.SearchSpec, cpus: int, directory: Path) -> tuple[list[
 
     recorder = Curves()
     started = time.time()
-    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}})  # fmt: skip
+    ray.init(
+        num_cpus=cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}},
+    )
     try:
         options = search.SearchOptions(
-            space=str(spec.path), name="bench_search_grid", storage=str(directory / "results"),
-            tracking_uri=f"sqlite:///{directory / 'mlflow.db'}", cpus_per_trial=1, plasticity=False,
-        )  # fmt: skip
+            space=str(spec.path),
+            name="bench_search_grid",
+            storage=str(directory / "results"),
+            tracking_uri=f"sqlite:///{directory / 'mlflow.db'}",
+            cpus_per_trial=1,
+            plasticity=False,
+        )
         search.run(options, callbacks=[recorder])
     finally:
         ray.shutdown()
@@ -137,17 +200,22 @@ def run_grid(spec: spaces.SearchSpec, cpus: int, directory: Path) -> tuple[list[
 
 def check_replay(curves: dict[Key, list[dict]], settings: dict, count: int) -> list[str]:
     """Train ``count`` configurations again (the best first) and compare their val_acc curves."""
-    from vitplast_tune.trial import trial_config
     from vitplast_tune.training import finetune
+    from vitplast_tune.trial import trial_config
 
     order = sorted(curves, key=lambda k: -best_acc(curves[k]))[:count]
     lines = []
     for components, lr in order:
         again: list[float] = []
-        finetune(trial_config({"components": components, "lr": lr}, settings), report=lambda m, s: again.append(m["val_acc"]))
+        finetune(
+            trial_config({"components": components, "lr": lr}, settings),
+            report=lambda m, s, out=again: out.append(m["val_acc"]),
+        )
         recorded = [r["val_acc"] for r in curves[(components, lr)]]
         same = again == recorded
-        lines.append(f"{components} lr={lr:g}: {'identical curve' if same else f'DIFFERENT curve: {again} vs {recorded}'}")
+        lines.append(
+            f"{components} lr={lr:g}: {'identical curve' if same else f'DIFFERENT curve: {again} vs {recorded}'}"
+        )
     return lines
 
 
@@ -159,13 +227,23 @@ def best_acc(results: list[dict]) -> float:
     return max(values, default=-1.0)
 
 
-def generator_configs(spec: spaces.SearchSpec, seed: int, samples: int, directory: Path) -> Callable[[str], dict | None]:
+def generator_configs(
+    spec: spaces.SearchSpec, seed: int, samples: int, directory: Path
+) -> Callable[[str], dict | None]:
     """Ray's BasicVariantGenerator (grid order, or seeded random sampling) as a suggest function."""
     from ray.tune.search import BasicVariantGenerator
 
     gen = BasicVariantGenerator(random_state=seed)
-    gen.add_configurations({"replay": {"run": lambda config: None, "config": spaces.tune_param_space(spec),
-                                       "num_samples": samples, "storage_path": str(directory / "ray")}})  # fmt: skip
+    gen.add_configurations(
+        {
+            "replay": {
+                "run": lambda config: None,
+                "config": spaces.tune_param_space(spec),
+                "num_samples": samples,
+                "storage_path": str(directory / "ray"),
+            }
+        }
+    )
 
     def suggest(trial_id: str) -> dict | None:
         trial = gen.next_trial()
@@ -175,9 +253,14 @@ def generator_configs(spec: spaces.SearchSpec, seed: int, samples: int, director
 
 
 def replay(
-    curves: dict[Key, list[dict]], suggest: Callable[[str], dict | None], searcher, scheduler,
-    workers: int, target: float, max_trials: int,
-) -> tuple[int | None, int, int]:  # fmt: skip
+    curves: dict[Key, list[dict]],
+    suggest: Callable[[str], dict | None],
+    searcher,
+    scheduler,
+    workers: int,
+    target: float,
+    max_trials: int,
+) -> tuple[int | None, int, int]:
     """Run a search over the recorded curves; return (steps to target or None, finished trials, steps spent)."""
     from ray.tune.schedulers import TrialScheduler
 
@@ -229,8 +312,13 @@ class NoSearcher:
         pass
 
 
-def algorithms(specs: dict[str, spaces.SearchSpec], max_steps: int, directory: Path, max_trials: int,
-               warm_start: list[str] | None = None):  # fmt: skip
+def algorithms(
+    specs: dict[str, spaces.SearchSpec],
+    max_steps: int,
+    directory: Path,
+    max_trials: int,
+    warm_start: list[str] | None = None,
+):
     """name -> factory(seed) returning (suggest, searcher, scheduler), built by the search's own code.
 
     ``warm_start``: the subsets TPE tries first (``searchers.warm_start_points``) in the "+ warm start" rows.
@@ -248,8 +336,13 @@ def algorithms(specs: dict[str, spaces.SearchSpec], max_steps: int, directory: P
     def tpe(spec, first=()):
         def make(seed):
             points = searchers.warm_start_points(dataclasses.replace(spec, warm_start=len(first)), first) or None
-            searcher = searchers.OptunaSearcher(space=spaces.OptunaSpace(spec), metric=spec.metric, mode=spec.mode,
-                                                sampler=TPESampler(seed=seed), points_to_evaluate=points)  # fmt: skip
+            searcher = searchers.OptunaSearcher(
+                space=spaces.OptunaSpace(spec),
+                metric=spec.metric,
+                mode=spec.mode,
+                sampler=TPESampler(seed=seed),
+                points_to_evaluate=points,
+            )
             return searcher.suggest, searcher, scheduler(spec)
 
         return make
@@ -263,10 +356,14 @@ def algorithms(specs: dict[str, spaces.SearchSpec], max_steps: int, directory: P
         "random + ASHA": generated(specs["random_asha"], max_trials),
         "TPE": tpe(specs["optuna"]),
         "TPE + ASHA": tpe(specs["optuna_asha"]),
-        **({} if not warm_start else {
-            "TPE + warm start": tpe(specs["optuna"], warm_start),
-            "TPE + ASHA + warm": tpe(specs["optuna_asha"], warm_start),
-        }),
+        **(
+            {}
+            if not warm_start
+            else {
+                "TPE + warm start": tpe(specs["optuna"], warm_start),
+                "TPE + ASHA + warm": tpe(specs["optuna_asha"], warm_start),
+            }
+        ),
     }
 
 
@@ -277,8 +374,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     base = spaces.load_space(args.space)
     reference = spaces.load_space("component_subsets").scheduler
-    asha = {"name": "asha", "grace_period": args.grace_period or reference.grace_period,
-            "reduction_factor": args.reduction_factor or reference.reduction_factor}  # fmt: skip
+    asha = {
+        "name": "asha",
+        "grace_period": args.grace_period or reference.grace_period,
+        "reduction_factor": args.reduction_factor or reference.reduction_factor,
+    }
     pinned = dict(model=args.model, pretrained=args.pretrained, max_steps=args.max_steps, **dict(args.set))
     pinned = {k: v for k, v in pinned.items() if v is not None}
     with tempfile.TemporaryDirectory(prefix="bench_search_") as tmp:
@@ -290,26 +390,45 @@ def main(argv: list[str] | None = None) -> int:
         }
         specs["random_asha"] = variant(base, tmp, "random", asha, pinned, args.lrs)
         specs["optuna_asha"] = variant(base, tmp, "optuna", asha, pinned, args.lrs)
-        settings = plan.prepare(search.SearchOptions(space=str(specs["grid"].path), cpus_per_trial=1, plasticity=False,
-                                                       storage=str(tmp / "results"))).settings  # fmt: skip
+        settings = plan.prepare(
+            search.SearchOptions(
+                space=str(specs["grid"].path), cpus_per_trial=1, plasticity=False, storage=str(tmp / "results")
+            )
+        ).settings
         curves_path = Path(args.curves)
         if curves_path.is_file() and not args.rerun_grid:
             recorded = json.loads(curves_path.read_text())
-            print(f"grid curves read from {curves_path} (recorded {recorded['date']}, grid wall time {recorded['grid_wall_s'] / 60:.1f} min)")
+            print(
+                f"grid curves read from {curves_path} (recorded {recorded['date']}, grid wall time {recorded['grid_wall_s'] / 60:.1f} min)"
+            )
         else:
-            print(f"running the real grid: {len(specs['grid'].grid)} trials of {settings['max_steps']} steps, "
-                  f"{settings['model']} (pretrained={settings['pretrained']}) on {settings['dataset']}, {args.cpus} CPUs ...", flush=True)  # fmt: skip
+            print(
+                f"running the real grid: {len(specs['grid'].grid)} trials of {settings['max_steps']} steps, "
+                f"{settings['model']} (pretrained={settings['pretrained']}) on {settings['dataset']}, {args.cpus} CPUs ...",
+                flush=True,
+            )
             before = _weights_provenance(settings)
             trials, wall = run_grid(specs["grid"], args.cpus, tmp)
-            recorded = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "grid_wall_s": wall, "settings": settings,
-                        "weights": _weights_provenance(settings), "trials": trials}  # fmt: skip
+            recorded = {
+                "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "grid_wall_s": wall,
+                "settings": settings,
+                "weights": _weights_provenance(settings),
+                "trials": trials,
+            }
             if recorded["weights"] != before:
-                print("warning: the testbed checkpoint changed while the grid ran; run it again (--rerun-grid)", file=sys.stderr)
+                print(
+                    "warning: the testbed checkpoint changed while the grid ran; run it again (--rerun-grid)",
+                    file=sys.stderr,
+                )
             curves_path.parent.mkdir(parents=True, exist_ok=True)
             curves_path.write_text(json.dumps(recorded, indent=1, default=str))
             print(f"grid done in {wall / 60:.1f} min; curves written to {curves_path}")
         if recorded["settings"] != json.loads(json.dumps(settings, default=str)):
-            print("warning: the recorded curves were made with other settings than these; pass --rerun-grid", file=sys.stderr)
+            print(
+                "warning: the recorded curves were made with other settings than these; pass --rerun-grid",
+                file=sys.stderr,
+            )
         curves = {key(t["config"]): t["results"] for t in recorded["trials"]}
         missing = [k for k in map(key, specs["grid"].grid) if k not in curves]
         if missing:
@@ -320,8 +439,10 @@ def main(argv: list[str] | None = None) -> int:
         best = best_acc(curves[best_key])
         target = best - args.tolerance
         reaching = sorted(f"{c} lr={lr:g}" for (c, lr), r in curves.items() if best_acc(r) >= target)
-        print(f"grid: {len(curves)} configurations, {grid_steps} steps; best val_acc {best:.4f} ({best_key[0]} lr={best_key[1]:g}); "
-              f"target {target:.4f}, reached by {len(reaching)}: {', '.join(reaching)}")  # fmt: skip
+        print(
+            f"grid: {len(curves)} configurations, {grid_steps} steps; best val_acc {best:.4f} ({best_key[0]} lr={best_key[1]:g}); "
+            f"target {target:.4f}, reached by {len(reaching)}: {', '.join(reaching)}"
+        )
 
         names = list(dict.fromkeys(c for c, _ in map(key, specs["grid"].grid)))
         lrs = sorted({lr for _, lr in curves})
@@ -339,22 +460,42 @@ def main(argv: list[str] | None = None) -> int:
             seeds = [0] if name == "grid" else range(args.seeds)
             runs = [replay(curves, *make(seed), args.workers, target, args.max_trials) for seed in seeds]
             steps = [s if s is not None else spent for s, _, spent in runs]
-            rows[name] = {"fractions": [s / grid_steps for s in steps], "trials": [n for _, n, _ in runs],
-                          "failed": sum(s is None for s, _, _ in runs)}  # fmt: skip
+            rows[name] = {
+                "fractions": [s / grid_steps for s in steps],
+                "trials": [n for _, n, _ in runs],
+                "failed": sum(s is None for s, _, _ in runs),
+            }
 
-    print(f"\nREPLAY over the recorded grid curves ({args.workers} trial(s) at once; ASHA grace period {asha['grace_period']}, "
-          f"reduction factor {asha['reduction_factor']}; {args.seeds} search seeds): steps to reach {target:.4f} "
-          f"as a fraction of the grid's {grid_steps} steps")  # fmt: skip
-    print(f"{'algorithm':<18} {'mean':>6} {'median':>7} {'IQR':>13} {'min':>6} {'max':>6} {'trials (mean)':>14} {'not reached':>12}  goal")
+    print(
+        f"\nREPLAY over the recorded grid curves ({args.workers} trial(s) at once; ASHA grace period {asha['grace_period']}, "
+        f"reduction factor {asha['reduction_factor']}; {args.seeds} search seeds): steps to reach {target:.4f} "
+        f"as a fraction of the grid's {grid_steps} steps"
+    )
+    print(
+        f"{'algorithm':<18} {'mean':>6} {'median':>7} {'IQR':>13} {'min':>6} {'max':>6} {'trials (mean)':>14} {'not reached':>12}  goal"
+    )
     for name, row in rows.items():
         f = row["fractions"]
         goal = f"{'met' if statistics.mean(f) <= 0.2 else 'MISSED'} (<= 0.2)" if name == "TPE + ASHA" else ""
         q1, _, q3 = statistics.quantiles(f, n=4) if len(f) > 1 else (f[0], f[0], f[0])
-        print(f"{name:<18} {statistics.mean(f):6.3f} {statistics.median(f):7.3f} [{q1:5.3f}, {q3:5.3f}] {min(f):6.3f} {max(f):6.3f} "
-              f"{statistics.mean(row['trials']):14.1f} {row['failed']:>8}/{len(f):<3}  {goal}")  # fmt: skip
+        print(
+            f"{name:<18} {statistics.mean(f):6.3f} {statistics.median(f):7.3f} [{q1:5.3f}, {q3:5.3f}] {min(f):6.3f} {max(f):6.3f} "
+            f"{statistics.mean(row['trials']):14.1f} {row['failed']:>8}/{len(f):<3}  {goal}"
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "grid_steps": grid_steps, "best_val_acc": best, "target": target,
-                                               "reaching": reaching, "rows": rows}, indent=2))  # fmt: skip
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "args": vars(args),
+                    "grid_steps": grid_steps,
+                    "best_val_acc": best,
+                    "target": target,
+                    "reaching": reaching,
+                    "rows": rows,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 
@@ -380,8 +521,10 @@ def _weights_provenance(settings: dict) -> dict | None:
 
     meta = json.loads(path.read_text())
     file = WEIGHTS_DIR / meta["file"]
-    return {**{k: meta.get(k) for k in ("sha256", "heldout_accuracy", "date", "command")},
-            "file_sha256": hashlib.sha256(file.read_bytes()).hexdigest() if file.is_file() else None}  # fmt: skip
+    return {
+        **{k: meta.get(k) for k in ("sha256", "heldout_accuracy", "date", "command")},
+        "file_sha256": hashlib.sha256(file.read_bytes()).hexdigest() if file.is_file() else None,
+    }
 
 
 if __name__ == "__main__":

@@ -52,20 +52,39 @@ SUBSETS = ("all", *COMPONENTS, "head")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="vit_testbed_patch8_32", help="timm ViT, randomly initialised (default: vit_testbed_patch8_32)")
+    p.add_argument(
+        "--model",
+        default="vit_testbed_patch8_32",
+        help="timm ViT, randomly initialised (default: vit_testbed_patch8_32)",
+    )
     p.add_argument("--dataset", default="digits", help="dataset, upscaled to the model's input size (default: digits)")
     p.add_argument("--batch-size", type=int, default=64, help="training batch (default: 64)")
     p.add_argument("--steps", type=int, default=100, help="timed steps per configuration (default: 100)")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps before them (default: 20)")
-    p.add_argument("--repeats", type=int, default=3, help="rounds over all configurations; the median is reported (default: 3)")
-    p.add_argument("--subsets", default=",".join(SUBSETS), help=f"comma-separated subsets; 'all' is always run (default: {','.join(SUBSETS)})")
+    p.add_argument(
+        "--repeats", type=int, default=3, help="rounds over all configurations; the median is reported (default: 3)"
+    )
+    p.add_argument(
+        "--subsets",
+        default=",".join(SUBSETS),
+        help=f"comma-separated subsets; 'all' is always run (default: {','.join(SUBSETS)})",
+    )
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads, as a 1-CPU trial has (default: 1)")
-    p.add_argument("--cuda-options", action=argparse.BooleanOptionalAction, default=True,
-                   help="CUDA only: bf16 autocast + TF32 + fused optimizer, as trials run (default); --no-cuda-options: plain fp32. "
-                   "On CUDA, full finetuning is also timed in the other mode and both images/s are printed")  # fmt: skip
+    p.add_argument(
+        "--cuda-options",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="CUDA only: bf16 autocast + TF32 + fused optimizer, as trials run (default); --no-cuda-options: plain fp32. "
+        "On CUDA, full finetuning is also timed in the other mode and both images/s are printed",
+    )
     p.add_argument("--compile", action="store_true", help="finetune with compile=True (torch.compile of the model)")
-    p.add_argument("--trial-steps", type=int, default=400, help="trial length for the head-only speed-up including its feature cache (default: 400)")
+    p.add_argument(
+        "--trial-steps",
+        type=int,
+        default=400,
+        help="trial length for the head-only speed-up including its feature cache (default: 400)",
+    )
     p.add_argument("--json", help="also write the results to this JSON file")
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: one measurement, as JSON
     return p.parse_args(argv)
@@ -93,7 +112,11 @@ def step_flops(model: torch.nn.Module, subset: str, batch: int, cached_head: boo
 
     if chosen or not cached_head:
         conv = model.patch_embed.proj
-        op(2.0 * batch * patches * conv.in_channels * math.prod(conv.kernel_size) * conv.out_channels, False, "emb" in chosen)
+        op(
+            2.0 * batch * patches * conv.in_channels * math.prod(conv.kernel_size) * conv.out_channels,
+            False,
+            "emb" in chosen,
+        )
         live = "emb" in chosen  # cls/pos tokens are emb too
         for block in model.blocks:
             attn, mlp = block.attn, block.mlp
@@ -137,11 +160,21 @@ def measure(spec: dict) -> dict:
 
     device = torch.device(spec["device"])
     cfg = FinetuneConfig(
-        model=spec["model"], pretrained=False, dataset=spec["dataset"], components=spec["subset"], lr=0.01,
-        batch_size=spec["batch_size"], max_steps=spec["warmup"] + spec["steps"], eval_every=spec["warmup"],
-        warmup_steps=0, threads=spec["threads"], compile=spec["compile"], cuda_options=spec["cuda_options"], eval_test=False,
+        model=spec["model"],
+        pretrained=False,
+        dataset=spec["dataset"],
+        components=spec["subset"],
+        lr=0.01,
+        batch_size=spec["batch_size"],
+        max_steps=spec["warmup"] + spec["steps"],
+        eval_every=spec["warmup"],
+        warmup_steps=0,
+        threads=spec["threads"],
+        compile=spec["compile"],
+        cuda_options=spec["cuda_options"],
+        eval_test=False,
         val_fraction=0.2 if spec["memory"] else 0.01,  # timing: a tiny evaluation inside the CPU-time window
-    )  # fmt: skip
+    )
     torch.set_num_threads(spec["threads"])
     decoded = data.decode_dataset(cfg.dataset, models.pretrained_data_config(cfg.model))  # as the search shares it
     reports: list[dict] = []
@@ -159,18 +192,29 @@ def measure(spec: dict) -> dict:
         ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand freed heap back to the OS, so finetune cannot reuse it unseen
         baseline = _proc_status("VmRSS")
         Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
-    finetune(cfg, report=lambda metrics, state: (reports.append(metrics), cpu_at.append(time.process_time())), device=device, decoded=decoded)
+    finetune(
+        cfg,
+        report=lambda metrics, state: (reports.append(metrics), cpu_at.append(time.process_time())),
+        device=device,
+        decoded=decoded,
+    )
     if spec["memory"]:
         peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else _proc_status("VmHWM") - baseline
         return {"peak_bytes": peak}
     first, last = reports[0], reports[-1]
     steps = last["step"] - first["step"]
-    return {"steps_per_s": steps / (last["time_in_steps_s"] - first["time_in_steps_s"]), "cpu_steps_per_s": steps / (cpu_at[-1] - cpu_at[0]),
-            "setup_s": last["time_setup_s"], "cache_s": last["time_feature_cache_s"]}  # fmt: skip
+    return {
+        "steps_per_s": steps / (last["time_in_steps_s"] - first["time_in_steps_s"]),
+        "cpu_steps_per_s": steps / (cpu_at[-1] - cpu_at[0]),
+        "setup_s": last["time_setup_s"],
+        "cache_s": last["time_feature_cache_s"],
+    }
 
 
 def run_child(spec: dict, env: dict | None = None) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True, env=env)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True, env=env
+    )
     if out.returncode != 0:
         raise RuntimeError(f"measuring {spec['subset']} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -188,21 +232,38 @@ def main(argv: list[str] | None = None) -> int:
     subsets = ["all"] + [s for s in dict.fromkeys(x.strip() for x in args.subsets.split(",")) if s and s != "all"]
     for s in subsets:
         components.parse_subset(s)
-    base = dict(model=args.model, dataset=args.dataset, batch_size=args.batch_size, steps=args.steps, warmup=args.warmup,
-                device=str(device), threads=args.threads, compile=args.compile, cuda_options=args.cuda_options, memory=False)  # fmt: skip
+    base = dict(
+        model=args.model,
+        dataset=args.dataset,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        warmup=args.warmup,
+        device=str(device),
+        threads=args.threads,
+        compile=args.compile,
+        cuda_options=args.cuda_options,
+        memory=False,
+    )
     other_mode = device.type == "cuda"
     runs: dict[str, list[dict]] = {s: [] for s in subsets + (["all/other"] if other_mode else [])}
     for repeat in range(args.repeats):
         for s in subsets:
             runs[s].append(run_child({**base, "subset": s}))
             r = runs[s][-1]
-            print(f"  round {repeat + 1}/{args.repeats} {s:<5} {r['steps_per_s']:8.1f} steps/s ({r['cpu_steps_per_s']:.1f} per CPU second)", file=sys.stderr, flush=True)
+            print(
+                f"  round {repeat + 1}/{args.repeats} {s:<5} {r['steps_per_s']:8.1f} steps/s ({r['cpu_steps_per_s']:.1f} per CPU second)",
+                file=sys.stderr,
+                flush=True,
+            )
         if other_mode:
             runs["all/other"].append(run_child({**base, "subset": "all", "cuda_options": not args.cuda_options}))
     # Peak memory: one more short run each; on the CPU with a fixed malloc mmap threshold, so that freed
     # tensors leave the resident set (glibc's adaptive threshold would otherwise keep them in its heap).
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"} if device.type == "cpu" else None
-    memory = {s: run_child({**base, "subset": s, "memory": True, "steps": min(args.steps, 10)}, env)["peak_bytes"] for s in subsets}
+    memory = {
+        s: run_child({**base, "subset": s, "memory": True, "steps": min(args.steps, 10)}, env)["peak_bytes"]
+        for s in subsets
+    }
     med = {s: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for s, rs in runs.items()}
     bounds = flop_bounds(args.model, args.batch_size, subsets)
     full = med["all"]
@@ -212,12 +273,24 @@ def main(argv: list[str] | None = None) -> int:
         return statistics.median(r[k] / f[k] for r, f in zip(runs[s], runs["all"]))
 
     cpu = device.type == "cpu"
-    mem_note = "torch.cuda.max_memory_allocated" if not cpu else "process RSS high-water mark above the RSS before finetune (fresh subprocess, fixed mmap threshold)"
-    mode = ("bf16 autocast + TF32 + fused optimizer" if args.cuda_options else "plain fp32") if not cpu else "fp32 (CUDA options do not apply on CPU)"
-    print(f"{args.model} on {args.dataset}, batch {args.batch_size}, {device} ({mode}), torch threads {args.threads}{', compiled' if args.compile else ''}: "
-          f"median of {args.repeats} rounds of {args.steps} steps after {args.warmup}; peak memory = {mem_note}; "
-          f"goal judged on {'CPU-time' if cpu else 'wall-time'} ratios")  # fmt: skip
-    print(f"{'subset':<6} {'steps/s':>8} {'images/s':>9} {'vs full':>8} {'(CPU t)':>8} {'bound':>9} {'vs bound':>9} {'peak MiB':>9} {'mem vs full':>12}  goal")
+    mem_note = (
+        "torch.cuda.max_memory_allocated"
+        if not cpu
+        else "process RSS high-water mark above the RSS before finetune (fresh subprocess, fixed mmap threshold)"
+    )
+    mode = (
+        ("bf16 autocast + TF32 + fused optimizer" if args.cuda_options else "plain fp32")
+        if not cpu
+        else "fp32 (CUDA options do not apply on CPU)"
+    )
+    print(
+        f"{args.model} on {args.dataset}, batch {args.batch_size}, {device} ({mode}), torch threads {args.threads}{', compiled' if args.compile else ''}: "
+        f"median of {args.repeats} rounds of {args.steps} steps after {args.warmup}; peak memory = {mem_note}; "
+        f"goal judged on {'CPU-time' if cpu else 'wall-time'} ratios"
+    )
+    print(
+        f"{'subset':<6} {'steps/s':>8} {'images/s':>9} {'vs full':>8} {'(CPU t)':>8} {'bound':>9} {'vs bound':>9} {'peak MiB':>9} {'mem vs full':>12}  goal"
+    )
     rows = []
     for s in subsets:
         m = med[s]
@@ -232,23 +305,45 @@ def main(argv: list[str] | None = None) -> int:
             goal = f"{'met' if judged >= 10 else 'MISSED'} (>= 10x)"
         else:
             goal = f"{'met' if of_bound >= 0.9 else 'MISSED'} (within 10% of bound)"
-        rows.append(dict(subset=s, steps_per_s=m["steps_per_s"], cpu_steps_per_s=m["cpu_steps_per_s"], images_per_s=m["steps_per_s"] * args.batch_size,
-                         speedup_wall=wall, speedup_cpu_time=cpu_ratio, bound=bounds[s], of_bound=of_bound, peak_mib=memory[s] / 2**20,
-                         peak_bytes=memory[s], mem_ratio=mem, rounds=runs[s]))  # fmt: skip
-        print(f"{s:<6} {m['steps_per_s']:8.1f} {m['steps_per_s'] * args.batch_size:9.0f} {wall:7.2f}x {cpu_ratio:7.2f}x {bounds[s]:8.2f}x "
-              f"{of_bound:9.2f} {memory[s] / 2**20:9.1f} {mem:11.2f}x  {goal}")  # fmt: skip
+        rows.append(
+            dict(
+                subset=s,
+                steps_per_s=m["steps_per_s"],
+                cpu_steps_per_s=m["cpu_steps_per_s"],
+                images_per_s=m["steps_per_s"] * args.batch_size,
+                speedup_wall=wall,
+                speedup_cpu_time=cpu_ratio,
+                bound=bounds[s],
+                of_bound=of_bound,
+                peak_mib=memory[s] / 2**20,
+                peak_bytes=memory[s],
+                mem_ratio=mem,
+                rounds=runs[s],
+            )
+        )
+        print(
+            f"{s:<6} {m['steps_per_s']:8.1f} {m['steps_per_s'] * args.batch_size:9.0f} {wall:7.2f}x {cpu_ratio:7.2f}x {bounds[s]:8.2f}x "
+            f"{of_bound:9.2f} {memory[s] / 2**20:9.1f} {mem:11.2f}x  {goal}"
+        )
     summary = {"args": {k: v for k, v in vars(args).items() if k != "child"}, "device": str(device), "rows": rows}
     if "head" in med:
         cache_s = med["head"]["cache_s"]
         trial = args.trial_steps / (args.trial_steps / med["head"]["steps_per_s"] + cache_s)
         summary["head_cache_s"] = cache_s
-        print(f"head-only feature cache: {cache_s:.2f} s once per trial (= {cache_s * full['steps_per_s']:.0f} full steps); "
-              f"a {args.trial_steps}-step head-only trial including it: {trial / full['steps_per_s']:.1f}x full finetuning")  # fmt: skip
+        print(
+            f"head-only feature cache: {cache_s:.2f} s once per trial (= {cache_s * full['steps_per_s']:.0f} full steps); "
+            f"a {args.trial_steps}-step head-only trial including it: {trial / full['steps_per_s']:.1f}x full finetuning"
+        )
     if other_mode:
         fast, plain = (full, med["all/other"]) if args.cuda_options else (med["all/other"], full)
-        summary["full_images_per_s"] = {"cuda_options": fast["steps_per_s"] * args.batch_size, "plain_fp32": plain["steps_per_s"] * args.batch_size}
-        print(f"full finetuning images/s: {fast['steps_per_s'] * args.batch_size:.0f} with CUDA options, "
-              f"{plain['steps_per_s'] * args.batch_size:.0f} plain fp32 ({fast['steps_per_s'] / plain['steps_per_s']:.2f}x)")  # fmt: skip
+        summary["full_images_per_s"] = {
+            "cuda_options": fast["steps_per_s"] * args.batch_size,
+            "plain_fp32": plain["steps_per_s"] * args.batch_size,
+        }
+        print(
+            f"full finetuning images/s: {fast['steps_per_s'] * args.batch_size:.0f} with CUDA options, "
+            f"{plain['steps_per_s'] * args.batch_size:.0f} plain fp32 ({fast['steps_per_s'] / plain['steps_per_s']:.2f}x)"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))
     return 0

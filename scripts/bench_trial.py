@@ -30,14 +30,22 @@ from vitplast_tune import search
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="vit_testbed_patch8_32", help="timm model (default: vit_testbed_patch8_32)")
-    p.add_argument("--pretrained", action="store_true", help="load the model's pretrained weights (default: random init, as timing does not depend on them)")
+    p.add_argument(
+        "--pretrained",
+        action="store_true",
+        help="load the model's pretrained weights (default: random init, as timing does not depend on them)",
+    )
     p.add_argument("--dataset", default="digits", help="dataset (default: digits)")
     p.add_argument("--components", default="all", help="the trial's subset (default: all, full finetuning)")
     p.add_argument("--lr", type=float, default=0.03, help="learning rate (default: 0.03)")
     p.add_argument("--max-steps", type=int, default=400, help="training steps (default: 400, the testbed spaces')")
-    p.add_argument("--eval-every", type=int, default=50, help="evaluate, report and checkpoint every N steps (default: 50)")
+    p.add_argument(
+        "--eval-every", type=int, default=50, help="evaluate, report and checkpoint every N steps (default: 50)"
+    )
     p.add_argument("--batch-size", type=int, default=64, help="batch size (default: 64)")
-    p.add_argument("--cpus", type=int, default=1, help="CPUs of the Ray instance and of the trial (its torch threads) (default: 1)")
+    p.add_argument(
+        "--cpus", type=int, default=1, help="CPUs of the Ray instance and of the trial (its torch threads) (default: 1)"
+    )
     p.add_argument("--gpus", type=float, default=0, help="GPUs of the trial (default: 0)")
     p.add_argument("--json", help="also write the results to this JSON file")
     return p.parse_args(argv)
@@ -67,11 +75,22 @@ def space_file(directory: Path, args: argparse.Namespace) -> Path:
     """A one-trial grid: the given subset and learning rate, no early stopping."""
     space = {
         "description": "bench_trial: one trial",
-        "metric": "val_acc", "mode": "max", "algorithm": "grid", "num_samples": 1, "scheduler": "fifo",
+        "metric": "val_acc",
+        "mode": "max",
+        "algorithm": "grid",
+        "num_samples": 1,
+        "scheduler": "fifo",
         "parameters": {"components": {"choice": [args.components]}, "lr": {"choice": [args.lr]}, "optimizer": "sgd"},
-        "defaults": {"model": args.model, "pretrained": args.pretrained, "dataset": args.dataset, "max_steps": args.max_steps,
-                     "batch_size": args.batch_size, "eval_every": args.eval_every, "warmup_steps": 40},
-    }  # fmt: skip
+        "defaults": {
+            "model": args.model,
+            "pretrained": args.pretrained,
+            "dataset": args.dataset,
+            "max_steps": args.max_steps,
+            "batch_size": args.batch_size,
+            "eval_every": args.eval_every,
+            "warmup_steps": 40,
+        },
+    }
     path = directory / "bench_trial.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))
     return path
@@ -79,7 +98,7 @@ def space_file(directory: Path, args: argparse.Namespace) -> Path:
 
 def breakdown(timeline: Timeline) -> dict[str, float]:
     """Seconds of the trial's wall time, by where they went (they add up to the wall time)."""
-    (first_at, first), (last_at, last) = timeline.results[0], timeline.results[-1]
+    (_, first), (last_at, last) = timeline.results[0], timeline.results[-1]
     work_1 = first["time_setup_s"] + first["time_in_steps_s"] + first["time_in_eval_s"]
     work = last["time_setup_s"] + last["time_in_steps_s"] + last["time_in_eval_s"]
     return {
@@ -101,15 +120,26 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_trial_") as tmp:
         tmp = Path(tmp)
         started = time.time()
-        ray.init(num_cpus=args.cpus, num_gpus=int(args.gpus > 0), include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}})  # fmt: skip
+        ray.init(
+            num_cpus=args.cpus,
+            num_gpus=int(args.gpus > 0),
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}},
+        )
         ray_up = time.time()
         try:
             options = search.SearchOptions(
-                space=str(space_file(tmp, args)), name="bench_trial", storage=str(tmp / "results"),
-                tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", cpus_per_trial=args.cpus, gpus_per_trial=args.gpus,
-                plasticity=False, verbose=0,
-            )  # fmt: skip
+                space=str(space_file(tmp, args)),
+                name="bench_trial",
+                storage=str(tmp / "results"),
+                tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}",
+                cpus_per_trial=args.cpus,
+                gpus_per_trial=args.gpus,
+                plasticity=False,
+                verbose=0,
+            )
             result = search.run(options, callbacks=[timeline])
             returned = time.time()
         finally:
@@ -122,13 +152,17 @@ def main(argv: list[str] | None = None) -> int:
     wall = timeline.complete - timeline.start
     parts = breakdown(timeline)
     fraction = (last["time_in_steps_s"] + last["time_in_eval_s"]) / wall
-    print(f"One {args.components} trial of {args.model} on {args.dataset}: {int(last['step'])} steps at batch {args.batch_size}, "
-          f"eval every {args.eval_every}, {args.cpus} CPU(s){f', {args.gpus:g} GPU' if args.gpus else ''}; "
-          f"val_acc {last['val_acc']:.3f}")  # fmt: skip
+    print(
+        f"One {args.components} trial of {args.model} on {args.dataset}: {int(last['step'])} steps at batch {args.batch_size}, "
+        f"eval every {args.eval_every}, {args.cpus} CPU(s){f', {args.gpus:g} GPU' if args.gpus else ''}; "
+        f"val_acc {last['val_acc']:.3f}"
+    )
     print(f"trial wall time (actor start -> complete): {wall:.1f} s")
     for name, seconds in parts.items():
         print(f"  {name:<50} {seconds:7.2f} s  {seconds / wall:6.1%}")
-    print(f"fraction in training + evaluation steps: {fraction:.3f}  (goal >= 0.9: {'met' if fraction >= 0.9 else 'MISSED'})")
+    print(
+        f"fraction in training + evaluation steps: {fraction:.3f}  (goal >= 0.9: {'met' if fraction >= 0.9 else 'MISSED'})"
+    )
     outside = {
         "ray.init": ray_up - started,
         "search.run before Tune started (validation, MLflow parent run, data decoding)": timeline.setup_at - ray_up,
@@ -137,14 +171,31 @@ def main(argv: list[str] | None = None) -> int:
         "ray.shutdown": finished - returned,
     }
     total = finished - started
-    print(f"whole run (ray.init -> ray.shutdown): {total:.1f} s; fraction in steps + evaluation {(last['time_in_steps_s'] + last['time_in_eval_s']) / total:.3f}; outside the trial:")
+    print(
+        f"whole run (ray.init -> ray.shutdown): {total:.1f} s; fraction in steps + evaluation {(last['time_in_steps_s'] + last['time_in_eval_s']) / total:.3f}; outside the trial:"
+    )
     for name, seconds in outside.items():
         print(f"  {name:<80} {seconds:6.2f} s")
     with_actor = (last["time_in_steps_s"] + last["time_in_eval_s"]) / (timeline.complete - timeline.setup_at)
-    print(f"fraction from Tune start, counting the actor's creation (paid once per concurrent trial slot: actors are reused): {with_actor:.3f}")
+    print(
+        f"fraction from Tune start, counting the actor's creation (paid once per concurrent trial slot: actors are reused): {with_actor:.3f}"
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "wall_s": wall, "fraction": fraction, "fraction_with_actor_start": with_actor, "parts_s": parts,
-                                               "outside_s": outside, "total_s": total, "trials": len(result.trials)}, indent=2))  # fmt: skip
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "args": vars(args),
+                    "wall_s": wall,
+                    "fraction": fraction,
+                    "fraction_with_actor_start": with_actor,
+                    "parts_s": parts,
+                    "outside_s": outside,
+                    "total_s": total,
+                    "trials": len(result.trials),
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

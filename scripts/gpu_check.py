@@ -123,7 +123,7 @@ def pipeline_step_s(args, device: torch.device) -> float:
     """Seconds to turn a batch of uint8 32 px images into normalized 224 px training images on ``device``."""
     config = models.pretrained_data_config(args.model)
     raw = torch.from_numpy(np.random.default_rng(0).integers(0, 255, (args.batch_size, 3, 32, 32), dtype=np.uint8))
-    run = lambda seed: transforms.batch_transform(raw.to(device, non_blocking=True), config, True, seed)  # noqa: E731
+    run = lambda seed: transforms.batch_transform(raw.to(device, non_blocking=True), config, True, seed)
     for seed in range(args.warmup):
         run(seed)
     _sync(device)
@@ -139,8 +139,22 @@ def search_trials(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         space = Path(tmp) / "gpu.yaml"
         space.write_text(SEARCH_SPACE.format(model=args.model, steps=args.search_steps, batch=args.batch_size))
-        command = [sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(space), "--storage", tmp,
-                   "--name", "gpu", "--no-plasticity", "--quiet", "--gpus-per-trial", "0.25", "--cpus-per-trial", "1"]  # fmt: skip
+        command = [
+            sys.executable,
+            str(ROOT / "scripts" / "search.py"),
+            "--space",
+            str(space),
+            "--storage",
+            tmp,
+            "--name",
+            "gpu",
+            "--no-plasticity",
+            "--quiet",
+            "--gpus-per-trial",
+            "0.25",
+            "--cpus-per-trial",
+            "1",
+        ]
         start = time.perf_counter()
         proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
         wall = time.perf_counter() - start
@@ -150,10 +164,12 @@ def search_trials(args) -> dict:
 
 def plan(args) -> list[str]:
     """What the check runs, one line each."""
-    lines = [f"{args.model}, batch {args.batch_size}, {args.warmup} + {args.steps} steps each, on {args.device}:",
-             "  full finetuning: fp32; bf16 autocast + TF32 + fused SGD" + ("" if args.no_compile else "; + torch.compile"),
-             f"  each of {', '.join(SUBSETS[1:])} with the CUDA options: speedup vs full, FLOP bound, peak memory",
-             "  the batched input transform 32 -> 224 px on the device, as a share of a step"]  # fmt: skip
+    lines = [
+        f"{args.model}, batch {args.batch_size}, {args.warmup} + {args.steps} steps each, on {args.device}:",
+        "  full finetuning: fp32; bf16 autocast + TF32 + fused SGD" + ("" if args.no_compile else "; + torch.compile"),
+        f"  each of {', '.join(SUBSETS[1:])} with the CUDA options: speedup vs full, FLOP bound, peak memory",
+        "  the batched input transform 32 -> 224 px on the device, as a share of a step",
+    ]
     if not args.no_search:
         lines.append(f"  4 trials at --gpus-per-trial 0.25 through scripts/search.py ({args.search_steps} steps each)")
     return lines
@@ -162,9 +178,17 @@ def plan(args) -> list[str]:
 def run_check(args) -> dict:
     """Every measurement of the check, as a dict."""
     device = torch.device(args.device)
-    result: dict = {"model": args.model, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                    "batch_size": args.batch_size, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__}  # fmt: skip
-    result["full"] = {"fp32": train_speed(args, device, "all", False), "options": train_speed(args, device, "all", True)}
+    result: dict = {
+        "model": args.model,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "batch_size": args.batch_size,
+        "date": time.strftime("%Y-%m-%d"),
+        "torch": torch.__version__,
+    }
+    result["full"] = {
+        "fp32": train_speed(args, device, "all", False),
+        "options": train_speed(args, device, "all", True),
+    }
     if not args.no_compile:
         result["full"]["options+compile"] = train_speed(args, device, "all", True, compile_=True)
     bounds = flop_bounds(args.model, args.batch_size)
@@ -183,20 +207,32 @@ def run_check(args) -> dict:
 
 def format_table(result: dict) -> str:
     """The check's results as text tables."""
-    lines = [f"{result['model']} on {result['device']}, batch {result['batch_size']} ({result['date']})", "",
-             "full finetuning        images/s  peak MiB"]  # fmt: skip
+    lines = [
+        f"{result['model']} on {result['device']}, batch {result['batch_size']} ({result['date']})",
+        "",
+        "full finetuning        images/s  peak MiB",
+    ]
     for name, r in result["full"].items():
         lines.append(f"  {name:<20} {r['images_per_s']:>8.1f}  {r['peak_mib']:>8.0f}")
     lines += ["", "subset (CUDA options)  speedup  FLOP bound  ratio/bound  peak MiB"]
     for name, r in result["subsets"].items():
         ratio = r["speedup"] / r["flop_bound"]
-        lines.append(f"  {name:<20} {r['speedup']:>7.2f}x {r['flop_bound']:>10.2f}x {ratio:>12.2f}  {r['peak_mib']:>8.0f}")
+        lines.append(
+            f"  {name:<20} {r['speedup']:>7.2f}x {r['flop_bound']:>10.2f}x {ratio:>12.2f}  {r['peak_mib']:>8.0f}"
+        )
     p = result["pipeline"]
-    lines += ["", f"input pipeline (uint8 32 px -> 224 px on the device): {p['step_s'] * 1e3:.2f} ms per batch, "
-              f"{p['share_of_step']:.1%} of a step"]  # fmt: skip
+    lines += [
+        "",
+        f"input pipeline (uint8 32 px -> 224 px on the device): {p['step_s'] * 1e3:.2f} ms per batch, "
+        f"{p['share_of_step']:.1%} of a step",
+    ]
     if "search" in result:
         s = result["search"]
-        lines += ["", f"4 trials at --gpus-per-trial 0.25: exit {s['returncode']}, {s['wall_s']:.0f} s", s["trials_csv"]]
+        lines += [
+            "",
+            f"4 trials at --gpus-per-trial 0.25: exit {s['returncode']}, {s['wall_s']:.0f} s",
+            s["trials_csv"],
+        ]
     return "\n".join(lines)
 
 

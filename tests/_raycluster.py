@@ -11,6 +11,7 @@ is still alive gets SIGTERM and, after a grace period, SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -125,10 +126,8 @@ def terminate(pids: set[int], grace_s: float = 15.0) -> None:
         if not live:
             return
         for p in live:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(p, sig)
-            except ProcessLookupError:
-                pass
         deadline = time.time() + wait
         while time.time() < deadline and any(alive(p) for p in live):
             time.sleep(0.2)
@@ -139,7 +138,7 @@ class Owned:
 
     def __init__(self, cmd: list[str], env: dict[str, str], log: Path, marker: str | None = None):
         self.cmd, self.log, self.marker = cmd, log, marker
-        self._log = open(log, "ab")
+        self._log = open(log, "ab")  # noqa: SIM115 - held open while the process runs, closed in stop()
         self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         self._seen: set[int] = set()
 
@@ -186,8 +185,16 @@ class LocalCluster:
     authentication mode (``disabled`` or ``token``), and a worker has its own resources.
     """
 
-    def __init__(self, root: Path, auth_token: str | None = None, head_cpus: int = 1, head_resources: dict | None = None,
-                 autoscaling_config: Path | None = None, extra_env: dict[str, str] | None = None, port: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        root: Path,
+        auth_token: str | None = None,
+        head_cpus: int = 1,
+        head_resources: dict | None = None,
+        autoscaling_config: Path | None = None,
+        extra_env: dict[str, str] | None = None,
+        port: int | None = None,
+    ):
         self.root = root
         self.temp_dir = Path(tempfile.mkdtemp(prefix="vtr", dir="/tmp"))  # short: socket paths
         self.auth_token = auth_token
@@ -196,10 +203,21 @@ class LocalCluster:
         self.port, agent_port = (port, *free_ports(1)) if port else free_ports(2)
         self.address = f"{self.ip}:{self.port}"
         self.nodes: list[Owned] = []
-        cmd = ["ray", "start", "--head", "--block", f"--port={self.port}",
-               f"--dashboard-agent-listen-port={agent_port}", "--include-dashboard=false", "--disable-usage-stats",
-               f"--temp-dir={self.temp_dir}", f"--num-cpus={head_cpus}", "--num-gpus=0",
-               "--min-worker-port=0", "--max-worker-port=0"]  # fmt: skip
+        cmd = [
+            "ray",
+            "start",
+            "--head",
+            "--block",
+            f"--port={self.port}",
+            f"--dashboard-agent-listen-port={agent_port}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={self.temp_dir}",
+            f"--num-cpus={head_cpus}",
+            "--num-gpus=0",
+            "--min-worker-port=0",
+            "--max-worker-port=0",
+        ]
         if head_resources:
             cmd.append(f"--resources={json.dumps(head_resources)}")
         if autoscaling_config is not None:
@@ -219,9 +237,18 @@ class LocalCluster:
 
     def add_worker(self, cpus: int = 1, resources: dict | None = None, name: str = "worker") -> Owned:
         (agent_port,) = free_ports(1)
-        cmd = ["ray", "start", "--block", f"--address={self.address}", f"--num-cpus={cpus}", "--num-gpus=0",
-               f"--dashboard-agent-listen-port={agent_port}", "--disable-usage-stats",
-               "--min-worker-port=0", "--max-worker-port=0"]  # fmt: skip
+        cmd = [
+            "ray",
+            "start",
+            "--block",
+            f"--address={self.address}",
+            f"--num-cpus={cpus}",
+            "--num-gpus=0",
+            f"--dashboard-agent-listen-port={agent_port}",
+            "--disable-usage-stats",
+            "--min-worker-port=0",
+            "--max-worker-port=0",
+        ]
         if resources:
             cmd.append(f"--resources={json.dumps(resources)}")
         node = self._start(cmd, name)
@@ -231,7 +258,9 @@ class LocalCluster:
     def query(self, code: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
         """Run ``code`` in a fresh Python connected to this cluster (``ray`` and ``json`` imported)."""
         script = f"import json, ray\nray.init(address={self.address!r}, log_to_driver=False)\n{code}\n"
-        return subprocess.run([sys.executable, "-c", script], env=self.env(**env), capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-c", script], env=self.env(**env), capture_output=True, text=True, timeout=timeout
+        )
 
     def alive_nodes(self) -> list[dict]:
         out = self.query("print('NODES=' + json.dumps([n for n in ray.nodes() if n['Alive']]))")
@@ -281,9 +310,22 @@ class MlflowServer:
         (port,) = free_ports(1)
         self.uri = f"http://127.0.0.1:{port}"
         root.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-               "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-               "--workers", "1"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ]
         self.server = Owned(cmd, clean_env(), root / "mlflow-server.log")
         deadline = time.time() + 120
         while time.time() < deadline:

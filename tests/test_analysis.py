@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from vitplast_tune.errors import UserError
 from vitplast_tune.lab import criteria_comparison, criteria_winner, subset_table
 from vitplast_tune.plots import plot_plasticity, plot_score_vs_accuracy
 from vitplast_tune.protocol import (
@@ -20,14 +21,15 @@ from vitplast_tune.protocol import (
     single_component_table,
 )
 from vitplast_tune.statistics import compare_predictors, correlations, partial_correlations
-from vitplast_tune.errors import UserError
 
 
 def test_monotone_data_gives_spearman_one_with_a_tight_interval():
     x = np.arange(20.0)
     trials = pd.DataFrame({"score": x, "neg": -x, "val_acc": x**3 + 1})
     table = correlations(trials, ["score", "neg"], n_boot=200).set_index("predictor")
-    assert table.loc["score", ["spearman", "spearman_low", "spearman_high", "kendall"]].tolist() == pytest.approx([1, 1, 1, 1])
+    assert table.loc["score", ["spearman", "spearman_low", "spearman_high", "kendall"]].tolist() == pytest.approx(
+        [1, 1, 1, 1]
+    )
     assert table.loc["neg", ["spearman", "spearman_low", "spearman_high"]].tolist() == pytest.approx([-1, -1, -1])
     assert table.loc["score", "n"] == 20 and table.loc["score", "note"] == ""
     assert 0 < table.loc["score", "n_boot"] <= 200
@@ -125,7 +127,16 @@ def plasticity_table() -> pd.DataFrame:
     rows = [{"component": "emb", "layer": 0, "plasticity": 0.3, "std": 0.01, "sem": 0.001, "n_pairs": 10}]
     for value, component in enumerate(["ln1", "mha", "ln2", "fc1", "fc2"]):
         for layer in range(3):
-            rows.append({"component": component, "layer": layer, "plasticity": value + 0.1 * layer, "std": 0.1, "sem": 0.03, "n_pairs": 10})
+            rows.append(
+                {
+                    "component": component,
+                    "layer": layer,
+                    "plasticity": value + 0.1 * layer,
+                    "std": 0.1,
+                    "sem": 0.03,
+                    "n_pairs": 10,
+                }
+            )
     table = pd.DataFrame(rows)
     table.attrs["variant"] = "paper"
     return table
@@ -159,8 +170,15 @@ def test_bca_interval_is_scipys_paired_bca():
     x = rng.normal(size=30)
     trials = pd.DataFrame({"score": x, "val_acc": x + rng.normal(size=30)})
     row = correlations(trials, ["score"], n_boot=500, seed=7).iloc[0]
-    ref = stats.bootstrap((x, trials["val_acc"].to_numpy()), lambda a, b: stats.spearmanr(a, b).statistic,
-                          paired=True, vectorized=False, n_resamples=500, method="BCa", rng=np.random.default_rng(7))
+    ref = stats.bootstrap(
+        (x, trials["val_acc"].to_numpy()),
+        lambda a, b: stats.spearmanr(a, b).statistic,
+        paired=True,
+        vectorized=False,
+        n_resamples=500,
+        method="BCa",
+        rng=np.random.default_rng(7),
+    )
     assert row["spearman_low"] == pytest.approx(ref.confidence_interval.low)
     assert row["spearman_high"] == pytest.approx(ref.confidence_interval.high)
 
@@ -202,8 +220,17 @@ def grid_trials() -> pd.DataFrame:
     for components, by_lr in plan.items():
         for lr, (vals, tests) in by_lr.items():
             for seed, v, t in zip((0, 42, 3407), vals, tests):
-                rows.append({"components": components, "lr": lr, "seed": seed, "best_val_acc": v, "test_acc": t,
-                             "plasticity_mean": plasticity.get(components, np.nan), "trainable_params": params[components]})
+                rows.append(
+                    {
+                        "components": components,
+                        "lr": lr,
+                        "seed": seed,
+                        "best_val_acc": v,
+                        "test_acc": t,
+                        "plasticity_mean": plasticity.get(components, np.nan),
+                        "trainable_params": params[components],
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -259,7 +286,15 @@ def test_criteria_lab_compares_each_predictor_with_the_parameter_count():
     assert comparison.loc["grad_norm", "n"] == 4
     assert comparison.loc["log_trainable_params", "verdict"] == ""
     assert "diff_vs_baseline" in comparison and "kendall_low" in comparison
-    fake = pd.DataFrame({"predictor": ["a", "b"], "spearman": [0.9, 0.5], "verdict": ["no clear difference", "better"],
-                         "diff_vs_baseline": [0.1, 0.4], "diff_low": [-0.1, 0.1], "diff_high": [0.3, 0.7]})
+    fake = pd.DataFrame(
+        {
+            "predictor": ["a", "b"],
+            "spearman": [0.9, 0.5],
+            "verdict": ["no clear difference", "better"],
+            "diff_vs_baseline": [0.1, 0.4],
+            "diff_low": [-0.1, 0.1],
+            "diff_high": [0.3, 0.7],
+        }
+    )
     assert criteria_winner(fake).startswith("b ranks the subsets best")
     assert criteria_winner(fake.assign(verdict="worse")).startswith("No predictor")

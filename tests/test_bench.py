@@ -40,15 +40,25 @@ def test_flop_count_of_full_finetuning_and_of_the_head_on_cached_features():
     head = 2.0 * width * 10
     # forward F; backward: input gradients (two for the attention matmuls) + weight gradients,
     # none for the image's gradient through the patch embedding
-    assert bench.step_flops(model, "all", 1) == pytest.approx(2 * patch + depth * (3 * linears + 3 * attention) + 3 * head)
+    assert bench.step_flops(model, "all", 1) == pytest.approx(
+        2 * patch + depth * (3 * linears + 3 * attention) + 3 * head
+    )
     assert bench.step_flops(model, "head", 1) == pytest.approx(3 * head)
     assert bench.step_flops(model, "all", 64) == pytest.approx(64 * bench.step_flops(model, "all", 1))
 
 
 def test_finetune_reports_cumulative_timing():
     reports = []
-    cfg = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False, max_steps=8, eval_every=4, warmup_steps=2,
-                         batch_size=16, threads=1, components="ln1")  # fmt: skip
+    cfg = FinetuneConfig(
+        model="vit_testbed_patch8_32",
+        pretrained=False,
+        max_steps=8,
+        eval_every=4,
+        warmup_steps=2,
+        batch_size=16,
+        threads=1,
+        components="ln1",
+    )
     finetune(cfg, report=lambda m, s: reports.append(m))
     first, last = reports
     for key in ("time_setup_s", "time_in_steps_s", "time_in_eval_s"):
@@ -58,7 +68,10 @@ def test_finetune_reports_cumulative_timing():
 
 
 def _curve(*accs, every=100):
-    return [{"step": every * (i + 1), "val_acc": a, "best_val_acc": max(accs[: i + 1]), "diverged": 0} for i, a in enumerate(accs)]
+    return [
+        {"step": every * (i + 1), "val_acc": a, "best_val_acc": max(accs[: i + 1]), "diverged": 0}
+        for i, a in enumerate(accs)
+    ]
 
 
 class _Queue:
@@ -73,11 +86,17 @@ def test_replay_counts_finished_steps_until_the_target_and_asha_stops_at_rungs()
     bench = _script("bench_search")
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
-    curves = {("mha", 0.1): _curve(0.5, 0.6, 0.7, 0.8), ("ln1", 0.1): _curve(0.2, 0.3, 0.3, 0.3), ("all", 0.1): _curve(0.6, 0.8, 0.9, 0.95)}
+    curves = {
+        ("mha", 0.1): _curve(0.5, 0.6, 0.7, 0.8),
+        ("ln1", 0.1): _curve(0.2, 0.3, 0.3, 0.3),
+        ("all", 0.1): _curve(0.6, 0.8, 0.9, 0.95),
+    }
     order = [{"components": c, "lr": 0.1} for c in ("mha", "ln1", "all")]
     steps, finished, _ = bench.replay(curves, _Queue(order), bench.NoSearcher(), FIFOScheduler(), 1, 0.95, 10)
     assert (steps, finished) == (1200, 3)
-    asha = ASHAScheduler(time_attr="step", metric="val_acc", mode="max", max_t=400, grace_period=100, reduction_factor=3)
+    asha = ASHAScheduler(
+        time_attr="step", metric="val_acc", mode="max", max_t=400, grace_period=100, reduction_factor=3
+    )
     steps, finished, _ = bench.replay(curves, _Queue(order), bench.NoSearcher(), asha, 1, 0.95, 10)
     assert (steps, finished) == (400 + 100 + 400, 3)  # ln1 is below the first rung's cutoff at step 100
     steps, finished, spent = bench.replay(curves, _Queue(order[:2]), bench.NoSearcher(), FIFOScheduler(), 1, 0.99, 10)
@@ -92,10 +111,13 @@ def test_replay_drives_the_search_optuna_searcher():
     from vitplast_tune import searchers, spaces
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    spec = SimpleNamespace(parameters={"components": spaces.Choice("components", ("mha", "ln1")),
-                                       "lr": spaces.Choice("lr", (0.1,))})  # fmt: skip
+    spec = SimpleNamespace(
+        parameters={"components": spaces.Choice("components", ("mha", "ln1")), "lr": spaces.Choice("lr", (0.1,))}
+    )
     curves = {("mha", 0.1): _curve(0.5, 0.9), ("ln1", 0.1): _curve(0.2, 0.3)}
-    searcher = searchers.OptunaSearcher(space=spaces.OptunaSpace(spec), metric="val_acc", mode="max", sampler=optuna.samplers.TPESampler(seed=0))
+    searcher = searchers.OptunaSearcher(
+        space=spaces.OptunaSpace(spec), metric="val_acc", mode="max", sampler=optuna.samplers.TPESampler(seed=0)
+    )
     steps, finished, _ = bench.replay(curves, searcher.suggest, searcher, FIFOScheduler(), 1, 0.9, 20)
     assert steps == 200 * finished and finished >= 1
 
@@ -106,8 +128,22 @@ def test_gpu_check_dry_run_and_its_cpu_smoke_path(tmp_path, capsys):
     check = _script("gpu_check")
     assert check.main(["--dry-run"]) == 0
     assert "4 trials at --gpus-per-trial 0.25" in capsys.readouterr().out
-    args = ["--device", "cpu", "--model", "vit_testbed_patch8_32", "--steps", "2", "--warmup", "1", "--batch-size", "4",
-            "--no-compile", "--no-search", "--json", str(tmp_path / "gpu.json")]  # fmt: skip
+    args = [
+        "--device",
+        "cpu",
+        "--model",
+        "vit_testbed_patch8_32",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--batch-size",
+        "4",
+        "--no-compile",
+        "--no-search",
+        "--json",
+        str(tmp_path / "gpu.json"),
+    ]
     assert check.main(args) == 0
     result = json.loads((tmp_path / "gpu.json").read_text())
     assert set(result["full"]) == {"fp32", "options"}
@@ -135,7 +171,11 @@ def test_replay_of_tpe_with_warm_start_tries_the_recommended_subsets_first(tmp_p
     bench = _script("bench_search")
     from vitplast_tune import spaces
 
-    spec = spaces.load_space(_write(tmp_path / "s.yaml", "algorithm: optuna\nparameters: {components: {subsets: any}, lr: {choice: [0.1]}}\n"))
+    spec = spaces.load_space(
+        _write(
+            tmp_path / "s.yaml", "algorithm: optuna\nparameters: {components: {subsets: any}, lr: {choice: [0.1]}}\n"
+        )
+    )
     specs = {name: spec for name in ("grid", "random", "random_asha", "optuna", "optuna_asha")}
     made = bench.algorithms(specs, 400, tmp_path, 10, warm_start=["fc2", "mha+fc1"])
     assert {"TPE + warm start", "TPE + ASHA + warm"} <= set(made) and "random + ASHA" in made

@@ -36,8 +36,11 @@ def run_search(tmp_path, *args, space_text=GOOD):
     started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(space), "--storage", str(storage), *args],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     return proc, time.perf_counter() - started, before, storage
 
 
@@ -72,8 +75,14 @@ def test_bad_input_exits_2_with_one_line(tmp_path, args, space_text, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     if "started" in args or "corrupt" in args:  # a search whose record exists (the space's fingerprint, 8 steps)
         (tmp_path / "space.yaml").write_text(space_text)
-        record = {"name": "x", "space_path": str(tmp_path / "space.yaml"), "fingerprint": load_space(tmp_path / "space.yaml").fingerprint,
-                  "tracking_uri": "sqlite:///x.db", "parent_run_id": "p", "settings": {"max_steps": 8}}  # fmt: skip
+        record = {
+            "name": "x",
+            "space_path": str(tmp_path / "space.yaml"),
+            "fingerprint": load_space(tmp_path / "space.yaml").fingerprint,
+            "tracking_uri": "sqlite:///x.db",
+            "parent_run_id": "p",
+            "settings": {"max_steps": 8},
+        }
         (tmp_path / "results" / args[2]).mkdir(parents=True)
         text = json.dumps(record) if args[2] == "started" else "{"
         (tmp_path / "results" / args[2] / "vitplast_search.json").write_text(text)
@@ -90,9 +99,25 @@ def test_bad_input_exits_2_with_one_line(tmp_path, args, space_text, message):
 
 
 def test_help_documents_every_flag():
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "search.py"), "--help"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "search.py"), "--help"], capture_output=True, text=True
+    )
     assert proc.returncode == 0
-    for flag in ("--space", "--num-samples", "--max-steps", "--name", "--storage", "--tracking-uri", "--address",
-                 "--cpus-per-trial", "--gpus-per-trial", "--max-concurrent", "--seed", "--model", "--dataset", "--data-dir"):  # fmt: skip
+    for flag in (
+        "--space",
+        "--num-samples",
+        "--max-steps",
+        "--name",
+        "--storage",
+        "--tracking-uri",
+        "--address",
+        "--cpus-per-trial",
+        "--gpus-per-trial",
+        "--max-concurrent",
+        "--seed",
+        "--model",
+        "--dataset",
+        "--data-dir",
+    ):
         assert flag in proc.stdout
     assert "(default: None)" not in proc.stdout

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _raycluster import LocalCluster, MlflowServer, free_ports, node_ip
 from mlflow.tracking import MlflowClient
 
-from _raycluster import LocalCluster, MlflowServer, free_ports, node_ip
 from vitplast_tune import cluster, tracking
 from vitplast_tune.plan import EXPERIMENT
 
@@ -63,13 +63,39 @@ def write_space(path: Path, components: list[str], steps: int = 6) -> Path:
     return path
 
 
-def run_search(env: dict, root: Path, name: str, address: str, tracking_uri: str, components: list[str],
-               *extra: str, timeout: float = 300, steps: int = 6) -> subprocess.CompletedProcess:  # fmt: skip
+def run_search(
+    env: dict,
+    root: Path,
+    name: str,
+    address: str,
+    tracking_uri: str,
+    components: list[str],
+    *extra: str,
+    timeout: float = 300,
+    steps: int = 6,
+) -> subprocess.CompletedProcess:
     """``scripts/search.py --address`` in a subprocess; returns it finished (output captured)."""
     space = write_space(root / f"{name}.yaml", components, steps)
-    cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(space), "--name", name,
-           "--storage", str(root / "results"), "--tracking-uri", tracking_uri, "--address", address,
-           "--no-plasticity", "--cpus-per-trial", "1", "--max-failures", "0", *extra]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "search.py"),
+        "--space",
+        str(space),
+        "--name",
+        name,
+        "--storage",
+        str(root / "results"),
+        "--tracking-uri",
+        tracking_uri,
+        "--address",
+        address,
+        "--no-plasticity",
+        "--cpus-per-trial",
+        "1",
+        "--max-failures",
+        "0",
+        *extra,
+    ]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=root)
 
 
@@ -120,8 +146,12 @@ def test_kuberay_manifest_autoscales_with_token_auth():
     manifest = yaml.safe_load((CLUSTER_DIR / "kuberay.yaml").read_text())
     assert manifest["kind"] == "RayCluster" and manifest["spec"]["enableInTreeAutoscaling"] is True
     spec = manifest["spec"]
-    containers = [c for g in [spec["headGroupSpec"], *spec["workerGroupSpecs"]] for c in g["template"]["spec"]["containers"]]
-    for env in [spec["autoscalerOptions"]["env"]] + [c["env"] for c in containers]:  # the token reaches every Ray process
+    containers = [
+        c for g in [spec["headGroupSpec"], *spec["workerGroupSpecs"]] for c in g["template"]["spec"]["containers"]
+    ]
+    for env in [spec["autoscalerOptions"]["env"]] + [
+        c["env"] for c in containers
+    ]:  # the token reaches every Ray process
         values = {e["name"]: e.get("value") or e["valueFrom"]["secretKeyRef"]["name"] for e in env}
         assert values == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "vitplast-ray-token"}
     config = _derive_autoscaling_config_from_ray_cr(manifest)  # what the KubeRay autoscaler derives and validates
@@ -175,8 +205,15 @@ class TestTwoNodeCluster:
         started = time.time()
         # Trials long enough (a few seconds) that the second node's trial actor is up before the
         # first node's actor, reused from trial to trial, has run them all.
-        proc = run_search(two_nodes.env(), root, "spread", two_nodes.address, mlflow_server.uri,
-                          ["mha", "ln1", "fc1", "head"], steps=SPREAD_STEPS)  # fmt: skip
+        proc = run_search(
+            two_nodes.env(),
+            root,
+            "spread",
+            two_nodes.address,
+            mlflow_server.uri,
+            ["mha", "ln1", "fc1", "head"],
+            steps=SPREAD_STEPS,
+        )
         assert proc.returncode == 0, explain(proc)
         return proc, time.time() - started
 
@@ -203,13 +240,24 @@ class TestTwoNodeCluster:
         # 2 CPUs exist in total, but no single node has 2; and no node has a GPU-like custom resource.
         # (A custom resource no node type has is checked in the autoscaler test.)
         started = time.time()
-        proc = run_search(two_nodes.env(), tmp_path, "two-cpus", two_nodes.address, mlflow_server.uri, ["head"],
-                          "--cpus-per-trial", "2", timeout=120)  # fmt: skip
+        proc = run_search(
+            two_nodes.env(),
+            tmp_path,
+            "two-cpus",
+            two_nodes.address,
+            mlflow_server.uri,
+            ["head"],
+            "--cpus-per-trial",
+            "2",
+            timeout=120,
+        )
         assert proc.returncode == 2, explain(proc)
         assert "no node of the cluster has" in proc.stderr and "does not autoscale" in proc.stderr, explain(proc)
         assert "{CPU: 2}" in proc.stderr, explain(proc)
         assert time.time() - started < 90
-        assert tracking.find_search_run(MlflowClient(mlflow_server.uri), EXPERIMENT, "two-cpus") is None  # nothing recorded
+        assert (
+            tracking.find_search_run(MlflowClient(mlflow_server.uri), EXPERIMENT, "two-cpus") is None
+        )  # nothing recorded
 
     def test_fixed_cluster_does_not_autoscale(self, two_nodes):
         out = two_nodes.query("from vitplast_tune import cluster\nprint('AUTOSCALES', cluster.autoscales())")
@@ -232,18 +280,41 @@ def test_fake_autoscaler_adds_workers_for_trials_and_removes_them(tmp_path):
     try:
         nodes = c.alive_nodes()
         assert [n["NodeID"] for n in nodes] == [FAKE_HEAD_NODE_ID]
-        probe = c.query("from vitplast_tune import cluster\nimport time\ntime.sleep(2)\nprint('AUTOSCALES', cluster.autoscales())")
+        probe = c.query(
+            "from vitplast_tune import cluster\nimport time\ntime.sleep(2)\nprint('AUTOSCALES', cluster.autoscales())"
+        )
         assert "AUTOSCALES True" in probe.stdout, probe.stdout + probe.stderr
         tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
         driver_env = c.env(VITPLAST_CLUSTER_CONFIG=str(config_path))
 
         # A request that no node type has fails at once, with the node types named.
-        proc = run_search(driver_env, tmp_path, "too-big", c.address, tracking_uri, ["head"],
-                          "--resources-per-trial", '{"trainer": 2}', timeout=120)  # fmt: skip
-        assert proc.returncode == 2 and "no node and no node type" in proc.stderr and "ray.worker.trainer" in proc.stderr, explain(proc)
+        proc = run_search(
+            driver_env,
+            tmp_path,
+            "too-big",
+            c.address,
+            tracking_uri,
+            ["head"],
+            "--resources-per-trial",
+            '{"trainer": 2}',
+            timeout=120,
+        )
+        assert (
+            proc.returncode == 2 and "no node and no node type" in proc.stderr and "ray.worker.trainer" in proc.stderr
+        ), explain(proc)
 
-        proc = run_search(driver_env, tmp_path, "scaled", c.address, tracking_uri, ["mha", "head"],
-                          "--gpus-per-trial", "0.5", "--cpus-per-trial", "0.5")  # fmt: skip
+        proc = run_search(
+            driver_env,
+            tmp_path,
+            "scaled",
+            c.address,
+            tracking_uri,
+            ["mha", "head"],
+            "--gpus-per-trial",
+            "0.5",
+            "--cpus-per-trial",
+            "0.5",
+        )
         assert proc.returncode == 0, explain(proc)
         assert "autoscaler can add node type(s) ray.worker.trainer" in proc.stdout, explain(proc)
         parent, children = child_runs(tracking_uri, "scaled")
@@ -261,20 +332,42 @@ def test_fake_autoscaler_adds_workers_for_trials_and_removes_them(tmp_path):
         # pending trial, the second worker would only be asked for once the first trial left the queue.
         space = tmp_path / "optuna.yaml"
         space.write_text(OPTUNA_SPACE)
-        cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(space), "--name", "optuna-scaled",
-               "--storage", str(tmp_path / "results"), "--tracking-uri", tracking_uri, "--address", c.address,
-               "--no-plasticity", "--cpus-per-trial", "1", "--gpus-per-trial", "1", "--max-failures", "0"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            str(ROOT / "scripts" / "search.py"),
+            "--space",
+            str(space),
+            "--name",
+            "optuna-scaled",
+            "--storage",
+            str(tmp_path / "results"),
+            "--tracking-uri",
+            tracking_uri,
+            "--address",
+            c.address,
+            "--no-plasticity",
+            "--cpus-per-trial",
+            "1",
+            "--gpus-per-trial",
+            "1",
+            "--max-failures",
+            "0",
+        ]
         proc = subprocess.run(cmd, env=driver_env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert proc.returncode == 0, explain(proc)
         parent, children = child_runs(tracking_uri, "optuna-scaled")
         assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
         first_trial_ms = min(r.info.start_time for r in children)
-        out = c.query("from ray.util.state import list_nodes\n"
-                      "print('STARTS=' + json.dumps({n.node_id: n.start_time_ms for n in list_nodes(detail=True, limit=100)}))")
+        out = c.query(
+            "from ray.util.state import list_nodes\n"
+            "print('STARTS=' + json.dumps({n.node_id: n.start_time_ms for n in list_nodes(detail=True, limit=100)}))"
+        )
         starts = json.loads(next(line[7:] for line in out.stdout.splitlines() if line.startswith("STARTS=")))
         workers = sorted(ms for node, ms in starts.items() if node != FAKE_HEAD_NODE_ID and ms)
         assert len(workers) >= 2, starts
-        assert workers[1] < first_trial_ms, f"second worker started {workers[1] - first_trial_ms} ms after the first trial"
+        assert workers[1] < first_trial_ms, (
+            f"second worker started {workers[1] - first_trial_ms} ms after the first trial"
+        )
     finally:
         c.stop()
 
@@ -291,9 +384,19 @@ def test_token_cluster_joined_with_token_and_refused_without(tmp_path):
         # Without the mode and token (RAY_AUTH_MODE=disabled): refused, with what to set. Ray retries for
         # about 20 s before it gives up, so this driver runs alongside the one with the token.
         refused = {}
-        thread = threading.Thread(target=lambda: refused.update(proc=run_search(
-            c.env(RAY_AUTH_MODE="disabled", RAY_AUTH_TOKEN=""), tmp_path, "no-token", c.address,
-            f"sqlite:///{tmp_path / 'refused.db'}", ["head"], timeout=180)))  # fmt: skip
+        thread = threading.Thread(
+            target=lambda: refused.update(
+                proc=run_search(
+                    c.env(RAY_AUTH_MODE="disabled", RAY_AUTH_TOKEN=""),
+                    tmp_path,
+                    "no-token",
+                    c.address,
+                    f"sqlite:///{tmp_path / 'refused.db'}",
+                    ["head"],
+                    timeout=180,
+                )
+            )
+        )
         thread.start()
         proc = run_search(c.env(), tmp_path, "with-token", c.address, tracking_uri, ["head", "ln1"])
         thread.join()
@@ -304,6 +407,9 @@ def test_token_cluster_joined_with_token_and_refused_without(tmp_path):
         proc = refused["proc"]
         assert proc.returncode == 2, explain(proc)
         assert "refused this driver" in proc.stderr and "RAY_AUTH_MODE=token" in proc.stderr, explain(proc)
-        assert tracking.find_search_run(MlflowClient(f"sqlite:///{tmp_path / 'refused.db'}"), EXPERIMENT, "no-token") is None
+        assert (
+            tracking.find_search_run(MlflowClient(f"sqlite:///{tmp_path / 'refused.db'}"), EXPERIMENT, "no-token")
+            is None
+        )
     finally:
         c.stop()

@@ -65,8 +65,16 @@ def test_freeze_block_range(tiny_vit):
 
 
 def test_layer_scale_and_registers_are_mapped():
-    model = timm.create_model("vit_small_patch16_224", pretrained=False, img_size=32, patch_size=8,
-                              init_values=1e-5, reg_tokens=2, num_classes=3, depth=1)
+    model = timm.create_model(
+        "vit_small_patch16_224",
+        pretrained=False,
+        img_size=32,
+        patch_size=8,
+        init_values=1e-5,
+        reg_tokens=2,
+        num_classes=3,
+        depth=1,
+    )
     components.freeze(model, "mha")
     names = trainable_names(model)
     assert "blocks.0.ls1.gamma" in names and "blocks.0.ls2.gamma" not in names

@@ -10,7 +10,13 @@ from PIL import Image
 from vitplast_tune import data, models
 from vitplast_tune.errors import UserError
 
-CONFIG = {"input_size": (3, 32, 32), "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "interpolation": "bilinear", "crop_pct": 1.0}
+CONFIG = {
+    "input_size": (3, 32, 32),
+    "mean": (0.5, 0.5, 0.5),
+    "std": (0.5, 0.5, 0.5),
+    "interpolation": "bilinear",
+    "crop_pct": 1.0,
+}
 
 
 def check_image_splits(splits, num_classes):
@@ -19,7 +25,7 @@ def check_image_splits(splits, num_classes):
         assert len(dataset) > 0
         image, label = dataset[0]
         assert image.shape == (3, 32, 32) and image.dtype == torch.float32
-        assert -1.01 <= float(image.min()) and float(image.max()) <= 1.01  # normalized with mean/std 0.5
+        assert float(image.min()) >= -1.01 and float(image.max()) <= 1.01  # normalized with mean/std 0.5
         assert 0 <= int(label) < num_classes
 
 
@@ -38,7 +44,11 @@ def test_digits_splits_are_seeded_and_the_test_split_fixed():
     assert np.array_equal(a.test.indices, c.test.indices)
     assert a.train.images.dtype == np.uint8 and a.train.images.shape[1:] == (1, 8, 8)  # held small: native 8x8
     images, labels = next(iter(data.eval_batches(a.val, 16)))
-    assert images.shape == (16, 3, 32, 32) and images.dtype == torch.float32 and torch.equal(labels, torch.as_tensor(a.val.labels[a.val.indices[:16]]))
+    assert (
+        images.shape == (16, 3, 32, 32)
+        and images.dtype == torch.float32
+        and torch.equal(labels, torch.as_tensor(a.val.labels[a.val.indices[:16]]))
+    )
     rest, test = data.split_indices(1797, 0.2, seed=10_007)
     train, val = data.split_indices(len(rest), 0.2, seed=0)
     assert not set(rest) & set(test) and not set(train) & set(val)  # disjoint splits
@@ -62,7 +72,9 @@ def test_imagefolder_with_and_without_a_test_folder(tmp_path):
         data.load_dataset("imagefolder", CONFIG, data_dir=tmp_path / "missing")
 
 
-@pytest.mark.parametrize("test_classes, problem", [(("cat", "eel"), "missing dog"), (("cat", "dog", "eel", "fox"), "extra fox")])
+@pytest.mark.parametrize(
+    "test_classes, problem", [(("cat", "eel"), "missing dog"), (("cat", "dog", "eel", "fox"), "extra fox")]
+)
 def test_imagefolder_test_classes_must_be_trains(tmp_path, test_classes, problem):
     for cls in ("cat", "dog", "eel"):
         for i in range(3):
@@ -116,8 +128,15 @@ def test_torchvision_cifar(tmp_path, monkeypatch, name, classes):
     import torchvision.datasets as tvd
 
     if name == "cifar10":
-        fake_cifar(tmp_path, "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"],
-                   "labels", "batches.meta", "label_names", 10)  # fmt: skip
+        fake_cifar(
+            tmp_path,
+            "cifar-10-batches-py",
+            [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"],
+            "labels",
+            "batches.meta",
+            "label_names",
+            10,
+        )
         monkeypatch.setattr(tvd.CIFAR10, "_check_integrity", lambda self: True)
         monkeypatch.setattr(tvd.cifar, "check_integrity", lambda *args: True)
     else:
@@ -153,7 +172,9 @@ def test_pets_and_flowers(tmp_path, monkeypatch):
     for i in range(1, 13):
         save_png(flowers / "jpg" / f"image_{i:05d}.jpg", i)
     scipy.io.savemat(flowers / "imagelabels.mat", {"labels": np.array([1 + i % 3 for i in range(12)])})
-    scipy.io.savemat(flowers / "setid.mat", {"trnid": np.arange(1, 6), "valid": np.arange(6, 8), "tstid": np.arange(8, 13)})
+    scipy.io.savemat(
+        flowers / "setid.mat", {"trnid": np.arange(1, 6), "valid": np.arange(6, 8), "tstid": np.arange(8, 13)}
+    )
     monkeypatch.setattr(tvd.Flowers102, "_check_integrity", lambda self: True)
     splits = data.load_dataset("flowers102", CONFIG, data_dir=tmp_path)
     assert (len(splits.train), len(splits.val), len(splits.test)) == (4, 1, 5)
@@ -174,9 +195,13 @@ def test_training_transforms_are_the_papers():
     train = data.image_transforms(CONFIG, train=True).transforms
     assert isinstance(train[0], RandomResizedCropAndInterpolation) and isinstance(train[1], T.RandomHorizontalFlip)
     assert train[0].scale == (0.08, 1.0) and not any(isinstance(t, T.ColorJitter) for t in train)
-    evaluation = data.image_transforms({**CONFIG, "input_size": (3, 224, 224), "crop_pct": 0.875}, train=False).transforms
+    evaluation = data.image_transforms(
+        {**CONFIG, "input_size": (3, 224, 224), "crop_pct": 0.875}, train=False
+    ).transforms
     assert isinstance(evaluation[0], T.Resize) and evaluation[0].size == 256 and evaluation[1].size == (224, 224)
-    squash = data.image_transforms({**CONFIG, "input_size": (3, 224, 224), "crop_pct": 0.875, "crop_mode": "squash"}, False)
+    squash = data.image_transforms(
+        {**CONFIG, "input_size": (3, 224, 224), "crop_pct": 0.875, "crop_mode": "squash"}, False
+    )
     assert squash.transforms[0].size == (256, 256)  # the config's crop_mode is honoured
 
 

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _raycluster import MlflowServer
 from test_reliability import OwnedRay
 
@@ -54,9 +53,25 @@ def test_printed_link_opens_the_trials_view(tmp_path, server, owned_ray):
         pytest.skip("no Chromium (apt-get install chromium)")
     space = tmp_path / "ui.yaml"
     space.write_text(SPACE)
-    cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(space), "--name", "ui-check",
-           "--storage", str(tmp_path / "results"), "--tracking-uri", server.uri, "--max-steps", "16",
-           "--plasticity-pairs", "64", "--cpus-per-trial", "1", "--quiet"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "search.py"),
+        "--space",
+        str(space),
+        "--name",
+        "ui-check",
+        "--storage",
+        str(tmp_path / "results"),
+        "--tracking-uri",
+        server.uri,
+        "--max-steps",
+        "16",
+        "--plasticity-pairs",
+        "64",
+        "--cpus-per-trial",
+        "1",
+        "--quiet",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, env=owned_ray.env, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     (link,) = re.findall(r"^MLflow view:\s+(\S+)$", done.stdout, re.M)
@@ -78,8 +93,13 @@ def test_printed_link_opens_the_trials_view(tmp_path, server, owned_ray):
             text = page.inner_text("body")
             assert "Model training" in text and "3 matching runs" in text
             assert "ui-check" not in _run_names(text), "the parent run is listed"
-            for title in ("plasticity_mean vs. val_acc_common", "log10_trainable_params vs. val_acc_common",
-                          "Parallel Coordinates", "train_mha", "log10_lr"):  # fmt: skip
+            for title in (
+                "plasticity_mean vs. val_acc_common",
+                "log10_trainable_params vs. val_acc_common",
+                "Parallel Coordinates",
+                "train_mha",
+                "log10_lr",
+            ):
                 assert title in text, title
             assert page.locator("canvas, svg.main-svg").count() >= 4  # the charts drew
 

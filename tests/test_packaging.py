@@ -4,10 +4,10 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from vitplast_tune import spaces
 
@@ -44,16 +44,37 @@ def test_readme_quickstart_trial_counts_match_the_space():
 @pytest.mark.slow
 def test_a_non_editable_install_ships_the_spaces_and_the_commands(tmp_path):
     target = tmp_path / "site"
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", str(target), str(ROOT)]
+    pip = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--target",
+        str(target),
+        str(ROOT),
+    ]
     subprocess.run(pip, check=True, capture_output=True, cwd=tmp_path, timeout=600)
-    code = "from vitplast_tune import spaces; print(spaces.load_space('component_subsets').num_samples, spaces.SPACES_DIR)"
+    code = (
+        "from vitplast_tune import spaces; print(spaces.load_space('component_subsets').num_samples, spaces.SPACES_DIR)"
+    )
     env = {**os.environ, "PYTHONPATH": str(target)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, check=True
+    ).stdout
     count, where = out.split()
     assert int(count) == spaces.load_space("component_subsets").num_samples
     assert Path(where).is_relative_to(target)
     for command in ("vitplast-search", "vitplast-analyze", "vitplast-plasticity", "vitplast-pretrain"):
         assert (target / "bin" / command).is_file()
-    help_text = subprocess.run([sys.executable, str(target / "bin" / "vitplast-search"), "--help"],
-                               capture_output=True, text=True, cwd=tmp_path, env=env, check=True).stdout  # fmt: skip
+    help_text = subprocess.run(
+        [sys.executable, str(target / "bin" / "vitplast-search"), "--help"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        check=True,
+    ).stdout
     assert "--max-steps" in help_text and "(default: None)" not in help_text

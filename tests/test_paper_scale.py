@@ -59,10 +59,21 @@ def test_vit_b16_at_224px_on_digits_cifar10c_and_an_imagefolder(tmp_path):
     make_data(tmp_path / "data")
     (tmp_path / "paper.yaml").write_text(SPACE)
     command = [
-        sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(tmp_path / "paper.yaml"),
-        "--storage", str(tmp_path / "results"), "--name", "paper", "--data-dir", str(tmp_path / "data"),
-        "--no-plasticity", "--quiet", "--cpus-per-trial", "1",
-    ]  # fmt: skip
+        sys.executable,
+        str(ROOT / "scripts" / "search.py"),
+        "--space",
+        str(tmp_path / "paper.yaml"),
+        "--storage",
+        str(tmp_path / "results"),
+        "--name",
+        "paper",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--no-plasticity",
+        "--quiet",
+        "--cpus-per-trial",
+        "1",
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]

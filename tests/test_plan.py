@@ -27,12 +27,15 @@ def options(tmp_path, metric="val_acc", mode="max", **kw) -> SearchOptions:
     return SearchOptions(space=str(space), storage=str(tmp_path / "results"), plasticity=False, **kw)
 
 
-@pytest.mark.parametrize("metric, mode, message", [
-    ("accuracy", "max", 'metric "accuracy" is not reported by trials'),
-    ("test_acc", "max", "use one of val_acc"),  # only the last report has it: a scheduler would fail mid-search
-    ("val_acc", "min", 'mode "min" would search for the worst val_acc; use mode: max'),
-    ("val_loss", "max", "use mode: min"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "metric, mode, message",
+    [
+        ("accuracy", "max", 'metric "accuracy" is not reported by trials'),
+        ("test_acc", "max", "use one of val_acc"),  # only the last report has it: a scheduler would fail mid-search
+        ("val_acc", "min", 'mode "min" would search for the worst val_acc; use mode: max'),
+        ("val_loss", "max", "use mode: min"),
+    ],
+)
 def test_metric_and_mode_must_be_what_trials_report(tmp_path, metric, mode, message):
     with pytest.raises(UserError, match=message):
         plan.prepare(options(tmp_path, metric, mode))
@@ -41,12 +44,20 @@ def test_metric_and_mode_must_be_what_trials_report(tmp_path, metric, mode, mess
 def test_a_grace_period_above_the_budget_is_clamped_and_said_once(tmp_path):
     prepared = plan.prepare(options(tmp_path, settings={"max_steps": 40}))
     assert prepared.spec.scheduler.grace_period == 40 and prepared.spec.scheduler.name == "asha"
-    assert prepared.notes == ["scheduler grace_period 100 is above max_steps 40: using 40, so no trial is stopped early"]
+    assert prepared.notes == [
+        "scheduler grace_period 100 is above max_steps 40: using 40, so no trial is stopped early"
+    ]
     assert plan.prepare(options(tmp_path, name="other")).notes == []  # 400 steps: the space's 100 stands
 
 
-@pytest.mark.parametrize("suffix, content", [(".safetensors", b"\x10\x00\x00\x00\x00\x00\x00\x00{not json"),
-                                             (".pt", b"PK\x03\x04 truncated zip"), (".bin", b"")])  # fmt: skip
+@pytest.mark.parametrize(
+    "suffix, content",
+    [
+        (".safetensors", b"\x10\x00\x00\x00\x00\x00\x00\x00{not json"),
+        (".pt", b"PK\x03\x04 truncated zip"),
+        (".bin", b""),
+    ],
+)
 def test_a_corrupt_weights_file_is_a_user_error(tmp_path, suffix, content):
     path = tmp_path / f"weights{suffix}"
     path.write_bytes(content)
@@ -76,15 +87,18 @@ def test_resume_keeps_the_recorded_settings_and_identity(tmp_path):
     assert len(first.search_id) == 32 and plan.prepare(options(tmp_path, name="new")).search_id != first.search_id
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(settings={"max_steps": 80}), "--max-steps 80 differs from the 40"),
-    (dict(settings={"model": "vit_tiny_patch16_224"}), "--model vit_tiny_patch16_224 differs"),
-    (dict(settings={"dataset": "fractals"}), "--dataset fractals differs"),
-    (dict(num_samples=9), "--num-samples 9 differs from the 3"),
-    (dict(max_concurrent=1), "--max-concurrent 1 differs from the None"),
-    (dict(seed=4), "--seed 4 differs from the 0"),
-    (dict(tracking_uri="sqlite:////tmp/elsewhere.db"), "--tracking-uri sqlite:////tmp/elsewhere.db differs"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(settings={"max_steps": 80}), "--max-steps 80 differs from the 40"),
+        (dict(settings={"model": "vit_tiny_patch16_224"}), "--model vit_tiny_patch16_224 differs"),
+        (dict(settings={"dataset": "fractals"}), "--dataset fractals differs"),
+        (dict(num_samples=9), "--num-samples 9 differs from the 3"),
+        (dict(max_concurrent=1), "--max-concurrent 1 differs from the None"),
+        (dict(seed=4), "--seed 4 differs from the 0"),
+        (dict(tracking_uri="sqlite:////tmp/elsewhere.db"), "--tracking-uri sqlite:////tmp/elsewhere.db differs"),
+    ],
+)
 def test_resume_refuses_a_change_that_would_make_the_search_inconsistent(tmp_path, change, message):
     started(tmp_path, settings={"max_steps": 40})
     with pytest.raises(UserError, match=message):
@@ -106,8 +120,16 @@ def test_an_unreadable_search_record_is_a_user_error(tmp_path):
 
 
 def key(**kw):
-    base = dict(weights=None, pretrained=True, dataset="imagefolder", reference="fractals", reference_split="test",
-                data_dir=None, variant="paper", max_pairs=None)  # fmt: skip
+    base = dict(
+        weights=None,
+        pretrained=True,
+        dataset="imagefolder",
+        reference="fractals",
+        reference_split="test",
+        data_dir=None,
+        variant="paper",
+        max_pairs=None,
+    )
     return report.cache_key("vit_testbed_patch8_32.fractal", **{**base, **kw})
 
 
@@ -121,5 +143,5 @@ def test_the_plasticity_cache_key_names_the_data_and_the_code(tmp_path):
     (tmp_path / "a" / "train" / "cat" / "1.png").write_bytes(b"two")  # the images changed
     assert key(data_dir=tmp_path / "a")["images"] != a["images"]
     assert a["code"] == report.code_version() and a["code"].startswith("0.1.0+")
-    path = lambda k: report.default_out_dir("m", "imagefolder", "fractals", "paper", k)  # noqa: E731
+    path = lambda k: report.default_out_dir("m", "imagefolder", "fractals", "paper", k)
     assert path(a) != path(b)

@@ -70,18 +70,28 @@ def naive(model: VisionTransformer, ref: torch.Tensor, down: torch.Tensor, varia
             for layer, block in enumerate(model.blocks):
                 if variant == "paper":
                     for component, fn in {
-                        "ln1": block.norm1, "mha": block.attn, "ln2": block.norm2, "fc1": block.mlp.fc1,
-                        "fc2": lambda e: block.mlp.fc2(F.pad(e, (0, block.mlp.fc2.in_features - e.shape[-1]))),
-                    }.items():  # fmt: skip
+                        "ln1": block.norm1,
+                        "mha": block.attn,
+                        "ln2": block.norm2,
+                        "fc1": block.mlp.fc1,
+                        "fc2": lambda e, fc2=block.mlp.fc2: fc2(F.pad(e, (0, fc2.in_features - e.shape[-1]))),
+                    }.items():
                         add(component, layer, fn(ex), fn(ey), ex, ey)
                 else:
                     io_x, hx = block_io(block, hx)
                     io_y, hy = block_io(block, hy)
                     for component in BLOCK_COMPONENTS:
-                        add(component, layer, io_x[component][1], io_y[component][1], io_x[component][0], io_y[component][0])
+                        add(
+                            component,
+                            layer,
+                            io_x[component][1],
+                            io_y[component][1],
+                            io_x[component][0],
+                            io_y[component][0],
+                        )
     rows = [
-        {"component": c, "layer": l, "plasticity": np.mean(v), "std": np.std(v, ddof=1), "n_pairs": len(v)}
-        for (c, l), v in ratios.items()
+        {"component": c, "layer": layer, "plasticity": np.mean(v), "std": np.std(v, ddof=1), "n_pairs": len(v)}
+        for (c, layer), v in ratios.items()
     ]
     return pd.DataFrame(rows)
 
@@ -111,7 +121,7 @@ def test_fc2_shortcut_equals_zero_padding_for_any_hidden_width():
     ref, down = images(5, 3), images(5, 4)
     table = compute_plasticity(model, ref, down, batch_size=2, device="cpu")
     expected = naive(model, ref, down, "paper")
-    fc2 = lambda t: t[t["component"] == "fc2"].sort_values("layer")["plasticity"].to_numpy()  # noqa: E731
+    fc2 = lambda t: t[t["component"] == "fc2"].sort_values("layer")["plasticity"].to_numpy()
     np.testing.assert_allclose(fc2(table), fc2(expected), rtol=1e-10)
 
 
@@ -207,9 +217,16 @@ def test_report_writes_table_json_and_plot(tmp_path):
     from vitplast_tune.report import plasticity_report
 
     report = plasticity_report(
-        "vit_testbed_patch8_32", pretrained=False, dataset="digits", reference="digits", reference_split="train",
-        batch_size=16, max_pairs=40, out_dir=tmp_path, device="cpu",
-    )  # fmt: skip
+        "vit_testbed_patch8_32",
+        pretrained=False,
+        dataset="digits",
+        reference="digits",
+        reference_split="train",
+        batch_size=16,
+        max_pairs=40,
+        out_dir=tmp_path,
+        device="cpu",
+    )
     assert (report.table["n_pairs"] == 40).all()
     assert report.ranking["component"].tolist() == ["emb", "ln1", "mha", "ln2", "fc1", "fc2"]
     saved = pd.read_csv(report.files["csv"])

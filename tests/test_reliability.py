@@ -1,5 +1,6 @@
 """A killed driver resumes, a lost worker retries from its checkpoint, a diverging trial fails cleanly."""
 
+import contextlib
 import glob
 import json
 import os
@@ -33,10 +34,20 @@ defaults: {{model: vit_testbed_patch8_32, pretrained: false, max_steps: {steps},
 """
 
 
-def write_space(path, algorithm="optuna", num_samples=5, components="{subsets: any}", lr="{loguniform: [0.01, 0.3]}", steps=48,
-                scheduler="fifo"):  # fmt: skip
-    path.write_text(SPACE.format(algorithm=algorithm, num_samples=num_samples, components=components, lr=lr, steps=steps,
-                                 scheduler=scheduler))  # fmt: skip
+def write_space(
+    path,
+    algorithm="optuna",
+    num_samples=5,
+    components="{subsets: any}",
+    lr="{loguniform: [0.01, 0.3]}",
+    steps=48,
+    scheduler="fifo",
+):
+    path.write_text(
+        SPACE.format(
+            algorithm=algorithm, num_samples=num_samples, components=components, lr=lr, steps=steps, scheduler=scheduler
+        )
+    )
     return path
 
 
@@ -67,10 +78,8 @@ class OwnedRay:
             if not pids:
                 return
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             time.sleep(0.2)
 
 
@@ -83,7 +92,9 @@ def owned_ray():
 
 def start_search(owned, *args):
     cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--no-plasticity", "--cpus-per-trial", "1", *args]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=owned.env, start_new_session=True)
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=owned.env, start_new_session=True
+    )
 
 
 def wait_for_line(proc, text, timeout=240):
@@ -108,8 +119,13 @@ def child_runs_by_trial(parent_run_id, tracking_uri):
 
 def test_ctrl_c_on_a_grid_stops_without_results_and_resumes_to_the_whole_grid(tmp_path, owned_ray):
     """Ray Tune marks the pending trials of an interrupted grid TERMINATED on cleanup: they are not finished."""
-    space = write_space(tmp_path / "grid.yaml", algorithm="grid", num_samples=1,
-                        components="{choice: [mha, fc1, ln1, ln2, fc2, all]}", lr="{choice: [0.05]}")  # fmt: skip
+    space = write_space(
+        tmp_path / "grid.yaml",
+        algorithm="grid",
+        num_samples=1,
+        components="{choice: [mha, fc1, ln1, ln2, fc2, all]}",
+        lr="{choice: [0.05]}",
+    )
     args = ["--space", str(space), "--name", "grid", "--storage", str(tmp_path / "results")]
     proc = start_search(owned_ray, *args)
     seen = wait_for_line(proc, "1/6 trials done")
@@ -134,10 +150,17 @@ def test_ctrl_c_on_a_grid_stops_without_results_and_resumes_to_the_whole_grid(tm
 
 KILLED = {  # space, trials, where the driver is killed
     "optuna": (dict(num_samples=5), 5, "2/5 trials done"),
-    "asha": (dict(num_samples=6, scheduler="{name: asha, grace_period: 16, reduction_factor: 2}"), 6, "2/6 trials done"),
-    "grid": (dict(algorithm="grid", num_samples=1, components="{choice: [mha, fc1, ln1, ln2]}", lr="{choice: [0.05]}"), 4,
-             "2/4 trials done"),
-}  # fmt: skip
+    "asha": (
+        dict(num_samples=6, scheduler="{name: asha, grace_period: 16, reduction_factor: 2}"),
+        6,
+        "2/6 trials done",
+    ),
+    "grid": (
+        dict(algorithm="grid", num_samples=1, components="{choice: [mha, fc1, ln1, ln2]}", lr="{choice: [0.05]}"),
+        4,
+        "2/4 trials done",
+    ),
+}
 
 
 @pytest.mark.parametrize("kind", list(KILLED))
@@ -151,8 +174,17 @@ def test_sigkilled_driver_resumes_without_losing_or_repeating_trials(tmp_path, o
     proc.wait(30)
     owned_ray.kill_all()  # the orphaned raylet, GCS and workers this driver had started
 
-    resumed = start_search(owned_ray, "--space", str(space), "--name", "crash", "--storage", str(tmp_path / "results"),
-                           "--resume", "--quiet")  # the recorded settings; this run's callbacks  # fmt: skip
+    resumed = start_search(
+        owned_ray,
+        "--space",
+        str(space),
+        "--name",
+        "crash",
+        "--storage",
+        str(tmp_path / "results"),
+        "--resume",
+        "--quiet",
+    )  # the recorded settings; this run's callbacks
     out, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, out
     assert "trials done" not in out  # --quiet reached the restored Tuner (Ray restores the pickled callbacks)
@@ -187,8 +219,19 @@ def test_sigkilled_driver_resumes_without_losing_or_repeating_trials(tmp_path, o
 
 
 def test_a_budget_below_the_grace_period_runs_to_the_end(tmp_path, owned_ray):
-    proc = start_search(owned_ray, "--space", "component_subsets", "--max-steps", "40", "--num-samples", "3",
-                        "--name", "short", "--storage", str(tmp_path / "results"))  # fmt: skip
+    proc = start_search(
+        owned_ray,
+        "--space",
+        "component_subsets",
+        "--max-steps",
+        "40",
+        "--num-samples",
+        "3",
+        "--name",
+        "short",
+        "--storage",
+        str(tmp_path / "results"),
+    )
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
     assert out.count("grace_period 100 is above max_steps 40: using 40") == 1
@@ -197,9 +240,26 @@ def test_a_budget_below_the_grace_period_runs_to_the_end(tmp_path, owned_ray):
 
 
 def test_lost_worker_is_retried_from_its_checkpoint(tmp_path, owned_ray):
-    space = write_space(tmp_path / "space.yaml", algorithm="grid", num_samples=1,
-                        components="{choice: [mha, fc1, ln1]}", lr="{choice: [0.05]}", steps=96)  # fmt: skip
-    args = ["--space", str(space), "--name", "lost", "--storage", str(tmp_path / "results"), "--max-concurrent", "1", "--max-failures", "2"]
+    space = write_space(
+        tmp_path / "space.yaml",
+        algorithm="grid",
+        num_samples=1,
+        components="{choice: [mha, fc1, ln1]}",
+        lr="{choice: [0.05]}",
+        steps=96,
+    )
+    args = [
+        "--space",
+        str(space),
+        "--name",
+        "lost",
+        "--storage",
+        str(tmp_path / "results"),
+        "--max-concurrent",
+        "1",
+        "--max-failures",
+        "2",
+    ]
     proc = start_search(owned_ray, *args)
     wait_for_line(proc, "1/3 trials done")
     time.sleep(3)  # the second trial is training and has checkpointed
@@ -212,7 +272,9 @@ def test_lost_worker_is_retried_from_its_checkpoint(tmp_path, owned_ray):
     assert len(trials) == 3 and (trials["step"] == 96).all() and trials["error"].isna().all()
     record = json.loads((directory / "vitplast_search.json").read_text())
     client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
-    assert len(by_trial) == 3 and all(len(runs) == 1 and runs[0].info.status == "FINISHED" for runs in by_trial.values())
+    assert len(by_trial) == 3 and all(
+        len(runs) == 1 and runs[0].info.status == "FINISHED" for runs in by_trial.values()
+    )
     for (run,) in by_trial.values():
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_acc")]
         assert set(steps) == set(range(8, 97, 8)) and len(steps) <= 13  # continued, not restarted from step 0
@@ -222,10 +284,16 @@ def test_lost_worker_is_retried_from_its_checkpoint(tmp_path, owned_ray):
 
 
 def test_diverging_trial_is_failed_in_mlflow_and_optuna(ray_local, tmp_path):
-    space = write_space(tmp_path / "space.yaml", num_samples=4, components="{choice: [mha, fc1]}",
-                        lr="{choice: [0.05, 1.0e+6]}", steps=24)  # fmt: skip
-    options = search.SearchOptions(space=str(space), name="nan", storage=str(tmp_path / "results"), seed=0,
-                                   plasticity=False, verbose=0)  # fmt: skip
+    space = write_space(
+        tmp_path / "space.yaml",
+        num_samples=4,
+        components="{choice: [mha, fc1]}",
+        lr="{choice: [0.05, 1.0e+6]}",
+        steps=24,
+    )
+    options = search.SearchOptions(
+        space=str(space), name="nan", storage=str(tmp_path / "results"), seed=0, plasticity=False, verbose=0
+    )
     result = search.run(options)
     trials = result.trials
     assert set(trials["lr"]) == {0.05, 1e6}

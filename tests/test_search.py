@@ -36,9 +36,13 @@ def finished(ray_local, tmp_path_factory):
     space = root / "tiny.yaml"
     space.write_text(SPACE)
     options = search.SearchOptions(
-        space=str(space), name="tiny", storage=str(root / "results"), tracking_uri=f"sqlite:///{root / 'mlflow.db'}",
-        plasticity_pairs=64, verbose=0,
-    )  # fmt: skip
+        space=str(space),
+        name="tiny",
+        storage=str(root / "results"),
+        tracking_uri=f"sqlite:///{root / 'mlflow.db'}",
+        plasticity_pairs=64,
+        verbose=0,
+    )
     return search.run(options)
 
 
@@ -101,9 +105,16 @@ def test_mlflow_parent_and_child_runs(finished):
 def test_parent_run_has_plasticity_and_correlations(finished):
     client = MlflowClient(finished.plan.tracking_uri)
     parent = client.get_run(finished.parent_run_id)
-    artifacts = {a.path for folder in ("plasticity", "analysis") for a in client.list_artifacts(finished.parent_run_id, folder)}
-    assert {"plasticity/plasticity.csv", "plasticity/plasticity.png", "analysis/correlations.csv",
-            "analysis/plasticity_mean_vs_val_acc.png", "analysis/log_trainable_params_vs_val_acc.png"} <= artifacts  # fmt: skip
+    artifacts = {
+        a.path for folder in ("plasticity", "analysis") for a in client.list_artifacts(finished.parent_run_id, folder)
+    }
+    assert {
+        "plasticity/plasticity.csv",
+        "plasticity/plasticity.png",
+        "analysis/correlations.csv",
+        "analysis/plasticity_mean_vs_val_acc.png",
+        "analysis/log_trainable_params_vs_val_acc.png",
+    } <= artifacts
     assert set(parent.data.metrics) == {"best_val_acc", "best_test_acc", "num_trials"}  # a few headline metrics
     corr = _table(client, finished.parent_run_id, "analysis/correlations.json").set_index(["target", "predictor"])
     assert corr.loc[("val_acc", "plasticity_mean"), "n"] == 5  # the head-only trial has no plasticity score
@@ -118,7 +129,7 @@ def test_parent_run_has_plasticity_and_correlations(finished):
 def test_parent_run_has_best_trial_weights(finished):
     client = MlflowClient(finished.plan.tracking_uri)
     directory = client.download_artifacts(finished.parent_run_id, "best_trial")
-    about = json.loads(open(f"{directory}/trial.json").read())
+    about = json.loads(Path(directory, "trial.json").read_text())
     best = results.top_trials(finished, 1).iloc[0]
     assert about["trial_id"] == best["trial_id"] and about["components"] == best["components"]
     weights = load_file(f"{directory}/trainable_weights.safetensors")
@@ -164,7 +175,11 @@ def test_measurements_run_as_ray_tasks_with_a_trials_resources(ray_local):
     from vitplast_tune import cluster, report
 
     assert cluster.task_options({"cpu": 2, "gpu": 0.25, "a100": 1}) == {
-        "num_cpus": 2.0, "num_gpus": 1, "resources": {"a100": 1.0}, "max_retries": 0}  # fmt: skip
+        "num_cpus": 2.0,
+        "num_gpus": 1,
+        "resources": {"a100": 1.0},
+        "max_retries": 0,
+    }
     where = cluster.task_runner({"cpu": 0.5, "gpu": 0})(report.task_context)
     assert where["resources"] == {"CPU": 0.5}
     assert where["node_id"] in {n["NodeID"] for n in ray_local.nodes()}
@@ -197,8 +212,14 @@ defaults: {model: vit_testbed_patch8_32, pretrained: false, max_steps: 12, eval_
 def test_a_grid_with_seeds_and_criteria_ends_with_the_paper_table_and_the_criteria_lab(ray_local, tmp_path):
     space = tmp_path / "lab.yaml"
     space.write_text(LAB_SPACE)
-    options = search.SearchOptions(space=str(space), name="lab", storage=str(tmp_path / "results"),
-                                   tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", plasticity_pairs=64, verbose=0)  # fmt: skip
+    options = search.SearchOptions(
+        space=str(space),
+        name="lab",
+        storage=str(tmp_path / "results"),
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        plasticity_pairs=64,
+        verbose=0,
+    )
     result = search.run(options)
     assert len(result.trials) == 6 * 2 * 2
     paper = result.analysis.paper.table.set_index("components")
@@ -226,11 +247,17 @@ def test_pareto_fronts_printed_logged_and_throughput_on_child_runs(finished):
     trials = finished.trials
     assert (trials["images_per_s"] > 0).all() and not trials["over_budget"].any()
     text = results.summary(finished)
-    assert text.index("Top 6 trials") < text.index("Pareto front, best validation accuracy vs fewer trainable parameters")
+    assert text.index("Top 6 trials") < text.index(
+        "Pareto front, best validation accuracy vs fewer trainable parameters"
+    )
     assert "Pareto front, best validation accuracy vs more training images/s" in text
     client = MlflowClient(finished.plan.tracking_uri)
     artifacts = {a.path for a in client.list_artifacts(finished.parent_run_id, "pareto")}
-    assert {"pareto/pareto_trainable_params.csv", "pareto/pareto_trainable_params.png", "pareto/pareto_images_per_s.png"} <= artifacts
+    assert {
+        "pareto/pareto_trainable_params.csv",
+        "pareto/pareto_trainable_params.png",
+        "pareto/pareto_images_per_s.png",
+    } <= artifacts
     assert results.pareto_front(trials, "trainable_params")["components"].iloc[0] == "head"  # the cheapest trial
     for run in tracking.child_runs(client, finished.parent_run_id):
         assert run.data.metrics["images_per_s"] > 0

@@ -13,8 +13,9 @@ def suggest_lr(trial) -> None:
 
 
 def searcher() -> searchers.OptunaSearcher:
-    found = searchers.OptunaSearcher(space=suggest_lr, metric="val_acc",
-                                     mode="max", sampler=optuna.samplers.RandomSampler(seed=0))  # fmt: skip
+    found = searchers.OptunaSearcher(
+        space=suggest_lr, metric="val_acc", mode="max", sampler=optuna.samplers.RandomSampler(seed=0)
+    )
     for trial_id in ("stopped", "finished", "failed", "diverged"):
         assert found.suggest(trial_id) is not None
     return found

@@ -19,7 +19,12 @@ defaults: {{max_steps: 40}}
 """
 
 
-def write_space(tmp_path, parameters="  components: {subsets: any}\n  lr: {loguniform: [1.0e-3, 1.0]}", algorithm="optuna", text=None):
+def write_space(
+    tmp_path,
+    parameters="  components: {subsets: any}\n  lr: {loguniform: [1.0e-3, 1.0]}",
+    algorithm="optuna",
+    text=None,
+):
     path = tmp_path / "space.yaml"
     path.write_text(text if text is not None else VALID.format(parameters=parameters, algorithm=algorithm))
     return path
@@ -91,7 +96,9 @@ def test_optuna_space_samples_booleans_and_never_an_empty_subset():
         constants = space(trial)
         subset = constants["components"]
         assert parse_subset(subset), "empty subset sampled"
-        flags = {c: trial.params.get(spaces.component_flag(c), constants.get(spaces.component_flag(c))) for c in COMPONENTS}
+        flags = {
+            c: trial.params.get(spaces.component_flag(c), constants.get(spaces.component_flag(c))) for c in COMPONENTS
+        }
         assert all(isinstance(v, bool) for v in flags.values())
         assert set(parse_subset(subset)) == {c for c, on in flags.items() if on}
         assert 1e-3 <= trial.params["lr"] <= 1.0
@@ -101,7 +108,9 @@ def test_optuna_space_samples_booleans_and_never_an_empty_subset():
 
 
 def test_grid_expands_subsets_and_choices(tmp_path):
-    path = write_space(tmp_path, "  components: {choice: [[mha], fc1+ln1, all, head]}\n  lr: {choice: [0.1, 0.3]}", "grid")
+    path = write_space(
+        tmp_path, "  components: {choice: [[mha], fc1+ln1, all, head]}\n  lr: {choice: [0.1, 0.3]}", "grid"
+    )
     spec = spaces.load_space(path)
     assert spec.parameters["components"].values == ("mha", "ln1+fc1", "all", "head")
     assert spec.total_trials == 4 * 2 * 3
@@ -151,7 +160,9 @@ def test_unknown_scheduler_and_missing_space(tmp_path):
     text = VALID.format(parameters="  lr: 0.1", algorithm="optuna").replace("name: asha", "name: hyperband")
     with pytest.raises(UserError, match='unknown scheduler "hyperband"'):
         spaces.load_space(write_space(tmp_path, text=text))
-    with pytest.raises(UserError, match='search space "component_subset" not found \\(did you mean "component_subsets"'):
+    with pytest.raises(
+        UserError, match='search space "component_subset" not found \\(did you mean "component_subsets"'
+    ):
         spaces.load_space("component_subset")
 
 
@@ -164,7 +175,12 @@ def test_fingerprint_follows_the_file(tmp_path):
 
 def test_component_flags_and_config_components():
     assert spaces.component_flags("mha+fc1") == {
-        "train_emb": False, "train_ln1": False, "train_mha": True, "train_ln2": False, "train_fc1": True, "train_fc2": False,
+        "train_emb": False,
+        "train_ln1": False,
+        "train_mha": True,
+        "train_ln2": False,
+        "train_fc1": True,
+        "train_fc2": False,
     }
     assert spaces.config_components({"components": "fc1+mha"}) == "mha+fc1"
     assert spaces.config_components({}) == "all"

@@ -7,8 +7,16 @@ import torch
 from vitplast_tune.errors import UserError
 from vitplast_tune.training import DivergedError, FinetuneConfig, finetune, warmup_cosine
 
-FAST = dict(model="vit_testbed_patch8_32", pretrained=False, max_steps=12, eval_every=4, warmup_steps=3,
-            batch_size=32, threads=1, lr=0.05)  # fmt: skip
+FAST = dict(
+    model="vit_testbed_patch8_32",
+    pretrained=False,
+    max_steps=12,
+    eval_every=4,
+    warmup_steps=3,
+    batch_size=32,
+    threads=1,
+    lr=0.05,
+)
 
 
 def run(**overrides):
@@ -60,7 +68,11 @@ def test_resume_from_state_matches_an_uninterrupted_run():
     _, state = reports[0]  # as if the trial died after its first checkpoint
     saved = torch.load(_roundtrip(state), weights_only=True)
     resumed = []
-    final = finetune(FinetuneConfig(**{**FAST, "components": "ln1+fc2", "seed": 1}), report=lambda m, s: resumed.append(m), resume=saved)
+    final = finetune(
+        FinetuneConfig(**{**FAST, "components": "ln1+fc2", "seed": 1}),
+        report=lambda m, s: resumed.append(m),
+        resume=saved,
+    )
     assert [m["step"] for m in resumed] == [8, 12]
     assert final["train_loss"] == pytest.approx(full["train_loss"], rel=1e-5)
     assert final["val_acc"] == full["val_acc"]
@@ -82,9 +94,14 @@ def test_divergence_raises():
 
 @pytest.mark.parametrize(
     "overrides, message",
-    [({"lr": 0.0}, "lr must be positive"), ({"lr": -1.0}, "lr must be positive"), ({"optimizer": "adam"}, 'did you mean "adamw"'),
-     ({"components": "mlp"}, 'unknown component "mlp"'), ({"max_steps": 0}, "max_steps must be positive")],
-)  # fmt: skip
+    [
+        ({"lr": 0.0}, "lr must be positive"),
+        ({"lr": -1.0}, "lr must be positive"),
+        ({"optimizer": "adam"}, 'did you mean "adamw"'),
+        ({"components": "mlp"}, 'unknown component "mlp"'),
+        ({"max_steps": 0}, "max_steps must be positive"),
+    ],
+)
 def test_invalid_configs(overrides, message):
     with pytest.raises(UserError, match=message):
         FinetuneConfig(**{**FAST, **overrides}).validate()
@@ -116,7 +133,11 @@ def test_shared_decoded_dataset_gives_the_same_run():
     decoded = data.decode_dataset("digits", models.pretrained_data_config("vit_testbed_patch8_32"))
     assert decoded is not None and decoded.images.shape == (1797, 1, 8, 8)
     reports = []
-    shared = finetune(FinetuneConfig(**{**FAST, "components": "ln1", "seed": 5}), report=lambda m, s: reports.append(m), decoded=decoded)
+    shared = finetune(
+        FinetuneConfig(**{**FAST, "components": "ln1", "seed": 5}),
+        report=lambda m, s: reports.append(m),
+        decoded=decoded,
+    )
     alone, _ = run(components="ln1", seed=5)
     assert shared["train_loss"] == alone["train_loss"] and shared["val_acc"] == alone["val_acc"]
 

@@ -7,8 +7,14 @@ from PIL import Image
 
 from vitplast_tune import transforms
 
-CONFIG = {"input_size": (3, 224, 224), "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225),
-          "interpolation": "bicubic", "crop_pct": 0.9, "crop_mode": "center"}  # fmt: skip
+CONFIG = {
+    "input_size": (3, 224, 224),
+    "mean": (0.485, 0.456, 0.406),
+    "std": (0.229, 0.224, 0.225),
+    "interpolation": "bicubic",
+    "crop_pct": 0.9,
+    "crop_mode": "center",
+}
 
 
 def smooth_images(n: int, height: int = 32, width: int = 48) -> np.ndarray:
@@ -44,8 +50,9 @@ def test_batched_training_crops_follow_random_resized_crops_distribution():
     width = (x[:, :, -1] - x[:, :, 0]).abs().mean(1) * 64 / 63  # pixel-centre span -> crop width
     height = (y[:, -1, :] - y[:, 0, :]).mean(1) * 64 / 63
     torch.manual_seed(0)
-    reference = torch.tensor([RandomResizedCrop.get_params(torch.empty(1, size, size), [0.08, 1], [3 / 4, 4 / 3])[2:]
-                              for _ in range(4000)]).float()  # fmt: skip
+    reference = torch.tensor(
+        [RandomResizedCrop.get_params(torch.empty(1, size, size), [0.08, 1], [3 / 4, 4 / 3])[2:] for _ in range(4000)]
+    ).float()
     area, aspect = width * height / size**2, width / height
     ref_area, ref_aspect = reference[:, 0] * reference[:, 1] / size**2, reference[:, 1] / reference[:, 0]
     assert ks_2samp(area.numpy(), ref_area.numpy()).pvalue > 0.01

@@ -11,12 +11,15 @@ import argparse
 import json
 import shlex
 import sys
-from typing import Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from vitplast_tune.errors import SearchInterrupted, UserError
 
 SEARCH_HELP = "Run a Ray Tune search over which ViT components to finetune: vitplast-search --space component_subsets"
-ANALYZE_HELP = "Analyse a finished search again: plasticity vs accuracy correlations and plots, logged to its MLflow parent run."
+ANALYZE_HELP = (
+    "Analyse a finished search again: plasticity vs accuracy correlations and plots, logged to its MLflow parent run."
+)
 PLASTICITY_HELP = """Measure the plasticity of every ViT component between a reference distribution and a downstream test split.
 
 Writes the per-layer table (CSV + JSON) and a plot, and prints the per-component ranking.
@@ -56,35 +59,100 @@ def search_parser() -> argparse.ArgumentParser:
     run, train = SearchOptions(), FinetuneConfig()
     space_default = "the space file's, else {}"
     p = argparse.ArgumentParser(description=SEARCH_HELP)
-    p.add_argument("--space", default=run.space, help=f"space file: a shipped name (see the README) or a path to a .yaml file (default: {run.space})")
+    p.add_argument(
+        "--space",
+        default=run.space,
+        help=f"space file: a shipped name (see the README) or a path to a .yaml file (default: {run.space})",
+    )
     p.add_argument("--name", help="search name (the MLflow parent run and the results folder); default: <space>-<date>")
-    p.add_argument("--resume", action="store_true", help="continue the interrupted search --name, with its recorded settings")
-    p.add_argument("--num-samples", type=int, help="number of trials (a grid: repeats of the grid); default: the space file's")
-    p.add_argument("--max-steps", type=int, help=f"training steps per trial; default: {space_default.format(train.max_steps)}")
-    p.add_argument("--batch-size", type=int, help=f"training batch size; default: {space_default.format(train.batch_size)}")
-    p.add_argument("--eval-every", type=int, help=f"evaluate and report every N steps; default: {space_default.format(train.eval_every)}")
-    p.add_argument("--model", help=f"timm model name, e.g. vit_base_patch16_224.augreg_in21k; default: {space_default.format(train.model)}")
+    p.add_argument(
+        "--resume", action="store_true", help="continue the interrupted search --name, with its recorded settings"
+    )
+    p.add_argument(
+        "--num-samples", type=int, help="number of trials (a grid: repeats of the grid); default: the space file's"
+    )
+    p.add_argument(
+        "--max-steps", type=int, help=f"training steps per trial; default: {space_default.format(train.max_steps)}"
+    )
+    p.add_argument(
+        "--batch-size", type=int, help=f"training batch size; default: {space_default.format(train.batch_size)}"
+    )
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        help=f"evaluate and report every N steps; default: {space_default.format(train.eval_every)}",
+    )
+    p.add_argument(
+        "--model",
+        help=f"timm model name, e.g. vit_base_patch16_224.augreg_in21k; default: {space_default.format(train.model)}",
+    )
     p.add_argument("--weights", help="local weights for --model (safetensors or torch state dict), instead of the hub")
-    p.add_argument("--dataset", help="digits (offline default), cifar10, cifar100, pets, flowers102, cifar10c:<corruption>, imagefolder")
+    p.add_argument(
+        "--dataset",
+        help="digits (offline default), cifar10, cifar100, pets, flowers102, cifar10c:<corruption>, imagefolder",
+    )
     p.add_argument("--data-dir", help="where the dataset lies (default ~/.cache/vitplast_tune/data)")
-    p.add_argument("--download", action="store_true", default=None, help="download the dataset when missing (needs a network)")
-    p.add_argument("--storage", help="Ray Tune results: a local directory or a URI (s3://, gs://); default ~/vitplast_tune_results")
+    p.add_argument(
+        "--download", action="store_true", default=None, help="download the dataset when missing (needs a network)"
+    )
+    p.add_argument(
+        "--storage", help="Ray Tune results: a local directory or a URI (s3://, gs://); default ~/vitplast_tune_results"
+    )
     p.add_argument("--tracking-uri", help="MLflow tracking URI; default sqlite:///<storage>/mlflow.db")
-    p.add_argument("--address", help="join this Ray cluster (e.g. ray://host:10001 or auto); default: RAY_ADDRESS, else a local Ray instance")
-    p.add_argument("--cpus-per-trial", type=float, default=run.cpus_per_trial, help=f"CPUs reserved per trial, also its torch threads (default: {run.cpus_per_trial:g})")
-    p.add_argument("--gpus-per-trial", type=float, default=run.gpus_per_trial, help=f"GPUs per trial; fractions such as 0.5 share a GPU (default: {run.gpus_per_trial:g})")
-    p.add_argument("--resources-per-trial", type=json.loads, default={}, help='custom Ray resources per trial, as JSON, e.g. \'{"a100": 1}\'')
-    p.add_argument("--max-concurrent", type=int, help="most trials running at once; default: as many as resources allow")
-    p.add_argument("--max-failures", type=int, help=f"retries of a trial that crashes, from its last checkpoint; applies to a resumed search's remaining trials (default: {DEFAULT_MAX_FAILURES})")
-    p.add_argument("--seed", type=int, help=f"seed of the search algorithm, and the training seed unless the space sets one (default: {DEFAULT_SEED})")
-    p.add_argument("--no-plasticity", action="store_true", help="skip measuring plasticity and its correlation with accuracy")
-    p.add_argument("--plasticity-variant", default=run.plasticity_variant, choices=("paper", "in_network"),
-                   help="paper: every component applied to the embedding output (the paper's definition, default); in_network: real inputs")
-    p.add_argument("--plasticity-reference", default=run.plasticity_reference,
-                   help=f"reference dataset paired with the downstream test split (default: {run.plasticity_reference}; the paper uses ImageNet val)")
-    p.add_argument("--plasticity-pairs", type=int, help="most image pairs for plasticity (the paper uses 12,800); default: all")
+    p.add_argument(
+        "--address",
+        help="join this Ray cluster (e.g. ray://host:10001 or auto); default: RAY_ADDRESS, else a local Ray instance",
+    )
+    p.add_argument(
+        "--cpus-per-trial",
+        type=float,
+        default=run.cpus_per_trial,
+        help=f"CPUs reserved per trial, also its torch threads (default: {run.cpus_per_trial:g})",
+    )
+    p.add_argument(
+        "--gpus-per-trial",
+        type=float,
+        default=run.gpus_per_trial,
+        help=f"GPUs per trial; fractions such as 0.5 share a GPU (default: {run.gpus_per_trial:g})",
+    )
+    p.add_argument(
+        "--resources-per-trial",
+        type=json.loads,
+        default={},
+        help="custom Ray resources per trial, as JSON, e.g. '{\"a100\": 1}'",
+    )
+    p.add_argument(
+        "--max-concurrent", type=int, help="most trials running at once; default: as many as resources allow"
+    )
+    p.add_argument(
+        "--max-failures",
+        type=int,
+        help=f"retries of a trial that crashes, from its last checkpoint; applies to a resumed search's remaining trials (default: {DEFAULT_MAX_FAILURES})",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        help=f"seed of the search algorithm, and the training seed unless the space sets one (default: {DEFAULT_SEED})",
+    )
+    p.add_argument(
+        "--no-plasticity", action="store_true", help="skip measuring plasticity and its correlation with accuracy"
+    )
+    p.add_argument(
+        "--plasticity-variant",
+        default=run.plasticity_variant,
+        choices=("paper", "in_network"),
+        help="paper: every component applied to the embedding output (the paper's definition, default); in_network: real inputs",
+    )
+    p.add_argument(
+        "--plasticity-reference",
+        default=run.plasticity_reference,
+        help=f"reference dataset paired with the downstream test split (default: {run.plasticity_reference}; the paper uses ImageNet val)",
+    )
+    p.add_argument(
+        "--plasticity-pairs", type=int, help="most image pairs for plasticity (the paper uses 12,800); default: all"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines while trials run")
-    return p  # fmt: skip
+    return p
 
 
 def search_main(argv: Sequence[str] | None = None) -> int:
@@ -93,18 +161,39 @@ def search_main(argv: Sequence[str] | None = None) -> int:
     from vitplast_tune import results, search
     from vitplast_tune.plan import SearchOptions
 
-    settings = dict(model=args.model, weights=args.weights, dataset=args.dataset, data_dir=args.data_dir,
-                    download=args.download, max_steps=args.max_steps, batch_size=args.batch_size, eval_every=args.eval_every)  # fmt: skip
+    settings = dict(
+        model=args.model,
+        weights=args.weights,
+        dataset=args.dataset,
+        data_dir=args.data_dir,
+        download=args.download,
+        max_steps=args.max_steps,
+        batch_size=args.batch_size,
+        eval_every=args.eval_every,
+    )
     if not isinstance(args.resources_per_trial, dict):
         raise UserError("--resources-per-trial must be a JSON object such as '{\"a100\": 1}'")
     options = SearchOptions(
-        space=args.space, name=args.name, storage=args.storage, tracking_uri=args.tracking_uri, address=args.address,
-        num_samples=args.num_samples, cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
-        resources_per_trial=args.resources_per_trial, max_concurrent=args.max_concurrent, seed=args.seed,
-        resume=args.resume, max_failures=args.max_failures, settings=settings, verbose=0 if args.quiet else 1,
-        plasticity=not args.no_plasticity, plasticity_variant=args.plasticity_variant,
-        plasticity_reference=args.plasticity_reference, plasticity_pairs=args.plasticity_pairs,
-    )  # fmt: skip
+        space=args.space,
+        name=args.name,
+        storage=args.storage,
+        tracking_uri=args.tracking_uri,
+        address=args.address,
+        num_samples=args.num_samples,
+        cpus_per_trial=args.cpus_per_trial,
+        gpus_per_trial=args.gpus_per_trial,
+        resources_per_trial=args.resources_per_trial,
+        max_concurrent=args.max_concurrent,
+        seed=args.seed,
+        resume=args.resume,
+        max_failures=args.max_failures,
+        settings=settings,
+        verbose=0 if args.quiet else 1,
+        plasticity=not args.no_plasticity,
+        plasticity_variant=args.plasticity_variant,
+        plasticity_reference=args.plasticity_reference,
+        plasticity_pairs=args.plasticity_pairs,
+    )
     print(results.summary(search.run(options)))
     return 0
 
@@ -157,23 +246,59 @@ def plasticity_parser() -> argparse.ArgumentParser:
     from vitplast_tune.plasticity import VARIANTS
 
     p = argparse.ArgumentParser(description=PLASTICITY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=TESTBED_MODEL, help=f"timm model name with an optional pretrained tag (default: {TESTBED_MODEL})")
-    p.add_argument("--weights", default=None, help="local weights file (safetensors or torch state dict) to load instead of the tag's")
-    p.add_argument("--no-pretrained", action="store_true", help="random initialisation: load no weights (for checks only)")
-    p.add_argument("--dataset", default="digits", help="downstream dataset; its test split is paired with the reference (default: digits)")
-    p.add_argument("--reference", default="fractals", help="reference (pretraining-like) dataset (default: fractals; the paper uses ImageNet val)")
-    p.add_argument("--reference-split", choices=("test", "train"), default="test", help="split of the reference dataset to use (default: test)")
+    p.add_argument(
+        "--model",
+        default=TESTBED_MODEL,
+        help=f"timm model name with an optional pretrained tag (default: {TESTBED_MODEL})",
+    )
+    p.add_argument(
+        "--weights",
+        default=None,
+        help="local weights file (safetensors or torch state dict) to load instead of the tag's",
+    )
+    p.add_argument(
+        "--no-pretrained", action="store_true", help="random initialisation: load no weights (for checks only)"
+    )
+    p.add_argument(
+        "--dataset",
+        default="digits",
+        help="downstream dataset; its test split is paired with the reference (default: digits)",
+    )
+    p.add_argument(
+        "--reference",
+        default="fractals",
+        help="reference (pretraining-like) dataset (default: fractals; the paper uses ImageNet val)",
+    )
+    p.add_argument(
+        "--reference-split",
+        choices=("test", "train"),
+        default="test",
+        help="split of the reference dataset to use (default: test)",
+    )
     p.add_argument("--data-dir", default=None, help="where datasets live (default: ~/.cache/vitplast_tune/data)")
     p.add_argument("--download", action="store_true", help="download missing torchvision datasets")
-    p.add_argument("--variant", choices=VARIANTS, default="paper",
-                   help="paper: every component applied to the embedding output (the paper's definition, default); "
-                   "in_network: every component on its real input in the forward pass")
+    p.add_argument(
+        "--variant",
+        choices=VARIANTS,
+        default="paper",
+        help="paper: every component applied to the embedding output (the paper's definition, default); "
+        "in_network: every component on its real input in the forward pass",
+    )
     p.add_argument("--batch-size", type=positive_int, default=64, help="pairs per batch (default: 64)")
-    p.add_argument("--max-pairs", type=positive_int, default=None, help="stop after this many pairs (default: all; the paper uses 12,800)")
+    p.add_argument(
+        "--max-pairs",
+        type=positive_int,
+        default=None,
+        help="stop after this many pairs (default: all; the paper uses 12,800)",
+    )
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="output directory (default: ~/.cache/vitplast_tune/plasticity/<model>__<dataset>__vs__<reference>__<variant>)")
-    return p  # fmt: skip
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="output directory (default: ~/.cache/vitplast_tune/plasticity/<model>__<dataset>__vs__<reference>__<variant>)",
+    )
+    return p
 
 
 def plasticity_main(argv: Sequence[str] | None = None) -> int:
@@ -182,11 +307,20 @@ def plasticity_main(argv: Sequence[str] | None = None) -> int:
     from vitplast_tune.report import plasticity_report
 
     report = plasticity_report(
-        args.model, weights=args.weights, pretrained=not args.no_pretrained, dataset=args.dataset,
-        reference=args.reference, reference_split=args.reference_split, data_dir=args.data_dir,
-        download=args.download, variant=args.variant, batch_size=args.batch_size, max_pairs=args.max_pairs,
-        out_dir=args.out, device=args.device,
-    )  # fmt: skip
+        args.model,
+        weights=args.weights,
+        pretrained=not args.no_pretrained,
+        dataset=args.dataset,
+        reference=args.reference,
+        reference_split=args.reference_split,
+        data_dir=args.data_dir,
+        download=args.download,
+        variant=args.variant,
+        batch_size=args.batch_size,
+        max_pairs=args.max_pairs,
+        out_dir=args.out,
+        device=args.device,
+    )
     meta = report.meta
     print(
         f"plasticity ({meta['variant']} variant) of {meta['model']}: {meta['dataset']} test vs "
@@ -211,31 +345,76 @@ def pretrain_main(argv: Sequence[str] | None = None) -> int:
     from vitplast_tune.models import TESTBED_WEIGHTS
 
     p = argparse.ArgumentParser(description=PRETRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=str(TESTBED_WEIGHTS), help="safetensors file to write; the provenance JSON goes beside it (default: the shipped file)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the initialisation, batch order and fractal variations (default: 0)")
-    p.add_argument("--data-seed", type=int, default=0, help="seed of the fractal class systems; 0 matches the 'fractals' dataset (default: 0)")
+    p.add_argument(
+        "--out",
+        default=str(TESTBED_WEIGHTS),
+        help="safetensors file to write; the provenance JSON goes beside it (default: the shipped file)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the initialisation, batch order and fractal variations (default: 0)",
+    )
+    p.add_argument(
+        "--data-seed",
+        type=int,
+        default=0,
+        help="seed of the fractal class systems; 0 matches the 'fractals' dataset (default: 0)",
+    )
     p.add_argument("--steps", type=int, default=5000, help="optimizer steps (default: 5000)")
     p.add_argument("--batch-size", type=int, default=128, help="images per step (default: 128)")
     p.add_argument("--lr", type=float, default=2e-3, help="peak AdamW learning rate (default: 2e-3)")
     p.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay on matrices (default: 0.05)")
-    p.add_argument("--warmup-steps", type=int, default=200, help="linear warm-up steps before the cosine decay (default: 200)")
-    p.add_argument("--label-smoothing", type=float, default=0.1, help="label smoothing of the cross-entropy (default: 0.1)")
-    p.add_argument("--num-classes", type=int, default=64, help="fractal classes; the shipped config expects 64 (default: 64)")
-    p.add_argument("--images-per-class", type=int, default=1500, help="training fractals per class, generated in memory (default: 1500)")
-    p.add_argument("--heldout-per-class", type=int, default=50, help="held-out fractals per class for the accuracy check (default: 50)")
+    p.add_argument(
+        "--warmup-steps", type=int, default=200, help="linear warm-up steps before the cosine decay (default: 200)"
+    )
+    p.add_argument(
+        "--label-smoothing", type=float, default=0.1, help="label smoothing of the cross-entropy (default: 0.1)"
+    )
+    p.add_argument(
+        "--num-classes", type=int, default=64, help="fractal classes; the shipped config expects 64 (default: 64)"
+    )
+    p.add_argument(
+        "--images-per-class",
+        type=int,
+        default=1500,
+        help="training fractals per class, generated in memory (default: 1500)",
+    )
+    p.add_argument(
+        "--heldout-per-class",
+        type=int,
+        default=50,
+        help="held-out fractals per class for the accuracy check (default: 50)",
+    )
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads; fixed for reproducibility (default: 2)")
-    p.add_argument("--log-every", type=int, default=100, help="print progress every this many steps; held-out accuracy every 10x (default: 100)")
-    args = p.parse_args(argv)  # fmt: skip
+    p.add_argument(
+        "--log-every",
+        type=int,
+        default=100,
+        help="print progress every this many steps; held-out accuracy every 10x (default: 100)",
+    )
+    args = p.parse_args(argv)
     from vitplast_tune.pretraining import pretrain_testbed
 
     command = shlex.join(["python", "scripts/pretrain.py", *(sys.argv[1:] if argv is None else argv)])
     pretrain_testbed(
-        args.out, seed=args.seed, data_seed=args.data_seed, steps=args.steps, batch_size=args.batch_size,
-        lr=args.lr, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps,
-        label_smoothing=args.label_smoothing, num_classes=args.num_classes,
-        images_per_class=args.images_per_class, heldout_per_class=args.heldout_per_class,
-        threads=args.threads, log_every=args.log_every, command=command,
-    )  # fmt: skip
+        args.out,
+        seed=args.seed,
+        data_seed=args.data_seed,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        warmup_steps=args.warmup_steps,
+        label_smoothing=args.label_smoothing,
+        num_classes=args.num_classes,
+        images_per_class=args.images_per_class,
+        heldout_per_class=args.heldout_per_class,
+        threads=args.threads,
+        log_every=args.log_every,
+        command=command,
+    )
     return 0
 
 
@@ -271,7 +450,9 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--storage", help="where searches are recorded, read for evidence (default ~/vitplast_tune_results)")
     p.add_argument("--plasticity-pairs", type=int, help="most image pairs for plasticity; default: all")
     p.add_argument("--verify", type=int, default=0, metavar="K", help="a short grid: the top K subsets, all and head")
-    p.add_argument("--verify-steps", type=positive_int, help=f"steps per verification trial (default: {train.max_steps})")
+    p.add_argument(
+        "--verify-steps", type=positive_int, help=f"steps per verification trial (default: {train.max_steps})"
+    )
     args = p.parse_args(argv)
     from vitplast_tune import models, plan, recommend, verify
 

@@ -15,9 +15,10 @@ optionally ``test/`` class folders; DomainNet fits this shape).
 from __future__ import annotations
 
 import urllib.error
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,11 +29,26 @@ from vitplast_tune import transforms
 from vitplast_tune.errors import UserError, did_you_mean
 
 CIFAR10C_CORRUPTIONS = (
-    "brightness", "contrast", "defocus_blur", "elastic_transform", "fog", "frost",
-    "gaussian_blur", "gaussian_noise", "glass_blur", "impulse_noise", "jpeg_compression",
-    "motion_blur", "pixelate", "saturate", "shot_noise", "snow", "spatter", "speckle_noise",
+    "brightness",
+    "contrast",
+    "defocus_blur",
+    "elastic_transform",
+    "fog",
+    "frost",
+    "gaussian_blur",
+    "gaussian_noise",
+    "glass_blur",
+    "impulse_noise",
+    "jpeg_compression",
+    "motion_blur",
+    "pixelate",
+    "saturate",
+    "shot_noise",
+    "snow",
+    "spatter",
+    "speckle_noise",
     "zoom_blur",
-)  # fmt: skip
+)
 
 
 @dataclass
@@ -71,7 +87,7 @@ class InMemory:
             test = np.asarray(self.test_indices)
             rest = np.setdiff1d(np.arange(n), test)
         train, val = (rest[i] for i in split_indices(len(rest), val_fraction, seed))
-        pick = lambda idx, augment: SmallImages(self.images, self.labels, idx, data_config, augment)  # noqa: E731
+        pick = lambda idx, augment: SmallImages(self.images, self.labels, idx, data_config, augment)
         classes = self.num_classes or int(self.labels.max()) + 1
         return Splits(pick(train, True), pick(val, False), pick(test, False), classes)
 
@@ -121,7 +137,9 @@ def check_dataset_name(name: str) -> None:
     """Raise UserError unless ``name`` is a registered dataset (with a valid CIFAR-10-C corruption)."""
     family, _, option = name.partition(":")
     if family not in _DATASETS:
-        raise UserError(f'unknown dataset "{name}"{did_you_mean(family, _DATASETS)}; known: {", ".join(list_datasets())}')
+        raise UserError(
+            f'unknown dataset "{name}"{did_you_mean(family, _DATASETS)}; known: {", ".join(list_datasets())}'
+        )
     if family == "cifar10c" and option not in CIFAR10C_CORRUPTIONS:
         raise UserError(
             f'dataset "{name}" needs a corruption, e.g. "cifar10c:snow"; one of {", ".join(CIFAR10C_CORRUPTIONS)}'
@@ -154,10 +172,12 @@ def decode_dataset(name: str, data_config: dict[str, Any], *, data_dir=None, dow
     return loaded if isinstance(loaded, InMemory) else None
 
 
-def _load(name, data_config, data_dir, download, seed, val_fraction) -> "Splits | InMemory":
+def _load(name, data_config, data_dir, download, seed, val_fraction) -> Splits | InMemory:
     check_dataset_name(name)
     family, _, option = name.partition(":")
-    kwargs = dict(data_config=data_config, root=_root(data_dir), download=download, seed=seed, val_fraction=val_fraction)
+    kwargs = dict(
+        data_config=data_config, root=_root(data_dir), download=download, seed=seed, val_fraction=val_fraction
+    )
     if option:
         kwargs["option"] = option
     loaded = _DATASETS[family](**kwargs)
@@ -260,7 +280,9 @@ class SmallImages(Dataset):
             self._per_image = image_transforms(self.data_config, self.train)
         return self._per_image
 
-    def batch(self, positions: np.ndarray, device: torch.device, seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(
+        self, positions: np.ndarray, device: torch.device, seed: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Images at ``positions`` transformed on ``device`` (random crops from ``seed``), and their labels."""
         idx = self.indices[positions]
         labels = torch.from_numpy(self.labels[idx].astype(np.int64)).to(device, non_blocking=True)
@@ -315,7 +337,7 @@ def _torchvision(name: str, cls_name: str, train_kw: dict, test_kw: dict, classe
 
         cls = getattr(tvd, cls_name)
         with _friendly_data_errors(name, root, download):
-            make = lambda tf, kw=train_kw: cls(str(root), download=download, transform=tf, **kw)  # noqa: E731
+            make = lambda tf, kw=train_kw: cls(str(root), download=download, transform=tf, **kw)
             train, val = _train_val(make, data_config, seed, val_fraction)
             test = cls(str(root), download=download, transform=image_transforms(data_config, False), **test_kw)
         return Splits(train, val, test, classes)
@@ -326,9 +348,7 @@ def _torchvision(name: str, cls_name: str, train_kw: dict, test_kw: dict, classe
 
 register_dataset("cifar10", 10)(_torchvision_cifar("cifar10", "CIFAR10"))
 register_dataset("cifar100", 100)(_torchvision_cifar("cifar100", "CIFAR100"))
-register_dataset("pets", 37)(
-    _torchvision("pets", "OxfordIIITPet", {"split": "trainval"}, {"split": "test"}, 37)
-)
+register_dataset("pets", 37)(_torchvision("pets", "OxfordIIITPet", {"split": "trainval"}, {"split": "test"}, 37))
 register_dataset("flowers102", 102)(
     _torchvision("flowers102", "Flowers102", {"split": "train"}, {"split": "test"}, 102)
 )
@@ -352,8 +372,10 @@ def imagefolder_classes(root: Path) -> list[str]:
         if missing or extra:
             found = (("missing", missing), ("extra", extra))
             problem = "; ".join(f"{what} {', '.join(names)}" for what, names in found if names)
-            raise UserError(f"the test folder {test_dir} must have the classes of {train_dir} ({problem}); "
-                            "add or remove class folders so both match, or remove test/ to split one off train")  # fmt: skip
+            raise UserError(
+                f"the test folder {test_dir} must have the classes of {train_dir} ({problem}); "
+                "add or remove class folders so both match, or remove test/ to split one off train"
+            )
     return classes
 
 
@@ -364,7 +386,7 @@ def _imagefolder(data_config, root, download, seed, val_fraction) -> Splits:
 
     train_dir, test_dir = root / "train", root / "test"
     classes = imagefolder_classes(root)  # test/ has train's classes, so both index them alike (sorted names)
-    make = lambda tf: ImageFolder(str(train_dir), transform=tf)  # noqa: E731
+    make = lambda tf: ImageFolder(str(train_dir), transform=tf)
     if test_dir.is_dir():
         train, val = _train_val(make, data_config, seed, val_fraction)
         test = ImageFolder(str(test_dir), transform=image_transforms(data_config, False))
@@ -449,9 +471,14 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
 
 
 def train_batches(
-    dataset: Dataset, batch_size: int, *, seed: int, start_step: int = 0, num_workers: int = 0,
+    dataset: Dataset,
+    batch_size: int,
+    *,
+    seed: int,
+    start_step: int = 0,
+    num_workers: int = 0,
     device: torch.device | str | None = None,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless shuffled training batches on ``device`` (default: the CPU), resumable at ``start_step``.
 
     Batch ``k`` is the same for a given seed whether the stream starts at 0 or resumes at ``k``
@@ -490,9 +517,13 @@ def eval_batches(
 def loader(dataset: Dataset, batch_size: int, num_workers: int, device: torch.device, **kwargs: Any) -> DataLoader:
     """A DataLoader with persistent workers, and pinned memory when ``device`` is a GPU."""
     return DataLoader(
-        dataset, batch_size, num_workers=num_workers, pin_memory=device.type == "cuda",
-        persistent_workers=num_workers > 0, **kwargs,
-    )  # fmt: skip
+        dataset,
+        batch_size,
+        num_workers=num_workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=num_workers > 0,
+        **kwargs,
+    )
 
 
 class _InOrder:

@@ -64,20 +64,43 @@ def view_state(search: str, plasticity: bool) -> dict[str, Any]:
     the comparison columns, and charts (accuracy vs plasticity and vs trainable parameters, parallel
     coordinates of the component flags and log10 lr to accuracy, val_acc curves overlaid)."""
     metrics = ["best_val_acc", SORT_METRIC, *(["plasticity_mean"] if plasticity else []), "trainable_params"]
-    columns = [_column("attributes", "Dataset"), _column("params", "components"), _column("params", "lr"),
-               *(_column("metrics", m) for m in metrics)]  # fmt: skip
+    columns = [
+        _column("attributes", "Dataset"),
+        _column("params", "components"),
+        _column("params", "lr"),
+        *(_column("metrics", m) for m in metrics),
+    ]
     section = "vitplast_tune"
     charts = [
         *([_scatter("plasticity_mean", "accuracy vs plasticity", section)] if plasticity else []),
         _scatter("log10_trainable_params", "accuracy vs log10 trainable parameters", section),
-        _chart("PARALLEL", section, displayName="component flags and log10 lr to accuracy",
-               selectedParams=list(spaces.COMPONENT_FLAGS), selectedMetrics=["log10_lr", SORT_METRIC],
-               showAllRuns=True),
-        _chart("LINE", section, displayName="val_acc curves", metricKey="val_acc", selectedMetricKeys=["val_acc"],
-               lineSmoothness=0, xAxisKey="step", xAxisScaleType="linear", scaleType="linear",
-               selectedXAxisMetricKey="", range={}, yAxisKey="metric", yAxisExpressions=[], ignoreOutliers=False, useGlobalXaxisKey=False,
-               useGlobalLineSmoothing=False),
-    ]  # fmt: skip
+        _chart(
+            "PARALLEL",
+            section,
+            displayName="component flags and log10 lr to accuracy",
+            selectedParams=list(spaces.COMPONENT_FLAGS),
+            selectedMetrics=["log10_lr", SORT_METRIC],
+            showAllRuns=True,
+        ),
+        _chart(
+            "LINE",
+            section,
+            displayName="val_acc curves",
+            metricKey="val_acc",
+            selectedMetricKeys=["val_acc"],
+            lineSmoothness=0,
+            xAxisKey="step",
+            xAxisScaleType="linear",
+            scaleType="linear",
+            selectedXAxisMetricKey="",
+            range={},
+            yAxisKey="metric",
+            yAxisExpressions=[],
+            ignoreOutliers=False,
+            useGlobalXaxisKey=False,
+            useGlobalLineSmoothing=False,
+        ),
+    ]
     return {
         "searchFilter": search_filter(search),
         "orderByKey": _column("metrics", SORT_METRIC),
@@ -90,8 +113,16 @@ def view_state(search: str, plasticity: bool) -> dict[str, Any]:
         "columnOrder": [],
         "runsHiddenMode": "SHOW_ALL",
         "compareRunCharts": charts,
-        "compareRunSections": [{"uuid": section, "name": "vitplast_tune", "display": True, "isReordered": True,
-                                "deleted": False, "isGenerated": False}],  # fmt: skip
+        "compareRunSections": [
+            {
+                "uuid": section,
+                "name": "vitplast_tune",
+                "display": True,
+                "isReordered": True,
+                "deleted": False,
+                "isGenerated": False,
+            }
+        ],
         "isAccordionReordered": True,
         "hideEmptyCharts": True,
         "useGroupedValuesInCharts": True,
@@ -108,8 +139,9 @@ def save_view(client, experiment_id: str, key: str, name: str, state: dict[str, 
     client.set_experiment_tag(experiment_id, VIEW_TAG_PREFIX + key, json.dumps(envelope))
 
 
-def runs_link(base_url: str, experiment_id: str, share_key: str | None = None, search: str | None = None,
-              mode: str = "CHART") -> str:  # fmt: skip
+def runs_link(
+    base_url: str, experiment_id: str, share_key: str | None = None, search: str | None = None, mode: str = "CHART"
+) -> str:
     """The runs page in model-training mode: the saved view ``share_key``, else the search's trials via the URL."""
     query: dict[str, str] = {"workflowType": "machine_learning", "compareRunsMode": mode}
     if share_key:
@@ -123,9 +155,11 @@ def publish(client, experiment_id: str, search: str, plasticity: bool, base_url:
     """Save the search's view (when this MLflow's format is known) and mark the experiment as model training."""
     client.set_experiment_tag(experiment_id, KIND_TAG, KIND)
     if not supported():
-        note = (f"MLflow {_mlflow.__version__}'s saved-view format is not one this knows "
-                f"({', '.join(VIEW_FORMAT_VERSIONS)}): the link opens the trials without the saved columns "
-                "and charts")  # fmt: skip
+        note = (
+            f"MLflow {_mlflow.__version__}'s saved-view format is not one this knows "
+            f"({', '.join(VIEW_FORMAT_VERSIONS)}): the link opens the trials without the saved columns "
+            "and charts"
+        )
         return View(runs_link(base_url, experiment_id, search=search), saved=False, note=note)
     key = share_key(search)
     save_view(client, experiment_id, key, f"vitplast_tune: {search}", view_state(search, plasticity))
@@ -143,12 +177,24 @@ def _column(group: str, name: str) -> str:
 
 def _chart(kind: str, section: str, **fields: Any) -> dict[str, Any]:
     uuid = f"vitplast-{kind.lower()}-{fields.get('metricKey') or len(fields)}"
-    return {"uuid": uuid, "type": kind, "runsCountToCompare": 1000, "metricSectionId": section, "deleted": False,
-            "isGenerated": False, **fields}  # fmt: skip
+    return {
+        "uuid": uuid,
+        "type": kind,
+        "runsCountToCompare": 1000,
+        "metricSectionId": section,
+        "deleted": False,
+        "isGenerated": False,
+        **fields,
+    }
 
 
 def _scatter(x_metric: str, title: str, section: str) -> dict[str, Any]:
-    chart = _chart("SCATTER", section, displayName=title, xaxis={"key": x_metric, "type": "METRIC"},
-                   yaxis={"key": SORT_METRIC, "type": "METRIC"})  # fmt: skip
+    chart = _chart(
+        "SCATTER",
+        section,
+        displayName=title,
+        xaxis={"key": x_metric, "type": "METRIC"},
+        yaxis={"key": SORT_METRIC, "type": "METRIC"},
+    )
     chart["uuid"] = f"vitplast-scatter-{x_metric}"
     return chart

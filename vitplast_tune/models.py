@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import timm
-from torch import Tensor, nn
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
+from torch import Tensor, nn
 
 from vitplast_tune.components import BLOCK_MODULES
 from vitplast_tune.errors import UserError, did_you_mean
@@ -112,10 +112,14 @@ def check_weights_file(path: Path) -> None:
             return
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # safetensors, pickle and zip errors have no common base
-        raise UserError(f"weights file {path} is unreadable or corrupt ({_one_line(exc)}); "
-                        "pass a safetensors file or a torch state dict saved with torch.save") from None  # fmt: skip
+        raise UserError(
+            f"weights file {path} is unreadable or corrupt ({_one_line(exc)}); "
+            "pass a safetensors file or a torch state dict saved with torch.save"
+        ) from None
     if not isinstance(state, dict):
-        raise UserError(f"weights file {path} holds a {type(state).__name__}, not a state dict; save model.state_dict()")
+        raise UserError(
+            f"weights file {path} holds a {type(state).__name__}, not a state dict; save model.state_dict()"
+        )
 
 
 def check_model_name(name: str) -> None:

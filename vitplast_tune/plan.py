@@ -126,9 +126,17 @@ def prepare(options: SearchOptions) -> SearchPlan:
     record = _resume_record(spec, options, storage, name)
     if record is None:
         settings = _settings(spec, options)
-        plan = SearchPlan(spec, options, name, storage, options.tracking_uri or _default_tracking_uri(storage), settings,
-                          seed=_given(options.seed, DEFAULT_SEED), max_failures=_given(options.max_failures, DEFAULT_MAX_FAILURES),
-                          max_concurrent=options.max_concurrent)  # fmt: skip
+        plan = SearchPlan(
+            spec,
+            options,
+            name,
+            storage,
+            options.tracking_uri or _default_tracking_uri(storage),
+            settings,
+            seed=_given(options.seed, DEFAULT_SEED),
+            max_failures=_given(options.max_failures, DEFAULT_MAX_FAILURES),
+            max_concurrent=options.max_concurrent,
+        )
     else:
         plan = _resumed_plan(spec, options, storage, name, record)
     plan.spec, plan.notes = fit_scheduler(plan.spec, plan.settings["max_steps"])
@@ -142,8 +150,10 @@ def fit_scheduler(spec: spaces.SearchSpec, max_steps: int) -> tuple[spaces.Searc
     s = spec.scheduler
     if s.name == "fifo" or s.grace_period <= max_steps:
         return spec, []
-    note = (f"scheduler grace_period {s.grace_period} is above max_steps {max_steps}: using {max_steps}, "
-            "so no trial is stopped early")  # fmt: skip
+    note = (
+        f"scheduler grace_period {s.grace_period} is above max_steps {max_steps}: using {max_steps}, "
+        "so no trial is stopped early"
+    )
     return replace(spec, scheduler=replace(s, grace_period=max_steps)), [note]
 
 
@@ -153,10 +163,19 @@ def write_record(plan: SearchPlan, parent_run_id: str) -> None:
     if directory is None:
         return
     directory.mkdir(parents=True, exist_ok=True)
-    record = {"name": plan.name, "search_id": plan.search_id, "space_path": str(plan.spec.path),
-              "fingerprint": plan.spec.fingerprint, "tracking_uri": plan.tracking_uri, "parent_run_id": parent_run_id,
-              "settings": plan.settings, "num_samples": plan.spec.num_samples, "seed": plan.seed,
-              "max_concurrent": plan.max_concurrent, "max_failures": plan.max_failures}  # fmt: skip
+    record = {
+        "name": plan.name,
+        "search_id": plan.search_id,
+        "space_path": str(plan.spec.path),
+        "fingerprint": plan.spec.fingerprint,
+        "tracking_uri": plan.tracking_uri,
+        "parent_run_id": parent_run_id,
+        "settings": plan.settings,
+        "num_samples": plan.spec.num_samples,
+        "seed": plan.seed,
+        "max_concurrent": plan.max_concurrent,
+        "max_failures": plan.max_failures,
+    }
     (directory / SEARCH_FILE).write_text(json.dumps(record, indent=2, default=str))
 
 
@@ -168,11 +187,17 @@ def read_record(directory: Path) -> dict[str, Any]:
     try:
         record = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"the search record {path} is unreadable ({exc}); restore it, or start a new search with another --name") from None
-    missing = [k for k in ("name", "space_path", "fingerprint", "tracking_uri", "parent_run_id", "settings") if k not in record]
+        raise UserError(
+            f"the search record {path} is unreadable ({exc}); restore it, or start a new search with another --name"
+        ) from None
+    missing = [
+        k for k in ("name", "space_path", "fingerprint", "tracking_uri", "parent_run_id", "settings") if k not in record
+    ]
     if not isinstance(record, dict) or missing:
-        raise UserError(f"the search record {path} is incomplete (no {', '.join(missing) or 'mapping'}); "
-                        "start a new search with another --name")  # fmt: skip
+        raise UserError(
+            f"the search record {path} is incomplete (no {', '.join(missing) or 'mapping'}); "
+            "start a new search with another --name"
+        )
     return record
 
 
@@ -198,8 +223,10 @@ def _check_metric(spec: spaces.SearchSpec) -> None:
     """Each objective's metric must be one every trial reports, and its mode the direction that is better."""
     for metric, mode in spec.objectives or ((spec.metric, spec.mode),):
         if metric not in METRICS:
-            raise UserError(f'{spec.path}: metric "{metric}" is not reported by trials{did_you_mean(metric, METRICS)}; '
-                            f"use one of {', '.join(METRICS)}")  # fmt: skip
+            raise UserError(
+                f'{spec.path}: metric "{metric}" is not reported by trials{did_you_mean(metric, METRICS)}; '
+                f"use one of {', '.join(METRICS)}"
+            )
         if mode != METRICS[metric]:
             worst = f'{spec.path}: mode "{mode}" would search for the worst {metric}'
             raise UserError(f"{worst}; use mode: {METRICS[metric]}")
@@ -210,7 +237,9 @@ def _check_plasticity(options: SearchOptions) -> None:
         from vitplast_tune.plasticity import VARIANTS
 
         if options.plasticity_variant not in VARIANTS:
-            raise UserError(f'unknown plasticity variant "{options.plasticity_variant}"; use one of {", ".join(VARIANTS)}')
+            raise UserError(
+                f'unknown plasticity variant "{options.plasticity_variant}"; use one of {", ".join(VARIANTS)}'
+            )
         data.check_dataset_name(options.plasticity_reference)
 
 
@@ -223,7 +252,9 @@ def _check_data(settings: dict[str, Any]) -> data.InMemory | None:
     config = models.pretrained_data_config(settings["model"])
     models.check_weights(settings["model"], settings["weights"], settings["pretrained"])
     data.num_classes(settings["dataset"], settings.get("data_dir"))
-    return data.decode_dataset(settings["dataset"], config, data_dir=settings.get("data_dir"), download=settings["download"])
+    return data.decode_dataset(
+        settings["dataset"], config, data_dir=settings.get("data_dir"), download=settings["download"]
+    )
 
 
 def _check_resources(options: SearchOptions) -> None:
@@ -260,7 +291,9 @@ def _resume_record(spec: spaces.SearchSpec, options: SearchOptions, storage: str
         return None
     if not options.resume:
         if (directory / SEARCH_FILE).exists():
-            raise UserError(f'search "{name}" already exists in {storage}; pass --resume to continue it, or another --name')
+            raise UserError(
+                f'search "{name}" already exists in {storage}; pass --resume to continue it, or another --name'
+            )
         return None
     record = read_record(directory)
     if record["fingerprint"] != spec.fingerprint:
@@ -281,23 +314,37 @@ def _resumed_plan(spec: spaces.SearchSpec, options: SearchOptions, storage: str,
     for key, value in options.settings.items():
         if value is not None and key not in RESUMABLE_SETTINGS and value != saved.get(key):
             _refuse(f"--{key.replace('_', '-')} {value}", saved.get(key), name)
-    fixed = {"num-samples": (options.num_samples, record.get("num_samples", spec.num_samples)),
-             "max-concurrent": (options.max_concurrent, record.get("max_concurrent")),
-             "seed": (options.seed, record.get("seed", DEFAULT_SEED)),
-             "tracking-uri": (options.tracking_uri, record["tracking_uri"])}  # fmt: skip
+    fixed = {
+        "num-samples": (options.num_samples, record.get("num_samples", spec.num_samples)),
+        "max-concurrent": (options.max_concurrent, record.get("max_concurrent")),
+        "seed": (options.seed, record.get("seed", DEFAULT_SEED)),
+        "tracking-uri": (options.tracking_uri, record["tracking_uri"]),
+    }
     for flag, (given, recorded) in fixed.items():
         if given is not None and given != recorded:
             _refuse(f"--{flag} {given}", recorded, name)
     settings = {**saved, **{k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}}
     spec = replace(spec, num_samples=fixed["num-samples"][1])
     max_failures = _given(options.max_failures, record.get("max_failures", DEFAULT_MAX_FAILURES))
-    return SearchPlan(spec, options, name, storage, record["tracking_uri"], settings, search_id=record.get("search_id", ""),
-                      seed=fixed["seed"][1], max_failures=max_failures, max_concurrent=record.get("max_concurrent"))  # fmt: skip
+    return SearchPlan(
+        spec,
+        options,
+        name,
+        storage,
+        record["tracking_uri"],
+        settings,
+        search_id=record.get("search_id", ""),
+        seed=fixed["seed"][1],
+        max_failures=max_failures,
+        max_concurrent=record.get("max_concurrent"),
+    )
 
 
 def _refuse(given: str, recorded: Any, name: str) -> None:
-    raise UserError(f'{given} differs from the {recorded!r} search "{name}" was started with, and would make its trials '
-                    "inconsistent; resume without it, or start a new search with another --name")  # fmt: skip
+    raise UserError(
+        f'{given} differs from the {recorded!r} search "{name}" was started with, and would make its trials '
+        "inconsistent; resume without it, or start a new search with another --name"
+    )
 
 
 def _given(value: Any, default: Any) -> Any:

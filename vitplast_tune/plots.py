@@ -15,7 +15,7 @@ import pandas as pd
 from scipy import stats
 
 from vitplast_tune.components import BLOCK_COMPONENTS, HEAD, TABLE_ORDER
-from vitplast_tune.statistics import is_constant, finite, numeric, require_columns
+from vitplast_tune.statistics import finite, is_constant, numeric, require_columns
 
 
 def plot_plasticity(table: pd.DataFrame, path: str | Path, *, title: str | None = None) -> Path:

@@ -13,9 +13,10 @@ import hashlib
 import json
 import re
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import pandas as pd
 import torch
@@ -70,12 +71,27 @@ def plasticity_report(
     if reference_split not in ("test", "train"):
         raise UserError(f'reference split must be "test" or "train", not "{reference_split}"')
     if variant not in VARIANTS:
-        raise UserError(f'unknown plasticity variant "{variant}"{did_you_mean(variant, VARIANTS)}; use one of {", ".join(VARIANTS)}')
+        raise UserError(
+            f'unknown plasticity variant "{variant}"{did_you_mean(variant, VARIANTS)}; use one of {", ".join(VARIANTS)}'
+        )
     data.check_dataset_name(dataset)
     data.check_dataset_name(reference)
-    key = cache_key(model_name, weights=weights, pretrained=pretrained, dataset=dataset, reference=reference,
-                    reference_split=reference_split, data_dir=data_dir, variant=variant, max_pairs=max_pairs)  # fmt: skip
-    out = Path(out_dir).expanduser() if out_dir is not None else default_out_dir(model_name, dataset, reference, variant, key)
+    key = cache_key(
+        model_name,
+        weights=weights,
+        pretrained=pretrained,
+        dataset=dataset,
+        reference=reference,
+        reference_split=reference_split,
+        data_dir=data_dir,
+        variant=variant,
+        max_pairs=max_pairs,
+    )
+    out = (
+        Path(out_dir).expanduser()
+        if out_dir is not None
+        else default_out_dir(model_name, dataset, reference, variant, key)
+    )
     files = {"csv": out / "plasticity.csv", "json": out / "plasticity.json", "png": out / "plasticity.png"}
     if reuse and all(f.is_file() for f in files.values()):
         meta = json.loads(files["json"].read_text())
@@ -86,14 +102,29 @@ def plasticity_report(
             return PlasticityReport(table, aggregate_plasticity(table), out, files, dict(meta, reused=True))
 
     table, counts, where = (runner or _here)(
-        measure_plasticity, model_name=model_name, weights=weights, pretrained=pretrained, dataset=dataset,
-        reference=reference, reference_split=reference_split, data_dir=data_dir, download=download, variant=variant,
-        batch_size=batch_size, max_pairs=max_pairs, device=device,
-    )  # fmt: skip
+        measure_plasticity,
+        model_name=model_name,
+        weights=weights,
+        pretrained=pretrained,
+        dataset=dataset,
+        reference=reference,
+        reference_split=reference_split,
+        data_dir=data_dir,
+        download=download,
+        variant=variant,
+        batch_size=batch_size,
+        max_pairs=max_pairs,
+        device=device,
+    )
     ranking = aggregate_plasticity(table)
     out.mkdir(parents=True, exist_ok=True)
-    meta = dict(key, batch_size=batch_size, n_pairs=int(table["n_pairs"].max()), **where,
-                component_params={c: counts[c] for c in COMPONENTS})  # fmt: skip
+    meta = dict(
+        key,
+        batch_size=batch_size,
+        n_pairs=int(table["n_pairs"].max()),
+        **where,
+        component_params={c: counts[c] for c in COMPONENTS},
+    )
     table.to_csv(files["csv"], index=False)
     payload = dict(meta, table=_records(table), ranking=_records(ranking))
     files["json"].write_text(json.dumps(payload, indent=2) + "\n")
@@ -103,19 +134,37 @@ def plasticity_report(
 
 
 def measure_plasticity(
-    model_name: str, *, weights, pretrained: bool, dataset: str, reference: str, reference_split: str, data_dir,
-    download: bool, variant: str, batch_size: int, max_pairs: int | None, device=None,
-) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:  # fmt: skip
+    model_name: str,
+    *,
+    weights,
+    pretrained: bool,
+    dataset: str,
+    reference: str,
+    reference_split: str,
+    data_dir,
+    download: bool,
+    variant: str,
+    batch_size: int,
+    max_pairs: int | None,
+    device=None,
+) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:
     """Build the model and both image sets and measure: (table, parameters per component, where and how long)."""
-    model = models.build_model(model_name, 0, pretrained=pretrained, weights=weights)  # no head: any head in the weights fits
+    model = models.build_model(
+        model_name, 0, pretrained=pretrained, weights=weights
+    )  # no head: any head in the weights fits
     config = models.data_config(model)
     downstream_set = data.load_dataset(dataset, config, data_dir=data_dir, download=download).test
     reference_set = getattr(data.load_dataset(reference, config, data_dir=data_dir, download=download), reference_split)
     start = time.perf_counter()
     table = compute_plasticity(
-        model, data.eval_batches(reference_set, batch_size), data.eval_batches(downstream_set, batch_size),
-        variant=variant, batch_size=batch_size, device=device, max_pairs=max_pairs,
-    )  # fmt: skip
+        model,
+        data.eval_batches(reference_set, batch_size),
+        data.eval_batches(downstream_set, batch_size),
+        variant=variant,
+        batch_size=batch_size,
+        device=device,
+        max_pairs=max_pairs,
+    )
     where = {"seconds": round(time.perf_counter() - start, 3), "measured_on": task_context()}
     return table, components.count_parameters(model), where
 
@@ -133,7 +182,7 @@ def task_context() -> dict[str, Any]:
     context = ray.get_runtime_context()
     try:
         return {"node_id": context.get_node_id(), "resources": context.get_assigned_resources()}
-    except Exception:  # noqa: BLE001 - the driver, not a task: no assigned resources
+    except Exception:
         return {"node_id": context.get_node_id()}
 
 
@@ -142,15 +191,31 @@ def _here(fn: Callable[..., Any], **kwargs: Any) -> Any:
 
 
 def cache_key(
-    model_name: str, *, weights: str | Path | None, pretrained: bool, dataset: str, reference: str, reference_split: str,
-    data_dir: str | Path | None, variant: str, max_pairs: int | None,
+    model_name: str,
+    *,
+    weights: str | Path | None,
+    pretrained: bool,
+    dataset: str,
+    reference: str,
+    reference_split: str,
+    data_dir: str | Path | None,
+    variant: str,
+    max_pairs: int | None,
 ) -> dict[str, Any]:
     """Everything that changes a plasticity report: model and weights, both image sets, settings and the code's version."""
     return dict(
-        model=model_name, weights=_file_identity(weights), pretrained=pretrained or weights is not None,
-        dataset=dataset, reference=reference, reference_split=reference_split, variant=variant, max_pairs=max_pairs,
-        data_dir=str(_data_root(data_dir)), images=_images_identity({dataset, reference}, data_dir), code=code_version(),
-    )  # fmt: skip
+        model=model_name,
+        weights=_file_identity(weights),
+        pretrained=pretrained or weights is not None,
+        dataset=dataset,
+        reference=reference,
+        reference_split=reference_split,
+        variant=variant,
+        max_pairs=max_pairs,
+        data_dir=str(_data_root(data_dir)),
+        images=_images_identity({dataset, reference}, data_dir),
+        code=code_version(),
+    )
 
 
 def code_version() -> str:
@@ -224,27 +289,48 @@ def gradient_report(cfg, *, num_batches: int = 4, decoded: data.InMemory | None 
     if num_batches < 1:
         raise UserError(f"num_batches must be a positive integer, not {num_batches}")
     torch.manual_seed(cfg.seed)
-    model = models.build_model(cfg.model, data.num_classes(cfg.dataset, data_dir=cfg.data_dir),
-                               pretrained=cfg.pretrained, weights=cfg.weights)  # fmt: skip
-    splits = data.load_dataset(cfg.dataset, models.data_config(model), data_dir=cfg.data_dir, download=cfg.download,
-                               seed=cfg.seed, val_fraction=cfg.val_fraction, decoded=decoded)  # fmt: skip
+    model = models.build_model(
+        cfg.model, data.num_classes(cfg.dataset, data_dir=cfg.data_dir), pretrained=cfg.pretrained, weights=cfg.weights
+    )
+    splits = data.load_dataset(
+        cfg.dataset,
+        models.data_config(model),
+        data_dir=cfg.data_dir,
+        download=cfg.download,
+        seed=cfg.seed,
+        val_fraction=cfg.val_fraction,
+        decoded=decoded,
+    )
     stream = data.train_batches(splits.train, cfg.batch_size, seed=cfg.seed)
     table = criteria.gradient_table(model, [next(stream) for _ in range(num_batches)], device=device or "cpu")
     table.attrs.update(model=cfg.model, dataset=cfg.dataset, num_batches=num_batches, batch_size=cfg.batch_size)
     return table
 
 
-def in_network_scores(settings: dict[str, Any], subsets: Iterable[str], *, reference: str = "fractals",
-                      plasticity_pairs: int | None = None) -> pd.DataFrame:  # fmt: skip
+def in_network_scores(
+    settings: dict[str, Any],
+    subsets: Iterable[str],
+    *,
+    reference: str = "fractals",
+    plasticity_pairs: int | None = None,
+) -> pd.DataFrame:
     """Per subset (index): the mean in-network plasticity of its components (``in_network_mean``), for the criteria lab.
 
     ``settings`` are a search's (a FinetuneConfig as a dict); the report is measured once and cached.
     """
     s = settings
     found = plasticity_report(
-        s["model"], weights=s["weights"], pretrained=s["pretrained"], dataset=s["dataset"], reference=reference,
-        data_dir=s["data_dir"], download=s["download"], variant="in_network", max_pairs=plasticity_pairs, reuse=True,
-    )  # fmt: skip
+        s["model"],
+        weights=s["weights"],
+        pretrained=s["pretrained"],
+        dataset=s["dataset"],
+        reference=reference,
+        data_dir=s["data_dir"],
+        download=s["download"],
+        variant="in_network",
+        max_pairs=plasticity_pairs,
+        reuse=True,
+    )
     counts = found.meta["component_params"]
     rows = {subset: plasticity.subset_scores(found.table, subset, counts)["plasticity_mean"] for subset in subsets}
     return pd.DataFrame({"in_network_mean": pd.Series(rows, dtype=float)})

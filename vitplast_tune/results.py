@@ -185,14 +185,21 @@ def summary(result: SearchResult, k: int = 10) -> str:
     """The text a person reads at the end: top trials, where results lie, how to open MLflow."""
     plan = result.plan
     top = top_trials(result, k)
-    lines = [f"Search {plan.name}: {len(result.trials)} trials in {result.elapsed_s / 60:.1f} min "
-             f"({plan.spec.algorithm}, scheduler {plan.spec.scheduler.name}, {plan.settings['model']} on {plan.settings['dataset']})"]  # fmt: skip
-    failed = int(result.trials["diverged"].sum() + result.trials["error"].notna().sum()) if not result.trials.empty else 0
+    lines = [
+        f"Search {plan.name}: {len(result.trials)} trials in {result.elapsed_s / 60:.1f} min "
+        f"({plan.spec.algorithm}, scheduler {plan.spec.scheduler.name}, {plan.settings['model']} on {plan.settings['dataset']})"
+    ]
+    failed = (
+        int(result.trials["diverged"].sum() + result.trials["error"].notna().sum()) if not result.trials.empty else 0
+    )
     if failed:
         lines.append(f"{failed} trial(s) failed or diverged; see their MLflow runs for the reason")
     if not top.empty:
-        lines += ["", f"Top {len(top)} trials (best validation accuracy; test accuracy of its best-validation weights):",
-                  _top_table(top).to_string(index=False)]  # fmt: skip
+        lines += [
+            "",
+            f"Top {len(top)} trials (best validation accuracy; test accuracy of its best-validation weights):",
+            _top_table(top).to_string(index=False),
+        ]
         lines += ["", text] if (text := describe_pareto(result.trials)) else []
     if result.analysis is not None and (text := result.analysis.describe()):
         lines += ["", text]
@@ -200,7 +207,9 @@ def summary(result: SearchResult, k: int = 10) -> str:
     if plan.local_dir is not None:
         lines.append(f"Trial table:        {plan.local_dir / 'trials.csv'}")
     if not plan.tracking_uri.startswith(("http://", "https://")):
-        lines.append(f"MLflow runs:        mlflow ui --backend-store-uri {plan.tracking_uri} --host 127.0.0.1   (experiment '{EXPERIMENT}', parent run '{plan.name}')")
+        lines.append(
+            f"MLflow runs:        mlflow ui --backend-store-uri {plan.tracking_uri} --host 127.0.0.1   (experiment '{EXPERIMENT}', parent run '{plan.name}')"
+        )
     if result.view is not None:
         lines.append(f"MLflow view:        {result.view.link}")
         if result.view.note:
@@ -232,8 +241,12 @@ def describe_pareto(trials: pd.DataFrame) -> str:
         table = _top_table(front).drop(columns=["val_acc", "steps"])
         if cost == "images_per_s":
             table["images/s"] = front["images_per_s"].map(lambda v: f"{v:,.0f}")
-        lines += [f"Pareto front, best validation accuracy vs {label} ({len(front)} of the full-budget trials; "
-                  "no other one is better on both):", table.to_string(index=False), ""]  # fmt: skip
+        lines += [
+            f"Pareto front, best validation accuracy vs {label} ({len(front)} of the full-budget trials; "
+            "no other one is better on both):",
+            table.to_string(index=False),
+            "",
+        ]
     return "\n".join(lines).rstrip()
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ray.tune import Callback
 
@@ -72,7 +72,9 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
             f"{unfinished} trial(s) unfinished; nothing is lost: continue the search with "
             f"python scripts/search.py --name {plan.name} --storage {plan.storage} --resume"
         )
-    result = SearchResult(plan, results.trial_table(grid, plan, predictors), parent, time.perf_counter() - started, view=view)
+    result = SearchResult(
+        plan, results.trial_table(grid, plan, predictors), parent, time.perf_counter() - started, view=view
+    )
     try:
         _record_results(result, mlflow, grid)
         analyse(result, mlflow)
@@ -87,13 +89,17 @@ def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predicto
     """Run the trials (the MLflow tracker, progress lines and ``callbacks`` attached); return Tune's result grid."""
     from ray import tune
 
-    callbacks = [tracking.MlflowTracker(plan.tracking_uri, parent, tracking.trial_describer(plan, predictors)), *callbacks]
+    callbacks = [
+        tracking.MlflowTracker(plan.tracking_uri, parent, tracking.trial_describer(plan, predictors)),
+        *callbacks,
+    ]
     if plan.options.verbose:
         from vitplast_tune.progress import Progress
 
         callbacks.append(Progress(plan.spec.total_trials))
-    trainable = tune.with_parameters(train_trial, settings=plan.settings, decoded=plan.decoded,
-                                     max_trainable_params=plan.max_trainable_params)  # fmt: skip
+    trainable = tune.with_parameters(
+        train_trial, settings=plan.settings, decoded=plan.decoded, max_trainable_params=plan.max_trainable_params
+    )
     trainable = tune.with_resources(trainable, plan.options.trial_resources)
     return searchers.tuner(plan, trainable, callbacks, warm_start_subsets(plan, predictors)).fit()
 
@@ -113,15 +119,29 @@ def measure(plan: SearchPlan) -> report.Predictors:
     s, o = plan.settings, plan.options
     say = print if o.verbose else lambda *a, **k: None
     run = task_runner(o.trial_resources, say)
-    say(f"Plasticity of {s['model']} ({o.plasticity_variant} variant): {s['dataset']} test split vs {o.plasticity_reference} ...", flush=True)
+    say(
+        f"Plasticity of {s['model']} ({o.plasticity_variant} variant): {s['dataset']} test split vs {o.plasticity_reference} ...",
+        flush=True,
+    )
     measured = report.plasticity_report(
-        s["model"], weights=s["weights"], pretrained=s["pretrained"], dataset=s["dataset"],
-        reference=o.plasticity_reference, data_dir=s["data_dir"], download=s["download"],
-        variant=o.plasticity_variant, max_pairs=o.plasticity_pairs, reuse=True, runner=run,
-    )  # fmt: skip
+        s["model"],
+        weights=s["weights"],
+        pretrained=s["pretrained"],
+        dataset=s["dataset"],
+        reference=o.plasticity_reference,
+        data_dir=s["data_dir"],
+        download=s["download"],
+        variant=o.plasticity_variant,
+        max_pairs=o.plasticity_pairs,
+        reuse=True,
+        runner=run,
+    )
     ranking = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
     order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranking.itertuples())
-    say(f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})", flush=True)
+    say(
+        f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})",
+        flush=True,
+    )
     gradients = run(report.gradient_report, cfg=trial_config({}, s), decoded=plan.decoded)
     return report.Predictors(measured, gradients)
 
@@ -133,8 +153,9 @@ def warm_start_subsets(plan: SearchPlan, predictors: report.Predictors) -> list[
     from vitplast_tune import recommend
 
     scores = recommend.subset_scores(predictors, plan.settings)
-    ranked = recommend.rank(scores, recommend.choose_criterion(recommend.read_evidence(Path(plan.storage)))[0],
-                            plan.max_trainable_params)  # fmt: skip
+    ranked = recommend.rank(
+        scores, recommend.choose_criterion(recommend.read_evidence(Path(plan.storage)))[0], plan.max_trainable_params
+    )
     say = print if plan.options.verbose else lambda *a, **k: None
     say(f"Warm start: TPE tries first {', '.join(ranked['components'].head(plan.spec.warm_start))}", flush=True)
     return list(ranked["components"])
@@ -144,20 +165,28 @@ def analyse(result: SearchResult, mlflow) -> None:
     """Every analysis the search supports (see ``analysis.analyse_search``), logged to the parent run."""
     plan = result.plan
     result.analysis = analysis.analyse_search(
-        result.trials, plan.spec, plan.settings, plan.results_dir / "analysis",
-        reference=plan.options.plasticity_reference, plasticity_pairs=plan.options.plasticity_pairs,
-    )  # fmt: skip
+        result.trials,
+        plan.spec,
+        plan.settings,
+        plan.results_dir / "analysis",
+        reference=plan.options.plasticity_reference,
+        plasticity_pairs=plan.options.plasticity_pairs,
+    )
     tracking.log_analysis(mlflow, result.parent_run_id, result.analysis)
 
 
-def reanalyse(name: str, storage: str | None = None, tracking_uri: str | None = None, criteria: bool = False) -> SearchResult:
+def reanalyse(
+    name: str, storage: str | None = None, tracking_uri: str | None = None, criteria: bool = False
+) -> SearchResult:
     """Analyse a finished search again from its stored trial table and log to its parent run (``criteria``: also the lab)."""
     directory = Path(storage or default_storage()).expanduser() / name
     record, trials = read_record(directory), results.read_trials(directory)
     spec = spaces.load_space(record["space_path"])
     spec = dataclasses.replace(spec, criteria=spec.criteria or criteria)
     options = SearchOptions(space=record["space_path"], name=name, storage=str(directory.parent))
-    plan = SearchPlan(spec, options, name, str(directory.parent), tracking_uri or record["tracking_uri"], record["settings"])
+    plan = SearchPlan(
+        spec, options, name, str(directory.parent), tracking_uri or record["tracking_uri"], record["settings"]
+    )
     result = SearchResult(plan, trials, record["parent_run_id"], 0.0)
     analyse(result, tracking.client(plan.tracking_uri))
     return result
@@ -207,5 +236,7 @@ def _check_cluster(plan: SearchPlan) -> bool:
     whether the cluster can grow (an autoscaler adds nodes for pending trials)."""
     from vitplast_tune import cluster
 
-    how = cluster.preflight(plan.options.trial_resources, plan.storage, say=print if plan.options.verbose else lambda *a: None)
+    how = cluster.preflight(
+        plan.options.trial_resources, plan.storage, say=print if plan.options.verbose else lambda *a: None
+    )
     return how != "node" or (not cluster.started_here() and cluster.autoscales() is not False)

@@ -11,7 +11,8 @@ import contextlib
 import math
 import os
 import warnings
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
@@ -62,7 +63,9 @@ def scheduler(spec: spaces.SearchSpec, max_steps: int):
 
     s = spec.scheduler
     if s.name == "asha":
-        return ASHAScheduler(time_attr="step", max_t=max_steps, grace_period=s.grace_period, reduction_factor=s.reduction_factor)
+        return ASHAScheduler(
+            time_attr="step", max_t=max_steps, grace_period=s.grace_period, reduction_factor=s.reduction_factor
+        )
     if s.name == "median":
         return MedianStoppingRule(time_attr="step", grace_period=s.grace_period)
     return FIFOScheduler()
@@ -181,16 +184,23 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
         trainable,
         param_space=param_space,
         tune_config=tune.TuneConfig(
-            metric=spec.metric, mode=spec.mode, num_samples=spec.num_samples, reuse_actors=True,
+            metric=spec.metric,
+            mode=spec.mode,
+            num_samples=spec.num_samples,
+            reuse_actors=True,
             search_alg=search_algorithm(spec, plan.seed, plan.max_concurrent, warm_start),
-            scheduler=scheduler(spec, plan.settings["max_steps"]), trial_dirname_creator=trial_dirname,
+            scheduler=scheduler(spec, plan.settings["max_steps"]),
+            trial_dirname_creator=trial_dirname,
         ),
         run_config=tune.RunConfig(
-            name=plan.name, storage_path=plan.storage, callbacks=callbacks, verbose=0,
+            name=plan.name,
+            storage_path=plan.storage,
+            callbacks=callbacks,
+            verbose=0,
             failure_config=tune.FailureConfig(max_failures=plan.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         ),
-    )  # fmt: skip
+    )
 
 
 def renew_run_config(restored: tune.Tuner, callbacks: list, max_failures: int) -> None:

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar
 
 import yaml
 
@@ -39,8 +40,19 @@ SPACES_DIR = Path(__file__).resolve().parent / "search_spaces"  # shipped with t
 ALGORITHMS = ("optuna", "grid", "random")
 SCHEDULERS = ("asha", "median", "fifo")
 MODES = ("max", "min")
-_TOP_KEYS = ("description", "metric", "mode", "algorithm", "num_samples", "scheduler", "criteria", "max_trainable_params",
-             "warm_start", "parameters", "defaults")
+_TOP_KEYS = (
+    "description",
+    "metric",
+    "mode",
+    "algorithm",
+    "num_samples",
+    "scheduler",
+    "criteria",
+    "max_trainable_params",
+    "warm_start",
+    "parameters",
+    "defaults",
+)
 _SCHEDULER_KEYS = ("name", "grace_period", "reduction_factor")
 
 
@@ -203,16 +215,18 @@ class Subsets(Distribution):
 
 
 _DISTRIBUTIONS: dict[str, type[Distribution]] = {
-    "choice": Choice, "uniform": Uniform, "loguniform": LogUniform, "randint": RandInt, "subsets": Subsets,
-}  # fmt: skip
+    "choice": Choice,
+    "uniform": Uniform,
+    "loguniform": LogUniform,
+    "randint": RandInt,
+    "subsets": Subsets,
+}
 
 
 def all_subsets(allow_head: bool = False) -> list[str]:
     """Names of all non-empty subsets of the six components (and "head" when allowed)."""
     subsets = [
-        subset_name(combo)
-        for k in range(1, len(COMPONENTS) + 1)
-        for combo in itertools.combinations(COMPONENTS, k)
+        subset_name(combo) for k in range(1, len(COMPONENTS) + 1) for combo in itertools.combinations(COMPONENTS, k)
     ]
     return (["head"] if allow_head else []) + subsets
 
@@ -220,8 +234,10 @@ def all_subsets(allow_head: bool = False) -> list[str]:
 def _subset(value: Any, where: str) -> str:
     """A component subset named in a space file; an empty list is a mistake ("head" is explicit)."""
     if not isinstance(value, (str, list)) or (isinstance(value, list) and not value) or value == "":
-        raise UserError(f'{where}: empty or malformed component subset {value!r}; name components such as '
-                        '[mha, fc1], or "head" to train only the classification head (linear probe)')
+        raise UserError(
+            f"{where}: empty or malformed component subset {value!r}; name components such as "
+            '[mha, fc1], or "head" to train only the classification head (linear probe)'
+        )
     return subset_name(parse_subset(value))
 
 
@@ -233,10 +249,14 @@ def _parse_param(name: str, raw: Any, where: str) -> Distribution:
             raise UserError(f'{where}: parameter "{name}" is a list; write {{choice: [...]}} to search over it')
         return Constant(name, raw)
     if len(raw) != 1:
-        raise UserError(f'{where}: parameter "{name}" needs exactly one of {", ".join(_DISTRIBUTIONS)}, got {sorted(raw)}')
+        raise UserError(
+            f'{where}: parameter "{name}" needs exactly one of {", ".join(_DISTRIBUTIONS)}, got {sorted(raw)}'
+        )
     kind, arg = next(iter(raw.items()))
     if kind not in _DISTRIBUTIONS:
-        raise UserError(f'{where}: parameter "{name}" has unknown distribution "{kind}"{did_you_mean(kind, _DISTRIBUTIONS)}')
+        raise UserError(
+            f'{where}: parameter "{name}" has unknown distribution "{kind}"{did_you_mean(kind, _DISTRIBUTIONS)}'
+        )
     if kind == "subsets":
         if name != "components":
             raise UserError(f'{where}: {{subsets: ...}} only applies to "components", not "{name}"')
@@ -253,7 +273,9 @@ def _parse_param(name: str, raw: Any, where: str) -> Distribution:
         raise UserError(f'{where}: parameter "{name}" {{{kind}: ...}} needs [low, high] numbers, got {arg!r}')
     low, high = float(arg[0]), float(arg[1])
     if not low < high:
-        raise UserError(f'{where}: parameter "{name}" range [{arg[0]}, {arg[1]}] is empty or inverted; write [low, high] with low < high')
+        raise UserError(
+            f'{where}: parameter "{name}" range [{arg[0]}, {arg[1]}] is empty or inverted; write [low, high] with low < high'
+        )
     if kind == "loguniform" and low <= 0:
         raise UserError(f'{where}: parameter "{name}" loguniform range must be positive, got [{arg[0]}, {arg[1]}]')
     if kind == "randint":
@@ -332,7 +354,7 @@ class SearchSpec:
         base = self.example()
         return [base] + [{**base, name: v} for name, p in self.parameters.items() for v in p.corners()[1:]]
 
-    def with_overrides(self, num_samples: int | None = None) -> "SearchSpec":
+    def with_overrides(self, num_samples: int | None = None) -> SearchSpec:
         """A copy with the command line's ``--num-samples`` applied (and validated)."""
         if num_samples is None:
             return self
@@ -346,11 +368,17 @@ def resolve_space_path(name_or_path: str | Path) -> Path:
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return path
-    for candidate in (SPACES_DIR / f"{name_or_path}.yaml", SPACES_DIR / f"{name_or_path}.yml", SPACES_DIR / str(name_or_path)):
+    for candidate in (
+        SPACES_DIR / f"{name_or_path}.yaml",
+        SPACES_DIR / f"{name_or_path}.yml",
+        SPACES_DIR / str(name_or_path),
+    ):
         if candidate.is_file():
             return candidate
     known = list_spaces()
-    raise UserError(f'search space "{name_or_path}" not found{did_you_mean(str(name_or_path), known)}; known: {", ".join(known)}, or a path to a .yaml file')
+    raise UserError(
+        f'search space "{name_or_path}" not found{did_you_mean(str(name_or_path), known)}; known: {", ".join(known)}, or a path to a .yaml file'
+    )
 
 
 def list_spaces() -> list[str]:
@@ -406,8 +434,10 @@ def _parse_objectives(raw: dict, where: str) -> tuple[tuple[str, str], ...]:
     if not isinstance(metric, list):
         return ((str(metric), _one_of(mode, MODES, where, "mode")),)
     if not isinstance(mode, list) or len(mode) != len(metric) or len(metric) < 2:
-        raise UserError(f"{where}: two or more objectives need metric and mode lists of the same length, "
-                        f"e.g. metric: [val_acc, trainable_params] and mode: [max, min]")  # fmt: skip
+        raise UserError(
+            f"{where}: two or more objectives need metric and mode lists of the same length, "
+            f"e.g. metric: [val_acc, trainable_params] and mode: [max, min]"
+        )
     return tuple((str(m), _one_of(d, MODES, where, "mode")) for m, d in zip(metric, mode))
 
 
@@ -415,14 +445,18 @@ def _check_algorithm(spec: SearchSpec) -> None:
     if spec.multi_objective and spec.algorithm != "optuna":
         raise UserError(f"{spec.path}: several objectives need algorithm: optuna (its multi-objective TPE)")
     if spec.multi_objective and spec.scheduler.name != "fifo":
-        raise UserError(f"{spec.path}: scheduler {spec.scheduler.name} stops trials by one metric; with several "
-                        "objectives use scheduler: fifo (every trial trains its whole budget)")  # fmt: skip
+        raise UserError(
+            f"{spec.path}: scheduler {spec.scheduler.name} stops trials by one metric; with several "
+            "objectives use scheduler: fifo (every trial trains its whole budget)"
+        )
     if spec.warm_start and not (spec.algorithm == "optuna" and isinstance(spec.parameters.get("components"), Subsets)):
         raise UserError(f"{spec.path}: warm_start needs algorithm: optuna and components: {{subsets: ...}}")
     if spec.algorithm == "grid":
         for p in spec.parameters.values():
             if not p.discrete:
-                raise UserError(f'{spec.path}: a grid needs discrete parameters; "{p.name}" is a range, write {{choice: [...]}}')
+                raise UserError(
+                    f'{spec.path}: a grid needs discrete parameters; "{p.name}" is a range, write {{choice: [...]}}'
+                )
 
 
 def _parse_scheduler(raw: Any, where: str) -> SchedulerSpec:
@@ -442,12 +476,16 @@ def _parse_scheduler(raw: Any, where: str) -> SchedulerSpec:
 def _check_keys(raw: dict, allowed: Iterable[str], where: str, what: str) -> None:
     for key in raw:
         if key not in allowed:
-            raise UserError(f'{where}: unknown {what} "{key}"{did_you_mean(str(key), allowed)}; allowed: {", ".join(allowed)}')
+            raise UserError(
+                f'{where}: unknown {what} "{key}"{did_you_mean(str(key), allowed)}; allowed: {", ".join(allowed)}'
+            )
 
 
 def _one_of(value: Any, options: tuple[str, ...], where: str, what: str) -> str:
     if value not in options:
-        raise UserError(f'{where}: unknown {what} "{value}"{did_you_mean(str(value), options)}; use one of {", ".join(options)}')
+        raise UserError(
+            f'{where}: unknown {what} "{value}"{did_you_mean(str(value), options)}; use one of {", ".join(options)}'
+        )
     return str(value)
 
 

@@ -15,9 +15,10 @@ import numbers
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import pandas as pd
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
@@ -75,7 +76,12 @@ def find_search_run(
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
         return None
-    tags = {SEARCH_TAG: search, ROLE_TAG: "search", SEARCH_ID_TAG: search_id, STORAGE_TAG: storage}  # trials carry the name too
+    tags = {
+        SEARCH_TAG: search,
+        ROLE_TAG: "search",
+        SEARCH_ID_TAG: search_id,
+        STORAGE_TAG: storage,
+    }  # trials carry the name too
     where = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items() if v)
     runs = mlflow.search_runs([exp.experiment_id], filter_string=where, max_results=2)
     return runs[0].info.run_id if len(runs) == 1 else None
@@ -115,8 +121,9 @@ def dataset_inputs(settings: dict[str, Any]) -> list[DatasetInput]:
         identity = f"{name}:{split}:seed={seed}:val_fraction={fraction}"
         digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
         profile = json.dumps({"split": split, "seed": seed, "val_fraction": fraction})
-        dataset = Dataset(name=f"{name}-{split}", digest=digest, source_type="vitplast_tune", source=source,
-                          profile=profile)  # fmt: skip
+        dataset = Dataset(
+            name=f"{name}-{split}", digest=digest, source_type="vitplast_tune", source=source, profile=profile
+        )
         inputs.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)]))
     return inputs
 
@@ -176,8 +183,12 @@ class MlflowTracker(Callback):
             self.mlflow.update_run(run_id, status="RUNNING")
         else:
             described = self.describe(trial.config)
-            tags = {**described.tags, PARENT_TAG: self.parent_run_id, TRIAL_TAG: trial.trial_id,
-                    RUN_NAME_TAG: f"{described.name} #{number or trial.trial_id}"}  # fmt: skip
+            tags = {
+                **described.tags,
+                PARENT_TAG: self.parent_run_id,
+                TRIAL_TAG: trial.trial_id,
+                RUN_NAME_TAG: f"{described.name} #{number or trial.trial_id}",
+            }
             run_id = self.mlflow.create_run(parent.info.experiment_id, tags=tags).info.run_id
             log_params(self.mlflow, run_id, described.params)
             log_metrics(self.mlflow, run_id, described.metrics)
@@ -227,21 +238,39 @@ class MlflowTracker(Callback):
 def open_search_run(mlflow: MlflowClient, plan: SearchPlan, predictors: report.Predictors) -> str:
     """The parent run of a search: found again on ``--resume``, else created with the space, settings and plasticity."""
     if plan.options.resume:
-        existing = find_search_run(mlflow, EXPERIMENT, plan.name, search_id=plan.search_id or None,
-                                   storage=None if plan.search_id else f"{plan.storage}/{plan.name}")  # fmt: skip
+        existing = find_search_run(
+            mlflow,
+            EXPERIMENT,
+            plan.name,
+            search_id=plan.search_id or None,
+            storage=None if plan.search_id else f"{plan.storage}/{plan.name}",
+        )
         if existing:
             mlflow.update_run(existing, status="RUNNING")
             return existing
     spec = plan.spec
-    params = {"space": spec.name, "algorithm": spec.algorithm, "scheduler": spec.scheduler.name, "num_samples": spec.num_samples,
-              "metric": spec.metric, "mode": spec.mode, "search_seed": plan.seed,
-              **{f"default.{k}": v for k, v in plan.settings.items()}}  # fmt: skip
-    tags = {"vitplast.space_fingerprint": spec.fingerprint, STORAGE_TAG: f"{plan.storage}/{plan.name}",
-            SEARCH_ID_TAG: plan.search_id, NOTE_TAG: search_note(plan.name)}  # fmt: skip
+    params = {
+        "space": spec.name,
+        "algorithm": spec.algorithm,
+        "scheduler": spec.scheduler.name,
+        "num_samples": spec.num_samples,
+        "metric": spec.metric,
+        "mode": spec.mode,
+        "search_seed": plan.seed,
+        **{f"default.{k}": v for k, v in plan.settings.items()},
+    }
+    tags = {
+        "vitplast.space_fingerprint": spec.fingerprint,
+        STORAGE_TAG: f"{plan.storage}/{plan.name}",
+        SEARCH_ID_TAG: plan.search_id,
+        NOTE_TAG: search_note(plan.name),
+    }
     plasticity = predictors.plasticity
     if plasticity is not None:
         meta = plasticity.meta
-        params.update(plasticity_variant=meta["variant"], plasticity_reference=meta["reference"], plasticity_pairs=meta["n_pairs"])
+        params.update(
+            plasticity_variant=meta["variant"], plasticity_reference=meta["reference"], plasticity_pairs=meta["n_pairs"]
+        )
     run_id = start_search_run(mlflow, EXPERIMENT, plan.name, params, tags)
     mlflow.log_text(run_id, spec.text, f"space/{spec.path.name}")
     if predictors.gradients is not None:
@@ -254,19 +283,25 @@ def open_search_run(mlflow: MlflowClient, plan: SearchPlan, predictors: report.P
 
 def search_note(search: str, link: str | None = None, note: str = "") -> str:
     """The parent run's description (Markdown): what the search's runs and metrics are, and the view's link."""
-    lines = [f"**Search `{search}`**: one child run per trial (tag `{ROLE_TAG}` = `trial`); this run (`search`) holds "
-             "the search-wide settings (params `default.*`), the plasticity table and the analysis."]  # fmt: skip
+    lines = [
+        f"**Search `{search}`**: one child run per trial (tag `{ROLE_TAG}` = `trial`); this run (`search`) holds "
+        "the search-wide settings (params `default.*`), the plasticity table and the analysis."
+    ]
     if link:
         lines += ["", f"[Open the trials view]({link}) (trials sorted by accuracy at the common step, with charts)."]
     if note:
         lines += ["", note]
-    lines += ["", "Metrics: `best_val_acc` (best validation accuracy of the best trial), `best_test_acc` (test accuracy "
-              "of that trial's best-validation weights), `num_trials`. Trials: `val_acc_common` is the validation "
-              "accuracy at `common_step`, the last evaluation every trial reached (the fair comparison under early "
-              "stopping); `plasticity_mean` is the subset's mean plasticity; `trainable_params` and its log10.",
-              "", "Artifacts: `analysis/correlations.json` (Spearman and Kendall of plasticity and of log trainable "
-              "parameters with accuracy, bootstrap 95% intervals), plots, `trials.csv`, "
-              f"`{BEST_WEIGHTS}` (the best trial's trained parameters)."]  # fmt: skip
+    lines += [
+        "",
+        "Metrics: `best_val_acc` (best validation accuracy of the best trial), `best_test_acc` (test accuracy "
+        "of that trial's best-validation weights), `num_trials`. Trials: `val_acc_common` is the validation "
+        "accuracy at `common_step`, the last evaluation every trial reached (the fair comparison under early "
+        "stopping); `plasticity_mean` is the subset's mean plasticity; `trainable_params` and its log10.",
+        "",
+        "Artifacts: `analysis/correlations.json` (Spearman and Kendall of plasticity and of log trainable "
+        "parameters with accuracy, bootstrap 95% intervals), plots, `trials.csv`, "
+        f"`{BEST_WEIGHTS}` (the best trial's trained parameters).",
+    ]
     return "\n".join(lines)
 
 
@@ -302,7 +337,11 @@ def log_results(mlflow: MlflowClient, run_id: str, trials_csv: Path, best: pd.Da
     mlflow.log_table(run_id, results.read_trials(trials_csv.parent), "trials.json")
     if not best.empty:
         top = best.iloc[0]
-        log_metrics(mlflow, run_id, {"best_val_acc": top["best_val_acc"], "best_test_acc": top.get("test_acc"), "num_trials": num_trials})
+        log_metrics(
+            mlflow,
+            run_id,
+            {"best_val_acc": top["best_val_acc"], "best_test_acc": top.get("test_acc"), "num_trials": num_trials},
+        )
 
 
 def log_analysis(mlflow: MlflowClient, run_id: str, found) -> None:

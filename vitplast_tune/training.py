@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +57,7 @@ class FinetuneConfig:
     eval_test: bool = True
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "FinetuneConfig":
+    def from_dict(cls, values: dict[str, Any]) -> FinetuneConfig:
         """Build from a dict (a trial's config), rejecting unknown keys with a suggestion."""
         names = {f.name for f in fields(cls)}
         for key in values:
@@ -64,11 +65,13 @@ class FinetuneConfig:
                 raise UserError(f'unknown setting "{key}"{did_you_mean(key, names)}')
         return cls(**values)
 
-    def validate(self) -> "FinetuneConfig":
+    def validate(self) -> FinetuneConfig:
         """Raise UserError for values that cannot train; return self."""
         components.parse_subset(self.components)
         if self.optimizer not in OPTIMIZERS:
-            raise UserError(f'unknown optimizer "{self.optimizer}"{did_you_mean(self.optimizer, OPTIMIZERS)}; use one of {", ".join(OPTIMIZERS)}')
+            raise UserError(
+                f'unknown optimizer "{self.optimizer}"{did_you_mean(self.optimizer, OPTIMIZERS)}; use one of {", ".join(OPTIMIZERS)}'
+            )
         positive = dict(lr=self.lr, batch_size=self.batch_size, max_steps=self.max_steps, eval_every=self.eval_every)
         for name, value in positive.items():
             if not value > 0:
@@ -122,22 +125,33 @@ def build_optimizer(cfg: FinetuneConfig, params: list[nn.Parameter]) -> torch.op
     """SGD with momentum or AdamW over the trainable parameters (fused kernels on CUDA with ``cuda_options``)."""
     fused = cfg.cuda_options and bool(params) and params[0].is_cuda
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, fused=fused or None)
+        return torch.optim.SGD(
+            params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, fused=fused or None
+        )
     return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused or None)
 
 
 @torch.inference_mode()
 def evaluate(
-    model: nn.Module, dataset, batch_size: int, device: torch.device, num_workers: int = 0,
-    forward: Callable[[torch.Tensor], torch.Tensor] | None = None, autocast: bool = True,
-) -> dict[str, float]:  # fmt: skip
+    model: nn.Module,
+    dataset,
+    batch_size: int,
+    device: torch.device,
+    num_workers: int = 0,
+    forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    autocast: bool = True,
+) -> dict[str, float]:
     """Accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset`` (or its ``data.eval_batches``);
     bf16 on CUDA with ``autocast``."""
     forward = model if forward is None else forward  # not `or`: a compiled module has no truth value
     was_training = model.training
     model.eval()
     correct, loss_sum, count = torch.zeros((), device=device), torch.zeros((), device=device), 0
-    batches = data.eval_batches(dataset, eval_batch_size(batch_size), num_workers, device) if isinstance(dataset, Dataset) else dataset
+    batches = (
+        data.eval_batches(dataset, eval_batch_size(batch_size), num_workers, device)
+        if isinstance(dataset, Dataset)
+        else dataset
+    )
     for images, labels in batches:
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
         with _autocast(device, autocast):
@@ -177,8 +191,13 @@ def finetune(
     num_classes = data.num_classes(cfg.dataset, data_dir=cfg.data_dir)
     model = models.build_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
     splits = data.load_dataset(
-        cfg.dataset, models.data_config(model), data_dir=cfg.data_dir, download=cfg.download,
-        seed=cfg.seed, val_fraction=cfg.val_fraction, decoded=decoded,
+        cfg.dataset,
+        models.data_config(model),
+        data_dir=cfg.data_dir,
+        download=cfg.download,
+        seed=cfg.seed,
+        val_fraction=cfg.val_fraction,
+        decoded=decoded,
     )
     counts = components.freeze(model, cfg.components, cfg.blocks)
     trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
@@ -187,7 +206,10 @@ def finetune(
     feature_cache_s = 0.0
     if cfg.cache_features and not components.parse_subset(cfg.components) and _in_memory(splits):
         caching = time.perf_counter()
-        splits, forward = _backbone_features(model, splits, device, cfg.batch_size, cfg.cuda_options), _head_forward(model)
+        splits, forward = (
+            _backbone_features(model, splits, device, cfg.batch_size, cfg.cuda_options),
+            _head_forward(model),
+        )
         feature_cache_s = time.perf_counter() - caching
     elif cfg.compile:
         forward = torch.compile(model)
@@ -196,15 +218,22 @@ def finetune(
     step, best = 0, {"val_acc": -1.0, "step": 0, "trainable": None}
     if resume is not None:
         step, best = _load_state(resume, trainable, optimizer)
-    schedule = lambda s: cfg.lr * warmup_cosine(s, cfg.max_steps, cfg.warmup)  # noqa: E731
+    schedule = lambda s: cfg.lr * warmup_cosine(s, cfg.max_steps, cfg.warmup)
 
     metrics: dict[str, Any] = {}
-    batches = data.train_batches(splits.train, cfg.batch_size, seed=cfg.seed, start_step=step, num_workers=workers, device=device)
+    batches = data.train_batches(
+        splits.train, cfg.batch_size, seed=cfg.seed, start_step=step, num_workers=workers, device=device
+    )
     val_batches = data.eval_batches(splits.val, eval_batch_size(cfg.batch_size), workers, device)
     loss_sum, loss_count, started = torch.zeros((), device=device), 0, time.perf_counter()
     # Cumulative seconds since this call (a resumed run starts again at 0): setup (model, data, freezing,
     # feature cache), training steps (up to the loss sync at each evaluation), evaluation (val and test).
-    timing = {"time_setup_s": started - entered, "time_in_steps_s": 0.0, "time_in_eval_s": 0.0, "time_feature_cache_s": feature_cache_s}
+    timing = {
+        "time_setup_s": started - entered,
+        "time_in_steps_s": 0.0,
+        "time_in_eval_s": 0.0,
+        "time_feature_cache_s": feature_cache_s,
+    }
     while step < cfg.max_steps:
         images, labels = _to(next(batches), device)
         for group in optimizer.param_groups:
@@ -229,19 +258,32 @@ def finetune(
             if val["acc"] > best["val_acc"]:
                 best = {"val_acc": val["acc"], "step": step, "trainable": _snapshot(trainable)}
             metrics = {
-                "step": step, "train_loss": train_loss, "val_acc": val["acc"], "val_loss": val["loss"],
-                "best_val_acc": best["val_acc"], "best_step": best["step"], "current_lr": schedule(step - 1),
-                "trainable_params": sum(counts.values()), "max_steps": cfg.max_steps, "steps_per_s": loss_count / (evaluating - started),
+                "step": step,
+                "train_loss": train_loss,
+                "val_acc": val["acc"],
+                "val_loss": val["loss"],
+                "best_val_acc": best["val_acc"],
+                "best_step": best["step"],
+                "current_lr": schedule(step - 1),
+                "trainable_params": sum(counts.values()),
+                "max_steps": cfg.max_steps,
+                "steps_per_s": loss_count / (evaluating - started),
             }
-            metrics["images_per_s"] = metrics["steps_per_s"] * cfg.batch_size  # training throughput, the Pareto front's axis
+            metrics["images_per_s"] = (
+                metrics["steps_per_s"] * cfg.batch_size
+            )  # training throughput, the Pareto front's axis
             if step == cfg.max_steps and cfg.eval_test:
                 metrics["test_acc"] = _test_best(model, trainable, best, splits.test, cfg, device, forward)
             timing["time_in_eval_s"] += time.perf_counter() - evaluating
             metrics.update(timing)
             if report is not None:
                 # The live tensors, not copies (a copy of a ViT-B's weights and momentum is 0.7 GB): save or copy them.
-                state = {"step": step, "trainable": {n: p.detach() for n, p in trainable.items()},
-                         "optimizer": optimizer.state_dict(), "best": best}  # fmt: skip
+                state = {
+                    "step": step,
+                    "trainable": {n: p.detach() for n, p in trainable.items()},
+                    "optimizer": optimizer.state_dict(),
+                    "best": best,
+                }
                 report(metrics, state)
             loss_sum.zero_()
             loss_count, started = 0, time.perf_counter()
@@ -282,7 +324,9 @@ def eval_batch_size(batch_size: int) -> int:
 
 
 @torch.inference_mode()
-def _backbone_features(model: nn.Module, splits: data.Splits, device: torch.device, batch_size: int, autocast: bool) -> data.Splits:
+def _backbone_features(
+    model: nn.Module, splits: data.Splits, device: torch.device, batch_size: int, autocast: bool
+) -> data.Splits:
     """Each split passed once through the frozen backbone: the tokens before the final norm.
 
     Every split goes through the evaluation transform (the features of a linear probe are computed
@@ -290,7 +334,11 @@ def _backbone_features(model: nn.Module, splits: data.Splits, device: torch.devi
     other pooling keeps every token.
     """
     model.eval()
-    keep = 1 if getattr(model, "global_pool", "token") == "token" and getattr(model, "cls_token", None) is not None else None
+    keep = (
+        1
+        if getattr(model, "global_pool", "token") == "token" and getattr(model, "cls_token", None) is not None
+        else None
+    )
 
     def features(dataset: data.SmallImages) -> TensorDataset:
         evaluation = data.SmallImages(dataset.images, dataset.labels, dataset.indices, dataset.data_config, train=False)
@@ -299,7 +347,9 @@ def _backbone_features(model: nn.Module, splits: data.Splits, device: torch.devi
             labels.append(y.cpu())
             with _autocast(device, autocast):
                 tokens = model.blocks(models.embed(model, x))
-            out.append((tokens[:, :keep] if keep else tokens).to(torch.float32, copy=True))  # a copy: a view would keep every token
+            out.append(
+                (tokens[:, :keep] if keep else tokens).to(torch.float32, copy=True)
+            )  # a copy: a view would keep every token
         return TensorDataset(torch.cat(out), torch.cat(labels))
 
     cached = data.Splits(features(splits.train), features(splits.val), features(splits.test), splits.num_classes)

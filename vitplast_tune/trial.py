@@ -23,8 +23,14 @@ from vitplast_tune.training import DivergedError, FinetuneConfig, finetune
 
 STATE_FILE = "state.pt"
 # What every report of a trial carries that a search can optimise, and the mode in which it is better.
-METRICS = {"val_acc": "max", "best_val_acc": "max", "val_loss": "min", "train_loss": "min",
-           "trainable_params": "min", "images_per_s": "max"}  # the last two: second objectives (Pareto)
+METRICS = {
+    "val_acc": "max",
+    "best_val_acc": "max",
+    "val_loss": "min",
+    "train_loss": "min",
+    "trainable_params": "min",
+    "images_per_s": "max",
+}  # the last two: second objectives (Pareto)
 
 
 def trial_config(config: dict[str, Any], settings: dict[str, Any]) -> FinetuneConfig:
@@ -68,7 +74,9 @@ def train_trial(
     def report(metrics: dict[str, Any], state: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory() as directory:
             torch.save(state, Path(directory) / STATE_FILE)
-            tune.report({**metrics, "diverged": 0, "node_id": _node_id()}, checkpoint=tune.Checkpoint.from_directory(directory))
+            tune.report(
+                {**metrics, "diverged": 0, "node_id": _node_id()}, checkpoint=tune.Checkpoint.from_directory(directory)
+            )
 
     try:
         finetune(cfg, report=report, resume=resume, decoded=decoded)
