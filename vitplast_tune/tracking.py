@@ -382,12 +382,13 @@ def log_best_weights(mlflow: MlflowClient, run_id: str, checkpoint, trial: dict[
 
     from vitplast_tune.trial import STATE_FILE
 
-    with checkpoint.as_directory() as directory:
-        state = torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=True)
-    best = state.get("best", {}).get("trainable") or state["trainable"]
-    with tempfile.TemporaryDirectory() as directory:
+    # Memory-mapped: only the best weights are read, not the optimizer state and the last weights beside them.
+    with checkpoint.as_directory() as source, tempfile.TemporaryDirectory() as directory:
+        state = torch.load(Path(source) / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
+        best = state.get("best", {}).get("trainable") or state["trainable"]
         path = Path(directory) / Path(BEST_WEIGHTS).name
         save_file({k: v.contiguous() for k, v in best.items()}, str(path))
+        del state, best
         about = Path(directory) / "trial.json"
         about.write_text(json.dumps(trial, indent=2, default=str))
         log_artifacts(mlflow, run_id, [path, about], str(Path(BEST_WEIGHTS).parent))
