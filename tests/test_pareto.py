@@ -166,7 +166,7 @@ defaults:
 
 @pytest.mark.slow
 def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
-    from vitplast_tune import recommend, search
+    from vitplast_tune import recommend, report, search
     from vitplast_tune.trial import trainable_parameters, trial_config
 
     settings = {"model": "vit_testbed_patch8_32", "pretrained": False}
@@ -183,7 +183,9 @@ def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
         max_concurrent=1,
     )
     plan = search.prepare(options)
-    expected = recommend.rank(recommend.subset_scores(search.measure(plan), plan.settings), "plasticity_mean", budget)
+    expected = recommend.rank(
+        recommend.subset_scores(report.measure_search(plan), plan.settings), "plasticity_mean", budget
+    )
     found = search.execute(plan)
     trials = found.trials  # in the order Tune created them
     assert list(trials["components"].head(2)) == list(expected["components"].head(2))  # TPE tried them first

@@ -54,6 +54,18 @@ def address(option: str | None) -> str | None:
     return option or os.environ.get("RAY_ADDRESS") or None
 
 
+def init(option: str | None) -> None:
+    """Join the cluster at ``--address`` (else ``RAY_ADDRESS``), or start a local Ray instance without a dashboard."""
+    import ray
+
+    joining = address(option)
+    runtime_env = {"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}}
+    if joining:
+        connect(joining, runtime_env=runtime_env, log_to_driver=False)  # UserError when refused or unreachable
+    else:
+        ray.init(include_dashboard=False, runtime_env=runtime_env, log_to_driver=False, configure_logging=False)
+
+
 def connect(address: str, **init_kwargs: Any) -> None:
     """``ray.init(address=...)``, with a clear UserError when the cluster cannot be joined."""
     import ray

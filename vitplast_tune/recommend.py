@@ -212,3 +212,14 @@ def describe(rec: Recommendation, top: int = 10) -> str:
             f"{r.source} {r.search} ({r.model} / {r.dataset})"
         )
     return "\n".join(lines)
+
+
+def warm_start_subsets(plan, predictors: report.Predictors) -> list[str]:
+    """The subsets ``recommend`` ranks best (within the parameter budget) for a space with ``warm_start``; else none."""
+    if not plan.spec.warm_start or predictors.plasticity is None:
+        return []
+    scores = subset_scores(predictors, plan.settings)
+    ranked = rank(scores, choose_criterion(read_evidence(Path(plan.storage)))[0], plan.max_trainable_params)
+    say = print if plan.options.verbose else lambda *a, **k: None
+    say(f"Warm start: TPE tries first {', '.join(ranked['components'].head(plan.spec.warm_start))}", flush=True)
+    return list(ranked["components"])

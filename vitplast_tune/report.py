@@ -280,6 +280,44 @@ class Predictors:
         return out
 
 
+def measure_search(plan) -> Predictors:
+    """The predictors a search (``plan.SearchPlan``) measures before training (plasticity, gradient criteria), each
+    as a Ray task with one trial's resources; plasticity measured before is read from its cache instead."""
+    if not plan.options.plasticity:
+        return Predictors()
+    from vitplast_tune.cluster import task_runner
+    from vitplast_tune.trial import trial_config
+
+    s, o = plan.settings, plan.options
+    say = print if o.verbose else lambda *a, **k: None
+    run = task_runner(o.trial_resources, say)
+    say(
+        f"Plasticity of {s['model']} ({o.plasticity_variant} variant): {s['dataset']} test split vs {o.plasticity_reference} ...",
+        flush=True,
+    )
+    measured = plasticity_report(
+        s["model"],
+        weights=s["weights"],
+        pretrained=s["pretrained"],
+        dataset=s["dataset"],
+        reference=o.plasticity_reference,
+        data_dir=s["data_dir"],
+        download=s["download"],
+        variant=o.plasticity_variant,
+        max_pairs=o.plasticity_pairs,
+        reuse=True,
+        runner=run,
+    )
+    ranking = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
+    order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranking.itertuples())
+    say(
+        f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})",
+        flush=True,
+    )
+    gradients = run(gradient_report, cfg=trial_config({}, s), decoded=plan.decoded)
+    return Predictors(measured, gradients)
+
+
 def gradient_report(cfg, *, num_batches: int = 4, decoded: data.InMemory | None = None, device=None) -> pd.DataFrame:
     """The gradient criteria (``criteria.gradient_table``) of a run's pretrained model on its first training batches.
 

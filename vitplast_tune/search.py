@@ -16,13 +16,13 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from vitplast_tune import analysis, protocol, report, results, searchers, spaces, tracking
+from vitplast_tune import analysis, protocol, recommend, report, results, searchers, spaces, tracking
 from vitplast_tune.errors import SearchInterrupted
 from vitplast_tune.plan import SearchOptions, SearchPlan, default_storage, prepare, read_record, write_record
 from vitplast_tune.results import SearchResult
-from vitplast_tune.trial import train_trial, trial_config
+from vitplast_tune.trial import train_trial
 
-__all__ = ["SearchOptions", "SearchResult", "run", "execute", "reanalyse", "measure"]
+__all__ = ["SearchOptions", "SearchResult", "run", "execute", "reanalyse", "compare_datasets"]
 
 
 def run(options: SearchOptions, callbacks: Sequence[Callback] = ()) -> SearchResult:
@@ -43,11 +43,15 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
         _say(plan, f"note: {note}")
     owns_ray = not ray.is_initialized()
     if owns_ray:
-        _init_ray(plan.options.address)
+        from vitplast_tune import cluster
+
+        cluster.init(plan.options.address)
     mlflow, parent = None, None
     try:  # join and check the trial request, measure, then record; Ray shut down after; a failure marks the run
         grows = _check_cluster(plan)
-        predictors = measure(plan)  # a Ray task with a trial's resources (a GPU when trials use GPUs); cached
+        predictors = report.measure_search(
+            plan
+        )  # a Ray task with a trial's resources (a GPU when trials use GPUs); cached
         mlflow = tracking.client(plan.tracking_uri)
         parent = tracking.open_search_run(mlflow, plan, predictors)
         view = tracking.publish_view(mlflow, plan, parent, predictors.plasticity is not None)
@@ -101,64 +105,12 @@ def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predicto
         train_trial, settings=plan.settings, decoded=plan.decoded, max_trainable_params=plan.max_trainable_params
     )
     trainable = tune.with_resources(trainable, plan.options.trial_resources)
-    return searchers.tuner(plan, trainable, callbacks, warm_start_subsets(plan, predictors)).fit()
+    return searchers.tuner(plan, trainable, callbacks, recommend.warm_start_subsets(plan, predictors)).fit()
 
 
 def _say(plan: SearchPlan, text: str) -> None:
     if plan.options.verbose:
         print(text, flush=True)
-
-
-def measure(plan: SearchPlan) -> report.Predictors:
-    """The predictors the search measures before training (plasticity, gradient criteria), each as a Ray task
-    with one trial's resources; plasticity measured before is read from its cache instead."""
-    if not plan.options.plasticity:
-        return report.Predictors()
-    from vitplast_tune.cluster import task_runner
-
-    s, o = plan.settings, plan.options
-    say = print if o.verbose else lambda *a, **k: None
-    run = task_runner(o.trial_resources, say)
-    say(
-        f"Plasticity of {s['model']} ({o.plasticity_variant} variant): {s['dataset']} test split vs {o.plasticity_reference} ...",
-        flush=True,
-    )
-    measured = report.plasticity_report(
-        s["model"],
-        weights=s["weights"],
-        pretrained=s["pretrained"],
-        dataset=s["dataset"],
-        reference=o.plasticity_reference,
-        data_dir=s["data_dir"],
-        download=s["download"],
-        variant=o.plasticity_variant,
-        max_pairs=o.plasticity_pairs,
-        reuse=True,
-        runner=run,
-    )
-    ranking = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
-    order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranking.itertuples())
-    say(
-        f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})",
-        flush=True,
-    )
-    gradients = run(report.gradient_report, cfg=trial_config({}, s), decoded=plan.decoded)
-    return report.Predictors(measured, gradients)
-
-
-def warm_start_subsets(plan: SearchPlan, predictors: report.Predictors) -> list[str]:
-    """The subsets ``recommend`` ranks best (within the parameter budget) for a space with ``warm_start``; else none."""
-    if not plan.spec.warm_start or predictors.plasticity is None:
-        return []
-    from vitplast_tune import recommend
-
-    scores = recommend.subset_scores(predictors, plan.settings)
-    ranked = recommend.rank(
-        scores, recommend.choose_criterion(recommend.read_evidence(Path(plan.storage)))[0], plan.max_trainable_params
-    )
-    say = print if plan.options.verbose else lambda *a, **k: None
-    say(f"Warm start: TPE tries first {', '.join(ranked['components'].head(plan.spec.warm_start))}", flush=True)
-    return list(ranked["components"])
 
 
 def analyse(result: SearchResult, mlflow) -> None:
@@ -216,19 +168,6 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
     checkpoint = results.checkpoint(grid, best.iloc[0]["trial_id"]) if not best.empty else None
     if checkpoint is not None:
         tracking.log_best_weights(mlflow, result.parent_run_id, checkpoint, best.iloc[0].to_dict())
-
-
-def _init_ray(address: str | None) -> None:
-    import ray
-
-    from vitplast_tune import cluster
-
-    address = cluster.address(address)  # --address, else RAY_ADDRESS
-    runtime_env = {"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}}
-    if address:
-        cluster.connect(address, runtime_env=runtime_env, log_to_driver=False)  # UserError when refused/unreachable
-    else:
-        ray.init(include_dashboard=False, runtime_env=runtime_env, log_to_driver=False, configure_logging=False)
 
 
 def _check_cluster(plan: SearchPlan) -> bool:
