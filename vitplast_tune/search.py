@@ -1,9 +1,9 @@
-"""Running (or resuming) a search, top to bottom: validate -> measure -> start or join Ray -> tune ->
+"""Running (or resuming) a search, top to bottom: validate -> start or join Ray -> measure -> record -> tune ->
 results -> analyse.
 
 ``run(options)`` is the whole job. Each step is one call into the module that owns it: ``plan``
-(validation), ``report`` (plasticity), ``cluster`` (Ray), ``tracking`` (MLflow), ``searchers``
-(the Tuner), ``results`` (trial table, summary) and ``analysis`` (statistics, plots).
+(validation), ``cluster`` (Ray), ``report`` (plasticity, gradient criteria), ``tracking`` (MLflow),
+``searchers`` (the Tuner), ``results`` (trial table, summary) and ``analysis`` (statistics, plots).
 """
 
 from __future__ import annotations
@@ -49,9 +49,8 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
     mlflow, parent = None, None
     try:  # join and check the trial request, measure, then record; Ray shut down after; a failure marks the run
         grows = _check_cluster(plan)
-        predictors = report.measure_search(
-            plan
-        )  # a Ray task with a trial's resources (a GPU when trials use GPUs); cached
+        # The predictors, as a Ray task with a trial's resources (a GPU when trials use GPUs); cached plasticity reused.
+        predictors = report.measure_search(plan)
         mlflow = tracking.client(plan.tracking_uri)
         parent = tracking.open_search_run(mlflow, plan, predictors)
         view = tracking.publish_view(mlflow, plan, parent, predictors.plasticity is not None)
