@@ -326,19 +326,9 @@ def gradient_report(cfg, *, num_batches: int = 4, decoded: data.InMemory | None 
     """
     if num_batches < 1:
         raise UserError(f"num_batches must be a positive integer, not {num_batches}")
-    torch.manual_seed(cfg.seed)
-    model = models.build_model(
-        cfg.model, data.num_classes(cfg.dataset, data_dir=cfg.data_dir), pretrained=cfg.pretrained, weights=cfg.weights
-    )
-    splits = data.load_dataset(
-        cfg.dataset,
-        models.data_config(model),
-        data_dir=cfg.data_dir,
-        download=cfg.download,
-        seed=cfg.seed,
-        val_fraction=cfg.val_fraction,
-        decoded=decoded,
-    )
+    from vitplast_tune.training import build_run
+
+    model, splits = build_run(cfg, decoded)
     stream = data.train_batches(splits.train, cfg.batch_size, seed=cfg.seed)
     table = criteria.gradient_table(model, [next(stream) for _ in range(num_batches)], device=device or "cpu")
     table.attrs.update(model=cfg.model, dataset=cfg.dataset, num_batches=num_batches, batch_size=cfg.batch_size)

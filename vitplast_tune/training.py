@@ -187,18 +187,7 @@ def finetune(
     entered = time.perf_counter()
     device = device or default_device()
     _use_hardware(cfg, device)
-    torch.manual_seed(cfg.seed)
-    num_classes = data.num_classes(cfg.dataset, data_dir=cfg.data_dir)
-    model = models.build_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
-    splits = data.load_dataset(
-        cfg.dataset,
-        models.data_config(model),
-        data_dir=cfg.data_dir,
-        download=cfg.download,
-        seed=cfg.seed,
-        val_fraction=cfg.val_fraction,
-        decoded=decoded,
-    )
+    model, splits = build_run(cfg, decoded)
     counts = components.freeze(model, cfg.components, cfg.blocks)
     trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
     model.to(device).train()
@@ -288,6 +277,23 @@ def finetune(
             loss_sum.zero_()
             loss_count, started = 0, time.perf_counter()
     return metrics
+
+
+def build_run(cfg: FinetuneConfig, decoded: data.InMemory | None = None) -> tuple[nn.Module, data.Splits]:
+    """A run's model (new head initialised from ``cfg.seed``) and its seeded splits, as ``finetune`` trains them."""
+    torch.manual_seed(cfg.seed)
+    num_classes = data.num_classes(cfg.dataset, data_dir=cfg.data_dir)
+    model = models.build_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
+    splits = data.load_dataset(
+        cfg.dataset,
+        models.data_config(model),
+        data_dir=cfg.data_dir,
+        download=cfg.download,
+        seed=cfg.seed,
+        val_fraction=cfg.val_fraction,
+        decoded=decoded,
+    )
+    return model, splits
 
 
 def _test_best(model, trainable, best, test_set, cfg, device, forward) -> float:
