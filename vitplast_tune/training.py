@@ -229,11 +229,13 @@ def finetune(
             group["lr"] = schedule(step)
         with _autocast(device, cfg.cuda_options):
             loss = F.cross_entropy(forward(images).float(), labels)
-        optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(trainable.values(), cfg.grad_clip)
         optimizer.step()
+        # Freed now, not before the next backward: the forward pass's activations and an evaluation never
+        # sit beside a whole set of stale gradients (a ViT-B's are 0.34 GB).
+        optimizer.zero_grad(set_to_none=True)
         loss_sum += loss.detach()
         loss_count += 1
         step += 1
