@@ -9,8 +9,9 @@ store, read zero-copy by the trials, which hold one float batch at a time).
 
 Speed, on one CPU core (torch and PIL single-threaded): images/s of each transform path from the
 stored images to a normalized 224 px batch: timm's per-image PIL transforms, and the batched
-transforms of ``vitplast_tune.transforms`` on the CPU, for CIFAR-size (32 px) sources, the resized
-uint8 cache of a JPEG dataset (256 px) and full JPEG decoding (500x375, Pets-like); against the
+transforms of ``vitplast_tune.transforms`` on the CPU, for CIFAR-size (32 px) sources, full JPEG
+decoding (500x375, Pets-like) and the same JPEGs read from their image cache (``image_cache: 256``,
+image_cache.py), with the one-time speed of building that cache; against the
 model's training images/s (full finetuning, fp32) on every core of the same machine. The ratio
 ``cores needed`` = model images/s / pipeline images/s per core.
 
@@ -20,16 +21,18 @@ model's training images/s (full finetuning, fp32) on every core of the same mach
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from vitplast_tune import models, transforms
+from vitplast_tune import image_cache, models, transforms
 
 # (images, channels, height, width) held in memory, and the training split a trial used to hold before.
 DATASETS = {
@@ -85,13 +88,13 @@ def pipelines(config: dict, batch: int, seconds: float) -> dict[str, float]:
 
     rng = np.random.default_rng(0)
     small = rng.integers(0, 255, (batch, 3, 32, 32), dtype=np.uint8)
-    cached = rng.integers(0, 255, (batch, 3, 256, 256), dtype=np.uint8)
     jpegs = []
     for _ in range(8):
         buffer = io.BytesIO()
         Image.fromarray(rng.integers(0, 255, (375, 500, 3), dtype=np.uint8)).save(buffer, "JPEG", quality=90)
         jpegs.append(buffer.getvalue())
     pil_small = [Image.fromarray(im.transpose(1, 2, 0)) for im in small]
+    decoded_jpegs = lambda: [(Image.open(io.BytesIO(b)), 0) for b in jpegs]  # a dataset of (PIL image, label)
 
     def per_image(train: bool, images) -> Callable[[], int]:
         tf = transforms.per_image(config, train)
@@ -104,15 +107,27 @@ def pipelines(config: dict, batch: int, seconds: float) -> dict[str, float]:
         tf = transforms.per_image(config, True)
         return len(torch.stack([tf(Image.open(io.BytesIO(b)).convert("RGB")) for b in jpegs]))
 
-    paths = {
-        "32px train, per image (timm, PIL)": per_image(True, pil_small),
-        "32px train, batched on the CPU": batched(True, small),
-        "32px eval, per image (timm, PIL)": per_image(False, pil_small),
-        "32px eval, batched on the CPU": batched(False, small),
-        "256px uint8 cache train, batched on the CPU": batched(True, cached),
-        "JPEG 500x375 decode + train, per image": jpeg_train,
-    }
-    return {name: images_per_s(fn, seconds) for name, fn in paths.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        builds = iter(range(10**9))
+
+        def build() -> int:  # a new cache each call: the one-time build (its "decoded ..." line silenced)
+            with contextlib.redirect_stderr(io.StringIO()):
+                image_cache.ensure(decoded_jpegs, f"build{next(builds)}", 256, tmp)
+            return len(jpegs)
+
+        directory = image_cache.ensure(decoded_jpegs, "jpegs", 256, tmp)
+        cache = image_cache.CachedImages(directory, transforms.per_image(config, True))
+        from_cache = lambda: len(torch.stack([cache[i][0] for i in range(len(cache))]))
+        paths = {
+            "32px train, per image (timm, PIL)": per_image(True, pil_small),
+            "32px train, batched on the CPU": batched(True, small),
+            "32px eval, per image (timm, PIL)": per_image(False, pil_small),
+            "32px eval, batched on the CPU": batched(False, small),
+            "JPEG 500x375 decode + train, per image": jpeg_train,
+            "image cache (256 px) + train, per image": from_cache,
+            "building the image cache (once): JPEG decode, resize to 256 px, write": build,
+        }
+        return {name: images_per_s(fn, seconds) for name, fn in paths.items()}
 
 
 def model_images_per_s(model_name: str, batch: int, steps: int) -> float:

@@ -153,6 +153,14 @@ def test_gpu_check_dry_run_and_its_cpu_smoke_path(tmp_path, capsys):
     assert "subset (CUDA options)" in capsys.readouterr().out
 
 
+def test_bench_data_times_every_input_path_including_the_image_cache():
+    from vitplast_tune import models
+
+    speeds = _script("bench_data").pipelines(models.pretrained_data_config("vit_testbed_patch8_32"), 4, 0.01)
+    assert "image cache (256 px) + train, per image" in speeds and len(speeds) == 7
+    assert all(speed > 0 for speed in speeds.values())
+
+
 def test_bench_data_byte_table():
     rows = {r["dataset"]: r for r in _script("bench_data").host_bytes(batch_size=64)}
     assert rows["digits"]["before_trial"] == 1797 * 3 * 224 * 224 * 4 and rows["digits"]["after_node"] == 1797 * 64

@@ -100,20 +100,24 @@ class InMemory:
 Loader = Callable[..., "Splits | InMemory"]
 _DATASETS: dict[str, Loader] = {}
 _NUM_CLASSES: dict[str, int] = {}
+_FROM_FILES: set[str] = set()  # loaders that read image files lazily, and take ``image_cache``
 
 
-def register_dataset(name: str, num_classes: int | None = None) -> Callable[[Loader], Loader]:
+def register_dataset(name: str, num_classes: int | None = None, from_files: bool = False) -> Callable[[Loader], Loader]:
     """Decorator adding a loader ``fn(data_config, root, download, seed, val_fraction)``.
 
     A loader returns ``Splits``, or ``InMemory`` for a small dataset that is decoded once.
 
     ``num_classes`` lets a model get its head before the data is loaded (None: read from disk).
+    ``from_files``: the loader reads image files lazily and also takes ``image_cache`` (see image_cache.py).
     """
 
     def add(fn: Loader) -> Loader:
         _DATASETS[name] = fn
         if num_classes is not None:
             _NUM_CLASSES[name] = num_classes
+        if from_files:
+            _FROM_FILES.add(name)
         return fn
 
     return add
@@ -155,24 +159,29 @@ def load_dataset(
     seed: int = 0,
     val_fraction: float = 0.2,
     decoded: InMemory | None = None,
+    image_cache: int = 0,
 ) -> Splits:
     """Load dataset ``name`` with transforms for ``data_config`` (see ``models.data_config``).
 
-    ``decoded`` (from ``decode_dataset``) skips decoding a small dataset again. Raises UserError
-    with what to do when the data is missing and ``download`` is off, or when a download fails.
+    ``decoded`` (from ``decode_dataset``) skips decoding a small dataset again. ``image_cache`` > 0 reads
+    a JPEG dataset from a one-time decode resized to that shorter side (image_cache.py; built when missing).
+    Raises UserError with what to do when the data is missing and ``download`` is off, or when a download fails.
     """
     fits = decoded is not None and decoded.name == name
-    loaded = decoded if fits else _load(name, data_config, data_dir, download, seed, val_fraction)
+    loaded = decoded if fits else _load(name, data_config, data_dir, download, seed, val_fraction, image_cache)
     return loaded.split(seed, val_fraction, data_config) if isinstance(loaded, InMemory) else loaded
 
 
-def decode_dataset(name: str, data_config: dict[str, Any], *, data_dir=None, download: bool = False) -> InMemory | None:
-    """Decode a small dataset once, uint8 at native resolution; None for datasets read lazily from disk."""
-    loaded = _load(name, data_config, data_dir, download, seed=0, val_fraction=0.2)
+def decode_dataset(
+    name: str, data_config: dict[str, Any], *, data_dir=None, download: bool = False, image_cache: int = 0
+) -> InMemory | None:
+    """Decode a small dataset once, uint8 at native resolution; None for datasets read lazily from disk
+    (whose image cache, with ``image_cache`` > 0, is built here when missing)."""
+    loaded = _load(name, data_config, data_dir, download, 0, 0.2, image_cache)
     return loaded if isinstance(loaded, InMemory) else None
 
 
-def _load(name, data_config, data_dir, download, seed, val_fraction) -> Splits | InMemory:
+def _load(name, data_config, data_dir, download, seed, val_fraction, image_cache=0) -> Splits | InMemory:
     check_dataset_name(name)
     family, _, option = name.partition(":")
     kwargs = dict(
@@ -180,6 +189,8 @@ def _load(name, data_config, data_dir, download, seed, val_fraction) -> Splits |
     )
     if option:
         kwargs["option"] = option
+    if family in _FROM_FILES:
+        kwargs["image_cache"] = image_cache
     loaded = _DATASETS[family](**kwargs)
     if isinstance(loaded, InMemory):
         loaded.name, loaded.num_classes = name, _NUM_CLASSES.get(family, 0)
@@ -332,24 +343,39 @@ def _torchvision_cifar(name: str, cls_name: str) -> Loader:
 
 
 def _torchvision(name: str, cls_name: str, train_kw: dict, test_kw: dict, classes: int) -> Loader:
-    def load(data_config, root, download, seed, val_fraction) -> Splits:
+    def load(data_config, root, download, seed, val_fraction, image_cache=0) -> Splits:
         import torchvision.datasets as tvd
 
         cls = getattr(tvd, cls_name)
         with _friendly_data_errors(name, root, download):
-            make = lambda tf, kw=train_kw: cls(str(root), download=download, transform=tf, **kw)
-            train, val = _train_val(make, data_config, seed, val_fraction)
-            test = cls(str(root), download=download, transform=image_transforms(data_config, False), **test_kw)
+            source = lambda kw: lambda tf=None: cls(str(root), download=download, transform=tf, **kw)
+            make_train = _cached(source(train_kw), f"{name}-{train_kw['split']}", image_cache)
+            make_test = _cached(source(test_kw), f"{name}-{test_kw['split']}", image_cache)
+            train, val = _train_val(make_train, data_config, seed, val_fraction)
+            test = make_test(image_transforms(data_config, False))
         return Splits(train, val, test, classes)
 
     load.__doc__ = f"torchvision {cls_name} in data_dir (download=True fetches it)."
     return load
 
 
+def _cached(make: Callable[..., Dataset], key: str, image_cache: int) -> Callable[[Callable], Dataset]:
+    """``make(transform)`` itself, or with ``image_cache`` > 0 a maker of the same items read from the image cache
+    of ``make()`` (the images untransformed), built first when missing."""
+    if not image_cache:
+        return make
+    from vitplast_tune import image_cache as cache
+
+    directory = cache.ensure(make, key, image_cache)
+    return lambda transform: cache.CachedImages(directory, transform)
+
+
 register_dataset("cifar10", 10)(_torchvision_cifar("cifar10", "CIFAR10"))
 register_dataset("cifar100", 100)(_torchvision_cifar("cifar100", "CIFAR100"))
-register_dataset("pets", 37)(_torchvision("pets", "OxfordIIITPet", {"split": "trainval"}, {"split": "test"}, 37))
-register_dataset("flowers102", 102)(
+register_dataset("pets", 37, from_files=True)(
+    _torchvision("pets", "OxfordIIITPet", {"split": "trainval"}, {"split": "test"}, 37)
+)
+register_dataset("flowers102", 102, from_files=True)(
     _torchvision("flowers102", "Flowers102", {"split": "train"}, {"split": "test"}, 102)
 )
 
@@ -379,26 +405,28 @@ def imagefolder_classes(root: Path) -> list[str]:
     return classes
 
 
-@register_dataset("imagefolder")
-def _imagefolder(data_config, root, download, seed, val_fraction) -> Splits:
+@register_dataset("imagefolder", from_files=True)
+def _imagefolder(data_config, root, download, seed, val_fraction, image_cache=0) -> Splits:
     """``root/train/<class>/*`` (and ``root/test/<class>/*``, else a seeded 20% test split)."""
     from torchvision.datasets import ImageFolder
 
     train_dir, test_dir = root / "train", root / "test"
     classes = imagefolder_classes(root)  # test/ has train's classes, so both index them alike (sorted names)
-    make = lambda tf: ImageFolder(str(train_dir), transform=tf)
+    make = _cached(lambda tf=None: ImageFolder(str(train_dir), transform=tf), "imagefolder-train", image_cache)
     if test_dir.is_dir():
-        train, val = _train_val(make, data_config, seed, val_fraction)
-        test = ImageFolder(str(test_dir), transform=image_transforms(data_config, False))
-        if test.class_to_idx != {name: i for i, name in enumerate(classes)}:  # e.g. a class folder without images
+        if ImageFolder(str(test_dir)).class_to_idx != {
+            name: i for i, name in enumerate(classes)
+        }:  # a class without images
             raise UserError(f"the test folder {test_dir} has no images for some classes of {train_dir}; add them")
+        train, val = _train_val(make, data_config, seed, val_fraction)
+        make_test = lambda tf=None: ImageFolder(str(test_dir), transform=tf)
+        test = _cached(make_test, "imagefolder-test", image_cache)(image_transforms(data_config, False))
     else:
         full_train, full_eval = make(image_transforms(data_config, True)), make(image_transforms(data_config, False))
         rest, test_idx = split_indices(len(full_train), 0.2, seed=10_007)
         train_idx, val_idx = (rest[i] for i in split_indices(len(rest), val_fraction, seed))
         train, val = Subset(full_train, train_idx.tolist()), Subset(full_eval, val_idx.tolist())
         test = Subset(full_eval, test_idx.tolist())
-        return Splits(train, val, test, len(full_train.classes))
     return Splits(train, val, test, len(classes))
 
 

@@ -252,8 +252,19 @@ def _check_data(settings: dict[str, Any]) -> data.InMemory | None:
     config = models.pretrained_data_config(settings["model"])
     models.check_weights(settings["model"], settings["weights"], settings["pretrained"])
     data.num_classes(settings["dataset"], settings.get("data_dir"))
+    image_cache = settings.get("image_cache", 0)
+    if 0 < image_cache < max(config["input_size"][1:]):
+        raise UserError(
+            f"image_cache {image_cache} is below the model's input size {config['input_size'][-1]} px, so every image "
+            f"would be enlarged again; use at least {round(config['input_size'][-1] / config.get('crop_pct', 1.0))} "
+            "(the model's resize size), or 0 to decode the JPEGs each time"
+        )
     return data.decode_dataset(
-        settings["dataset"], config, data_dir=settings.get("data_dir"), download=settings["download"]
+        settings["dataset"],
+        config,
+        data_dir=settings.get("data_dir"),
+        download=settings["download"],
+        image_cache=image_cache,
     )
 
 

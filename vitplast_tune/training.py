@@ -35,6 +35,7 @@ class FinetuneConfig:
     dataset: str = "digits"
     data_dir: str | None = None
     download: bool = False
+    image_cache: int = 0  # JPEG datasets: > 0 decodes them once, shorter side resized to this many px (image_cache.py)
     val_fraction: float = 0.2
     components: str = "all"
     blocks: list[int] | None = None
@@ -76,7 +77,7 @@ class FinetuneConfig:
         for name, value in positive.items():
             if not value > 0:
                 raise UserError(f"{name} must be positive, got {value}")
-        for name in ("warmup_steps", "weight_decay", "momentum", "grad_clip", "threads"):
+        for name in ("warmup_steps", "weight_decay", "momentum", "grad_clip", "threads", "image_cache"):
             if getattr(self, name) < 0:
                 raise UserError(f"{name} must not be negative, got {getattr(self, name)}")
         if self.warmup_fraction is not None and not 0 <= self.warmup_fraction < 1:
@@ -294,6 +295,7 @@ def build_run(cfg: FinetuneConfig, decoded: data.InMemory | None = None) -> tupl
         seed=cfg.seed,
         val_fraction=cfg.val_fraction,
         decoded=decoded,
+        image_cache=cfg.image_cache,
     )
     return model, splits
 
