@@ -4,7 +4,9 @@
 Runs ``scripts/search.py`` on a space of one trial (grid, FIFO, full finetuning of a randomly initialised
 model, 2 steps of batch 4, ``--no-plasticity``) under its own RAY_TMPDIR, samples /proc every 0.1 s and
 prints the peaks for each model, with the paper-scale model's ratio to the testbed's. PSS splits shared
-pages between the processes that map them, so the tree's PSS is the extra memory the search takes.
+pages between the processes that map them, so the tree's PSS is the extra memory the search takes; its
+anonymous part (heap, tensors, shared memory) leaves out the mapped library files, which the page cache can
+drop. At the tree's peak it also says how much the driver, the trial and Ray's own processes held.
 
     python scripts/bench_memory.py                       # vit_base_patch16_224 and the testbed ViT
     python scripts/bench_memory.py --models vit_base_patch16_224
@@ -21,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = """
@@ -45,8 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _kb(path: Path, key: str) -> int:
-    match = re.search(rf"^{key}:\s+(\d+) kB", path.read_text(), re.M)
+def _kb(text: str, key: str) -> int:
+    match = re.search(rf"^{key}:\s+(\d+) kB", text, re.M)
     return int(match.group(1)) * 1024 if match else 0
 
 
@@ -64,8 +67,34 @@ def _tree(tmp: str) -> list[int]:
     return pids
 
 
-def measure(model: str, dataset: str) -> dict[str, float]:
-    """Run the one-trial search for ``model``; return peak driver RSS, tree PSS and summed RSS (bytes) and seconds."""
+def _group(pid: int, driver: int) -> str:
+    """Which part of the search a process is: the driver, a trial (Tune's function trainable) or Ray's own."""
+    if pid == driver:
+        return "driver"
+    title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    return "trial" if title.startswith(b"ray::ImplicitFunc") else "Ray's processes"
+
+
+def _sample(tmp: str, driver: int) -> dict[str, dict[str, int]]:
+    """PSS, its anonymous part and RSS (bytes) of every process of the tree, summed per group."""
+    groups: dict[str, dict[str, int]] = {}
+    for pid in _tree(tmp):
+        try:
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+            rss = _kb(Path(f"/proc/{pid}/status").read_text(), "VmRSS")
+            group = _group(pid, driver)
+        except OSError:  # the process ended between the listing and the reads
+            continue
+        sums = groups.setdefault(group, {"pss": 0, "anon": 0, "rss": 0})
+        sums["pss"] += _kb(rollup, "Pss")
+        sums["anon"] += _kb(rollup, "Pss_Anon") + _kb(rollup, "Pss_Shmem")
+        sums["rss"] += rss
+    return groups
+
+
+def measure(model: str, dataset: str) -> dict[str, Any]:
+    """Run the one-trial search for ``model``; return peak driver RSS, tree PSS (and its anonymous part) and
+    summed RSS (bytes), each group's PSS and anonymous PSS at the tree's peak, and seconds."""
     with tempfile.TemporaryDirectory(prefix="vtm", dir="/tmp") as tmp:
         space = Path(tmp) / "one.yaml"
         space.write_text(SPACE.format(model=model, dataset=dataset))
@@ -84,29 +113,22 @@ def measure(model: str, dataset: str) -> dict[str, float]:
         ]
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        peak = {"driver_rss": 0, "tree_pss": 0, "tree_rss": 0}
+        peak = {"driver_rss": 0, "tree_pss": 0, "tree_anon": 0, "tree_rss": 0}
+        at_peak: dict[str, dict[str, int]] = {}
         while proc.poll() is None:
-            pss = rss = 0
-            for pid in _tree(tmp):
-                try:
-                    pss += _kb(Path(f"/proc/{pid}/smaps_rollup"), "Pss")
-                    rss += _kb(Path(f"/proc/{pid}/status"), "VmRSS")
-                except OSError:
-                    continue
-            try:
-                driver = _kb(Path(f"/proc/{proc.pid}/status"), "VmRSS")
-            except OSError:
-                driver = 0
+            groups = _sample(tmp, proc.pid)
+            total = {key: sum(g[key] for g in groups.values()) for key in ("pss", "anon", "rss")}
+            if total["pss"] > peak["tree_pss"]:
+                at_peak = groups
             peak = {
-                "driver_rss": max(peak["driver_rss"], driver),
-                "tree_pss": max(peak["tree_pss"], pss),
-                "tree_rss": max(peak["tree_rss"], rss),
+                "driver_rss": max(peak["driver_rss"], groups.get("driver", {}).get("rss", 0)),
+                **{f"tree_{key}": max(peak[f"tree_{key}"], value) for key, value in total.items()},
             }
             time.sleep(0.1)
         out = proc.stdout.read()
         if proc.returncode != 0:
             raise RuntimeError(f"the search for {model} failed ({proc.returncode}):\n{out[-3000:]}")
-        return {**peak, "seconds": time.perf_counter() - started}
+        return {**peak, "seconds": time.perf_counter() - started, "at_peak": at_peak}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,11 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     found = {m: measure(m, args.dataset) for m in models}
     gib = 1e9
     print(f"One-trial search on {args.dataset} (2 steps of batch 4, --no-plasticity): peak memory")
-    print(f"{'model':<28} {'driver RSS':>11} {'tree PSS':>9} {'tree RSS':>9}")
+    print(f"{'model':<28} {'driver RSS':>11} {'tree PSS':>9} {'(anon)':>7} {'tree RSS':>9}")
     for model, r in found.items():
         print(
-            f"{model:<28} {r['driver_rss'] / gib:9.2f} GB {r['tree_pss'] / gib:6.2f} GB {r['tree_rss'] / gib:6.2f} GB"
+            f"{model:<28} {r['driver_rss'] / gib:8.2f} GB {r['tree_pss'] / gib:6.2f} GB {r['tree_anon'] / gib:7.2f} "
+            f"{r['tree_rss'] / gib:6.2f} GB"
         )
+    print("PSS at the tree's peak, per part (anonymous memory in brackets):")
+    for model, r in found.items():
+        parts = sorted(r["at_peak"].items(), key=lambda kv: -kv[1]["pss"])
+        print(f"  {model}: " + ", ".join(f"{k} {v['pss'] / gib:.2f} ({v['anon'] / gib:.2f}) GB" for k, v in parts))
     if len(models) >= 2:
         a, b = found[models[0]], found[models[1]]
         print(

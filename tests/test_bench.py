@@ -173,6 +173,11 @@ def test_bench_memory_samples_the_driver_and_its_ray_processes():
     found = bench.measure("vit_testbed_patch8_32", "digits")
     assert 0.3e9 < found["driver_rss"] < found["tree_rss"]  # torch, timm, ray and mlflow alone take ~1 GB
     assert found["driver_rss"] < found["tree_pss"] <= found["tree_rss"]  # the Ray processes add to the driver
+    assert 0 < found["tree_anon"] < found["tree_pss"]  # the mapped libraries are the rest
+    parts = found["at_peak"]
+    assert set(parts) == {"driver", "trial", "Ray's processes"}  # the peak is while the trial runs
+    assert sum(p["pss"] for p in parts.values()) == found["tree_pss"]
+    assert all(0 < p["anon"] < p["pss"] for p in parts.values())
 
 
 def test_replay_of_tpe_with_warm_start_tries_the_recommended_subsets_first(tmp_path):
