@@ -11,17 +11,11 @@ import pytest
 import torch
 from PIL import Image
 
-from vitplast_tune import data, image_cache
+from vitplast_tune import data, image_cache, models
 from vitplast_tune.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = {
-    "input_size": (3, 32, 32),
-    "mean": (0.5, 0.5, 0.5),
-    "std": (0.5, 0.5, 0.5),
-    "interpolation": "bilinear",
-    "crop_pct": 1.0,
-}
+CONFIG = models.pretrained_data_config("vit_testbed_patch8_32")  # 32 px
 
 
 @pytest.fixture
