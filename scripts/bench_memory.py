@@ -10,6 +10,7 @@ drop. At the tree's peak it also says how much the driver, the trial and Ray's o
 
     python scripts/bench_memory.py                       # vit_base_patch16_224 and the testbed ViT
     python scripts/bench_memory.py --models vit_base_patch16_224
+    python scripts/bench_memory.py --models vit_base_patch16_224 --set grad_checkpointing=true
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ parameters:
   components: all
   lr: 0.01
 defaults: {{model: {model}, pretrained: false, dataset: {dataset}, max_steps: 2, batch_size: 4, eval_every: 2,
-            val_fraction: 0.01, eval_test: false, cache_features: false}}
+            val_fraction: 0.01, eval_test: false, cache_features: false{extra}}}
 """
 
 
@@ -44,6 +45,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="vit_base_patch16_224,vit_testbed_patch8_32", help="comma-separated timm ViTs")
     p.add_argument("--dataset", default="digits", help="dataset of the trial (default: digits)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another trial setting, e.g. --set grad_checkpointing=true (repeatable)",
+    )
     p.add_argument("--json", help="also write the figures to this JSON file")
     return p.parse_args(argv)
 
@@ -92,12 +100,13 @@ def _sample(tmp: str, driver: int) -> dict[str, dict[str, int]]:
     return groups
 
 
-def measure(model: str, dataset: str) -> dict[str, Any]:
+def measure(model: str, dataset: str, settings: list[str] = ()) -> dict[str, Any]:
     """Run the one-trial search for ``model``; return peak driver RSS, tree PSS (and its anonymous part) and
     summed RSS (bytes), each group's PSS and anonymous PSS at the tree's peak, and seconds."""
     with tempfile.TemporaryDirectory(prefix="vtm", dir="/tmp") as tmp:
         space = Path(tmp) / "one.yaml"
-        space.write_text(SPACE.format(model=model, dataset=dataset))
+        extra = "".join(f", {key.strip()}: {value.strip()}" for key, _, value in (s.partition("=") for s in settings))
+        space.write_text(SPACE.format(model=model, dataset=dataset, extra=extra))
         env = {**os.environ, "RAY_TMPDIR": tmp}
         cmd = [
             sys.executable,
@@ -134,9 +143,10 @@ def measure(model: str, dataset: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    found = {m: measure(m, args.dataset) for m in models}
+    found = {m: measure(m, args.dataset, args.set) for m in models}
     gib = 1e9
-    print(f"One-trial search on {args.dataset} (2 steps of batch 4, --no-plasticity): peak memory")
+    extra = f", {', '.join(args.set)}" if args.set else ""
+    print(f"One-trial search on {args.dataset} (2 steps of batch 4, --no-plasticity{extra}): peak memory")
     print(f"{'model':<28} {'driver RSS':>11} {'tree PSS':>9} {'(anon)':>7} {'tree RSS':>9}")
     for model, r in found.items():
         print(

@@ -180,3 +180,17 @@ def test_no_stale_gradients_sit_beside_a_forward_pass(monkeypatch):
     run(components="mha", max_steps=6, eval_every=3, eval_test=False)
     assert len(held) > 6  # the training steps and the evaluation batches
     assert held == [0] * len(held)
+
+
+def test_gradient_checkpointing_trains_the_same_run(monkeypatch):
+    """Recomputing each block's activations in the backward pass changes memory, not the run."""
+    from vitplast_tune import training
+
+    built = []
+    build = training.build_run
+    monkeypatch.setattr(training, "build_run", lambda cfg, decoded=None: built.append(build(cfg, decoded)) or built[-1])
+    plain, _ = run(components="mha+fc2", max_steps=4, eval_every=2)
+    recomputed, _ = run(components="mha+fc2", max_steps=4, eval_every=2, grad_checkpointing=True)
+    assert [model.grad_checkpointing for model, _ in built] == [False, True]
+    for key in ("train_loss", "val_loss", "val_acc", "test_acc"):
+        assert recomputed[key] == pytest.approx(plain[key], rel=1e-5, abs=1e-6)

@@ -53,6 +53,7 @@ class FinetuneConfig:
     threads: int = 0
     num_workers: int = -1
     compile: bool = False
+    grad_checkpointing: bool = False  # recompute each block's activations in the backward pass: less memory, more compute
     cuda_options: bool = True  # on CUDA: bf16 autocast, TF32 matmuls, fused optimizers (False: the plain fp32 baseline)
     cache_features: bool = True
     eval_test: bool = True
@@ -191,6 +192,7 @@ def finetune(
     model, splits = build_run(cfg, decoded)
     counts = components.freeze(model, cfg.components, cfg.blocks)
     trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    model.set_grad_checkpointing(cfg.grad_checkpointing)
     model.to(device).train()
     forward: Callable[[torch.Tensor], torch.Tensor] = model
     feature_cache_s = 0.0
