@@ -414,9 +414,7 @@ def _imagefolder(data_config, root, download, seed, val_fraction, image_cache=0)
     classes = imagefolder_classes(root)  # test/ has train's classes, so both index them alike (sorted names)
     make = _cached(lambda tf=None: ImageFolder(str(train_dir), transform=tf), "imagefolder-train", image_cache)
     if test_dir.is_dir():
-        if ImageFolder(str(test_dir)).class_to_idx != {
-            name: i for i, name in enumerate(classes)
-        }:  # a class without images
+        if ImageFolder(str(test_dir)).class_to_idx != {name: i for i, name in enumerate(classes)}:  # an empty class
             raise UserError(f"the test folder {test_dir} has no images for some classes of {train_dir}; add them")
         train, val = _train_val(make, data_config, seed, val_fraction)
         make_test = lambda tf=None: ImageFolder(str(test_dir), transform=tf)

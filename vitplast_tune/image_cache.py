@@ -43,7 +43,6 @@ class CachedImages(Dataset):
     def __init__(self, directory: str | Path, transform: Callable | None = None):
         self.directory, self.transform = Path(directory), transform
         self.index = np.load(self.directory / INDEX)
-        self.targets = self.index[:, 3].tolist()
         self._pixels: np.memmap | None = None  # opened on first use, in each DataLoader worker
 
     def __len__(self) -> int:
@@ -98,7 +97,7 @@ def _build(dataset: Dataset, directory: Path, short_side: int, key: str) -> None
     from torchvision.transforms.functional import resize
 
     partial = directory.with_name(directory.name + f".partial-{os.getpid()}")
-    for stale in (partial, directory):  # a build killed by this pid's namesake, or a cache without its index
+    for stale in (partial, directory):  # left by a killed build that had this pid, or a cache without its index
         shutil.rmtree(stale, ignore_errors=True)
     partial.mkdir(parents=True)
     rows, offset, started, said = [], 0, time.perf_counter(), time.perf_counter()

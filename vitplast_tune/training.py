@@ -53,7 +53,9 @@ class FinetuneConfig:
     threads: int = 0
     num_workers: int = -1
     compile: bool = False
-    grad_checkpointing: bool = False  # recompute each block's activations in the backward pass: less memory, more compute
+    grad_checkpointing: bool = (
+        False  # recompute each block's activations in the backward pass: less memory, more compute
+    )
     cuda_options: bool = True  # on CUDA: bf16 autocast, TF32 matmuls, fused optimizers (False: the plain fp32 baseline)
     cache_features: bool = True
     eval_test: bool = True
