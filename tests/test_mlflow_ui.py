@@ -8,6 +8,7 @@ Screenshots are kept under the test's ``tmp_path`` (printed when it fails). Need
 
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -83,13 +84,12 @@ def test_printed_link_opens_the_trials_view(tmp_path, server, owned_ray):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page = browser.new_page(viewport={"width": 1600, "height": 1300})
             page.goto(link)
             trials = ("mha lr=0.05", "fc1 lr=0.05", "ln1+fc2 lr=0.05")
             for name in trials:
                 page.get_by_text(name).first.wait_for(timeout=60_000)
             page.get_by_text("val_acc_common", exact=False).first.wait_for(timeout=60_000)
-            page.screenshot(path=str(shots / "charts.png"))
             text = page.inner_text("body")
             assert "Model training" in text and "3 matching runs" in text
             assert "ui-check" not in _run_names(text), "the parent run is listed"
@@ -101,7 +101,11 @@ def test_printed_link_opens_the_trials_view(tmp_path, server, owned_ray):
                 "log10_lr",
             ):
                 assert title in text, title
-            assert page.locator("canvas, svg.main-svg").count() >= 4  # the charts drew
+            drawn = page.locator("canvas, svg.main-svg")
+            assert drawn.count() >= 4  # the charts drew
+            widths = [box["width"] for box in (drawn.nth(i).bounding_box() for i in range(drawn.count())) if box]
+            assert max(widths) > 2.5 * statistics.median(widths), widths  # the parallel coordinates span the row
+            page.screenshot(path=str(shots / "charts.png"))
 
             page.goto(link.replace("compareRunsMode=CHART", "compareRunsMode=TABLE"))
             page.get_by_text("digits-train").first.wait_for(timeout=60_000)  # the Dataset column is filled

@@ -29,6 +29,7 @@ DEFAULT_UI = "http://127.0.0.1:5000"  # what ``mlflow ui --host 127.0.0.1`` serv
 SORT_METRIC = "val_acc_common"
 ROLE_TAG = "vitplast.role"
 SEARCH_TAG = "vitplast.search"
+PARALLEL_HEIGHT = 480  # px: the parallel coordinates chart spans the charts' width, one row of its own
 
 
 @dataclass
@@ -70,13 +71,13 @@ def view_state(search: str, plasticity: bool) -> dict[str, Any]:
         _column("params", "lr"),
         *(_column("metrics", m) for m in metrics),
     ]
-    section = "vitplast_tune"
+    section, wide = "vitplast_tune", "vitplast_tune-parallel"  # the parallel coordinates get a row of their own
     charts = [
         *([_scatter("plasticity_mean", "accuracy vs plasticity", section)] if plasticity else []),
         _scatter("log10_trainable_params", "accuracy vs log10 trainable parameters", section),
         _chart(
             "PARALLEL",
-            section,
+            wide,
             displayName="component flags and log10 lr to accuracy",
             selectedParams=list(spaces.COMPONENT_FLAGS),
             selectedMetrics=["log10_lr", SORT_METRIC],
@@ -114,14 +115,8 @@ def view_state(search: str, plasticity: bool) -> dict[str, Any]:
         "runsHiddenMode": "SHOW_ALL",
         "compareRunCharts": charts,
         "compareRunSections": [
-            {
-                "uuid": section,
-                "name": "vitplast_tune",
-                "display": True,
-                "isReordered": True,
-                "deleted": False,
-                "isGenerated": False,
-            }
+            _section(section, "vitplast_tune"),
+            _section(wide, "vitplast_tune: component flags and lr", columns=1, cardHeight=PARALLEL_HEIGHT),
         ],
         "isAccordionReordered": True,
         "hideEmptyCharts": True,
@@ -173,6 +168,19 @@ def share_key(search: str) -> str:
 
 def _column(group: str, name: str) -> str:
     return f"{group}.`{name}`"
+
+
+def _section(uuid: str, name: str, **grid: Any) -> dict[str, Any]:
+    """A chart section of the view; ``grid``: the UI's ``columns`` per row and ``cardHeight`` in pixels."""
+    return {
+        "uuid": uuid,
+        "name": name,
+        "display": True,
+        "isReordered": True,
+        "deleted": False,
+        "isGenerated": False,
+        **grid,
+    }
 
 
 def _chart(kind: str, section: str, **fields: Any) -> dict[str, Any]:
