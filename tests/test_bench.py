@@ -170,7 +170,9 @@ def test_bench_data_byte_table():
 @pytest.mark.slow
 def test_bench_memory_samples_the_driver_and_its_ray_processes():
     bench = _script("bench_memory")
-    found = bench.measure("vit_testbed_patch8_32", "digits", ["grad_checkpointing=true"])  # a wrong setting would fail the search
+    found = bench.measure(
+        "vit_testbed_patch8_32", "digits", ["grad_checkpointing=true"]
+    )  # a wrong setting would fail the search
     assert 0.3e9 < found["driver_rss"] < found["tree_rss"]  # torch, timm, ray and mlflow alone take ~1 GB
     assert found["driver_rss"] < found["tree_pss"] <= found["tree_rss"]  # the Ray processes add to the driver
     assert 0 < found["tree_anon"] < found["tree_pss"]  # the mapped libraries are the rest
