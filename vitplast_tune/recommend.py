@@ -156,17 +156,7 @@ def recommend(
 
     started = time.perf_counter()
     s = settings
-    measured = report.plasticity_report(
-        s["model"],
-        weights=s["weights"],
-        pretrained=s["pretrained"],
-        dataset=s["dataset"],
-        reference=reference,
-        data_dir=s["data_dir"],
-        download=s["download"],
-        max_pairs=plasticity_pairs,
-        reuse=True,
-    )
+    measured = report.search_report(s, reference=reference, max_pairs=plasticity_pairs)
     gradients = report.gradient_report(trial_config({}, s), num_batches=num_batches)
     in_network = report.in_network_scores(
         s, spaces.all_subsets(), reference=reference, plasticity_pairs=plasticity_pairs

@@ -133,6 +133,23 @@ def plasticity_report(
     return PlasticityReport(table, ranking, out, files, meta)
 
 
+def search_report(settings: dict[str, Any], *, reference: str, **options: Any) -> PlasticityReport:
+    """``plasticity_report`` of a search's model and dataset (``settings``: a FinetuneConfig as a dict), cached
+    (``reuse``); ``options``: its variant, max_pairs, runner."""
+    s = settings
+    return plasticity_report(
+        s["model"],
+        weights=s["weights"],
+        pretrained=s["pretrained"],
+        dataset=s["dataset"],
+        reference=reference,
+        data_dir=s["data_dir"],
+        download=s["download"],
+        reuse=True,
+        **options,
+    )
+
+
 def measure_plasticity(
     model_name: str,
     *,
@@ -295,18 +312,8 @@ def measure_search(plan) -> Predictors:
         f"Plasticity of {s['model']} ({o.plasticity_variant} variant): {s['dataset']} test split vs {o.plasticity_reference} ...",
         flush=True,
     )
-    measured = plasticity_report(
-        s["model"],
-        weights=s["weights"],
-        pretrained=s["pretrained"],
-        dataset=s["dataset"],
-        reference=o.plasticity_reference,
-        data_dir=s["data_dir"],
-        download=s["download"],
-        variant=o.plasticity_variant,
-        max_pairs=o.plasticity_pairs,
-        reuse=True,
-        runner=run,
+    measured = search_report(
+        s, reference=o.plasticity_reference, variant=o.plasticity_variant, max_pairs=o.plasticity_pairs, runner=run
     )
     ranking = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
     order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranking.itertuples())
@@ -346,19 +353,7 @@ def in_network_scores(
 
     ``settings`` are a search's (a FinetuneConfig as a dict); the report is measured once and cached.
     """
-    s = settings
-    found = plasticity_report(
-        s["model"],
-        weights=s["weights"],
-        pretrained=s["pretrained"],
-        dataset=s["dataset"],
-        reference=reference,
-        data_dir=s["data_dir"],
-        download=s["download"],
-        variant="in_network",
-        max_pairs=plasticity_pairs,
-        reuse=True,
-    )
+    found = search_report(settings, reference=reference, variant="in_network", max_pairs=plasticity_pairs)
     counts = found.meta["component_params"]
     rows = {subset: plasticity.subset_scores(found.table, subset, counts)["plasticity_mean"] for subset in subsets}
     return pd.DataFrame({"in_network_mean": pd.Series(rows, dtype=float)})
