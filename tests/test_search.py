@@ -3,6 +3,11 @@
 import io
 import json
 import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -179,10 +184,63 @@ def test_measurements_run_as_ray_tasks_with_a_trials_resources(ray_local):
         "num_gpus": 1,
         "resources": {"a100": 1.0},
         "max_retries": 0,
+        "max_calls": 1,
     }
     where = cluster.task_runner({"cpu": 0.5, "gpu": 0})(report.task_context)
     assert where["resources"] == {"CPU": 0.5}
     assert where["node_id"] in {n["NodeID"] for n in ray_local.nodes()}
+
+
+def test_a_measurements_worker_exits_after_its_task(ray_local):
+    """The worker that measured (torch, a model, its allocator's leftovers) does not idle through the search."""
+    from vitplast_tune import cluster
+
+    pid = cluster.task_runner({"cpu": 0.5, "gpu": 0})(lambda: os.getpid())
+    deadline = time.monotonic() + 20
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not Path(f"/proc/{pid}").exists(), f"worker {pid} still runs after its task"
+    # A plain task's worker stays (Ray's default): what the option changes, seen on the same instance.
+    plain = ray_local.get(ray_local.remote(num_cpus=0.5)(lambda: os.getpid()).remote())
+    time.sleep(2)
+    assert Path(f"/proc/{plain}").exists()
+
+
+IDLE_WORKERS = """
+import os, sys, time
+from pathlib import Path
+import ray
+from vitplast_tune import cluster
+
+def idle():  # this instance's Ray workers with no task (their environment names our RAY_TMPDIR)
+    mark = ("RAY_TMPDIR=" + os.environ["RAY_TMPDIR"]).encode()
+    found = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and mark in (entry / "environ").read_bytes().split(b"\\0"):
+                found += (entry / "cmdline").read_bytes().startswith(b"ray::IDLE")
+        except OSError:
+            pass
+    return found
+
+cluster.init(None)
+time.sleep(10)  # Ray's prestart (one worker per CPU) shows within a few seconds
+before = idle()
+ray.get(ray.remote(lambda: 1).remote())
+time.sleep(1)
+print(before, idle())
+ray.shutdown()
+"""
+
+
+def test_a_local_instance_starts_no_idle_workers_ahead():
+    with tempfile.TemporaryDirectory(prefix="vti", dir="/tmp") as tmp:  # short: Ray's socket paths are limited
+        env = {**os.environ, "RAY_TMPDIR": tmp, "RAY_ADDRESS": ""}
+        out = subprocess.run([sys.executable, "-c", IDLE_WORKERS], env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    before, after = map(int, out.stdout.split()[-2:])
+    assert before == 0, f"{before} idle workers started before any task"
+    assert after >= 1  # the count sees a worker once a task has run (and stays to be reused)
 
 
 def test_the_search_measured_its_predictors_in_a_ray_task(finished):
