@@ -6,11 +6,15 @@ model, 2 steps of batch 4, ``--no-plasticity``) under its own RAY_TMPDIR, sample
 prints the peaks for each model, with the paper-scale model's ratio to the testbed's. PSS splits shared
 pages between the processes that map them, so the tree's PSS is the extra memory the search takes; its
 anonymous part (heap, tensors, shared memory) leaves out the mapped library files, which the page cache can
-drop. At the tree's peak it also says how much the driver, the trial and Ray's own processes held.
+drop. The machine's figure is the rise of its used memory (MemTotal - MemAvailable) over the moment before
+the search started: what `free` would show, so run it on an otherwise idle machine. At the tree's peak it
+also says how much the driver, the trial and Ray's own processes held. ``--plasticity PAIRS`` measures
+plasticity first (a Ray task), as a default search does.
 
     python scripts/bench_memory.py                       # vit_base_patch16_224 and the testbed ViT
     python scripts/bench_memory.py --models vit_base_patch16_224
     python scripts/bench_memory.py --models vit_base_patch16_224 --set grad_checkpointing=true
+    python scripts/bench_memory.py --models vit_testbed_patch8_32 --plasticity 256
 """
 
 from __future__ import annotations
@@ -51,6 +55,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[],
         metavar="KEY=VALUE",
         help="another trial setting, e.g. --set grad_checkpointing=true (repeatable)",
+    )
+    p.add_argument(
+        "--plasticity",
+        type=int,
+        default=0,
+        metavar="PAIRS",
+        help="measure plasticity on this many image pairs first, as a default search does (default 0: --no-plasticity)",
     )
     p.add_argument("--json", help="also write the figures to this JSON file")
     return p.parse_args(argv)
@@ -100,9 +111,16 @@ def _sample(tmp: str, driver: int) -> dict[str, dict[str, int]]:
     return groups
 
 
-def measure(model: str, dataset: str, settings: list[str] = ()) -> dict[str, Any]:
-    """Run the one-trial search for ``model``; return peak driver RSS, tree PSS (and its anonymous part) and
-    summed RSS (bytes), each group's PSS and anonymous PSS at the tree's peak, and seconds."""
+def _used() -> int:
+    """The machine's used memory (bytes): MemTotal - MemAvailable."""
+    text = Path("/proc/meminfo").read_text()
+    return _kb(text, "MemTotal") - _kb(text, "MemAvailable")
+
+
+def measure(model: str, dataset: str, settings: list[str] = (), plasticity_pairs: int = 0) -> dict[str, Any]:
+    """Run the one-trial search for ``model``; return peak driver RSS, tree PSS (and its anonymous part),
+    summed RSS and the machine's rise in used memory, the tree's PSS while the trial ran (bytes), each group's
+    PSS and anonymous PSS at the tree's peak, and seconds."""
     with tempfile.TemporaryDirectory(prefix="vtm", dir="/tmp") as tmp:
         space = Path(tmp) / "one.yaml"
         extra = "".join(f", {key.strip()}: {value.strip()}" for key, _, value in (s.partition("=") for s in settings))
@@ -115,14 +133,15 @@ def measure(model: str, dataset: str, settings: list[str] = ()) -> dict[str, Any
             str(space),
             "--storage",
             f"{tmp}/results",
-            "--no-plasticity",
+            *(["--plasticity-pairs", str(plasticity_pairs)] if plasticity_pairs else ["--no-plasticity"]),
             "--quiet",
             "--name",
             "memory",
         ]
+        baseline = _used()
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        peak = {"driver_rss": 0, "tree_pss": 0, "tree_anon": 0, "tree_rss": 0}
+        peak = {"driver_rss": 0, "tree_pss": 0, "tree_anon": 0, "tree_rss": 0, "machine": 0, "training_pss": 0}
         at_peak: dict[str, dict[str, int]] = {}
         while proc.poll() is None:
             groups = _sample(tmp, proc.pid)
@@ -132,6 +151,8 @@ def measure(model: str, dataset: str, settings: list[str] = ()) -> dict[str, Any
             peak = {
                 "driver_rss": max(peak["driver_rss"], groups.get("driver", {}).get("rss", 0)),
                 **{f"tree_{key}": max(peak[f"tree_{key}"], value) for key, value in total.items()},
+                "machine": max(peak["machine"], _used() - baseline),
+                "training_pss": max(peak["training_pss"], total["pss"] if "trial" in groups else 0),
             }
             time.sleep(0.1)
         out = proc.stdout.read()
@@ -143,16 +164,20 @@ def measure(model: str, dataset: str, settings: list[str] = ()) -> dict[str, Any
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    found = {m: measure(m, args.dataset, args.set) for m in models}
+    found = {m: measure(m, args.dataset, args.set, args.plasticity) for m in models}
     gib = 1e9
+    measured = f"plasticity on {args.plasticity} pairs" if args.plasticity else "--no-plasticity"
     extra = f", {', '.join(args.set)}" if args.set else ""
-    print(f"One-trial search on {args.dataset} (2 steps of batch 4, --no-plasticity{extra}): peak memory")
-    print(f"{'model':<28} {'driver RSS':>11} {'tree PSS':>9} {'(anon)':>7} {'tree RSS':>9}")
+    print(f"One-trial search on {args.dataset} (2 steps of batch 4, {measured}{extra}): peak memory")
+    print(
+        f"{'model':<28} {'driver RSS':>11} {'tree PSS':>9} {'(anon)':>7} {'tree RSS':>9} {'machine':>8} {'training':>9}"
+    )
     for model, r in found.items():
         print(
             f"{model:<28} {r['driver_rss'] / gib:8.2f} GB {r['tree_pss'] / gib:6.2f} GB {r['tree_anon'] / gib:7.2f} "
-            f"{r['tree_rss'] / gib:6.2f} GB"
+            f"{r['tree_rss'] / gib:6.2f} GB {r['machine'] / gib:5.2f} GB {r['training_pss'] / gib:6.2f} GB"
         )
+    print("(training: the tree's PSS while the trial ran; machine: the rise of the machine's used memory)")
     print("PSS at the tree's peak, per part (anonymous memory in brackets):")
     for model, r in found.items():
         parts = sorted(r["at_peak"].items(), key=lambda kv: -kv[1]["pss"])

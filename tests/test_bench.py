@@ -178,6 +178,8 @@ def test_bench_memory_samples_the_driver_and_its_ray_processes():
     assert 0 < found["tree_anon"] < found["tree_pss"]  # the mapped libraries are the rest
     parts = found["at_peak"]
     assert set(parts) == {"driver", "trial", "Ray's processes"}  # the peak is while the trial runs
+    assert found["training_pss"] == found["tree_pss"]
+    assert found["machine"] > 0.3e9  # the machine's used memory rose while the search ran
     assert sum(p["pss"] for p in parts.values()) == found["tree_pss"]
     assert all(0 < p["anon"] < p["pss"] for p in parts.values())
 
