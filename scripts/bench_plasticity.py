@@ -20,7 +20,8 @@ import torch
 
 from vitplast_tune.errors import UserError
 from vitplast_tune.models import build_model
-from vitplast_tune.plasticity import VARIANTS, compute_plasticity
+from vitplast_tune.plasticity import compute_plasticity
+from vitplast_tune.scores import VARIANTS
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -90,6 +90,8 @@ def test_printed_link_opens_the_trials_view(tmp_path, server, owned_ray):
             for name in trials:
                 page.get_by_text(name).first.wait_for(timeout=60_000)
             page.get_by_text("val_acc_common", exact=False).first.wait_for(timeout=60_000)
+            for axis in ("train_mha", "log10_lr"):  # the parallel coordinates draw last (slowly on a busy machine)
+                page.get_by_text(axis, exact=False).first.wait_for(timeout=60_000)
             text = page.inner_text("body")
             assert "Model training" in text and "3 matching runs" in text
             assert "ui-check" not in _run_names(text), "the parent run is listed"

@@ -135,12 +135,12 @@ def test_trainable_parameters_count_the_subset_and_the_head():
 def test_a_trial_over_the_budget_is_not_trained(monkeypatch):
     from ray import tune
 
-    from vitplast_tune import trial
+    from vitplast_tune import training, trial
     from vitplast_tune.training import FinetuneConfig
 
     reported = []
     monkeypatch.setattr(tune, "report", lambda metrics, **kw: reported.append(metrics))
-    monkeypatch.setattr(trial, "finetune", lambda *a, **kw: pytest.fail("an over-budget trial must not train"))
+    monkeypatch.setattr(training, "finetune", lambda *a, **kw: pytest.fail("an over-budget trial must not train"))
     settings = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False).to_dict()
     trial.train_trial({"components": "all", "lr": 0.1}, settings, max_trainable_params=10_000)
     assert len(reported) == 1 and reported[0]["over_budget"] == 1 and reported[0]["trainable_params"] > 10_000

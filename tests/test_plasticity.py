@@ -13,7 +13,8 @@ from timm.models.vision_transformer import VisionTransformer
 
 from vitplast_tune.components import BLOCK_COMPONENTS, count_parameters
 from vitplast_tune.errors import UserError
-from vitplast_tune.plasticity import aggregate_plasticity, compute_plasticity, subset_scores
+from vitplast_tune.plasticity import compute_plasticity
+from vitplast_tune.scores import aggregate_plasticity, subset_scores
 
 
 def tiny_vit(seed: int = 0, **kwargs) -> VisionTransformer:

@@ -35,7 +35,7 @@ _API = {
     "SearchOptions": ("vitplast_tune.plan", "SearchOptions"),
     "load_space": ("vitplast_tune.spaces", "load_space"),
     "finetune": ("vitplast_tune.training", "finetune"),
-    "FinetuneConfig": ("vitplast_tune.training", "FinetuneConfig"),
+    "FinetuneConfig": ("vitplast_tune.config", "FinetuneConfig"),
     "create_model": ("vitplast_tune.models", "build_model"),
     "compute_plasticity": ("vitplast_tune.plasticity", "compute_plasticity"),
     "plasticity_report": ("vitplast_tune.report", "plasticity_report"),

@@ -53,8 +53,8 @@ def run_main(main: Callable[[], int | None]) -> NoReturn:
 
 def search_parser() -> argparse.ArgumentParser:
     """The arguments of ``vitplast-search`` (scripts/search.py); defaults read from SearchOptions and FinetuneConfig."""
+    from vitplast_tune.config import FinetuneConfig
     from vitplast_tune.plan import DEFAULT_MAX_FAILURES, DEFAULT_SEED, SearchOptions
-    from vitplast_tune.training import FinetuneConfig
 
     run, train = SearchOptions(), FinetuneConfig()
     space_default = "the space file's, else {}"
@@ -243,7 +243,7 @@ def positive_int(text: str) -> int:
 def plasticity_parser() -> argparse.ArgumentParser:
     """The arguments of ``vitplast-plasticity`` (scripts/plasticity.py)."""
     from vitplast_tune.models import TESTBED_MODEL
-    from vitplast_tune.plasticity import VARIANTS
+    from vitplast_tune.scores import VARIANTS
 
     p = argparse.ArgumentParser(description=PLASTICITY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
@@ -437,7 +437,7 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
     """Rank the subsets of --model on --dataset with their evidence; --verify K: check the top K by a short search."""
     from pathlib import Path
 
-    from vitplast_tune.training import FinetuneConfig
+    from vitplast_tune.config import FinetuneConfig
 
     train = FinetuneConfig()
     p = argparse.ArgumentParser(description=RECOMMEND_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from vitplast_tune.errors import UserError, did_you_mean
+
+if TYPE_CHECKING:  # torch only in annotations: the driver of a search imports this without torch
+    from torch import nn
 
 COMPONENTS: tuple[str, ...] = ("emb", "ln1", "mha", "ln2", "fc1", "fc2")
 BLOCK_COMPONENTS: tuple[str, ...] = COMPONENTS[1:]

@@ -14,7 +14,6 @@ training batches (the new head initialised as in training; every parameter recei
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -23,10 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitplast_tune.components import COMPONENTS, HEAD, parameter_component, parse_subset
+from vitplast_tune.components import COMPONENTS, HEAD, parameter_component
 from vitplast_tune.errors import UserError
 
-CRITERIA: tuple[str, ...] = ("grad_norm", "rgn", "rgn_mean")
 _EMB_LAYER = -1  # the embedding's row in the per-layer table, as in plasticity tables
 
 
@@ -95,42 +93,3 @@ def _table(rows: dict[tuple[str, int], list[float]]) -> pd.DataFrame:
     table["grad_norm"] = np.sqrt(table["grad_sq"])
     table["rgn"] = table["grad_norm"] / np.sqrt(table["weight_sq"]).replace(0.0, np.nan)
     return table
-
-
-def aggregate_criteria(table: pd.DataFrame) -> pd.DataFrame:
-    """Per component: grad_norm and rgn over all its layers together, and rgn_mean, the mean of rgn over layers."""
-    grouped = table.groupby("component", sort=False)
-    out = pd.DataFrame(
-        {
-            "grad_sq": grouped["grad_sq"].sum(),
-            "weight_sq": grouped["weight_sq"].sum(),
-            "params": grouped["params"].sum(),
-            "rgn_mean": grouped["rgn"].mean(),
-        }
-    )
-    out = out.reindex([c for c in COMPONENTS if c in out.index])
-    out["grad_norm"] = np.sqrt(out["grad_sq"])
-    out["rgn"] = out["grad_norm"] / np.sqrt(out["weight_sq"]).replace(0.0, np.nan)
-    return out.rename_axis("component").reset_index()
-
-
-def subset_criteria(table: pd.DataFrame, subset: str | Iterable[str]) -> dict[str, float]:
-    """Criterion scores of a subset (like ``plasticity.subset_scores``): norms of its whole parameter vector.
-
-    grad_norm = ||g_S||, rgn = ||g_S|| / ||theta_S|| over every parameter of the subset, rgn_mean = mean of the
-    components' per-layer mean rgn. ``table`` is a ``gradient_table``; the head-only subset gives NaN.
-    """
-    names = parse_subset(subset)
-    if not names:
-        return dict.fromkeys(CRITERIA, math.nan)
-    per = aggregate_criteria(table).set_index("component")
-    missing = [c for c in names if c not in per.index]
-    if missing:
-        raise UserError(f"the gradient table has no rows for {', '.join(missing)}")
-    rows = per.loc[list(names)]
-    grad, weight = math.sqrt(rows["grad_sq"].sum()), math.sqrt(rows["weight_sq"].sum())
-    return {
-        "grad_norm": grad,
-        "rgn": grad / weight if weight > 0 else math.nan,
-        "rgn_mean": float(rows["rgn_mean"].mean()),
-    }

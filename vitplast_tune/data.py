@@ -26,6 +26,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset, TensorDataset
 
 from vitplast_tune import transforms
+from vitplast_tune.config import default_data_dir  # re-exported: data.default_data_dir
+from vitplast_tune.decoded import InMemory  # re-exported: data.InMemory
 from vitplast_tune.errors import UserError, did_you_mean
 
 CIFAR10C_CORRUPTIONS = (
@@ -59,42 +61,6 @@ class Splits:
     val: Dataset
     test: Dataset
     num_classes: int
-
-
-@dataclass
-class InMemory:
-    """A small dataset decoded once: uint8 images (N, C, h, w) at native resolution and labels.
-
-    The search decodes it once on the driver and shares it with every trial through Ray's object
-    store (numpy arrays: read zero-copy on each node); each trial draws its seeded train/validation
-    split (the test split never moves) and transforms batches on its own device (``SmallImages``).
-    ``test_indices`` fixes a published test split; otherwise a seeded ``test_fraction`` is held out.
-    """
-
-    images: np.ndarray
-    labels: np.ndarray
-    name: str = ""
-    num_classes: int = 0  # 0: one more than the largest label
-    test_indices: np.ndarray | None = None
-    test_fraction: float = 0.2
-
-    def split(self, seed: int, val_fraction: float, data_config: dict[str, Any]) -> Splits:
-        """Seeded train/validation split of the non-test part, with the model's transforms."""
-        n = len(self.labels)
-        if self.test_indices is None:
-            rest, test = split_indices(n, self.test_fraction, seed=10_007)
-        else:
-            test = np.asarray(self.test_indices)
-            rest = np.setdiff1d(np.arange(n), test)
-        train, val = (rest[i] for i in split_indices(len(rest), val_fraction, seed))
-        pick = lambda idx, augment: SmallImages(self.images, self.labels, idx, data_config, augment)
-        classes = self.num_classes or int(self.labels.max()) + 1
-        return Splits(pick(train, True), pick(val, False), pick(test, False), classes)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held: the images and labels."""
-        return int(self.images.nbytes + self.labels.nbytes)
 
 
 Loader = Callable[..., "Splits | InMemory"]
@@ -169,7 +135,21 @@ def load_dataset(
     """
     fits = decoded is not None and decoded.name == name
     loaded = decoded if fits else _load(name, data_config, data_dir, download, seed, val_fraction, image_cache)
-    return loaded.split(seed, val_fraction, data_config) if isinstance(loaded, InMemory) else loaded
+    return split_in_memory(loaded, seed, val_fraction, data_config) if isinstance(loaded, InMemory) else loaded
+
+
+def split_in_memory(decoded: InMemory, seed: int, val_fraction: float, data_config: dict[str, Any]) -> Splits:
+    """Seeded train/validation split of a decoded dataset's non-test part, with the model's transforms."""
+    n = len(decoded.labels)
+    if decoded.test_indices is None:
+        rest, test = split_indices(n, decoded.test_fraction, seed=10_007)
+    else:
+        test = np.asarray(decoded.test_indices)
+        rest = np.setdiff1d(np.arange(n), test)
+    train, val = (rest[i] for i in split_indices(len(rest), val_fraction, seed))
+    pick = lambda idx, augment: SmallImages(decoded.images, decoded.labels, idx, data_config, augment)
+    classes = decoded.num_classes or int(decoded.labels.max()) + 1
+    return Splits(pick(train, True), pick(val, False), pick(test, False), classes)
 
 
 def decode_dataset(
@@ -195,11 +175,6 @@ def _load(name, data_config, data_dir, download, seed, val_fraction, image_cache
     if isinstance(loaded, InMemory):
         loaded.name, loaded.num_classes = name, _NUM_CLASSES.get(family, 0)
     return loaded
-
-
-def default_data_dir() -> Path:
-    """Where datasets live when ``--data-dir`` is not given: ``~/.cache/vitplast_tune/data``."""
-    return Path.home() / ".cache" / "vitplast_tune" / "data"
 
 
 def _root(data_dir: str | Path | None) -> Path:

@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import subprocess
+import sys
+import tempfile
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vitplast_tune import data, models, spaces
+from vitplast_tune import spaces
 from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.trial import METRICS, trial_config
+
+if TYPE_CHECKING:
+    from vitplast_tune.decoded import InMemory
 
 SEARCH_FILE = "vitplast_search.json"  # the record of a search in its directory
 EXPERIMENT = "vitplast_tune"  # the MLflow experiment every search logs to
@@ -73,7 +80,7 @@ class SearchPlan:
     storage: str
     tracking_uri: str
     settings: dict[str, Any]
-    decoded: data.InMemory | None = None  # a small dataset, decoded once for every trial
+    decoded: InMemory | None = None  # a small dataset, decoded once for every trial
     search_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # tags the MLflow parent run
     seed: int = DEFAULT_SEED
     max_failures: int = DEFAULT_MAX_FAILURES
@@ -140,8 +147,8 @@ def prepare(options: SearchOptions) -> SearchPlan:
     else:
         plan = _resumed_plan(spec, options, storage, name, record)
     plan.spec, plan.notes = fit_scheduler(plan.spec, plan.settings["max_steps"])
-    plan.decoded = _check_data(plan.settings)
     _check_plasticity(options)
+    plan.decoded = _check_inputs(plan.settings, options.plasticity_reference if options.plasticity else None)
     return plan
 
 
@@ -203,7 +210,7 @@ def read_record(directory: Path) -> dict[str, Any]:
 
 def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> dict[str, Any]:
     """The trial settings: FinetuneConfig defaults < space defaults < command line; all validated."""
-    from vitplast_tune.training import FinetuneConfig
+    from vitplast_tune.config import FinetuneConfig
 
     overrides = {k: v for k, v in options.settings.items() if v is not None}
     try:
@@ -234,21 +241,56 @@ def _check_metric(spec: spaces.SearchSpec) -> None:
 
 def _check_plasticity(options: SearchOptions) -> None:
     if options.plasticity:
-        from vitplast_tune.plasticity import VARIANTS
+        from vitplast_tune.scores import VARIANTS
 
         if options.plasticity_variant not in VARIANTS:
             raise UserError(
                 f'unknown plasticity variant "{options.plasticity_variant}"; use one of {", ".join(VARIANTS)}'
             )
-        data.check_dataset_name(options.plasticity_reference)
 
 
-def _check_data(settings: dict[str, Any]) -> data.InMemory | None:
-    """Check the model, its weights file and the dataset; return a small dataset decoded once.
+def _check_inputs(settings: dict[str, Any], reference: str | None) -> InMemory | None:
+    """Check the model, its weights file, the dataset and the plasticity reference (None: none); return a small
+    dataset decoded once (``_inspect_inputs``).
 
-    The decoded dataset (None for datasets read lazily from disk) is shared with every trial
-    through the object store, so it is decoded here and nowhere else on the driver.
+    That takes torch, timm and torchvision, 0.4 GB that a process keeps once it has imported them, and after
+    this only trials and measurements (Ray workers) need them. So when this process has not imported torch
+    (the command line), the checks run in a short-lived Python process and the search's driver never holds them.
+    A UserError there is raised here; any other failure prints its traceback and raises RuntimeError here.
     """
+    if "torch" in sys.modules:
+        return _inspect_inputs(settings, reference)
+    with tempfile.TemporaryDirectory(prefix="vitplast-inputs-") as tmp:
+        exchange = Path(tmp) / "inputs.pkl"  # in: (settings, reference); out: (ok, decoded or UserError)
+        exchange.write_bytes(pickle.dumps((settings, reference)))
+        code = "import sys; from vitplast_tune.plan import _inspect_in_child; _inspect_in_child(sys.argv[1])"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this process's imports
+        child = subprocess.run([sys.executable, "-c", code, str(exchange)], env=env)
+        if child.returncode != 0:
+            raise RuntimeError(f"checking the search's inputs failed in a child process (exit {child.returncode})")
+        ok, value = pickle.loads(exchange.read_bytes())
+    if not ok:
+        raise value
+    return value
+
+
+def _inspect_in_child(path: str) -> None:
+    """``_inspect_inputs`` of the arguments pickled in ``path``; its result (or UserError) pickled back there."""
+    exchange = Path(path)
+    settings, reference = pickle.loads(exchange.read_bytes())
+    try:
+        result = (True, _inspect_inputs(settings, reference))
+    except UserError as exc:
+        result = (False, exc)
+    exchange.write_bytes(pickle.dumps(result))
+
+
+def _inspect_inputs(settings: dict[str, Any], reference: str | None) -> InMemory | None:
+    """``_check_inputs`` in this process. The decoded dataset (None for datasets read lazily from disk) is
+    shared with every trial through the object store, so it is decoded here and nowhere else on the driver.
+    """
+    from vitplast_tune import data, models
+
     config = models.pretrained_data_config(settings["model"])
     models.check_weights(settings["model"], settings["weights"], settings["pretrained"])
     data.num_classes(settings["dataset"], settings.get("data_dir"))
@@ -259,6 +301,8 @@ def _check_data(settings: dict[str, Any]) -> data.InMemory | None:
             f"would be enlarged again; use at least {round(config['input_size'][-1] / config.get('crop_pct', 1.0))} "
             "(the model's resize size), or 0 to decode the JPEGs each time"
         )
+    if reference is not None:
+        data.check_dataset_name(reference)
     return data.decode_dataset(
         settings["dataset"],
         config,

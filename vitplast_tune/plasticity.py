@@ -21,7 +21,6 @@ averaged over pairs. A pair whose denominator is zero (identical inputs) is skip
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -31,11 +30,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitplast_tune.components import BLOCK_COMPONENTS, COMPONENTS, parse_subset
+from vitplast_tune.components import BLOCK_COMPONENTS
 from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.models import block_module, embed, vit_blocks
+from vitplast_tune.scores import VARIANTS
 
-VARIANTS: tuple[str, ...] = ("paper", "in_network")
 Images = Tensor | Iterable[Any]  # (N, C, H, W), or batches of it (or of (images, labels) tuples)
 
 
@@ -92,56 +91,6 @@ def compute_plasticity(
             "or every pair is identical (the same images on both sides)"
         )
     return _table(totals, len(blocks), variant)
-
-
-def aggregate_plasticity(table: pd.DataFrame) -> pd.DataFrame:
-    """Per component: the mean of ``plasticity`` over layers, its spread (std over layers), min and max.
-
-    Rows in the order emb, ln1, mha, ln2, fc1, fc2 (those present); ``rank`` orders the block
-    components, 1 = most plastic. ``emb`` has no rank: its ratio is relative to pixels, another scale.
-    """
-    _check_table(table)
-    grouped = table.groupby("component", sort=False)["plasticity"]
-    out = pd.DataFrame(
-        {
-            "plasticity": grouped.mean(),
-            "spread": grouped.std(ddof=0),
-            "min": grouped.min(),
-            "max": grouped.max(),
-            "n_layers": grouped.count(),
-        }
-    )
-    out = out.reindex([c for c in COMPONENTS if c in out.index])
-    ranked = out.loc[out.index != "emb", "plasticity"].rank(ascending=False, method="min")
-    out["rank"] = ranked.reindex(out.index).astype("Int64")
-    out = out.rename_axis("component").reset_index()
-    out.attrs.update(table.attrs)
-    return out
-
-
-def subset_scores(table: pd.DataFrame, subset: str | Iterable[str], param_counts: dict[str, int]) -> dict[str, float]:
-    """Plasticity scores of a subset of components: mean, max, and parameter-weighted mean of the per-component means.
-
-    ``param_counts`` is ``components.count_parameters(model)``; the head-only subset gives NaN for each score.
-    """
-    names = parse_subset(subset)
-    if not names:
-        return {"plasticity_mean": math.nan, "plasticity_max": math.nan, "plasticity_weighted": math.nan}
-    means = aggregate_plasticity(table).set_index("component")["plasticity"]
-    missing = [c for c in names if c not in means.index]
-    if missing:
-        raise UserError(f"the plasticity table has no rows for {', '.join(missing)}")
-    missing = [c for c in names if c not in param_counts]
-    if missing:
-        raise UserError(f"param_counts has no count for {', '.join(missing)}; pass components.count_parameters(model)")
-    values = np.array([means[c] for c in names], dtype=float)
-    weights = np.array([param_counts[c] for c in names], dtype=float)
-    weighted = float(values @ weights / weights.sum()) if weights.sum() > 0 else math.nan
-    return {
-        "plasticity_mean": float(values.mean()),
-        "plasticity_max": float(values.max()),
-        "plasticity_weighted": weighted,
-    }
 
 
 # ----------------------------------------------------------------------------- internals
@@ -234,16 +183,6 @@ def _table(totals: np.ndarray, depth: int, variant: str) -> pd.DataFrame:
     table["plasticity"], table["std"], table["sem"], table["n_pairs"] = mean, std, sem, n.astype(int)
     table.attrs["variant"] = variant
     return table
-
-
-def _check_table(table: pd.DataFrame) -> None:
-    missing = {"component", "layer", "plasticity"} - set(table.columns)
-    if missing:
-        raise UserError(f"not a plasticity table: missing column(s) {', '.join(sorted(missing))}")
-    unknown = sorted(set(table["component"]) - set(COMPONENTS))
-    if unknown:
-        hint = did_you_mean(unknown[0], COMPONENTS)
-        raise UserError(f'unknown component "{unknown[0]}"{hint} in the plasticity table')
 
 
 def _pairs(

@@ -20,7 +20,7 @@ from vitplast_tune.statistics import finite, is_constant, numeric, require_colum
 
 def plot_plasticity(table: pd.DataFrame, path: str | Path, *, title: str | None = None) -> Path:
     """Write a PNG: plasticity per layer (one line per block component) and per-component means with their spread."""
-    from vitplast_tune.plasticity import aggregate_plasticity
+    from vitplast_tune.scores import aggregate_plasticity
 
     summary = aggregate_plasticity(table)
     fig, (left, right) = _figure(ncols=2, figsize=(11, 4.2))

@@ -16,16 +16,21 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import torch
 
-from vitplast_tune import components, criteria, data, models, plasticity
+from vitplast_tune import scores
 from vitplast_tune.components import COMPONENTS
+from vitplast_tune.config import default_data_dir
 from vitplast_tune.errors import UserError, did_you_mean
-from vitplast_tune.plasticity import VARIANTS, aggregate_plasticity, compute_plasticity
 from vitplast_tune.plots import plot_plasticity
+from vitplast_tune.scores import VARIANTS, aggregate_plasticity
+
+if TYPE_CHECKING:  # the measurements (torch, timm) load where they run: a Ray task, not the search's driver
+    import torch
+
+    from vitplast_tune.decoded import InMemory
 
 Runner = Callable[..., Any]  # runner(fn, **kwargs) -> fn(**kwargs), here or elsewhere (a Ray task)
 
@@ -74,8 +79,6 @@ def plasticity_report(
         raise UserError(
             f'unknown plasticity variant "{variant}"{did_you_mean(variant, VARIANTS)}; use one of {", ".join(VARIANTS)}'
         )
-    data.check_dataset_name(dataset)
-    data.check_dataset_name(reference)
     key = cache_key(
         model_name,
         weights=weights,
@@ -166,6 +169,11 @@ def measure_plasticity(
     device=None,
 ) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:
     """Build the model and both image sets and measure: (table, parameters per component, where and how long)."""
+    from vitplast_tune import components, data, models
+    from vitplast_tune.plasticity import compute_plasticity
+
+    data.check_dataset_name(dataset)  # here, where data loads: a search's plan checked them without torch
+    data.check_dataset_name(reference)
     model = models.build_model(
         model_name, 0, pretrained=pretrained, weights=weights
     )  # no head: any head in the weights fits
@@ -237,11 +245,11 @@ def cache_key(
 
 def code_version() -> str:
     """The package version and a hash of the modules that compute a report (measurement, models, data)."""
-    from vitplast_tune import __version__, fractals, transforms
+    from vitplast_tune import __version__
 
     digest = hashlib.sha256()
-    for module in (plasticity, models, data, transforms, fractals):
-        digest.update(Path(module.__file__).read_bytes())
+    for module in ("plasticity", "models", "data", "transforms", "fractals"):  # read, not imported (no torch)
+        digest.update((Path(__file__).parent / f"{module}.py").read_bytes())
     return f"{__version__}+{digest.hexdigest()[:12]}"
 
 
@@ -257,7 +265,7 @@ def _images_identity(datasets: set[str], data_dir: str | Path | None) -> str | N
 
 
 def _data_root(data_dir: str | Path | None) -> Path:
-    return Path(data_dir).expanduser().resolve() if data_dir is not None else data.default_data_dir()
+    return Path(data_dir).expanduser().resolve() if data_dir is not None else default_data_dir()
 
 
 def default_out_dir(model_name: str, dataset: str, reference: str, variant: str, key: dict | None = None) -> Path:
@@ -291,9 +299,9 @@ class Predictors:
         out: dict[str, float] = {}
         if self.plasticity is not None:
             meta = self.plasticity.meta
-            out.update(plasticity.subset_scores(self.plasticity.table, subset, meta["component_params"]))
+            out.update(scores.subset_scores(self.plasticity.table, subset, meta["component_params"]))
         if self.gradients is not None:
-            out.update(criteria.subset_criteria(self.gradients, subset))
+            out.update(scores.subset_criteria(self.gradients, subset))
         return out
 
 
@@ -325,7 +333,7 @@ def measure_search(plan) -> Predictors:
     return Predictors(measured, gradients)
 
 
-def gradient_report(cfg, *, num_batches: int = 4, decoded: data.InMemory | None = None, device=None) -> pd.DataFrame:
+def gradient_report(cfg, *, num_batches: int = 4, decoded: InMemory | None = None, device=None) -> pd.DataFrame:
     """The gradient criteria (``criteria.gradient_table``) of a run's pretrained model on its first training batches.
 
     ``cfg`` is a ``training.FinetuneConfig`` (model, weights, dataset, batch size, seed); the new head is
@@ -333,6 +341,7 @@ def gradient_report(cfg, *, num_batches: int = 4, decoded: data.InMemory | None 
     """
     if num_batches < 1:
         raise UserError(f"num_batches must be a positive integer, not {num_batches}")
+    from vitplast_tune import criteria, data
     from vitplast_tune.training import build_run
 
     model, splits = build_run(cfg, decoded)
@@ -355,7 +364,7 @@ def in_network_scores(
     """
     found = search_report(settings, reference=reference, variant="in_network", max_pairs=plasticity_pairs)
     counts = found.meta["component_params"]
-    rows = {subset: plasticity.subset_scores(found.table, subset, counts)["plasticity_mean"] for subset in subsets}
+    rows = {subset: scores.subset_scores(found.table, subset, counts)["plasticity_mean"] for subset in subsets}
     return pd.DataFrame({"in_network_mean": pd.Series(rows, dtype=float)})
 
 

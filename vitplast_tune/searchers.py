@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ray import tune
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search.optuna import OptunaSearch
 
 from vitplast_tune import spaces
@@ -174,6 +175,10 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
     """The Tuner of a plan: restored from storage with ``--resume`` (with this run's callbacks), else new
     (``warm_start``: see search_algorithm)."""
     spec, options = plan.spec, plan.options
+    # Ray Tune's default loggers (each trial's progress.csv and result.json) without its TensorBoard logger,
+    # whose tensorboardX imports torch into the driver (0.3 GB there for nothing: MLflow is this tool's record).
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    callbacks = [*callbacks, CSVLoggerCallback(), JsonLoggerCallback()]
     path = f"{plan.storage}/{plan.name}"
     if options.resume and tune.Tuner.can_restore(path):
         restored = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True)

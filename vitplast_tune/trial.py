@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vitplast_tune.data import InMemory
+from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.spaces import COMPONENT_FLAGS
-from vitplast_tune.training import DivergedError, FinetuneConfig, finetune
+
+if TYPE_CHECKING:  # torch and the training code load in the trial's process, not in the search's driver
+    from vitplast_tune.decoded import InMemory
 
 STATE_FILE = "state.pt"
 # What every report of a trial carries that a search can optimise, and the mode in which it is better.
@@ -58,7 +58,10 @@ def train_trial(
     ``decoded`` is the dataset the driver decoded once and shared through the object store;
     ``max_trainable_params`` the search's parameter budget.
     """
+    import torch
     from ray import tune
+
+    from vitplast_tune.training import DivergedError, finetune
 
     cfg = trial_config(config, settings)
     if max_trainable_params is not None and (count := trainable_parameters(cfg)) > max_trainable_params:

@@ -1,0 +1,98 @@
+"""What one finetuning run is set to (``FinetuneConfig``) and where files live by default: plain values, no
+torch, so that a search's driver validates settings without importing what only trials need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from vitplast_tune import components
+from vitplast_tune.errors import UserError, did_you_mean
+
+TESTBED_MODEL = "vit_testbed_patch8_32.fractal"  # the offline default (models.py registers it)
+
+
+def default_data_dir() -> Path:
+    """Where datasets live when ``--data-dir`` is not given: ``~/.cache/vitplast_tune/data``."""
+    return Path.home() / ".cache" / "vitplast_tune" / "data"
+
+
+OPTIMIZERS = ("sgd", "adamw")
+
+
+@dataclass
+class FinetuneConfig:
+    """Everything one finetuning run needs; a search trial's parameters override these fields."""
+
+    model: str = TESTBED_MODEL
+    weights: str | None = None
+    pretrained: bool = True
+    dataset: str = "digits"
+    data_dir: str | None = None
+    download: bool = False
+    image_cache: int = 0  # JPEG datasets: > 0 decodes them once, shorter side resized to this many px (image_cache.py)
+    val_fraction: float = 0.2
+    components: str = "all"
+    blocks: list[int] | None = None
+    optimizer: str = "sgd"
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    batch_size: int = 64
+    max_steps: int = 400
+    warmup_steps: int = 40
+    warmup_fraction: float | None = None  # when set, warm up for this fraction of max_steps instead of warmup_steps
+    eval_every: int = 50
+    grad_clip: float = 1.0
+    seed: int = 0
+    threads: int = 0
+    num_workers: int = -1
+    compile: bool = False
+    grad_checkpointing: bool = (
+        False  # recompute each block's activations in the backward pass: less memory, more compute
+    )
+    cuda_options: bool = True  # on CUDA: bf16 autocast, TF32 matmuls, fused optimizers (False: the plain fp32 baseline)
+    cache_features: bool = True
+    eval_test: bool = True
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> FinetuneConfig:
+        """Build from a dict (a trial's config), rejecting unknown keys with a suggestion."""
+        names = {f.name for f in fields(cls)}
+        for key in values:
+            if key not in names:
+                raise UserError(f'unknown setting "{key}"{did_you_mean(key, names)}')
+        return cls(**values)
+
+    def validate(self) -> FinetuneConfig:
+        """Raise UserError for values that cannot train; return self."""
+        components.parse_subset(self.components)
+        if self.optimizer not in OPTIMIZERS:
+            raise UserError(
+                f'unknown optimizer "{self.optimizer}"{did_you_mean(self.optimizer, OPTIMIZERS)}; use one of {", ".join(OPTIMIZERS)}'
+            )
+        positive = dict(lr=self.lr, batch_size=self.batch_size, max_steps=self.max_steps, eval_every=self.eval_every)
+        for name, value in positive.items():
+            if not value > 0:
+                raise UserError(f"{name} must be positive, got {value}")
+        for name in ("warmup_steps", "weight_decay", "momentum", "grad_clip", "threads", "image_cache"):
+            if getattr(self, name) < 0:
+                raise UserError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.warmup_fraction is not None and not 0 <= self.warmup_fraction < 1:
+            raise UserError(f"warmup_fraction must lie in [0, 1), got {self.warmup_fraction}")
+        if not 0 < self.val_fraction < 1:
+            raise UserError(f"val_fraction must lie in (0, 1), got {self.val_fraction}")
+        return self
+
+    @property
+    def warmup(self) -> int:
+        """Warm-up steps of this run: ``warmup_fraction`` of ``max_steps`` when set, else ``warmup_steps``."""
+        if self.warmup_fraction is None:
+            return self.warmup_steps
+        return round(self.warmup_fraction * self.max_steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of every field."""
+        return asdict(self)
