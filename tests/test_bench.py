@@ -173,7 +173,7 @@ def test_bench_memory_samples_the_driver_and_its_ray_processes():
     found = bench.measure(
         "vit_testbed_patch8_32", "digits", ["grad_checkpointing=true"]
     )  # a wrong setting would fail the search
-    assert 0.3e9 < found["driver_rss"] < found["tree_rss"]  # torch, timm, ray and mlflow alone take ~1 GB
+    assert 0.3e9 < found["driver_rss"] < found["tree_rss"]  # ray and mlflow; torch once the trials are done
     assert found["driver_rss"] < found["tree_pss"] <= found["tree_rss"]  # the Ray processes add to the driver
     assert 0 < found["tree_anon"] < found["tree_pss"]  # the mapped libraries are the rest
     parts = found["at_peak"]
