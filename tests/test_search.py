@@ -256,7 +256,7 @@ class Probe(tune.Callback):  # named in RAY_TUNE_CALLBACKS: Ray Tune adds it to 
 """
 
 
-def test_the_driver_of_a_search_never_imports_torch(tmp_path):
+def test_the_driver_of_a_search_holds_no_torch_while_trials_train(tmp_path):
     """The command line's search validates and decodes in a child process, measures and trains in Ray workers:
     its driver holds no torch, timm or torchvision (0.4 GB) while trials train."""
     space = tmp_path / "one.yaml"

@@ -255,7 +255,8 @@ def _check_inputs(settings: dict[str, Any], reference: str | None) -> InMemory |
 
     That takes torch, timm and torchvision, 0.4 GB that a process keeps once it has imported them, and after
     this only trials and measurements (Ray workers) need them. So when this process has not imported torch
-    (the command line), the checks run in a short-lived Python process and the search's driver never holds them.
+    (the command line), the checks run in a short-lived Python process: the driver holds none of it while
+    trials run.
     A UserError there is raised here; any other failure prints its traceback and raises RuntimeError here.
     """
     if "torch" in sys.modules:
