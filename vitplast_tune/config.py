@@ -14,9 +14,14 @@ from vitplast_tune.errors import UserError, did_you_mean
 TESTBED_MODEL = "vit_testbed_patch8_32.fractal"  # the offline default (models.py registers it)
 
 
+def cache_dir() -> Path:
+    """Where generated files live (datasets, image caches, plasticity reports): ``~/.cache/vitplast_tune``."""
+    return Path.home() / ".cache" / "vitplast_tune"
+
+
 def default_data_dir() -> Path:
     """Where datasets live when ``--data-dir`` is not given: ``~/.cache/vitplast_tune/data``."""
-    return Path.home() / ".cache" / "vitplast_tune" / "data"
+    return cache_dir() / "data"
 
 
 OPTIMIZERS = ("sgd", "adamw")

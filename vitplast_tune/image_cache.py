@@ -28,13 +28,15 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
+from vitplast_tune.config import cache_dir
+
 VERSION = 1  # bump when the file layout changes
 PIXELS, INDEX = "pixels.u8", "index.npy"  # HWC uint8 images one after another; rows of (offset, height, width, label)
 
 
 def cache_root() -> Path:
     """Where decoded caches live: ``~/.cache/vitplast_tune/images``."""
-    return Path.home() / ".cache" / "vitplast_tune" / "images"
+    return cache_dir() / "images"
 
 
 class CachedImages(Dataset):

@@ -22,7 +22,7 @@ import pandas as pd
 
 from vitplast_tune import scores
 from vitplast_tune.components import COMPONENTS
-from vitplast_tune.config import default_data_dir
+from vitplast_tune.config import cache_dir, default_data_dir
 from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.plots import plot_plasticity
 from vitplast_tune.scores import VARIANTS, aggregate_plasticity
@@ -273,7 +273,7 @@ def default_out_dir(model_name: str, dataset: str, reference: str, variant: str,
     name = "__".join([model_name, dataset, "vs", reference, variant])
     if key is not None:
         name += "__" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
-    return Path.home() / ".cache" / "vitplast_tune" / "plasticity" / re.sub(r"[^A-Za-z0-9._-]", "-", name)
+    return cache_dir() / "plasticity" / re.sub(r"[^A-Za-z0-9._-]", "-", name)
 
 
 def _file_identity(path: str | Path | None) -> str | None:
