@@ -9,7 +9,7 @@ store, read zero-copy by the trials, which hold one float batch at a time).
 
 Speed, on one CPU core (torch and PIL single-threaded): images/s of each transform path from the
 stored images to a normalized 224 px batch: timm's per-image PIL transforms, and the batched
-transforms of ``vitplast_tune.transforms`` on the CPU, for CIFAR-size (32 px) sources, full JPEG
+transforms of ``vitplast_tune.data.transforms`` on the CPU, for CIFAR-size (32 px) sources, full JPEG
 decoding (500x375, Pets-like) and the same JPEGs read from their image cache (``image_cache: 256``,
 image_cache.py), with the one-time speed of building that cache; against the
 model's training images/s (full finetuning, fp32) on every core of the same machine. The ratio
@@ -32,7 +32,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from vitplast_tune import image_cache, models, transforms
+from vitplast_tune.data import image_cache, transforms
+from vitplast_tune.vit import models
 
 # (images, channels, height, width) held in memory, and the training split a trial used to hold before.
 DATASETS = {

@@ -19,9 +19,9 @@ from collections.abc import Callable
 import torch
 
 from vitplast_tune.errors import UserError
-from vitplast_tune.models import build_model
-from vitplast_tune.plasticity import compute_plasticity
-from vitplast_tune.scores import VARIANTS
+from vitplast_tune.predictors.scores import VARIANTS
+from vitplast_tune.vit.models import build_model
+from vitplast_tune.vit.plasticity import compute_plasticity
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

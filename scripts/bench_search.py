@@ -4,7 +4,7 @@ need to reach the accuracy of the full grid's best configuration (within --toler
 as a fraction of the grid's steps, averaged over search seeds (goal for TPE + ASHA: <= 0.2).
 
 1. The real grid: every configuration of a discrete space (default vitplast_tune/search_spaces/single_component.yaml:
-   8 subsets x 5 learning rates = 40 trials of 400 steps) runs once through ``vitplast_tune.search.run``
+   8 subsets x 5 learning rates = 40 trials of 400 steps) runs once through ``vitplast_tune.search.driver.run``
    on a Ray instance started here (--cpus CPUs, one per trial), and every trial's learning curve
    (val_acc at each evaluation) is recorded to --curves. Its best best_val_acc is the reference.
    The training seed is pinned (seed: 0 in the space's defaults) so that it does not follow the
@@ -41,7 +41,7 @@ import pandas as pd
 import yaml
 from ray.tune import Callback
 
-from vitplast_tune import plan, search, searchers, spaces
+from vitplast_tune.search import driver, plan, searchers, spaces
 
 Key = tuple[str, float]
 
@@ -184,7 +184,7 @@ def run_grid(spec: spaces.SearchSpec, cpus: int, directory: Path) -> tuple[list[
         runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}},
     )
     try:
-        options = search.SearchOptions(
+        options = driver.SearchOptions(
             space=str(spec.path),
             name="bench_search_grid",
             storage=str(directory / "results"),
@@ -192,7 +192,7 @@ def run_grid(spec: spaces.SearchSpec, cpus: int, directory: Path) -> tuple[list[
             cpus_per_trial=1,
             plasticity=False,
         )
-        search.run(options, callbacks=[recorder])
+        driver.run(options, callbacks=[recorder])
     finally:
         ray.shutdown()
     return list(recorder.curves.values()), time.time() - started
@@ -200,8 +200,8 @@ def run_grid(spec: spaces.SearchSpec, cpus: int, directory: Path) -> tuple[list[
 
 def check_replay(curves: dict[Key, list[dict]], settings: dict, count: int) -> list[str]:
     """Train ``count`` configurations again (the best first) and compare their val_acc curves."""
-    from vitplast_tune.training import finetune
-    from vitplast_tune.trial import trial_config
+    from vitplast_tune.search.trial import trial_config
+    from vitplast_tune.vit.training import finetune
 
     order = sorted(curves, key=lambda k: -best_acc(curves[k]))[:count]
     lines = []
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         specs["random_asha"] = variant(base, tmp, "random", asha, pinned, args.lrs)
         specs["optuna_asha"] = variant(base, tmp, "optuna", asha, pinned, args.lrs)
         settings = plan.prepare(
-            search.SearchOptions(
+            driver.SearchOptions(
                 space=str(specs["grid"].path), cpus_per_trial=1, plasticity=False, storage=str(tmp / "results")
             )
         ).settings
@@ -501,9 +501,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def recommended(settings: dict, k: int, spec: spaces.SearchSpec) -> list[str]:
     """recommend's ranking of the space's subsets for these settings (its criterion chosen from the evidence)."""
-    from vitplast_tune import recommend
+    from vitplast_tune.recommend import ranking
 
-    rec = recommend.recommend(settings, plan.default_storage())
+    rec = ranking.recommend(settings, plan.default_storage())
     allowed = set(spec.parameters["components"].grid_values())
     ranked = [c for c in rec.ranked["components"] if c in allowed]
     print(f"warm start: recommend ranks by {rec.criterion}; TPE tries first {', '.join(ranked[:k])}")
@@ -512,7 +512,7 @@ def recommended(settings: dict, k: int, spec: spaces.SearchSpec) -> list[str]:
 
 def _weights_provenance(settings: dict) -> dict | None:
     """The testbed checkpoint's provenance JSON, when the grid used it."""
-    from vitplast_tune.models import TESTBED_MODEL, WEIGHTS_DIR
+    from vitplast_tune.vit.models import TESTBED_MODEL, WEIGHTS_DIR
 
     path = WEIGHTS_DIR / f"{TESTBED_MODEL}.json"
     if settings["model"] != TESTBED_MODEL or not settings["pretrained"] or not path.is_file():

@@ -2,7 +2,7 @@
 """Training speed and peak memory of each single-component trial and of the head-only trial,
 as ratios to full finetuning of the same model and batch, beside the FLOP bound.
 
-Every configuration runs the real ``vitplast_tune.training.finetune`` (freezing through
+Every configuration runs the real ``vitplast_tune.vit.training.finetune`` (freezing through
 ``components.freeze``; the head-only run trains on its cached backbone features, as trials do)
 in a fresh subprocess; the steps/s come from finetune's own ``time_in_steps_s`` between a
 report after the warm-up steps and the last one (evaluation excluded). Configurations take turns,
@@ -44,8 +44,9 @@ from pathlib import Path
 
 import torch
 
-from vitplast_tune import components, models
+from vitplast_tune import components
 from vitplast_tune.components import COMPONENTS
+from vitplast_tune.vit import models
 
 SUBSETS = ("all", *COMPONENTS, "head")
 
@@ -155,8 +156,8 @@ def _proc_status(key: str) -> int:
 
 def measure(spec: dict) -> dict:
     """Run finetune for one configuration and return its steps/s, setup time and peak memory."""
-    from vitplast_tune import data
-    from vitplast_tune.training import FinetuneConfig, finetune
+    from vitplast_tune.data import datasets
+    from vitplast_tune.vit.training import FinetuneConfig, finetune
 
     device = torch.device(spec["device"])
     cfg = FinetuneConfig(
@@ -176,7 +177,7 @@ def measure(spec: dict) -> dict:
         val_fraction=0.2 if spec["memory"] else 0.01,  # timing: a tiny evaluation inside the CPU-time window
     )
     torch.set_num_threads(spec["threads"])
-    decoded = data.decode_dataset(cfg.dataset, models.pretrained_data_config(cfg.model))  # as the search shares it
+    decoded = datasets.decode_dataset(cfg.dataset, models.pretrained_data_config(cfg.model))  # as the search shares it
     reports: list[dict] = []
     cpu_at: list[float] = []
     if not spec["memory"]:

@@ -2,7 +2,7 @@
 """Trial efficiency: the fraction of a real Ray Tune trial's wall time spent in training and
 evaluation steps (goal: >= 0.9), and where the rest goes.
 
-Runs one trial through ``vitplast_tune.search.run`` (a one-configuration grid written to a temp
+Runs one trial through ``vitplast_tune.search.driver.run`` (a one-configuration grid written to a temp
 directory, plasticity off, MLflow and checkpoints as in any search) on a Ray instance started here
 with ``--cpus`` CPUs and shut down after. The trial's wall time runs from its actor start to its
 completion, both seen by a Tune callback on the driver; the time in steps and in evaluation is
@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 from ray.tune import Callback
 
-from vitplast_tune import search
+from vitplast_tune.search import driver
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         ray_up = time.time()
         try:
-            options = search.SearchOptions(
+            options = driver.SearchOptions(
                 space=str(space_file(tmp, args)),
                 name="bench_trial",
                 storage=str(tmp / "results"),
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 plasticity=False,
                 verbose=0,
             )
-            result = search.run(options, callbacks=[timeline])
+            result = driver.run(options, callbacks=[timeline])
             returned = time.time()
         finally:
             ray.shutdown()
@@ -165,9 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     outside = {
         "ray.init": ray_up - started,
-        "search.run before Tune started (validation, MLflow parent run, data decoding)": timeline.setup_at - ray_up,
+        "driver.run before Tune started (validation, MLflow parent run, data decoding)": timeline.setup_at - ray_up,
         "Tune start -> the trial's actor started (worker process, imports)": timeline.start - timeline.setup_at,
-        "search.run after the trial (trial table, summary)": returned - timeline.complete,
+        "driver.run after the trial (trial table, summary)": returned - timeline.complete,
         "ray.shutdown": finished - returned,
     }
     total = finished - started

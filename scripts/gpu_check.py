@@ -6,7 +6,7 @@
 2. each single component's and the head's speedup over full finetuning (CUDA options) beside its
    FLOP bound (``flop_bounds`` of scripts/bench_training.py), and the peak GPU memory of each subset;
 3. the input pipeline's share of a step on CIFAR-size data: the batched transform of uint8 32 px
-   images to 224 px on the GPU (``vitplast_tune.transforms``) over that plus a training step;
+   images to 224 px on the GPU (``vitplast_tune.data.transforms``) over that plus a training step;
 4. 4 trials at ``--gpus-per-trial 0.25`` through the real search (scripts/search.py, digits).
 
     python scripts/gpu_check.py --json gpu_check.json
@@ -31,7 +31,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vitplast_tune import components, models, transforms
+from vitplast_tune import components
+from vitplast_tune.data import transforms
+from vitplast_tune.vit import models
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBSETS = ("all", *components.COMPONENTS, "head")

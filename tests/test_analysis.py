@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vitplast_tune.errors import UserError
-from vitplast_tune.lab import criteria_comparison, criteria_winner, subset_table
-from vitplast_tune.plots import plot_plasticity, plot_score_vs_accuracy
-from vitplast_tune.protocol import (
+from vitplast_tune.analysis.correlation import compare_predictors, correlations, partial_correlations
+from vitplast_tune.analysis.lab import criteria_comparison, criteria_winner, subset_table
+from vitplast_tune.analysis.plots import plot_plasticity, plot_score_vs_accuracy
+from vitplast_tune.analysis.protocol import (
     best_lr_table,
     cross_dataset,
     describe_paper,
@@ -20,7 +20,7 @@ from vitplast_tune.protocol import (
     relative_gain,
     single_component_table,
 )
-from vitplast_tune.statistics import compare_predictors, correlations, partial_correlations
+from vitplast_tune.errors import UserError
 
 
 def test_monotone_data_gives_spearman_one_with_a_tight_interval():
@@ -156,7 +156,7 @@ def test_plots_write_png_files(tmp_path):
 
 def test_importing_the_library_selects_no_backend_and_needs_no_ray_or_mlflow():
     code = (
-        "import sys, vitplast_tune.analysis, vitplast_tune.plasticity\n"
+        "import sys, vitplast_tune.analysis.trials, vitplast_tune.vit.plasticity\n"
         "bad = [m for m in ('matplotlib.pyplot', 'ray', 'mlflow') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

@@ -18,9 +18,11 @@ def test_importing_the_package_loads_no_heavy_module():
 
 def test_public_names_resolve_to_the_documented_objects():
     import vitplast_tune as vt
-    from vitplast_tune import errors, models, plan, search, spaces, training
+    from vitplast_tune import errors
+    from vitplast_tune.search import driver, plan, spaces
+    from vitplast_tune.vit import models, training
 
-    assert vt.run_search is search.run and vt.SearchOptions is plan.SearchOptions
+    assert vt.run_search is driver.run and vt.SearchOptions is plan.SearchOptions
     assert vt.load_space is spaces.load_space and vt.finetune is training.finetune
     assert vt.create_model is models.build_model and vt.UserError is errors.UserError
     assert set(vt.__all__) <= set(dir(vt))

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from vitplast_tune.training import FinetuneConfig, finetune
+from vitplast_tune.vit.training import FinetuneConfig, finetune
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
@@ -30,7 +30,7 @@ def test_flop_bounds_match_the_skipped_weight_gradients():
 
 def test_flop_count_of_full_finetuning_and_of_the_head_on_cached_features():
     bench = _script("bench_training")
-    from vitplast_tune.models import build_model
+    from vitplast_tune.vit.models import build_model
 
     model = build_model("vit_testbed_patch8_32", 10, pretrained=False)
     tokens, width, depth = 17, 96, 4  # 16 patches + the class token
@@ -108,7 +108,7 @@ def test_replay_drives_the_search_optuna_searcher():
     import optuna
     from ray.tune.schedulers import FIFOScheduler
 
-    from vitplast_tune import searchers, spaces
+    from vitplast_tune.search import searchers, spaces
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = SimpleNamespace(
@@ -154,7 +154,7 @@ def test_gpu_check_dry_run_and_its_cpu_smoke_path(tmp_path, capsys):
 
 
 def test_bench_data_times_every_input_path_including_the_image_cache():
-    from vitplast_tune import models
+    from vitplast_tune.vit import models
 
     speeds = _script("bench_data").pipelines(models.pretrained_data_config("vit_testbed_patch8_32"), 4, 0.01)
     assert "image cache (256 px) + train, per image" in speeds and len(speeds) == 7
@@ -186,7 +186,7 @@ def test_bench_memory_samples_the_driver_and_its_ray_processes():
 
 def test_replay_of_tpe_with_warm_start_tries_the_recommended_subsets_first(tmp_path):
     bench = _script("bench_search")
-    from vitplast_tune import spaces
+    from vitplast_tune.search import spaces
 
     spec = spaces.load_space(
         _write(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vitplast_tune.spaces import load_space
+from vitplast_tune.search.spaces import load_space
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = """

@@ -22,8 +22,8 @@ import yaml
 from _raycluster import LocalCluster, MlflowServer, free_ports, node_ip
 from mlflow.tracking import MlflowClient
 
-from vitplast_tune import cluster, tracking
-from vitplast_tune.plan import EXPERIMENT
+from vitplast_tune.search import cluster, tracking
+from vitplast_tune.search.plan import EXPERIMENT
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_DIR = ROOT / "scripts" / "cluster"
@@ -261,7 +261,7 @@ class TestTwoNodeCluster:
         )  # nothing recorded
 
     def test_fixed_cluster_does_not_autoscale(self, two_nodes):
-        out = two_nodes.query("from vitplast_tune import cluster\nprint('AUTOSCALES', cluster.autoscales())")
+        out = two_nodes.query("from vitplast_tune.search import cluster\nprint('AUTOSCALES', cluster.autoscales())")
         assert "AUTOSCALES False" in out.stdout, out.stdout + out.stderr
 
 
@@ -282,7 +282,7 @@ def test_fake_autoscaler_adds_workers_for_trials_and_removes_them(tmp_path):
         nodes = c.alive_nodes()
         assert [n["NodeID"] for n in nodes] == [FAKE_HEAD_NODE_ID]
         probe = c.query(
-            "from vitplast_tune import cluster\nimport time\ntime.sleep(2)\nprint('AUTOSCALES', cluster.autoscales())"
+            "from vitplast_tune.search import cluster\nimport time\ntime.sleep(2)\nprint('AUTOSCALES', cluster.autoscales())"
         )
         assert "AUTOSCALES True" in probe.stdout, probe.stdout + probe.stderr
         tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

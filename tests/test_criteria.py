@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 
-from vitplast_tune.criteria import gradient_table
 from vitplast_tune.errors import UserError
-from vitplast_tune.scores import aggregate_criteria, subset_criteria
+from vitplast_tune.predictors.scores import aggregate_criteria, subset_criteria
+from vitplast_tune.vit.gradients import gradient_table
 
 # The naive mapping, written out by hand for a timm ViT block (independent of components.py).
 NAIVE = {"ln1": ["norm1."], "mha": ["attn."], "ln2": ["norm2."], "fc1": ["mlp.fc1."], "fc2": ["mlp.fc2."]}

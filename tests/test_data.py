@@ -7,8 +7,9 @@ import pytest
 import torch
 from PIL import Image
 
-from vitplast_tune import data, models
+from vitplast_tune.data import datasets
 from vitplast_tune.errors import UserError
+from vitplast_tune.vit import models
 
 CONFIG = {
     "input_size": (3, 32, 32),
@@ -35,22 +36,22 @@ def save_png(path, seed):
 
 
 def test_digits_splits_are_seeded_and_the_test_split_fixed():
-    a = data.load_dataset("digits", CONFIG, seed=0)
-    b = data.load_dataset("digits", CONFIG, seed=0)
-    c = data.load_dataset("digits", CONFIG, seed=1)
+    a = datasets.load_dataset("digits", CONFIG, seed=0)
+    b = datasets.load_dataset("digits", CONFIG, seed=0)
+    c = datasets.load_dataset("digits", CONFIG, seed=1)
     assert (len(a.train), len(a.val), len(a.test)) == (1150, 288, 359)
     assert np.array_equal(a.val.indices, b.val.indices)
     assert not np.array_equal(a.val.indices, c.val.indices)
     assert np.array_equal(a.test.indices, c.test.indices)
     assert a.train.images.dtype == np.uint8 and a.train.images.shape[1:] == (1, 8, 8)  # held small: native 8x8
-    images, labels = next(iter(data.eval_batches(a.val, 16)))
+    images, labels = next(iter(datasets.eval_batches(a.val, 16)))
     assert (
         images.shape == (16, 3, 32, 32)
         and images.dtype == torch.float32
         and torch.equal(labels, torch.as_tensor(a.val.labels[a.val.indices[:16]]))
     )
-    rest, test = data.split_indices(1797, 0.2, seed=10_007)
-    train, val = data.split_indices(len(rest), 0.2, seed=0)
+    rest, test = datasets.split_indices(1797, 0.2, seed=10_007)
+    train, val = datasets.split_indices(len(rest), 0.2, seed=0)
     assert not set(rest) & set(test) and not set(train) & set(val)  # disjoint splits
     assert check_image_splits(a, 10) is None
 
@@ -61,15 +62,15 @@ def test_imagefolder_with_and_without_a_test_folder(tmp_path):
             for i in range(count):
                 save_png(tmp_path / "with" / split / cls / f"{i}.png", hash((split, cls, i)) % 1000)
                 save_png(tmp_path / "without" / "train" / cls / f"{split}{i}.png", hash((cls, split, i)) % 1000)
-    with_test = data.load_dataset("imagefolder", CONFIG, data_dir=tmp_path / "with")
+    with_test = datasets.load_dataset("imagefolder", CONFIG, data_dir=tmp_path / "with")
     check_image_splits(with_test, 3)
     assert (len(with_test.train), len(with_test.val), len(with_test.test)) == (14, 4, 6)
-    without = data.load_dataset("imagefolder", CONFIG, data_dir=tmp_path / "without")
+    without = datasets.load_dataset("imagefolder", CONFIG, data_dir=tmp_path / "without")
     check_image_splits(without, 3)
     assert len(without.train) + len(without.val) + len(without.test) == 24 and len(without.test) == 5
-    assert data.num_classes("imagefolder", tmp_path / "with") == 3
+    assert datasets.num_classes("imagefolder", tmp_path / "with") == 3
     with pytest.raises(UserError, match="train/<class>/<images>"):
-        data.load_dataset("imagefolder", CONFIG, data_dir=tmp_path / "missing")
+        datasets.load_dataset("imagefolder", CONFIG, data_dir=tmp_path / "missing")
 
 
 @pytest.mark.parametrize(
@@ -82,9 +83,9 @@ def test_imagefolder_test_classes_must_be_trains(tmp_path, test_classes, problem
     for cls in test_classes:
         save_png(tmp_path / "test" / cls / "0.png", 7)
     with pytest.raises(UserError, match=f"must have the classes of .*train \\({problem}\\)"):
-        data.load_dataset("imagefolder", CONFIG, data_dir=tmp_path)
+        datasets.load_dataset("imagefolder", CONFIG, data_dir=tmp_path)
     with pytest.raises(UserError, match=problem):  # checked before a search starts, too
-        data.num_classes("imagefolder", tmp_path)
+        datasets.num_classes("imagefolder", tmp_path)
 
 
 def test_imagefolder_test_labels_are_trains_by_name(tmp_path):
@@ -92,7 +93,7 @@ def test_imagefolder_test_labels_are_trains_by_name(tmp_path):
         for i, cls in enumerate(("cat", "dog", "eel")):
             for j in range(3):
                 save_png(tmp_path / split / cls / f"{j}.png", 100 * i + j)
-    splits = data.load_dataset("imagefolder", CONFIG, data_dir=tmp_path)
+    splits = datasets.load_dataset("imagefolder", CONFIG, data_dir=tmp_path)
     train_set = splits.train.dataset
     assert splits.test.class_to_idx == train_set.class_to_idx and splits.num_classes == 3
 
@@ -104,13 +105,13 @@ def test_cifar10c_from_npy_files(tmp_path):
     np.save(folder / "snow.npy", rng.integers(0, 255, (5 * 40, 32, 32, 3), dtype=np.uint8))
     labels = np.tile(np.arange(10), 20).astype(np.uint8)
     np.save(folder / "labels.npy", labels)
-    splits = data.load_dataset("cifar10c:snow", CONFIG, data_dir=tmp_path)
+    splits = datasets.load_dataset("cifar10c:snow", CONFIG, data_dir=tmp_path)
     check_image_splits(splits, 10)
     assert len(splits.train) + len(splits.val) + len(splits.test) == 40  # severity 5 only
     with pytest.raises(UserError, match="put gaussian_noise.npy and labels.npy"):
-        data.load_dataset("cifar10c:gaussian_noise", CONFIG, data_dir=tmp_path)
+        datasets.load_dataset("cifar10c:gaussian_noise", CONFIG, data_dir=tmp_path)
     with pytest.raises(UserError, match='needs a corruption, e.g. "cifar10c:snow"'):
-        data.check_dataset_name("cifar10c")
+        datasets.check_dataset_name("cifar10c")
 
 
 def fake_cifar(root, folder, files, label_key, meta_name, meta_key, classes):
@@ -143,11 +144,11 @@ def test_torchvision_cifar(tmp_path, monkeypatch, name, classes):
         fake_cifar(tmp_path, "cifar-100-python", ["train", "test"], "fine_labels", "meta", "fine_label_names", 100)
         monkeypatch.setattr(tvd.CIFAR100, "_check_integrity", lambda self: True)
         monkeypatch.setattr(tvd.cifar, "check_integrity", lambda *args: True)
-    splits = data.load_dataset(name, CONFIG, data_dir=tmp_path, seed=0)
+    splits = datasets.load_dataset(name, CONFIG, data_dir=tmp_path, seed=0)
     check_image_splits(splits, classes)
     train_total = 100 if name == "cifar10" else 20
     assert len(splits.train) + len(splits.val) == train_total and len(splits.val) == train_total // 5
-    assert isinstance(splits.train, data.SmallImages) and splits.train.images.dtype == np.uint8  # held small
+    assert isinstance(splits.train, datasets.SmallImages) and splits.train.images.dtype == np.uint8  # held small
     assert set(splits.test.indices) == set(range(train_total, train_total + 20))  # the published test split
 
 
@@ -164,7 +165,7 @@ def test_pets_and_flowers(tmp_path, monkeypatch):
             save_png(pets / "images" / f"{breed}_{i}.jpg", i)
             lines.append(f"{breed}_{i} {1 + i % 2} {1 + i % 2} 1")
         (pets / "annotations" / f"{split}.txt").write_text("\n".join(lines) + "\n")
-    splits = data.load_dataset("pets", CONFIG, data_dir=tmp_path)
+    splits = datasets.load_dataset("pets", CONFIG, data_dir=tmp_path)
     assert (len(splits.train), len(splits.val), len(splits.test)) == (8, 2, 4)
     check_image_splits(splits, 37)
 
@@ -176,30 +177,30 @@ def test_pets_and_flowers(tmp_path, monkeypatch):
         flowers / "setid.mat", {"trnid": np.arange(1, 6), "valid": np.arange(6, 8), "tstid": np.arange(8, 13)}
     )
     monkeypatch.setattr(tvd.Flowers102, "_check_integrity", lambda self: True)
-    splits = data.load_dataset("flowers102", CONFIG, data_dir=tmp_path)
+    splits = datasets.load_dataset("flowers102", CONFIG, data_dir=tmp_path)
     assert (len(splits.train), len(splits.val), len(splits.test)) == (4, 1, 5)
     check_image_splits(splits, 102)
 
 
 def test_missing_torchvision_dataset_says_what_to_do(tmp_path):
     with pytest.raises(UserError, match=r'dataset "cifar10" not found in .*; pass --download'):
-        data.load_dataset("cifar10", CONFIG, data_dir=tmp_path)
+        datasets.load_dataset("cifar10", CONFIG, data_dir=tmp_path)
     with pytest.raises(UserError, match=r'unknown dataset "cifar1O"'):
-        data.load_dataset("cifar1O", CONFIG)
+        datasets.load_dataset("cifar1O", CONFIG)
 
 
 def test_training_transforms_are_the_papers():
     from timm.data.transforms import RandomResizedCropAndInterpolation
     from torchvision import transforms as T
 
-    train = data.image_transforms(CONFIG, train=True).transforms
+    train = datasets.image_transforms(CONFIG, train=True).transforms
     assert isinstance(train[0], RandomResizedCropAndInterpolation) and isinstance(train[1], T.RandomHorizontalFlip)
     assert train[0].scale == (0.08, 1.0) and not any(isinstance(t, T.ColorJitter) for t in train)
-    evaluation = data.image_transforms(
+    evaluation = datasets.image_transforms(
         {**CONFIG, "input_size": (3, 224, 224), "crop_pct": 0.875}, train=False
     ).transforms
     assert isinstance(evaluation[0], T.Resize) and evaluation[0].size == 256 and evaluation[1].size == (224, 224)
-    squash = data.image_transforms(
+    squash = datasets.image_transforms(
         {**CONFIG, "input_size": (3, 224, 224), "crop_pct": 0.875, "crop_mode": "squash"}, False
     )
     assert squash.transforms[0].size == (256, 256)  # the config's crop_mode is honoured
@@ -226,7 +227,9 @@ def test_model_data_config_drives_the_transforms():
     config = models.pretrained_data_config("vit_base_patch16_224.augreg_in21k")
     assert config["input_size"] == (3, 224, 224) and config["interpolation"] == "bicubic"
     assert models.pretrained_data_config("deit_small_patch16_224")["mean"] == pytest.approx((0.485, 0.456, 0.406))
-    decoded = data.decode_dataset("digits", models.pretrained_data_config("vit_small_patch16_224"))
+    decoded = datasets.decode_dataset("digits", models.pretrained_data_config("vit_small_patch16_224"))
     assert decoded.images.shape[1:] == (1, 8, 8) and decoded.nbytes < 200_000  # uint8 at native resolution
-    train = data.load_dataset("digits", models.pretrained_data_config("vit_small_patch16_224"), decoded=decoded).train
-    assert isinstance(train, data.SmallImages) and train.images is decoded.images  # shared, not copied
+    train = datasets.load_dataset(
+        "digits", models.pretrained_data_config("vit_small_patch16_224"), decoded=decoded
+    ).train
+    assert isinstance(train, datasets.SmallImages) and train.images is decoded.images  # shared, not copied

@@ -4,7 +4,7 @@ import hashlib
 
 import torch
 
-from vitplast_tune.fractals import class_systems, fractal_dataset
+from vitplast_tune.data.fractals import class_systems, fractal_dataset
 
 
 def test_shapes_dtype_range_and_balanced_labels():

@@ -11,8 +11,9 @@ import pytest
 import torch
 from PIL import Image
 
-from vitplast_tune import data, image_cache, models
+from vitplast_tune.data import datasets, image_cache
 from vitplast_tune.errors import UserError
+from vitplast_tune.vit import models
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = models.pretrained_data_config("vit_testbed_patch8_32")  # 32 px
@@ -46,8 +47,8 @@ def folder(root: Path, sizes=((120, 90), (90, 120), (20, 24))) -> Path:
 
 def test_cached_folder_gives_the_same_splits_and_nearly_the_same_images(tmp_path, cache_root):
     root = folder(tmp_path / "data")
-    plain = data.load_dataset("imagefolder", CONFIG, data_dir=root, seed=3, val_fraction=0.4)
-    cached = data.load_dataset("imagefolder", CONFIG, data_dir=root, seed=3, val_fraction=0.4, image_cache=48)
+    plain = datasets.load_dataset("imagefolder", CONFIG, data_dir=root, seed=3, val_fraction=0.4)
+    cached = datasets.load_dataset("imagefolder", CONFIG, data_dir=root, seed=3, val_fraction=0.4, image_cache=48)
     assert [len(s) for s in (cached.train, cached.val, cached.test)] == [
         len(s) for s in (plain.train, plain.val, plain.test)
     ]
@@ -76,7 +77,7 @@ def test_the_cache_holds_shorter_sides_resized_and_small_images_as_they_are(tmp_
     small = 2  # the 20x24 image is smaller than 48 px: stored as decoded
     assert np.array_equal(np.asarray(cached[small][0]), np.asarray(source[small][0]))
     assert len(pickle.dumps(cached)) < 10_000  # DataLoader workers get the index, not the pixels
-    batches = data.loader(
+    batches = datasets.loader(
         image_cache.CachedImages(directory, lambda im: torch.tensor(im.size)), 3, 2, torch.device("cpu")
     )
     assert sorted(tuple(size) for images, _ in batches for size in images.tolist()) == sorted(
@@ -90,11 +91,11 @@ def test_built_once_and_again_only_when_a_file_changes(tmp_path, cache_root, mon
     build = image_cache._build
     monkeypatch.setattr(image_cache, "_build", lambda *args: builds.append(args[1]) or build(*args))
     for _ in range(2):
-        data.load_dataset("imagefolder", CONFIG, data_dir=root, image_cache=48)
+        datasets.load_dataset("imagefolder", CONFIG, data_dir=root, image_cache=48)
     assert len(builds) == 2  # train and test, once
     smooth_image(root / "train" / "cat" / "0.jpg", 999, (120, 90))
     os.utime(root / "train" / "cat" / "0.jpg", ns=(1, 1))  # a changed file, whatever the clock's resolution
-    data.load_dataset("imagefolder", CONFIG, data_dir=root, image_cache=48)
+    datasets.load_dataset("imagefolder", CONFIG, data_dir=root, image_cache=48)
     assert len(builds) == 3 and "imagefolder-train" in builds[-1].name and builds[-1] not in builds[:2]
 
 
@@ -119,7 +120,7 @@ def test_two_processes_on_one_node_build_it_once(tmp_path):
     root = folder(tmp_path / "data")
     script = (
         "import sys; from pathlib import Path; from torchvision.datasets import ImageFolder; "
-        "from vitplast_tune import image_cache; "
+        "from vitplast_tune.data import image_cache; "
         f"image_cache.ensure(lambda: ImageFolder({str(root / 'train')!r}), 'folder', 48, root={str(tmp_path / 'c')!r})"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -133,7 +134,7 @@ def test_two_processes_on_one_node_build_it_once(tmp_path):
 
 
 def test_a_trial_trains_from_the_cache(tmp_path, cache_root):
-    from vitplast_tune.training import FinetuneConfig, finetune
+    from vitplast_tune.vit.training import FinetuneConfig, finetune
 
     root = folder(tmp_path / "data")
     cfg = FinetuneConfig(
@@ -146,7 +147,7 @@ def test_a_trial_trains_from_the_cache(tmp_path, cache_root):
 
 
 def test_a_cache_smaller_than_the_model_input_is_refused_before_anything_starts(tmp_path, cache_root):
-    from vitplast_tune import plan
+    from vitplast_tune.search import plan
 
     root = folder(tmp_path / "data")
     space = tmp_path / "s.yaml"

@@ -5,7 +5,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from mlflow.tracking import MlflowClient
 
-from vitplast_tune import mlflow_view
+from vitplast_tune.search import mlflow_view
 
 
 def test_ui_base_url_is_the_tracking_server_or_the_mlflow_ui_default():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from vitplast_tune import spaces
+from vitplast_tune.search import spaces
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -57,9 +57,7 @@ def test_a_non_editable_install_ships_the_spaces_and_the_commands(tmp_path):
         str(ROOT),
     ]
     subprocess.run(pip, check=True, capture_output=True, cwd=tmp_path, timeout=600)
-    code = (
-        "from vitplast_tune import spaces; print(spaces.load_space('component_subsets').num_samples, spaces.SPACES_DIR)"
-    )
+    code = "from vitplast_tune.search import spaces; print(spaces.load_space('component_subsets').num_samples, spaces.spaces_dir())"
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, check=True

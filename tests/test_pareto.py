@@ -6,8 +6,8 @@ import optuna
 import pandas as pd
 import pytest
 
-from vitplast_tune import results, searchers, spaces
 from vitplast_tune.errors import UserError
+from vitplast_tune.search import results, searchers, spaces
 
 
 def _trials(rows):
@@ -124,7 +124,7 @@ def test_warm_start_enqueues_the_recommended_subsets_first(tmp_path):
 
 
 def test_trainable_parameters_count_the_subset_and_the_head():
-    from vitplast_tune.trial import trainable_parameters, trial_config
+    from vitplast_tune.search.trial import trainable_parameters, trial_config
 
     settings = {"model": "vit_testbed_patch8_32", "pretrained": False}
     head = trainable_parameters(trial_config({"components": "head"}, settings))
@@ -135,8 +135,9 @@ def test_trainable_parameters_count_the_subset_and_the_head():
 def test_a_trial_over_the_budget_is_not_trained(monkeypatch):
     from ray import tune
 
-    from vitplast_tune import training, trial
-    from vitplast_tune.training import FinetuneConfig
+    from vitplast_tune.search import trial
+    from vitplast_tune.vit import training
+    from vitplast_tune.vit.training import FinetuneConfig
 
     reported = []
     monkeypatch.setattr(tune, "report", lambda metrics, **kw: reported.append(metrics))
@@ -166,14 +167,16 @@ defaults:
 
 @pytest.mark.slow
 def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
-    from vitplast_tune import recommend, report, search
-    from vitplast_tune.trial import trainable_parameters, trial_config
+    from vitplast_tune.predictors import report
+    from vitplast_tune.recommend import ranking
+    from vitplast_tune.search import driver
+    from vitplast_tune.search.trial import trainable_parameters, trial_config
 
     settings = {"model": "vit_testbed_patch8_32", "pretrained": False}
     budget = trainable_parameters(trial_config({"components": "mha"}, settings))  # one attention or feed-forward layer
     path = tmp_path / "space.yaml"
     path.write_text(E2E.format(budget=budget))
-    options = search.SearchOptions(
+    options = driver.SearchOptions(
         space=str(path),
         name="mo",
         storage=str(tmp_path / "results"),
@@ -182,11 +185,11 @@ def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
         verbose=0,
         max_concurrent=1,
     )
-    plan = search.prepare(options)
-    expected = recommend.rank(
-        recommend.subset_scores(report.measure_search(plan), plan.settings), "plasticity_mean", budget
+    plan = driver.prepare(options)
+    expected = ranking.rank(
+        ranking.subset_scores(report.measure_search(plan), plan.settings), "plasticity_mean", budget
     )
-    found = search.execute(plan)
+    found = driver.execute(plan)
     trials = found.trials  # in the order Tune created them
     assert list(trials["components"].head(2)) == list(expected["components"].head(2))  # TPE tried them first
     over = trials[trials["over_budget"]]
@@ -199,7 +202,7 @@ def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
 
 
 def test_a_second_objective_is_validated_like_the_first(tmp_path):
-    from vitplast_tune import plan
+    from vitplast_tune.search import plan
 
     spec = _space(tmp_path, "[val_acc, trainable_params]", "[max, max]")
     with pytest.raises(UserError, match='mode "max" would search for the worst trainable_params'):

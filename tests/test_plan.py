@@ -3,9 +3,11 @@
 import pytest
 import torch
 
-from vitplast_tune import models, plan, report
 from vitplast_tune.errors import UserError
-from vitplast_tune.plan import SearchOptions
+from vitplast_tune.predictors import report
+from vitplast_tune.search import plan
+from vitplast_tune.search.plan import SearchOptions
+from vitplast_tune.vit import models
 
 SPACE = """
 metric: {metric}

@@ -13,8 +13,8 @@ from timm.models.vision_transformer import VisionTransformer
 
 from vitplast_tune.components import BLOCK_COMPONENTS, count_parameters
 from vitplast_tune.errors import UserError
-from vitplast_tune.plasticity import compute_plasticity
-from vitplast_tune.scores import aggregate_plasticity, subset_scores
+from vitplast_tune.predictors.scores import aggregate_plasticity, subset_scores
+from vitplast_tune.vit.plasticity import compute_plasticity
 
 
 def tiny_vit(seed: int = 0, **kwargs) -> VisionTransformer:
@@ -215,7 +215,7 @@ def test_report_writes_table_json_and_plot(tmp_path):
     import sys
     from pathlib import Path
 
-    from vitplast_tune.report import plasticity_report
+    from vitplast_tune.predictors.report import plasticity_report
 
     report = plasticity_report(
         "vit_testbed_patch8_32",

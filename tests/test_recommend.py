@@ -5,8 +5,8 @@ import json
 
 import pandas as pd
 
-from vitplast_tune import recommend, verify
-from vitplast_tune.plan import SEARCH_FILE
+from vitplast_tune.recommend import ranking, verify
+from vitplast_tune.search.plan import SEARCH_FILE
 
 
 def _search(root, name, model="m", dataset="d", criteria=None, correlations=None):
@@ -31,9 +31,9 @@ def _row(predictor, spearman, target=None):
 
 
 def test_no_evidence_ranks_by_the_papers_criterion(tmp_path):
-    evidence = recommend.read_evidence(tmp_path)
+    evidence = ranking.read_evidence(tmp_path)
     assert evidence.empty
-    criterion, why = recommend.choose_criterion(evidence, "m", "d")
+    criterion, why = ranking.choose_criterion(evidence, "m", "d")
     assert criterion == "plasticity_mean" and "no evidence yet" in why
 
 
@@ -47,18 +47,18 @@ def test_lab_evidence_on_the_same_model_wins_over_per_trial_correlations(tmp_pat
         correlations=[_row("plasticity_max", 0.9, "val_acc"), _row("plasticity_mean", 0.95, "val_acc_common")],
     )
     _search(tmp_path, "other-lab", model="big", criteria=[_row("grad_norm", 0.99)])
-    evidence = recommend.read_evidence(tmp_path)
+    evidence = ranking.read_evidence(tmp_path)
     assert set(evidence["source"]) == {"lab", "trials"}
     assert len(evidence[evidence["search"] == "tpe"]) == 1  # only final validation accuracy of per-trial tables
-    criterion, why = recommend.choose_criterion(evidence, "m", "d")
+    criterion, why = ranking.choose_criterion(evidence, "m", "d")
     assert criterion == "rgn" and "+0.60" in why and "criteria labs on m / d" in why
-    criterion, _ = recommend.choose_criterion(evidence, "m", "other")  # no lab here: any lab beats per-trial evidence
+    criterion, _ = ranking.choose_criterion(evidence, "m", "other")  # no lab here: any lab beats per-trial evidence
     assert criterion == "grad_norm"
 
 
 def test_negative_evidence_is_said(tmp_path):
     _search(tmp_path, "lab", criteria=[_row("rgn", -0.3), _row("plasticity_mean", -0.1)])
-    criterion, why = recommend.choose_criterion(recommend.read_evidence(tmp_path), "m", "d")
+    criterion, why = ranking.choose_criterion(ranking.read_evidence(tmp_path), "m", "d")
     assert criterion == "plasticity_mean" and "treat the ranking as a guess" in why
 
 
@@ -70,14 +70,14 @@ def test_rank_within_a_budget_breaks_ties_by_fewer_parameters():
             "plasticity_mean": [2.0, 1.5, 1.5, 0.5, float("nan")],
         }
     )
-    ranked = recommend.rank(scores, "plasticity_mean")
+    ranked = ranking.rank(scores, "plasticity_mean")
     assert list(ranked["components"]) == ["fc1", "mha", "all", "ln1"] and list(ranked["rank"]) == [1, 2, 3, 4]
-    assert list(recommend.rank(scores, "plasticity_mean", budget=200)["components"]) == ["fc1", "mha", "ln1"]
+    assert list(ranking.rank(scores, "plasticity_mean", budget=200)["components"]) == ["fc1", "mha", "ln1"]
 
 
 def _rec(order):
     ranked = pd.DataFrame({"components": order})
-    return recommend.Recommendation("m", "d", ranked, "plasticity_mean", pd.DataFrame())
+    return ranking.Recommendation("m", "d", ranked, "plasticity_mean", pd.DataFrame())
 
 
 def test_verification_takes_the_best_validation_lr_and_judges_the_top_subset():
@@ -101,7 +101,7 @@ def test_verification_takes_the_best_validation_lr_and_judges_the_top_subset():
 
 
 def test_verify_space_is_a_grid_of_the_top_subsets_all_and_head(tmp_path):
-    from vitplast_tune import spaces
+    from vitplast_tune.search import spaces
 
     rec = _rec(["fc1", "mha+fc1", "emb", "mha"])
     rec.settings = {"model": "vit_testbed_patch8_32.fractal", "dataset": "digits", "batch_size": 64, "max_steps": 400}

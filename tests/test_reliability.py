@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from vitplast_tune import results, search, searchers, tracking
+from vitplast_tune.search import driver, results, searchers, tracking
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -291,10 +291,10 @@ def test_diverging_trial_is_failed_in_mlflow_and_optuna(ray_local, tmp_path):
         lr="{choice: [0.05, 1.0e+6]}",
         steps=24,
     )
-    options = search.SearchOptions(
+    options = driver.SearchOptions(
         space=str(space), name="nan", storage=str(tmp_path / "results"), seed=0, plasticity=False, verbose=0
     )
-    result = search.run(options)
+    result = driver.run(options)
     trials = result.trials
     assert set(trials["lr"]) == {0.05, 1e6}
     diverged = trials[trials["lr"] == 1e6]

@@ -16,7 +16,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
-from vitplast_tune import mlflow_view, results, search, tracking
+from vitplast_tune.search import driver, mlflow_view, results, tracking
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def finished(ray_local, tmp_path_factory):
     root = tmp_path_factory.mktemp("search")
     space = root / "tiny.yaml"
     space.write_text(SPACE)
-    options = search.SearchOptions(
+    options = driver.SearchOptions(
         space=str(space),
         name="tiny",
         storage=str(root / "results"),
@@ -49,7 +49,7 @@ def finished(ray_local, tmp_path_factory):
         plasticity_pairs=64,
         verbose=0,
     )
-    return search.run(options)
+    return driver.run(options)
 
 
 def test_every_trial_finishes_and_reports(finished):
@@ -178,7 +178,8 @@ def test_summary_names_results_and_mlflow_command(finished):
 
 
 def test_measurements_run_as_ray_tasks_with_a_trials_resources(ray_local):
-    from vitplast_tune import cluster, report
+    from vitplast_tune.predictors import report
+    from vitplast_tune.search import cluster
 
     assert cluster.task_options({"cpu": 2, "gpu": 0.25, "a100": 1}) == {
         "num_cpus": 2.0,
@@ -193,8 +194,8 @@ def test_measurements_run_as_ray_tasks_with_a_trials_resources(ray_local):
 
 
 def test_a_measurements_worker_exits_after_its_task(ray_local):
-    """The worker that measured (torch, a model, its allocator's leftovers) does not idle through the search."""
-    from vitplast_tune import cluster
+    """The worker that measured (torch, a model, its allocator's leftovers) does not idle through the driver."""
+    from vitplast_tune.search import cluster
 
     pid = cluster.task_runner({"cpu": 0.5, "gpu": 0})(lambda: os.getpid())
     deadline = time.monotonic() + 20
@@ -211,7 +212,7 @@ IDLE_WORKERS = """
 import os, sys, time
 from pathlib import Path
 import ray
-from vitplast_tune import cluster
+from vitplast_tune.search import cluster
 
 def idle():  # this instance's Ray workers with no task (their environment names our RAY_TMPDIR)
     mark = ("RAY_TMPDIR=" + os.environ["RAY_TMPDIR"]).encode()
@@ -312,7 +313,7 @@ defaults: {model: vit_testbed_patch8_32, pretrained: false, max_steps: 12, eval_
 def test_a_grid_with_seeds_and_criteria_ends_with_the_paper_table_and_the_criteria_lab(ray_local, tmp_path):
     space = tmp_path / "lab.yaml"
     space.write_text(LAB_SPACE)
-    options = search.SearchOptions(
+    options = driver.SearchOptions(
         space=str(space),
         name="lab",
         storage=str(tmp_path / "results"),
@@ -320,7 +321,7 @@ def test_a_grid_with_seeds_and_criteria_ends_with_the_paper_table_and_the_criter
         plasticity_pairs=64,
         verbose=0,
     )
-    result = search.run(options)
+    result = driver.run(options)
     assert len(result.trials) == 6 * 2 * 2
     paper = result.analysis.paper.table.set_index("components")
     assert list(paper["n_seeds"]) == [2] * 6 and set(paper["lr"]) <= {0.05, 0.2}

@@ -5,7 +5,7 @@ import math
 import optuna
 import pytest
 
-from vitplast_tune import searchers, tracking
+from vitplast_tune.search import searchers, tracking
 
 
 def suggest_lr(trial) -> None:

@@ -3,9 +3,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from vitplast_tune import spaces
 from vitplast_tune.components import COMPONENTS, parse_subset
 from vitplast_tune.errors import UserError
+from vitplast_tune.search import spaces
 
 VALID = """
 metric: val_acc
@@ -39,7 +39,7 @@ def test_shipped_spaces_load(name):
 
 @pytest.mark.parametrize("name", ["component_subsets", "paper_grid", "single_component", "criteria_lab"])
 def test_shipped_spaces_leave_defaults_to_the_training_config(name):
-    from vitplast_tune.training import FinetuneConfig
+    from vitplast_tune.vit.training import FinetuneConfig
 
     base = FinetuneConfig().to_dict()
     spec = spaces.load_space(name)

@@ -4,8 +4,9 @@ import math
 import pytest
 import torch
 
+from vitplast_tune.data import datasets
 from vitplast_tune.errors import UserError
-from vitplast_tune.training import DivergedError, FinetuneConfig, finetune, warmup_cosine
+from vitplast_tune.vit.training import DivergedError, FinetuneConfig, finetune, warmup_cosine
 
 FAST = dict(
     model="vit_testbed_patch8_32",
@@ -113,11 +114,11 @@ def test_from_dict_rejects_unknown_keys():
 
 
 def test_linear_probe_on_cached_features_matches_the_full_forward(monkeypatch):
-    from vitplast_tune import data, transforms
+    from vitplast_tune.data import transforms
 
     # The cache holds features of the evaluation transform; without training crops the two runs see the same inputs.
     monkeypatch.setattr(transforms, "_crop_flip", lambda x, config, seed: transforms._resize_center_crop(x, config))
-    monkeypatch.setattr(data, "CPU_TRAIN_PATH", "batched")
+    monkeypatch.setattr(datasets, "CPU_TRAIN_PATH", "batched")
     cached, cached_reports = run(components="head", seed=2)
     plain, plain_reports = run(components="head", seed=2, cache_features=False)
     assert [m["step"] for m, _ in cached_reports] == [m["step"] for m, _ in plain_reports]
@@ -128,9 +129,10 @@ def test_linear_probe_on_cached_features_matches_the_full_forward(monkeypatch):
 
 
 def test_shared_decoded_dataset_gives_the_same_run():
-    from vitplast_tune import data, models
+    from vitplast_tune.data import datasets
+    from vitplast_tune.vit import models
 
-    decoded = data.decode_dataset("digits", models.pretrained_data_config("vit_testbed_patch8_32"))
+    decoded = datasets.decode_dataset("digits", models.pretrained_data_config("vit_testbed_patch8_32"))
     assert decoded is not None and decoded.images.shape == (1797, 1, 8, 8)
     reports = []
     shared = finetune(
@@ -143,28 +145,27 @@ def test_shared_decoded_dataset_gives_the_same_run():
 
 
 def test_a_resumed_run_replays_the_same_augmented_batches():
-    from vitplast_tune import data
+    from vitplast_tune.data import datasets
 
-    splits = data.load_dataset("digits", {"input_size": (3, 32, 32), "mean": (0.5,) * 3, "std": (0.5,) * 3}, seed=0)
-    stream = data.train_batches(splits.train, 32, seed=3)
+    splits = datasets.load_dataset("digits", {"input_size": (3, 32, 32), "mean": (0.5,) * 3, "std": (0.5,) * 3}, seed=0)
+    stream = datasets.train_batches(splits.train, 32, seed=3)
     first = [next(stream) for _ in range(40)]  # past the first epoch (35 batches)
-    resumed = data.train_batches(splits.train, 32, seed=3, start_step=37)
+    resumed = datasets.train_batches(splits.train, 32, seed=3, start_step=37)
     for (a, la), (b, lb) in zip(first[37:], [next(resumed) for _ in range(3)]):
         assert torch.equal(a, b) and torch.equal(la, lb)
 
 
 @pytest.mark.parametrize("path", ["per_image", "batched"])
 def test_both_cpu_training_paths_replay_on_resume(monkeypatch, path):
-    from vitplast_tune import data
 
-    monkeypatch.setattr(data, "CPU_TRAIN_PATH", path)
+    monkeypatch.setattr(datasets, "CPU_TRAIN_PATH", path)
     test_a_resumed_run_replays_the_same_augmented_batches()
 
 
 def test_no_stale_gradients_sit_beside_a_forward_pass(monkeypatch):
     """Gradients are freed right after each optimizer step, so neither the next step's forward pass
     (its activations) nor an evaluation holds a whole set of them beside it (0.34 GB at ViT-B)."""
-    from vitplast_tune import training
+    from vitplast_tune.vit import training
 
     build = training.build_run
     held = []  # per forward pass: how many trainable parameters still had a gradient
@@ -184,7 +185,7 @@ def test_no_stale_gradients_sit_beside_a_forward_pass(monkeypatch):
 
 def test_gradient_checkpointing_trains_the_same_run(monkeypatch):
     """Recomputing each block's activations in the backward pass changes memory, not the run."""
-    from vitplast_tune import training
+    from vitplast_tune.vit import training
 
     built = []
     build = training.build_run

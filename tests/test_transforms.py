@@ -5,7 +5,7 @@ import pytest
 import torch
 from PIL import Image
 
-from vitplast_tune import transforms
+from vitplast_tune.data import transforms
 
 CONFIG = {
     "input_size": (3, 224, 224),

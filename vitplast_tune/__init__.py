@@ -31,14 +31,14 @@ from typing import Any
 __version__ = "0.1.0"
 
 _API = {
-    "run_search": ("vitplast_tune.search", "run"),
-    "SearchOptions": ("vitplast_tune.plan", "SearchOptions"),
-    "load_space": ("vitplast_tune.spaces", "load_space"),
-    "finetune": ("vitplast_tune.training", "finetune"),
+    "run_search": ("vitplast_tune.search.driver", "run"),
+    "SearchOptions": ("vitplast_tune.search.plan", "SearchOptions"),
+    "load_space": ("vitplast_tune.search.spaces", "load_space"),
+    "finetune": ("vitplast_tune.vit.training", "finetune"),
     "FinetuneConfig": ("vitplast_tune.config", "FinetuneConfig"),
-    "create_model": ("vitplast_tune.models", "build_model"),
-    "compute_plasticity": ("vitplast_tune.plasticity", "compute_plasticity"),
-    "plasticity_report": ("vitplast_tune.report", "plasticity_report"),
+    "create_model": ("vitplast_tune.vit.models", "build_model"),
+    "compute_plasticity": ("vitplast_tune.vit.plasticity", "compute_plasticity"),
+    "plasticity_report": ("vitplast_tune.predictors.report", "plasticity_report"),
     "UserError": ("vitplast_tune.errors", "UserError"),
 }
 __all__ = sorted(_API)

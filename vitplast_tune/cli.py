@@ -54,7 +54,7 @@ def run_main(main: Callable[[], int | None]) -> NoReturn:
 def search_parser() -> argparse.ArgumentParser:
     """The arguments of ``vitplast-search`` (scripts/search.py); defaults read from SearchOptions and FinetuneConfig."""
     from vitplast_tune.config import FinetuneConfig
-    from vitplast_tune.plan import DEFAULT_MAX_FAILURES, DEFAULT_SEED, SearchOptions
+    from vitplast_tune.search.plan import DEFAULT_MAX_FAILURES, DEFAULT_SEED, SearchOptions
 
     run, train = SearchOptions(), FinetuneConfig()
     space_default = "the space file's, else {}"
@@ -158,8 +158,8 @@ def search_parser() -> argparse.ArgumentParser:
 def search_main(argv: Sequence[str] | None = None) -> int:
     """Run (or resume) a search from command-line arguments and print its summary."""
     args = search_parser().parse_args(argv)
-    from vitplast_tune import results, search
-    from vitplast_tune.plan import SearchOptions
+    from vitplast_tune.search import driver, results
+    from vitplast_tune.search.plan import SearchOptions
 
     settings = dict(
         model=args.model,
@@ -194,7 +194,7 @@ def search_main(argv: Sequence[str] | None = None) -> int:
         plasticity_reference=args.plasticity_reference,
         plasticity_pairs=args.plasticity_pairs,
     )
-    print(results.summary(search.run(options)))
+    print(results.summary(driver.run(options)))
     return 0
 
 
@@ -215,12 +215,12 @@ def analyze_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--criteria", action="store_true", help="also the criteria lab: pre-training predictors per subset")
     p.add_argument("--out", help="where the cross-dataset files go; default <storage>/cross-<names>")
     args = p.parse_args(argv)
-    from vitplast_tune import results, search
+    from vitplast_tune.search import driver, results
 
     if len(args.name) == 1:
-        print(results.summary(search.reanalyse(args.name[0], args.storage, args.tracking_uri, criteria=args.criteria)))
+        print(results.summary(driver.reanalyse(args.name[0], args.storage, args.tracking_uri, criteria=args.criteria)))
     else:
-        print(search.compare_datasets(args.name, args.storage, args.out))
+        print(driver.compare_datasets(args.name, args.storage, args.out))
     return 0
 
 
@@ -242,8 +242,8 @@ def positive_int(text: str) -> int:
 
 def plasticity_parser() -> argparse.ArgumentParser:
     """The arguments of ``vitplast-plasticity`` (scripts/plasticity.py)."""
-    from vitplast_tune.models import TESTBED_MODEL
-    from vitplast_tune.scores import VARIANTS
+    from vitplast_tune.predictors.scores import VARIANTS
+    from vitplast_tune.vit.models import TESTBED_MODEL
 
     p = argparse.ArgumentParser(description=PLASTICITY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
@@ -304,7 +304,7 @@ def plasticity_parser() -> argparse.ArgumentParser:
 def plasticity_main(argv: Sequence[str] | None = None) -> int:
     """Measure plasticity from command-line arguments; print the ranking and the files written."""
     args = plasticity_parser().parse_args(argv)
-    from vitplast_tune.report import plasticity_report
+    from vitplast_tune.predictors.report import plasticity_report
 
     report = plasticity_report(
         args.model,
@@ -342,7 +342,7 @@ def plasticity(argv: Sequence[str] | None = None) -> NoReturn:
 
 def pretrain_main(argv: Sequence[str] | None = None) -> int:
     """Pretrain the testbed ViT from command-line arguments."""
-    from vitplast_tune.models import TESTBED_WEIGHTS
+    from vitplast_tune.vit.models import TESTBED_WEIGHTS
 
     p = argparse.ArgumentParser(description=PRETRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
@@ -395,7 +395,7 @@ def pretrain_main(argv: Sequence[str] | None = None) -> int:
         help="print progress every this many steps; held-out accuracy every 10x (default: 100)",
     )
     args = p.parse_args(argv)
-    from vitplast_tune.pretraining import pretrain_testbed
+    from vitplast_tune.vit.pretraining import pretrain_testbed
 
     command = shlex.join(["python", "scripts/pretrain.py", *(sys.argv[1:] if argv is None else argv)])
     pretrain_testbed(
@@ -434,7 +434,7 @@ and the linear probe, and says whether the recommendation held.
 
 
 def recommend_main(argv: Sequence[str] | None = None) -> int:
-    """Rank the subsets of --model on --dataset with their evidence; --verify K: check the top K by a short search."""
+    """Rank the subsets of --model on --dataset with their evidence; --verify K: check the top K by a short driver."""
     from pathlib import Path
 
     from vitplast_tune.config import FinetuneConfig
@@ -454,7 +454,9 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
         "--verify-steps", type=positive_int, help=f"steps per verification trial (default: {train.max_steps})"
     )
     args = p.parse_args(argv)
-    from vitplast_tune import models, plan, recommend, verify
+    from vitplast_tune.recommend import ranking, verify
+    from vitplast_tune.search import plan
+    from vitplast_tune.vit import models
 
     if args.verify < 0:
         raise UserError("--verify must not be negative")
@@ -462,12 +464,12 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
     settings = FinetuneConfig(**chosen).to_dict()
     models.check_weights(settings["model"], settings["weights"], settings["pretrained"])
     storage = Path(args.storage).expanduser() if args.storage else plan.default_storage()
-    rec = recommend.recommend(settings, storage, budget=args.budget_params, plasticity_pairs=args.plasticity_pairs)
-    print(recommend.describe(rec, args.top), flush=True)
+    rec = ranking.recommend(settings, storage, budget=args.budget_params, plasticity_pairs=args.plasticity_pairs)
+    print(ranking.describe(rec, args.top), flush=True)
     if args.verify:
         lrs = list(verify.VERIFY_LRS)
         print(f"\nVerifying: grid of the top {args.verify} subsets, all and head x lr {lrs} ...", flush=True)
-        from vitplast_tune import results
+        from vitplast_tune.search import results
 
         table, found = verify.verify(rec, args.verify, storage, max_steps=args.verify_steps)
         print(verify.describe_verification(table))

@@ -1,7 +1,7 @@
 """Pretraining the offline testbed ViT on generated fractals (the shipped ``.fractal`` checkpoint).
 
 ``pretrain_testbed`` trains ``vit_testbed_patch8_32`` from scratch to classify the 64 IFS classes
-of ``vitplast_tune.fractals`` (AdamW, warm-up + cosine, label smoothing), checks it on held-out
+of ``vitplast_tune.data.fractals`` (AdamW, warm-up + cosine, label smoothing), checks it on held-out
 variations of the same classes, and writes the safetensors file with a provenance JSON beside it.
 The classes are those of ``fractal_dataset(seed=0)``, so the ``fractals`` dataset (instance seed 0,
 never trained on) is a held-out sample of the pretraining distribution.
@@ -26,10 +26,10 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from vitplast_tune.data import prepare_images
-from vitplast_tune.fractals import fractal_dataset
-from vitplast_tune.models import TESTBED_WEIGHTS, data_config
-from vitplast_tune.training import warmup_cosine
+from vitplast_tune.data.datasets import prepare_images
+from vitplast_tune.data.fractals import fractal_dataset
+from vitplast_tune.vit.models import TESTBED_WEIGHTS, data_config
+from vitplast_tune.vit.training import warmup_cosine
 
 TRAIN_INSTANCES = 1000  # instance_seed offsets: train variations, held-out variations
 HELDOUT_INSTANCES = 2000

@@ -13,10 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vitplast_tune.components import BLOCK_COMPONENTS, HEAD, TABLE_ORDER
-from vitplast_tune.errors import UserError
-from vitplast_tune.plots import plot_gain_and_plasticity
-from vitplast_tune.statistics import (
+from vitplast_tune.analysis.correlation import (
     config_name,
     is_constant,
     numeric,
@@ -24,6 +21,9 @@ from vitplast_tune.statistics import (
     require_columns,
     stat_columns,
 )
+from vitplast_tune.analysis.plots import plot_gain_and_plasticity
+from vitplast_tune.components import BLOCK_COMPONENTS, HEAD, TABLE_ORDER
+from vitplast_tune.errors import UserError
 
 
 def relative_gain(acc, baseline_acc):

@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vitplast_tune import report, spaces
+from vitplast_tune.analysis.correlation import BASELINE
+from vitplast_tune.analysis.lab import LAB_PREDICTORS
 from vitplast_tune.components import HEAD, parse_subset
-from vitplast_tune.lab import LAB_PREDICTORS
-from vitplast_tune.plan import SEARCH_FILE
-from vitplast_tune.statistics import BASELINE
+from vitplast_tune.predictors import report
+from vitplast_tune.search import spaces
+from vitplast_tune.search.plan import SEARCH_FILE
 
 DEFAULT_CRITERION = "plasticity_mean"  # the paper's: without evidence, rank by the mean plasticity of the subset
 
@@ -46,7 +47,7 @@ def subset_scores(
     predictors: report.Predictors, settings: dict[str, Any], in_network: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     """One row per non-empty subset: trainable parameters (whole blocks), every pre-training predictor of the lab."""
-    from vitplast_tune.trial import trainable_parameters, trial_config
+    from vitplast_tune.search.trial import trainable_parameters, trial_config
 
     counts = predictors.plasticity.meta["component_params"]
     head = trainable_parameters(trial_config({"components": HEAD}, settings))
@@ -152,7 +153,7 @@ def recommend(
     num_batches: int = 4,
 ) -> Recommendation:
     """Measure the predictors of ``settings``' model and dataset (cached plasticity reused) and rank every subset."""
-    from vitplast_tune.trial import trial_config
+    from vitplast_tune.search.trial import trial_config
 
     started = time.perf_counter()
     s = settings

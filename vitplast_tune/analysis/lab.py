@@ -10,14 +10,14 @@ import math
 import numpy as np
 import pandas as pd
 
-from vitplast_tune.components import parse_subset
-from vitplast_tune.protocol import best_lr_table
-from vitplast_tune.statistics import (
+from vitplast_tune.analysis.correlation import (
     BASELINE,
     compare_predictors,
     config_name,
     correlations,
 )
+from vitplast_tune.analysis.protocol import best_lr_table
+from vitplast_tune.components import parse_subset
 
 LAB_PREDICTORS: tuple[str, ...] = (
     "plasticity_mean",

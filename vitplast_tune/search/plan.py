@@ -20,12 +20,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitplast_tune import spaces
 from vitplast_tune.errors import UserError, did_you_mean
-from vitplast_tune.trial import METRICS, trial_config
+from vitplast_tune.search import spaces
+from vitplast_tune.search.trial import METRICS, trial_config
 
 if TYPE_CHECKING:
-    from vitplast_tune.decoded import InMemory
+    from vitplast_tune.data.decoded import InMemory
 
 SEARCH_FILE = "vitplast_search.json"  # the record of a search in its directory
 EXPERIMENT = "vitplast_tune"  # the MLflow experiment every search logs to
@@ -121,7 +121,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     spec = spaces.load_space(options.space).with_overrides(num_samples=options.num_samples)
     _check_metric(spec)
     _check_resources(options)
-    from vitplast_tune.cluster import storage_uri  # cluster: s3://, gs://, ... checked; file:// made a path
+    from vitplast_tune.search.cluster import storage_uri  # cluster: s3://, gs://, ... checked; file:// made a path
 
     storage = storage_uri(str(options.storage or default_storage()))
     if not is_uri(storage):
@@ -241,7 +241,7 @@ def _check_metric(spec: spaces.SearchSpec) -> None:
 
 def _check_plasticity(options: SearchOptions) -> None:
     if options.plasticity:
-        from vitplast_tune.scores import VARIANTS
+        from vitplast_tune.predictors.scores import VARIANTS
 
         if options.plasticity_variant not in VARIANTS:
             raise UserError(
@@ -264,7 +264,7 @@ def _check_inputs(settings: dict[str, Any], reference: str | None) -> InMemory |
     with tempfile.TemporaryDirectory(prefix="vitplast-inputs-") as tmp:
         exchange = Path(tmp) / "inputs.pkl"  # in: (settings, reference); out: (ok, decoded or UserError)
         exchange.write_bytes(pickle.dumps((settings, reference)))
-        code = "import sys; from vitplast_tune.plan import _inspect_in_child; _inspect_in_child(sys.argv[1])"
+        code = "import sys; from vitplast_tune.search.plan import _inspect_in_child; _inspect_in_child(sys.argv[1])"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this process's imports
         child = subprocess.run([sys.executable, "-c", code, str(exchange)], env=env)
         if child.returncode != 0:
@@ -290,11 +290,12 @@ def _inspect_inputs(settings: dict[str, Any], reference: str | None) -> InMemory
     """``_check_inputs`` in this process. The decoded dataset (None for datasets read lazily from disk) is
     shared with every trial through the object store, so it is decoded here and nowhere else on the driver.
     """
-    from vitplast_tune import data, models
+    from vitplast_tune.data import datasets
+    from vitplast_tune.vit import models
 
     config = models.pretrained_data_config(settings["model"])
     models.check_weights(settings["model"], settings["weights"], settings["pretrained"])
-    data.num_classes(settings["dataset"], settings.get("data_dir"))
+    datasets.num_classes(settings["dataset"], settings.get("data_dir"))
     image_cache = settings.get("image_cache", 0)
     if 0 < image_cache < max(config["input_size"][1:]):
         raise UserError(
@@ -303,8 +304,8 @@ def _inspect_inputs(settings: dict[str, Any], reference: str | None) -> InMemory
             "(the model's resize size), or 0 to decode the JPEGs each time"
         )
     if reference is not None:
-        data.check_dataset_name(reference)
-    return data.decode_dataset(
+        datasets.check_dataset_name(reference)
+    return datasets.decode_dataset(
         settings["dataset"],
         config,
         data_dir=settings.get("data_dir"),

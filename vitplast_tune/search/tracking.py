@@ -26,9 +26,10 @@ from mlflow.tracking import MlflowClient
 from mlflow.tracking.context.registry import resolve_tags
 from ray.tune import Callback
 
-from vitplast_tune import mlflow_view, report, results, spaces
-from vitplast_tune.plan import EXPERIMENT, SearchPlan
-from vitplast_tune.trial import trial_config
+from vitplast_tune.predictors import report
+from vitplast_tune.search import mlflow_view, results, spaces
+from vitplast_tune.search.plan import EXPERIMENT, SearchPlan
+from vitplast_tune.search.trial import trial_config
 
 SEARCH_TAG = mlflow_view.SEARCH_TAG
 ROLE_TAG = mlflow_view.ROLE_TAG  # "search" on the parent run, "trial" on each child: filter by it
@@ -380,7 +381,7 @@ def log_best_weights(mlflow: MlflowClient, run_id: str, checkpoint, trial: dict[
     import torch
     from safetensors.torch import save_file
 
-    from vitplast_tune.trial import STATE_FILE
+    from vitplast_tune.search.trial import STATE_FILE
 
     # Memory-mapped: only the best weights are read, not the optimizer state and the last weights beside them.
     with checkpoint.as_directory() as source, tempfile.TemporaryDirectory() as directory:

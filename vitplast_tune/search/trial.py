@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitplast_tune.config import FinetuneConfig
-from vitplast_tune.spaces import COMPONENT_FLAGS
+from vitplast_tune.search.spaces import COMPONENT_FLAGS
 
 if TYPE_CHECKING:  # torch and the training code load in the trial's process, not in the search's driver
-    from vitplast_tune.decoded import InMemory
+    from vitplast_tune.data.decoded import InMemory
 
 STATE_FILE = "state.pt"
 # What every report of a trial carries that a search can optimise, and the mode in which it is better.
@@ -41,9 +41,11 @@ def trial_config(config: dict[str, Any], settings: dict[str, Any]) -> FinetuneCo
 
 def trainable_parameters(cfg: FinetuneConfig) -> int:
     """How many parameters a run of ``cfg`` trains (its subset, blocks and head), counted on an untrained model."""
-    from vitplast_tune import components, data, models
+    from vitplast_tune import components
+    from vitplast_tune.data import datasets
+    from vitplast_tune.vit import models
 
-    model = models.build_model(cfg.model, data.num_classes(cfg.dataset, data_dir=cfg.data_dir), pretrained=False)
+    model = models.build_model(cfg.model, datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir), pretrained=False)
     return sum(components.freeze(model, cfg.components, cfg.blocks).values())
 
 
@@ -61,7 +63,7 @@ def train_trial(
     import torch
     from ray import tune
 
-    from vitplast_tune.training import DivergedError, finetune
+    from vitplast_tune.vit.training import DivergedError, finetune
 
     cfg = trial_config(config, settings)
     if max_trainable_params is not None and (count := trainable_parameters(cfg)) > max_trainable_params:

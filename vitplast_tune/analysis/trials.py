@@ -13,17 +13,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vitplast_tune import lab
-from vitplast_tune.components import HEAD
-from vitplast_tune.plots import plot_score_vs_accuracy
-from vitplast_tune.protocol import PaperResults, describe_paper, paper_results, relative_gain, single_component_table
-from vitplast_tune.statistics import (
+from vitplast_tune.analysis import lab
+from vitplast_tune.analysis.correlation import (
     BASELINE,
     compare_predictors,
     correlations,
     numeric,
     partial_correlations,
 )
+from vitplast_tune.analysis.plots import plot_score_vs_accuracy
+from vitplast_tune.analysis.protocol import (
+    PaperResults,
+    describe_paper,
+    paper_results,
+    relative_gain,
+    single_component_table,
+)
+from vitplast_tune.components import HEAD
 
 SCORES: tuple[str, ...] = ("plasticity_mean", "plasticity_max", "plasticity_weighted")
 
@@ -233,7 +239,7 @@ def analyse_search(
         found.paper = paper_results(trials, out)
         found.files += found.paper.files
     if spec.criteria:
-        from vitplast_tune.report import in_network_scores
+        from vitplast_tune.predictors.report import in_network_scores
 
         subsets = lab.subset_table(trials)
         extra = in_network_scores(

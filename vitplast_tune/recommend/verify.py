@@ -1,5 +1,5 @@
 """Checking a recommendation with a short real search: a grid over the top K recommended subsets, full finetuning
-and the linear probe (``verify_space``), run through ``search.run``, and whether the recommendation held
+and the linear probe (``verify_space``), run through ``driver.run``, and whether the recommendation held
 (``verification``, ``verdict``).
 """
 
@@ -14,7 +14,7 @@ import yaml
 from scipy import stats
 
 from vitplast_tune.components import ALL, HEAD
-from vitplast_tune.recommend import Recommendation
+from vitplast_tune.recommend.ranking import Recommendation
 
 VERIFY_LRS: tuple[float, ...] = (0.03, 0.1, 0.3)
 
@@ -125,13 +125,13 @@ def verify(
     cpus_per_trial: float = 1.0,
     verbose: int = 0,
 ):
-    """Run the verification grid (``verify_space``) through ``search.run`` under ``storage``; return ``verification``'s
+    """Run the verification grid (``verify_space``) through ``driver.run`` under ``storage``; return ``verification``'s
     table and the search's ``results.SearchResult``."""
-    from vitplast_tune import search
+    from vitplast_tune.search import driver
 
     name = name or f"recommend-verify-{time.strftime('%Y%m%d-%H%M%S')}"
     space = verify_space(rec, k, Path(storage).expanduser() / "recommend", lrs=lrs, max_steps=max_steps)
-    options = search.SearchOptions(
+    options = driver.SearchOptions(
         space=str(space),
         name=name,
         storage=str(storage),
@@ -139,5 +139,5 @@ def verify(
         verbose=verbose,
         settings={"seed": rec.settings.get("seed")},
     )
-    result = search.run(options)
+    result = driver.run(options)
     return verification(rec, result.trials, k), result

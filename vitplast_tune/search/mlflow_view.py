@@ -19,7 +19,7 @@ from urllib.parse import urlencode, urlsplit
 
 import mlflow as _mlflow
 
-from vitplast_tune import spaces
+from vitplast_tune.search import spaces
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 KIND_TAG = "mlflow.experimentKind"

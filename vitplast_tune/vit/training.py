@@ -18,8 +18,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from vitplast_tune import components, data, models
+from vitplast_tune import components
 from vitplast_tune.config import FinetuneConfig  # re-exported: training.FinetuneConfig
+from vitplast_tune.data import datasets
+from vitplast_tune.vit import models
 
 
 class DivergedError(RuntimeError):
@@ -66,14 +68,14 @@ def evaluate(
     forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
     autocast: bool = True,
 ) -> dict[str, float]:
-    """Accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset`` (or its ``data.eval_batches``);
+    """Accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset`` (or its ``datasets.eval_batches``);
     bf16 on CUDA with ``autocast``."""
     forward = model if forward is None else forward  # not `or`: a compiled module has no truth value
     was_training = model.training
     model.eval()
     correct, loss_sum, count = torch.zeros((), device=device), torch.zeros((), device=device), 0
     batches = (
-        data.eval_batches(dataset, eval_batch_size(batch_size), num_workers, device)
+        datasets.eval_batches(dataset, eval_batch_size(batch_size), num_workers, device)
         if isinstance(dataset, Dataset)
         else dataset
     )
@@ -93,7 +95,7 @@ def finetune(
     report: Report | None = None,
     resume: dict[str, Any] | None = None,
     device: torch.device | None = None,
-    decoded: data.InMemory | None = None,
+    decoded: datasets.InMemory | None = None,
 ) -> dict[str, Any]:
     """Finetune ``cfg.components`` of ``cfg.model`` on ``cfg.dataset``; return the final metrics.
 
@@ -136,10 +138,10 @@ def finetune(
     schedule = lambda s: cfg.lr * warmup_cosine(s, cfg.max_steps, cfg.warmup)
 
     metrics: dict[str, Any] = {}
-    batches = data.train_batches(
+    batches = datasets.train_batches(
         splits.train, cfg.batch_size, seed=cfg.seed, start_step=step, num_workers=workers, device=device
     )
-    val_batches = data.eval_batches(splits.val, eval_batch_size(cfg.batch_size), workers, device)
+    val_batches = datasets.eval_batches(splits.val, eval_batch_size(cfg.batch_size), workers, device)
     loss_sum, loss_count, started = torch.zeros((), device=device), 0, time.perf_counter()
     # Cumulative seconds since this call (a resumed run starts again at 0): setup (model, data, freezing,
     # feature cache), training steps (up to the loss sync at each evaluation), evaluation (val and test).
@@ -207,12 +209,12 @@ def finetune(
     return metrics
 
 
-def build_run(cfg: FinetuneConfig, decoded: data.InMemory | None = None) -> tuple[nn.Module, data.Splits]:
+def build_run(cfg: FinetuneConfig, decoded: datasets.InMemory | None = None) -> tuple[nn.Module, datasets.Splits]:
     """A run's model (new head initialised from ``cfg.seed``) and its seeded splits, as ``finetune`` trains them."""
     torch.manual_seed(cfg.seed)
-    num_classes = data.num_classes(cfg.dataset, data_dir=cfg.data_dir)
+    num_classes = datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir)
     model = models.build_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
-    splits = data.load_dataset(
+    splits = datasets.load_dataset(
         cfg.dataset,
         models.data_config(model),
         data_dir=cfg.data_dir,
@@ -242,15 +244,15 @@ def _use_hardware(cfg: FinetuneConfig, device: torch.device) -> None:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.cuda_options
 
 
-def _num_workers(cfg: FinetuneConfig, splits: data.Splits) -> int:
+def _num_workers(cfg: FinetuneConfig, splits: datasets.Splits) -> int:
     """DataLoader workers: none for in-memory data; by default one per trial CPU (at most 8) otherwise."""
     if _in_memory(splits):
         return 0
     return cfg.num_workers if cfg.num_workers >= 0 else min(max(cfg.threads, 1), 8)
 
 
-def _in_memory(splits: data.Splits) -> bool:
-    return all(isinstance(d, (data.SmallImages, TensorDataset)) for d in (splits.train, splits.val, splits.test))
+def _in_memory(splits: datasets.Splits) -> bool:
+    return all(isinstance(d, (datasets.SmallImages, TensorDataset)) for d in (splits.train, splits.val, splits.test))
 
 
 def eval_batch_size(batch_size: int) -> int:
@@ -260,8 +262,8 @@ def eval_batch_size(batch_size: int) -> int:
 
 @torch.inference_mode()
 def _backbone_features(
-    model: nn.Module, splits: data.Splits, device: torch.device, batch_size: int, autocast: bool
-) -> data.Splits:
+    model: nn.Module, splits: datasets.Splits, device: torch.device, batch_size: int, autocast: bool
+) -> datasets.Splits:
     """Each split passed once through the frozen backbone: the tokens before the final norm.
 
     Every split goes through the evaluation transform (the features of a linear probe are computed
@@ -275,10 +277,12 @@ def _backbone_features(
         else None
     )
 
-    def features(dataset: data.SmallImages) -> TensorDataset:
-        evaluation = data.SmallImages(dataset.images, dataset.labels, dataset.indices, dataset.data_config, train=False)
+    def features(dataset: datasets.SmallImages) -> TensorDataset:
+        evaluation = datasets.SmallImages(
+            dataset.images, dataset.labels, dataset.indices, dataset.data_config, train=False
+        )
         out, labels = [], []
-        for x, y in data.eval_batches(evaluation, eval_batch_size(batch_size), device=device):
+        for x, y in datasets.eval_batches(evaluation, eval_batch_size(batch_size), device=device):
             labels.append(y.cpu())
             with _autocast(device, autocast):
                 tokens = model.blocks(models.embed(model, x))
@@ -287,7 +291,7 @@ def _backbone_features(
             )  # a copy: a view would keep every token
         return TensorDataset(torch.cat(out), torch.cat(labels))
 
-    cached = data.Splits(features(splits.train), features(splits.val), features(splits.test), splits.num_classes)
+    cached = datasets.Splits(features(splits.train), features(splits.val), features(splits.test), splits.num_classes)
     model.train()
     return cached
 

@@ -14,13 +14,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from vitplast_tune.analysis.correlation import finite, is_constant, numeric, require_columns
 from vitplast_tune.components import BLOCK_COMPONENTS, HEAD, TABLE_ORDER
-from vitplast_tune.statistics import finite, is_constant, numeric, require_columns
 
 
 def plot_plasticity(table: pd.DataFrame, path: str | Path, *, title: str | None = None) -> Path:
     """Write a PNG: plasticity per layer (one line per block component) and per-component means with their spread."""
-    from vitplast_tune.scores import aggregate_plasticity
+    from vitplast_tune.predictors.scores import aggregate_plasticity
 
     summary = aggregate_plasticity(table)
     fig, (left, right) = _figure(ncols=2, figsize=(11, 4.2))

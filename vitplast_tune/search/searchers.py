@@ -18,8 +18,8 @@ from ray import tune
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search.optuna import OptunaSearch
 
-from vitplast_tune import spaces
-from vitplast_tune.plan import SearchPlan
+from vitplast_tune.search import spaces
+from vitplast_tune.search.plan import SearchPlan
 
 
 class OptunaSearcher(OptunaSearch):

@@ -32,8 +32,8 @@ from torch import Tensor, nn
 
 from vitplast_tune.components import BLOCK_COMPONENTS
 from vitplast_tune.errors import UserError, did_you_mean
-from vitplast_tune.models import block_module, embed, vit_blocks
-from vitplast_tune.scores import VARIANTS
+from vitplast_tune.predictors.scores import VARIANTS
+from vitplast_tune.vit.models import block_module, embed, vit_blocks
 
 Images = Tensor | Iterable[Any]  # (N, C, H, W), or batches of it (or of (images, labels) tuples)
 

@@ -1,6 +1,6 @@
 """Search-space files: reading and validating them, and turning them into Optuna or Ray Tune spaces.
 
-A space file is YAML (see ``vitplast_tune/search_spaces/component_subsets.yaml``)::
+A space file is YAML (see ``search_spaces/component_subsets.yaml``)::
 
     description: Any non-empty subset of the six components, and the learning rate.
     metric: val_acc            # what to optimise, reported by every trial
@@ -25,6 +25,7 @@ A subset is encoded for Optuna as one boolean per component (``train_emb`` ... `
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -36,7 +37,17 @@ import yaml
 from vitplast_tune.components import ALL, COMPONENTS, parse_subset, subset_name
 from vitplast_tune.errors import UserError, did_you_mean
 
-SPACES_DIR = Path(__file__).resolve().parent / "search_spaces"  # shipped with the package
+SHIPPED = "vitplast_tune.search_spaces"  # the repository's search_spaces/, installed under this name (pyproject.toml)
+
+
+def spaces_dir() -> Path:
+    """The folder of the shipped space files: ``search_spaces/`` at the repository's top, in the wheel as ``SHIPPED``."""
+    try:
+        return Path(str(importlib.resources.files(SHIPPED)))
+    except ModuleNotFoundError:  # a source checkout on sys.path without an install
+        return Path(__file__).resolve().parents[2] / "search_spaces"
+
+
 ALGORITHMS = ("optuna", "grid", "random")
 SCHEDULERS = ("asha", "median", "fifo")
 MODES = ("max", "min")
@@ -364,14 +375,14 @@ class SearchSpec:
 
 
 def resolve_space_path(name_or_path: str | Path) -> Path:
-    """A space file by path, else by name among the shipped ones in ``vitplast_tune/search_spaces/`` (.yaml optional)."""
+    """A space file by path, else by name among the shipped ones (``spaces_dir``) (.yaml optional)."""
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return path
     for candidate in (
-        SPACES_DIR / f"{name_or_path}.yaml",
-        SPACES_DIR / f"{name_or_path}.yml",
-        SPACES_DIR / str(name_or_path),
+        spaces_dir() / f"{name_or_path}.yaml",
+        spaces_dir() / f"{name_or_path}.yml",
+        spaces_dir() / str(name_or_path),
     ):
         if candidate.is_file():
             return candidate
@@ -382,8 +393,8 @@ def resolve_space_path(name_or_path: str | Path) -> Path:
 
 
 def list_spaces() -> list[str]:
-    """Names of the space files shipped with the package (``vitplast_tune/search_spaces/``)."""
-    return sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
+    """Names of the space files shipped with the package (``spaces_dir``)."""
+    return sorted(p.stem for p in spaces_dir().glob("*.yaml"))
 
 
 def load_space(name_or_path: str | Path) -> SearchSpec:

@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset, TensorDataset
 
-from vitplast_tune import transforms
 from vitplast_tune.config import default_data_dir  # re-exported: data.default_data_dir
-from vitplast_tune.decoded import InMemory  # re-exported: data.InMemory
+from vitplast_tune.data import transforms
+from vitplast_tune.data.decoded import InMemory  # re-exported: data.InMemory
 from vitplast_tune.errors import UserError, did_you_mean
 
 CIFAR10C_CORRUPTIONS = (
@@ -221,7 +221,7 @@ def _digits(data_config, root, download, seed, val_fraction) -> InMemory:
 @register_dataset("fractals", num_classes=64)
 def _fractals(data_config, root, download, seed, val_fraction) -> InMemory:
     """Formula-driven IFS fractals (generated, deterministic) rendered at the model's resolution, as uint8."""
-    from vitplast_tune.fractals import fractal_dataset
+    from vitplast_tune.data.fractals import fractal_dataset
 
     images, labels = fractal_dataset(image_size=data_config["input_size"][-1])
     return InMemory(_to_uint8(images), labels.numpy().astype(np.int64))
@@ -339,7 +339,7 @@ def _cached(make: Callable[..., Dataset], key: str, image_cache: int) -> Callabl
     of ``make()`` (the images untransformed), built first when missing."""
     if not image_cache:
         return make
-    from vitplast_tune import image_cache as cache
+    from vitplast_tune.data import image_cache as cache
 
     directory = cache.ensure(make, key, image_cache)
     return lambda transform: cache.CachedImages(directory, transform)

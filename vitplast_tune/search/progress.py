@@ -7,7 +7,7 @@ import time
 
 from ray.tune import Callback
 
-from vitplast_tune.results import pct, trial_label
+from vitplast_tune.search.results import pct, trial_label
 
 
 class Progress(Callback):

@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from vitplast_tune import scores
+from vitplast_tune.analysis.plots import plot_plasticity
 from vitplast_tune.components import COMPONENTS
 from vitplast_tune.config import cache_dir, default_data_dir
 from vitplast_tune.errors import UserError, did_you_mean
-from vitplast_tune.plots import plot_plasticity
-from vitplast_tune.scores import VARIANTS, aggregate_plasticity
+from vitplast_tune.predictors import scores
+from vitplast_tune.predictors.scores import VARIANTS, aggregate_plasticity
 
 if TYPE_CHECKING:  # the measurements (torch, timm) load where they run: a Ray task, not the search's driver
     import torch
 
-    from vitplast_tune.decoded import InMemory
+    from vitplast_tune.data.decoded import InMemory
 
 Runner = Callable[..., Any]  # runner(fn, **kwargs) -> fn(**kwargs), here or elsewhere (a Ray task)
 
@@ -169,22 +169,26 @@ def measure_plasticity(
     device=None,
 ) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:
     """Build the model and both image sets and measure: (table, parameters per component, where and how long)."""
-    from vitplast_tune import components, data, models
-    from vitplast_tune.plasticity import compute_plasticity
+    from vitplast_tune import components
+    from vitplast_tune.data import datasets
+    from vitplast_tune.vit import models
+    from vitplast_tune.vit.plasticity import compute_plasticity
 
-    data.check_dataset_name(dataset)  # here, where data loads: a search's plan checked them without torch
-    data.check_dataset_name(reference)
+    datasets.check_dataset_name(dataset)  # here, where data loads: a search's plan checked them without torch
+    datasets.check_dataset_name(reference)
     model = models.build_model(
         model_name, 0, pretrained=pretrained, weights=weights
     )  # no head: any head in the weights fits
     config = models.data_config(model)
-    downstream_set = data.load_dataset(dataset, config, data_dir=data_dir, download=download).test
-    reference_set = getattr(data.load_dataset(reference, config, data_dir=data_dir, download=download), reference_split)
+    downstream_set = datasets.load_dataset(dataset, config, data_dir=data_dir, download=download).test
+    reference_set = getattr(
+        datasets.load_dataset(reference, config, data_dir=data_dir, download=download), reference_split
+    )
     start = time.perf_counter()
     table = compute_plasticity(
         model,
-        data.eval_batches(reference_set, batch_size),
-        data.eval_batches(downstream_set, batch_size),
+        datasets.eval_batches(reference_set, batch_size),
+        datasets.eval_batches(downstream_set, batch_size),
         variant=variant,
         batch_size=batch_size,
         device=device,
@@ -248,8 +252,15 @@ def code_version() -> str:
     from vitplast_tune import __version__
 
     digest = hashlib.sha256()
-    for module in ("plasticity", "models", "data", "transforms", "fractals"):  # read, not imported (no torch)
-        digest.update((Path(__file__).parent / f"{module}.py").read_bytes())
+    package = Path(__file__).resolve().parents[1]
+    for module in (
+        "vit/plasticity",
+        "vit/models",
+        "data/datasets",
+        "data/transforms",
+        "data/fractals",
+    ):  # read, not imported (no torch)
+        digest.update((package / f"{module}.py").read_bytes())
     return f"{__version__}+{digest.hexdigest()[:12]}"
 
 
@@ -289,10 +300,10 @@ def _file_identity(path: str | Path | None) -> str | None:
 
 @dataclass
 class Predictors:
-    """What a search measures before any training: the plasticity report and the gradient criteria."""
+    """What a search measures before any training: the plasticity report and the gradient gradients."""
 
     plasticity: PlasticityReport | None = None
-    gradients: pd.DataFrame | None = None  # criteria.gradient_table
+    gradients: pd.DataFrame | None = None  # gradients.gradient_table
 
     def scores(self, subset: str) -> dict[str, float]:
         """A subset's predictors: plasticity mean, max and parameter-weighted mean; gradient norm and Auto-RGN."""
@@ -310,8 +321,8 @@ def measure_search(plan) -> Predictors:
     as a Ray task with one trial's resources; plasticity measured before is read from its cache instead."""
     if not plan.options.plasticity:
         return Predictors()
-    from vitplast_tune.cluster import task_runner
-    from vitplast_tune.trial import trial_config
+    from vitplast_tune.search.cluster import task_runner
+    from vitplast_tune.search.trial import trial_config
 
     s, o = plan.settings, plan.options
     say = print if o.verbose else lambda *a, **k: None
@@ -334,19 +345,20 @@ def measure_search(plan) -> Predictors:
 
 
 def gradient_report(cfg, *, num_batches: int = 4, decoded: InMemory | None = None, device=None) -> pd.DataFrame:
-    """The gradient criteria (``criteria.gradient_table``) of a run's pretrained model on its first training batches.
+    """The gradient criteria (``gradients.gradient_table``) of a run's pretrained model on its first training batches.
 
     ``cfg`` is a ``training.FinetuneConfig`` (model, weights, dataset, batch size, seed); the new head is
     initialised with ``cfg.seed`` as a trial's would be. ``decoded`` is the dataset already decoded.
     """
     if num_batches < 1:
         raise UserError(f"num_batches must be a positive integer, not {num_batches}")
-    from vitplast_tune import criteria, data
-    from vitplast_tune.training import build_run
+    from vitplast_tune.data import datasets
+    from vitplast_tune.vit import gradients
+    from vitplast_tune.vit.training import build_run
 
     model, splits = build_run(cfg, decoded)
-    stream = data.train_batches(splits.train, cfg.batch_size, seed=cfg.seed)
-    table = criteria.gradient_table(model, [next(stream) for _ in range(num_batches)], device=device or "cpu")
+    stream = datasets.train_batches(splits.train, cfg.batch_size, seed=cfg.seed)
+    table = gradients.gradient_table(model, [next(stream) for _ in range(num_batches)], device=device or "cpu")
     table.attrs.update(model=cfg.model, dataset=cfg.dataset, num_batches=num_batches, batch_size=cfg.batch_size)
     return table
 

@@ -14,10 +14,11 @@ from typing import Any
 
 import pandas as pd
 
-from vitplast_tune import report, spaces
-from vitplast_tune.analysis import SearchAnalysis
-from vitplast_tune.mlflow_view import View
-from vitplast_tune.plan import EXPERIMENT, SearchPlan
+from vitplast_tune.analysis.trials import SearchAnalysis
+from vitplast_tune.predictors import report
+from vitplast_tune.search import spaces
+from vitplast_tune.search.mlflow_view import View
+from vitplast_tune.search.plan import EXPERIMENT, SearchPlan
 
 
 @dataclass
@@ -131,7 +132,7 @@ PARETO_AXES: tuple[tuple[str, str, str], ...] = (
 def pareto_front(trials: pd.DataFrame, cost: str, better: str = "min", accuracy: str = "best_val_acc") -> pd.DataFrame:
     """The full-budget trials that no other full-budget trial beats on both ``accuracy`` (higher) and ``cost``
     (lower when ``better`` is "min", higher when "max"), sorted from the cheapest; ties keep the first."""
-    from vitplast_tune.analysis import finished_trials
+    from vitplast_tune.analysis.trials import finished_trials
 
     if trials.empty or cost not in trials or accuracy not in trials:
         return trials.head(0)
@@ -143,7 +144,7 @@ def pareto_front(trials: pd.DataFrame, cost: str, better: str = "min", accuracy:
 
 def write_pareto(result: SearchResult) -> list[Path]:
     """Each Pareto front as CSV and PNG (``pareto_<cost>.csv``/``.png``) in the search's ``analysis`` folder."""
-    from vitplast_tune.plots import plot_pareto
+    from vitplast_tune.analysis.plots import plot_pareto
 
     out = result.plan.results_dir / "analysis"
     files: list[Path] = []

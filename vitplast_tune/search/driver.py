@@ -16,11 +16,14 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from vitplast_tune import analysis, protocol, recommend, report, results, searchers, spaces, tracking
+from vitplast_tune.analysis import protocol, trials
 from vitplast_tune.errors import SearchInterrupted
-from vitplast_tune.plan import SearchOptions, SearchPlan, default_storage, prepare, read_record, write_record
-from vitplast_tune.results import SearchResult
-from vitplast_tune.trial import train_trial
+from vitplast_tune.predictors import report
+from vitplast_tune.recommend import ranking
+from vitplast_tune.search import results, searchers, spaces, tracking
+from vitplast_tune.search.plan import SearchOptions, SearchPlan, default_storage, prepare, read_record, write_record
+from vitplast_tune.search.results import SearchResult
+from vitplast_tune.search.trial import train_trial
 
 __all__ = ["SearchOptions", "SearchResult", "run", "execute", "reanalyse", "compare_datasets"]
 
@@ -31,7 +34,7 @@ def run(options: SearchOptions, callbacks: Sequence[Callback] = ()) -> SearchRes
 
 
 def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResult:
-    """Run a prepared search: Ray, the predictors, the MLflow parent run, the Tuner, then results and analysis.
+    """Run a prepared search: Ray, the predictors, the MLflow parent run, the Tuner, then results and trials.
 
     ``callbacks``: extra Ray Tune callbacks (e.g. the trial timeline of scripts/bench_trial.py).
     """
@@ -43,7 +46,7 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
         _say(plan, f"note: {note}")
     owns_ray = not ray.is_initialized()
     if owns_ray:
-        from vitplast_tune import cluster
+        from vitplast_tune.search import cluster
 
         cluster.init(plan.options.address)
     mlflow, parent = None, None
@@ -97,14 +100,14 @@ def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predicto
         *callbacks,
     ]
     if plan.options.verbose:
-        from vitplast_tune.progress import Progress
+        from vitplast_tune.search.progress import Progress
 
         callbacks.append(Progress(plan.spec.total_trials))
     trainable = tune.with_parameters(
         train_trial, settings=plan.settings, decoded=plan.decoded, max_trainable_params=plan.max_trainable_params
     )
     trainable = tune.with_resources(trainable, plan.options.trial_resources)
-    return searchers.tuner(plan, trainable, callbacks, recommend.warm_start_subsets(plan, predictors)).fit()
+    return searchers.tuner(plan, trainable, callbacks, ranking.warm_start_subsets(plan, predictors)).fit()
 
 
 def _say(plan: SearchPlan, text: str) -> None:
@@ -113,9 +116,9 @@ def _say(plan: SearchPlan, text: str) -> None:
 
 
 def analyse(result: SearchResult, mlflow) -> None:
-    """Every analysis the search supports (see ``analysis.analyse_search``), logged to the parent run."""
+    """Every analysis the search supports (see ``trials.analyse_search``), logged to the parent run."""
     plan = result.plan
-    result.analysis = analysis.analyse_search(
+    result.analysis = trials.analyse_search(
         result.trials,
         plan.spec,
         plan.settings,
@@ -172,7 +175,7 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
 def _check_cluster(plan: SearchPlan) -> bool:
     """UserError when no node (or node type) of the cluster can ever hold one trial (see cluster.py); else
     whether the cluster can grow (an autoscaler adds nodes for pending trials)."""
-    from vitplast_tune import cluster
+    from vitplast_tune.search import cluster
 
     how = cluster.preflight(
         plan.options.trial_resources, plan.storage, say=print if plan.options.verbose else lambda *a: None

@@ -1,0 +1,1 @@
+"""vitplast_tune.analysis."""
