@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Analyse a finished search again (same as vitplast-analyze)."""
+"""Analyze a finished search again (same as vitplast-analyze)."""
 
 from vitplast_tune.cli import analyze
 

@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import torch
 
+from vitplast_tune.config import PLASTICITY_VARIANTS
 from vitplast_tune.errors import UserError
-from vitplast_tune.predictors.scores import VARIANTS
 from vitplast_tune.vit.models import build_model
 from vitplast_tune.vit.plasticity import compute_plasticity
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 model(torch.cat([xb, yb]))
 
     fns: dict[str, Callable[[], object]] = {"forward": forward}
-    for variant in VARIANTS:
+    for variant in PLASTICITY_VARIANTS:
         fns[variant] = lambda v=variant: compute_plasticity(
             model, x, y, variant=v, batch_size=args.batch_size, device=device
         )

@@ -41,7 +41,8 @@ import pandas as pd
 import yaml
 from ray.tune import Callback
 
-from vitplast_tune.search import driver, plan, searchers, spaces
+from vitplast_tune.search import distributions, driver, plan, searchers, spaces
+from vitplast_tune.search.trial import trial_subset
 
 Key = tuple[str, float]
 
@@ -150,7 +151,7 @@ def variant(
 
 
 def key(config: dict[str, Any]) -> Key:
-    return spaces.config_components(config), float(config["lr"])
+    return trial_subset(config), float(config["lr"])
 
 
 # ----------------------------------------------------------------------------- the real grid
@@ -337,7 +338,7 @@ def algorithms(
         def make(seed):
             points = searchers.warm_start_points(dataclasses.replace(spec, warm_start=len(first)), first) or None
             searcher = searchers.OptunaSearcher(
-                space=spaces.OptunaSpace(spec),
+                space=distributions.OptunaSpace(spec.parameters),
                 metric=spec.metric,
                 mode=spec.mode,
                 sampler=TPESampler(seed=seed),

@@ -11,7 +11,7 @@ import pytest
 
 from vitplast_tune.analysis.correlation import compare_predictors, correlations, partial_correlations
 from vitplast_tune.analysis.lab import criteria_comparison, criteria_winner, subset_table
-from vitplast_tune.analysis.plots import plot_plasticity, plot_score_vs_accuracy
+from vitplast_tune.analysis.plots import plot_score_vs_accuracy
 from vitplast_tune.analysis.protocol import (
     best_lr_table,
     cross_dataset,
@@ -21,6 +21,7 @@ from vitplast_tune.analysis.protocol import (
     single_component_table,
 )
 from vitplast_tune.errors import UserError
+from vitplast_tune.predictors.report import plot_plasticity
 
 
 def test_monotone_data_gives_spearman_one_with_a_tight_interval():

@@ -6,6 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from vitplast_tune.search import distributions
+from vitplast_tune.search.trial import trial_subset
 from vitplast_tune.vit.training import FinetuneConfig, finetune
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
@@ -108,15 +110,21 @@ def test_replay_drives_the_search_optuna_searcher():
     import optuna
     from ray.tune.schedulers import FIFOScheduler
 
-    from vitplast_tune.search import searchers, spaces
+    from vitplast_tune.search import searchers
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = SimpleNamespace(
-        parameters={"components": spaces.Choice("components", ("mha", "ln1")), "lr": spaces.Choice("lr", (0.1,))}
+        parameters={
+            "components": distributions.Choice("components", ("mha", "ln1")),
+            "lr": distributions.Choice("lr", (0.1,)),
+        }
     )
     curves = {("mha", 0.1): _curve(0.5, 0.9), ("ln1", 0.1): _curve(0.2, 0.3)}
     searcher = searchers.OptunaSearcher(
-        space=spaces.OptunaSpace(spec), metric="val_acc", mode="max", sampler=optuna.samplers.TPESampler(seed=0)
+        space=distributions.OptunaSpace(spec.parameters),
+        metric="val_acc",
+        mode="max",
+        sampler=optuna.samplers.TPESampler(seed=0),
     )
     steps, finished, _ = bench.replay(curves, searcher.suggest, searcher, FIFOScheduler(), 1, 0.9, 20)
     assert steps == 200 * finished and finished >= 1
@@ -197,7 +205,7 @@ def test_replay_of_tpe_with_warm_start_tries_the_recommended_subsets_first(tmp_p
     made = bench.algorithms(specs, 400, tmp_path, 10, warm_start=["fc2", "mha+fc1"])
     assert {"TPE + warm start", "TPE + ASHA + warm"} <= set(made) and "random + ASHA" in made
     suggest, _, _ = made["TPE + warm start"](0)
-    assert [spaces.config_components(suggest(f"t{i}")) for i in range(2)] == ["fc2", "mha+fc1"]
+    assert [trial_subset(suggest(f"t{i}")) for i in range(2)] == ["fc2", "mha+fc1"]
 
 
 def _write(path, text):

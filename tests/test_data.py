@@ -7,7 +7,8 @@ import pytest
 import torch
 from PIL import Image
 
-from vitplast_tune.data import datasets
+from vitplast_tune.data import batches, datasets, transforms
+from vitplast_tune.data.splits import SmallImages, split_indices
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit import models
 
@@ -44,14 +45,14 @@ def test_digits_splits_are_seeded_and_the_test_split_fixed():
     assert not np.array_equal(a.val.indices, c.val.indices)
     assert np.array_equal(a.test.indices, c.test.indices)
     assert a.train.images.dtype == np.uint8 and a.train.images.shape[1:] == (1, 8, 8)  # held small: native 8x8
-    images, labels = next(iter(datasets.eval_batches(a.val, 16)))
+    images, labels = next(iter(batches.eval_batches(a.val, 16)))
     assert (
         images.shape == (16, 3, 32, 32)
         and images.dtype == torch.float32
         and torch.equal(labels, torch.as_tensor(a.val.labels[a.val.indices[:16]]))
     )
-    rest, test = datasets.split_indices(1797, 0.2, seed=10_007)
-    train, val = datasets.split_indices(len(rest), 0.2, seed=0)
+    rest, test = split_indices(1797, 0.2, seed=10_007)
+    train, val = split_indices(len(rest), 0.2, seed=0)
     assert not set(rest) & set(test) and not set(train) & set(val)  # disjoint splits
     assert check_image_splits(a, 10) is None
 
@@ -148,7 +149,7 @@ def test_torchvision_cifar(tmp_path, monkeypatch, name, classes):
     check_image_splits(splits, classes)
     train_total = 100 if name == "cifar10" else 20
     assert len(splits.train) + len(splits.val) == train_total and len(splits.val) == train_total // 5
-    assert isinstance(splits.train, datasets.SmallImages) and splits.train.images.dtype == np.uint8  # held small
+    assert isinstance(splits.train, SmallImages) and splits.train.images.dtype == np.uint8  # held small
     assert set(splits.test.indices) == set(range(train_total, train_total + 20))  # the published test split
 
 
@@ -193,14 +194,14 @@ def test_training_transforms_are_the_papers():
     from timm.data.transforms import RandomResizedCropAndInterpolation
     from torchvision import transforms as T
 
-    train = datasets.image_transforms(CONFIG, train=True).transforms
+    train = transforms.per_image(CONFIG, train=True).transforms
     assert isinstance(train[0], RandomResizedCropAndInterpolation) and isinstance(train[1], T.RandomHorizontalFlip)
     assert train[0].scale == (0.08, 1.0) and not any(isinstance(t, T.ColorJitter) for t in train)
-    evaluation = datasets.image_transforms(
+    evaluation = transforms.per_image(
         {**CONFIG, "input_size": (3, 224, 224), "crop_pct": 0.875}, train=False
     ).transforms
     assert isinstance(evaluation[0], T.Resize) and evaluation[0].size == 256 and evaluation[1].size == (224, 224)
-    squash = datasets.image_transforms(
+    squash = transforms.per_image(
         {**CONFIG, "input_size": (3, 224, 224), "crop_pct": 0.875, "crop_mode": "squash"}, False
     )
     assert squash.transforms[0].size == (256, 256)  # the config's crop_mode is honoured
@@ -232,4 +233,4 @@ def test_model_data_config_drives_the_transforms():
     train = datasets.load_dataset(
         "digits", models.pretrained_data_config("vit_small_patch16_224"), decoded=decoded
     ).train
-    assert isinstance(train, datasets.SmallImages) and train.images is decoded.images  # shared, not copied
+    assert isinstance(train, SmallImages) and train.images is decoded.images  # shared, not copied

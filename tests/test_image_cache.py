@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 
 from vitplast_tune.data import datasets, image_cache
+from vitplast_tune.data.batches import loader
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit import models
 
@@ -77,9 +78,7 @@ def test_the_cache_holds_shorter_sides_resized_and_small_images_as_they_are(tmp_
     small = 2  # the 20x24 image is smaller than 48 px: stored as decoded
     assert np.array_equal(np.asarray(cached[small][0]), np.asarray(source[small][0]))
     assert len(pickle.dumps(cached)) < 10_000  # DataLoader workers get the index, not the pixels
-    batches = datasets.loader(
-        image_cache.CachedImages(directory, lambda im: torch.tensor(im.size)), 3, 2, torch.device("cpu")
-    )
+    batches = loader(image_cache.CachedImages(directory, lambda im: torch.tensor(im.size)), 3, 2, torch.device("cpu"))
     assert sorted(tuple(size) for images, _ in batches for size in images.tolist()) == sorted(
         [(64, 48), (48, 64), (20, 24)] * 2
     )

@@ -8,6 +8,7 @@ import pytest
 
 from vitplast_tune.errors import UserError
 from vitplast_tune.search import results, searchers, spaces
+from vitplast_tune.search.trial import trial_subset
 
 
 def _trials(rows):
@@ -118,7 +119,7 @@ def test_warm_start_enqueues_the_recommended_subsets_first(tmp_path):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = _space(tmp_path, extra="warm_start: 3")
     searcher = searchers.search_algorithm(spec, seed=0, warm_start=["fc1", "mha+fc1", "fc2", "ln1"])
-    first = [spaces.config_components(searcher.suggest(f"t{i}")) for i in range(4)]
+    first = [trial_subset(searcher.suggest(f"t{i}")) for i in range(4)]
     assert first[:3] == ["fc1", "mha+fc1", "fc2"]  # fc2 alone: its flag is forced, not asked
     assert all(config for config in first)
 
@@ -167,7 +168,6 @@ defaults:
 
 @pytest.mark.slow
 def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
-    from vitplast_tune.predictors import report
     from vitplast_tune.recommend import ranking
     from vitplast_tune.search import driver
     from vitplast_tune.search.trial import trainable_parameters, trial_config
@@ -187,7 +187,7 @@ def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
     )
     plan = driver.prepare(options)
     expected = ranking.rank(
-        ranking.subset_scores(report.measure_search(plan), plan.settings), "plasticity_mean", budget
+        ranking.subset_scores(driver.measure_predictors(plan), plan.settings), "plasticity_mean", budget
     )
     found = driver.execute(plan)
     trials = found.trials  # in the order Tune created them

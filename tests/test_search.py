@@ -178,8 +178,8 @@ def test_summary_names_results_and_mlflow_command(finished):
 
 
 def test_measurements_run_as_ray_tasks_with_a_trials_resources(ray_local):
-    from vitplast_tune.predictors import report
     from vitplast_tune.search import cluster
+    from vitplast_tune.vit.measure import task_context
 
     assert cluster.task_options({"cpu": 2, "gpu": 0.25, "a100": 1}) == {
         "num_cpus": 2.0,
@@ -188,7 +188,7 @@ def test_measurements_run_as_ray_tasks_with_a_trials_resources(ray_local):
         "max_retries": 0,
         "max_calls": 1,
     }
-    where = cluster.task_runner({"cpu": 0.5, "gpu": 0})(report.task_context)
+    where = cluster.task_runner({"cpu": 0.5, "gpu": 0})(task_context)
     assert where["resources"] == {"CPU": 0.5}
     assert where["node_id"] in {n["NodeID"] for n in ray_local.nodes()}
 

@@ -5,7 +5,8 @@ import pytest
 
 from vitplast_tune.components import COMPONENTS, parse_subset
 from vitplast_tune.errors import UserError
-from vitplast_tune.search import spaces
+from vitplast_tune.search import distributions, spaces
+from vitplast_tune.search.trial import trial_subset
 
 VALID = """
 metric: val_acc
@@ -60,9 +61,9 @@ def test_paper_grid_is_the_papers_protocol():
 def test_component_subsets_space_is_optuna_with_asha():
     spec = spaces.load_space("component_subsets")
     assert spec.algorithm == "optuna" and spec.scheduler.name == "asha"
-    assert isinstance(spec.parameters["components"], spaces.Subsets)
+    assert isinstance(spec.parameters["components"], distributions.Subsets)
     lr = spec.parameters["lr"]
-    assert isinstance(lr, spaces.LogUniform) and lr.low <= 1e-3 and lr.high >= 1.0
+    assert isinstance(lr, distributions.LogUniform) and lr.low <= 1e-3 and lr.high >= 1.0
 
 
 def test_distributions_know_their_corners_and_forms(tmp_path):
@@ -74,7 +75,7 @@ def test_distributions_know_their_corners_and_forms(tmp_path):
     )
     spec = spaces.load_space(path)
     params = spec.parameters
-    assert isinstance(params["batch_size"], spaces.RandInt) and params["batch_size"].corners() == [8, 16]
+    assert isinstance(params["batch_size"], distributions.RandInt) and params["batch_size"].corners() == [8, 16]
     assert params["lr"].corners() == [0.01, 1.0] and params["optimizer"].corners() == ["adamw"]
     assert spec.example() == {"components": "mha", "lr": 0.01, "batch_size": 8, "optimizer": "adamw"}
     corners = spec.corner_configs()
@@ -88,7 +89,7 @@ def test_distributions_know_their_corners_and_forms(tmp_path):
 
 def test_optuna_space_samples_booleans_and_never_an_empty_subset():
     spec = spaces.load_space("component_subsets")
-    space = spaces.OptunaSpace(spec)
+    space = distributions.OptunaSpace(spec.parameters)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
     seen = set()
     for _ in range(200):
@@ -97,7 +98,8 @@ def test_optuna_space_samples_booleans_and_never_an_empty_subset():
         subset = constants["components"]
         assert parse_subset(subset), "empty subset sampled"
         flags = {
-            c: trial.params.get(spaces.component_flag(c), constants.get(spaces.component_flag(c))) for c in COMPONENTS
+            c: trial.params.get(distributions.component_flag(c), constants.get(distributions.component_flag(c)))
+            for c in COMPONENTS
         }
         assert all(isinstance(v, bool) for v in flags.values())
         assert set(parse_subset(subset)) == {c for c, on in flags.items() if on}
@@ -174,7 +176,7 @@ def test_fingerprint_follows_the_file(tmp_path):
 
 
 def test_component_flags_and_config_components():
-    assert spaces.component_flags("mha+fc1") == {
+    assert distributions.component_flags("mha+fc1") == {
         "train_emb": False,
         "train_ln1": False,
         "train_mha": True,
@@ -182,8 +184,8 @@ def test_component_flags_and_config_components():
         "train_fc1": True,
         "train_fc2": False,
     }
-    assert spaces.config_components({"components": "fc1+mha"}) == "mha+fc1"
-    assert spaces.config_components({}) == "all"
+    assert trial_subset({"components": "fc1+mha"}) == "mha+fc1"
+    assert trial_subset({}) == "all"
 
 
 def test_the_readmes_complete_example_is_a_valid_space(tmp_path):
@@ -193,5 +195,5 @@ def test_the_readmes_complete_example_is_a_valid_space(tmp_path):
     path.write_text(block)
     spec = spaces.load_space(path)
     assert spec.algorithm == "optuna" and spec.scheduler.name == "asha" and spec.criteria is False
-    assert isinstance(spec.parameters["components"], spaces.Subsets) and spec.has_seeds
+    assert isinstance(spec.parameters["components"], distributions.Subsets) and spec.has_seeds
     assert spec.defaults == {"max_steps": 200, "warmup_fraction": 0.1}

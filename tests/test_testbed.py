@@ -6,8 +6,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vitplast_tune.data.datasets import prepare_images
 from vitplast_tune.data.fractals import fractal_dataset
+from vitplast_tune.data.transforms import prepare_images
 from vitplast_tune.vit.models import TESTBED_MODEL, TESTBED_WEIGHTS, build_model, data_config
 
 PROVENANCE = TESTBED_WEIGHTS.with_suffix(".json")

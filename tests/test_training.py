@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from vitplast_tune.data import datasets
+from vitplast_tune.data import batches, datasets, splits
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit.training import DivergedError, FinetuneConfig, finetune, warmup_cosine
 
@@ -118,7 +118,7 @@ def test_linear_probe_on_cached_features_matches_the_full_forward(monkeypatch):
 
     # The cache holds features of the evaluation transform; without training crops the two runs see the same inputs.
     monkeypatch.setattr(transforms, "_crop_flip", lambda x, config, seed: transforms._resize_center_crop(x, config))
-    monkeypatch.setattr(datasets, "CPU_TRAIN_PATH", "batched")
+    monkeypatch.setattr(splits, "CPU_TRAIN_PATH", "batched")
     cached, cached_reports = run(components="head", seed=2)
     plain, plain_reports = run(components="head", seed=2, cache_features=False)
     assert [m["step"] for m, _ in cached_reports] == [m["step"] for m, _ in plain_reports]
@@ -129,7 +129,6 @@ def test_linear_probe_on_cached_features_matches_the_full_forward(monkeypatch):
 
 
 def test_shared_decoded_dataset_gives_the_same_run():
-    from vitplast_tune.data import datasets
     from vitplast_tune.vit import models
 
     decoded = datasets.decode_dataset("digits", models.pretrained_data_config("vit_testbed_patch8_32"))
@@ -145,12 +144,11 @@ def test_shared_decoded_dataset_gives_the_same_run():
 
 
 def test_a_resumed_run_replays_the_same_augmented_batches():
-    from vitplast_tune.data import datasets
 
     splits = datasets.load_dataset("digits", {"input_size": (3, 32, 32), "mean": (0.5,) * 3, "std": (0.5,) * 3}, seed=0)
-    stream = datasets.train_batches(splits.train, 32, seed=3)
+    stream = batches.train_batches(splits.train, 32, seed=3)
     first = [next(stream) for _ in range(40)]  # past the first epoch (35 batches)
-    resumed = datasets.train_batches(splits.train, 32, seed=3, start_step=37)
+    resumed = batches.train_batches(splits.train, 32, seed=3, start_step=37)
     for (a, la), (b, lb) in zip(first[37:], [next(resumed) for _ in range(3)]):
         assert torch.equal(a, b) and torch.equal(la, lb)
 
@@ -158,7 +156,7 @@ def test_a_resumed_run_replays_the_same_augmented_batches():
 @pytest.mark.parametrize("path", ["per_image", "batched"])
 def test_both_cpu_training_paths_replay_on_resume(monkeypatch, path):
 
-    monkeypatch.setattr(datasets, "CPU_TRAIN_PATH", path)
+    monkeypatch.setattr(splits, "CPU_TRAIN_PATH", path)
     test_a_resumed_run_replays_the_same_augmented_batches()
 
 

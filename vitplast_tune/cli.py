@@ -14,11 +14,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from vitplast_tune.config import PLASTICITY_VARIANTS, TESTBED_MODEL, TESTBED_WEIGHTS
 from vitplast_tune.errors import SearchInterrupted, UserError
 
 SEARCH_HELP = "Run a Ray Tune search over which ViT components to finetune: vitplast-search --space component_subsets"
 ANALYZE_HELP = (
-    "Analyse a finished search again: plasticity vs accuracy correlations and plots, logged to its MLflow parent run."
+    "Analyze a finished search again: plasticity vs accuracy correlations and plots, logged to its MLflow parent run."
 )
 PLASTICITY_HELP = """Measure the plasticity of every ViT component between a reference distribution and a downstream test split.
 
@@ -140,7 +141,7 @@ def search_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--plasticity-variant",
         default=run.plasticity_variant,
-        choices=("paper", "in_network"),
+        choices=PLASTICITY_VARIANTS,
         help="paper: every component applied to the embedding output (the paper's definition, default); in_network: real inputs",
     )
     p.add_argument(
@@ -207,7 +208,7 @@ def search(argv: Sequence[str] | None = None) -> NoReturn:
 
 
 def analyze_main(argv: Sequence[str] | None = None) -> int:
-    """Analyse finished searches again and print the summary (one --name) or the cross-dataset table (several)."""
+    """Analyze finished searches again and print the summary (one --name) or the cross-dataset table (several)."""
     p = argparse.ArgumentParser(description=ANALYZE_HELP)
     p.add_argument("--name", action="append", required=True, help="a search's name; repeat for several datasets")
     p.add_argument("--storage", help="where the searches' results lie; default ~/vitplast_tune_results")
@@ -218,7 +219,7 @@ def analyze_main(argv: Sequence[str] | None = None) -> int:
     from vitplast_tune.search import driver, results
 
     if len(args.name) == 1:
-        print(results.summary(driver.reanalyse(args.name[0], args.storage, args.tracking_uri, criteria=args.criteria)))
+        print(results.summary(driver.reanalyze(args.name[0], args.storage, args.tracking_uri, criteria=args.criteria)))
     else:
         print(driver.compare_datasets(args.name, args.storage, args.out))
     return 0
@@ -242,8 +243,6 @@ def positive_int(text: str) -> int:
 
 def plasticity_parser() -> argparse.ArgumentParser:
     """The arguments of ``vitplast-plasticity`` (scripts/plasticity.py)."""
-    from vitplast_tune.predictors.scores import VARIANTS
-    from vitplast_tune.vit.models import TESTBED_MODEL
 
     p = argparse.ArgumentParser(description=PLASTICITY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
@@ -279,7 +278,7 @@ def plasticity_parser() -> argparse.ArgumentParser:
     p.add_argument("--download", action="store_true", help="download missing torchvision datasets")
     p.add_argument(
         "--variant",
-        choices=VARIANTS,
+        choices=PLASTICITY_VARIANTS,
         default="paper",
         help="paper: every component applied to the embedding output (the paper's definition, default); "
         "in_network: every component on its real input in the forward pass",
@@ -342,7 +341,6 @@ def plasticity(argv: Sequence[str] | None = None) -> NoReturn:
 
 def pretrain_main(argv: Sequence[str] | None = None) -> int:
     """Pretrain the testbed ViT from command-line arguments."""
-    from vitplast_tune.vit.models import TESTBED_WEIGHTS
 
     p = argparse.ArgumentParser(description=PRETRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
@@ -455,7 +453,7 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     from vitplast_tune.recommend import ranking, verify
-    from vitplast_tune.search import plan
+    from vitplast_tune.search import driver, plan
     from vitplast_tune.vit import models
 
     if args.verify < 0:
@@ -471,7 +469,7 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
         print(f"\nVerifying: grid of the top {args.verify} subsets, all and head x lr {lrs} ...", flush=True)
         from vitplast_tune.search import results
 
-        table, found = verify.verify(rec, args.verify, storage, max_steps=args.verify_steps)
+        table, found = driver.verify_recommendation(rec, args.verify, storage, max_steps=args.verify_steps)
         print(verify.describe_verification(table))
         print(f"\n{results.describe_pareto(found.trials)}")
         print(f"search: {found.plan.local_dir} (MLflow parent run {found.plan.name})")

@@ -71,9 +71,9 @@ def parse_subset(subset: str | Iterable[str]) -> tuple[str, ...]:
     return tuple(c for c in COMPONENTS if c in names)
 
 
-def subset_name(subset: Iterable[str]) -> str:
-    """Readable name of a subset: "mha+fc1", "all" for the six, "head" for none."""
-    names = parse_subset(list(subset))
+def subset_name(subset: str | Iterable[str]) -> str:
+    """The canonical name of a subset ("fc1+mha" or [fc1, mha] -> "mha+fc1"; "all" for the six, "head" for none)."""
+    names = parse_subset(subset if isinstance(subset, str) else list(subset))
     if names == COMPONENTS:
         return ALL
     return "+".join(names) if names else HEAD

@@ -11,7 +11,9 @@ from typing import Any
 from vitplast_tune import components
 from vitplast_tune.errors import UserError, did_you_mean
 
-TESTBED_MODEL = "vit_testbed_patch8_32.fractal"  # the offline default (models.py registers it)
+TESTBED_MODEL = "vit_testbed_patch8_32.fractal"  # the offline default (vit/models.py registers it with timm)
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"  # shipped with the package
+TESTBED_WEIGHTS = WEIGHTS_DIR / "vit_testbed_patch8_32.fractal.safetensors"
 
 
 def cache_dir() -> Path:
@@ -25,6 +27,19 @@ def default_data_dir() -> Path:
 
 
 OPTIMIZERS = ("sgd", "adamw")
+# How plasticity is measured (vit/plasticity.py): the paper's definition (every component applied to the embedding
+# output), or each component on its real input inside the forward pass.
+PLASTICITY_VARIANTS = ("paper", "in_network")
+
+
+def check_variant(variant: str) -> str:
+    """Raise UserError unless ``variant`` is one of ``PLASTICITY_VARIANTS``; return it."""
+    if variant not in PLASTICITY_VARIANTS:
+        raise UserError(
+            f'unknown plasticity variant "{variant}"{did_you_mean(variant, PLASTICITY_VARIANTS)}; '
+            f"use one of {', '.join(PLASTICITY_VARIANTS)}"
+        )
+    return variant
 
 
 @dataclass

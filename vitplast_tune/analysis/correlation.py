@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from vitplast_tune.components import parse_subset, subset_name
 from vitplast_tune.errors import UserError, did_you_mean
 
 _STATS = ("spearman", "kendall")
@@ -232,17 +231,23 @@ def point_stats(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     }
 
 
-def config_name(components: Any) -> str:
-    """Canonical name of a trial's subset ("mha", "all", "head", "mha+fc1"), from a string or a list."""
-    return subset_name(parse_subset(components))
-
-
-def finite(values: pd.Series | None) -> np.ndarray | None:
-    """The finite values of a column as floats (None stays None)."""
-    if values is None:
-        return None
-    array = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
-    return np.where(np.isfinite(array), array, 0.0)
-
-
-BASELINE = "log_trainable_params"
+def baseline_differences(
+    table: pd.DataFrame, frame: pd.DataFrame, baseline: str, *, n_boot: int = 1000, seed: int = 0
+) -> pd.DataFrame:
+    """``table`` (rows of ``correlations``) with each predictor's paired-bootstrap Spearman difference against
+    ``baseline`` on ``frame`` (``compare_predictors``): diff_vs_baseline, diff_low, diff_high and verdict."""
+    table = table.copy()
+    for column in ("diff_vs_baseline", "diff_low", "diff_high"):
+        table[column] = math.nan
+    table["verdict"] = ""
+    for i, row in table.iterrows():
+        if row["predictor"] == baseline or row["note"] or baseline not in frame:
+            continue
+        c = compare_predictors(frame, row["predictor"], baseline, row["target"], n_boot=n_boot, seed=seed)
+        table.loc[i, ["diff_vs_baseline", "diff_low", "diff_high", "verdict"]] = [
+            c["diff"],
+            c["diff_low"],
+            c["diff_high"],
+            c["verdict"],
+        ]
+    return table

@@ -5,19 +5,12 @@ ranks the subsets' test accuracy best, against log(#trainable parameters).
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pandas as pd
 
-from vitplast_tune.analysis.correlation import (
-    BASELINE,
-    compare_predictors,
-    config_name,
-    correlations,
-)
+from vitplast_tune.analysis.correlation import baseline_differences, correlations
 from vitplast_tune.analysis.protocol import best_lr_table
-from vitplast_tune.components import parse_subset
+from vitplast_tune.components import subset_name
+from vitplast_tune.predictors.scores import BASELINE, contains_mha_or_fc, log_trainable_params
 
 LAB_PREDICTORS: tuple[str, ...] = (
     "plasticity_mean",
@@ -40,13 +33,13 @@ def subset_table(trials: pd.DataFrame, predictors: pd.DataFrame | None = None) -
     """
     select = "best_val_acc" if "best_val_acc" in trials else "val_acc"
     table = best_lr_table(trials, "test_acc", select_by=select).set_index("components")
-    names = pd.Series([config_name(c) for c in trials["components"]], index=trials.index)
+    names = pd.Series([subset_name(c) for c in trials["components"]], index=trials.index)
     first = trials.groupby(names).first()
     for column in (c for c in LAB_PREDICTORS if c in first):
         table[column] = pd.to_numeric(first[column], errors="coerce").reindex(table.index)
     if "trainable_params" in first:
-        table[BASELINE] = np.log(pd.to_numeric(first["trainable_params"], errors="coerce").reindex(table.index))
-    table["contains_mha_or_fc"] = [float(bool({"mha", "fc1", "fc2"} & set(parse_subset(c)))) for c in table.index]
+        table[BASELINE] = log_trainable_params(first["trainable_params"].reindex(table.index))
+    table["contains_mha_or_fc"] = [contains_mha_or_fc(c) for c in table.index]
     if predictors is not None:
         for column in predictors.columns:
             table[column] = pd.to_numeric(predictors[column], errors="coerce").reindex(table.index)
@@ -69,21 +62,7 @@ def criteria_comparison(
     predictors = [p for p in (predictors or LAB_PREDICTORS) if p in subsets]
     table = correlations(subsets, predictors, target, n_boot=n_boot, seed=seed, min_trials=min_trials)
     table = table.drop(columns=["n_boot", "spearman_p", "kendall_p"])
-    for column in ("diff_vs_baseline", "diff_low", "diff_high"):
-        table[column] = math.nan
-    table["verdict"] = ""
-    if BASELINE not in subsets:
-        return table
-    for i, row in table.iterrows():
-        if row["predictor"] != BASELINE and not row["note"]:
-            c = compare_predictors(subsets, row["predictor"], BASELINE, target, n_boot=n_boot, seed=seed)
-            table.loc[i, ["diff_vs_baseline", "diff_low", "diff_high", "verdict"]] = [
-                c["diff"],
-                c["diff_low"],
-                c["diff_high"],
-                c["verdict"],
-            ]
-    return table
+    return baseline_differences(table, subsets, BASELINE, n_boot=n_boot, seed=seed)
 
 
 def criteria_winner(comparison: pd.DataFrame) -> str:

@@ -1,4 +1,4 @@
-"""Figures of the analyses (PNG): the plasticity per component and layer, a score against accuracy, the
+"""Figures of the analyzes (PNG): the plasticity per component and layer, a score against accuracy, the
 paper-style gain next to plasticity, and a search's Pareto front.
 
 Plots draw on ``matplotlib.figure.Figure`` directly (Agg rendering), so importing this module never
@@ -14,36 +14,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from vitplast_tune.analysis.correlation import finite, is_constant, numeric, require_columns
+from vitplast_tune.analysis.correlation import is_constant, numeric, require_columns
 from vitplast_tune.components import BLOCK_COMPONENTS, HEAD, TABLE_ORDER
-
-
-def plot_plasticity(table: pd.DataFrame, path: str | Path, *, title: str | None = None) -> Path:
-    """Write a PNG: plasticity per layer (one line per block component) and per-component means with their spread."""
-    from vitplast_tune.predictors.scores import aggregate_plasticity
-
-    summary = aggregate_plasticity(table)
-    fig, (left, right) = _figure(ncols=2, figsize=(11, 4.2))
-    for component in BLOCK_COMPONENTS:
-        rows = table[table["component"] == component].sort_values("layer")
-        if len(rows):
-            sem = finite(rows.get("sem"))
-            left.errorbar(rows["layer"], rows["plasticity"], yerr=sem, marker="o", capsize=2, label=component)
-    left.set_xlabel("layer (block index)")
-    left.set_ylabel("plasticity  ||f(x)-f(y)|| / ||x-y||")
-    left.set_title("per layer")
-    if left.has_data():
-        left.legend(frameon=False)
-        left.xaxis.get_major_locator().set_params(integer=True)
-    x = np.arange(len(summary))
-    colors = [f"C{BLOCK_COMPONENTS.index(c)}" if c in BLOCK_COMPONENTS else "0.6" for c in summary["component"]]
-    right.bar(x, summary["plasticity"], yerr=finite(summary["spread"]), color=colors, capsize=3)
-    right.set_xticks(x, summary["component"])
-    right.set_ylabel("mean over layers (± std over layers)")
-    right.set_title("per component" + ("  (emb: vs pixels)" if "emb" in set(summary["component"]) else ""))
-    variant = table.attrs.get("variant")
-    fig.suptitle(title or f"Plasticity{f' ({variant} variant)' if variant else ''}")
-    return _save(fig, path)
 
 
 def plot_score_vs_accuracy(trials: pd.DataFrame, score: str, target: str, path: str | Path) -> Path:

@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.analysis.correlation import (
-    config_name,
     is_constant,
     numeric,
     point_stats,
@@ -22,7 +21,7 @@ from vitplast_tune.analysis.correlation import (
     stat_columns,
 )
 from vitplast_tune.analysis.plots import plot_gain_and_plasticity
-from vitplast_tune.components import BLOCK_COMPONENTS, HEAD, TABLE_ORDER
+from vitplast_tune.components import BLOCK_COMPONENTS, HEAD, TABLE_ORDER, subset_name
 from vitplast_tune.errors import UserError
 
 
@@ -45,7 +44,7 @@ def best_lr_table(trials: pd.DataFrame, target: str = "test_acc", *, select_by: 
     """
     require_columns(trials, ["components", "lr", target, select_by])
     frame = trials.loc[trials["components"].notna(), ["components", "lr"]].copy()
-    frame["config"] = [config_name(c) for c in frame["components"]]
+    frame["config"] = [subset_name(c) for c in frame["components"]]
     frame["_target"] = numeric(trials.loc[frame.index, target])
     frame["_select"] = numeric(trials.loc[frame.index, select_by])
     frame = frame[np.isfinite(frame["_target"]) & np.isfinite(frame["_select"])]
@@ -89,7 +88,7 @@ def component_plasticity(trials: pd.DataFrame, score: str = "plasticity_mean") -
     """Plasticity per single block component, read from the ``score`` of its single-component trials."""
     if score not in trials:
         return pd.Series(dtype=float, name=score)
-    names = pd.Series([config_name(c) for c in trials["components"]], index=trials.index)
+    names = pd.Series([subset_name(c) for c in trials["components"]], index=trials.index)
     values = pd.to_numeric(trials[score], errors="coerce").groupby(names).first()
     return values.reindex([c for c in BLOCK_COMPONENTS if c in values.index]).dropna().rename(score)
 

@@ -7,29 +7,20 @@ Pure functions on pandas objects; nothing here needs Ray or MLflow.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from vitplast_tune.analysis import lab
-from vitplast_tune.analysis.correlation import (
-    BASELINE,
-    compare_predictors,
-    correlations,
-    numeric,
-    partial_correlations,
-)
+from vitplast_tune.analysis.correlation import baseline_differences, correlations, numeric, partial_correlations
 from vitplast_tune.analysis.plots import plot_score_vs_accuracy
 from vitplast_tune.analysis.protocol import (
-    PaperResults,
-    describe_paper,
-    paper_results,
     relative_gain,
     single_component_table,
 )
 from vitplast_tune.components import HEAD
+from vitplast_tune.predictors.scores import BASELINE, log_trainable_params
 
 SCORES: tuple[str, ...] = ("plasticity_mean", "plasticity_max", "plasticity_weighted")
 
@@ -54,7 +45,7 @@ def finished_trials(trials: pd.DataFrame) -> pd.DataFrame:
     return trials[ok].copy()
 
 
-def analyse_trials(
+def analyze_trials(
     trials: pd.DataFrame,
     out_dir: str | Path,
     *,
@@ -76,7 +67,7 @@ def analyse_trials(
     out = Path(out_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     trials = trials.copy()
-    trials[BASELINE] = np.log(pd.to_numeric(trials["trainable_params"], errors="coerce").astype(float))
+    trials[BASELINE] = log_trainable_params(trials["trainable_params"])
     done = finished_trials(trials)
     single = single_component_table(done, target) if len(done) else pd.DataFrame()
     views = [(target, done)]
@@ -115,32 +106,21 @@ def analyse_trials(
 def _with_comparisons(
     table: pd.DataFrame, frame: pd.DataFrame, n_boot: int, seed: int, min_trials: int
 ) -> pd.DataFrame:
-    """Add each predictor's paired difference against the baseline and its partial Spearman given lr."""
-    table = table.copy()
-    for column in ("diff_vs_baseline", "diff_low", "diff_high", "partial_spearman", "partial_low", "partial_high"):
+    """Add each predictor's paired difference against the baseline and, when lr varies, its partial Spearman given lr."""
+    table = baseline_differences(table, frame, BASELINE, n_boot=n_boot, seed=seed)
+    for column in ("partial_spearman", "partial_low", "partial_high"):
         table[column] = math.nan
-    table["verdict"] = ""
-    lr_varies = "lr" in frame and pd.to_numeric(frame["lr"], errors="coerce").nunique() > 1
-    for i, row in table.iterrows():
-        if row["note"]:
-            continue
-        if row["predictor"] != BASELINE:
-            c = compare_predictors(frame, row["predictor"], BASELINE, row["target"], n_boot=n_boot, seed=seed)
-            table.loc[i, ["diff_vs_baseline", "diff_low", "diff_high", "verdict"]] = [
-                c["diff"],
-                c["diff_low"],
-                c["diff_high"],
-                c["verdict"],
-            ]
-        if lr_varies:
-            p = partial_correlations(
-                frame, [row["predictor"]], row["target"], "lr", n_boot=n_boot, seed=seed, min_trials=min_trials
-            ).iloc[0]
-            table.loc[i, ["partial_spearman", "partial_low", "partial_high"]] = [
-                p["partial_spearman"],
-                p["partial_low"],
-                p["partial_high"],
-            ]
+    if not ("lr" in frame and pd.to_numeric(frame["lr"], errors="coerce").nunique() > 1):
+        return table
+    for i, row in table[table["note"] == ""].iterrows():
+        p = partial_correlations(
+            frame, [row["predictor"]], row["target"], "lr", n_boot=n_boot, seed=seed, min_trials=min_trials
+        ).iloc[0]
+        table.loc[i, ["partial_spearman", "partial_low", "partial_high"]] = [
+            p["partial_spearman"],
+            p["partial_low"],
+            p["partial_high"],
+        ]
     return table
 
 
@@ -192,62 +172,3 @@ def _verdict(rows: pd.DataFrame) -> str:
         f"{p['predictor']} {words.get(p['verdict'], p['verdict'])} log(trainable parameters): paired bootstrap "
         f"of the Spearman difference {p['diff_vs_baseline']:+.2f} [{p['diff_low']:+.2f}, {p['diff_high']:+.2f}]."
     )
-
-
-@dataclass
-class SearchAnalysis:
-    """Every analysis a search's trials support, and the files written."""
-
-    trials: TrialAnalysis | None = None  # plasticity vs accuracy per trial (when plasticity was measured)
-    paper: PaperResults | None = None  # the paper's protocol (a grid with seeds)
-    criteria: pd.DataFrame | None = None  # the criteria lab (a space with ``criteria: true``)
-    files: list[Path] = field(default_factory=list)
-
-    def describe(self) -> str:
-        """The analyses as plain text, in the order a person reads them."""
-        parts = []
-        if self.trials is not None:
-            parts.append(
-                "Does the plasticity of the trained subset predict accuracy? Spearman with a bootstrap 95% "
-                "interval, beside the naive baseline log(trainable parameters):\n"
-                + describe_correlations(self.trials.correlations)
-            )
-        if self.paper is not None:
-            parts.append(describe_paper(self.paper))
-        if self.criteria is not None:
-            parts.append(lab.describe_criteria(self.criteria))
-        return "\n\n".join(parts)
-
-
-def analyse_search(
-    trials: pd.DataFrame,
-    spec,
-    settings: dict,
-    out_dir: str | Path,
-    *,
-    reference: str = "fractals",
-    plasticity_pairs: int | None = None,
-) -> SearchAnalysis:
-    """The analyses a search supports: per-trial correlations (when its trials carry plasticity scores), the
-    paper's protocol (a grid with seeds) and the criteria lab (``criteria: true``); files go to ``out_dir``."""
-    out = Path(out_dir).expanduser()
-    found = SearchAnalysis()
-    if "plasticity_mean" in trials:
-        found.trials = analyse_trials(trials, out)
-        found.files += found.trials.files
-    if spec.algorithm == "grid" and spec.has_seeds:
-        found.paper = paper_results(trials, out)
-        found.files += found.paper.files
-    if spec.criteria:
-        from vitplast_tune.predictors.report import in_network_scores
-
-        subsets = lab.subset_table(trials)
-        extra = in_network_scores(
-            settings, subsets["components"], reference=reference, plasticity_pairs=plasticity_pairs
-        )
-        table = lab.subset_table(trials, extra)
-        found.criteria = lab.criteria_comparison(table)
-        found.files += [out / "criteria_subsets.csv", out / "criteria.csv"]
-        table.to_csv(found.files[-2], index=False)
-        found.criteria.to_csv(found.files[-1], index=False)
-    return found

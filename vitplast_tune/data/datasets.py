@@ -15,19 +15,18 @@ optionally ``test/`` class folders; DomainNet fits this shape).
 from __future__ import annotations
 
 import urllib.error
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset, Sampler, Subset, TensorDataset
+from torch.utils.data import Dataset, Subset
 
 from vitplast_tune.config import default_data_dir  # re-exported: data.default_data_dir
 from vitplast_tune.data import transforms
 from vitplast_tune.data.decoded import InMemory  # re-exported: data.InMemory
+from vitplast_tune.data.splits import Splits, split_in_memory, split_indices, three_way_split
 from vitplast_tune.errors import UserError, did_you_mean
 
 CIFAR10C_CORRUPTIONS = (
@@ -51,16 +50,6 @@ CIFAR10C_CORRUPTIONS = (
     "speckle_noise",
     "zoom_blur",
 )
-
-
-@dataclass
-class Splits:
-    """Train / validation / test datasets yielding (image tensor, label) and the class count."""
-
-    train: Dataset
-    val: Dataset
-    test: Dataset
-    num_classes: int
 
 
 Loader = Callable[..., "Splits | InMemory"]
@@ -138,20 +127,6 @@ def load_dataset(
     return split_in_memory(loaded, seed, val_fraction, data_config) if isinstance(loaded, InMemory) else loaded
 
 
-def split_in_memory(decoded: InMemory, seed: int, val_fraction: float, data_config: dict[str, Any]) -> Splits:
-    """Seeded train/validation split of a decoded dataset's non-test part, with the model's transforms."""
-    n = len(decoded.labels)
-    if decoded.test_indices is None:
-        rest, test = split_indices(n, decoded.test_fraction, seed=10_007)
-    else:
-        test = np.asarray(decoded.test_indices)
-        rest = np.setdiff1d(np.arange(n), test)
-    train, val = (rest[i] for i in split_indices(len(rest), val_fraction, seed))
-    pick = lambda idx, augment: SmallImages(decoded.images, decoded.labels, idx, data_config, augment)
-    classes = decoded.num_classes or int(decoded.labels.max()) + 1
-    return Splits(pick(train, True), pick(val, False), pick(test, False), classes)
-
-
 def decode_dataset(
     name: str, data_config: dict[str, Any], *, data_dir=None, download: bool = False, image_cache: int = 0
 ) -> InMemory | None:
@@ -179,30 +154,6 @@ def _load(name, data_config, data_dir, download, seed, val_fraction, image_cache
 
 def _root(data_dir: str | Path | None) -> Path:
     return Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
-
-
-# ----------------------------------------------------------------------------- splitting
-
-
-def split_indices(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded random split of ``range(n)`` into (1 - fraction, fraction) index arrays."""
-    order = np.random.default_rng(seed).permutation(n)
-    cut = n - int(round(n * fraction))
-    return np.sort(order[:cut]), np.sort(order[cut:])
-
-
-def prepare_images(images: torch.Tensor, data_config: dict) -> torch.Tensor:
-    """Float images in [0, 1], (N, C, h, w), resized to the model's input size and normalized."""
-    _, height, width = data_config["input_size"]
-    images = images.float()
-    if images.shape[1] == 1:
-        images = images.expand(-1, 3, -1, -1)
-    if images.shape[-2:] != (height, width):
-        mode = "bicubic" if data_config.get("interpolation") == "bicubic" else "bilinear"
-        images = F.interpolate(images, size=(height, width), mode=mode, align_corners=False).clamp(0, 1)
-    mean = torch.tensor(data_config["mean"]).view(1, 3, 1, 1)
-    std = torch.tensor(data_config["std"]).view(1, 3, 1, 1)
-    return ((images - mean) / std).contiguous()
 
 
 # ----------------------------------------------------------------------------- offline datasets
@@ -235,69 +186,10 @@ def _to_uint8(images: torch.Tensor) -> np.ndarray:
 # ----------------------------------------------------------------------------- image datasets
 
 
-def image_transforms(data_config: dict, train: bool) -> Callable:
-    """The paper's per-image transforms at the model's resolution (timm's create_transform, see transforms.py)."""
-    return transforms.per_image(data_config, train)
-
-
-class SmallImages(Dataset):
-    """Part (``indices``) of an in-memory uint8 dataset, with the model's training or evaluation transform.
-
-    Items go through the per-image (timm) transform; ``batch`` transforms a whole batch on its
-    device, except training batches on a CPU when ``CPU_TRAIN_PATH`` says per image.
-    """
-
-    def __init__(self, images: np.ndarray, labels: np.ndarray, indices: np.ndarray, data_config: dict, train: bool):
-        self.images, self.labels, self.indices = images, labels, np.asarray(indices)
-        self.data_config, self.train = dict(data_config), train
-        self._per_image: Callable | None = None
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        j = self.indices[i]
-        return self.transform(_pil(self.images[j])), int(self.labels[j])
-
-    @property
-    def transform(self) -> Callable:
-        """The per-image transform (built once)."""
-        if self._per_image is None:
-            self._per_image = image_transforms(self.data_config, self.train)
-        return self._per_image
-
-    def batch(
-        self, positions: np.ndarray, device: torch.device, seed: int | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Images at ``positions`` transformed on ``device`` (random crops from ``seed``), and their labels."""
-        idx = self.indices[positions]
-        labels = torch.from_numpy(self.labels[idx].astype(np.int64)).to(device, non_blocking=True)
-        border = not self.train and self.data_config.get("crop_mode") == "border"
-        if border or (self.train and device.type == "cpu" and CPU_TRAIN_PATH == "per_image"):
-            with transforms.seeded(seed):
-                return torch.stack([self.transform(_pil(self.images[j])) for j in idx]).to(device), labels
-        raw = torch.from_numpy(self.images[idx]).to(device, non_blocking=True)
-        return transforms.batch_transform(raw, self.data_config, self.train, seed), labels
-
-
-# Training batches on a CPU-only trial: "per_image" or "batched", whichever scripts/bench_data.py measured faster
-# (one core, 32 -> 224 px: timm's per-image PIL transform 389 images/s, the batched bicubic grid_sample 179).
-# Evaluation batches are batched everywhere (443 vs 423 images/s per image).
-CPU_TRAIN_PATH = "per_image"
-
-
-def _pil(image: np.ndarray):
-    """A uint8 (C, h, w) array as an RGB PIL image."""
-    from PIL import Image
-
-    pixels = image[0] if image.shape[0] == 1 else np.ascontiguousarray(image.transpose(1, 2, 0))
-    return Image.fromarray(pixels).convert("RGB")
-
-
 def _train_val(make: Callable[[Callable], Dataset], data_config, seed, val_fraction) -> tuple[Dataset, Dataset]:
     """The seeded train/val split of a train set, each half with its own transform."""
-    train_set = make(image_transforms(data_config, train=True))
-    eval_set = make(image_transforms(data_config, train=False))
+    train_set = make(transforms.per_image(data_config, train=True))
+    eval_set = make(transforms.per_image(data_config, train=False))
     train_idx, val_idx = split_indices(len(train_set), val_fraction, seed)
     return Subset(train_set, train_idx.tolist()), Subset(eval_set, val_idx.tolist())
 
@@ -327,7 +219,7 @@ def _torchvision(name: str, cls_name: str, train_kw: dict, test_kw: dict, classe
             make_train = _cached(source(train_kw), f"{name}-{train_kw['split']}", image_cache)
             make_test = _cached(source(test_kw), f"{name}-{test_kw['split']}", image_cache)
             train, val = _train_val(make_train, data_config, seed, val_fraction)
-            test = make_test(image_transforms(data_config, False))
+            test = make_test(transforms.per_image(data_config, False))
         return Splits(train, val, test, classes)
 
     load.__doc__ = f"torchvision {cls_name} in data_dir (download=True fetches it)."
@@ -393,11 +285,13 @@ def _imagefolder(data_config, root, download, seed, val_fraction, image_cache=0)
             raise UserError(f"the test folder {test_dir} has no images for some classes of {train_dir}; add them")
         train, val = _train_val(make, data_config, seed, val_fraction)
         make_test = lambda tf=None: ImageFolder(str(test_dir), transform=tf)
-        test = _cached(make_test, "imagefolder-test", image_cache)(image_transforms(data_config, False))
+        test = _cached(make_test, "imagefolder-test", image_cache)(transforms.per_image(data_config, False))
     else:
-        full_train, full_eval = make(image_transforms(data_config, True)), make(image_transforms(data_config, False))
-        rest, test_idx = split_indices(len(full_train), 0.2, seed=10_007)
-        train_idx, val_idx = (rest[i] for i in split_indices(len(rest), val_fraction, seed))
+        full_train, full_eval = (
+            make(transforms.per_image(data_config, True)),
+            make(transforms.per_image(data_config, False)),
+        )
+        train_idx, val_idx, test_idx = three_way_split(len(full_train), val_fraction, seed)
         train, val = Subset(full_train, train_idx.tolist()), Subset(full_eval, val_idx.tolist())
         test = Subset(full_eval, test_idx.tolist())
     return Splits(train, val, test, len(classes))
@@ -447,100 +341,3 @@ class _friendly_data_errors:
                 "or --data-dir to where it lies"
             ) from exc
         return False
-
-
-# ----------------------------------------------------------------------------- batch streams
-
-
-class EpochStream(Sampler[int]):
-    """Endless indices: epoch after epoch of seeded permutations, starting ``start`` samples in."""
-
-    def __init__(self, n: int, seed: int, start: int = 0):
-        self.n, self.seed, self.start = n, seed, start
-
-    def __iter__(self) -> Iterator[int]:
-        epoch, offset = divmod(self.start, self.n)
-        while True:
-            yield from epoch_permutation(self.n, self.seed, epoch)[offset:].tolist()
-            epoch, offset = epoch + 1, 0
-
-
-def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
-    """The deterministic shuffle of epoch ``epoch`` for ``seed``."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    return torch.randperm(n, generator=generator)
-
-
-def train_batches(
-    dataset: Dataset,
-    batch_size: int,
-    *,
-    seed: int,
-    start_step: int = 0,
-    num_workers: int = 0,
-    device: torch.device | str | None = None,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Endless shuffled training batches on ``device`` (default: the CPU), resumable at ``start_step``.
-
-    Batch ``k`` is the same for a given seed whether the stream starts at 0 or resumes at ``k``
-    (for in-memory data, its random crops and flips too). In-memory datasets are indexed directly
-    (last partial batch of an epoch dropped) and transformed on ``device``; others go through one
-    DataLoader with persistent workers, and pinned memory when ``device`` is a GPU.
-    """
-    device = torch.device(device or "cpu")
-    n = len(dataset)
-    if isinstance(dataset, (SmallImages, TensorDataset)):
-        per_epoch = max(n // batch_size, 1)
-        epoch, offset = divmod(start_step, per_epoch)
-        while True:
-            order = epoch_permutation(n, seed, epoch)
-            for b in range(offset, per_epoch):
-                idx = order[b * batch_size : (b + 1) * batch_size]
-                yield _batch(dataset, idx, device, transforms.batch_seed(seed, epoch, b))
-            epoch, offset = epoch + 1, 0
-    sampler = EpochStream(n, seed, start=start_step * batch_size)
-    yield from loader(dataset, batch_size, num_workers, device, sampler=sampler, drop_last=True)
-
-
-def eval_batches(
-    dataset: Dataset, batch_size: int, num_workers: int = 0, device: torch.device | str | None = None
-) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-    """All of ``dataset`` once, in order, in batches of ``batch_size`` (on ``device`` for in-memory data).
-
-    The result can be iterated again (once per evaluation): a DataLoader's persistent workers stay.
-    """
-    device = torch.device(device or "cpu")
-    if isinstance(dataset, (SmallImages, TensorDataset)):
-        return _InOrder(dataset, batch_size, device)
-    return loader(dataset, batch_size, num_workers, device)
-
-
-def loader(dataset: Dataset, batch_size: int, num_workers: int, device: torch.device, **kwargs: Any) -> DataLoader:
-    """A DataLoader with persistent workers, and pinned memory when ``device`` is a GPU."""
-    return DataLoader(
-        dataset,
-        batch_size,
-        num_workers=num_workers,
-        pin_memory=device.type == "cuda",
-        persistent_workers=num_workers > 0,
-        **kwargs,
-    )
-
-
-class _InOrder:
-    """An in-memory dataset in order, in batches: iterable once per evaluation."""
-
-    def __init__(self, dataset: Dataset, batch_size: int, device: torch.device):
-        self.dataset, self.batch_size, self.device = dataset, batch_size, device
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for i in range(0, len(self.dataset), self.batch_size):
-            yield _batch(self.dataset, torch.arange(i, min(i + self.batch_size, len(self.dataset))), self.device)
-
-
-def _batch(dataset: Dataset, idx: torch.Tensor, device: torch.device, seed: int | None = None):
-    """Batch ``idx`` of an in-memory dataset: transformed on ``device`` (uint8 images), or as stored (features)."""
-    if isinstance(dataset, SmallImages):
-        return dataset.batch(idx.numpy(), device, seed)
-    images, labels = dataset.tensors
-    return images[idx], labels[idx]

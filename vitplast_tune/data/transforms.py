@@ -126,3 +126,17 @@ def _resize_center_crop(x: torch.Tensor, data_config: dict[str, Any]) -> torch.T
     interpolation = InterpolationMode(_GRID_MODES.get(data_config.get("interpolation", "bilinear"), "bilinear"))
     x = TF.resize(x, size, interpolation=interpolation, antialias=True)
     return TF.center_crop(x, [out_h, out_w])
+
+
+def prepare_images(images: torch.Tensor, data_config: dict) -> torch.Tensor:
+    """Float images in [0, 1], (N, C, h, w), resized to the model's input size and normalized."""
+    _, height, width = data_config["input_size"]
+    images = images.float()
+    if images.shape[1] == 1:
+        images = images.expand(-1, 3, -1, -1)
+    if images.shape[-2:] != (height, width):
+        mode = "bicubic" if data_config.get("interpolation") == "bicubic" else "bilinear"
+        images = F.interpolate(images, size=(height, width), mode=mode, align_corners=False).clamp(0, 1)
+    mean = torch.tensor(data_config["mean"]).view(1, 3, 1, 1)
+    std = torch.tensor(data_config["std"]).view(1, 3, 1, 1)
+    return ((images - mean) / std).contiguous()

@@ -1,10 +1,9 @@
-"""What a search measures about a model and a dataset before any training: the plasticity report
-(measured once, cached on disk, plotted) and the gradient criteria, and each subset's scores.
+"""The plasticity report: measured once for a model, its data and a variant, then cached on disk (the per-layer
+table as CSV and JSON, and a plot) and read back by searches, the criteria lab and ``recommend``; and
+``Predictors``, everything a search measures before training, which scores each subset.
 
-``plasticity_report`` builds the model and the two image sets, calls the pure measurement
-(``plasticity.compute_plasticity``) and writes the table (CSV, JSON) and a plot into a cache folder
-keyed by everything that changes the result; ``gradient_report`` does the same for ``criteria``;
-``Predictors.scores`` turns both into a trial's scores.
+Torch-free: the measurement itself (``vit.measure``) runs where the ``runner`` sends it (a Ray task with a trial's
+resources, or this process); the files are written here.
 """
 
 from __future__ import annotations
@@ -12,27 +11,25 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
-from vitplast_tune.analysis.plots import plot_plasticity
-from vitplast_tune.components import COMPONENTS
-from vitplast_tune.config import cache_dir, default_data_dir
-from vitplast_tune.errors import UserError, did_you_mean
+from vitplast_tune.components import BLOCK_COMPONENTS, COMPONENTS
+from vitplast_tune.config import cache_dir, check_variant, default_data_dir
+from vitplast_tune.errors import UserError
 from vitplast_tune.predictors import scores
-from vitplast_tune.predictors.scores import VARIANTS, aggregate_plasticity
+from vitplast_tune.predictors.scores import aggregate_plasticity
 
-if TYPE_CHECKING:  # the measurements (torch, timm) load where they run: a Ray task, not the search's driver
+if TYPE_CHECKING:
     import torch
 
-    from vitplast_tune.data.decoded import InMemory
-
 Runner = Callable[..., Any]  # runner(fn, **kwargs) -> fn(**kwargs), here or elsewhere (a Ray task)
+FILES = {"csv": "plasticity.csv", "json": "plasticity.json", "png": "plasticity.png"}
 
 
 @dataclass
@@ -75,65 +72,31 @@ def plasticity_report(
     """
     if reference_split not in ("test", "train"):
         raise UserError(f'reference split must be "test" or "train", not "{reference_split}"')
-    if variant not in VARIANTS:
-        raise UserError(
-            f'unknown plasticity variant "{variant}"{did_you_mean(variant, VARIANTS)}; use one of {", ".join(VARIANTS)}'
-        )
-    key = cache_key(
-        model_name,
-        weights=weights,
-        pretrained=pretrained,
-        dataset=dataset,
-        reference=reference,
-        reference_split=reference_split,
-        data_dir=data_dir,
-        variant=variant,
-        max_pairs=max_pairs,
-    )
+    check_variant(variant)
+    images = dict(dataset=dataset, reference=reference, reference_split=reference_split, data_dir=data_dir)
+    key = cache_key(model_name, weights=weights, pretrained=pretrained, variant=variant, max_pairs=max_pairs, **images)
     out = (
         Path(out_dir).expanduser()
         if out_dir is not None
         else default_out_dir(model_name, dataset, reference, variant, key)
     )
-    files = {"csv": out / "plasticity.csv", "json": out / "plasticity.json", "png": out / "plasticity.png"}
-    if reuse and all(f.is_file() for f in files.values()):
-        meta = json.loads(files["json"].read_text())
-        if {k: meta.get(k) for k in key} == key:
-            table = pd.read_csv(files["csv"])
-            table.attrs["variant"] = variant
-            meta = {k: v for k, v in meta.items() if k not in ("table", "ranking")}
-            return PlasticityReport(table, aggregate_plasticity(table), out, files, dict(meta, reused=True))
-
-    table, counts, where = (runner or _here)(
-        measure_plasticity,
+    if reuse and (cached := _read(out, key)) is not None:
+        return cached
+    measured = (runner or _here)(
+        _measure,
         model_name=model_name,
         weights=weights,
         pretrained=pretrained,
-        dataset=dataset,
-        reference=reference,
-        reference_split=reference_split,
-        data_dir=data_dir,
         download=download,
         variant=variant,
         batch_size=batch_size,
         max_pairs=max_pairs,
         device=device,
+        **images,
     )
-    ranking = aggregate_plasticity(table)
-    out.mkdir(parents=True, exist_ok=True)
-    meta = dict(
-        key,
-        batch_size=batch_size,
-        n_pairs=int(table["n_pairs"].max()),
-        **where,
-        component_params={c: counts[c] for c in COMPONENTS},
+    return _write(
+        out, dict(key, batch_size=batch_size), *measured, title=f"{model_name}: {dataset} vs {reference} ({variant})"
     )
-    table.to_csv(files["csv"], index=False)
-    payload = dict(meta, table=_records(table), ranking=_records(ranking))
-    files["json"].write_text(json.dumps(payload, indent=2) + "\n")
-    title = f"{model_name}: {dataset} vs {reference} ({variant})"
-    plot_plasticity(table, files["png"], title=title)
-    return PlasticityReport(table, ranking, out, files, meta)
 
 
 def search_report(settings: dict[str, Any], *, reference: str, **options: Any) -> PlasticityReport:
@@ -153,70 +116,58 @@ def search_report(settings: dict[str, Any], *, reference: str, **options: Any) -
     )
 
 
-def measure_plasticity(
-    model_name: str,
-    *,
-    weights,
-    pretrained: bool,
-    dataset: str,
-    reference: str,
-    reference_split: str,
-    data_dir,
-    download: bool,
-    variant: str,
-    batch_size: int,
-    max_pairs: int | None,
-    device=None,
-) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:
-    """Build the model and both image sets and measure: (table, parameters per component, where and how long)."""
-    from vitplast_tune import components
-    from vitplast_tune.data import datasets
-    from vitplast_tune.vit import models
-    from vitplast_tune.vit.plasticity import compute_plasticity
+def _measure(**kwargs: Any) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:
+    """``vit.measure.measure_plasticity``, imported where it runs (a Ray worker): this module stays torch-free."""
+    from vitplast_tune.vit.measure import measure_plasticity
 
-    datasets.check_dataset_name(dataset)  # here, where data loads: a search's plan checked them without torch
-    datasets.check_dataset_name(reference)
-    model = models.build_model(
-        model_name, 0, pretrained=pretrained, weights=weights
-    )  # no head: any head in the weights fits
-    config = models.data_config(model)
-    downstream_set = datasets.load_dataset(dataset, config, data_dir=data_dir, download=download).test
-    reference_set = getattr(
-        datasets.load_dataset(reference, config, data_dir=data_dir, download=download), reference_split
-    )
-    start = time.perf_counter()
-    table = compute_plasticity(
-        model,
-        datasets.eval_batches(reference_set, batch_size),
-        datasets.eval_batches(downstream_set, batch_size),
-        variant=variant,
-        batch_size=batch_size,
-        device=device,
-        max_pairs=max_pairs,
-    )
-    where = {"seconds": round(time.perf_counter() - start, 3), "measured_on": task_context()}
-    return table, components.count_parameters(model), where
+    return measure_plasticity(**kwargs)
 
 
-def task_context() -> dict[str, Any]:
-    """The node and resources of the Ray task running this (empty outside Ray), for the report's metadata."""
-    import sys
+def gradient_report(cfg, *, num_batches: int = 4, decoded=None, runner: Runner | None = None) -> pd.DataFrame:
+    """The gradient table of a run's pretrained model on its first training batches (``vit.measure.measure_gradients``:
+    ``cfg`` a FinetuneConfig, ``decoded`` its dataset already decoded), measured by ``runner`` (default: here)."""
+    if num_batches < 1:
+        raise UserError(f"num_batches must be a positive integer, not {num_batches}")
+    return (runner or _here)(_measure_gradients, cfg=cfg, decoded=decoded, num_batches=num_batches)
 
-    if "ray" not in sys.modules:
-        return {}
-    import ray
 
-    if not ray.is_initialized():
-        return {}
-    context = ray.get_runtime_context()
-    try:
-        return {"node_id": context.get_node_id(), "resources": context.get_assigned_resources()}
-    except Exception:
-        return {"node_id": context.get_node_id()}
+def _measure_gradients(**kwargs: Any) -> pd.DataFrame:
+    from vitplast_tune.vit.measure import measure_gradients
+
+    return measure_gradients(**kwargs)
 
 
 def _here(fn: Callable[..., Any], **kwargs: Any) -> Any:
     return fn(**kwargs)
+
+
+def _read(out: Path, key: dict[str, Any]) -> PlasticityReport | None:
+    """The report written in ``out`` for the same ``key``, or None."""
+    files = {kind: out / name for kind, name in FILES.items()}
+    if not all(f.is_file() for f in files.values()):
+        return None
+    meta = json.loads(files["json"].read_text())
+    if {k: meta.get(k) for k in key} != key:
+        return None
+    table = pd.read_csv(files["csv"])
+    table.attrs["variant"] = key["variant"]
+    meta = {k: v for k, v in meta.items() if k not in ("table", "ranking")}
+    return PlasticityReport(table, aggregate_plasticity(table), out, files, dict(meta, reused=True))
+
+
+def _write(
+    out: Path, key: dict[str, Any], table: pd.DataFrame, counts: dict[str, int], where: dict[str, Any], *, title: str
+) -> PlasticityReport:
+    """Write the measured table, its JSON (settings, table, ranking, parameters per component) and its plot."""
+    files = {kind: out / name for kind, name in FILES.items()}
+    ranking = aggregate_plasticity(table)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = dict(key, n_pairs=int(table["n_pairs"].max()), **where, component_params={c: counts[c] for c in COMPONENTS})
+    table.to_csv(files["csv"], index=False)
+    payload = dict(meta, table=_records(table), ranking=_records(ranking))
+    files["json"].write_text(json.dumps(payload, indent=2) + "\n")
+    plot_plasticity(table, files["png"], title=title)
+    return PlasticityReport(table, ranking, out, files, meta)
 
 
 def cache_key(
@@ -300,10 +251,10 @@ def _file_identity(path: str | Path | None) -> str | None:
 
 @dataclass
 class Predictors:
-    """What a search measures before any training: the plasticity report and the gradient gradients."""
+    """What a search measures before any training: the plasticity report and the gradient table."""
 
     plasticity: PlasticityReport | None = None
-    gradients: pd.DataFrame | None = None  # gradients.gradient_table
+    gradients: pd.DataFrame | None = None  # vit.gradients.gradient_table
 
     def scores(self, subset: str) -> dict[str, float]:
         """A subset's predictors: plasticity mean, max and parameter-weighted mean; gradient norm and Auto-RGN."""
@@ -314,53 +265,6 @@ class Predictors:
         if self.gradients is not None:
             out.update(scores.subset_criteria(self.gradients, subset))
         return out
-
-
-def measure_search(plan) -> Predictors:
-    """The predictors a search (``plan.SearchPlan``) measures before training (plasticity, gradient criteria), each
-    as a Ray task with one trial's resources; plasticity measured before is read from its cache instead."""
-    if not plan.options.plasticity:
-        return Predictors()
-    from vitplast_tune.search.cluster import task_runner
-    from vitplast_tune.search.trial import trial_config
-
-    s, o = plan.settings, plan.options
-    say = print if o.verbose else lambda *a, **k: None
-    run = task_runner(o.trial_resources, say)
-    say(
-        f"Plasticity of {s['model']} ({o.plasticity_variant} variant): {s['dataset']} test split vs {o.plasticity_reference} ...",
-        flush=True,
-    )
-    measured = search_report(
-        s, reference=o.plasticity_reference, variant=o.plasticity_variant, max_pairs=o.plasticity_pairs, runner=run
-    )
-    ranking = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
-    order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranking.itertuples())
-    say(
-        f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})",
-        flush=True,
-    )
-    gradients = run(gradient_report, cfg=trial_config({}, s), decoded=plan.decoded)
-    return Predictors(measured, gradients)
-
-
-def gradient_report(cfg, *, num_batches: int = 4, decoded: InMemory | None = None, device=None) -> pd.DataFrame:
-    """The gradient criteria (``gradients.gradient_table``) of a run's pretrained model on its first training batches.
-
-    ``cfg`` is a ``training.FinetuneConfig`` (model, weights, dataset, batch size, seed); the new head is
-    initialised with ``cfg.seed`` as a trial's would be. ``decoded`` is the dataset already decoded.
-    """
-    if num_batches < 1:
-        raise UserError(f"num_batches must be a positive integer, not {num_batches}")
-    from vitplast_tune.data import datasets
-    from vitplast_tune.vit import gradients
-    from vitplast_tune.vit.training import build_run
-
-    model, splits = build_run(cfg, decoded)
-    stream = datasets.train_batches(splits.train, cfg.batch_size, seed=cfg.seed)
-    table = gradients.gradient_table(model, [next(stream) for _ in range(num_batches)], device=device or "cpu")
-    table.attrs.update(model=cfg.model, dataset=cfg.dataset, num_batches=num_batches, batch_size=cfg.batch_size)
-    return table
 
 
 def in_network_scores(
@@ -383,3 +287,40 @@ def in_network_scores(
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """JSON-safe records: NaN and <NA> become null."""
     return json.loads(frame.to_json(orient="records"))
+
+
+def plot_plasticity(table: pd.DataFrame, path: str | Path, *, title: str | None = None) -> Path:
+    """Write a PNG: plasticity per layer (one line per block component) and per-component means with their spread."""
+    summary = aggregate_plasticity(table)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    for component in BLOCK_COMPONENTS:
+        rows = table[table["component"] == component].sort_values("layer")
+        if len(rows):
+            sem = _finite(rows.get("sem"))
+            left.errorbar(rows["layer"], rows["plasticity"], yerr=sem, marker="o", capsize=2, label=component)
+    left.set_xlabel("layer (block index)")
+    left.set_ylabel("plasticity  ||f(x)-f(y)|| / ||x-y||")
+    left.set_title("per layer")
+    if left.has_data():
+        left.legend(frameon=False)
+        left.xaxis.get_major_locator().set_params(integer=True)
+    x = np.arange(len(summary))
+    colors = [f"C{BLOCK_COMPONENTS.index(c)}" if c in BLOCK_COMPONENTS else "0.6" for c in summary["component"]]
+    right.bar(x, summary["plasticity"], yerr=_finite(summary["spread"]), color=colors, capsize=3)
+    right.set_xticks(x, summary["component"])
+    right.set_ylabel("mean over layers (± std over layers)")
+    right.set_title("per component" + ("  (emb: vs pixels)" if "emb" in set(summary["component"]) else ""))
+    variant = table.attrs.get("variant")
+    fig.suptitle(title or f"Plasticity{f' ({variant} variant)' if variant else ''}")
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, format="png")
+    return path
+
+
+def _finite(values: pd.Series | None) -> np.ndarray | None:
+    """A column as floats with NaN as 0 (error bars), None staying None."""
+    return None if values is None else np.nan_to_num(pd.to_numeric(values, errors="coerce").to_numpy(dtype=float))

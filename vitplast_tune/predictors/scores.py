@@ -1,8 +1,8 @@
 """A subset's scores from the tables measured before training: plasticity (per component, then a subset's
 mean, max and parameter-weighted mean) and the gradient criteria (a subset's gradient norm, Auto-RGN).
 
-pandas only: the search's driver scores every trial without torch; ``plasticity.py`` and ``criteria.py``
-measure the tables.
+pandas only: the search's driver scores every trial without torch; ``vit/plasticity.py`` and ``vit/gradients.py``
+measure the tables. The baseline every predictor must beat is the log of the trainable parameter count.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pandas as pd
 from vitplast_tune.components import COMPONENTS, parse_subset
 from vitplast_tune.errors import UserError, did_you_mean
 
-VARIANTS: tuple[str, ...] = ("paper", "in_network")  # how plasticity is measured (plasticity.py)
-CRITERIA: tuple[str, ...] = ("grad_norm", "rgn", "rgn_mean")  # the gradient criteria (criteria.py)
+GRADIENT_SCORES: tuple[str, ...] = ("grad_norm", "rgn", "rgn_mean")  # a subset's gradient scores (vit/gradients.py)
+BASELINE = "log_trainable_params"  # the naive predictor every other one must beat
 
 
 def aggregate_plasticity(table: pd.DataFrame) -> pd.DataFrame:
@@ -95,7 +95,7 @@ def subset_criteria(table: pd.DataFrame, subset: str | Iterable[str]) -> dict[st
     """
     names = parse_subset(subset)
     if not names:
-        return dict.fromkeys(CRITERIA, math.nan)
+        return dict.fromkeys(GRADIENT_SCORES, math.nan)
     per = aggregate_criteria(table).set_index("component")
     missing = [c for c in names if c not in per.index]
     if missing:
@@ -117,3 +117,17 @@ def _check_table(table: pd.DataFrame) -> None:
     if unknown:
         hint = did_you_mean(unknown[0], COMPONENTS)
         raise UserError(f'unknown component "{unknown[0]}"{hint} in the plasticity table')
+
+
+def log_trainable_params(counts):
+    """The baseline predictor: ln(trainable parameters) of a count, or of each count in an array or column (NaN where
+    it is not a positive number)."""
+    values = np.asarray(pd.to_numeric(counts, errors="coerce"), dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.where(values > 0, np.log(values), np.nan)
+    return float(logs) if logs.ndim == 0 else logs
+
+
+def contains_mha_or_fc(subset: str | Iterable[str]) -> float:
+    """1.0 when a subset trains attention or a feed-forward layer (the paper's high-plasticity components), else 0.0."""
+    return float(bool({"mha", "fc1", "fc2"} & set(parse_subset(subset))))

@@ -10,7 +10,6 @@ mean plasticity when there is no evidence yet. Checking a recommendation with a 
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +18,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vitplast_tune.analysis.correlation import BASELINE
 from vitplast_tune.analysis.lab import LAB_PREDICTORS
 from vitplast_tune.components import HEAD, parse_subset
 from vitplast_tune.predictors import report
-from vitplast_tune.search import spaces
+from vitplast_tune.predictors.scores import BASELINE, contains_mha_or_fc, log_trainable_params
+from vitplast_tune.search import distributions
 from vitplast_tune.search.plan import SEARCH_FILE
 
 DEFAULT_CRITERION = "plasticity_mean"  # the paper's: without evidence, rank by the mean plasticity of the subset
@@ -52,15 +51,15 @@ def subset_scores(
     counts = predictors.plasticity.meta["component_params"]
     head = trainable_parameters(trial_config({"components": HEAD}, settings))
     rows = []
-    for subset in spaces.all_subsets():
+    for subset in distributions.all_subsets():
         chosen = parse_subset(subset)
         trainable = head + sum(counts[c] for c in chosen)
         rows.append(
             {
                 "components": subset,
                 "trainable_params": trainable,
-                BASELINE: math.log(trainable),
-                "contains_mha_or_fc": float(bool({"mha", "fc1", "fc2"} & set(chosen))),
+                BASELINE: log_trainable_params(trainable),
+                "contains_mha_or_fc": contains_mha_or_fc(chosen),
                 **predictors.scores(subset),
             }
         )
@@ -160,7 +159,7 @@ def recommend(
     measured = report.search_report(s, reference=reference, max_pairs=plasticity_pairs)
     gradients = report.gradient_report(trial_config({}, s), num_batches=num_batches)
     in_network = report.in_network_scores(
-        s, spaces.all_subsets(), reference=reference, plasticity_pairs=plasticity_pairs
+        s, distributions.all_subsets(), reference=reference, plasticity_pairs=plasticity_pairs
     )
     scores = subset_scores(report.Predictors(measured, gradients), s, in_network)
     evidence = read_evidence(storage)

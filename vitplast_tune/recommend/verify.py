@@ -1,11 +1,10 @@
 """Checking a recommendation with a short real search: a grid over the top K recommended subsets, full finetuning
-and the linear probe (``verify_space``), run through ``driver.run``, and whether the recommendation held
-(``verification``, ``verdict``).
+and the linear probe (``verify_space``, run by ``search.driver.verify_recommendation``), and whether the
+recommendation held (``verification``, ``verdict``).
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -112,32 +111,3 @@ def describe_verification(table: pd.DataFrame) -> str:
         + "\n"
         + verdict(table)
     )
-
-
-def verify(
-    rec: Recommendation,
-    k: int,
-    storage: Path,
-    *,
-    name: str | None = None,
-    lrs=VERIFY_LRS,
-    max_steps: int | None = None,
-    cpus_per_trial: float = 1.0,
-    verbose: int = 0,
-):
-    """Run the verification grid (``verify_space``) through ``driver.run`` under ``storage``; return ``verification``'s
-    table and the search's ``results.SearchResult``."""
-    from vitplast_tune.search import driver
-
-    name = name or f"recommend-verify-{time.strftime('%Y%m%d-%H%M%S')}"
-    space = verify_space(rec, k, Path(storage).expanduser() / "recommend", lrs=lrs, max_steps=max_steps)
-    options = driver.SearchOptions(
-        space=str(space),
-        name=name,
-        storage=str(storage),
-        cpus_per_trial=cpus_per_trial,
-        verbose=verbose,
-        settings={"seed": rec.settings.get("seed")},
-    )
-    result = driver.run(options)
-    return verification(rec, result.trials, k), result

@@ -1,9 +1,9 @@
-"""Running (or resuming) a search, top to bottom: validate -> start or join Ray -> measure -> record -> tune ->
-results -> analyse.
+"""The search's driver, top to bottom: validate -> start or join Ray -> measure the predictors -> record -> tune ->
+results -> analyze. It never imports torch: trials and measurements run in Ray workers.
 
 ``run(options)`` is the whole job. Each step is one call into the module that owns it: ``plan``
-(validation), ``cluster`` (Ray), ``report`` (plasticity, gradient criteria), ``tracking`` (MLflow),
-``searchers`` (the Tuner), ``results`` (trial table, summary) and ``analysis`` (statistics, plots).
+(validation), ``cluster`` (Ray), ``predictors.report`` (plasticity, gradient table), ``tracking`` (MLflow),
+``searchers`` (the Tuner), ``results`` (trial table, summary) and ``analysis.analyze`` (statistics, plots).
 """
 
 from __future__ import annotations
@@ -16,16 +16,18 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from vitplast_tune.analysis import protocol, trials
+from vitplast_tune.analysis import protocol
+from vitplast_tune.analysis.analyze import analyze_search
 from vitplast_tune.errors import SearchInterrupted
-from vitplast_tune.predictors import report
-from vitplast_tune.recommend import ranking
+from vitplast_tune.predictors.report import Predictors, gradient_report, search_report
+from vitplast_tune.recommend import ranking, verify
+from vitplast_tune.recommend.ranking import Recommendation
 from vitplast_tune.search import results, searchers, spaces, tracking
 from vitplast_tune.search.plan import SearchOptions, SearchPlan, default_storage, prepare, read_record, write_record
 from vitplast_tune.search.results import SearchResult
 from vitplast_tune.search.trial import train_trial
 
-__all__ = ["SearchOptions", "SearchResult", "run", "execute", "reanalyse", "compare_datasets"]
+__all__ = ["SearchOptions", "SearchResult", "run", "execute", "reanalyze", "compare_datasets", "verify_recommendation"]
 
 
 def run(options: SearchOptions, callbacks: Sequence[Callback] = ()) -> SearchResult:
@@ -53,7 +55,7 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
     try:  # join and check the trial request, measure, then record; Ray shut down after; a failure marks the run
         grows = _check_cluster(plan)
         # The predictors, as a Ray task with a trial's resources (a GPU when trials use GPUs); cached plasticity reused.
-        predictors = report.measure_search(plan)
+        predictors = measure_predictors(plan)
         mlflow = tracking.client(plan.tracking_uri)
         parent = tracking.open_search_run(mlflow, plan, predictors)
         view = tracking.publish_view(mlflow, plan, parent, predictors.plasticity is not None)
@@ -83,7 +85,7 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
     )
     try:
         _record_results(result, mlflow, grid)
-        analyse(result, mlflow)
+        analyze(result, mlflow)
     except Exception as exc:
         tracking.mark_failed(mlflow, parent, exc)
         raise
@@ -91,7 +93,7 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
     return result
 
 
-def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predictors: report.Predictors):
+def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predictors: Predictors):
     """Run the trials (the MLflow tracker, progress lines and ``callbacks`` attached); return Tune's result grid."""
     from ray import tune
 
@@ -115,10 +117,10 @@ def _say(plan: SearchPlan, text: str) -> None:
         print(text, flush=True)
 
 
-def analyse(result: SearchResult, mlflow) -> None:
-    """Every analysis the search supports (see ``trials.analyse_search``), logged to the parent run."""
+def analyze(result: SearchResult, mlflow) -> None:
+    """Every analysis the search supports (see ``analysis.analyze.analyze_search``), logged to the parent run."""
     plan = result.plan
-    result.analysis = trials.analyse_search(
+    result.analysis = analyze_search(
         result.trials,
         plan.spec,
         plan.settings,
@@ -129,10 +131,10 @@ def analyse(result: SearchResult, mlflow) -> None:
     tracking.log_analysis(mlflow, result.parent_run_id, result.analysis)
 
 
-def reanalyse(
+def reanalyze(
     name: str, storage: str | None = None, tracking_uri: str | None = None, criteria: bool = False
 ) -> SearchResult:
-    """Analyse a finished search again from its stored trial table and log to its parent run (``criteria``: also the lab)."""
+    """Analyze a finished search again from its stored trial table and log to its parent run (``criteria``: also the lab)."""
     directory = Path(storage or default_storage()).expanduser() / name
     record, trials = read_record(directory), results.read_trials(directory)
     spec = spaces.load_space(record["space_path"])
@@ -142,7 +144,7 @@ def reanalyse(
         spec, options, name, str(directory.parent), tracking_uri or record["tracking_uri"], record["settings"]
     )
     result = SearchResult(plan, trials, record["parent_run_id"], 0.0)
-    analyse(result, tracking.client(plan.tracking_uri))
+    analyze(result, tracking.client(plan.tracking_uri))
     return result
 
 
@@ -181,3 +183,58 @@ def _check_cluster(plan: SearchPlan) -> bool:
         plan.options.trial_resources, plan.storage, say=print if plan.options.verbose else lambda *a: None
     )
     return how != "node" or (not cluster.started_here() and cluster.autoscales() is not False)
+
+
+def measure_predictors(plan: SearchPlan) -> Predictors:
+    """The predictors a search measures before training (plasticity, gradient table), each as a Ray task with one
+    trial's resources; plasticity measured before is read from its cache instead."""
+    if not plan.options.plasticity:
+        return Predictors()
+    from vitplast_tune.search.cluster import task_runner
+    from vitplast_tune.search.trial import trial_config
+
+    s, o = plan.settings, plan.options
+    say = print if o.verbose else lambda *a, **k: None
+    run = task_runner(o.trial_resources, say)
+    say(
+        f"Plasticity of {s['model']} ({o.plasticity_variant} variant): {s['dataset']} test split vs {o.plasticity_reference} ...",
+        flush=True,
+    )
+    measured = search_report(
+        s, reference=o.plasticity_reference, variant=o.plasticity_variant, max_pairs=o.plasticity_pairs, runner=run
+    )
+    ranked = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
+    order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranked.itertuples())
+    say(
+        f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})",
+        flush=True,
+    )
+    gradients = gradient_report(trial_config({}, s), decoded=plan.decoded, runner=run)
+    return Predictors(measured, gradients)
+
+
+def verify_recommendation(
+    rec: Recommendation,
+    k: int,
+    storage: Path,
+    *,
+    name: str | None = None,
+    lrs=verify.VERIFY_LRS,
+    max_steps: int | None = None,
+    cpus_per_trial: float = 1.0,
+    verbose: int = 0,
+):
+    """Check a recommendation with a short search: the grid of ``recommend.verify.verify_space`` run under ``storage``;
+    return ``verification``'s table and the search's ``SearchResult``."""
+    name = name or f"recommend-verify-{time.strftime('%Y%m%d-%H%M%S')}"
+    space = verify.verify_space(rec, k, Path(storage).expanduser() / "recommend", lrs=lrs, max_steps=max_steps)
+    options = SearchOptions(
+        space=str(space),
+        name=name,
+        storage=str(storage),
+        cpus_per_trial=cpus_per_trial,
+        verbose=verbose,
+        settings={"seed": rec.settings.get("seed")},
+    )
+    result = run(options)
+    return verify.verification(rec, result.trials, k), result

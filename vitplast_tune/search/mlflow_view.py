@@ -19,7 +19,7 @@ from urllib.parse import urlencode, urlsplit
 
 import mlflow as _mlflow
 
-from vitplast_tune.search import spaces
+from vitplast_tune.search import distributions
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 KIND_TAG = "mlflow.experimentKind"
@@ -79,7 +79,7 @@ def view_state(search: str, plasticity: bool) -> dict[str, Any]:
             "PARALLEL",
             wide,
             displayName="component flags and log10 lr to accuracy",
-            selectedParams=list(spaces.COMPONENT_FLAGS),
+            selectedParams=list(distributions.COMPONENT_FLAGS),
             selectedMetrics=["log10_lr", SORT_METRIC],
             showAllRuns=True,
         ),

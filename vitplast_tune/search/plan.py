@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vitplast_tune.config import check_variant
 from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.search import spaces
 from vitplast_tune.search.trial import METRICS, trial_config
@@ -241,12 +242,7 @@ def _check_metric(spec: spaces.SearchSpec) -> None:
 
 def _check_plasticity(options: SearchOptions) -> None:
     if options.plasticity:
-        from vitplast_tune.predictors.scores import VARIANTS
-
-        if options.plasticity_variant not in VARIANTS:
-            raise UserError(
-                f'unknown plasticity variant "{options.plasticity_variant}"; use one of {", ".join(VARIANTS)}'
-            )
+        check_variant(options.plasticity_variant)
 
 
 def _check_inputs(settings: dict[str, Any], reference: str | None) -> InMemory | None:

@@ -14,11 +14,12 @@ from typing import Any
 
 import pandas as pd
 
-from vitplast_tune.analysis.trials import SearchAnalysis
+from vitplast_tune.analysis.analyze import SearchAnalysis
 from vitplast_tune.predictors import report
-from vitplast_tune.search import spaces
+from vitplast_tune.search import distributions
 from vitplast_tune.search.mlflow_view import View
 from vitplast_tune.search.plan import EXPERIMENT, SearchPlan
+from vitplast_tune.search.trial import trial_subset
 
 
 @dataclass
@@ -43,12 +44,12 @@ def trial_table(grid, plan: SearchPlan, predictors: report.Predictors | None = N
     rows, curves = [], []
     for result in grid:
         config, metrics = result.config or {}, result.metrics or {}
-        subset = spaces.config_components(config)
+        subset = trial_subset(config)
         rows.append(
             {
                 "trial_id": metrics.get("trial_id", ""),
                 "components": subset,
-                **{k: v for k, v in config.items() if k != "components" and k not in spaces.COMPONENT_FLAGS},
+                **{k: v for k, v in config.items() if k != "components" and k not in distributions.COMPONENT_FLAGS},
                 "val_acc": metrics.get("val_acc"),
                 "best_val_acc": metrics.get("best_val_acc"),
                 "test_acc": metrics.get("test_acc"),
@@ -92,7 +93,7 @@ def read_trials(directory: Path) -> pd.DataFrame:
 
     path = directory / "trials.csv"
     if not path.is_file():
-        raise UserError(f'search "{directory.name}" in {directory.parent} has not finished: no trial table to analyse')
+        raise UserError(f'search "{directory.name}" in {directory.parent} has not finished: no trial table to analyze')
     return pd.read_csv(path, dtype={"trial_id": str, "run_id": str})
 
 
@@ -254,7 +255,7 @@ def describe_pareto(trials: pd.DataFrame) -> str:
 def trial_label(config: dict[str, Any]) -> str:
     """A trial's short name: its subset and learning rate, e.g. "mha+fc1 lr=0.0312"."""
     lr = config.get("lr")
-    return spaces.config_components(config) + (f" lr={lr:.3g}" if isinstance(lr, (int, float)) else "")
+    return trial_subset(config) + (f" lr={lr:.3g}" if isinstance(lr, (int, float)) else "")
 
 
 def pct(value: Any) -> str:

@@ -18,7 +18,7 @@ from ray import tune
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search.optuna import OptunaSearch
 
-from vitplast_tune.search import spaces
+from vitplast_tune.search import distributions, spaces
 from vitplast_tune.search.plan import SearchPlan
 
 
@@ -86,7 +86,7 @@ def objectives(spec: spaces.SearchSpec) -> tuple[str | list[str], str | list[str
 def warm_start_points(spec: spaces.SearchSpec, subsets: Sequence[str]) -> list[dict[str, Any]]:
     """TPE's first trials (OptunaSearch ``points_to_evaluate``, i.e. Optuna's ``enqueue_trial``): the first
     ``spec.warm_start`` of ``subsets`` as the space's component flags; the other parameters are sampled."""
-    return [spaces.component_flags(subset) for subset in list(subsets)[: spec.warm_start]]
+    return [distributions.component_flags(subset) for subset in list(subsets)[: spec.warm_start]]
 
 
 def search_algorithm(
@@ -103,7 +103,7 @@ def search_algorithm(
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         metric, mode = objectives(spec)
         points = warm_start_points(spec, warm_start) or None
-        space, sampler = spaces.OptunaSpace(spec), TPESampler(seed=seed)
+        space, sampler = distributions.OptunaSpace(spec.parameters), TPESampler(seed=seed)
         searcher = OptunaSearcher(space=space, metric=metric, mode=mode, sampler=sampler, points_to_evaluate=points)
         if max_concurrent:
             from ray.tune.search import ConcurrencyLimiter

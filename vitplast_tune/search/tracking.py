@@ -27,9 +27,9 @@ from mlflow.tracking.context.registry import resolve_tags
 from ray.tune import Callback
 
 from vitplast_tune.predictors import report
-from vitplast_tune.search import mlflow_view, results, spaces
+from vitplast_tune.search import distributions, mlflow_view, results
 from vitplast_tune.search.plan import EXPERIMENT, SearchPlan
-from vitplast_tune.search.trial import trial_config
+from vitplast_tune.search.trial import trial_config, trial_subset
 
 SEARCH_TAG = mlflow_view.SEARCH_TAG
 ROLE_TAG = mlflow_view.ROLE_TAG  # "search" on the parent run, "trial" on each child: filter by it
@@ -320,11 +320,11 @@ def trial_describer(plan: SearchPlan, predictors: report.Predictors):
     settings, source = plan.settings, source_tags()
 
     def describe(config: dict[str, Any]) -> TrialRun:
-        subset = spaces.config_components(config)
+        subset = trial_subset(config)
         cfg = trial_config(config, settings)
-        params = {**cfg.to_dict(), "components": subset, **spaces.component_flags(subset)}
+        params = {**cfg.to_dict(), "components": subset, **distributions.component_flags(subset)}
         name = f"{subset} lr={cfg.lr:.3g}" + (f" seed={cfg.seed}" if "seed" in config else "")
-        n_components = sum(spaces.component_flags(subset).values())
+        n_components = sum(distributions.component_flags(subset).values())
         metrics = {**predictors.scores(subset), "n_components": n_components, "log10_lr": math.log10(cfg.lr)}
         tags = {**source, SEARCH_TAG: plan.name, ROLE_TAG: "trial"}
         return TrialRun(name, params, metrics, tags, dataset_inputs(cfg.to_dict()))

@@ -15,8 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vitplast_tune.components import ALL, subset_name
 from vitplast_tune.config import FinetuneConfig
-from vitplast_tune.search.spaces import COMPONENT_FLAGS
+from vitplast_tune.search.distributions import COMPONENT_FLAGS
 
 if TYPE_CHECKING:  # torch and the training code load in the trial's process, not in the search's driver
     from vitplast_tune.data.decoded import InMemory
@@ -96,3 +97,8 @@ def _node_id() -> str:
     import ray
 
     return ray.get_runtime_context().get_node_id()
+
+
+def trial_subset(config: dict[str, Any]) -> str:
+    """The subset a trial's config trains, by its canonical name ("all" when the space names none)."""
+    return subset_name(config.get("components", ALL))

@@ -18,11 +18,9 @@ from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_
 from torch import Tensor, nn
 
 from vitplast_tune.components import BLOCK_MODULES
-from vitplast_tune.config import TESTBED_MODEL  # re-exported: models.TESTBED_MODEL
+from vitplast_tune.config import TESTBED_MODEL, TESTBED_WEIGHTS
 from vitplast_tune.errors import UserError, did_you_mean
 
-WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
-TESTBED_WEIGHTS = WEIGHTS_DIR / "vit_testbed_patch8_32.fractal.safetensors"
 TESTBED_ARGS: dict[str, Any] = dict(img_size=32, patch_size=8, embed_dim=96, depth=4, num_heads=3)
 
 # timm's register_model reads the pretrained configs from this module-level name.

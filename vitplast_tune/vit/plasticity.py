@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vitplast_tune.components import BLOCK_COMPONENTS
-from vitplast_tune.errors import UserError, did_you_mean
-from vitplast_tune.predictors.scores import VARIANTS
+from vitplast_tune.config import check_variant
+from vitplast_tune.errors import UserError
 from vitplast_tune.vit.models import block_module, embed, vit_blocks
 
 Images = Tensor | Iterable[Any]  # (N, C, H, W), or batches of it (or of (images, labels) tuples)
@@ -55,9 +55,7 @@ def compute_plasticity(
     ``df.attrs["variant"]`` says which variant ("paper", the default and the paper's definition, or
     "in_network") was used. Images are (N, C, H, W) tensors normalized for the model, or iterables of them.
     """
-    if variant not in VARIANTS:
-        hint = did_you_mean(variant, VARIANTS)
-        raise UserError(f'unknown plasticity variant "{variant}"{hint}; use one of {", ".join(VARIANTS)}')
+    check_variant(variant)
     if batch_size < 1:
         raise UserError(f"batch_size must be a positive integer, not {batch_size}")
     if max_pairs is not None and max_pairs < 1:

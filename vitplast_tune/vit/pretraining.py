@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from vitplast_tune.data.datasets import prepare_images
 from vitplast_tune.data.fractals import fractal_dataset
+from vitplast_tune.data.transforms import prepare_images
 from vitplast_tune.vit.models import TESTBED_WEIGHTS, data_config
 from vitplast_tune.vit.training import warmup_cosine
 

@@ -21,6 +21,9 @@ from torch.utils.data import Dataset, TensorDataset
 from vitplast_tune import components
 from vitplast_tune.config import FinetuneConfig  # re-exported: training.FinetuneConfig
 from vitplast_tune.data import datasets
+from vitplast_tune.data.batches import eval_batches, train_batches
+from vitplast_tune.data.decoded import InMemory
+from vitplast_tune.data.splits import SmallImages, Splits
 from vitplast_tune.vit import models
 
 
@@ -68,14 +71,14 @@ def evaluate(
     forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
     autocast: bool = True,
 ) -> dict[str, float]:
-    """Accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset`` (or its ``datasets.eval_batches``);
+    """Accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset`` (or its ``eval_batches``);
     bf16 on CUDA with ``autocast``."""
     forward = model if forward is None else forward  # not `or`: a compiled module has no truth value
     was_training = model.training
     model.eval()
     correct, loss_sum, count = torch.zeros((), device=device), torch.zeros((), device=device), 0
     batches = (
-        datasets.eval_batches(dataset, eval_batch_size(batch_size), num_workers, device)
+        eval_batches(dataset, eval_batch_size(batch_size), num_workers, device)
         if isinstance(dataset, Dataset)
         else dataset
     )
@@ -95,7 +98,7 @@ def finetune(
     report: Report | None = None,
     resume: dict[str, Any] | None = None,
     device: torch.device | None = None,
-    decoded: datasets.InMemory | None = None,
+    decoded: InMemory | None = None,
 ) -> dict[str, Any]:
     """Finetune ``cfg.components`` of ``cfg.model`` on ``cfg.dataset``; return the final metrics.
 
@@ -138,10 +141,10 @@ def finetune(
     schedule = lambda s: cfg.lr * warmup_cosine(s, cfg.max_steps, cfg.warmup)
 
     metrics: dict[str, Any] = {}
-    batches = datasets.train_batches(
+    batches = train_batches(
         splits.train, cfg.batch_size, seed=cfg.seed, start_step=step, num_workers=workers, device=device
     )
-    val_batches = datasets.eval_batches(splits.val, eval_batch_size(cfg.batch_size), workers, device)
+    val_batches = eval_batches(splits.val, eval_batch_size(cfg.batch_size), workers, device)
     loss_sum, loss_count, started = torch.zeros((), device=device), 0, time.perf_counter()
     # Cumulative seconds since this call (a resumed run starts again at 0): setup (model, data, freezing,
     # feature cache), training steps (up to the loss sync at each evaluation), evaluation (val and test).
@@ -209,7 +212,7 @@ def finetune(
     return metrics
 
 
-def build_run(cfg: FinetuneConfig, decoded: datasets.InMemory | None = None) -> tuple[nn.Module, datasets.Splits]:
+def build_run(cfg: FinetuneConfig, decoded: InMemory | None = None) -> tuple[nn.Module, Splits]:
     """A run's model (new head initialised from ``cfg.seed``) and its seeded splits, as ``finetune`` trains them."""
     torch.manual_seed(cfg.seed)
     num_classes = datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir)
@@ -244,15 +247,15 @@ def _use_hardware(cfg: FinetuneConfig, device: torch.device) -> None:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.cuda_options
 
 
-def _num_workers(cfg: FinetuneConfig, splits: datasets.Splits) -> int:
+def _num_workers(cfg: FinetuneConfig, splits: Splits) -> int:
     """DataLoader workers: none for in-memory data; by default one per trial CPU (at most 8) otherwise."""
     if _in_memory(splits):
         return 0
     return cfg.num_workers if cfg.num_workers >= 0 else min(max(cfg.threads, 1), 8)
 
 
-def _in_memory(splits: datasets.Splits) -> bool:
-    return all(isinstance(d, (datasets.SmallImages, TensorDataset)) for d in (splits.train, splits.val, splits.test))
+def _in_memory(splits: Splits) -> bool:
+    return all(isinstance(d, (SmallImages, TensorDataset)) for d in (splits.train, splits.val, splits.test))
 
 
 def eval_batch_size(batch_size: int) -> int:
@@ -262,8 +265,8 @@ def eval_batch_size(batch_size: int) -> int:
 
 @torch.inference_mode()
 def _backbone_features(
-    model: nn.Module, splits: datasets.Splits, device: torch.device, batch_size: int, autocast: bool
-) -> datasets.Splits:
+    model: nn.Module, splits: Splits, device: torch.device, batch_size: int, autocast: bool
+) -> Splits:
     """Each split passed once through the frozen backbone: the tokens before the final norm.
 
     Every split goes through the evaluation transform (the features of a linear probe are computed
@@ -277,12 +280,10 @@ def _backbone_features(
         else None
     )
 
-    def features(dataset: datasets.SmallImages) -> TensorDataset:
-        evaluation = datasets.SmallImages(
-            dataset.images, dataset.labels, dataset.indices, dataset.data_config, train=False
-        )
+    def features(dataset: SmallImages) -> TensorDataset:
+        evaluation = SmallImages(dataset.images, dataset.labels, dataset.indices, dataset.data_config, train=False)
         out, labels = [], []
-        for x, y in datasets.eval_batches(evaluation, eval_batch_size(batch_size), device=device):
+        for x, y in eval_batches(evaluation, eval_batch_size(batch_size), device=device):
             labels.append(y.cpu())
             with _autocast(device, autocast):
                 tokens = model.blocks(models.embed(model, x))
@@ -291,7 +292,7 @@ def _backbone_features(
             )  # a copy: a view would keep every token
         return TensorDataset(torch.cat(out), torch.cat(labels))
 
-    cached = datasets.Splits(features(splits.train), features(splits.val), features(splits.test), splits.num_classes)
+    cached = Splits(features(splits.train), features(splits.val), features(splits.test), splits.num_classes)
     model.train()
     return cached
 

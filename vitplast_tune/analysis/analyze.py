@@ -1,0 +1,75 @@
+"""Every analysis a search's trials support, in the order a person reads them: plasticity against accuracy per
+trial (``trials``), the paper's protocol for a grid with seeds (``protocol``) and the criteria lab (``lab``).
+
+pandas, scipy and matplotlib only: nothing here needs torch, Ray or MLflow (the lab's in-network plasticity is
+read from its cached report, or measured in this process when missing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from vitplast_tune.analysis import lab
+from vitplast_tune.analysis.protocol import PaperResults, describe_paper, paper_results
+from vitplast_tune.analysis.trials import TrialAnalysis, analyze_trials, describe_correlations
+from vitplast_tune.predictors.report import in_network_scores
+
+
+@dataclass
+class SearchAnalysis:
+    """Every analysis a search's trials support, and the files written."""
+
+    trials: TrialAnalysis | None = None  # plasticity vs accuracy per trial (when plasticity was measured)
+    paper: PaperResults | None = None  # the paper's protocol (a grid with seeds)
+    criteria: pd.DataFrame | None = None  # the criteria lab (a space with ``criteria: true``)
+    files: list[Path] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """The analyzes as plain text, in the order a person reads them."""
+        parts = []
+        if self.trials is not None:
+            parts.append(
+                "Does the plasticity of the trained subset predict accuracy? Spearman with a bootstrap 95% "
+                "interval, beside the naive baseline log(trainable parameters):\n"
+                + describe_correlations(self.trials.correlations)
+            )
+        if self.paper is not None:
+            parts.append(describe_paper(self.paper))
+        if self.criteria is not None:
+            parts.append(lab.describe_criteria(self.criteria))
+        return "\n\n".join(parts)
+
+
+def analyze_search(
+    trials: pd.DataFrame,
+    spec,
+    settings: dict,
+    out_dir: str | Path,
+    *,
+    reference: str = "fractals",
+    plasticity_pairs: int | None = None,
+) -> SearchAnalysis:
+    """The analyzes a search supports: per-trial correlations (when its trials carry plasticity scores), the
+    paper's protocol (a grid with seeds) and the criteria lab (``criteria: true``); files go to ``out_dir``."""
+    out = Path(out_dir).expanduser()
+    found = SearchAnalysis()
+    if "plasticity_mean" in trials:
+        found.trials = analyze_trials(trials, out)
+        found.files += found.trials.files
+    if spec.algorithm == "grid" and spec.has_seeds:
+        found.paper = paper_results(trials, out)
+        found.files += found.paper.files
+    if spec.criteria:
+        subsets = lab.subset_table(trials)
+        extra = in_network_scores(
+            settings, subsets["components"], reference=reference, plasticity_pairs=plasticity_pairs
+        )
+        table = lab.subset_table(trials, extra)
+        found.criteria = lab.criteria_comparison(table)
+        found.files += [out / "criteria_subsets.csv", out / "criteria.csv"]
+        table.to_csv(found.files[-2], index=False)
+        found.criteria.to_csv(found.files[-1], index=False)
+    return found

@@ -1,0 +1,106 @@
+"""Seeded batch streams: endless shuffled training batches (resumable at any step) and evaluation in order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
+
+from vitplast_tune.data import transforms
+from vitplast_tune.data.splits import SmallImages
+
+
+class EpochStream(Sampler[int]):
+    """Endless indices: epoch after epoch of seeded permutations, starting ``start`` samples in."""
+
+    def __init__(self, n: int, seed: int, start: int = 0):
+        self.n, self.seed, self.start = n, seed, start
+
+    def __iter__(self) -> Iterator[int]:
+        epoch, offset = divmod(self.start, self.n)
+        while True:
+            yield from epoch_permutation(self.n, self.seed, epoch)[offset:].tolist()
+            epoch, offset = epoch + 1, 0
+
+
+def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """The deterministic shuffle of epoch ``epoch`` for ``seed``."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=generator)
+
+
+def train_batches(
+    dataset: Dataset,
+    batch_size: int,
+    *,
+    seed: int,
+    start_step: int = 0,
+    num_workers: int = 0,
+    device: torch.device | str | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endless shuffled training batches on ``device`` (default: the CPU), resumable at ``start_step``.
+
+    Batch ``k`` is the same for a given seed whether the stream starts at 0 or resumes at ``k``
+    (for in-memory data, its random crops and flips too). In-memory datasets are indexed directly
+    (last partial batch of an epoch dropped) and transformed on ``device``; others go through one
+    DataLoader with persistent workers, and pinned memory when ``device`` is a GPU.
+    """
+    device = torch.device(device or "cpu")
+    n = len(dataset)
+    if isinstance(dataset, (SmallImages, TensorDataset)):
+        per_epoch = max(n // batch_size, 1)
+        epoch, offset = divmod(start_step, per_epoch)
+        while True:
+            order = epoch_permutation(n, seed, epoch)
+            for b in range(offset, per_epoch):
+                idx = order[b * batch_size : (b + 1) * batch_size]
+                yield _batch(dataset, idx, device, transforms.batch_seed(seed, epoch, b))
+            epoch, offset = epoch + 1, 0
+    sampler = EpochStream(n, seed, start=start_step * batch_size)
+    yield from loader(dataset, batch_size, num_workers, device, sampler=sampler, drop_last=True)
+
+
+def eval_batches(
+    dataset: Dataset, batch_size: int, num_workers: int = 0, device: torch.device | str | None = None
+) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+    """All of ``dataset`` once, in order, in batches of ``batch_size`` (on ``device`` for in-memory data).
+
+    The result can be iterated again (once per evaluation): a DataLoader's persistent workers stay.
+    """
+    device = torch.device(device or "cpu")
+    if isinstance(dataset, (SmallImages, TensorDataset)):
+        return _InOrder(dataset, batch_size, device)
+    return loader(dataset, batch_size, num_workers, device)
+
+
+def loader(dataset: Dataset, batch_size: int, num_workers: int, device: torch.device, **kwargs: Any) -> DataLoader:
+    """A DataLoader with persistent workers, and pinned memory when ``device`` is a GPU."""
+    return DataLoader(
+        dataset,
+        batch_size,
+        num_workers=num_workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=num_workers > 0,
+        **kwargs,
+    )
+
+
+class _InOrder:
+    """An in-memory dataset in order, in batches: iterable once per evaluation."""
+
+    def __init__(self, dataset: Dataset, batch_size: int, device: torch.device):
+        self.dataset, self.batch_size, self.device = dataset, batch_size, device
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for i in range(0, len(self.dataset), self.batch_size):
+            yield _batch(self.dataset, torch.arange(i, min(i + self.batch_size, len(self.dataset))), self.device)
+
+
+def _batch(dataset: Dataset, idx: torch.Tensor, device: torch.device, seed: int | None = None):
+    """Batch ``idx`` of an in-memory dataset: transformed on ``device`` (uint8 images), or as stored (features)."""
+    if isinstance(dataset, SmallImages):
+        return dataset.batch(idx.numpy(), device, seed)
+    images, labels = dataset.tensors
+    return images[idx], labels[idx]

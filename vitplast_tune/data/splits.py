@@ -1,0 +1,113 @@
+"""Seeded train / validation / test splits (as in the paper: a seeded 80/20 train/validation split of the train set,
+and a fixed test split), and ``SmallImages``, a part of an in-memory dataset with the model's transforms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from vitplast_tune.data import transforms
+from vitplast_tune.data.decoded import InMemory
+
+TEST_SEED = 10_007  # the held-out test split of a dataset without one never moves with the run's seed
+
+
+@dataclass
+class Splits:
+    """Train / validation / test datasets yielding (image tensor, label) and the class count."""
+
+    train: Dataset
+    val: Dataset
+    test: Dataset
+    num_classes: int
+
+
+def split_in_memory(decoded: InMemory, seed: int, val_fraction: float, data_config: dict[str, Any]) -> Splits:
+    """Seeded train/validation split of a decoded dataset's non-test part, with the model's transforms."""
+    train, val, test = three_way_split(
+        len(decoded.labels), val_fraction, seed, test_fraction=decoded.test_fraction, test=decoded.test_indices
+    )
+    pick = lambda idx, augment: SmallImages(decoded.images, decoded.labels, idx, data_config, augment)
+    classes = decoded.num_classes or int(decoded.labels.max()) + 1
+    return Splits(pick(train, True), pick(val, False), pick(test, False), classes)
+
+
+def three_way_split(
+    n: int, val_fraction: float, seed: int, *, test_fraction: float = 0.2, test: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Train, validation and test indices of ``range(n)``: the given ``test`` indices, else a fixed ``test_fraction``
+    (seeded ``TEST_SEED``); the rest split seeded by ``seed`` into train and a ``val_fraction`` of validation."""
+    if test is None:
+        rest, test = split_indices(n, test_fraction, seed=TEST_SEED)
+    else:
+        test = np.asarray(test)
+        rest = np.setdiff1d(np.arange(n), test)
+    train, val = (rest[i] for i in split_indices(len(rest), val_fraction, seed))
+    return train, val, test
+
+
+def split_indices(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded random split of ``range(n)`` into (1 - fraction, fraction) index arrays."""
+    order = np.random.default_rng(seed).permutation(n)
+    cut = n - int(round(n * fraction))
+    return np.sort(order[:cut]), np.sort(order[cut:])
+
+
+class SmallImages(Dataset):
+    """Part (``indices``) of an in-memory uint8 dataset, with the model's training or evaluation transform.
+
+    Items go through the per-image (timm) transform; ``batch`` transforms a whole batch on its
+    device, except training batches on a CPU when ``CPU_TRAIN_PATH`` says per image.
+    """
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, indices: np.ndarray, data_config: dict, train: bool):
+        self.images, self.labels, self.indices = images, labels, np.asarray(indices)
+        self.data_config, self.train = dict(data_config), train
+        self._per_image: Callable | None = None
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        j = self.indices[i]
+        return self.transform(_pil(self.images[j])), int(self.labels[j])
+
+    @property
+    def transform(self) -> Callable:
+        """The per-image transform (built once)."""
+        if self._per_image is None:
+            self._per_image = transforms.per_image(self.data_config, self.train)
+        return self._per_image
+
+    def batch(
+        self, positions: np.ndarray, device: torch.device, seed: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images at ``positions`` transformed on ``device`` (random crops from ``seed``), and their labels."""
+        idx = self.indices[positions]
+        labels = torch.from_numpy(self.labels[idx].astype(np.int64)).to(device, non_blocking=True)
+        border = not self.train and self.data_config.get("crop_mode") == "border"
+        if border or (self.train and device.type == "cpu" and CPU_TRAIN_PATH == "per_image"):
+            with transforms.seeded(seed):
+                return torch.stack([self.transform(_pil(self.images[j])) for j in idx]).to(device), labels
+        raw = torch.from_numpy(self.images[idx]).to(device, non_blocking=True)
+        return transforms.batch_transform(raw, self.data_config, self.train, seed), labels
+
+
+# Training batches on a CPU-only trial: "per_image" or "batched", whichever scripts/bench_data.py measured faster
+# (one core, 32 -> 224 px: timm's per-image PIL transform 389 images/s, the batched bicubic grid_sample 179).
+# Evaluation batches are batched everywhere (443 vs 423 images/s per image).
+CPU_TRAIN_PATH = "per_image"
+
+
+def _pil(image: np.ndarray):
+    """A uint8 (C, h, w) array as an RGB PIL image."""
+    from PIL import Image
+
+    pixels = image[0] if image.shape[0] == 1 else np.ascontiguousarray(image.transpose(1, 2, 0))
+    return Image.fromarray(pixels).convert("RGB")

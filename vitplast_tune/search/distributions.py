@@ -1,0 +1,259 @@
+"""The typed parameter distributions of a space file, in the manner of Optuna's: each kind knows its Optuna suggestion,
+its Ray Tune and grid forms, and the values that probe its corners; and the Optuna encoding of a component subset
+(one boolean ``train_<name>`` per component).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from vitplast_tune.components import ALL, COMPONENTS, parse_subset, subset_name
+from vitplast_tune.errors import UserError, did_you_mean
+
+
+def component_flag(component: str) -> str:
+    """Config key of the boolean that says whether a component trains: ``train_<name>``."""
+    return f"train_{component}"
+
+
+COMPONENT_FLAGS = tuple(component_flag(c) for c in COMPONENTS)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One parameter of a space, in the manner of Optuna's distributions: each kind knows its Optuna
+    suggestion, its Ray Tune and grid forms, and the values that probe its corners."""
+
+    name: str
+    discrete: ClassVar[bool] = True
+
+    def suggest(self, trial) -> dict[str, Any]:
+        """Ask an Optuna trial for this parameter; return the constants it adds to the config (often none)."""
+        raise NotImplementedError
+
+    def tune_domain(self) -> Any:
+        """The Ray Tune sampling domain (random search)."""
+        raise NotImplementedError
+
+    def grid_values(self) -> list:
+        """Every value, for a grid; a range raises UserError."""
+        raise UserError(f'parameter "{self.name}" is a range; a grid needs {{choice: [...]}}')
+
+    def corners(self) -> list:
+        """Values that touch every choice and both ends of a range, to validate settings before a search."""
+        return self.grid_values()
+
+
+@dataclass(frozen=True)
+class Constant(Distribution):
+    """A plain value, the same in every trial."""
+
+    value: Any = None
+
+    def suggest(self, trial) -> dict[str, Any]:
+        return {self.name: self.value}
+
+    def tune_domain(self) -> Any:
+        return self.value
+
+    def grid_values(self) -> list:
+        return [self.value]
+
+
+@dataclass(frozen=True)
+class Choice(Distribution):
+    """``{choice: [a, b, ...]}``: one of the listed values."""
+
+    values: tuple = ()
+
+    def suggest(self, trial) -> dict[str, Any]:
+        trial.suggest_categorical(self.name, list(self.values))
+        return {}
+
+    def tune_domain(self) -> Any:
+        from ray import tune
+
+        return tune.choice(list(self.values))
+
+    def grid_values(self) -> list:
+        return list(self.values)
+
+
+@dataclass(frozen=True)
+class Uniform(Distribution):
+    """``{uniform: [low, high]}``: a float drawn uniformly."""
+
+    low: float = 0.0
+    high: float = 1.0
+    discrete: ClassVar[bool] = False
+
+    def suggest(self, trial) -> dict[str, Any]:
+        trial.suggest_float(self.name, self.low, self.high)
+        return {}
+
+    def tune_domain(self) -> Any:
+        from ray import tune
+
+        return tune.uniform(self.low, self.high)
+
+    def corners(self) -> list:
+        return [self.low, self.high]
+
+
+@dataclass(frozen=True)
+class LogUniform(Uniform):
+    """``{loguniform: [low, high]}``: a positive float drawn uniformly in log space."""
+
+    def suggest(self, trial) -> dict[str, Any]:
+        trial.suggest_float(self.name, self.low, self.high, log=True)
+        return {}
+
+    def tune_domain(self) -> Any:
+        from ray import tune
+
+        return tune.loguniform(self.low, self.high)
+
+
+@dataclass(frozen=True)
+class RandInt(Distribution):
+    """``{randint: [low, high]}``: an integer in [low, high], both ends included."""
+
+    low: int = 0
+    high: int = 1
+    discrete: ClassVar[bool] = False
+
+    def suggest(self, trial) -> dict[str, Any]:
+        trial.suggest_int(self.name, self.low, self.high)
+        return {}
+
+    def tune_domain(self) -> Any:
+        from ray import tune
+
+        return tune.randint(self.low, self.high + 1)
+
+    def corners(self) -> list:
+        return [self.low, self.high]
+
+
+@dataclass(frozen=True)
+class Subsets(Distribution):
+    """``{subsets: any}`` (any non-empty subset) or ``{subsets: any_or_head}`` (also the linear probe).
+
+    For Optuna a subset is one boolean per component. For a non-empty subset, the last flag is only
+    asked when an earlier one is set; otherwise fc2 is forced on (and recorded as a constant).
+    """
+
+    allow_head: bool = False
+
+    def suggest(self, trial) -> dict[str, Any]:
+        flags = {c: trial.suggest_categorical(component_flag(c), [True, False]) for c in COMPONENTS[:-1]}
+        last, constants = COMPONENTS[-1], {}
+        if any(flags.values()) or self.allow_head:
+            flags[last] = trial.suggest_categorical(component_flag(last), [True, False])
+        else:
+            flags[last] = constants[component_flag(last)] = True
+        return {**constants, self.name: subset_name(c for c, on in flags.items() if on)}
+
+    def tune_domain(self) -> Any:
+        from ray import tune
+
+        return tune.choice(self.grid_values())
+
+    def grid_values(self) -> list:
+        return all_subsets(allow_head=self.allow_head)
+
+    def corners(self) -> list:
+        return [ALL]
+
+
+_DISTRIBUTIONS: dict[str, type[Distribution]] = {
+    "choice": Choice,
+    "uniform": Uniform,
+    "loguniform": LogUniform,
+    "randint": RandInt,
+    "subsets": Subsets,
+}
+
+
+def all_subsets(allow_head: bool = False) -> list[str]:
+    """Names of all non-empty subsets of the six components (and "head" when allowed)."""
+    subsets = [
+        subset_name(combo) for k in range(1, len(COMPONENTS) + 1) for combo in itertools.combinations(COMPONENTS, k)
+    ]
+    return (["head"] if allow_head else []) + subsets
+
+
+def _subset(value: Any, where: str) -> str:
+    """A component subset named in a space file; an empty list is a mistake ("head" is explicit)."""
+    if not isinstance(value, (str, list)) or (isinstance(value, list) and not value) or value == "":
+        raise UserError(
+            f"{where}: empty or malformed component subset {value!r}; name components such as "
+            '[mha, fc1], or "head" to train only the classification head (linear probe)'
+        )
+    return subset_name(parse_subset(value))
+
+
+def parse_param(name: str, raw: Any, where: str) -> Distribution:
+    """The distribution of parameter ``name`` written as ``raw`` in a space file (``where``); UserError when malformed."""
+    if not isinstance(raw, dict):
+        if name == "components":
+            return Constant(name, _subset(raw, where))
+        if isinstance(raw, (list, tuple)):
+            raise UserError(f'{where}: parameter "{name}" is a list; write {{choice: [...]}} to search over it')
+        return Constant(name, raw)
+    if len(raw) != 1:
+        raise UserError(
+            f'{where}: parameter "{name}" needs exactly one of {", ".join(_DISTRIBUTIONS)}, got {sorted(raw)}'
+        )
+    kind, arg = next(iter(raw.items()))
+    if kind not in _DISTRIBUTIONS:
+        raise UserError(
+            f'{where}: parameter "{name}" has unknown distribution "{kind}"{did_you_mean(kind, _DISTRIBUTIONS)}'
+        )
+    if kind == "subsets":
+        if name != "components":
+            raise UserError(f'{where}: {{subsets: ...}} only applies to "components", not "{name}"')
+        if arg not in ("any", "any_or_head"):
+            raise UserError(f'{where}: components {{subsets: {arg}}} must be "any" (non-empty) or "any_or_head"')
+        return Subsets(name, allow_head=arg == "any_or_head")
+    if kind == "choice":
+        if not isinstance(arg, list) or not arg:
+            raise UserError(f'{where}: parameter "{name}" {{choice: ...}} needs a non-empty list')
+        if name == "components":
+            return Choice(name, tuple(dict.fromkeys(_subset(v, where) for v in arg)))
+        return Choice(name, tuple(arg))
+    if not (isinstance(arg, list) and len(arg) == 2 and all(isinstance(v, (int, float)) for v in arg)):
+        raise UserError(f'{where}: parameter "{name}" {{{kind}: ...}} needs [low, high] numbers, got {arg!r}')
+    low, high = float(arg[0]), float(arg[1])
+    if not low < high:
+        raise UserError(
+            f'{where}: parameter "{name}" range [{arg[0]}, {arg[1]}] is empty or inverted; write [low, high] with low < high'
+        )
+    if kind == "loguniform" and low <= 0:
+        raise UserError(f'{where}: parameter "{name}" loguniform range must be positive, got [{arg[0]}, {arg[1]}]')
+    if kind == "randint":
+        if not (low.is_integer() and high.is_integer()):
+            raise UserError(f'{where}: parameter "{name}" randint bounds must be integers')
+        return RandInt(name, int(low), int(high))
+    return _DISTRIBUTIONS[kind](name, low, high)
+
+
+class OptunaSpace:
+    """Define-by-run function for Ray Tune's OptunaSearch (picklable, so the searcher can be saved)."""
+
+    def __init__(self, parameters: dict[str, Distribution]):
+        self.parameters = parameters
+
+    def __call__(self, trial) -> dict[str, Any]:
+        constants: dict[str, Any] = {}
+        for p in self.parameters.values():
+            constants.update(p.suggest(trial))
+        return constants
+
+
+def component_flags(subset: str) -> dict[str, bool]:
+    """One boolean per component (``train_<name>``) for a subset name."""
+    chosen = parse_subset(subset)
+    return {component_flag(c): c in chosen for c in COMPONENTS}
