@@ -404,8 +404,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         else:
             print(
-                f"running the real grid: {len(specs['grid'].grid)} trials of {settings['max_steps']} steps, "
-                f"{settings['model']} (pretrained={settings['pretrained']}) on {settings['dataset']}, {args.cpus} CPUs ...",
+                f"running the real grid: {len(specs['grid'].grid)} trials of {settings.max_steps} steps, "
+                f"{settings.model} (pretrained={settings.pretrained}) on {settings.dataset}, {args.cpus} CPUs ...",
                 flush=True,
             )
             before = _weights_provenance(settings)
@@ -457,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
 
         first = recommended(settings, args.warm_start, specs["optuna"])[: args.warm_start] if args.warm_start else None
         rows = {}
-        for name, make in algorithms(specs, settings["max_steps"], tmp, args.max_trials, first).items():
+        for name, make in algorithms(specs, settings.max_steps, tmp, args.max_trials, first).items():
             seeds = [0] if name == "grid" else range(args.seeds)
             runs = [replay(curves, *make(seed), args.workers, target, args.max_trials) for seed in seeds]
             steps = [s if s is not None else spent for s, _, spent in runs]
@@ -516,7 +516,7 @@ def _weights_provenance(settings: dict) -> dict | None:
     from vitplast_tune.vit.models import TESTBED_MODEL, WEIGHTS_DIR
 
     path = WEIGHTS_DIR / f"{TESTBED_MODEL}.json"
-    if settings["model"] != TESTBED_MODEL or not settings["pretrained"] or not path.is_file():
+    if settings.model != TESTBED_MODEL or not settings.pretrained or not path.is_file():
         return None
     import hashlib
 

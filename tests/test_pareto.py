@@ -6,6 +6,7 @@ import optuna
 import pandas as pd
 import pytest
 
+from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
 from vitplast_tune.search import results, searchers, spaces
 from vitplast_tune.search.trial import trial_subset
@@ -127,7 +128,7 @@ def test_warm_start_enqueues_the_recommended_subsets_first(tmp_path):
 def test_trainable_parameters_count_the_subset_and_the_head():
     from vitplast_tune.search.trial import trainable_parameters, trial_config
 
-    settings = {"model": "vit_testbed_patch8_32", "pretrained": False}
+    settings = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False)
     head = trainable_parameters(trial_config({"components": "head"}, settings))
     mha = trainable_parameters(trial_config({"components": "mha"}, settings))
     assert 0 < head < mha < trainable_parameters(trial_config({"components": "all"}, settings))
@@ -143,7 +144,7 @@ def test_a_trial_over_the_budget_is_not_trained(monkeypatch):
     reported = []
     monkeypatch.setattr(tune, "report", lambda metrics, **kw: reported.append(metrics))
     monkeypatch.setattr(training, "finetune", lambda *a, **kw: pytest.fail("an over-budget trial must not train"))
-    settings = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False).to_dict()
+    settings = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False)
     trial.train_trial({"components": "all", "lr": 0.1}, settings, max_trainable_params=10_000)
     assert len(reported) == 1 and reported[0]["over_budget"] == 1 and reported[0]["trainable_params"] > 10_000
     assert reported[0]["step"] == 0 and math.isnan(reported[0]["val_acc"])
@@ -172,7 +173,7 @@ def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
     from vitplast_tune.search import driver
     from vitplast_tune.search.trial import trainable_parameters, trial_config
 
-    settings = {"model": "vit_testbed_patch8_32", "pretrained": False}
+    settings = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False)
     budget = trainable_parameters(trial_config({"components": "mha"}, settings))  # one attention or feed-forward layer
     path = tmp_path / "space.yaml"
     path.write_text(E2E.format(budget=budget))

@@ -83,7 +83,7 @@ def started(tmp_path, **kw) -> plan.SearchPlan:
 def test_resume_keeps_the_recorded_settings_and_identity(tmp_path):
     first = started(tmp_path, settings={"max_steps": 40}, seed=3, max_concurrent=2)
     resumed = plan.prepare(options(tmp_path, resume=True))
-    assert resumed.settings == first.settings and resumed.settings["max_steps"] == 40
+    assert resumed.settings == first.settings and resumed.settings.max_steps == 40
     assert (resumed.seed, resumed.max_concurrent, resumed.search_id) == (3, 2, first.search_id)
     assert resumed.spec.scheduler.grace_period == 40  # the recorded budget, not the space's 400
     assert len(first.search_id) == 32 and plan.prepare(options(tmp_path, name="new")).search_id != first.search_id

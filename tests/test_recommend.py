@@ -5,6 +5,7 @@ import json
 
 import pandas as pd
 
+from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.recommend import ranking, verify
 from vitplast_tune.search.plan import SEARCH_FILE
 
@@ -104,7 +105,7 @@ def test_verify_space_is_a_grid_of_the_top_subsets_all_and_head(tmp_path):
     from vitplast_tune.search import spaces
 
     rec = _rec(["fc1", "mha+fc1", "emb", "mha"])
-    rec.settings = {"model": "vit_testbed_patch8_32.fractal", "dataset": "digits", "batch_size": 64, "max_steps": 400}
+    rec.settings = FinetuneConfig(model="vit_testbed_patch8_32.fractal", dataset="digits", batch_size=64, max_steps=400)
     spec = spaces.load_space(verify.verify_space(rec, 3, tmp_path, max_steps=100))
     assert spec.algorithm == "grid" and spec.defaults["max_steps"] == 100
     assert [c["components"] for c in spec.grid[::3]] == ["fc1", "mha+fc1", "emb", "all", "head"]

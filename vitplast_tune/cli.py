@@ -459,8 +459,8 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
     if args.verify < 0:
         raise UserError("--verify must not be negative")
     chosen = dict(model=args.model, weights=args.weights, dataset=args.dataset, data_dir=args.data_dir)
-    settings = FinetuneConfig(**chosen).to_dict()
-    models.check_weights(settings["model"], settings["weights"], settings["pretrained"])
+    settings = FinetuneConfig(**chosen)
+    models.check_weights(settings.model, settings.weights, settings.pretrained)
     storage = Path(args.storage).expanduser() if args.storage else plan.default_storage()
     rec = ranking.recommend(settings, storage, budget=args.budget_params, plasticity_pairs=args.plasticity_pairs)
     print(ranking.describe(rec, args.top), flush=True)

@@ -4,7 +4,7 @@ torch, so that a search's driver validates settings without importing what only 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,12 +79,14 @@ class FinetuneConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> FinetuneConfig:
-        """Build from a dict (a trial's config), rejecting unknown keys with a suggestion."""
-        names = {f.name for f in fields(cls)}
-        for key in values:
-            if key not in names:
-                raise UserError(f'unknown setting "{key}"{did_you_mean(key, names)}')
+        """Build from a dict (a space file's defaults, a search's record), rejecting unknown keys with a suggestion."""
+        _check_names(values)
         return cls(**values)
+
+    def merged(self, values: dict[str, Any]) -> FinetuneConfig:
+        """A copy with ``values`` applied (a trial's sampled parameters), rejecting unknown keys with a suggestion."""
+        _check_names(values)
+        return replace(self, **values)
 
     def validate(self) -> FinetuneConfig:
         """Raise UserError for values that cannot train; return self."""
@@ -116,3 +118,10 @@ class FinetuneConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field."""
         return asdict(self)
+
+
+def _check_names(values: dict[str, Any]) -> None:
+    names = {f.name for f in fields(FinetuneConfig)}
+    for key in values:
+        if key not in names:
+            raise UserError(f'unknown setting "{key}"{did_you_mean(key, names)}')

@@ -15,6 +15,7 @@ import pandas as pd
 from vitplast_tune.analysis import lab
 from vitplast_tune.analysis.protocol import PaperResults, describe_paper, paper_results
 from vitplast_tune.analysis.trials import TrialAnalysis, analyze_trials, describe_correlations
+from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.predictors.report import in_network_scores
 
 
@@ -46,7 +47,7 @@ class SearchAnalysis:
 def analyze_search(
     trials: pd.DataFrame,
     spec,
-    settings: dict,
+    settings: FinetuneConfig,
     out_dir: str | Path,
     *,
     reference: str = "fractals",

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.components import BLOCK_COMPONENTS, COMPONENTS
-from vitplast_tune.config import cache_dir, check_variant, default_data_dir
+from vitplast_tune.config import FinetuneConfig, cache_dir, check_variant, default_data_dir
 from vitplast_tune.errors import UserError
 from vitplast_tune.predictors import scores
 from vitplast_tune.predictors.scores import aggregate_plasticity
@@ -99,18 +99,18 @@ def plasticity_report(
     )
 
 
-def search_report(settings: dict[str, Any], *, reference: str, **options: Any) -> PlasticityReport:
-    """``plasticity_report`` of a search's model and dataset (``settings``: a FinetuneConfig as a dict), cached
-    (``reuse``); ``options``: its variant, max_pairs, runner."""
+def search_report(settings: FinetuneConfig, *, reference: str, **options: Any) -> PlasticityReport:
+    """``plasticity_report`` of a search's model and dataset (``settings``: its FinetuneConfig), cached (``reuse``);
+    ``options``: its variant, max_pairs, runner."""
     s = settings
     return plasticity_report(
-        s["model"],
-        weights=s["weights"],
-        pretrained=s["pretrained"],
-        dataset=s["dataset"],
+        s.model,
+        weights=s.weights,
+        pretrained=s.pretrained,
+        dataset=s.dataset,
         reference=reference,
-        data_dir=s["data_dir"],
-        download=s["download"],
+        data_dir=s.data_dir,
+        download=s.download,
         reuse=True,
         **options,
     )
@@ -268,7 +268,7 @@ class Predictors:
 
 
 def in_network_scores(
-    settings: dict[str, Any],
+    settings: FinetuneConfig,
     subsets: Iterable[str],
     *,
     reference: str = "fractals",
@@ -276,7 +276,7 @@ def in_network_scores(
 ) -> pd.DataFrame:
     """Per subset (index): the mean in-network plasticity of its components (``in_network_mean``), for the criteria lab.
 
-    ``settings`` are a search's (a FinetuneConfig as a dict); the report is measured once and cached.
+    ``settings`` are a search's; the report is measured once and cached.
     """
     found = search_report(settings, reference=reference, variant="in_network", max_pairs=plasticity_pairs)
     counts = found.meta["component_params"]

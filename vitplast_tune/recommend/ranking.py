@@ -20,6 +20,7 @@ import pandas as pd
 
 from vitplast_tune.analysis.lab import LAB_PREDICTORS
 from vitplast_tune.components import HEAD, parse_subset
+from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import BASELINE, contains_mha_or_fc, log_trainable_params
 from vitplast_tune.search import distributions
@@ -39,11 +40,11 @@ class Recommendation:
     evidence: pd.DataFrame  # read_evidence's rows
     budget: int | None = None
     seconds: float = 0.0
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: FinetuneConfig = field(default_factory=FinetuneConfig)
 
 
 def subset_scores(
-    predictors: report.Predictors, settings: dict[str, Any], in_network: pd.DataFrame | None = None
+    predictors: report.Predictors, settings: FinetuneConfig, in_network: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     """One row per non-empty subset: trainable parameters (whole blocks), every pre-training predictor of the lab."""
     from vitplast_tune.search.trial import trainable_parameters, trial_config
@@ -143,7 +144,7 @@ def rank(scores: pd.DataFrame, criterion: str, budget: int | None = None) -> pd.
 
 
 def recommend(
-    settings: dict[str, Any],
+    settings: FinetuneConfig,
     storage: Path,
     *,
     budget: int | None = None,
@@ -152,22 +153,18 @@ def recommend(
     num_batches: int = 4,
 ) -> Recommendation:
     """Measure the predictors of ``settings``' model and dataset (cached plasticity reused) and rank every subset."""
-    from vitplast_tune.search.trial import trial_config
-
     started = time.perf_counter()
     s = settings
     measured = report.search_report(s, reference=reference, max_pairs=plasticity_pairs)
-    gradients = report.gradient_report(trial_config({}, s), num_batches=num_batches)
+    gradients = report.gradient_report(s, num_batches=num_batches)
     in_network = report.in_network_scores(
         s, distributions.all_subsets(), reference=reference, plasticity_pairs=plasticity_pairs
     )
     scores = subset_scores(report.Predictors(measured, gradients), s, in_network)
     evidence = read_evidence(storage)
-    criterion, _ = choose_criterion(evidence, s["model"], s["dataset"])
+    criterion, _ = choose_criterion(evidence, s.model, s.dataset)
     ranked = rank(scores, criterion, budget)
-    return Recommendation(
-        s["model"], s["dataset"], ranked, criterion, evidence, budget, time.perf_counter() - started, s
-    )
+    return Recommendation(s.model, s.dataset, ranked, criterion, evidence, budget, time.perf_counter() - started, s)
 
 
 def describe(rec: Recommendation, top: int = 10) -> str:

@@ -32,7 +32,8 @@ def verify_space(rec: Recommendation, k: int, directory: Path, *, lrs=VERIFY_LRS
         "warmup_fraction",
         "eval_every",
     )
-    defaults = {key: rec.settings[key] for key in keep if rec.settings.get(key) is not None}
+    given = rec.settings.to_dict()
+    defaults = {key: given[key] for key in keep if given.get(key) is not None}
     if max_steps:
         defaults["max_steps"] = max_steps
     defaults.setdefault("warmup_fraction", 0.1)

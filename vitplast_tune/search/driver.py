@@ -18,6 +18,7 @@ from ray.tune import Callback
 
 from vitplast_tune.analysis import protocol
 from vitplast_tune.analysis.analyze import analyze_search
+from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import SearchInterrupted
 from vitplast_tune.predictors.report import Predictors, gradient_report, search_report
 from vitplast_tune.recommend import ranking, verify
@@ -141,7 +142,12 @@ def reanalyze(
     spec = dataclasses.replace(spec, criteria=spec.criteria or criteria)
     options = SearchOptions(space=record["space_path"], name=name, storage=str(directory.parent))
     plan = SearchPlan(
-        spec, options, name, str(directory.parent), tracking_uri or record["tracking_uri"], record["settings"]
+        spec,
+        options,
+        name,
+        str(directory.parent),
+        tracking_uri or record["tracking_uri"],
+        FinetuneConfig.from_dict(record["settings"]),
     )
     result = SearchResult(plan, trials, record["parent_run_id"], 0.0)
     analyze(result, tracking.client(plan.tracking_uri))
@@ -191,13 +197,12 @@ def measure_predictors(plan: SearchPlan) -> Predictors:
     if not plan.options.plasticity:
         return Predictors()
     from vitplast_tune.search.cluster import task_runner
-    from vitplast_tune.search.trial import trial_config
 
     s, o = plan.settings, plan.options
     say = print if o.verbose else lambda *a, **k: None
     run = task_runner(o.trial_resources, say)
     say(
-        f"Plasticity of {s['model']} ({o.plasticity_variant} variant): {s['dataset']} test split vs {o.plasticity_reference} ...",
+        f"Plasticity of {s.model} ({o.plasticity_variant} variant): {s.dataset} test split vs {o.plasticity_reference} ...",
         flush=True,
     )
     measured = search_report(
@@ -209,7 +214,7 @@ def measure_predictors(plan: SearchPlan) -> Predictors:
         f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})",
         flush=True,
     )
-    gradients = gradient_report(trial_config({}, s), decoded=plan.decoded, runner=run)
+    gradients = gradient_report(s, decoded=plan.decoded, runner=run)
     return Predictors(measured, gradients)
 
 
@@ -234,7 +239,7 @@ def verify_recommendation(
         storage=str(storage),
         cpus_per_trial=cpus_per_trial,
         verbose=verbose,
-        settings={"seed": rec.settings.get("seed")},
+        settings={"seed": rec.settings.seed},
     )
     result = run(options)
     return verify.verification(rec, result.trials, k), result

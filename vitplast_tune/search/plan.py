@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitplast_tune.config import check_variant
+from vitplast_tune.config import FinetuneConfig, check_variant
 from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.search import spaces
 from vitplast_tune.search.trial import METRICS, trial_config
@@ -80,7 +80,7 @@ class SearchPlan:
     name: str
     storage: str
     tracking_uri: str
-    settings: dict[str, Any]
+    settings: FinetuneConfig  # what every trial does, before its sampled parameters
     decoded: InMemory | None = None  # a small dataset, decoded once for every trial
     search_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # tags the MLflow parent run
     seed: int = DEFAULT_SEED
@@ -147,7 +147,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
         )
     else:
         plan = _resumed_plan(spec, options, storage, name, record)
-    plan.spec, plan.notes = fit_scheduler(plan.spec, plan.settings["max_steps"])
+    plan.spec, plan.notes = fit_scheduler(plan.spec, plan.settings.max_steps)
     _check_plasticity(options)
     plan.decoded = _check_inputs(plan.settings, options.plasticity_reference if options.plasticity else None)
     return plan
@@ -178,7 +178,7 @@ def write_record(plan: SearchPlan, parent_run_id: str) -> None:
         "fingerprint": plan.spec.fingerprint,
         "tracking_uri": plan.tracking_uri,
         "parent_run_id": parent_run_id,
-        "settings": plan.settings,
+        "settings": plan.settings.to_dict(),
         "num_samples": plan.spec.num_samples,
         "seed": plan.seed,
         "max_concurrent": plan.max_concurrent,
@@ -209,22 +209,19 @@ def read_record(directory: Path) -> dict[str, Any]:
     return record
 
 
-def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> dict[str, Any]:
+def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> FinetuneConfig:
     """The trial settings: FinetuneConfig defaults < space defaults < command line; all validated."""
-    from vitplast_tune.config import FinetuneConfig
-
     overrides = {k: v for k, v in options.settings.items() if v is not None}
     try:
         base = FinetuneConfig.from_dict({**spec.defaults, **overrides})
         base.seed = overrides.get("seed", spec.defaults.get("seed", _given(options.seed, DEFAULT_SEED)))
         if not base.threads:
             base.threads = max(1, int(options.cpus_per_trial))
-        settings = base.to_dict()
         for config in spec.corner_configs():
-            trial_config(config, settings).validate()
+            trial_config(config, base).validate()
     except UserError as exc:
         raise UserError(f"{exc} (settings from {spec.path.name} and the command line)") from None
-    return settings
+    return base
 
 
 def _check_metric(spec: spaces.SearchSpec) -> None:
@@ -245,7 +242,7 @@ def _check_plasticity(options: SearchOptions) -> None:
         check_variant(options.plasticity_variant)
 
 
-def _check_inputs(settings: dict[str, Any], reference: str | None) -> InMemory | None:
+def _check_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory | None:
     """Check the model, its weights file, the dataset and the plasticity reference (None: none); return a small
     dataset decoded once (``_inspect_inputs``).
 
@@ -282,17 +279,17 @@ def _inspect_in_child(path: str) -> None:
     exchange.write_bytes(pickle.dumps(result))
 
 
-def _inspect_inputs(settings: dict[str, Any], reference: str | None) -> InMemory | None:
+def _inspect_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory | None:
     """``_check_inputs`` in this process. The decoded dataset (None for datasets read lazily from disk) is
     shared with every trial through the object store, so it is decoded here and nowhere else on the driver.
     """
     from vitplast_tune.data import datasets
     from vitplast_tune.vit import models
 
-    config = models.pretrained_data_config(settings["model"])
-    models.check_weights(settings["model"], settings["weights"], settings["pretrained"])
-    datasets.num_classes(settings["dataset"], settings.get("data_dir"))
-    image_cache = settings.get("image_cache", 0)
+    config = models.pretrained_data_config(settings.model)
+    models.check_weights(settings.model, settings.weights, settings.pretrained)
+    datasets.num_classes(settings.dataset, settings.data_dir)
+    image_cache = settings.image_cache
     if 0 < image_cache < max(config["input_size"][1:]):
         raise UserError(
             f"image_cache {image_cache} is below the model's input size {config['input_size'][-1]} px, so every image "
@@ -302,10 +299,10 @@ def _inspect_inputs(settings: dict[str, Any], reference: str | None) -> InMemory
     if reference is not None:
         datasets.check_dataset_name(reference)
     return datasets.decode_dataset(
-        settings["dataset"],
+        settings.dataset,
         config,
-        data_dir=settings.get("data_dir"),
-        download=settings["download"],
+        data_dir=settings.data_dir,
+        download=settings.download,
         image_cache=image_cache,
     )
 
@@ -376,7 +373,8 @@ def _resumed_plan(spec: spaces.SearchSpec, options: SearchOptions, storage: str,
     for flag, (given, recorded) in fixed.items():
         if given is not None and given != recorded:
             _refuse(f"--{flag} {given}", recorded, name)
-    settings = {**saved, **{k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}}
+    changed = {k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}
+    settings = FinetuneConfig.from_dict({**saved, **changed})
     spec = replace(spec, num_samples=fixed["num-samples"][1])
     max_failures = _given(options.max_failures, record.get("max_failures", DEFAULT_MAX_FAILURES))
     return SearchPlan(

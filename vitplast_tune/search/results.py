@@ -55,10 +55,10 @@ def trial_table(grid, plan: SearchPlan, predictors: report.Predictors | None = N
                 "test_acc": metrics.get("test_acc"),
                 "step": metrics.get("step"),
                 "trainable_params": metrics.get("trainable_params"),
-                "images_per_s": images_per_s(result, config.get("batch_size", plan.settings["batch_size"])),
+                "images_per_s": images_per_s(result, config.get("batch_size", plan.settings.batch_size)),
                 "log10_trainable_params": _log10(metrics.get("trainable_params")),
                 "best_val_loss": _lowest(result, "val_loss"),
-                "max_steps": plan.settings["max_steps"],
+                "max_steps": plan.settings.max_steps,
                 "diverged": bool(metrics.get("diverged", 0)),
                 "over_budget": bool(metrics.get("over_budget", 0)),
                 "error": None if result.error is None else str(result.error).splitlines()[0][:200],
@@ -189,7 +189,7 @@ def summary(result: SearchResult, k: int = 10) -> str:
     top = top_trials(result, k)
     lines = [
         f"Search {plan.name}: {len(result.trials)} trials in {result.elapsed_s / 60:.1f} min "
-        f"({plan.spec.algorithm}, scheduler {plan.spec.scheduler.name}, {plan.settings['model']} on {plan.settings['dataset']})"
+        f"({plan.spec.algorithm}, scheduler {plan.spec.scheduler.name}, {plan.settings.model} on {plan.settings.dataset})"
     ]
     failed = (
         int(result.trials["diverged"].sum() + result.trials["error"].notna().sum()) if not result.trials.empty else 0

@@ -194,7 +194,7 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
             num_samples=spec.num_samples,
             reuse_actors=True,
             search_alg=search_algorithm(spec, plan.seed, plan.max_concurrent, warm_start),
-            scheduler=scheduler(spec, plan.settings["max_steps"]),
+            scheduler=scheduler(spec, plan.settings.max_steps),
             trial_dirname_creator=trial_dirname,
         ),
         run_config=tune.RunConfig(

@@ -26,6 +26,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.tracking.context.registry import resolve_tags
 from ray.tune import Callback
 
+from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.predictors import report
 from vitplast_tune.search import distributions, mlflow_view, results
 from vitplast_tune.search.plan import EXPERIMENT, SearchPlan
@@ -113,10 +114,10 @@ def source_tags() -> dict[str, str]:
     return {k: str(v) for k, v in tags.items() if k.startswith(("mlflow.source.", "mlflow.user"))}
 
 
-def dataset_inputs(settings: dict[str, Any]) -> list[DatasetInput]:
+def dataset_inputs(cfg: FinetuneConfig) -> list[DatasetInput]:
     """The training and validation splits a trial uses, as MLflow dataset inputs (the UI's Dataset column)."""
-    name, seed, fraction = settings["dataset"], settings.get("seed", 0), settings.get("val_fraction")
-    source = json.dumps({"dataset": name, "data_dir": settings.get("data_dir")})
+    name, seed, fraction = cfg.dataset, cfg.seed, cfg.val_fraction
+    source = json.dumps({"dataset": name, "data_dir": cfg.data_dir})
     inputs = []
     for context, split in (("training", "train"), ("validation", "val")):
         identity = f"{name}:{split}:seed={seed}:val_fraction={fraction}"
@@ -258,7 +259,7 @@ def open_search_run(mlflow: MlflowClient, plan: SearchPlan, predictors: report.P
         "metric": spec.metric,
         "mode": spec.mode,
         "search_seed": plan.seed,
-        **{f"default.{k}": v for k, v in plan.settings.items()},
+        **{f"default.{k}": v for k, v in plan.settings.to_dict().items()},
     }
     tags = {
         "vitplast.space_fingerprint": spec.fingerprint,
@@ -327,7 +328,7 @@ def trial_describer(plan: SearchPlan, predictors: report.Predictors):
         n_components = sum(distributions.component_flags(subset).values())
         metrics = {**predictors.scores(subset), "n_components": n_components, "log10_lr": math.log10(cfg.lr)}
         tags = {**source, SEARCH_TAG: plan.name, ROLE_TAG: "trial"}
-        return TrialRun(name, params, metrics, tags, dataset_inputs(cfg.to_dict()))
+        return TrialRun(name, params, metrics, tags, dataset_inputs(cfg))
 
     return describe
 

@@ -1,7 +1,7 @@
 """One finetuning run as a Ray Tune trainable: report, checkpoint, resume.
 
 ``train_trial(config, settings)`` merges the trial's sampled ``config`` over the search-wide
-``settings`` (a FinetuneConfig as a dict), resumes from ``tune.get_checkpoint()`` when Tune
+``settings`` (a FinetuneConfig), resumes from ``tune.get_checkpoint()`` when Tune
 restarts it, and reports metrics with a checkpoint of the trainable state after every evaluation.
 A NaN or infinite loss ends the trial with ``diverged=1`` and the reason, instead of a retry
 that would diverge again. A trial whose subset trains more parameters than the search's budget
@@ -34,10 +34,9 @@ METRICS = {
 }  # the last two: second objectives (Pareto)
 
 
-def trial_config(config: dict[str, Any], settings: dict[str, Any]) -> FinetuneConfig:
+def trial_config(config: dict[str, Any], settings: FinetuneConfig) -> FinetuneConfig:
     """The FinetuneConfig of a trial: its sampled parameters over the search's settings."""
-    sampled = {k: v for k, v in config.items() if k not in COMPONENT_FLAGS}
-    return FinetuneConfig.from_dict({**settings, **sampled})
+    return settings.merged({k: v for k, v in config.items() if k not in COMPONENT_FLAGS})
 
 
 def trainable_parameters(cfg: FinetuneConfig) -> int:
@@ -52,7 +51,7 @@ def trainable_parameters(cfg: FinetuneConfig) -> int:
 
 def train_trial(
     config: dict[str, Any],
-    settings: dict[str, Any],
+    settings: FinetuneConfig,
     decoded: InMemory | None = None,
     max_trainable_params: int | None = None,
 ) -> None:
