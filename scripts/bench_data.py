@@ -133,7 +133,7 @@ def pipelines(config: dict, batch: int, seconds: float) -> dict[str, float]:
 
 def model_images_per_s(model_name: str, batch: int, steps: int) -> float:
     """Training images/s of full finetuning (fp32, SGD) on every core of this machine."""
-    model = models.build_model(model_name, 10, pretrained=False).train()
+    model = models.create_model(model_name, 10, pretrained=False).train()
     size = models.data_config(model)["input_size"][-1]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x, y = torch.randn(batch, 3, size, size), torch.randint(0, 10, (batch,))

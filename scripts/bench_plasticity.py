@@ -20,7 +20,7 @@ import torch
 
 from vitplast_tune.config import PLASTICITY_VARIANTS
 from vitplast_tune.errors import UserError
-from vitplast_tune.vit.models import build_model
+from vitplast_tune.vit.models import create_model
 from vitplast_tune.vit.plasticity import compute_plasticity
 
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     try:
-        model = build_model(args.model, 0, pretrained=False).eval().to(device)
+        model = create_model(args.model, 0, pretrained=False).eval().to(device)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

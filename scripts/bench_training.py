@@ -140,7 +140,7 @@ def step_flops(model: torch.nn.Module, subset: str, batch: int, cached_head: boo
 
 def flop_bounds(model_name: str, batch: int, subsets=SUBSETS) -> dict[str, float]:
     """Full-finetuning step FLOPs over each subset's step FLOPs (the speed-up the skipped work allows)."""
-    model = models.build_model(model_name, 10, pretrained=False)
+    model = models.create_model(model_name, 10, pretrained=False)
     full = step_flops(model, "all", batch)
     return {s: full / step_flops(model, s, batch) for s in subsets}
 

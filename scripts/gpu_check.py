@@ -89,7 +89,7 @@ def _sync(device: torch.device) -> None:
 def train_speed(args, device: torch.device, subset: str, options: bool, compile_: bool = False) -> dict[str, float]:
     """Training images/s of ``subset`` and its peak GPU memory (MiB; 0 on a CPU)."""
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = options
-    model = models.build_model(args.model, 10, pretrained=False)
+    model = models.create_model(args.model, 10, pretrained=False)
     components.freeze(model, subset)
     model.to(device).train()
     params = [p for p in model.parameters() if p.requires_grad]

@@ -24,7 +24,7 @@ def test_public_names_resolve_to_the_documented_objects():
 
     assert vt.run_search is driver.run and vt.SearchOptions is plan.SearchOptions
     assert vt.load_space is spaces.load_space and vt.finetune is training.finetune
-    assert vt.create_model is models.build_model and vt.UserError is errors.UserError
+    assert vt.create_model is models.create_model and vt.UserError is errors.UserError
     assert set(vt.__all__) <= set(dir(vt))
     spec = vt.load_space("component_subsets")
     assert spec.algorithm == "optuna"

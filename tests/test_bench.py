@@ -32,9 +32,9 @@ def test_flop_bounds_match_the_skipped_weight_gradients():
 
 def test_flop_count_of_full_finetuning_and_of_the_head_on_cached_features():
     bench = _script("bench_training")
-    from vitplast_tune.vit.models import build_model
+    from vitplast_tune.vit.models import create_model
 
-    model = build_model("vit_testbed_patch8_32", 10, pretrained=False)
+    model = create_model("vit_testbed_patch8_32", 10, pretrained=False)
     tokens, width, depth = 17, 96, 4  # 16 patches + the class token
     linears = 2.0 * tokens * (width * 3 * width + width * width + 2 * width * 4 * width)
     attention = 2 * 2.0 * tokens * tokens * width  # Q K^T and A V

@@ -216,12 +216,12 @@ def test_local_weights_load_through_timms_pretrained_path(tmp_path):
     save_file(state, tmp_path / "w.safetensors")
     torch.save(state, tmp_path / "w.pth")
     for path in (tmp_path / "w.safetensors", tmp_path / "w.pth"):
-        model = models.build_model("vit_tiny_patch16_224.augreg_in21k", 3, weights=path, img_size=32, patch_size=8)
+        model = models.create_model("vit_tiny_patch16_224.augreg_in21k", 3, weights=path, img_size=32, patch_size=8)
         assert torch.equal(model.blocks[0].attn.qkv.weight, source.blocks[0].attn.qkv.weight)
         assert torch.equal(model.pos_embed, source.pos_embed)
         assert model.head.out_features == 3  # a new head for the downstream classes
     with pytest.raises(UserError, match="does not exist"):
-        models.build_model("vit_tiny_patch16_224", 3, weights=tmp_path / "nope.safetensors")
+        models.create_model("vit_tiny_patch16_224", 3, weights=tmp_path / "nope.safetensors")
 
 
 def test_model_data_config_drives_the_transforms():

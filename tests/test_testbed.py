@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 
 from vitplast_tune.data.fractals import fractal_dataset
 from vitplast_tune.data.transforms import prepare_images
-from vitplast_tune.vit.models import TESTBED_MODEL, TESTBED_WEIGHTS, build_model, data_config
+from vitplast_tune.vit.models import TESTBED_MODEL, TESTBED_WEIGHTS, create_model, data_config
 
 PROVENANCE = TESTBED_WEIGHTS.with_suffix(".json")
 
@@ -26,7 +26,7 @@ def test_checkpoint_is_small_and_has_provenance():
 
 def test_loads_backbone_with_new_head():
     torch.manual_seed(0)
-    model = build_model(TESTBED_MODEL, num_classes=10)
+    model = create_model(TESTBED_MODEL, num_classes=10)
     saved = load_file(str(TESTBED_WEIGHTS))
     state = model.state_dict()
     backbone = [k for k in saved if not k.startswith("head.")]
@@ -42,7 +42,7 @@ def test_loads_backbone_with_new_head():
 @pytest.mark.timeout(60)
 def test_pretrained_head_recognises_unseen_fractals():
     # instance seed 0 (the 'fractals' dataset) was never trained on
-    model = build_model(TESTBED_MODEL, num_classes=64).eval()
+    model = create_model(TESTBED_MODEL, num_classes=64).eval()
     images, labels = fractal_dataset(images_per_class=5)
     with torch.no_grad():
         predicted = model(prepare_images(images, data_config(model))).argmax(dim=1)

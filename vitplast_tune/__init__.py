@@ -36,7 +36,7 @@ _API = {
     "load_space": ("vitplast_tune.search.spaces", "load_space"),
     "finetune": ("vitplast_tune.vit.training", "finetune"),
     "FinetuneConfig": ("vitplast_tune.config", "FinetuneConfig"),
-    "create_model": ("vitplast_tune.vit.models", "build_model"),
+    "create_model": ("vitplast_tune.vit.models", "create_model"),
     "compute_plasticity": ("vitplast_tune.vit.plasticity", "compute_plasticity"),
     "plasticity_report": ("vitplast_tune.predictors.report", "plasticity_report"),
     "UserError": ("vitplast_tune.errors", "UserError"),

@@ -8,13 +8,14 @@ Heavy modules (Ray, torch, timm) are imported inside the mains, so ``--help`` an
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from vitplast_tune.config import PLASTICITY_VARIANTS, TESTBED_MODEL, TESTBED_WEIGHTS
+from vitplast_tune.config import PLASTICITY_VARIANTS, TESTBED_MODEL, TESTBED_WEIGHTS, PretrainConfig
 from vitplast_tune.errors import SearchInterrupted, UserError
 
 SEARCH_HELP = "Run a Ray Tune search over which ViT components to finetune: vitplast-search --space component_subsets"
@@ -55,11 +56,22 @@ def run_main(main: Callable[[], int | None]) -> NoReturn:
 def search_parser() -> argparse.ArgumentParser:
     """The arguments of ``vitplast-search`` (scripts/search.py); defaults read from SearchOptions and FinetuneConfig."""
     from vitplast_tune.config import FinetuneConfig
-    from vitplast_tune.search.plan import DEFAULT_MAX_FAILURES, DEFAULT_SEED, SearchOptions
+    from vitplast_tune.search.plan import SearchOptions
 
     run, train = SearchOptions(), FinetuneConfig()
-    space_default = "the space file's, else {}"
     p = argparse.ArgumentParser(description=SEARCH_HELP)
+    _search_flags(p, run)
+    _trial_flags(p, train)
+    _where_flags(p, run)
+    _plasticity_flags(p, run)
+    return p
+
+
+def _search_flags(parser: argparse.ArgumentParser, run) -> None:
+    """Which search: its space, name, size and seed; resuming it."""
+    p = parser.add_argument_group("the search")
+    from vitplast_tune.search.plan import DEFAULT_SEED
+
     p.add_argument(
         "--space",
         default=run.space,
@@ -72,6 +84,18 @@ def search_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--num-samples", type=int, help="number of trials (a grid: repeats of the grid); default: the space file's"
     )
+    p.add_argument(
+        "--seed",
+        type=int,
+        help=f"seed of the search algorithm, and the training seed unless the space sets one (default: {DEFAULT_SEED})",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress lines while trials run")
+
+
+def _trial_flags(parser: argparse.ArgumentParser, train) -> None:
+    """What every trial does (the space file's defaults otherwise): model, data, steps."""
+    p = parser.add_argument_group("what every trial does (default: the space file's defaults)")
+    space_default = "the space file's, else {}"
     p.add_argument(
         "--max-steps", type=int, help=f"training steps per trial; default: {space_default.format(train.max_steps)}"
     )
@@ -96,6 +120,13 @@ def search_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--download", action="store_true", default=None, help="download the dataset when missing (needs a network)"
     )
+
+
+def _where_flags(parser: argparse.ArgumentParser, run) -> None:
+    """Where trials run and results go: storage, MLflow, the Ray cluster, resources per trial, retries."""
+    p = parser.add_argument_group("where trials run and results go")
+    from vitplast_tune.search.plan import DEFAULT_MAX_FAILURES
+
     p.add_argument(
         "--storage", help="Ray Tune results: a local directory or a URI (s3://, gs://); default ~/vitplast_tune_results"
     )
@@ -130,11 +161,11 @@ def search_parser() -> argparse.ArgumentParser:
         type=int,
         help=f"retries of a trial that crashes, from its last checkpoint; applies to a resumed search's remaining trials (default: {DEFAULT_MAX_FAILURES})",
     )
-    p.add_argument(
-        "--seed",
-        type=int,
-        help=f"seed of the search algorithm, and the training seed unless the space sets one (default: {DEFAULT_SEED})",
-    )
+
+
+def _plasticity_flags(parser: argparse.ArgumentParser, run) -> None:
+    """The plasticity measured before training and correlated with accuracy after it."""
+    p = parser.add_argument_group("plasticity")
     p.add_argument(
         "--no-plasticity", action="store_true", help="skip measuring plasticity and its correlation with accuracy"
     )
@@ -152,8 +183,6 @@ def search_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--plasticity-pairs", type=int, help="most image pairs for plasticity (the paper uses 12,800); default: all"
     )
-    p.add_argument("--quiet", action="store_true", help="no progress lines while trials run")
-    return p
 
 
 def search_main(argv: Sequence[str] | None = None) -> int:
@@ -340,80 +369,34 @@ def plasticity(argv: Sequence[str] | None = None) -> NoReturn:
 
 
 def pretrain_main(argv: Sequence[str] | None = None) -> int:
-    """Pretrain the testbed ViT from command-line arguments."""
-
+    """Pretrain the testbed ViT from command-line arguments (every field of ``PretrainConfig`` is a flag)."""
     p = argparse.ArgumentParser(description=PRETRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--out",
         default=str(TESTBED_WEIGHTS),
         help="safetensors file to write; the provenance JSON goes beside it (default: the shipped file)",
     )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed of the initialisation, batch order and fractal variations (default: 0)",
-    )
-    p.add_argument(
-        "--data-seed",
-        type=int,
-        default=0,
-        help="seed of the fractal class systems; 0 matches the 'fractals' dataset (default: 0)",
-    )
-    p.add_argument("--steps", type=int, default=5000, help="optimizer steps (default: 5000)")
-    p.add_argument("--batch-size", type=int, default=128, help="images per step (default: 128)")
-    p.add_argument("--lr", type=float, default=2e-3, help="peak AdamW learning rate (default: 2e-3)")
-    p.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay on matrices (default: 0.05)")
-    p.add_argument(
-        "--warmup-steps", type=int, default=200, help="linear warm-up steps before the cosine decay (default: 200)"
-    )
-    p.add_argument(
-        "--label-smoothing", type=float, default=0.1, help="label smoothing of the cross-entropy (default: 0.1)"
-    )
-    p.add_argument(
-        "--num-classes", type=int, default=64, help="fractal classes; the shipped config expects 64 (default: 64)"
-    )
-    p.add_argument(
-        "--images-per-class",
-        type=int,
-        default=1500,
-        help="training fractals per class, generated in memory (default: 1500)",
-    )
-    p.add_argument(
-        "--heldout-per-class",
-        type=int,
-        default=50,
-        help="held-out fractals per class for the accuracy check (default: 50)",
-    )
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads; fixed for reproducibility (default: 2)")
-    p.add_argument(
-        "--log-every",
-        type=int,
-        default=100,
-        help="print progress every this many steps; held-out accuracy every 10x (default: 100)",
-    )
+    add_dataclass_flags(p, PretrainConfig())
     args = p.parse_args(argv)
     from vitplast_tune.vit.pretraining import pretrain_testbed
 
-    command = shlex.join(["python", "scripts/pretrain.py", *(sys.argv[1:] if argv is None else argv)])
-    pretrain_testbed(
-        args.out,
-        seed=args.seed,
-        data_seed=args.data_seed,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        warmup_steps=args.warmup_steps,
-        label_smoothing=args.label_smoothing,
-        num_classes=args.num_classes,
-        images_per_class=args.images_per_class,
-        heldout_per_class=args.heldout_per_class,
-        threads=args.threads,
-        log_every=args.log_every,
-        command=command,
-    )
+    config = PretrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PretrainConfig)})
+    command = shlex.join(["vitplast-pretrain", *(sys.argv[1:] if argv is None else argv)])
+    pretrain_testbed(args.out, config, command=command)
     return 0
+
+
+def add_dataclass_flags(parser: argparse.ArgumentParser, defaults: Any) -> None:
+    """One ``--flag`` per field of a dataclass instance, typed and defaulted from it, its help from the field's
+    ``help`` metadata."""
+    for f in dataclasses.fields(defaults):
+        value = getattr(defaults, f.name)
+        parser.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            type=type(value),
+            default=value,
+            help=f"{f.metadata.get('help', f.name)} (default: {value:g})",
+        )
 
 
 def pretrain(argv: Sequence[str] | None = None) -> NoReturn:

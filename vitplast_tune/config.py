@@ -4,7 +4,7 @@ torch, so that a search's driver validates settings without importing what only 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +118,30 @@ class FinetuneConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field."""
         return asdict(self)
+
+
+@dataclass
+class PretrainConfig:
+    """How the offline testbed ViT is pretrained on generated fractals (``vit.pretraining.pretrain_testbed``); the
+    defaults made the shipped checkpoint. Each field's ``help`` is its command-line help (``vitplast-pretrain``)."""
+
+    seed: int = field(default=0, metadata={"help": "seed of the initialisation, batch order and fractal variations"})
+    data_seed: int = field(
+        default=0, metadata={"help": "seed of the fractal class systems; 0 matches the 'fractals' dataset"}
+    )
+    steps: int = field(default=5000, metadata={"help": "optimizer steps"})
+    batch_size: int = field(default=128, metadata={"help": "images per step"})
+    lr: float = field(default=2e-3, metadata={"help": "peak AdamW learning rate"})
+    weight_decay: float = field(default=0.05, metadata={"help": "AdamW weight decay on matrices"})
+    warmup_steps: int = field(default=200, metadata={"help": "linear warm-up steps before the cosine decay"})
+    label_smoothing: float = field(default=0.1, metadata={"help": "label smoothing of the cross-entropy"})
+    num_classes: int = field(default=64, metadata={"help": "fractal classes; the shipped config expects 64"})
+    images_per_class: int = field(default=1500, metadata={"help": "training fractals per class, generated in memory"})
+    heldout_per_class: int = field(default=50, metadata={"help": "held-out fractals per class for the accuracy check"})
+    threads: int = field(default=2, metadata={"help": "torch CPU threads; fixed for reproducibility"})
+    log_every: int = field(
+        default=100, metadata={"help": "print progress every this many steps; held-out accuracy every 10x"}
+    )
 
 
 def _check_names(values: dict[str, Any]) -> None:

@@ -60,47 +60,18 @@ def search_filter(search: str) -> str:
     return f"tags.`{SEARCH_TAG}` = '{search}' and tags.`{ROLE_TAG}` = 'trial'"
 
 
+SECTION, WIDE = "vitplast_tune", "vitplast_tune-parallel"  # the parallel coordinates get a row of their own
+
+
 def view_state(search: str, plasticity: bool) -> dict[str, Any]:
     """The runs page state of a search's view: its trials sorted by accuracy at the common step, all shown,
-    the comparison columns, and charts (accuracy vs plasticity and vs trainable parameters, parallel
-    coordinates of the component flags and log10 lr to accuracy, val_acc curves overlaid)."""
+    the comparison columns, and the charts of ``view_charts``."""
     metrics = ["best_val_acc", SORT_METRIC, *(["plasticity_mean"] if plasticity else []), "trainable_params"]
     columns = [
         _column("attributes", "Dataset"),
         _column("params", "components"),
         _column("params", "lr"),
         *(_column("metrics", m) for m in metrics),
-    ]
-    section, wide = "vitplast_tune", "vitplast_tune-parallel"  # the parallel coordinates get a row of their own
-    charts = [
-        *([_scatter("plasticity_mean", "accuracy vs plasticity", section)] if plasticity else []),
-        _scatter("log10_trainable_params", "accuracy vs log10 trainable parameters", section),
-        _chart(
-            "PARALLEL",
-            wide,
-            displayName="component flags and log10 lr to accuracy",
-            selectedParams=list(distributions.COMPONENT_FLAGS),
-            selectedMetrics=["log10_lr", SORT_METRIC],
-            showAllRuns=True,
-        ),
-        _chart(
-            "LINE",
-            section,
-            displayName="val_acc curves",
-            metricKey="val_acc",
-            selectedMetricKeys=["val_acc"],
-            lineSmoothness=0,
-            xAxisKey="step",
-            xAxisScaleType="linear",
-            scaleType="linear",
-            selectedXAxisMetricKey="",
-            range={},
-            yAxisKey="metric",
-            yAxisExpressions=[],
-            ignoreOutliers=False,
-            useGlobalXaxisKey=False,
-            useGlobalLineSmoothing=False,
-        ),
     ]
     return {
         "searchFilter": search_filter(search),
@@ -113,10 +84,10 @@ def view_state(search: str, plasticity: bool) -> dict[str, Any]:
         "selectedColumns": columns,
         "columnOrder": [],
         "runsHiddenMode": "SHOW_ALL",
-        "compareRunCharts": charts,
+        "compareRunCharts": view_charts(plasticity),
         "compareRunSections": [
-            _section(section, "vitplast_tune"),
-            _section(wide, "vitplast_tune: component flags and lr", columns=1, cardHeight=PARALLEL_HEIGHT),
+            _section(SECTION, "vitplast_tune"),
+            _section(WIDE, "vitplast_tune: component flags and lr", columns=1, cardHeight=PARALLEL_HEIGHT),
         ],
         "isAccordionReordered": True,
         "hideEmptyCharts": True,
@@ -125,6 +96,43 @@ def view_state(search: str, plasticity: bool) -> dict[str, Any]:
         "viewMaximized": False,
         "runListHidden": False,
     }
+
+
+def view_charts(plasticity: bool) -> list[dict[str, Any]]:
+    """Accuracy vs plasticity and vs trainable parameters, parallel coordinates of the component flags and log10 lr
+    to accuracy (a row of its own), and the val_acc curves overlaid."""
+    parallel = _chart(
+        "PARALLEL",
+        WIDE,
+        displayName="component flags and log10 lr to accuracy",
+        selectedParams=list(distributions.COMPONENT_FLAGS),
+        selectedMetrics=["log10_lr", SORT_METRIC],
+        showAllRuns=True,
+    )
+    curves = _chart(
+        "LINE",
+        SECTION,
+        displayName="val_acc curves",
+        metricKey="val_acc",
+        selectedMetricKeys=["val_acc"],
+        lineSmoothness=0,
+        xAxisKey="step",
+        xAxisScaleType="linear",
+        scaleType="linear",
+        selectedXAxisMetricKey="",
+        range={},
+        yAxisKey="metric",
+        yAxisExpressions=[],
+        ignoreOutliers=False,
+        useGlobalXaxisKey=False,
+        useGlobalLineSmoothing=False,
+    )
+    return [
+        *([_scatter("plasticity_mean", "accuracy vs plasticity", SECTION)] if plasticity else []),
+        _scatter("log10_trainable_params", "accuracy vs log10 trainable parameters", SECTION),
+        parallel,
+        curves,
+    ]
 
 
 def save_view(client, experiment_id: str, key: str, name: str, state: dict[str, Any]) -> None:

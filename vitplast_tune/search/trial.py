@@ -45,7 +45,7 @@ def trainable_parameters(cfg: FinetuneConfig) -> int:
     from vitplast_tune.data import datasets
     from vitplast_tune.vit import models
 
-    model = models.build_model(cfg.model, datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir), pretrained=False)
+    model = models.create_model(cfg.model, datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir), pretrained=False)
     return sum(components.freeze(model, cfg.components, cfg.blocks).values())
 
 

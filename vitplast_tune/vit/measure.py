@@ -38,7 +38,7 @@ def measure_plasticity(
     """Build the model and both image sets and measure: (table, parameters per component, where and how long)."""
     datasets.check_dataset_name(dataset)  # here, where data loads: a search's plan checked them without torch
     datasets.check_dataset_name(reference)
-    model = models.build_model(
+    model = models.create_model(
         model_name, 0, pretrained=pretrained, weights=weights
     )  # no head: any head in the weights fits
     config = models.data_config(model)

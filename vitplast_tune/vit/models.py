@@ -54,7 +54,7 @@ def vit_testbed_patch8_32(pretrained: bool = False, **kwargs: Any) -> VisionTran
     )
 
 
-def build_model(
+def create_model(
     name: str,
     num_classes: int,
     *,

@@ -17,6 +17,7 @@ import platform
 import shlex
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
+from vitplast_tune.config import PretrainConfig
 from vitplast_tune.data.fractals import fractal_dataset
 from vitplast_tune.data.transforms import prepare_images
 from vitplast_tune.vit.models import TESTBED_WEIGHTS, data_config
@@ -36,64 +38,75 @@ HELDOUT_INSTANCES = 2000
 
 
 def pretrain_testbed(
-    out: str | Path = TESTBED_WEIGHTS,
-    *,
-    seed: int = 0,
-    steps: int = 5000,
-    batch_size: int = 128,
-    lr: float = 2e-3,
-    weight_decay: float = 0.05,
-    warmup_steps: int = 200,
-    label_smoothing: float = 0.1,
-    num_classes: int = 64,
-    images_per_class: int = 1500,
-    heldout_per_class: int = 50,
-    data_seed: int = 0,
-    threads: int = 2,
-    log_every: int = 100,
-    command: str | None = None,
+    out: str | Path = TESTBED_WEIGHTS, config: PretrainConfig | None = None, *, command: str | None = None
 ) -> dict[str, Any]:
     """Train the testbed ViT on fractals, write ``out`` (+ ``.json`` provenance), return the provenance."""
+    c = config or PretrainConfig()
     start = time.time()
-    torch.set_num_threads(threads)
-    torch.manual_seed(seed)
+    torch.set_num_threads(c.threads)
+    torch.manual_seed(c.seed)
     out = Path(out).expanduser()
+    model = timm.create_model("vit_testbed_patch8_32", pretrained=False, num_classes=c.num_classes)
+    train, held = _fractals(c, data_config(model))
+    print(f"data: {len(train[1])} train / {len(held[1])} held-out fractals in {time.time() - start:.1f}s", flush=True)
+    final_loss = _train(model, c, train, held, start)
+    held_acc = accuracy(model, *held)
+    sample = len(held[1]) * 2
+    train_acc = accuracy(model, train[0][:sample], train[1][:sample])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().float() for k, v in model.state_dict().items()}
+    save_file(state, str(out), metadata={"format": "pt"})
+    measured = {
+        "train_images": len(train[1]),
+        "heldout_images": len(held[1]),
+        "heldout_accuracy": round(held_acc, 6),
+        "train_accuracy_sample": round(train_acc, 6),
+        "final_loss": round(final_loss, 6),
+        "wall_time_s": round(time.time() - start, 1),
+    }
+    provenance = _provenance(c, out, measured, command)
+    out.with_suffix(".json").write_text(json.dumps(provenance, indent=2) + "\n")
+    print(f"held-out accuracy {held_acc:.4f}; wrote {out} ({provenance['size_bytes'] / 1e6:.2f} MB)", flush=True)
+    return provenance
 
-    model = timm.create_model("vit_testbed_patch8_32", pretrained=False, num_classes=num_classes)
-    config = data_config(model)
+
+Images = tuple[torch.Tensor, torch.Tensor]  # normalised images and their labels
+
+
+def _fractals(c: PretrainConfig, config: dict[str, Any]) -> tuple[Images, Images]:
+    """Training and held-out fractals (other instance seeds of the same classes), normalised for the model."""
     size = config["input_size"][-1]
     make = lambda per_class, offset: fractal_dataset(
-        num_classes, per_class, size, data_seed, instance_seed=offset + seed
+        c.num_classes, per_class, size, c.data_seed, instance_seed=offset + c.seed
     )
-    train_x, train_y = make(images_per_class, TRAIN_INSTANCES)
-    train_x = prepare_images(train_x, config)
-    held_x, held_y = make(heldout_per_class, HELDOUT_INSTANCES)
-    held_x = prepare_images(held_x, config)
-    print(f"data: {len(train_y)} train / {len(held_y)} held-out fractals in {time.time() - start:.1f}s", flush=True)
-
-    decay = [p for n, p in model.named_parameters() if p.ndim > 1 and "pos_embed" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.ndim > 1 and "pos_embed" not in n)]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr,
-        betas=(0.9, 0.999),
+    (train_x, train_y), (held_x, held_y) = (
+        make(c.images_per_class, TRAIN_INSTANCES),
+        make(c.heldout_per_class, HELDOUT_INSTANCES),
     )
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, steps, warmup_steps))
-    generator = torch.Generator().manual_seed(seed)
-    per_epoch = len(train_y) // batch_size
-    order = torch.randperm(len(train_y), generator=generator)
+    return (prepare_images(train_x, config), train_y), (prepare_images(held_x, config), held_y)
 
+
+def _train(model: torch.nn.Module, c: PretrainConfig, train: Images, held: Images, start: float) -> float:
+    """AdamW (no decay on vectors and the position embedding), warm-up + cosine, clipping, random flips; returns the
+    smoothed final loss."""
+    (train_x, train_y), params = train, list(model.named_parameters())
+    decay = [p for n, p in params if p.ndim > 1 and "pos_embed" not in n]
+    no_decay = [p for n, p in params if not (p.ndim > 1 and "pos_embed" not in n)]
+    groups = [{"params": decay, "weight_decay": c.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=c.lr, betas=(0.9, 0.999))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, c.steps, c.warmup_steps))
+    generator = torch.Generator().manual_seed(c.seed)
+    per_epoch, order = len(train_y) // c.batch_size, torch.randperm(len(train_y), generator=generator)
     model.train()
     running = 0.0
-    for step in range(steps):
+    for step in range(c.steps):
         b = step % per_epoch
         if b == 0 and step > 0:
             order = torch.randperm(len(train_y), generator=generator)
-        idx = order[b * batch_size : (b + 1) * batch_size]
-        images = train_x[idx]
+        idx = order[b * c.batch_size : (b + 1) * c.batch_size]
         flip = torch.rand(len(idx), generator=generator) < 0.5
-        images = torch.where(flip.view(-1, 1, 1, 1), images.flip(-1), images)
-        loss = F.cross_entropy(model(images), train_y[idx], label_smoothing=label_smoothing)
+        images = torch.where(flip.view(-1, 1, 1, 1), train_x[idx].flip(-1), train_x[idx])
+        loss = F.cross_entropy(model(images), train_y[idx], label_smoothing=c.label_smoothing)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -102,41 +115,33 @@ def pretrain_testbed(
         running = loss.item() if step == 0 else 0.98 * running + 0.02 * loss.item()
         if not math.isfinite(running):
             raise RuntimeError(f"pretraining diverged at step {step}: loss {loss.item()}")
-        if (step + 1) % log_every == 0 or step + 1 == steps:
-            lr = schedule.get_last_lr()[0]
-            line = f"step {step + 1}/{steps}  loss {running:.4f}  lr {lr:.2e}  {time.time() - start:.0f}s"
-            if (step + 1) % (10 * log_every) == 0 or step + 1 == steps:
-                line += f"  held-out acc {accuracy(model, held_x, held_y):.4f}"
-                model.train()
-            print(line, flush=True)
+        _log(model, c, step, running, schedule.get_last_lr()[0], held, start)
+    return running
 
-    held_acc = accuracy(model, held_x, held_y)
-    train_acc = accuracy(model, train_x[: len(held_y) * 2], train_y[: len(held_y) * 2])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous().float() for k, v in model.state_dict().items()}
-    save_file(state, str(out), metadata={"format": "pt"})
-    provenance = {
+
+def _log(model: torch.nn.Module, c: PretrainConfig, step: int, loss: float, lr: float, held: Images, start: float):
+    """A progress line every ``log_every`` steps, with the held-out accuracy every tenth line and at the end."""
+    done = step + 1
+    if done % c.log_every and done != c.steps:
+        return
+    line = f"step {done}/{c.steps}  loss {loss:.4f}  lr {lr:.2e}  {time.time() - start:.0f}s"
+    if done % (10 * c.log_every) == 0 or done == c.steps:
+        line += f"  held-out acc {accuracy(model, *held):.4f}"
+        model.train()
+    print(line, flush=True)
+
+
+def _provenance(c: PretrainConfig, out: Path, measured: dict[str, Any], command: str | None) -> dict[str, Any]:
+    """What made the checkpoint: the command and settings, what was measured, the file and the software."""
+    return {
         "command": command if command is not None else shlex.join([sys.executable, *sys.argv]),
         "model": "vit_testbed_patch8_32",
-        "num_classes": num_classes,
-        "seed": seed,
-        "data_seed": data_seed,
-        "steps": steps,
-        "batch_size": batch_size,
-        "lr": lr,
-        "weight_decay": weight_decay,
-        "warmup_steps": warmup_steps,
-        "label_smoothing": label_smoothing,
+        **{k: v for k, v in asdict(c).items() if k not in ("log_every", "threads")},
         "optimizer": "AdamW, warm-up + cosine, grad clip 1.0, random horizontal flip",
-        "train_images": len(train_y),
-        "heldout_images": len(held_y),
-        "train_instance_seed": TRAIN_INSTANCES + seed,
-        "heldout_instance_seed": HELDOUT_INSTANCES + seed,
-        "heldout_accuracy": round(held_acc, 6),
-        "train_accuracy_sample": round(train_acc, 6),
-        "final_loss": round(running, 6),
-        "wall_time_s": round(time.time() - start, 1),
-        "threads": threads,
+        "train_instance_seed": TRAIN_INSTANCES + c.seed,
+        "heldout_instance_seed": HELDOUT_INSTANCES + c.seed,
+        **measured,
+        "threads": c.threads,
         "file": out.name,
         "sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
         "size_bytes": out.stat().st_size,
@@ -146,9 +151,6 @@ def pretrain_testbed(
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    out.with_suffix(".json").write_text(json.dumps(provenance, indent=2) + "\n")
-    print(f"held-out accuracy {held_acc:.4f}; wrote {out} ({provenance['size_bytes'] / 1e6:.2f} MB)", flush=True)
-    return provenance
 
 
 @torch.no_grad()

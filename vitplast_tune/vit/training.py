@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -115,7 +116,57 @@ def finetune(
     """
     cfg.validate()
     entered = time.perf_counter()
-    device = device or default_device()
+    run = _prepare(cfg, device or default_device(), decoded)
+    if resume is not None:
+        run.step, run.best = _load_state(resume, run.trainable, run.optimizer)
+    splits, workers = run.splits, run.workers
+    batches = train_batches(
+        splits.train, cfg.batch_size, seed=cfg.seed, start_step=run.step, num_workers=workers, device=run.device
+    )
+    val_batches = eval_batches(splits.val, eval_batch_size(cfg.batch_size), workers, run.device)
+    # Cumulative seconds since this call (a resumed run starts again at 0): setup (model, data, freezing,
+    # feature cache), training steps (up to the loss sync at each evaluation), evaluation (val and test).
+    run.timing.update(time_setup_s=time.perf_counter() - entered, time_in_steps_s=0.0, time_in_eval_s=0.0)
+    metrics: dict[str, Any] = {}
+    while run.step < cfg.max_steps:
+        started = time.perf_counter()
+        loss_sum, count = _train_until_evaluation(run, batches)
+        metrics = _evaluate_run(run, val_batches, loss_sum.item() / count, count, started)
+        if report is not None:
+            report(metrics, run.state())
+    return metrics
+
+
+@dataclass
+class _Run:
+    """A run being finetuned: its model, what trains it, and where it stands (built by ``_prepare``)."""
+
+    cfg: FinetuneConfig
+    device: torch.device
+    model: nn.Module
+    forward: Callable[[torch.Tensor], torch.Tensor]  # the model, compiled, or the head on cached features
+    splits: Splits
+    trainable: dict[str, nn.Parameter]
+    trainable_params: int
+    optimizer: torch.optim.Optimizer
+    workers: int
+    timing: dict[str, float]
+    step: int = 0
+    best: dict[str, Any] = field(default_factory=lambda: {"val_acc": -1.0, "step": 0, "trainable": None})
+
+    def lr(self, step: int) -> float:
+        """The learning rate at ``step``: warm-up, then cosine decay."""
+        return self.cfg.lr * warmup_cosine(step, self.cfg.max_steps, self.cfg.warmup)
+
+    def state(self) -> dict[str, Any]:
+        """What resumes the run: the live tensors, not copies (a copy of a ViT-B's weights and momentum is 0.7 GB),
+        so the receiver saves or copies them before training goes on."""
+        trainable = {n: p.detach() for n, p in self.trainable.items()}
+        return {"step": self.step, "trainable": trainable, "optimizer": self.optimizer.state_dict(), "best": self.best}
+
+
+def _prepare(cfg: FinetuneConfig, device: torch.device, decoded: InMemory | None) -> _Run:
+    """Build the run: model and splits, frozen but for the subset, on ``device``, with its forward pass and optimizer."""
     _use_hardware(cfg, device)
     model, splits = build_run(cfg, decoded)
     counts = components.freeze(model, cfg.components, cfg.blocks)
@@ -126,97 +177,77 @@ def finetune(
     feature_cache_s = 0.0
     if cfg.cache_features and not components.parse_subset(cfg.components) and _in_memory(splits):
         caching = time.perf_counter()
-        splits, forward = (
-            _backbone_features(model, splits, device, cfg.batch_size, cfg.cuda_options),
-            _head_forward(model),
-        )
-        feature_cache_s = time.perf_counter() - caching
+        splits = _backbone_features(model, splits, device, cfg.batch_size, cfg.cuda_options)
+        forward, feature_cache_s = _head_forward(model), time.perf_counter() - caching
     elif cfg.compile:
         forward = torch.compile(model)
-    workers = _num_workers(cfg, splits)
     optimizer = build_optimizer(cfg, list(trainable.values()))
-    step, best = 0, {"val_acc": -1.0, "step": 0, "trainable": None}
-    if resume is not None:
-        step, best = _load_state(resume, trainable, optimizer)
-    schedule = lambda s: cfg.lr * warmup_cosine(s, cfg.max_steps, cfg.warmup)
+    timing = {"time_feature_cache_s": feature_cache_s}
+    workers = _num_workers(cfg, splits)
+    return _Run(cfg, device, model, forward, splits, trainable, sum(counts.values()), optimizer, workers, timing)
 
-    metrics: dict[str, Any] = {}
-    batches = train_batches(
-        splits.train, cfg.batch_size, seed=cfg.seed, start_step=step, num_workers=workers, device=device
-    )
-    val_batches = eval_batches(splits.val, eval_batch_size(cfg.batch_size), workers, device)
-    loss_sum, loss_count, started = torch.zeros((), device=device), 0, time.perf_counter()
-    # Cumulative seconds since this call (a resumed run starts again at 0): setup (model, data, freezing,
-    # feature cache), training steps (up to the loss sync at each evaluation), evaluation (val and test).
-    timing = {
-        "time_setup_s": started - entered,
-        "time_in_steps_s": 0.0,
-        "time_in_eval_s": 0.0,
-        "time_feature_cache_s": feature_cache_s,
-    }
-    while step < cfg.max_steps:
-        images, labels = _to(next(batches), device)
+
+def _train_until_evaluation(run: _Run, batches) -> tuple[torch.Tensor, int]:
+    """Training steps up to the next evaluation (every ``eval_every`` steps and the last); the summed loss and count."""
+    cfg, optimizer = run.cfg, run.optimizer
+    loss_sum, count = torch.zeros((), device=run.device), 0
+    while True:
+        images, labels = _to(next(batches), run.device)
         for group in optimizer.param_groups:
-            group["lr"] = schedule(step)
-        with _autocast(device, cfg.cuda_options):
-            loss = F.cross_entropy(forward(images).float(), labels)
+            group["lr"] = run.lr(run.step)
+        with _autocast(run.device, cfg.cuda_options):
+            loss = F.cross_entropy(run.forward(images).float(), labels)
         loss.backward()
         if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(trainable.values(), cfg.grad_clip)
+            torch.nn.utils.clip_grad_norm_(run.trainable.values(), cfg.grad_clip)
         optimizer.step()
         # Freed now, not before the next backward: the forward pass's activations and an evaluation never
         # sit beside a whole set of stale gradients (a ViT-B's are 0.34 GB).
         optimizer.zero_grad(set_to_none=True)
         loss_sum += loss.detach()
-        loss_count += 1
-        step += 1
-        if step % cfg.eval_every == 0 or step == cfg.max_steps:
-            train_loss = loss_sum.item() / loss_count
-            evaluating = time.perf_counter()
-            timing["time_in_steps_s"] += evaluating - started
-            if not math.isfinite(train_loss):
-                raise DivergedError(f"training loss became {train_loss} before step {step}", step)
-            val = evaluate(model, val_batches, cfg.batch_size, device, workers, forward, cfg.cuda_options)
-            if val["acc"] > best["val_acc"]:
-                best = {"val_acc": val["acc"], "step": step, "trainable": _snapshot(trainable)}
-            metrics = {
-                "step": step,
-                "train_loss": train_loss,
-                "val_acc": val["acc"],
-                "val_loss": val["loss"],
-                "best_val_acc": best["val_acc"],
-                "best_step": best["step"],
-                "current_lr": schedule(step - 1),
-                "trainable_params": sum(counts.values()),
-                "max_steps": cfg.max_steps,
-                "steps_per_s": loss_count / (evaluating - started),
-            }
-            metrics["images_per_s"] = (
-                metrics["steps_per_s"] * cfg.batch_size
-            )  # training throughput, the Pareto front's axis
-            if step == cfg.max_steps and cfg.eval_test:
-                metrics["test_acc"] = _test_best(model, trainable, best, splits.test, cfg, device, forward)
-            timing["time_in_eval_s"] += time.perf_counter() - evaluating
-            metrics.update(timing)
-            if report is not None:
-                # The live tensors, not copies (a copy of a ViT-B's weights and momentum is 0.7 GB): save or copy them.
-                state = {
-                    "step": step,
-                    "trainable": {n: p.detach() for n, p in trainable.items()},
-                    "optimizer": optimizer.state_dict(),
-                    "best": best,
-                }
-                report(metrics, state)
-            loss_sum.zero_()
-            loss_count, started = 0, time.perf_counter()
-    return metrics
+        count += 1
+        run.step += 1
+        if run.step % cfg.eval_every == 0 or run.step == cfg.max_steps:
+            return loss_sum, count
+
+
+def _evaluate_run(run: _Run, val_batches, train_loss: float, count: int, started: float) -> dict[str, Any]:
+    """Validate (and test the best weights after the last step); the metrics a report carries."""
+    cfg, step = run.cfg, run.step
+    evaluating = time.perf_counter()
+    run.timing["time_in_steps_s"] += evaluating - started
+    if not math.isfinite(train_loss):
+        raise DivergedError(f"training loss became {train_loss} before step {step}", step)
+    val = evaluate(run.model, val_batches, cfg.batch_size, run.device, run.workers, run.forward, cfg.cuda_options)
+    if val["acc"] > run.best["val_acc"]:
+        run.best = {"val_acc": val["acc"], "step": step, "trainable": _snapshot(run.trainable)}
+    steps_per_s = count / (evaluating - started)
+    metrics = {
+        "step": step,
+        "train_loss": train_loss,
+        "val_acc": val["acc"],
+        "val_loss": val["loss"],
+        "best_val_acc": run.best["val_acc"],
+        "best_step": run.best["step"],
+        "current_lr": run.lr(step - 1),
+        "trainable_params": run.trainable_params,
+        "max_steps": cfg.max_steps,
+        "steps_per_s": steps_per_s,
+        "images_per_s": steps_per_s * cfg.batch_size,  # training throughput, the Pareto front's axis
+    }
+    if step == cfg.max_steps and cfg.eval_test:
+        metrics["test_acc"] = _test_best(
+            run.model, run.trainable, run.best, run.splits.test, cfg, run.device, run.forward
+        )
+    run.timing["time_in_eval_s"] += time.perf_counter() - evaluating
+    return {**metrics, **run.timing}
 
 
 def build_run(cfg: FinetuneConfig, decoded: InMemory | None = None) -> tuple[nn.Module, Splits]:
     """A run's model (new head initialised from ``cfg.seed``) and its seeded splits, as ``finetune`` trains them."""
     torch.manual_seed(cfg.seed)
     num_classes = datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir)
-    model = models.build_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
+    model = models.create_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
     splits = datasets.load_dataset(
         cfg.dataset,
         models.data_config(model),
