@@ -41,6 +41,7 @@ import pandas as pd
 import yaml
 from ray.tune import Callback
 
+from vitplast_tune import storage
 from vitplast_tune.search import distributions, driver, plan, searchers, spaces
 from vitplast_tune.search.trial import trial_subset
 
@@ -56,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--curves",
-        default=str(plan.default_storage() / "bench_search_curves.json"),
+        default=str(storage.default_storage() / "bench_search_curves.json"),
         help="recorded grid curves: read when present, else the grid runs and writes them (default: ~/vitplast_tune_results/bench_search_curves.json)",
     )
     p.add_argument("--rerun-grid", action="store_true", help="run the grid even when --curves exists")
@@ -504,7 +505,7 @@ def recommended(settings: dict, k: int, spec: spaces.SearchSpec) -> list[str]:
     """recommend's ranking of the space's subsets for these settings (its criterion chosen from the evidence)."""
     from vitplast_tune.recommend import ranking
 
-    rec = ranking.recommend(settings, plan.default_storage())
+    rec = ranking.recommend(settings, storage.default_storage())
     allowed = set(spec.parameters["components"].grid_values())
     ranked = [c for c in rec.ranked["components"] if c in allowed]
     print(f"warm start: recommend ranks by {rec.criterion}; TPE tries first {', '.join(ranked[:k])}")

@@ -1,10 +1,73 @@
-"""Shared fixtures: tiny timm ViTs built in the test, and a local Ray instance with 2 CPUs."""
+"""Shared fixtures: isolation of every test from the machine and from each other, tiny ViTs and space files, and a
+local Ray instance with 2 CPUs.
+
+Every test runs with its own cache directory (``VITPLAST_CACHE_DIR``), results directory (``VITPLAST_RESULTS_DIR``),
+working directory (so MLflow's default ``./mlruns`` lands there) and Ray temp dir (``RAY_TMPDIR``, for the Ray
+instances its subprocesses start), and with no ``RAY_ADDRESS``: nothing it writes or starts is seen by another
+test, and nothing already on the machine (a warm cache, a running cluster) changes what it measures. Fixtures of
+a wider scope (a module's search) get the session's own directories.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
 import pytest
 import torch
+from _spaces import space_text
 from timm.models.vision_transformer import VisionTransformer
+
+
+@pytest.fixture
+def tiny_space(tmp_path):
+    """Write a tiny space file (``space_text``'s arguments, and ``name``) into the test's directory; return its path."""
+
+    def write(name: str = "space", **changes: Any) -> Path:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(space_text(**changes))
+        return path
+
+    return write
+
+
+def _short_dir(prefix: str) -> str:
+    """A short directory under /tmp: Ray's socket paths must stay under 108 bytes."""
+    return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_isolation(tmp_path_factory):
+    """The session's own cache, results and Ray temp directories, for fixtures wider than one test."""
+    root = tmp_path_factory.mktemp("session")
+    ray_tmp = _short_dir("vts")
+    saved = {k: os.environ.get(k) for k in ("VITPLAST_CACHE_DIR", "VITPLAST_RESULTS_DIR", "RAY_TMPDIR", "RAY_ADDRESS")}
+    os.environ.update(
+        VITPLAST_CACHE_DIR=str(root / "cache"), VITPLAST_RESULTS_DIR=str(root / "results"), RAY_TMPDIR=ray_tmp
+    )
+    os.environ.pop("RAY_ADDRESS", None)
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _isolation(tmp_path, monkeypatch):
+    """This test's own cache, results, working and Ray temp directories."""
+    ray_tmp = _short_dir("vt")
+    monkeypatch.setenv("VITPLAST_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("VITPLAST_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("RAY_TMPDIR", ray_tmp)
+    monkeypatch.chdir(tmp_path)
+    yield
+    shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 @pytest.fixture
@@ -16,9 +79,18 @@ def tiny_vit() -> VisionTransformer:
 
 @pytest.fixture(scope="session")
 def ray_local():
-    """A local Ray instance with an explicit small resource set, shut down after the session."""
+    """A local Ray instance of this session's own (never one already running), with an explicit small resource set,
+    shut down after the session."""
     import ray
 
-    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        num_gpus=0,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        _temp_dir=_short_dir("vtr"),
+    )
     yield ray
     ray.shutdown()

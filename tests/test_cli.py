@@ -1,6 +1,7 @@
 """Bad input: one clear line on stderr, exit code 2, quickly, and no Ray session or MLflow store."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -25,14 +26,15 @@ defaults: {model: vit_testbed_patch8_32, pretrained: false, max_steps: 8}
 
 
 def ray_sessions() -> set[str]:
-    return {p.name for p in Path("/tmp/ray").glob("session_2*")} if Path("/tmp/ray").is_dir() else set()
+    """The Ray sessions in this test's own Ray temp dir (conftest gives each test one, and its subprocesses use it)."""
+    return {p.name for p in (Path(os.environ["RAY_TMPDIR"]) / "ray").glob("session_*")}
 
 
 def run_search(tmp_path, *args, space_text=GOOD):
     space = tmp_path / "space.yaml"
     space.write_text(space_text)
     storage = tmp_path / "results"
-    before = ray_sessions()
+    assert ray_sessions() == set()
     started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(space), "--storage", str(storage), *args],
@@ -41,7 +43,7 @@ def run_search(tmp_path, *args, space_text=GOOD):
         timeout=120,
         cwd=tmp_path,
     )
-    return proc, time.perf_counter() - started, before, storage
+    return proc, time.perf_counter() - started, storage
 
 
 CASES = [
@@ -86,14 +88,14 @@ def test_bad_input_exits_2_with_one_line(tmp_path, args, space_text, message):
         (tmp_path / "results" / args[2]).mkdir(parents=True)
         text = json.dumps(record) if args[2] == "started" else "{"
         (tmp_path / "results" / args[2] / "vitplast_search.json").write_text(text)
-    proc, seconds, ray_before, storage = run_search(tmp_path, *args, space_text=space_text)
+    proc, seconds, storage = run_search(tmp_path, *args, space_text=space_text)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     assert message in lines[0]
     assert "Traceback" not in proc.stderr
     assert seconds < 60
-    assert ray_sessions() == ray_before, "a Ray session was started"
+    assert ray_sessions() == set(), "a Ray session was started"
     assert not (storage / "mlflow.db").exists(), "an MLflow store was created"
     assert not any(storage.glob("*/experiment_state*")), "a Ray Tune experiment was written"
 

@@ -1,5 +1,6 @@
 """What a user installs and reads: dependency floors, the README's numbers, shipped spaces and commands."""
 
+import json
 import os
 import re
 import subprocess
@@ -42,37 +43,26 @@ def test_readme_quickstart_trial_counts_match_the_space():
 
 
 @pytest.mark.slow
-def test_a_non_editable_install_ships_the_spaces_and_the_commands(tmp_path):
-    target = tmp_path / "site"
-    pip = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--no-deps",
-        "--no-build-isolation",
-        "--target",
-        str(target),
-        str(ROOT),
-    ]
-    subprocess.run(pip, check=True, capture_output=True, cwd=tmp_path, timeout=600)
-    code = "from vitplast_tune.search import spaces; print(spaces.load_space('component_subsets').num_samples, spaces.spaces_dir())"
+def test_a_wheel_ships_the_spaces_weights_and_commands_and_searches_from_them(tmp_path):
+    """Build the wheel, install it alone (no checkout on the path), and run the quickstart's space from it."""
+    wheels, target = tmp_path / "wheels", tmp_path / "site"
+    build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(wheels)]
+    subprocess.run([*build, str(ROOT)], check=True, capture_output=True, cwd=tmp_path, timeout=600)
+    (wheel,) = wheels.glob("vitplast_tune-*.whl")
+    install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)]
+    subprocess.run(install, check=True, capture_output=True, cwd=tmp_path, timeout=600)
     env = {**os.environ, "PYTHONPATH": str(target)}
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, check=True
-    ).stdout
-    count, where = out.split()
-    assert int(count) == spaces.load_space("component_subsets").num_samples
-    assert Path(where).is_relative_to(target)
-    for command in ("vitplast-search", "vitplast-analyze", "vitplast-plasticity", "vitplast-pretrain"):
+    code = "from vitplast_tune.search import spaces; print(spaces.spaces_dir())"
+    where = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert Path(where.stdout.strip()).is_relative_to(target), where.stderr
+    commands = ("vitplast-search", "vitplast-analyze", "vitplast-plasticity", "vitplast-pretrain", "vitplast-recommend")
+    for command in commands:
         assert (target / "bin" / command).is_file()
-    help_text = subprocess.run(
-        [sys.executable, str(target / "bin" / "vitplast-search"), "--help"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        check=True,
-    ).stdout
-    assert "--max-steps" in help_text and "(default: None)" not in help_text
+    search = [sys.executable, str(target / "bin" / "vitplast-search"), "--space", "component_subsets"]
+    search += ["--num-samples", "1", "--max-steps", "2", "--eval-every", "2", "--no-plasticity", "--quiet"]
+    search += ["--storage", str(tmp_path / "results"), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]
+    out = subprocess.run(search, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Search component_subsets" in out.stdout and "1 trials" in out.stdout
+    (record,) = (tmp_path / "results").glob("*/vitplast_search.json")
+    assert Path(json.loads(record.read_text())["space_path"]).is_relative_to(target)  # the wheel's space file

@@ -1,5 +1,6 @@
 """The command line: each command's arguments and main (``vitplast-search``, ``vitplast-analyze``,
-``vitplast-plasticity``, ``vitplast-pretrain``; ``scripts/*.py`` call the same functions), and turning
+``vitplast-plasticity``, ``vitplast-pretrain``, ``vitplast-recommend``; ``python -m vitplast_tune COMMAND`` and
+``scripts/*.py`` call the same functions), and turning
 a UserError into one line on stderr and exit code 2.
 
 Heavy modules (Ray, torch, timm) are imported inside the mains, so ``--help`` and bad flags answer at once.
@@ -15,6 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from vitplast_tune import storage
 from vitplast_tune.config import PLASTICITY_VARIANTS, TESTBED_MODEL, TESTBED_WEIGHTS, PretrainConfig
 from vitplast_tune.errors import SearchInterrupted, UserError
 
@@ -54,7 +56,7 @@ def run_main(main: Callable[[], int | None]) -> NoReturn:
 
 
 def search_parser() -> argparse.ArgumentParser:
-    """The arguments of ``vitplast-search`` (scripts/search.py); defaults read from SearchOptions and FinetuneConfig."""
+    """The arguments of ``vitplast-search``; defaults read from SearchOptions and FinetuneConfig."""
     from vitplast_tune.config import FinetuneConfig
     from vitplast_tune.search.plan import SearchOptions
 
@@ -271,7 +273,7 @@ def positive_int(text: str) -> int:
 
 
 def plasticity_parser() -> argparse.ArgumentParser:
-    """The arguments of ``vitplast-plasticity`` (scripts/plasticity.py)."""
+    """The arguments of ``vitplast-plasticity``."""
 
     p = argparse.ArgumentParser(description=PLASTICITY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
@@ -411,7 +413,7 @@ gradient criteria of --model on --dataset, rank every subset by the criterion wi
 and print the ranking with that evidence. --verify K then runs a short grid over the top K subsets, full finetuning
 and the linear probe, and says whether the recommendation held.
 
-    python scripts/recommend.py --model vit_testbed_patch8_32.fractal --dataset digits --verify 3"""
+    vitplast-recommend --model vit_testbed_patch8_32.fractal --dataset digits --verify 3"""
 
 
 def recommend_main(argv: Sequence[str] | None = None) -> int:
@@ -436,7 +438,7 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     from vitplast_tune.recommend import ranking, verify
-    from vitplast_tune.search import driver, plan
+    from vitplast_tune.search import driver
     from vitplast_tune.vit import models
 
     if args.verify < 0:
@@ -444,15 +446,15 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
     chosen = dict(model=args.model, weights=args.weights, dataset=args.dataset, data_dir=args.data_dir)
     settings = FinetuneConfig(**chosen)
     models.check_weights(settings.model, settings.weights, settings.pretrained)
-    storage = Path(args.storage).expanduser() if args.storage else plan.default_storage()
-    rec = ranking.recommend(settings, storage, budget=args.budget_params, plasticity_pairs=args.plasticity_pairs)
+    root = Path(args.storage).expanduser() if args.storage else storage.default_storage()
+    rec = ranking.recommend(settings, root, budget=args.budget_params, plasticity_pairs=args.plasticity_pairs)
     print(ranking.describe(rec, args.top), flush=True)
     if args.verify:
         lrs = list(verify.VERIFY_LRS)
         print(f"\nVerifying: grid of the top {args.verify} subsets, all and head x lr {lrs} ...", flush=True)
         from vitplast_tune.search import results
 
-        table, found = driver.verify_recommendation(rec, args.verify, storage, max_steps=args.verify_steps)
+        table, found = driver.verify_recommendation(rec, args.verify, root, max_steps=args.verify_steps)
         print(verify.describe_verification(table))
         print(f"\n{results.describe_pareto(found.trials)}")
         print(f"search: {found.plan.local_dir} (MLflow parent run {found.plan.name})")
@@ -462,3 +464,26 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
 def recommend(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of ``vitplast-recommend``."""
     run_main(lambda: recommend_main(argv))
+
+
+# ----------------------------------------------------------------------------- python -m vitplast_tune
+
+COMMANDS: dict[str, Callable[[Sequence[str] | None], NoReturn]] = {
+    "search": search,
+    "analyze": analyze,
+    "plasticity": plasticity,
+    "pretrain": pretrain,
+    "recommend": recommend,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """``python -m vitplast_tune COMMAND [flags]``: the installed command ``vitplast-COMMAND`` with its flags."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        usage = f"usage: python -m vitplast_tune {{{','.join(COMMANDS)}}} [flags]   (each also vitplast-COMMAND)"
+        asked = bool(argv) and argv[0] in ("-h", "--help")
+        print(usage if asked or not argv else f"{usage}\nerror: unknown command {argv[0]!r}", file=sys.stderr)
+        sys.exit(0 if asked else 2)
+    sys.argv[0] = f"vitplast-{argv[0]}"  # what argparse prints as the program's name
+    COMMANDS[argv[0]](argv[1:])

@@ -4,6 +4,7 @@ torch, so that a search's driver validates settings without importing what only 
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,13 @@ WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"  # shipped with the pa
 TESTBED_WEIGHTS = WEIGHTS_DIR / "vit_testbed_patch8_32.fractal.safetensors"
 
 
+CACHE_ENV = "VITPLAST_CACHE_DIR"  # overrides the cache root
+
+
 def cache_dir() -> Path:
-    """Where generated files live (datasets, image caches, plasticity reports): ``~/.cache/vitplast_tune``."""
-    return Path.home() / ".cache" / "vitplast_tune"
+    """Where generated files live (datasets, image caches, plasticity reports): ``$VITPLAST_CACHE_DIR``, else
+    ``~/.cache/vitplast_tune``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "vitplast_tune").expanduser()
 
 
 def default_data_dir() -> Path:

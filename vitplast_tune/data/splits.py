@@ -99,7 +99,7 @@ class SmallImages(Dataset):
         return transforms.batch_transform(raw, self.data_config, self.train, seed), labels
 
 
-# Training batches on a CPU-only trial: "per_image" or "batched", whichever scripts/bench_data.py measured faster
+# Training batches on a CPU-only trial: "per_image" or "batched", whichever ``python -m benchmarks.data`` measured faster
 # (one core, 32 -> 224 px: timm's per-image PIL transform 389 images/s, the batched bicubic grid_sample 179).
 # Evaluation batches are batched everywhere (443 vs 423 images/s per image).
 CPU_TRAIN_PATH = "per_image"

@@ -24,7 +24,7 @@ from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import BASELINE, contains_mha_or_fc, log_trainable_params
 from vitplast_tune.search import distributions
-from vitplast_tune.search.plan import SEARCH_FILE
+from vitplast_tune.storage import SEARCH_FILE
 
 DEFAULT_CRITERION = "plasticity_mean"  # the paper's: without evidence, rank by the mean plasticity of the subset
 
@@ -190,9 +190,7 @@ def describe(rec: Recommendation, top: int = 10) -> str:
         "(lab: test accuracy per subset at its best lr; trials: final validation accuracy per trial):",
     ]
     if rec.evidence.empty:
-        lines.append(
-            "  no evidence yet: run a criteria lab (python scripts/search.py --space criteria_lab) or --verify"
-        )
+        lines.append("  no evidence yet: run a criteria lab (vitplast-search --space criteria_lab) or --verify")
     for r in rec.evidence.sort_values(["criterion", "search"]).itertuples():
         lines.append(
             f"  {r.criterion:<22} {r.spearman:+.2f} [{r.spearman_low:+.2f}, {r.spearman_high:+.2f}] n={r.n:<3} "

@@ -26,7 +26,6 @@ import os
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from vitplast_tune.errors import UserError
 
@@ -36,17 +35,6 @@ _EPS = 1e-9
 # A local instance starts no idle workers ahead of time: Ray would start one per CPU (50 MB each here) when
 # the driver connects, and trials are actors that start their own worker anyway.
 LOCAL_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
-# URI schemes that pyarrow.fs.FileSystem.from_uri (what Ray Tune uses) resolves, and the pyarrow
-# filesystem class each needs.
-_SCHEMES = {
-    "s3": "S3FileSystem",
-    "gs": "GcsFileSystem",
-    "gcs": "GcsFileSystem",
-    "hdfs": "HadoopFileSystem",
-    "viewfs": "HadoopFileSystem",
-    "abfs": "AzureFileSystem",
-    "abfss": "AzureFileSystem",
-}
 
 
 # ----------------------------------------------------------------------------- joining
@@ -307,30 +295,6 @@ def task_runner(resources: dict[str, float], say=print, every_s: float = 30.0):
 
 
 # ----------------------------------------------------------------------------- storage
-
-
-def storage_uri(storage: str) -> str:
-    """``--storage`` checked: a path stays a path (``file://`` becomes one), a URI needs a filesystem pyarrow has."""
-    if "://" not in storage:
-        return storage
-    parsed = urlparse(storage)
-    scheme = parsed.scheme.lower()
-    if scheme == "file":
-        return parsed.path
-    if scheme not in _SCHEMES:
-        raise UserError(
-            f'--storage "{storage}": unknown scheme {scheme}://; use a local or shared-filesystem path, '
-            f"or one of {', '.join(s + '://' for s in sorted(_SCHEMES))}"
-        )
-    import pyarrow.fs
-
-    if not hasattr(pyarrow.fs, _SCHEMES[scheme]):
-        raise UserError(
-            f'--storage "{storage}": this pyarrow has no {_SCHEMES[scheme]} (reinstall pyarrow with {scheme} support)'
-        )
-    if not parsed.netloc:
-        raise UserError(f'--storage "{storage}" names no bucket or host; e.g. {scheme}://my-bucket/vitplast')
-    return storage.rstrip("/")
 
 
 def preflight(resources: dict[str, float], storage: str, say=print) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,9 +25,10 @@ from vitplast_tune.predictors.report import Predictors, gradient_report, search_
 from vitplast_tune.recommend import ranking, verify
 from vitplast_tune.recommend.ranking import Recommendation
 from vitplast_tune.search import results, searchers, spaces, tracking
-from vitplast_tune.search.plan import SearchOptions, SearchPlan, default_storage, prepare, read_record, write_record
+from vitplast_tune.search.plan import SearchOptions, SearchPlan, prepare, write_record
 from vitplast_tune.search.results import SearchResult
 from vitplast_tune.search.trial import train_trial
+from vitplast_tune.storage import default_storage, read_record
 
 __all__ = ["SearchOptions", "SearchResult", "run", "execute", "reanalyze", "compare_datasets", "verify_recommendation"]
 
@@ -39,7 +41,7 @@ def run(options: SearchOptions, callbacks: Sequence[Callback] = ()) -> SearchRes
 def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResult:
     """Run a prepared search: Ray, the predictors, the MLflow parent run, the Tuner, then results and trials.
 
-    ``callbacks``: extra Ray Tune callbacks (e.g. the trial timeline of scripts/bench_trial.py).
+    ``callbacks``: extra Ray Tune callbacks (e.g. the trial timeline of ``python -m benchmarks.trial``).
     """
     import ray
 
@@ -78,8 +80,7 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
     if unfinished:
         mlflow.set_terminated(parent, status="KILLED")
         raise SearchInterrupted(
-            f"{unfinished} trial(s) unfinished; nothing is lost: continue the search with "
-            f"python scripts/search.py --name {plan.name} --storage {plan.storage} --resume"
+            f"{unfinished} trial(s) unfinished; nothing is lost: continue the search with {resume_command(plan)}"
         )
     result = SearchResult(
         plan, results.trial_table(grid, plan, predictors), parent, time.perf_counter() - started, view=view
@@ -111,6 +112,12 @@ def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predicto
     )
     trainable = tune.with_resources(trainable, plan.options.trial_resources)
     return searchers.tuner(plan, trainable, callbacks, ranking.warm_start_subsets(plan, predictors)).fit()
+
+
+def resume_command(plan: SearchPlan) -> str:
+    """The command that continues an interrupted search: its space file, name and storage."""
+    words = ["vitplast-search", "--space", str(plan.spec.path), "--name", plan.name, "--storage", plan.storage]
+    return shlex.join([*words, "--resume"])
 
 
 def _say(plan: SearchPlan, text: str) -> None:

@@ -24,11 +24,11 @@ from vitplast_tune.config import FinetuneConfig, check_variant
 from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.search import spaces
 from vitplast_tune.search.trial import METRICS, trial_config
+from vitplast_tune.storage import SEARCH_FILE, default_storage, is_uri, read_record, storage_uri
 
 if TYPE_CHECKING:
     from vitplast_tune.data.decoded import InMemory
 
-SEARCH_FILE = "vitplast_search.json"  # the record of a search in its directory
 EXPERIMENT = "vitplast_tune"  # the MLflow experiment every search logs to
 DEFAULT_SEED = 0
 DEFAULT_MAX_FAILURES = 2
@@ -104,16 +104,6 @@ class SearchPlan:
         return self.local_dir or default_storage() / self.name
 
 
-def default_storage() -> Path:
-    """Where searches are stored when ``--storage`` is not given: ``~/vitplast_tune_results``."""
-    return Path.home() / "vitplast_tune_results"
-
-
-def is_uri(path: str) -> bool:
-    """Whether a storage location is a URI (s3://, gs://, ...) rather than a local path."""
-    return "://" in path
-
-
 def prepare(options: SearchOptions) -> SearchPlan:
     """Validate the space, flags, files and resume state into a plan; raise UserError on the first problem.
 
@@ -122,8 +112,6 @@ def prepare(options: SearchOptions) -> SearchPlan:
     spec = spaces.load_space(options.space).with_overrides(num_samples=options.num_samples)
     _check_metric(spec)
     _check_resources(options)
-    from vitplast_tune.search.cluster import storage_uri  # cluster: s3://, gs://, ... checked; file:// made a path
-
     storage = storage_uri(str(options.storage or default_storage()))
     if not is_uri(storage):
         storage = str(Path(storage).expanduser().resolve())
@@ -185,28 +173,6 @@ def write_record(plan: SearchPlan, parent_run_id: str) -> None:
         "max_failures": plan.max_failures,
     }
     (directory / SEARCH_FILE).write_text(json.dumps(record, indent=2, default=str))
-
-
-def read_record(directory: Path) -> dict[str, Any]:
-    """The record of the search stored in ``directory``; UserError when there is none."""
-    path = directory / SEARCH_FILE
-    if not path.is_file():
-        raise UserError(f'no search "{directory.name}" to resume in {directory.parent}; check --name and --storage')
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(
-            f"the search record {path} is unreadable ({exc}); restore it, or start a new search with another --name"
-        ) from None
-    missing = [
-        k for k in ("name", "space_path", "fingerprint", "tracking_uri", "parent_run_id", "settings") if k not in record
-    ]
-    if not isinstance(record, dict) or missing:
-        raise UserError(
-            f"the search record {path} is incomplete (no {', '.join(missing) or 'mapping'}); "
-            "start a new search with another --name"
-        )
-    return record
 
 
 def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> FinetuneConfig:

@@ -2,29 +2,29 @@
 
 import pytest
 import torch
+from _spaces import space_text
 
+from vitplast_tune import storage
 from vitplast_tune.errors import UserError
 from vitplast_tune.predictors import report
 from vitplast_tune.search import plan
 from vitplast_tune.search.plan import SearchOptions
 from vitplast_tune.vit import models
 
-SPACE = """
-metric: {metric}
-mode: {mode}
-algorithm: optuna
-num_samples: 3
-scheduler: {{name: asha, grace_period: 100, reduction_factor: 3}}
-parameters:
-  components: {{subsets: any}}
-  lr: {{loguniform: [1.0e-3, 1.0]}}
-defaults: {{model: vit_testbed_patch8_32, pretrained: false, max_steps: 400}}
-"""
-
 
 def options(tmp_path, metric="val_acc", mode="max", **kw) -> SearchOptions:
     space = tmp_path / "space.yaml"
-    space.write_text(SPACE.format(metric=metric, mode=mode))
+    space.write_text(
+        space_text(
+            metric=metric,
+            mode=mode,
+            algorithm="optuna",
+            num_samples=3,
+            scheduler={"name": "asha", "grace_period": 100, "reduction_factor": 3},
+            parameters={"components": {"subsets": "any"}, "lr": {"loguniform": [1.0e-3, 1.0]}},
+            defaults={"max_steps": 400},
+        )
+    )
     kw = {"name": "s", "settings": {}, **kw}
     return SearchOptions(space=str(space), storage=str(tmp_path / "results"), plasticity=False, **kw)
 
@@ -116,7 +116,7 @@ def test_resume_applies_max_failures_and_the_same_values(tmp_path):
 
 def test_an_unreadable_search_record_is_a_user_error(tmp_path):
     started(tmp_path)
-    (tmp_path / "results" / "s" / plan.SEARCH_FILE).write_text("{truncated")
+    (tmp_path / "results" / "s" / storage.SEARCH_FILE).write_text("{truncated")
     with pytest.raises(UserError, match="search record .* is unreadable"):
         plan.prepare(options(tmp_path, resume=True))
 

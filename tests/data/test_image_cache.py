@@ -16,7 +16,7 @@ from vitplast_tune.data.batches import loader
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit import models
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = models.pretrained_data_config("vit_testbed_patch8_32")  # 32 px
 
 

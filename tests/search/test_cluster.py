@@ -8,7 +8,6 @@ each node has one CPU. Runs and node tags are read back with MlflowClient.
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import subprocess
@@ -20,29 +19,17 @@ from pathlib import Path
 import pytest
 import yaml
 from _raycluster import LocalCluster, MlflowServer, free_ports, node_ip
+from _spaces import space_text
 from mlflow.tracking import MlflowClient
 
+from vitplast_tune import storage
 from vitplast_tune.search import cluster, tracking
 from vitplast_tune.search.plan import EXPERIMENT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_DIR = ROOT / "scripts" / "cluster"
 SPREAD_STEPS = 200  # a few seconds per trial
 FAKE_HEAD_NODE_ID = "f" * 51 + "00000"  # the fake provider's head; its workers are f...f00001, f...f00002
-
-SPACE = """
-description: tiny cluster search
-metric: val_acc
-mode: max
-algorithm: grid
-num_samples: 1
-scheduler: fifo
-parameters:
-  components: {{choice: {components}}}
-  lr: {{choice: [0.05]}}
-  optimizer: sgd
-defaults: {{model: vit_testbed_patch8_32, pretrained: false, max_steps: {steps}, eval_every: {every}, warmup_steps: 1, batch_size: 16}}
-"""
 
 
 OPTUNA_SPACE = """
@@ -60,7 +47,13 @@ defaults: {model: vit_testbed_patch8_32, pretrained: false, max_steps: 20, eval_
 
 
 def write_space(path: Path, components: list[str], steps: int = 6) -> Path:
-    path.write_text(SPACE.format(components=json.dumps(components), steps=steps, every=steps // 2))
+    path.write_text(
+        space_text(
+            description="tiny cluster search",
+            parameters={"components": {"choice": components}},
+            defaults={"max_steps": steps, "eval_every": steps // 2, "warmup_steps": 1, "batch_size": 16},
+        )
+    )
     return path
 
 
@@ -169,10 +162,10 @@ def test_request_checks_without_ray(tmp_path, monkeypatch):
     monkeypatch.setenv(cluster.CONFIG_ENV, str(CLUSTER_DIR / "aws.yaml"))
     source, types = cluster.node_types()
     assert types["gpu_worker"] == {"CPU": 8, "GPU": 1} and "head" in types
-    assert cluster.storage_uri("file:///tmp/x") == "/tmp/x"
-    assert cluster.storage_uri("s3://bucket/dir/") == "s3://bucket/dir"
+    assert storage.storage_uri("file:///tmp/x") == "/tmp/x"
+    assert storage.storage_uri("s3://bucket/dir/") == "s3://bucket/dir"
     with pytest.raises(Exception, match="unknown scheme"):
-        cluster.storage_uri("ftp://host/dir")
+        storage.storage_uri("ftp://host/dir")
 
 
 # ----------------------------------------------------------------------------- a real two-node cluster

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from _spaces import space_text
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
@@ -20,20 +21,12 @@ from vitplast_tune.search import driver, mlflow_view, results, tracking
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
-SPACE = """
-description: tiny end-to-end grid
-metric: val_acc
-mode: max
-algorithm: grid
-num_samples: 1
-scheduler: fifo
-parameters:
-  components: {choice: [mha, fc1, ln1, ln2+fc2, all, head]}
-  lr: {choice: [0.05]}
-  optimizer: sgd
-defaults: {model: vit_testbed_patch8_32, pretrained: false, max_steps: 24, eval_every: 8, warmup_steps: 4, batch_size: 32}
-"""
+ROOT = Path(__file__).resolve().parents[2]
+SPACE = space_text(
+    description="tiny end-to-end grid",
+    parameters={"components": {"choice": ["mha", "fc1", "ln1", "ln2+fc2", "all", "head"]}},
+    defaults={"max_steps": 24},
+)
 
 
 @pytest.fixture(scope="module")
@@ -261,9 +254,7 @@ def test_the_driver_of_a_search_holds_no_torch_while_trials_train(tmp_path):
     """The command line's search validates and decodes in a child process, measures and trains in Ray workers:
     its driver holds no torch, timm or torchvision (0.4 GB) while trials train."""
     space = tmp_path / "one.yaml"
-    space.write_text(
-        SPACE.replace("[mha, fc1, ln1, ln2+fc2, all, head]", "[mha]").replace("max_steps: 24", "max_steps: 16")
-    )
+    space.write_text(space_text())
     (tmp_path / "lean_probe.py").write_text(LEAN_PROBE)
     seen = tmp_path / "seen.jsonl"
     with tempfile.TemporaryDirectory(prefix="vtl", dir="/tmp") as ray_tmp:  # a Ray instance of its own
@@ -294,20 +285,16 @@ def test_the_search_measured_its_predictors_in_a_ray_task(finished):
     assert (finished.trials.loc[finished.trials["components"] != "head", "rgn"] > 0).all()
 
 
-LAB_SPACE = """
-description: tiny criteria lab
-metric: val_acc
-mode: max
-algorithm: grid
-num_samples: 1
-scheduler: fifo
-criteria: true
-parameters:
-  components: {choice: [mha, fc1, ln1, ln2+fc2, mha+fc1, head]}
-  lr: {choice: [0.05, 0.2]}
-  seed: {choice: [0, 1]}
-defaults: {model: vit_testbed_patch8_32, pretrained: false, max_steps: 12, eval_every: 6, warmup_steps: 2, batch_size: 32}
-"""
+LAB_SPACE = space_text(
+    description="tiny criteria lab",
+    criteria=True,
+    parameters={
+        "components": {"choice": ["mha", "fc1", "ln1", "ln2+fc2", "mha+fc1", "head"]},
+        "lr": {"choice": [0.05, 0.2]},
+        "seed": {"choice": [0, 1]},
+    },
+    defaults={"max_steps": 12, "eval_every": 6, "warmup_steps": 2},
+)
 
 
 def test_a_grid_with_seeds_and_criteria_ends_with_the_paper_table_and_the_criteria_lab(ray_local, tmp_path):

@@ -7,7 +7,7 @@ import pandas as pd
 
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.recommend import ranking, verify
-from vitplast_tune.search.plan import SEARCH_FILE
+from vitplast_tune.storage import SEARCH_FILE
 
 
 def _search(root, name, model="m", dataset="d", criteria=None, correlations=None):

@@ -15,23 +15,17 @@ from pathlib import Path
 
 import pytest
 from _raycluster import MlflowServer
+from _spaces import space_text
 from test_reliability import OwnedRay
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
-SPACE = """
-metric: val_acc
-mode: max
-algorithm: grid
-num_samples: 1
-scheduler: fifo
-parameters:
-  components: {choice: [mha, fc1, ln1+fc2]}
-  lr: {choice: [0.05]}
-defaults: {model: vit_testbed_patch8_32, pretrained: false, eval_every: 8, warmup_steps: 4, batch_size: 32}
-"""
+SPACE = space_text(
+    parameters={"components": {"choice": ["mha", "fc1", "ln1+fc2"]}},
+    defaults={"max_steps": 400},
+)
 
 
 @pytest.fixture

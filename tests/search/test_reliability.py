@@ -13,25 +13,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
+from _spaces import space_text
 from mlflow.tracking import MlflowClient
 
 from vitplast_tune.search import driver, results, searchers, tracking
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
-
-SPACE = """
-metric: val_acc
-mode: max
-algorithm: {algorithm}
-num_samples: {num_samples}
-scheduler: {scheduler}
-parameters:
-  components: {components}
-  lr: {lr}
-defaults: {{model: vit_testbed_patch8_32, pretrained: false, max_steps: {steps}, eval_every: 8, warmup_steps: 4,
-            batch_size: 32, grad_clip: 0.0}}
-"""
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_space(
@@ -43,9 +32,14 @@ def write_space(
     steps=48,
     scheduler="fifo",
 ):
+    parameters = {"components": yaml.safe_load(components), "lr": yaml.safe_load(lr)}
     path.write_text(
-        SPACE.format(
-            algorithm=algorithm, num_samples=num_samples, components=components, lr=lr, steps=steps, scheduler=scheduler
+        space_text(
+            algorithm=algorithm,
+            num_samples=num_samples,
+            scheduler=scheduler,
+            parameters=parameters,
+            defaults={"max_steps": steps, "grad_clip": 0.0},
         )
     )
     return path

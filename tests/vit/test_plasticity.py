@@ -236,7 +236,7 @@ def test_report_writes_table_json_and_plot(tmp_path):
     assert payload["variant"] == "paper" and payload["n_pairs"] == 40 and len(payload["ranking"]) == 6
     assert report.files["png"].stat().st_size > 1000
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "plasticity.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "plasticity.py"
     args = ["--no-pretrained", "--model", "vit_testbed_patch8_32", "--dataset", "digitz"]
     proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
     assert proc.returncode == 2
