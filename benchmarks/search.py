@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Search efficiency on the offline testbed: training steps that grid, random search and TPE + ASHA
 need to reach the accuracy of the full grid's best configuration (within --tolerance, 0.5 points),
 as a fraction of the grid's steps, averaged over search seeds (goal for TPE + ASHA: <= 0.2).
@@ -529,4 +528,4 @@ def _weights_provenance(settings: dict) -> dict | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Trial efficiency: the fraction of a real Ray Tune trial's wall time spent in training and
 evaluation steps (goal: >= 0.9), and where the rest goes.
 
@@ -200,4 +199,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Peak memory of a one-trial search: the driver's RSS and the whole process tree's PSS (driver + every Ray process).
 
 Runs ``scripts/search.py`` on a space of one trial (grid, FIFO, full finetuning of a randomly initialised

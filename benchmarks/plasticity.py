@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Time compute_plasticity (both variants) against plain forward passes of the same 2N images.
 
 The headline is the ratio plasticity time / forward time (target: <= 1.1x for the paper variant),
@@ -106,4 +105,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

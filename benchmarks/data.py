@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Whether the input pipeline keeps up, and what the datasets cost in host memory, measured in one run.
 
 Bytes: per dataset held in memory, what a node and a trial hold at 224 px before this change (every

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Training speed and peak memory of each single-component trial and of the head-only trial,
 as ratios to full finetuning of the same model and batch, beside the FLOP bound.
 
@@ -48,6 +47,7 @@ from vitplast_tune import components
 from vitplast_tune.components import COMPONENTS
 from vitplast_tune.vit import models
 
+ROOT = Path(__file__).resolve().parents[1]
 SUBSETS = ("all", *COMPONENTS, "head")
 
 
@@ -213,8 +213,15 @@ def measure(spec: dict) -> dict:
 
 
 def run_child(spec: dict, env: dict | None = None) -> dict:
+    env = {
+        **(env or os.environ),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     out = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True, env=env
+        [sys.executable, "-m", "benchmarks.training", "--child", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     if out.returncode != 0:
         raise RuntimeError(f"measuring {spec['subset']} failed:\n{out.stderr[-3000:]}")
@@ -351,4 +358,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

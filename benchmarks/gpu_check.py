@@ -1,24 +1,22 @@
-#!/usr/bin/env python
 """The GPU check (issue 12): ViT-B/16 at 224 px on one GPU, in under 8 minutes. Prints a table, writes JSON.
 
 1. training images/s of full finetuning: fp32 (no TF32, plain optimizer); with the CUDA options the
    trials use (bf16 autocast, TF32 matmuls, fused optimizer); and with those plus torch.compile;
 2. each single component's and the head's speedup over full finetuning (CUDA options) beside its
-   FLOP bound (``flop_bounds`` of scripts/bench_training.py), and the peak GPU memory of each subset;
+   FLOP bound (``flop_bounds`` of benchmarks.training), and the peak GPU memory of each subset;
 3. the input pipeline's share of a step on CIFAR-size data: the batched transform of uint8 32 px
    images to 224 px on the GPU (``vitplast_tune.data.transforms``) over that plus a training step;
 4. 4 trials at ``--gpus-per-trial 0.25`` through the real search (scripts/search.py, digits).
 
-    python scripts/gpu_check.py --json gpu_check.json
-    python scripts/gpu_check.py --dry-run                          # the plan, nothing run
-    python scripts/gpu_check.py --device cpu --model vit_testbed_patch8_32 --steps 2 --warmup 1 \\
+    python -m benchmarks.gpu_check --json gpu_check.json
+    python -m benchmarks.gpu_check --dry-run                          # the plan, nothing run
+    python -m benchmarks.gpu_check --device cpu --model vit_testbed_patch8_32 --steps 2 --warmup 1 \\
         --batch-size 4 --no-compile --no-search                     # the CPU smoke path the tests run
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -31,6 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from benchmarks import training
 from vitplast_tune import components
 from vitplast_tune.data import transforms
 from vitplast_tune.vit import models
@@ -74,11 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def flop_bounds(model_name: str, batch: int) -> dict[str, float]:
-    """scripts/bench_training.py's FLOP bounds of each subset (loaded from that script, not copied)."""
-    spec = importlib.util.spec_from_file_location("_bench_training", ROOT / "scripts" / "bench_training.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.flop_bounds(model_name, batch, SUBSETS)
+    """benchmarks.training's FLOP bounds of each subset."""
+    return training.flop_bounds(model_name, batch, SUBSETS)
 
 
 def _sync(device: torch.device) -> None:
