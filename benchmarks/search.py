@@ -517,9 +517,9 @@ def recommended(settings: dict, k: int, spec: spaces.SearchSpec) -> list[str]:
     return ranked
 
 
-def _weights_provenance(settings: dict) -> dict | None:
+def _weights_provenance(settings) -> dict | None:
     """The testbed checkpoint's provenance JSON, when the grid used it."""
-    from vitplast_tune.vit.models import TESTBED_MODEL, WEIGHTS_DIR
+    from vitplast_tune.config import TESTBED_MODEL, WEIGHTS_DIR
 
     path = WEIGHTS_DIR / f"{TESTBED_MODEL}.json"
     if settings.model != TESTBED_MODEL or not settings.pretrained or not path.is_file():
