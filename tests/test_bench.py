@@ -1,27 +1,17 @@
 """The benchmarks' logic (no timing here): FLOP bounds, finetune's timing metrics, the search replay."""
 
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from benchmarks import data, gpu_check, memory, search, training
 from vitplast_tune.search import distributions
 from vitplast_tune.search.trial import trial_subset
 from vitplast_tune.vit.training import FinetuneConfig, finetune
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(f"_{name}", SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_flop_bounds_match_the_skipped_weight_gradients():
-    bounds = _script("bench_training").flop_bounds("vit_base_patch16_224", 128)
+    bounds = training.flop_bounds("vit_base_patch16_224", 128)
     assert bounds["all"] == 1.0
     for ln in ("ln1", "ln2"):
         assert bounds[ln] == pytest.approx(1.5, abs=0.05)
@@ -31,7 +21,6 @@ def test_flop_bounds_match_the_skipped_weight_gradients():
 
 
 def test_flop_count_of_full_finetuning_and_of_the_head_on_cached_features():
-    bench = _script("bench_training")
     from vitplast_tune.vit.models import create_model
 
     model = create_model("vit_testbed_patch8_32", 10, pretrained=False)
@@ -42,11 +31,11 @@ def test_flop_count_of_full_finetuning_and_of_the_head_on_cached_features():
     head = 2.0 * width * 10
     # forward F; backward: input gradients (two for the attention matmuls) + weight gradients,
     # none for the image's gradient through the patch embedding
-    assert bench.step_flops(model, "all", 1) == pytest.approx(
+    assert training.step_flops(model, "all", 1) == pytest.approx(
         2 * patch + depth * (3 * linears + 3 * attention) + 3 * head
     )
-    assert bench.step_flops(model, "head", 1) == pytest.approx(3 * head)
-    assert bench.step_flops(model, "all", 64) == pytest.approx(64 * bench.step_flops(model, "all", 1))
+    assert training.step_flops(model, "head", 1) == pytest.approx(3 * head)
+    assert training.step_flops(model, "all", 64) == pytest.approx(64 * training.step_flops(model, "all", 1))
 
 
 def test_finetune_reports_cumulative_timing():
@@ -85,7 +74,6 @@ class _Queue:
 
 
 def test_replay_counts_finished_steps_until_the_target_and_asha_stops_at_rungs():
-    bench = _script("bench_search")
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
     curves = {
@@ -94,19 +82,18 @@ def test_replay_counts_finished_steps_until_the_target_and_asha_stops_at_rungs()
         ("all", 0.1): _curve(0.6, 0.8, 0.9, 0.95),
     }
     order = [{"components": c, "lr": 0.1} for c in ("mha", "ln1", "all")]
-    steps, finished, _ = bench.replay(curves, _Queue(order), bench.NoSearcher(), FIFOScheduler(), 1, 0.95, 10)
+    steps, finished, _ = search.replay(curves, _Queue(order), search.NoSearcher(), FIFOScheduler(), 1, 0.95, 10)
     assert (steps, finished) == (1200, 3)
     asha = ASHAScheduler(
         time_attr="step", metric="val_acc", mode="max", max_t=400, grace_period=100, reduction_factor=3
     )
-    steps, finished, _ = bench.replay(curves, _Queue(order), bench.NoSearcher(), asha, 1, 0.95, 10)
+    steps, finished, _ = search.replay(curves, _Queue(order), search.NoSearcher(), asha, 1, 0.95, 10)
     assert (steps, finished) == (400 + 100 + 400, 3)  # ln1 is below the first rung's cutoff at step 100
-    steps, finished, spent = bench.replay(curves, _Queue(order[:2]), bench.NoSearcher(), FIFOScheduler(), 1, 0.99, 10)
+    steps, finished, spent = search.replay(curves, _Queue(order[:2]), search.NoSearcher(), FIFOScheduler(), 1, 0.99, 10)
     assert steps is None and finished == 2 and spent == 800
 
 
 def test_replay_drives_the_search_optuna_searcher():
-    bench = _script("bench_search")
     import optuna
     from ray.tune.schedulers import FIFOScheduler
 
@@ -126,15 +113,14 @@ def test_replay_drives_the_search_optuna_searcher():
         mode="max",
         sampler=optuna.samplers.TPESampler(seed=0),
     )
-    steps, finished, _ = bench.replay(curves, searcher.suggest, searcher, FIFOScheduler(), 1, 0.9, 20)
+    steps, finished, _ = search.replay(curves, searcher.suggest, searcher, FIFOScheduler(), 1, 0.9, 20)
     assert steps == 200 * finished and finished >= 1
 
 
 def test_gpu_check_dry_run_and_its_cpu_smoke_path(tmp_path, capsys):
     import json
 
-    check = _script("gpu_check")
-    assert check.main(["--dry-run"]) == 0
+    assert gpu_check.main(["--dry-run"]) == 0
     assert "4 trials at --gpus-per-trial 0.25" in capsys.readouterr().out
     args = [
         "--device",
@@ -152,7 +138,7 @@ def test_gpu_check_dry_run_and_its_cpu_smoke_path(tmp_path, capsys):
         "--json",
         str(tmp_path / "gpu.json"),
     ]
-    assert check.main(args) == 0
+    assert gpu_check.main(args) == 0
     result = json.loads((tmp_path / "gpu.json").read_text())
     assert set(result["full"]) == {"fp32", "options"}
     assert set(result["subsets"]) == {"all", "emb", "ln1", "mha", "ln2", "fc1", "fc2", "head"}
@@ -164,21 +150,20 @@ def test_gpu_check_dry_run_and_its_cpu_smoke_path(tmp_path, capsys):
 def test_bench_data_times_every_input_path_including_the_image_cache():
     from vitplast_tune.vit import models
 
-    speeds = _script("bench_data").pipelines(models.pretrained_data_config("vit_testbed_patch8_32"), 4, 0.01)
+    speeds = data.pipelines(models.pretrained_data_config("vit_testbed_patch8_32"), 4, 0.01)
     assert "image cache (256 px) + train, per image" in speeds and len(speeds) == 7
     assert all(speed > 0 for speed in speeds.values())
 
 
 def test_bench_data_byte_table():
-    rows = {r["dataset"]: r for r in _script("bench_data").host_bytes(batch_size=64)}
+    rows = {r["dataset"]: r for r in data.host_bytes(batch_size=64)}
     assert rows["digits"]["before_trial"] == 1797 * 3 * 224 * 224 * 4 and rows["digits"]["after_node"] == 1797 * 64
     assert rows["cifar10c:<corruption>"]["after_node"] == 10000 * 3 * 32 * 32
 
 
 @pytest.mark.slow
 def test_bench_memory_samples_the_driver_and_its_ray_processes():
-    bench = _script("bench_memory")
-    found = bench.measure(
+    found = memory.measure(
         "vit_testbed_patch8_32", "digits", ["grad_checkpointing=true"]
     )  # a wrong setting would fail the search
     assert 0.3e9 < found["driver_rss"] < found["tree_rss"]  # ray and mlflow; torch once the trials are done
@@ -193,7 +178,6 @@ def test_bench_memory_samples_the_driver_and_its_ray_processes():
 
 
 def test_replay_of_tpe_with_warm_start_tries_the_recommended_subsets_first(tmp_path):
-    bench = _script("bench_search")
     from vitplast_tune.search import spaces
 
     spec = spaces.load_space(
@@ -202,7 +186,7 @@ def test_replay_of_tpe_with_warm_start_tries_the_recommended_subsets_first(tmp_p
         )
     )
     specs = {name: spec for name in ("grid", "random", "random_asha", "optuna", "optuna_asha")}
-    made = bench.algorithms(specs, 400, tmp_path, 10, warm_start=["fc2", "mha+fc1"])
+    made = search.algorithms(specs, 400, tmp_path, 10, warm_start=["fc2", "mha+fc1"])
     assert {"TPE + warm start", "TPE + ASHA + warm"} <= set(made) and "random + ASHA" in made
     suggest, _, _ = made["TPE + warm start"](0)
     assert [trial_subset(suggest(f"t{i}")) for i in range(2)] == ["fc2", "mha+fc1"]

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Search efficiency on the offline testbed: training steps that grid, random search and TPE + ASHA
 need to reach the accuracy of the full grid's best configuration (within --tolerance, 0.5 points),
 as a fraction of the grid's steps, averaged over search seeds (goal for TPE + ASHA: <= 0.2).
@@ -30,7 +29,6 @@ import json
 import math
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +39,7 @@ import pandas as pd
 import yaml
 from ray.tune import Callback
 
+from benchmarks import common
 from vitplast_tune import storage
 from vitplast_tune.search import distributions, driver, plan, searchers, spaces
 from vitplast_tune.search.trial import trial_subset
@@ -49,7 +48,15 @@ Key = tuple[str, float]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = common.parser(__doc__)
+    _grid_flags(p)
+    _replay_flags(p)
+    common.add_json_flag(p)
+    return p.parse_args(argv)
+
+
+def _grid_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the space and of the real grid."""
     p.add_argument(
         "--space",
         default="single_component",
@@ -74,7 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        type=_setting,
+        type=common.setting,
         help="pin a training setting of every configuration, e.g. --set eval_every=10 (YAML; repeatable)",
     )
     p.add_argument(
@@ -85,6 +92,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--cpus", type=int, default=2, help="CPUs of the Ray instance for the grid; one per trial (default: 2)"
     )
+
+
+def _replay_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the replayed searches (and of the check that they replay the grid exactly)."""
     p.add_argument(
         "--seeds", type=int, default=50, help="search seeds averaged over; the replay is cheap (default: 50)"
     )
@@ -116,13 +127,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1,
         help="configurations trained again in this process to confirm the curves replay exactly (default: 1; 0 skips)",
     )
-    p.add_argument("--json", help="also write the results to this JSON file")
-    return p.parse_args(argv)
-
-
-def _setting(text: str) -> tuple[str, Any]:
-    name, _, value = text.partition("=")
-    return name.strip(), yaml.safe_load(value)
 
 
 # ----------------------------------------------------------------------------- spaces
@@ -146,9 +150,7 @@ def variant(
     if lrs:
         raw["parameters"]["lr"] = {"choice": lrs}
     raw["defaults"] = {**(raw.get("defaults") or {}), **settings, "seed": 0}
-    path = directory / f"{base.name}_{algorithm}.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return spaces.load_space(path)
+    return spaces.load_space(common.write_space(directory / f"{base.name}_{algorithm}.yaml", raw))
 
 
 def key(config: dict[str, Any]) -> Key:
@@ -174,29 +176,10 @@ class Curves(Callback):
 
 def run_grid(spec: spaces.SearchSpec, cpus: int, directory: Path) -> tuple[list[dict], float]:
     """Run the grid for real; return each configuration's curve and the wall time."""
-    import ray
-
     recorder = Curves()
     started = time.time()
-    ray.init(
-        num_cpus=cpus,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-        runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}},
-    )
-    try:
-        options = driver.SearchOptions(
-            space=str(spec.path),
-            name="bench_search_grid",
-            storage=str(directory / "results"),
-            tracking_uri=f"sqlite:///{directory / 'mlflow.db'}",
-            cpus_per_trial=1,
-            plasticity=False,
-        )
-        driver.run(options, callbacks=[recorder])
-    finally:
-        ray.shutdown()
+    with common.local_ray(cpus):
+        driver.run(common.search_options(spec.path, directory, name="bench_search_grid"), callbacks=[recorder])
     return list(recorder.curves.values()), time.time() - started
 
 
@@ -372,132 +355,155 @@ def algorithms(
 # ----------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    base = spaces.load_space(args.space)
+def asha_scheduler(args: argparse.Namespace) -> dict[str, Any]:
+    """The ASHA scheduler of the "+ ASHA" searches: component_subsets.yaml's unless the flags say otherwise."""
     reference = spaces.load_space("component_subsets").scheduler
-    asha = {
+    return {
         "name": "asha",
         "grace_period": args.grace_period or reference.grace_period,
         "reduction_factor": args.reduction_factor or reference.reduction_factor,
     }
+
+
+def variants(args: argparse.Namespace, asha: dict[str, Any], directory: Path) -> dict[str, spaces.SearchSpec]:
+    """The --space with each search's algorithm and scheduler, the flags' settings pinned, written to ``directory``."""
+    base = spaces.load_space(args.space)
     pinned = dict(model=args.model, pretrained=args.pretrained, max_steps=args.max_steps, **dict(args.set))
     pinned = {k: v for k, v in pinned.items() if v is not None}
-    with tempfile.TemporaryDirectory(prefix="bench_search_") as tmp:
-        tmp = Path(tmp)
-        specs = {
-            "grid": variant(base, tmp, "grid", "fifo", pinned, args.lrs),
-            "random": variant(base, tmp, "random", "fifo", pinned, args.lrs),
-            "optuna": variant(base, tmp, "optuna", "fifo", pinned, args.lrs),
-        }
-        specs["random_asha"] = variant(base, tmp, "random", asha, pinned, args.lrs)
-        specs["optuna_asha"] = variant(base, tmp, "optuna", asha, pinned, args.lrs)
-        settings = plan.prepare(
-            driver.SearchOptions(
-                space=str(specs["grid"].path), cpus_per_trial=1, plasticity=False, storage=str(tmp / "results")
-            )
-        ).settings
-        curves_path = Path(args.curves)
-        if curves_path.is_file() and not args.rerun_grid:
-            recorded = json.loads(curves_path.read_text())
-            print(
-                f"grid curves read from {curves_path} (recorded {recorded['date']}, grid wall time {recorded['grid_wall_s'] / 60:.1f} min)"
-            )
-        else:
-            print(
-                f"running the real grid: {len(specs['grid'].grid)} trials of {settings.max_steps} steps, "
-                f"{settings.model} (pretrained={settings.pretrained}) on {settings.dataset}, {args.cpus} CPUs ...",
-                flush=True,
-            )
-            before = _weights_provenance(settings)
-            trials, wall = run_grid(specs["grid"], args.cpus, tmp)
-            recorded = {
-                "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                "grid_wall_s": wall,
-                "settings": settings,
-                "weights": _weights_provenance(settings),
-                "trials": trials,
-            }
-            if recorded["weights"] != before:
-                print(
-                    "warning: the testbed checkpoint changed while the grid ran; run it again (--rerun-grid)",
-                    file=sys.stderr,
-                )
-            curves_path.parent.mkdir(parents=True, exist_ok=True)
-            curves_path.write_text(json.dumps(recorded, indent=1, default=str))
-            print(f"grid done in {wall / 60:.1f} min; curves written to {curves_path}")
-        if recorded["settings"] != json.loads(json.dumps(settings, default=str)):
-            print(
-                "warning: the recorded curves were made with other settings than these; pass --rerun-grid",
-                file=sys.stderr,
-            )
-        curves = {key(t["config"]): t["results"] for t in recorded["trials"]}
-        missing = [k for k in map(key, specs["grid"].grid) if k not in curves]
-        if missing:
-            print(f"error: the recorded grid lacks {missing}; pass --rerun-grid", file=sys.stderr)
-            return 1
-        grid_steps = sum(r[-1]["step"] for r in curves.values())
-        best_key = max(curves, key=lambda k: best_acc(curves[k]))
-        best = best_acc(curves[best_key])
-        target = best - args.tolerance
-        reaching = sorted(f"{c} lr={lr:g}" for (c, lr), r in curves.items() if best_acc(r) >= target)
+    specs = {
+        "grid": variant(base, directory, "grid", "fifo", pinned, args.lrs),
+        "random": variant(base, directory, "random", "fifo", pinned, args.lrs),
+        "optuna": variant(base, directory, "optuna", "fifo", pinned, args.lrs),
+    }
+    specs["random_asha"] = variant(base, directory, "random", asha, pinned, args.lrs)
+    specs["optuna_asha"] = variant(base, directory, "optuna", asha, pinned, args.lrs)
+    return specs
+
+
+def grid_curves(args: argparse.Namespace, grid: spaces.SearchSpec, settings, directory: Path) -> dict:
+    """The recorded grid: read from --curves, or the grid run for real and written there."""
+    curves_path = Path(args.curves)
+    if curves_path.is_file() and not args.rerun_grid:
+        recorded = json.loads(curves_path.read_text())
         print(
-            f"grid: {len(curves)} configurations, {grid_steps} steps; best val_acc {best:.4f} ({best_key[0]} lr={best_key[1]:g}); "
-            f"target {target:.4f}, reached by {len(reaching)}: {', '.join(reaching)}"
+            f"grid curves read from {curves_path} (recorded {recorded['date']}, grid wall time {recorded['grid_wall_s'] / 60:.1f} min)"
         )
+        return recorded
+    print(
+        f"running the real grid: {len(grid.grid)} trials of {settings.max_steps} steps, "
+        f"{settings.model} (pretrained={settings.pretrained}) on {settings.dataset}, {args.cpus} CPUs ...",
+        flush=True,
+    )
+    before = _weights_provenance(settings)
+    trials, wall = run_grid(grid, args.cpus, directory)
+    recorded = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "grid_wall_s": wall,
+        "settings": settings,
+        "weights": _weights_provenance(settings),
+        "trials": trials,
+    }
+    if recorded["weights"] != before:
+        print(
+            "warning: the testbed checkpoint changed while the grid ran; run it again (--rerun-grid)",
+            file=sys.stderr,
+        )
+    curves_path.parent.mkdir(parents=True, exist_ok=True)
+    curves_path.write_text(json.dumps(recorded, indent=1, default=str))
+    print(f"grid done in {wall / 60:.1f} min; curves written to {curves_path}")
+    return recorded
 
-        names = list(dict.fromkeys(c for c, _ in map(key, specs["grid"].grid)))
-        lrs = sorted({lr for _, lr in curves})
-        columns = {f"lr {lr:g}": [round(100 * best_acc(curves[(c, lr)]), 1) for c in names] for lr in lrs}
-        table = pd.DataFrame(columns, index=names)
-        print("best val_acc (%) of each grid configuration:")
-        print((table if len(names) > 10 else table.T).to_string())
-        if args.check:
-            for line in check_replay(curves, settings, args.check):
-                print(f"replay check, trained again: {line}")
 
-        first = recommended(settings, args.warm_start, specs["optuna"])[: args.warm_start] if args.warm_start else None
-        rows = {}
-        for name, make in algorithms(specs, settings.max_steps, tmp, args.max_trials, first).items():
-            seeds = [0] if name == "grid" else range(args.seeds)
-            runs = [replay(curves, *make(seed), args.workers, target, args.max_trials) for seed in seeds]
-            steps = [s if s is not None else spent for s, _, spent in runs]
-            rows[name] = {
-                "fractions": [s / grid_steps for s in steps],
-                "trials": [n for _, n, _ in runs],
-                "failed": sum(s is None for s, _, _ in runs),
-            }
+def usable_curves(recorded: dict, settings, grid: spaces.SearchSpec) -> dict[Key, list[dict]] | None:
+    """Each grid configuration's recorded curve; None (after saying so) when the record lacks one."""
+    if recorded["settings"] != json.loads(json.dumps(settings, default=str)):
+        print(
+            "warning: the recorded curves were made with other settings than these; pass --rerun-grid",
+            file=sys.stderr,
+        )
+    curves = {key(t["config"]): t["results"] for t in recorded["trials"]}
+    missing = [k for k in map(key, grid.grid) if k not in curves]
+    if missing:
+        print(f"error: the recorded grid lacks {missing}; pass --rerun-grid", file=sys.stderr)
+        return None
+    return curves
 
+
+def print_grid(curves: dict[Key, list[dict]], grid: spaces.SearchSpec, tolerance: float) -> dict[str, Any]:
+    """Print the grid's best, the target and each configuration's best val_acc; return steps, best, target, reaching."""
+    grid_steps = sum(r[-1]["step"] for r in curves.values())
+    best_key = max(curves, key=lambda k: best_acc(curves[k]))
+    best = best_acc(curves[best_key])
+    target = best - tolerance
+    reaching = sorted(f"{c} lr={lr:g}" for (c, lr), r in curves.items() if best_acc(r) >= target)
+    print(
+        f"grid: {len(curves)} configurations, {grid_steps} steps; best val_acc {best:.4f} ({best_key[0]} lr={best_key[1]:g}); "
+        f"target {target:.4f}, reached by {len(reaching)}: {', '.join(reaching)}"
+    )
+    names = list(dict.fromkeys(c for c, _ in map(key, grid.grid)))
+    lrs = sorted({lr for _, lr in curves})
+    columns = {f"lr {lr:g}": [round(100 * best_acc(curves[(c, lr)]), 1) for c in names] for lr in lrs}
+    table = pd.DataFrame(columns, index=names)
+    print("best val_acc (%) of each grid configuration:")
+    print((table if len(names) > 10 else table.T).to_string())
+    return {"grid_steps": grid_steps, "best_val_acc": best, "target": target, "reaching": reaching}
+
+
+def replay_all(args, specs, settings, curves: dict[Key, list[dict]], grid: dict[str, Any], directory: Path) -> dict:
+    """Replay every search over the curves for each seed (the grid once) up to ``grid``'s target: its fractions
+    of the grid's steps, its finished trials and how many seeds did not reach the target."""
+    grid_steps, target = grid["grid_steps"], grid["target"]
+    first = recommended(settings, args.warm_start, specs["optuna"])[: args.warm_start] if args.warm_start else None
+    rows = {}
+    for name, make in algorithms(specs, settings.max_steps, directory, args.max_trials, first).items():
+        seeds = [0] if name == "grid" else range(args.seeds)
+        runs = [replay(curves, *make(seed), args.workers, target, args.max_trials) for seed in seeds]
+        steps = [s if s is not None else spent for s, _, spent in runs]
+        rows[name] = {
+            "fractions": [s / grid_steps for s in steps],
+            "trials": [n for _, n, _ in runs],
+            "failed": sum(s is None for s, _, _ in runs),
+        }
+    return rows
+
+
+def print_replay(args: argparse.Namespace, asha: dict, grid: dict[str, Any], rows: dict[str, dict]) -> None:
+    """The table of the replayed searches."""
     print(
         f"\nREPLAY over the recorded grid curves ({args.workers} trial(s) at once; ASHA grace period {asha['grace_period']}, "
-        f"reduction factor {asha['reduction_factor']}; {args.seeds} search seeds): steps to reach {target:.4f} "
-        f"as a fraction of the grid's {grid_steps} steps"
+        f"reduction factor {asha['reduction_factor']}; {args.seeds} search seeds): steps to reach {grid['target']:.4f} "
+        f"as a fraction of the grid's {grid['grid_steps']} steps"
     )
     print(
         f"{'algorithm':<18} {'mean':>6} {'median':>7} {'IQR':>13} {'min':>6} {'max':>6} {'trials (mean)':>14} {'not reached':>12}  goal"
     )
     for name, row in rows.items():
         f = row["fractions"]
-        goal = f"{'met' if statistics.mean(f) <= 0.2 else 'MISSED'} (<= 0.2)" if name == "TPE + ASHA" else ""
+        goal = common.goal(statistics.mean(f) <= 0.2, "<= 0.2") if name == "TPE + ASHA" else ""
         q1, _, q3 = statistics.quantiles(f, n=4) if len(f) > 1 else (f[0], f[0], f[0])
         print(
             f"{name:<18} {statistics.mean(f):6.3f} {statistics.median(f):7.3f} [{q1:5.3f}, {q3:5.3f}] {min(f):6.3f} {max(f):6.3f} "
             f"{statistics.mean(row['trials']):14.1f} {row['failed']:>8}/{len(f):<3}  {goal}"
         )
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "args": vars(args),
-                    "grid_steps": grid_steps,
-                    "best_val_acc": best,
-                    "target": target,
-                    "reaching": reaching,
-                    "rows": rows,
-                },
-                indent=2,
-            )
-        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    asha = asha_scheduler(args)
+    with common.scratch("bench_search_") as tmp:
+        specs = variants(args, asha, tmp)
+        settings = plan.prepare(common.search_options(specs["grid"].path, tmp)).settings
+        recorded = grid_curves(args, specs["grid"], settings, tmp)
+        curves = usable_curves(recorded, settings, specs["grid"])
+        if curves is None:
+            return 1
+        grid = print_grid(curves, specs["grid"], args.tolerance)
+        if args.check:
+            for line in check_replay(curves, settings, args.check):
+                print(f"replay check, trained again: {line}")
+        rows = replay_all(args, specs, settings, curves, grid, tmp)
+    print_replay(args, asha, grid, rows)
+    common.write_json(args.json, {"args": vars(args), **grid, "rows": rows})
     return 0
 
 
@@ -512,9 +518,9 @@ def recommended(settings: dict, k: int, spec: spaces.SearchSpec) -> list[str]:
     return ranked
 
 
-def _weights_provenance(settings: dict) -> dict | None:
+def _weights_provenance(settings) -> dict | None:
     """The testbed checkpoint's provenance JSON, when the grid used it."""
-    from vitplast_tune.vit.models import TESTBED_MODEL, WEIGHTS_DIR
+    from vitplast_tune.config import TESTBED_MODEL, WEIGHTS_DIR
 
     path = WEIGHTS_DIR / f"{TESTBED_MODEL}.json"
     if settings.model != TESTBED_MODEL or not settings.pretrained or not path.is_file():
@@ -530,4 +536,4 @@ def _weights_provenance(settings: dict) -> dict | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Trial efficiency: the fraction of a real Ray Tune trial's wall time spent in training and
 evaluation steps (goal: >= 0.9), and where the rest goes.
 
@@ -15,20 +14,19 @@ and the trial's shutdown.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-import yaml
 from ray.tune import Callback
 
+from benchmarks import common
 from vitplast_tune.search import driver
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = common.parser(__doc__)
     p.add_argument("--model", default="vit_testbed_patch8_32", help="timm model (default: vit_testbed_patch8_32)")
     p.add_argument(
         "--pretrained",
@@ -47,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--cpus", type=int, default=1, help="CPUs of the Ray instance and of the trial (its torch threads) (default: 1)"
     )
     p.add_argument("--gpus", type=float, default=0, help="GPUs of the trial (default: 0)")
-    p.add_argument("--json", help="also write the results to this JSON file")
+    common.add_json_flag(p)
     return p.parse_args(argv)
 
 
@@ -73,15 +71,9 @@ class Timeline(Callback):
 
 def space_file(directory: Path, args: argparse.Namespace) -> Path:
     """A one-trial grid: the given subset and learning rate, no early stopping."""
-    space = {
-        "description": "bench_trial: one trial",
-        "metric": "val_acc",
-        "mode": "max",
-        "algorithm": "grid",
-        "num_samples": 1,
-        "scheduler": "fifo",
-        "parameters": {"components": {"choice": [args.components]}, "lr": {"choice": [args.lr]}, "optimizer": "sgd"},
-        "defaults": {
+    space = common.grid_space(
+        {"components": {"choice": [args.components]}, "lr": {"choice": [args.lr]}, "optimizer": "sgd"},
+        {
             "model": args.model,
             "pretrained": args.pretrained,
             "dataset": args.dataset,
@@ -90,10 +82,9 @@ def space_file(directory: Path, args: argparse.Namespace) -> Path:
             "eval_every": args.eval_every,
             "warmup_steps": 40,
         },
-    }
-    path = directory / "bench_trial.yaml"
-    path.write_text(yaml.safe_dump(space, sort_keys=False))
-    return path
+        description="bench_trial: one trial",
+    )
+    return common.write_space(directory / "bench_trial.yaml", space)
 
 
 def breakdown(timeline: Timeline) -> dict[str, float]:
@@ -112,42 +103,30 @@ def breakdown(timeline: Timeline) -> dict[str, float]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    import ray
-
+def run_trial(args: argparse.Namespace) -> tuple[Timeline, Any, dict[str, float]]:
+    """Run the trial on a Ray instance of its own; return its timeline, driver.run's result and the wall-clock
+    moments before ray.init (started), after it (ray_up), after driver.run (returned) and after ray.shutdown (finished)."""
     timeline = Timeline()
-    with tempfile.TemporaryDirectory(prefix="bench_trial_") as tmp:
-        tmp = Path(tmp)
-        started = time.time()
-        ray.init(
-            num_cpus=args.cpus,
-            num_gpus=int(args.gpus > 0),
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-            runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}},
-        )
-        ray_up = time.time()
-        try:
-            options = driver.SearchOptions(
-                space=str(space_file(tmp, args)),
+    with common.scratch("bench_trial_") as tmp:
+        at = {"started": time.time()}
+        with common.local_ray(args.cpus, int(args.gpus > 0)):
+            at["ray_up"] = time.time()
+            options = common.search_options(
+                space_file(tmp, args),
+                tmp,
                 name="bench_trial",
-                storage=str(tmp / "results"),
-                tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}",
                 cpus_per_trial=args.cpus,
                 gpus_per_trial=args.gpus,
-                plasticity=False,
                 verbose=0,
             )
             result = driver.run(options, callbacks=[timeline])
-            returned = time.time()
-        finally:
-            ray.shutdown()
-        finished = time.time()
-    if timeline.complete is None or not timeline.results or "time_in_steps_s" not in timeline.results[-1][1]:
-        print("error: the trial did not finish; see the Ray logs", file=sys.stderr)
-        return 1
+            at["returned"] = time.time()
+        at["finished"] = time.time()
+    return timeline, result, at
+
+
+def print_trial(args: argparse.Namespace, timeline: Timeline) -> tuple[float, dict[str, float], float]:
+    """Print the trial's wall time, where it went and the fraction in steps; return the three."""
     last = timeline.results[-1][1]
     wall = timeline.complete - timeline.start
     parts = breakdown(timeline)
@@ -160,17 +139,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trial wall time (actor start -> complete): {wall:.1f} s")
     for name, seconds in parts.items():
         print(f"  {name:<50} {seconds:7.2f} s  {seconds / wall:6.1%}")
-    print(
-        f"fraction in training + evaluation steps: {fraction:.3f}  (goal >= 0.9: {'met' if fraction >= 0.9 else 'MISSED'})"
-    )
+    print(f"fraction in training + evaluation steps: {fraction:.3f}  (goal >= 0.9: {common.verdict(fraction >= 0.9)})")
+    return wall, parts, fraction
+
+
+def print_outside(timeline: Timeline, at: dict[str, float]) -> tuple[dict[str, float], float, float]:
+    """Print the whole run's time outside the trial; return it by part, the whole run's seconds and the
+    fraction in steps counted from Tune's start (the actor's creation included)."""
+    last = timeline.results[-1][1]
     outside = {
-        "ray.init": ray_up - started,
-        "driver.run before Tune started (validation, MLflow parent run, data decoding)": timeline.setup_at - ray_up,
+        "ray.init": at["ray_up"] - at["started"],
+        "driver.run before Tune started (validation, MLflow parent run, data decoding)": timeline.setup_at
+        - at["ray_up"],
         "Tune start -> the trial's actor started (worker process, imports)": timeline.start - timeline.setup_at,
-        "driver.run after the trial (trial table, summary)": returned - timeline.complete,
-        "ray.shutdown": finished - returned,
+        "driver.run after the trial (trial table, summary)": at["returned"] - timeline.complete,
+        "ray.shutdown": at["finished"] - at["returned"],
     }
-    total = finished - started
+    total = at["finished"] - at["started"]
     print(
         f"whole run (ray.init -> ray.shutdown): {total:.1f} s; fraction in steps + evaluation {(last['time_in_steps_s'] + last['time_in_eval_s']) / total:.3f}; outside the trial:"
     )
@@ -180,24 +165,32 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"fraction from Tune start, counting the actor's creation (paid once per concurrent trial slot: actors are reused): {with_actor:.3f}"
     )
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "args": vars(args),
-                    "wall_s": wall,
-                    "fraction": fraction,
-                    "fraction_with_actor_start": with_actor,
-                    "parts_s": parts,
-                    "outside_s": outside,
-                    "total_s": total,
-                    "trials": len(result.trials),
-                },
-                indent=2,
-            )
-        )
+    return outside, total, with_actor
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    timeline, result, at = run_trial(args)
+    if timeline.complete is None or not timeline.results or "time_in_steps_s" not in timeline.results[-1][1]:
+        print("error: the trial did not finish; see the Ray logs", file=sys.stderr)
+        return 1
+    wall, parts, fraction = print_trial(args, timeline)
+    outside, total, with_actor = print_outside(timeline, at)
+    common.write_json(
+        args.json,
+        {
+            "args": vars(args),
+            "wall_s": wall,
+            "fraction": fraction,
+            "fraction_with_actor_start": with_actor,
+            "parts_s": parts,
+            "outside_s": outside,
+            "total_s": total,
+            "trials": len(result.trials),
+        },
+    )
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

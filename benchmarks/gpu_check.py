@@ -1,65 +1,41 @@
-#!/usr/bin/env python
 """The GPU check (issue 12): ViT-B/16 at 224 px on one GPU, in under 8 minutes. Prints a table, writes JSON.
 
 1. training images/s of full finetuning: fp32 (no TF32, plain optimizer); with the CUDA options the
    trials use (bf16 autocast, TF32 matmuls, fused optimizer); and with those plus torch.compile;
 2. each single component's and the head's speedup over full finetuning (CUDA options) beside its
-   FLOP bound (``flop_bounds`` of scripts/bench_training.py), and the peak GPU memory of each subset;
+   FLOP bound (``flop_bounds`` of benchmarks.training), and the peak GPU memory of each subset;
 3. the input pipeline's share of a step on CIFAR-size data: the batched transform of uint8 32 px
    images to 224 px on the GPU (``vitplast_tune.data.transforms``) over that plus a training step;
 4. 4 trials at ``--gpus-per-trial 0.25`` through the real search (scripts/search.py, digits).
 
-    python scripts/gpu_check.py --json gpu_check.json
-    python scripts/gpu_check.py --dry-run                          # the plan, nothing run
-    python scripts/gpu_check.py --device cpu --model vit_testbed_patch8_32 --steps 2 --warmup 1 \\
-        --batch-size 4 --no-compile --no-search                     # the CPU smoke path the tests run
+    python -m benchmarks.gpu_check --json gpu_check.json
+    python -m benchmarks.gpu_check --dry-run                            # the plan, nothing run
+    python -m benchmarks.gpu_check --device cpu --model vit_testbed_patch8_32 --steps 2 --warmup 1 \\
+        --batch-size 4 --no-compile --no-search                         # the CPU smoke path the tests run
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from benchmarks import common, training
+from benchmarks.common import SUBSETS
 from vitplast_tune import components
 from vitplast_tune.data import transforms
 from vitplast_tune.vit import models
 
-ROOT = Path(__file__).resolve().parents[1]
-SUBSETS = ("all", *components.COMPONENTS, "head")
-SEARCH_SPACE = """\
-description: GPU check, 4 trials sharing one GPU.
-metric: val_acc
-mode: max
-algorithm: grid
-num_samples: 1
-scheduler: fifo
-parameters:
-  components: {{choice: [mha, fc1, fc2, all]}}
-  lr: 0.01
-defaults:
-  model: {model}
-  pretrained: false
-  dataset: digits
-  max_steps: {steps}
-  batch_size: {batch}
-  warmup_steps: 2
-  eval_every: {steps}
-"""
+SEARCH_COMPONENTS = ["mha", "fc1", "fc2", "all"]  # the 4 trials sharing one GPU
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = common.parser(__doc__)
     p.add_argument("--model", default="vit_base_patch16_224", help="timm ViT, randomly initialised")
     p.add_argument("--device", default="cuda", help="cuda (the check) or cpu (a smoke run)")
     p.add_argument("--batch-size", type=int, default=64, help="training batch (default: 64)")
@@ -69,21 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile measurement")
     p.add_argument("--no-search", action="store_true", help="skip the 4-trial search")
     p.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
-    p.add_argument("--json", help="write the results here")
+    common.add_json_flag(p, help="write the results here")
     return p.parse_args(argv)
-
-
-def flop_bounds(model_name: str, batch: int) -> dict[str, float]:
-    """scripts/bench_training.py's FLOP bounds of each subset (loaded from that script, not copied)."""
-    spec = importlib.util.spec_from_file_location("_bench_training", ROOT / "scripts" / "bench_training.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.flop_bounds(model_name, batch, SUBSETS)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def train_speed(args, device: torch.device, subset: str, options: bool, compile_: bool = False) -> dict[str, float]:
@@ -100,25 +63,17 @@ def train_speed(args, device: torch.device, subset: str, options: bool, compile_
     x = torch.randn(args.batch_size, 3, size, size, device=device)
     y = torch.randint(0, 10, (args.batch_size,), device=device)
 
-    def step() -> None:
+    def step(_: int) -> None:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=options):
             loss = F.cross_entropy(forward(x).float(), y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
 
-    for _ in range(args.warmup):
-        step()
-    _sync(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    _sync(device)
-    seconds = time.perf_counter() - start
+    reset = (lambda: torch.cuda.reset_peak_memory_stats(device)) if device.type == "cuda" else None
+    step_s = common.seconds_per_call(step, device, args.warmup, args.steps, after_warmup=reset)
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else 0.0
-    return {"images_per_s": args.steps * args.batch_size / seconds, "step_s": seconds / args.steps, "peak_mib": peak}
+    return {"images_per_s": args.batch_size / step_s, "step_s": step_s, "peak_mib": peak}
 
 
 def pipeline_step_s(args, device: torch.device) -> float:
@@ -126,41 +81,31 @@ def pipeline_step_s(args, device: torch.device) -> float:
     config = models.pretrained_data_config(args.model)
     raw = torch.from_numpy(np.random.default_rng(0).integers(0, 255, (args.batch_size, 3, 32, 32), dtype=np.uint8))
     run = lambda seed: transforms.batch_transform(raw.to(device, non_blocking=True), config, True, seed)
-    for seed in range(args.warmup):
-        run(seed)
-    _sync(device)
-    start = time.perf_counter()
-    for seed in range(args.steps):
-        run(seed)
-    _sync(device)
-    return (time.perf_counter() - start) / args.steps
+    return common.seconds_per_call(run, device, args.warmup, args.steps)
 
 
 def search_trials(args) -> dict:
     """4 trials at --gpus-per-trial 0.25 through scripts/search.py: wall time and the trials' steps."""
-    with tempfile.TemporaryDirectory() as tmp:
-        space = Path(tmp) / "gpu.yaml"
-        space.write_text(SEARCH_SPACE.format(model=args.model, steps=args.search_steps, batch=args.batch_size))
-        command = [
-            sys.executable,
-            str(ROOT / "scripts" / "search.py"),
-            "--space",
-            str(space),
-            "--storage",
-            tmp,
-            "--name",
-            "gpu",
-            "--no-plasticity",
-            "--quiet",
-            "--gpus-per-trial",
-            "0.25",
-            "--cpus-per-trial",
-            "1",
-        ]
+    space = common.grid_space(
+        {"components": {"choice": SEARCH_COMPONENTS}, "lr": 0.01},
+        {
+            "model": args.model,
+            "pretrained": False,
+            "dataset": "digits",
+            "max_steps": args.search_steps,
+            "batch_size": args.batch_size,
+            "warmup_steps": 2,
+            "eval_every": args.search_steps,
+        },
+        description="GPU check, 4 trials sharing one GPU.",
+    )
+    with common.scratch("gpu_check_") as tmp:
+        flags = ["--no-plasticity", "--gpus-per-trial", "0.25", "--cpus-per-trial", "1"]
+        command = common.search_command(common.write_space(tmp / "gpu.yaml", space), tmp, "gpu", *flags)
         start = time.perf_counter()
-        proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        proc = subprocess.run(command, capture_output=True, text=True, env=common.python_env())
         wall = time.perf_counter() - start
-        trials = (Path(tmp) / "gpu" / "trials.csv").read_text() if proc.returncode == 0 else proc.stderr[-2000:]
+        trials = (tmp / "gpu" / "trials.csv").read_text() if proc.returncode == 0 else proc.stderr[-2000:]
     return {"returncode": proc.returncode, "wall_s": wall, "trials_csv": trials}
 
 
@@ -193,7 +138,7 @@ def run_check(args) -> dict:
     }
     if not args.no_compile:
         result["full"]["options+compile"] = train_speed(args, device, "all", True, compile_=True)
-    bounds = flop_bounds(args.model, args.batch_size)
+    bounds = training.flop_bounds(args.model, args.batch_size, SUBSETS)
     full = result["full"]["options"]["step_s"]
     result["subsets"] = {}
     for subset in SUBSETS[1:]:
@@ -248,8 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = run_check(args)
     print(format_table(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+    common.write_json(args.json, result)
     return 0
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Peak memory of a one-trial search: the driver's RSS and the whole process tree's PSS (driver + every Ray process).
 
 Runs ``scripts/search.py`` on a space of one trial (grid, FIFO, full finetuning of a randomly initialised
@@ -11,42 +10,37 @@ the search started: what `free` would show, so run it on an otherwise idle machi
 also says how much the driver, the trial and Ray's own processes held. ``--plasticity PAIRS`` measures
 plasticity first (a Ray task), as a default search does.
 
-    python scripts/bench_memory.py                       # vit_base_patch16_224 and the testbed ViT
-    python scripts/bench_memory.py --models vit_base_patch16_224
-    python scripts/bench_memory.py --models vit_base_patch16_224 --set grad_checkpointing=true
-    python scripts/bench_memory.py --models vit_testbed_patch8_32 --plasticity 256
+    python -m benchmarks.memory                         # vit_base_patch16_224 and the testbed ViT
+    python -m benchmarks.memory --models vit_base_patch16_224
+    python -m benchmarks.memory --models vit_base_patch16_224 --set grad_checkpointing=true
+    python -m benchmarks.memory --models vit_testbed_patch8_32 --plasticity 256
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-SPACE = """
-metric: val_acc
-mode: max
-algorithm: grid
-num_samples: 1
-scheduler: fifo
-parameters:
-  components: all
-  lr: 0.01
-defaults: {{model: {model}, pretrained: false, dataset: {dataset}, max_steps: 2, batch_size: 4, eval_every: 2,
-            val_fraction: 0.01, eval_test: false, cache_features: false{extra}}}
-"""
+from benchmarks import common
+
+# The one trial: full finetuning of a randomly initialised model, 2 steps of batch 4, a tiny evaluation.
+TRIAL = dict(
+    pretrained=False,
+    max_steps=2,
+    batch_size=4,
+    eval_every=2,
+    val_fraction=0.01,
+    eval_test=False,
+    cache_features=False,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = common.parser(__doc__)
     p.add_argument("--models", default="vit_base_patch16_224,vit_testbed_patch8_32", help="comma-separated timm ViTs")
     p.add_argument("--dataset", default="digits", help="dataset of the trial (default: digits)")
     p.add_argument(
@@ -63,13 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="PAIRS",
         help="measure plasticity on this many image pairs first, as a default search does (default 0: --no-plasticity)",
     )
-    p.add_argument("--json", help="also write the figures to this JSON file")
+    common.add_json_flag(p, help="also write the figures to this JSON file")
     return p.parse_args(argv)
-
-
-def _kb(text: str, key: str) -> int:
-    match = re.search(rf"^{key}:\s+(\d+) kB", text, re.M)
-    return int(match.group(1)) * 1024 if match else 0
 
 
 def _tree(tmp: str) -> list[int]:
@@ -100,13 +89,13 @@ def _sample(tmp: str, driver: int) -> dict[str, dict[str, int]]:
     for pid in _tree(tmp):
         try:
             rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
-            rss = _kb(Path(f"/proc/{pid}/status").read_text(), "VmRSS")
+            rss = common.kb_field(Path(f"/proc/{pid}/status").read_text(), "VmRSS")
             group = _group(pid, driver)
         except OSError:  # the process ended between the listing and the reads
             continue
         sums = groups.setdefault(group, {"pss": 0, "anon": 0, "rss": 0})
-        sums["pss"] += _kb(rollup, "Pss")
-        sums["anon"] += _kb(rollup, "Pss_Anon") + _kb(rollup, "Pss_Shmem")
+        sums["pss"] += common.kb_field(rollup, "Pss")
+        sums["anon"] += common.kb_field(rollup, "Pss_Anon") + common.kb_field(rollup, "Pss_Shmem")
         sums["rss"] += rss
     return groups
 
@@ -114,47 +103,47 @@ def _sample(tmp: str, driver: int) -> dict[str, dict[str, int]]:
 def _used() -> int:
     """The machine's used memory (bytes): MemTotal - MemAvailable."""
     text = Path("/proc/meminfo").read_text()
-    return _kb(text, "MemTotal") - _kb(text, "MemAvailable")
+    return common.kb_field(text, "MemTotal") - common.kb_field(text, "MemAvailable")
+
+
+def space_file(directory: Path, model: str, dataset: str, settings: list[str] | tuple[str, ...] = ()) -> Path:
+    """The one-trial grid (``settings``: more ``KEY=VALUE`` trial settings, YAML values)."""
+    defaults = {"model": model, "dataset": dataset, **TRIAL, **dict(map(common.setting, settings))}
+    return common.write_space(directory / "one.yaml", common.grid_space({"components": "all", "lr": 0.01}, defaults))
+
+
+def _watch(proc: subprocess.Popen, tmp: str, baseline: int) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """Sample the tree every 0.1 s until ``proc`` ends: the peaks (bytes; the machine's above ``baseline``) and
+    each group's share at the tree's peak."""
+    peak = {"driver_rss": 0, "tree_pss": 0, "tree_anon": 0, "tree_rss": 0, "machine": 0, "training_pss": 0}
+    at_peak: dict[str, dict[str, int]] = {}
+    while proc.poll() is None:
+        groups = _sample(tmp, proc.pid)
+        total = {key: sum(g[key] for g in groups.values()) for key in ("pss", "anon", "rss")}
+        if total["pss"] > peak["tree_pss"]:
+            at_peak = groups
+        peak = {
+            "driver_rss": max(peak["driver_rss"], groups.get("driver", {}).get("rss", 0)),
+            **{f"tree_{key}": max(peak[f"tree_{key}"], value) for key, value in total.items()},
+            "machine": max(peak["machine"], _used() - baseline),
+            "training_pss": max(peak["training_pss"], total["pss"] if "trial" in groups else 0),
+        }
+        time.sleep(0.1)
+    return peak, at_peak
 
 
 def measure(model: str, dataset: str, settings: list[str] = (), plasticity_pairs: int = 0) -> dict[str, Any]:
     """Run the one-trial search for ``model``; return peak driver RSS, tree PSS (and its anonymous part),
     summed RSS and the machine's rise in used memory, the tree's PSS while the trial ran (bytes), each group's
     PSS and anonymous PSS at the tree's peak, and seconds."""
-    with tempfile.TemporaryDirectory(prefix="vtm", dir="/tmp") as tmp:
-        space = Path(tmp) / "one.yaml"
-        extra = "".join(f", {key.strip()}: {value.strip()}" for key, _, value in (s.partition("=") for s in settings))
-        space.write_text(SPACE.format(model=model, dataset=dataset, extra=extra))
-        env = {**os.environ, "RAY_TMPDIR": tmp}
-        cmd = [
-            sys.executable,
-            str(ROOT / "scripts" / "search.py"),
-            "--space",
-            str(space),
-            "--storage",
-            f"{tmp}/results",
-            *(["--plasticity-pairs", str(plasticity_pairs)] if plasticity_pairs else ["--no-plasticity"]),
-            "--quiet",
-            "--name",
-            "memory",
-        ]
+    with common.scratch("vtm", dir="/tmp") as tmp:
+        plasticity = ["--plasticity-pairs", str(plasticity_pairs)] if plasticity_pairs else ["--no-plasticity"]
+        cmd = common.search_command(space_file(tmp, model, dataset, settings), tmp / "results", "memory", *plasticity)
+        env = common.python_env(RAY_TMPDIR=str(tmp))
         baseline = _used()
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        peak = {"driver_rss": 0, "tree_pss": 0, "tree_anon": 0, "tree_rss": 0, "machine": 0, "training_pss": 0}
-        at_peak: dict[str, dict[str, int]] = {}
-        while proc.poll() is None:
-            groups = _sample(tmp, proc.pid)
-            total = {key: sum(g[key] for g in groups.values()) for key in ("pss", "anon", "rss")}
-            if total["pss"] > peak["tree_pss"]:
-                at_peak = groups
-            peak = {
-                "driver_rss": max(peak["driver_rss"], groups.get("driver", {}).get("rss", 0)),
-                **{f"tree_{key}": max(peak[f"tree_{key}"], value) for key, value in total.items()},
-                "machine": max(peak["machine"], _used() - baseline),
-                "training_pss": max(peak["training_pss"], total["pss"] if "trial" in groups else 0),
-            }
-            time.sleep(0.1)
+        peak, at_peak = _watch(proc, str(tmp), baseline)
         out = proc.stdout.read()
         if proc.returncode != 0:
             raise RuntimeError(f"the search for {model} failed ({proc.returncode}):\n{out[-3000:]}")
@@ -188,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             f"ratio {models[0]} / {models[1]}: driver {a['driver_rss'] / b['driver_rss']:.2f}x, "
             f"tree PSS {a['tree_pss'] / b['tree_pss']:.2f}x"
         )
-    if args.json:
-        Path(args.json).write_text(json.dumps(found, indent=2))
+    common.write_json(args.json, found)
     return 0
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Time compute_plasticity (both variants) against plain forward passes of the same 2N images.
 
 The headline is the ratio plasticity time / forward time (target: <= 1.1x for the paper variant),
@@ -11,13 +10,12 @@ on the weights.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import torch
 
+from benchmarks import common
 from vitplast_tune.config import PLASTICITY_VARIANTS
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit.models import create_model
@@ -25,7 +23,7 @@ from vitplast_tune.vit.plasticity import compute_plasticity
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = common.parser(__doc__)
     p.add_argument(
         "--model",
         default="vit_testbed_patch8_32",
@@ -54,26 +52,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def median_seconds(fns: dict[str, Callable[[], object]], device: torch.device, repeats: int) -> dict[str, float]:
-    """Median wall time of each fn over repeats, after a warm-up; the fns take turns so load drift hits all alike."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for repeat in range(repeats + 1):
-        for name, fn in fns.items():
-            sync()
-            start = time.perf_counter()
-            fn()
-            sync()
-            if repeat:  # repeat 0 is the warm-up
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = common.pick_device(args.device)
     try:
         model = create_model(args.model, 0, pretrained=False).eval().to(device)
     except UserError as exc:
@@ -94,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         fns[variant] = lambda v=variant: compute_plasticity(
             model, x, y, variant=v, batch_size=args.batch_size, device=device
         )
-    seconds = median_seconds(fns, device, args.repeats)
+    seconds = common.median_seconds(fns, device, args.repeats)
     base = seconds.pop("forward")
     print(
         f"{args.model} on {device}: {args.pairs} pairs, batch {args.batch_size} pairs, median of {args.repeats} "
@@ -106,4 +89,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

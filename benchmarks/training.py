@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Training speed and peak memory of each single-component trial and of the head-only trial,
 as ratios to full finetuning of the same model and batch, beside the FLOP bound.
 
@@ -34,8 +33,6 @@ import ctypes
 import gc
 import json
 import math
-import os
-import re
 import statistics
 import subprocess
 import sys
@@ -44,15 +41,14 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import common
+from benchmarks.common import SUBSETS
 from vitplast_tune import components
-from vitplast_tune.components import COMPONENTS
 from vitplast_tune.vit import models
-
-SUBSETS = ("all", *COMPONENTS, "head")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = common.parser(__doc__)
     p.add_argument(
         "--model",
         default="vit_testbed_patch8_32",
@@ -86,7 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=400,
         help="trial length for the head-only speed-up including its feature cache (default: 400)",
     )
-    p.add_argument("--json", help="also write the results to this JSON file")
+    common.add_json_flag(p)
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: one measurement, as JSON
     return p.parse_args(argv)
 
@@ -148,10 +144,27 @@ def flop_bounds(model_name: str, batch: int, subsets=SUBSETS) -> dict[str, float
 # ----------------------------------------------------------------------------- one measurement (child process)
 
 
-def _proc_status(key: str) -> int:
-    """A /proc/self/status memory line in bytes (Linux)."""
-    match = re.search(rf"^{key}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M)
-    return int(match.group(1)) * 1024
+def _own_memory(key: str) -> int:
+    """A /proc/self/status memory line (VmRSS, VmHWM) in bytes (Linux)."""
+    return common.kb_field(Path("/proc/self/status").read_text(), key)
+
+
+def _start_peak_memory(cfg, device: torch.device, decoded) -> int:
+    """Reset the peak-memory count before the measured run; return the baseline it is counted above (bytes)."""
+    from vitplast_tune.vit.training import FinetuneConfig, finetune
+
+    if device.type == "cuda":
+        common.sync(device)
+        torch.cuda.reset_peak_memory_stats()
+        return 0
+    # Touch the kernels' code and one-time buffers (a 2-step run at batch 2), so that the baseline holds them.
+    warm = dict(components="all", batch_size=2, max_steps=2, eval_every=2, compile=False, cache_features=False)
+    finetune(FinetuneConfig(**{**cfg.to_dict(), **warm}), device=device, decoded=decoded)
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand freed heap back to the OS, so finetune cannot reuse it unseen
+    baseline = _own_memory("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    return baseline
 
 
 def measure(spec: dict) -> dict:
@@ -180,19 +193,7 @@ def measure(spec: dict) -> dict:
     decoded = datasets.decode_dataset(cfg.dataset, models.pretrained_data_config(cfg.model))  # as the search shares it
     reports: list[dict] = []
     cpu_at: list[float] = []
-    if not spec["memory"]:
-        pass
-    elif device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    else:
-        # Touch the kernels' code and one-time buffers (a 2-step run at batch 2), so that the baseline holds them.
-        warm = dict(components="all", batch_size=2, max_steps=2, eval_every=2, compile=False, cache_features=False)
-        finetune(FinetuneConfig(**{**cfg.to_dict(), **warm}), device=device, decoded=decoded)
-        gc.collect()
-        ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand freed heap back to the OS, so finetune cannot reuse it unseen
-        baseline = _proc_status("VmRSS")
-        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    baseline = _start_peak_memory(cfg, device, decoded) if spec["memory"] else 0
     finetune(
         cfg,
         report=lambda metrics, state: (reports.append(metrics), cpu_at.append(time.process_time())),
@@ -200,7 +201,7 @@ def measure(spec: dict) -> dict:
         decoded=decoded,
     )
     if spec["memory"]:
-        peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else _proc_status("VmHWM") - baseline
+        peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else _own_memory("VmHWM") - baseline
         return {"peak_bytes": peak}
     first, last = reports[0], reports[-1]
     steps = last["step"] - first["step"]
@@ -212,40 +213,32 @@ def measure(spec: dict) -> dict:
     }
 
 
-def run_child(spec: dict, env: dict | None = None) -> dict:
+def run_child(spec: dict, **env: str) -> dict:
+    """``measure(spec)`` in a fresh ``python -m benchmarks.training --child`` process (``env``: extra variables)."""
     out = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True, env=env
+        [sys.executable, "-m", "benchmarks.training", "--child", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=common.python_env(**env),
     )
     if out.returncode != 0:
         raise RuntimeError(f"measuring {spec['subset']} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-# ----------------------------------------------------------------------------- main
+# ----------------------------------------------------------------------------- the rounds
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.child:
-        print(json.dumps(measure(json.loads(args.child))))
-        return 0
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    subsets = ["all"] + [s for s in dict.fromkeys(x.strip() for x in args.subsets.split(",")) if s and s != "all"]
+def chosen_subsets(text: str) -> list[str]:
+    """The --subsets, 'all' first and each once; a bad name raises UserError."""
+    subsets = ["all"] + [s for s in dict.fromkeys(x.strip() for x in text.split(",")) if s and s != "all"]
     for s in subsets:
         components.parse_subset(s)
-    base = dict(
-        model=args.model,
-        dataset=args.dataset,
-        batch_size=args.batch_size,
-        steps=args.steps,
-        warmup=args.warmup,
-        device=str(device),
-        threads=args.threads,
-        compile=args.compile,
-        cuda_options=args.cuda_options,
-        memory=False,
-    )
-    other_mode = device.type == "cuda"
+    return subsets
+
+
+def run_rounds(args: argparse.Namespace, base: dict, subsets: list[str], other_mode: bool) -> dict[str, list[dict]]:
+    """--repeats rounds over the subsets (and, on CUDA, full finetuning in the other mode): each run's figures."""
     runs: dict[str, list[dict]] = {s: [] for s in subsets + (["all/other"] if other_mode else [])}
     for repeat in range(args.repeats):
         for s in subsets:
@@ -258,21 +251,26 @@ def main(argv: list[str] | None = None) -> int:
             )
         if other_mode:
             runs["all/other"].append(run_child({**base, "subset": "all", "cuda_options": not args.cuda_options}))
-    # Peak memory: one more short run each; on the CPU with a fixed malloc mmap threshold, so that freed
-    # tensors leave the resident set (glibc's adaptive threshold would otherwise keep them in its heap).
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"} if device.type == "cpu" else None
-    memory = {
-        s: run_child({**base, "subset": s, "memory": True, "steps": min(args.steps, 10)}, env)["peak_bytes"]
+    return runs
+
+
+def peak_memory(args: argparse.Namespace, base: dict, subsets: list[str], device: torch.device) -> dict[str, int]:
+    """Peak bytes of each subset, from one more short run each.
+
+    On the CPU with a fixed malloc mmap threshold, so that freed tensors leave the resident set (glibc's
+    adaptive threshold would otherwise keep them in its heap).
+    """
+    env = {"MALLOC_MMAP_THRESHOLD_": "65536"} if device.type == "cpu" else {}
+    return {
+        s: run_child({**base, "subset": s, "memory": True, "steps": min(args.steps, 10)}, **env)["peak_bytes"]
         for s in subsets
     }
-    med = {s: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for s, rs in runs.items()}
-    bounds = flop_bounds(args.model, args.batch_size, subsets)
-    full = med["all"]
 
-    def ratio(s: str, k: str) -> float:
-        """Median over rounds of the ratio to full finetuning in the same round."""
-        return statistics.median(r[k] / f[k] for r, f in zip(runs[s], runs["all"]))
 
+# ----------------------------------------------------------------------------- the table
+
+
+def print_header(args: argparse.Namespace, device: torch.device) -> None:
     cpu = device.type == "cpu"
     mem_note = (
         "torch.cuda.max_memory_allocated"
@@ -292,20 +290,35 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{'subset':<6} {'steps/s':>8} {'images/s':>9} {'vs full':>8} {'(CPU t)':>8} {'bound':>9} {'vs bound':>9} {'peak MiB':>9} {'mem vs full':>12}  goal"
     )
+
+
+def subset_goal(subset: str, judged: float, of_bound: float) -> str:
+    """The goal column: none for full finetuning, >= 10x for the head alone, within 10% of the bound for the rest."""
+    if subset == "all":
+        return ""
+    if subset == "head":
+        return common.goal(judged >= 10, ">= 10x")
+    return common.goal(of_bound >= 0.9, "within 10% of bound")
+
+
+def table(
+    args: argparse.Namespace, subsets: list[str], runs: dict[str, list[dict]], memory: dict[str, int], cpu: bool
+) -> list[dict]:
+    """Print a row per subset (medians over rounds; ratios to full finetuning in the same round); return the rows."""
+    med = medians(runs)
+    bounds = flop_bounds(args.model, args.batch_size, subsets)
+
+    def ratio(s: str, k: str) -> float:
+        """Median over rounds of the ratio to full finetuning in the same round."""
+        return statistics.median(r[k] / f[k] for r, f in zip(runs[s], runs["all"]))
+
     rows = []
     for s in subsets:
         m = med[s]
         wall = ratio(s, "steps_per_s")
         cpu_ratio = ratio(s, "cpu_steps_per_s")
-        judged = cpu_ratio if cpu else wall
-        of_bound = judged / bounds[s]
+        of_bound = (cpu_ratio if cpu else wall) / bounds[s]
         mem = memory[s] / memory["all"]
-        if s == "all":
-            goal = ""
-        elif s == "head":
-            goal = f"{'met' if judged >= 10 else 'MISSED'} (>= 10x)"
-        else:
-            goal = f"{'met' if of_bound >= 0.9 else 'MISSED'} (within 10% of bound)"
         rows.append(
             dict(
                 subset=s,
@@ -324,31 +337,78 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"{s:<6} {m['steps_per_s']:8.1f} {m['steps_per_s'] * args.batch_size:9.0f} {wall:7.2f}x {cpu_ratio:7.2f}x {bounds[s]:8.2f}x "
-            f"{of_bound:9.2f} {memory[s] / 2**20:9.1f} {mem:11.2f}x  {goal}"
+            f"{of_bound:9.2f} {memory[s] / 2**20:9.1f} {mem:11.2f}x  {subset_goal(s, cpu_ratio if cpu else wall, of_bound)}"
         )
+    return rows
+
+
+def medians(runs: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
+    """Each configuration's figures, medians over the rounds."""
+    return {s: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for s, rs in runs.items()}
+
+
+def head_only_trial(args: argparse.Namespace, med: dict[str, dict[str, float]]) -> float:
+    """Print what the head-only feature cache costs a --trial-steps trial; return its seconds."""
+    full = med["all"]
+    cache_s = med["head"]["cache_s"]
+    trial = args.trial_steps / (args.trial_steps / med["head"]["steps_per_s"] + cache_s)
+    print(
+        f"head-only feature cache: {cache_s:.2f} s once per trial (= {cache_s * full['steps_per_s']:.0f} full steps); "
+        f"a {args.trial_steps}-step head-only trial including it: {trial / full['steps_per_s']:.1f}x full finetuning"
+    )
+    return cache_s
+
+
+def both_modes(args: argparse.Namespace, med: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Print full finetuning's images/s with and without the CUDA options; return them."""
+    full = med["all"]
+    fast, plain = (full, med["all/other"]) if args.cuda_options else (med["all/other"], full)
+    print(
+        f"full finetuning images/s: {fast['steps_per_s'] * args.batch_size:.0f} with CUDA options, "
+        f"{plain['steps_per_s'] * args.batch_size:.0f} plain fp32 ({fast['steps_per_s'] / plain['steps_per_s']:.2f}x)"
+    )
+    return {
+        "cuda_options": fast["steps_per_s"] * args.batch_size,
+        "plain_fp32": plain["steps_per_s"] * args.batch_size,
+    }
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(json.loads(args.child))))
+        return 0
+    device = common.pick_device(args.device)
+    subsets = chosen_subsets(args.subsets)
+    base = dict(
+        model=args.model,
+        dataset=args.dataset,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        warmup=args.warmup,
+        device=str(device),
+        threads=args.threads,
+        compile=args.compile,
+        cuda_options=args.cuda_options,
+        memory=False,
+    )
+    other_mode = device.type == "cuda"
+    runs = run_rounds(args, base, subsets, other_mode)
+    memory = peak_memory(args, base, subsets, device)
+    print_header(args, device)
+    rows = table(args, subsets, runs, memory, device.type == "cpu")
     summary = {"args": {k: v for k, v in vars(args).items() if k != "child"}, "device": str(device), "rows": rows}
+    med = medians(runs)
     if "head" in med:
-        cache_s = med["head"]["cache_s"]
-        trial = args.trial_steps / (args.trial_steps / med["head"]["steps_per_s"] + cache_s)
-        summary["head_cache_s"] = cache_s
-        print(
-            f"head-only feature cache: {cache_s:.2f} s once per trial (= {cache_s * full['steps_per_s']:.0f} full steps); "
-            f"a {args.trial_steps}-step head-only trial including it: {trial / full['steps_per_s']:.1f}x full finetuning"
-        )
+        summary["head_cache_s"] = head_only_trial(args, med)
     if other_mode:
-        fast, plain = (full, med["all/other"]) if args.cuda_options else (med["all/other"], full)
-        summary["full_images_per_s"] = {
-            "cuda_options": fast["steps_per_s"] * args.batch_size,
-            "plain_fp32": plain["steps_per_s"] * args.batch_size,
-        }
-        print(
-            f"full finetuning images/s: {fast['steps_per_s'] * args.batch_size:.0f} with CUDA options, "
-            f"{plain['steps_per_s'] * args.batch_size:.0f} plain fp32 ({fast['steps_per_s'] / plain['steps_per_s']:.2f}x)"
-        )
-    if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=2))
+        summary["full_images_per_s"] = both_modes(args, med)
+    common.write_json(args.json, summary)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Whether the input pipeline keeps up, and what the datasets cost in host memory, measured in one run.
 
 Bytes: per dataset held in memory, what a node and a trial hold at 224 px before this change (every
@@ -15,7 +14,7 @@ image_cache.py), with the one-time speed of building that cache; against the
 model's training images/s (full finetuning, fp32) on every core of the same machine. The ratio
 ``cores needed`` = model images/s / pipeline images/s per core.
 
-    python scripts/bench_data.py --json bench_data.json
+    python -m benchmarks.data --json bench_data.json
 """
 
 from __future__ import annotations
@@ -23,15 +22,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
+from benchmarks import common
 from vitplast_tune.data import image_cache, transforms
 from vitplast_tune.vit import models
 
@@ -45,7 +43,7 @@ DATASETS = {
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = common.parser(__doc__)
     p.add_argument(
         "--model", default="vit_base_patch16_224", help="timm ViT, randomly initialised (default: vit_base_patch16_224)"
     )
@@ -53,7 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model-batch", type=int, default=8, help="training batch of the model (default: 8)")
     p.add_argument("--seconds", type=float, default=3.0, help="time per pipeline measurement (default: 3)")
     p.add_argument("--model-steps", type=int, default=3, help="timed training steps (default: 3, after one untimed)")
-    p.add_argument("--json", help="write the results here")
+    common.add_json_flag(p, help="write the results here")
     return p.parse_args(argv)
 
 
@@ -108,7 +106,7 @@ def pipelines(config: dict, batch: int, seconds: float) -> dict[str, float]:
         tf = transforms.per_image(config, True)
         return len(torch.stack([tf(Image.open(io.BytesIO(b)).convert("RGB")) for b in jpegs]))
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with common.scratch("bench_data_") as tmp:
         builds = iter(range(10**9))
 
         def build() -> int:  # a new cache each call: the one-time build (its "decoded ..." line silenced)
@@ -168,9 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         date=time.strftime("%Y-%m-%d"),
     )
     print(format_tables(result))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    common.write_json(args.json, result)
     return 0
 
 

@@ -1,0 +1,14 @@
+"""The benchmarks: each prints ratios measured in one run on one machine (docs/benchmarks.md has the results).
+
+Run each from the repository root as ``python -m benchmarks.NAME`` (``--help`` lists its flags):
+
+- ``training``: steps/s and peak memory of each single-component and the head-only trial vs full finetuning, beside the FLOP bound.
+- ``trial``: the fraction of a real Ray Tune trial's wall time spent in training and evaluation steps, and where the rest goes.
+- ``search``: training steps grid, random search and TPE (+ ASHA) need to reach the grid's best accuracy, as a fraction of the grid's.
+- ``data``: host bytes of the in-memory datasets at 224 px, and input-pipeline images/s per core vs the model's training images/s.
+- ``memory``: peak driver RSS and process-tree PSS of a one-trial search.
+- ``plasticity``: plasticity time (both variants) over plain forward passes of the same images.
+- ``gpu_check``: ViT-B/16 at 224 px on one GPU: fp32 / CUDA options / compile images/s, subsets vs FLOP bound, pipeline share, 4 trials at 0.25 GPU.
+
+``benchmarks.common`` holds the set-up they share.
+"""
