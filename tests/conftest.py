@@ -94,3 +94,18 @@ def ray_local():
     )
     yield ray
     ray.shutdown()
+
+
+STRICT_SKIPS = "VITPLAST_STRICT_SKIPS"  # CI sets it: a test that skips there fails instead
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """With ``VITPLAST_STRICT_SKIPS=1`` (as ``.ci/run`` sets), a skipped test is reported as failed: a missing
+    browser or a taken port must not keep CI green while hiding what was not tested."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get(STRICT_SKIPS) == "1" and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.longrepr = f"skipped, which {STRICT_SKIPS}=1 counts as a failure: {reason}"

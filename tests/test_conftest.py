@@ -1,0 +1,43 @@
+"""The test harness itself: CI's strict skips, and every test's isolation from the machine."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+
+def run_pytest(tmp_path: Path, body: str, **env: str) -> subprocess.CompletedProcess:
+    """Run one test file with this suite's conftest in a fresh pytest."""
+    for name in ("conftest.py", "_spaces.py"):
+        shutil.copy(TESTS / name, tmp_path / name)
+    (tmp_path / "test_probe.py").write_text(body)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_probe.py"]
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env={**os.environ, **env}, timeout=300)
+
+
+def test_a_skip_fails_when_skips_are_strict(tmp_path):
+    body = "import pytest\n\ndef test_skips():\n    pytest.skip('no browser')\n"
+    strict = run_pytest(tmp_path, body, VITPLAST_STRICT_SKIPS="1")
+    assert strict.returncode == 1 and "1 failed" in strict.stdout and "no browser" in strict.stdout
+    lenient = run_pytest(tmp_path, body, VITPLAST_STRICT_SKIPS="0")
+    assert lenient.returncode == 0 and "1 skipped" in lenient.stdout
+
+
+def test_each_test_has_its_own_cache_results_cwd_and_ray_temp_dir(tmp_path):
+    body = (
+        "import os\nfrom pathlib import Path\n\n"
+        "def test_a(tmp_path):\n"
+        "    for key in ('VITPLAST_CACHE_DIR', 'VITPLAST_RESULTS_DIR'):\n"
+        "        assert Path(os.environ[key]).is_relative_to(tmp_path)\n"
+        "    assert Path.cwd() == tmp_path and 'RAY_ADDRESS' not in os.environ\n"
+        "    assert os.environ['RAY_TMPDIR'] != os.environ.get('OUTER_RAY_TMPDIR')\n"
+        "    Path('written').write_text('x')\n\n"
+        "def test_b():\n"
+        "    assert not Path('written').exists()\n"
+    )
+    env = {"RAY_ADDRESS": "10.0.0.1:6379", "OUTER_RAY_TMPDIR": os.environ["RAY_TMPDIR"]}
+    out = run_pytest(tmp_path, body, **env)
+    assert out.returncode == 0 and "2 passed" in out.stdout, out.stdout + out.stderr
