@@ -17,4 +17,11 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
 
 
 class SearchInterrupted(Exception):
-    """The search stopped before all its trials ended (Ctrl-C); the message says how to resume it."""
+    """The search stopped before all its trials ended (Ctrl-C, SIGTERM); the message says how to resume it.
+
+    ``exit_code`` is what the command exits with: 130 after Ctrl-C (SIGINT), 143 after SIGTERM (128 + the signal).
+    """
+
+    def __init__(self, message: str, exit_code: int = 130):
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -9,11 +9,14 @@ results -> analyze. It never imports torch: trials and measurements run in Ray w
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shlex
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ray.tune import Callback
 
@@ -24,7 +27,7 @@ from vitplast_tune.errors import SearchInterrupted
 from vitplast_tune.predictors.report import Predictors, gradient_report, search_report
 from vitplast_tune.recommend import ranking, verify
 from vitplast_tune.recommend.ranking import Recommendation
-from vitplast_tune.search import results, searchers, spaces, tracking
+from vitplast_tune.search import interrupts, results, searchers, spaces, tracking
 from vitplast_tune.search.plan import SearchOptions, SearchPlan, prepare, write_record
 from vitplast_tune.search.results import SearchResult
 from vitplast_tune.search.trial import train_trial
@@ -38,10 +41,21 @@ def run(options: SearchOptions, callbacks: Sequence[Callback] = ()) -> SearchRes
     return execute(prepare(options), callbacks)
 
 
+@dataclass
+class _Records:
+    """What a running search has recorded so far: the MLflow client, its parent run, whether its record is written."""
+
+    mlflow: Any = None
+    parent: str | None = None
+    written: bool = False
+
+
 def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResult:
     """Run a prepared search: Ray, the predictors, the MLflow parent run, the Tuner, then results and trials.
 
     ``callbacks``: extra Ray Tune callbacks (e.g. the trial timeline of ``python -m benchmarks.trial``).
+    Ctrl-C or SIGTERM (``interrupts``) stops it as Tune's graceful stop does, closes its runs as KILLED and raises
+    SearchInterrupted with the command that resumes it.
     """
     import ray
 
@@ -49,39 +63,33 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
     started = time.perf_counter()
     for note in plan.notes:
         _say(plan, f"note: {note}")
-    owns_ray = not ray.is_initialized()
-    if owns_ray:
-        from vitplast_tune.search import cluster
+    records = _Records(written=plan.options.resume)
+    with interrupts.handled():
+        owns_ray = not ray.is_initialized()
+        try:  # start or join Ray, check the trial request, measure, record, tune; Ray shut down after
+            if owns_ray:
+                from vitplast_tune.search import cluster
 
-        cluster.init(plan.options.address)
-    mlflow, parent = None, None
-    try:  # join and check the trial request, measure, then record; Ray shut down after; a failure marks the run
-        grows = _check_cluster(plan)
-        # The predictors, as a Ray task with a trial's resources (a GPU when trials use GPUs); cached plasticity reused.
-        predictors = measure_predictors(plan)
-        mlflow = tracking.client(plan.tracking_uri)
-        parent = tracking.open_search_run(mlflow, plan, predictors)
-        view = tracking.publish_view(mlflow, plan, parent, predictors.plasticity is not None)
-        write_record(plan, parent)
-        with searchers.pending_limit(plan, grows):
-            grid = _tune(plan, callbacks, parent, predictors)
-    except KeyboardInterrupt:
-        if parent is not None:
-            mlflow.set_terminated(parent, status="KILLED")
-        raise
-    except Exception as exc:
-        if parent is not None:
-            tracking.mark_failed(mlflow, parent, exc)
-        raise
-    finally:
-        if owns_ray:
-            ray.shutdown()
+                cluster.init(plan.options.address, plan.options.connect_timeout_s, say=lambda t: _say(plan, t))
+            interrupts.on_sigterm_interrupt()  # after ray.init, which installs its own SIGTERM handler
+            grid, predictors, view = _record_and_tune(plan, callbacks, records)
+        except KeyboardInterrupt:
+            if records.parent is not None:
+                tracking.close_search(records.mlflow, records.parent, "KILLED")
+            raise _interrupted(plan, records, "stopped before its trials ended") from None
+        except Exception as exc:
+            if records.parent is not None:
+                tracking.close_trials(records.mlflow, records.parent, "KILLED")
+                tracking.mark_failed(records.mlflow, records.parent, exc)
+            raise
+        finally:
+            if owns_ray:
+                ray.shutdown()
+    mlflow, parent = records.mlflow, records.parent
     unfinished = searchers.unfinished(grid, plan.spec.total_trials)
     if unfinished:
-        mlflow.set_terminated(parent, status="KILLED")
-        raise SearchInterrupted(
-            f"{unfinished} trial(s) unfinished; nothing is lost: continue the search with {resume_command(plan)}"
-        )
+        tracking.close_search(mlflow, parent, "KILLED")
+        raise _interrupted(plan, records, f"{unfinished} trial(s) unfinished")
     result = SearchResult(
         plan, results.trial_table(grid, plan, predictors), parent, time.perf_counter() - started, view=view
     )
@@ -93,6 +101,31 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
         raise
     mlflow.set_terminated(parent, status="FINISHED")
     return result
+
+
+def _record_and_tune(plan: SearchPlan, callbacks: Sequence[Callback], records: _Records):
+    """Check the trial request on the cluster, measure the predictors, open the MLflow parent run and write the
+    search's record (into ``records`` as they happen), then tune; return (Tune's result grid, predictors, view)."""
+    grows = _check_cluster(plan)
+    # The predictors, as a Ray task with a trial's resources (a GPU when trials use GPUs); cached plasticity reused.
+    predictors = measure_predictors(plan)
+    records.mlflow = tracking.client(plan.tracking_uri)
+    records.parent = tracking.open_search_run(records.mlflow, plan, predictors)
+    view = tracking.publish_view(records.mlflow, plan, records.parent, predictors.plasticity is not None)
+    write_record(plan, records.parent)
+    records.written = True
+    with searchers.pending_limit(plan, grows):
+        grid = _tune(plan, callbacks, records.parent, predictors)
+    return grid, predictors, view
+
+
+def _interrupted(plan: SearchPlan, records: _Records, what: str) -> SearchInterrupted:
+    """The SearchInterrupted of a search stopped by Ctrl-C or SIGTERM: how to resume it, or that nothing was recorded."""
+    if records.written:
+        text = f"{what}; nothing is lost: continue the search with {resume_command(plan)}"
+    else:
+        text = f"{what}, before anything was recorded: nothing to resume; run the same command again"
+    return SearchInterrupted(text, interrupts.exit_code())
 
 
 def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predictors: Predictors):
@@ -111,12 +144,35 @@ def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predicto
         train_trial, settings=plan.settings, decoded=plan.decoded, max_trainable_params=plan.max_trainable_params
     )
     trainable = tune.with_resources(trainable, plan.options.trial_resources)
-    return searchers.tuner(plan, trainable, callbacks, ranking.warm_start_subsets(plan, predictors)).fit()
+    tuner = searchers.tuner(plan, trainable, callbacks, ranking.warm_start_subsets(plan, predictors))
+    try:
+        return tuner.fit()
+    finally:
+        interrupts.restore_ctrl_c()  # Tune leaves its SIGINT handler, which nothing reads once fit returns
 
 
 def resume_command(plan: SearchPlan) -> str:
-    """The command that continues an interrupted search: its space file, name and storage."""
+    """The command that continues an interrupted search: its space file, name and storage, and the flags it ran with
+    that its record does not hold (resources per trial, plasticity, the cluster)."""
+    o, default = plan.options, SearchOptions()
     words = ["vitplast-search", "--space", str(plan.spec.path), "--name", plan.name, "--storage", plan.storage]
+    flags = {
+        "--cpus-per-trial": (o.cpus_per_trial, default.cpus_per_trial),
+        "--gpus-per-trial": (o.gpus_per_trial, default.gpus_per_trial),
+        "--address": (o.address, default.address),
+        "--connect-timeout": (o.connect_timeout_s, default.connect_timeout_s),
+    }
+    if o.resources_per_trial:
+        flags["--resources-per-trial"] = (json.dumps(o.resources_per_trial), None)
+    if o.plasticity:
+        flags["--plasticity-variant"] = (o.plasticity_variant, default.plasticity_variant)
+        flags["--plasticity-reference"] = (o.plasticity_reference, default.plasticity_reference)
+        flags["--plasticity-pairs"] = (o.plasticity_pairs, default.plasticity_pairs)
+    else:
+        words.append("--no-plasticity")
+    for flag, (value, usual) in flags.items():
+        if value != usual:
+            words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return shlex.join([*words, "--resume"])
 
 

@@ -97,6 +97,19 @@ def mark_failed(mlflow: MlflowClient, run_id: str, error: BaseException | str) -
     mlflow.set_terminated(run_id, status="FAILED")
 
 
+def close_trials(mlflow: MlflowClient, parent_run_id: str, status: str = "KILLED") -> None:
+    """End every trial run of a search that is still RUNNING with ``status`` (the search stopped under it)."""
+    for run in child_runs(mlflow, parent_run_id):
+        if run.info.status == "RUNNING":
+            mlflow.set_terminated(run.info.run_id, status=status)
+
+
+def close_search(mlflow: MlflowClient, parent_run_id: str, status: str = "KILLED") -> None:
+    """End a stopped search's parent run and its trial runs still RUNNING with ``status``; ``--resume`` reopens them."""
+    close_trials(mlflow, parent_run_id, status)
+    mlflow.set_terminated(parent_run_id, status=status)
+
+
 def start_search_run(
     mlflow: MlflowClient, experiment: str, search: str, params: dict[str, Any], tags: dict[str, str]
 ) -> str:
