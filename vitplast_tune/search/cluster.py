@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,26 +43,73 @@ LOCAL_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
 
 
 def address(option: str | None) -> str | None:
-    """The cluster to join: ``--address``, else ``RAY_ADDRESS``; None starts a local Ray instance."""
-    return option or os.environ.get("RAY_ADDRESS") or None
+    """The cluster to join: ``--address``, else ``RAY_ADDRESS``; None (or "local") starts a local Ray instance."""
+    joining = option or os.environ.get("RAY_ADDRESS") or None
+    return None if joining == "local" else joining
 
 
-def init(option: str | None) -> None:
-    """Join the cluster at ``--address`` (else ``RAY_ADDRESS``), or start a local Ray instance without a dashboard."""
+def init(option: str | None, timeout_s: float = 30.0, say=print) -> None:
+    """Join the cluster at ``--address`` (else ``RAY_ADDRESS``), saying so, or start a local Ray instance of this
+    search's own (without a dashboard), whatever clusters the machine runs or Ray's temp dir remembers."""
     import ray
 
     joining = address(option)
     runtime_env = {"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}}
     if joining:
+        source = "--address" if option else "RAY_ADDRESS"
+        say(f"Joining the Ray cluster at {joining} ({source}); without it the search starts a Ray instance of its own")
+        wait_for_head(joining, timeout_s)  # UserError when nothing answers there in time
         connect(joining, runtime_env=runtime_env, log_to_driver=False)  # UserError when refused or unreachable
     else:
+        # address="local": a new instance even when a `ray start` cluster (live, or dead and remembered in
+        # ray_current_cluster) is on this machine, which ray.init() would join, and refuse _system_config for.
         ray.init(
+            address="local",
             include_dashboard=False,
             runtime_env=runtime_env,
             log_to_driver=False,
             configure_logging=False,
             _system_config=LOCAL_SYSTEM_CONFIG,
         )
+
+
+def head_endpoint(joining: str) -> tuple[str, int] | None:
+    """(host, port) of a cluster address (``host:port``, ``ray://host:port``), or None when it names none ("auto")."""
+    rest = joining.split("://", 1)[-1].rstrip("/")
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def wait_for_head(joining: str, timeout_s: float = 30.0) -> None:
+    """Wait up to ``timeout_s`` for something to accept a connection at the cluster's address (a head starting up
+    may refuse for a moment); UserError with the reason and what to check when nothing does."""
+    endpoint = head_endpoint(joining)
+    if endpoint is None:
+        return
+    deadline, reason = time.monotonic() + timeout_s, "no answer"
+    while True:
+        try:
+            with socket.create_connection(endpoint, timeout=max(0.5, min(5.0, deadline - time.monotonic()))):
+                return
+        except socket.gaierror as exc:
+            reason = exc.strerror or exc
+            raise UserError(
+                f"cannot join the Ray cluster at {joining}: unknown host {endpoint[0]} ({reason})"
+            ) from None
+        except OSError as exc:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        time.sleep(min(1.0, left))
+    raise UserError(
+        f"cannot join the Ray cluster at {joining}: nothing answered at {endpoint[0]}:{endpoint[1]} within "
+        f"{timeout_s:g} s ({reason}); check that its head is up (`ray status --address {endpoint[0]}:{endpoint[1]}` "
+        "there), the port (the head's --port, 6379 by default; ray://HOST:10001 for Ray Client) and firewalls, "
+        "or drop --address / RAY_ADDRESS to run on this machine (--connect-timeout sets the wait)"
+    )
 
 
 def connect(address: str, **init_kwargs: Any) -> None:
@@ -183,6 +232,39 @@ def _autoscales() -> bool | None:
     if not mapping:
         return None
     return any(not str(t).startswith("node_") for t in mapping.values())
+
+
+def ray_running_here() -> bool:
+    """Whether this process already runs a Ray driver (``ray.init`` called), without importing Ray."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+def local_resources() -> dict[str, float] | None:
+    """The resources a local Ray instance would have on this machine (CPUs, GPUs and accelerators as Ray detects
+    them, RAY_OVERRIDE_RESOURCES included), known before it starts; None when Ray cannot tell."""
+    try:
+        from ray._private.resource_and_label_spec import ResourceAndLabelSpec
+
+        spec = ResourceAndLabelSpec().resolve(is_head=True)
+    except Exception:
+        return None
+    found = {"CPU": float(spec.num_cpus or 0), "GPU": float(spec.num_gpus or 0)}
+    return {**found, **{k: float(v) for k, v in (spec.resources or {}).items()}}
+
+
+def check_local_fits(resources: dict[str, float]) -> None:
+    """UserError when one trial's request (``--*-per-trial``) is more than a local Ray instance on this machine has:
+    before Ray starts, rather than trials that wait for ever."""
+    have = local_resources()
+    request = ray_request(resources)
+    if have is None or fits(have, request):
+        return
+    raise UserError(
+        f"a trial asks for {_show(request)}, more than this machine has for a local Ray instance "
+        f"({_show(_plain(have))}); lower --cpus-per-trial/--gpus-per-trial/--resources-per-trial, or join a cluster "
+        "that has them with --address"
+    )
 
 
 def started_here() -> bool:
