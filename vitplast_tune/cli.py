@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from vitplast_tune import storage
+from vitplast_tune import outputs, storage
 from vitplast_tune.config import PLASTICITY_VARIANTS, TESTBED_MODEL, TESTBED_WEIGHTS, PretrainConfig
 from vitplast_tune.errors import SearchInterrupted, UserError
 
@@ -36,8 +36,18 @@ PRETRAIN_HELP = """Pretrain the offline testbed ViT on generated fractals and wr
 """
 
 
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose mistakes are one line on stderr, ``error: <prog>: <message> (see --help)``, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the mistake on one line and exit with code 2 (argparse prints the whole usage first)."""
+        print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def run_main(main: Callable[[], int | None]) -> NoReturn:
-    """Call ``main()`` and exit with its code; a UserError prints ``error: <message>`` and exits 2."""
+    """Call ``main()`` and exit with its code; a UserError prints ``error: <message>`` and exits 2, an interrupted
+    search exits 130 (Ctrl-C) or 143 (SIGTERM)."""
     try:
         code = main()
     except UserError as exc:
@@ -45,7 +55,7 @@ def run_main(main: Callable[[], int | None]) -> NoReturn:
         sys.exit(2)
     except SearchInterrupted as exc:
         print(f"interrupted: {exc}", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(exc.exit_code)  # 130 after Ctrl-C, 143 after SIGTERM
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
@@ -61,7 +71,7 @@ def search_parser() -> argparse.ArgumentParser:
     from vitplast_tune.search.plan import SearchOptions
 
     run, train = SearchOptions(), FinetuneConfig()
-    p = argparse.ArgumentParser(description=SEARCH_HELP)
+    p = Parser(description=SEARCH_HELP)
     _search_flags(p, run)
     _trial_flags(p, train)
     _where_flags(p, run)
@@ -138,6 +148,13 @@ def _where_flags(parser: argparse.ArgumentParser, run) -> None:
         help="join this Ray cluster (e.g. ray://host:10001 or auto); default: RAY_ADDRESS, else a local Ray instance",
     )
     p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=run.connect_timeout_s,
+        metavar="SECONDS",
+        help=f"with --address: how long to wait for the cluster's head to answer (default: {run.connect_timeout_s:g})",
+    )
+    p.add_argument(
         "--cpus-per-trial",
         type=float,
         default=run.cpus_per_trial,
@@ -211,6 +228,7 @@ def search_main(argv: Sequence[str] | None = None) -> int:
         storage=args.storage,
         tracking_uri=args.tracking_uri,
         address=args.address,
+        connect_timeout_s=args.connect_timeout,
         num_samples=args.num_samples,
         cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=args.gpus_per_trial,
@@ -240,7 +258,7 @@ def search(argv: Sequence[str] | None = None) -> NoReturn:
 
 def analyze_main(argv: Sequence[str] | None = None) -> int:
     """Analyze finished searches again and print the summary (one --name) or the cross-dataset table (several)."""
-    p = argparse.ArgumentParser(description=ANALYZE_HELP)
+    p = Parser(description=ANALYZE_HELP)
     p.add_argument("--name", action="append", required=True, help="a search's name; repeat for several datasets")
     p.add_argument("--storage", help="where the searches' results lie; default ~/vitplast_tune_results")
     p.add_argument("--tracking-uri", help="MLflow tracking URI; default: the one the search used")
@@ -249,6 +267,10 @@ def analyze_main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     from vitplast_tune.search import driver, results
 
+    if args.storage:
+        outputs.existing_dir(args.storage, "--storage")
+    if args.out:
+        outputs.output_dir(args.out, "--out")
     if len(args.name) == 1:
         print(results.summary(driver.reanalyze(args.name[0], args.storage, args.tracking_uri, criteria=args.criteria)))
     else:
@@ -275,7 +297,7 @@ def positive_int(text: str) -> int:
 def plasticity_parser() -> argparse.ArgumentParser:
     """The arguments of ``vitplast-plasticity``."""
 
-    p = argparse.ArgumentParser(description=PLASTICITY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=PLASTICITY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--model",
         default=TESTBED_MODEL,
@@ -335,6 +357,11 @@ def plasticity_main(argv: Sequence[str] | None = None) -> int:
     """Measure plasticity from command-line arguments; print the ranking and the files written."""
     args = plasticity_parser().parse_args(argv)
     from vitplast_tune.predictors.report import plasticity_report
+    from vitplast_tune.vit.plasticity import resolve_device
+
+    resolve_device(args.device)  # before any work: a device torch does not know, or a GPU that is not there
+    if args.out is not None:
+        outputs.output_dir(args.out, "--out")
 
     report = plasticity_report(
         args.model,
@@ -372,19 +399,24 @@ def plasticity(argv: Sequence[str] | None = None) -> NoReturn:
 
 def pretrain_main(argv: Sequence[str] | None = None) -> int:
     """Pretrain the testbed ViT from command-line arguments (every field of ``PretrainConfig`` is a flag)."""
-    p = argparse.ArgumentParser(description=PRETRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=PRETRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--out",
         default=str(TESTBED_WEIGHTS),
         help="safetensors file to write; the provenance JSON goes beside it (default: the shipped file)",
     )
+    p.add_argument(
+        "--overwrite", action="store_true", help="write over an existing --out file (such as the shipped weights)"
+    )
     add_dataclass_flags(p, PretrainConfig())
     args = p.parse_args(argv)
+    config = PretrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PretrainConfig)}).validate()
+    out = outputs.output_file(args.out, "--out", suffix=".safetensors", overwrite=args.overwrite)
+    outputs.output_file(out.with_suffix(".json"), "--out's provenance file", overwrite=True)
     from vitplast_tune.vit.pretraining import pretrain_testbed
 
-    config = PretrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PretrainConfig)})
     command = shlex.join(["vitplast-pretrain", *(sys.argv[1:] if argv is None else argv)])
-    pretrain_testbed(args.out, config, command=command)
+    pretrain_testbed(out, config, command=command)
     return 0
 
 
@@ -423,15 +455,15 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
     from vitplast_tune.config import FinetuneConfig
 
     train = FinetuneConfig()
-    p = argparse.ArgumentParser(description=RECOMMEND_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=RECOMMEND_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=train.model, help=f"timm model name (default: {train.model})")
     p.add_argument("--weights", help="local weights for --model (safetensors or torch state dict)")
     p.add_argument("--dataset", default=train.dataset, help=f"dataset (default: {train.dataset})")
     p.add_argument("--data-dir", help="where the dataset lies (default ~/.cache/vitplast_tune/data)")
     p.add_argument("--budget-params", type=positive_int, help="only subsets training at most this many parameters")
-    p.add_argument("--top", type=int, default=10, help="subsets printed (default: 10)")
+    p.add_argument("--top", type=positive_int, default=10, help="subsets printed (default: 10)")
     p.add_argument("--storage", help="where searches are recorded, read for evidence (default ~/vitplast_tune_results)")
-    p.add_argument("--plasticity-pairs", type=int, help="most image pairs for plasticity; default: all")
+    p.add_argument("--plasticity-pairs", type=positive_int, help="most image pairs for plasticity; default: all")
     p.add_argument("--verify", type=int, default=0, metavar="K", help="a short grid: the top K subsets, all and head")
     p.add_argument(
         "--verify-steps", type=positive_int, help=f"steps per verification trial (default: {train.max_steps})"
@@ -443,6 +475,8 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
 
     if args.verify < 0:
         raise UserError("--verify must not be negative")
+    if args.storage:
+        outputs.existing_dir(args.storage, "--storage")
     chosen = dict(model=args.model, weights=args.weights, dataset=args.dataset, data_dir=args.data_dir)
     settings = FinetuneConfig(**chosen)
     models.check_weights(settings.model, settings.weights, settings.pretrained)

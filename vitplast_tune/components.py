@@ -46,29 +46,26 @@ _BLOCK_PARAM = re.compile(r"^blocks\.(\d+)\.(.+)$")
 def parse_subset(subset: str | Iterable[str]) -> tuple[str, ...]:
     """Turn "mha+fc1", "all", "head" or a list of names into a tuple in canonical order.
 
-    Raises UserError for an unknown name, listing the valid ones.
+    A subset is the union of its names: "all" is every component, "head" none (the head always trains), so
+    "all+mha" is full finetuning and "head+mha" is mha. Raises UserError for an unknown name, listing the valid ones.
     """
     if isinstance(subset, str):
         text = subset.strip().lower()
-        if text == ALL:
-            return COMPONENTS
-        if text in (HEAD, "none", ""):
-            return ()
-        names = [part.strip() for part in text.split("+")]
+        names = [part.strip() for part in text.split("+")] if text else []
     else:
         names = [str(n).strip().lower() for n in subset]
-        if names == [ALL]:
-            return COMPONENTS
-        if names == [HEAD]:
-            return ()
+    chosen: set[str] = set()
     for name in names:
-        if name not in COMPONENTS:
-            valid = ", ".join(COMPONENTS)
-            raise UserError(
-                f'unknown component "{name}"{did_you_mean(name, COMPONENTS)}; '
-                f'valid components are {valid}, or "all" / "head"'
-            )
-    return tuple(c for c in COMPONENTS if c in names)
+        if name == ALL:
+            chosen.update(COMPONENTS)
+        elif name not in (HEAD, "none"):
+            if name not in COMPONENTS:
+                raise UserError(
+                    f'unknown component "{name}"{did_you_mean(name, COMPONENTS)}; name components among '
+                    f'{", ".join(COMPONENTS)} (joined by +), or "all" (every one) or "head" (none: the linear probe)'
+                )
+            chosen.add(name)
+    return tuple(c for c in COMPONENTS if c in chosen)
 
 
 def subset_name(subset: str | Iterable[str]) -> str:

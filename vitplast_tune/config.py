@@ -4,8 +4,12 @@ torch, so that a search's driver validates settings without importing what only 
 
 from __future__ import annotations
 
+import math
 import os
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +98,9 @@ class FinetuneConfig:
         return replace(self, **values)
 
     def validate(self) -> FinetuneConfig:
-        """Raise UserError for values that cannot train; return self."""
+        """Raise UserError, naming the setting, for a value of the wrong type (``check_types``: every field typed by
+        its annotation) or one that cannot train; return self."""
+        check_types(self)
         components.parse_subset(self.components)
         if self.optimizer not in OPTIMIZERS:
             raise UserError(
@@ -104,9 +110,13 @@ class FinetuneConfig:
         for name, value in positive.items():
             if not value > 0:
                 raise UserError(f"{name} must be positive, got {value}")
-        for name in ("warmup_steps", "weight_decay", "momentum", "grad_clip", "threads", "image_cache"):
+        for name in ("warmup_steps", "weight_decay", "momentum", "grad_clip", "threads", "image_cache", "seed"):
             if getattr(self, name) < 0:
                 raise UserError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.num_workers < -1:
+            raise UserError(f"num_workers must be -1 (automatic), 0 or more, got {self.num_workers}")
+        if self.blocks is not None and (not self.blocks or min(self.blocks) < 0):
+            raise UserError(f"blocks must be a non-empty list of block indices (0, 1, ...), got {self.blocks}")
         if self.warmup_fraction is not None and not 0 <= self.warmup_fraction < 1:
             raise UserError(f"warmup_fraction must lie in [0, 1), got {self.warmup_fraction}")
         if not 0 < self.val_fraction < 1:
@@ -147,6 +157,96 @@ class PretrainConfig:
     log_every: int = field(
         default=100, metadata={"help": "print progress every this many steps; held-out accuracy every 10x"}
     )
+
+    def validate(self) -> PretrainConfig:
+        """Raise UserError, naming the setting (as its flag), for a value that cannot pretrain; return self."""
+        check_types(self)
+        at_least = dict(
+            steps=1, batch_size=1, num_classes=2, images_per_class=1, heldout_per_class=1, threads=1, log_every=1
+        )
+        at_least.update(seed=0, data_seed=0, warmup_steps=0)
+        for name, low in at_least.items():
+            if getattr(self, name) < low:
+                raise UserError(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise UserError(f"--lr must be positive, got {self.lr}")
+        if self.weight_decay < 0:
+            raise UserError(f"--weight-decay must not be negative, got {self.weight_decay}")
+        if not 0 <= self.label_smoothing < 1:
+            raise UserError(f"--label-smoothing must lie in [0, 1), got {self.label_smoothing}")
+        if self.batch_size > self.num_classes * self.images_per_class:
+            raise UserError(
+                f"--batch-size {self.batch_size} is larger than the {self.num_classes * self.images_per_class} "
+                "training images (--num-classes x --images-per-class)"
+            )
+        return self
+
+
+# ----------------------------------------------------------------------------- typing settings
+
+
+@cache
+def field_types(cls: type) -> dict[str, Any]:
+    """The type of each field of a settings dataclass (``FinetuneConfig``, ``PretrainConfig``), from its annotations."""
+    return typing.get_type_hints(cls)
+
+
+def check_types(settings: Any) -> None:
+    """Raise UserError naming the first field of a settings dataclass whose value does not fit its annotation
+    (``int``, ``float``, ``bool``, ``str``, ``X | None``, ``list[X]``): a new field is typed by declaring it."""
+    for name, hint in field_types(type(settings)).items():
+        check_type(name, getattr(settings, name), hint)
+
+
+def check_type(name: str, value: Any, hint: Any) -> None:
+    """Raise UserError unless ``value`` fits the annotation ``hint`` (see ``fits``); the message names ``name``."""
+    if not fits(value, hint):
+        raise UserError(f"{name} must be {describe_type(hint)}, got {value!r} ({_kind(value)})")
+
+
+def fits(value: Any, hint: Any) -> bool:
+    """Whether ``value`` is of type ``hint``: a bool is not a number, an int is a float, a float is finite."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(fits(value, h) for h in typing.get_args(hint))
+    if origin in (list, tuple):
+        item = (typing.get_args(hint) or (Any,))[0]
+        return isinstance(value, (list, tuple)) and all(fits(v, item) for v in value)
+    if hint is Any:
+        return True
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def describe_type(hint: Any) -> str:
+    """How a message names a type: ``int | None`` is "an integer or null"."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(describe_type(h) for h in typing.get_args(hint))
+    if origin in (list, tuple):
+        item = (typing.get_args(hint) or (Any,))[0]
+        return f"a list of {describe_type(item).removeprefix('an ').removeprefix('a ')}s"
+    names = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string", type(None): "null"}
+    return names.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _kind(value: Any) -> str:
+    names = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }
+    return names.get(type(value), type(value).__name__)
 
 
 def _check_names(values: dict[str, Any]) -> None:

@@ -33,7 +33,9 @@ def read_record(directory: Path) -> dict[str, Any]:
     """The record of the search stored in ``directory``; UserError when there is none."""
     path = directory / SEARCH_FILE
     if not path.is_file():
-        raise UserError(f'no search "{directory.name}" to resume in {directory.parent}; check --name and --storage')
+        raise UserError(
+            f'no search "{directory.name}" in {directory.parent} (no {SEARCH_FILE} there); check --name and --storage'
+        )
     try:
         record = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -259,6 +259,11 @@ def imagefolder_classes(root: Path) -> list[str]:
     if not train_dir.is_dir():
         raise UserError(_IMAGEFOLDER_HELP.format(train_dir=train_dir))
     classes = sorted(d.name for d in train_dir.iterdir() if d.is_dir())
+    if len(classes) < 2:
+        raise UserError(
+            f"image folder {train_dir} has {len(classes)} class folder(s) ({', '.join(classes) or 'none'}); a classifier "
+            "needs at least 2: put each class's images in a folder of its own, train/<class>/<images>"
+        )
     if test_dir.is_dir():
         test = {d.name for d in test_dir.iterdir() if d.is_dir()}
         missing, extra = sorted(set(classes) - test), sorted(test - set(classes))

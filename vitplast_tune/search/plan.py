@@ -8,9 +8,11 @@ flags override it). Every problem is a ``UserError``: one line, exit code 2.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import tempfile
@@ -20,9 +22,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vitplast_tune import outputs
 from vitplast_tune.config import FinetuneConfig, check_variant
 from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.search import spaces
+from vitplast_tune.search.mlflow_view import VIEW_TAG_PREFIX, share_key
 from vitplast_tune.search.trial import METRICS, trial_config
 from vitplast_tune.storage import SEARCH_FILE, default_storage, is_uri, read_record, storage_uri
 
@@ -34,6 +38,11 @@ DEFAULT_SEED = 0
 DEFAULT_MAX_FAILURES = 2
 # Settings a resumed search may change: where the data comes from, not what the trials do.
 RESUMABLE_SETTINGS = ("download",)
+# A search's name is a folder (at most 255 bytes on common filesystems) and part of MLflow keys of at most 250
+# characters: the saved view's experiment tag (VIEW_TAG_PREFIX + share_key(name)) is the longest.
+MAX_NAME = 250 - len(VIEW_TAG_PREFIX + share_key(""))
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,+=@-]*")
+DEFAULT_CONNECT_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -63,6 +72,7 @@ class SearchOptions:
     plasticity_reference: str = "fractals"
     plasticity_pairs: int | None = None
     max_trainable_params: int | None = None  # the parameter budget; overrides the space file's
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S  # --address: how long to wait for the head to answer
     verbose: int = 1
 
     @property
@@ -116,9 +126,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     if not is_uri(storage):
         storage = str(Path(storage).expanduser().resolve())
         _check_writable(Path(storage))
-    name = options.name or f"{spec.name}-{datetime.now():%Y%m%d-%H%M%S}"
-    if "/" in name or name.startswith("."):
-        raise UserError(f'--name "{name}" must be a plain directory name')
+    name = check_name(options.name or default_name(spec), storage)
     record = _resume_record(spec, options, storage, name)
     if record is None:
         settings = _settings(spec, options)
@@ -137,8 +145,51 @@ def prepare(options: SearchOptions) -> SearchPlan:
         plan = _resumed_plan(spec, options, storage, name, record)
     plan.spec, plan.notes = fit_scheduler(plan.spec, plan.settings.max_steps)
     _check_plasticity(options)
-    plan.decoded = _check_inputs(plan.settings, options.plasticity_reference if options.plasticity else None)
+    _check_local_resources(options)
+    plan.decoded = _check_inputs(
+        plan.settings,
+        options.plasticity_reference if options.plasticity else None,
+        Budget(plan.max_trainable_params, subsets(plan.spec, plan.settings)),
+    )
     return plan
+
+
+def default_name(spec: spaces.SearchSpec) -> str:
+    """``<space>-<date>-<time>``, with characters a name does not take (``check_name``) replaced by "-"."""
+    stem = re.sub(r"[^A-Za-z0-9_.,+=@-]", "-", spec.name).lstrip(".,+=@-")[:64] or "search"
+    return f"{stem}-{datetime.now():%Y%m%d-%H%M%S}"
+
+
+def check_name(name: str, storage: str) -> str:
+    """``name`` when it can name the search's folder and its MLflow records; else UserError saying why."""
+    if not NAME_PATTERN.fullmatch(name):
+        raise UserError(
+            f'--name "{name}" must be a plain name: letters, digits and . _ , + = @ - (not first: . , + = @ -)'
+        )
+    limit = MAX_NAME
+    if not is_uri(storage):
+        with contextlib.suppress(OSError, ValueError):  # a storage folder that cannot tell
+            limit = min(limit, os.pathconf(storage, "PC_NAME_MAX"))
+    if len(name) > limit:
+        raise UserError(
+            f"--name is {len(name)} characters long; at most {limit} fit (MLflow keys take 250 characters, "
+            f"{len(VIEW_TAG_PREFIX + share_key(''))} of them for the search's saved view, and a folder name 255 bytes)"
+        )
+    return name
+
+
+def subsets(spec: spaces.SearchSpec, settings: FinetuneConfig) -> tuple[str, ...]:
+    """Every component subset the search's trials may train (the space's ``components``, else the settings')."""
+    param = spec.parameters.get("components")
+    return tuple(param.grid_values()) if param is not None else (settings.components,)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A parameter budget (None: none) and the subsets a search may train, checked against each other before Ray."""
+
+    max_trainable_params: int | None
+    subsets: tuple[str, ...]
 
 
 def fit_scheduler(spec: spaces.SearchSpec, max_steps: int) -> tuple[spaces.SearchSpec, list[str]]:
@@ -206,11 +257,22 @@ def _check_metric(spec: spaces.SearchSpec) -> None:
 def _check_plasticity(options: SearchOptions) -> None:
     if options.plasticity:
         check_variant(options.plasticity_variant)
+    if options.plasticity_pairs is not None and options.plasticity_pairs < 1:
+        raise UserError(f"--plasticity-pairs must be at least 1, got {options.plasticity_pairs}")
 
 
-def _check_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory | None:
-    """Check the model, its weights file, the dataset and the plasticity reference (None: none); return a small
-    dataset decoded once (``_inspect_inputs``).
+def _check_local_resources(options: SearchOptions) -> None:
+    """A search that starts its own Ray instance (no --address, Ray not started in this process): one trial's
+    request must fit this machine, known before Ray starts (cluster.check_local_fits)."""
+    from vitplast_tune.search import cluster
+
+    if cluster.address(options.address) is None and not cluster.ray_running_here():
+        cluster.check_local_fits(options.trial_resources)
+
+
+def _check_inputs(settings: FinetuneConfig, reference: str | None, budget: Budget | None = None) -> InMemory | None:
+    """Check the model, its weights file, the dataset, the plasticity reference (None: none) and that some subset
+    fits the parameter budget; return a small dataset decoded once (``_inspect_inputs``).
 
     That takes torch, timm and torchvision, 0.4 GB that a process keeps once it has imported them, and after
     this only trials and measurements (Ray workers) need them. So when this process has not imported torch
@@ -219,10 +281,10 @@ def _check_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory |
     A UserError there is raised here; any other failure prints its traceback and raises RuntimeError here.
     """
     if "torch" in sys.modules:
-        return _inspect_inputs(settings, reference)
+        return _inspect_inputs(settings, reference, budget)
     with tempfile.TemporaryDirectory(prefix="vitplast-inputs-") as tmp:
-        exchange = Path(tmp) / "inputs.pkl"  # in: (settings, reference); out: (ok, decoded or UserError)
-        exchange.write_bytes(pickle.dumps((settings, reference)))
+        exchange = Path(tmp) / "inputs.pkl"  # in: (settings, reference, budget); out: (ok, decoded or UserError)
+        exchange.write_bytes(pickle.dumps((settings, reference, budget)))
         code = "import sys; from vitplast_tune.search.plan import _inspect_in_child; _inspect_in_child(sys.argv[1])"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this process's imports
         child = subprocess.run([sys.executable, "-c", code, str(exchange)], env=env)
@@ -237,15 +299,15 @@ def _check_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory |
 def _inspect_in_child(path: str) -> None:
     """``_inspect_inputs`` of the arguments pickled in ``path``; its result (or UserError) pickled back there."""
     exchange = Path(path)
-    settings, reference = pickle.loads(exchange.read_bytes())
+    settings, reference, budget = pickle.loads(exchange.read_bytes())
     try:
-        result = (True, _inspect_inputs(settings, reference))
+        result = (True, _inspect_inputs(settings, reference, budget))
     except UserError as exc:
         result = (False, exc)
     exchange.write_bytes(pickle.dumps(result))
 
 
-def _inspect_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory | None:
+def _inspect_inputs(settings: FinetuneConfig, reference: str | None, budget: Budget | None = None) -> InMemory | None:
     """``_check_inputs`` in this process. The decoded dataset (None for datasets read lazily from disk) is
     shared with every trial through the object store, so it is decoded here and nowhere else on the driver.
     """
@@ -254,7 +316,7 @@ def _inspect_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory
 
     config = models.pretrained_data_config(settings.model)
     models.check_weights(settings.model, settings.weights, settings.pretrained)
-    datasets.num_classes(settings.dataset, settings.data_dir)
+    classes = datasets.num_classes(settings.dataset, settings.data_dir)
     image_cache = settings.image_cache
     if 0 < image_cache < max(config["input_size"][1:]):
         raise UserError(
@@ -264,6 +326,8 @@ def _inspect_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory
         )
     if reference is not None:
         datasets.check_dataset_name(reference)
+    if budget is not None and budget.max_trainable_params is not None:
+        _check_budget(settings, classes, budget)
     return datasets.decode_dataset(
         settings.dataset,
         config,
@@ -271,6 +335,24 @@ def _inspect_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory
         download=settings.download,
         image_cache=image_cache,
     )
+
+
+def _check_budget(settings: FinetuneConfig, classes: int, budget: Budget) -> None:
+    """UserError when every subset the search may train is over the parameter budget (counted on an untrained model
+    with the dataset's head and the settings' blocks): the search could train nothing."""
+    from vitplast_tune import components
+    from vitplast_tune.vit import models
+
+    model = models.create_model(settings.model, classes, pretrained=False)
+    counts = {s: sum(components.freeze(model, s, settings.blocks).values()) for s in budget.subsets}
+    smallest = min(counts, key=counts.get)
+    if counts[smallest] > budget.max_trainable_params:
+        head = sum(components.freeze(model, "head").values())
+        raise UserError(
+            f"no trial fits the parameter budget max_trainable_params {budget.max_trainable_params:,}: the smallest "
+            f"subset the search may train, {smallest}, trains {counts[smallest]:,} parameters (the head alone "
+            f"{head:,}); raise the budget, or let components include smaller subsets"
+        )
 
 
 def _check_resources(options: SearchOptions) -> None:
@@ -286,11 +368,14 @@ def _check_resources(options: SearchOptions) -> None:
         raise UserError("--max-concurrent must be at least 1")
     if options.max_failures is not None and options.max_failures < 0:
         raise UserError("--max-failures must not be negative")
+    if not options.connect_timeout_s > 0:
+        raise UserError(f"--connect-timeout must be positive, got {options.connect_timeout_s:g}")
     if options.max_trainable_params is not None and options.max_trainable_params < 1:
         raise UserError("the parameter budget (max_trainable_params) must be a positive number of parameters")
 
 
 def _check_writable(path: Path) -> None:
+    outputs.output_dir(path, "--storage")  # a file, or a path under one
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".write-test-{os.getpid()}"

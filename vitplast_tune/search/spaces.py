@@ -139,7 +139,9 @@ class SearchSpec:
             return self
         if num_samples < 1:
             raise UserError(f"--num-samples must be at least 1, got {num_samples}")
-        return SearchSpec(**{**self.__dict__, "num_samples": num_samples})
+        spec = SearchSpec(**{**self.__dict__, "num_samples": num_samples})
+        _check_algorithm(spec)
+        return spec
 
 
 def resolve_space_path(name_or_path: str | Path) -> Path:
@@ -217,6 +219,8 @@ def _parse_objectives(raw: dict, where: str) -> tuple[tuple[str, str], ...]:
             f"{where}: two or more objectives need metric and mode lists of the same length, "
             f"e.g. metric: [val_acc, trainable_params] and mode: [max, min]"
         )
+    if len(set(map(str, metric))) < len(metric):
+        raise UserError(f"{where}: metric lists an objective twice ({', '.join(map(str, metric))}); name each once")
     return tuple((str(m), _one_of(d, MODES, where, "mode")) for m, d in zip(metric, mode))
 
 
@@ -236,6 +240,11 @@ def _check_algorithm(spec: SearchSpec) -> None:
                 raise UserError(
                     f'{spec.path}: a grid needs discrete parameters; "{p.name}" is a range, write {{choice: [...]}}'
                 )
+    if spec.warm_start > spec.total_trials:
+        raise UserError(
+            f"{spec.path}: warm_start {spec.warm_start} is more than the search's {spec.total_trials} trial(s); "
+            "lower warm_start or raise num_samples (--num-samples)"
+        )
 
 
 def _parse_scheduler(raw: Any, where: str) -> SchedulerSpec:

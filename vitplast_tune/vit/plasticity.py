@@ -61,7 +61,7 @@ def compute_plasticity(
     if max_pairs is not None and max_pairs < 1:
         raise UserError(f"max_pairs must be a positive integer, not {max_pairs}")
     blocks = vit_blocks(model)
-    device = _resolve_device(device)
+    device = resolve_device(device)
     first = next(model.parameters())
     home, dtype = first.device, first.dtype
     acc_dtype = torch.float32 if device.type == "mps" else torch.float64
@@ -94,13 +94,22 @@ def compute_plasticity(
 # ----------------------------------------------------------------------------- internals
 
 
-def _resolve_device(device: str | torch.device | None) -> torch.device:
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """The torch device named by ``device`` (None: CUDA when there is a GPU, else the CPU); UserError for a name torch
+    does not know or a CUDA device this machine does not have."""
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(device)
+        resolved = torch.device(device)
     except RuntimeError as exc:
         raise UserError(f'invalid device "{device}": {exc}') from exc
+    if resolved.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise UserError(f'device "{device}": no CUDA GPU is visible here; use --device cpu, or leave --device out')
+        if resolved.index is not None and resolved.index >= count:
+            raise UserError(f'device "{device}": this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}')
+    return resolved
 
 
 def _pair_dist(stacked: Tensor) -> Tensor:

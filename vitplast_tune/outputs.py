@@ -1,0 +1,51 @@
+"""Where a command will write, checked before it works: a file that is a directory, a path under a file, a folder
+that cannot be written, a file that would be written over. Each problem is a UserError naming the flag."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from vitplast_tune.errors import UserError
+
+
+def output_file(path: str | Path, flag: str, *, suffix: str | None = None, overwrite: bool = False) -> Path:
+    """The file ``path`` (given as ``flag``) when it can be written: not a folder, under a writable folder, with
+    ``suffix``, and new unless ``overwrite``; else UserError."""
+    out = Path(path).expanduser()
+    if out.is_dir():
+        raise UserError(f"{flag} {out} is a folder; name a file in it, e.g. {out / ('model' + (suffix or ''))}")
+    if suffix is not None and out.suffix != suffix:
+        raise UserError(f"{flag} {out} must end in {suffix}")
+    _check_parent(out.parent, flag, out)
+    if out.exists() and not overwrite:
+        raise UserError(f"{flag} {out} exists; pass --overwrite to write over it, or name another file")
+    return out
+
+
+def output_dir(path: str | Path, flag: str) -> Path:
+    """The folder ``path`` (given as ``flag``) when files can be written into it (made if missing); else UserError."""
+    out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{flag} {out} is a file; name a folder (it is made if missing)")
+    _check_parent(out, flag, out)
+    return out
+
+
+def existing_dir(path: str | Path, flag: str) -> Path:
+    """The folder ``path`` (given as ``flag``) when it is not a file (a missing one is allowed); else UserError."""
+    out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{flag} {out} is a file; name the folder that holds the searches")
+    return out
+
+
+def _check_parent(folder: Path, flag: str, out: Path) -> None:
+    """The nearest existing folder above (or at) ``folder`` must be a writable folder."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"{flag} {out} lies under {existing}, which is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {out}: the folder {existing} is not writable")
