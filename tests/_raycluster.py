@@ -194,9 +194,12 @@ class LocalCluster:
         autoscaling_config: Path | None = None,
         extra_env: dict[str, str] | None = None,
         port: int | None = None,
+        temp_dir: Path | None = None,
     ):
         self.root = root
-        self.temp_dir = Path(tempfile.mkdtemp(prefix="vtr", dir="/tmp"))  # short: socket paths
+        # short: socket paths; a given one (e.g. $RAY_TMPDIR/ray, where `ray start` leaves ray_current_cluster for
+        # every ray.init() of that RAY_TMPDIR) is removed on stop like an own one
+        self.temp_dir = Path(temp_dir or tempfile.mkdtemp(prefix="vtr", dir="/tmp"))
         self.auth_token = auth_token
         self.extra_env = dict(extra_env or {})
         self.ip = node_ip()

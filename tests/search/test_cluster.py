@@ -8,6 +8,7 @@ each node has one CPU. Runs and node tags are read back with MlflowClient.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import subprocess
@@ -253,6 +254,10 @@ class TestTwoNodeCluster:
             tracking.find_search_run(MlflowClient(mlflow_server.uri), EXPERIMENT, "two-cpus") is None
         )  # nothing recorded
 
+    def test_joining_is_said(self, two_nodes, searched):
+        proc, _ = searched
+        assert f"Joining the Ray cluster at {two_nodes.address} (--address)" in proc.stdout, explain(proc)
+
     def test_fixed_cluster_does_not_autoscale(self, two_nodes):
         out = two_nodes.query("from vitplast_tune.search import cluster\nprint('AUTOSCALES', cluster.autoscales())")
         assert "AUTOSCALES False" in out.stdout, out.stdout + out.stderr
@@ -400,3 +405,47 @@ def test_token_cluster_joined_with_token_and_refused_without(tmp_path):
         )
     finally:
         c.stop()
+
+
+# ----------------------------------------------------------------------------- another Ray cluster on the machine
+
+
+def local_search(root: Path, env: dict, name: str) -> subprocess.CompletedProcess:
+    """A tiny search without --address, as a user runs it, in ``env`` (its RAY_TMPDIR is where Ray looks for clusters)."""
+    space = write_space(root / f"{name}.yaml", ["mha"])
+    cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(space), "--name", name]
+    cmd += ["--storage", str(root / "results"), "--no-plasticity", "--cpus-per-trial", "1"]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=root)
+
+
+@pytest.mark.slow
+def test_a_stale_cluster_file_does_not_stop_a_local_search(tmp_path):
+    """``ray_current_cluster`` left by a `ray start` whose head is gone: the search starts its own Ray instance."""
+    ray_dir = Path(os.environ["RAY_TMPDIR"]) / "ray"  # this test's own (conftest), inherited by the search
+    ray_dir.mkdir(parents=True, exist_ok=True)
+    (port,) = free_ports(1)
+    (ray_dir / "ray_current_cluster").write_text(f"127.0.0.1:{port}")
+    proc = local_search(tmp_path, {**os.environ, "PYTHONUNBUFFERED": "1"}, "stale")
+    assert proc.returncode == 0, explain(proc)
+    assert "Joining" not in proc.stdout and "_system_config" not in proc.stderr, explain(proc)
+    assert list(ray_dir.glob("session_*")), "the search started no Ray instance of its own"
+
+
+@pytest.mark.slow
+def test_a_local_search_starts_its_own_ray_beside_a_running_cluster(tmp_path):
+    """A live `ray start --head` on the machine (its ray_current_cluster where the search's Ray looks): the search
+    neither joins it nor fails; its trials run on a node of its own."""
+    ray_dir = Path(os.environ["RAY_TMPDIR"]) / "ray"
+    head = LocalCluster(tmp_path, head_cpus=1, temp_dir=ray_dir)
+    try:
+        assert (ray_dir / "ray_current_cluster").read_text().strip() == head.address  # what ray.init() would join
+        foreign = {n["NodeID"] for n in head.alive_nodes()}
+        proc = local_search(tmp_path, head.env(RAY_TMPDIR=os.environ["RAY_TMPDIR"]), "beside")
+        assert proc.returncode == 0, explain(proc)
+        assert "Joining" not in proc.stdout, explain(proc)
+        _, children = child_runs(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}", "beside")
+        used = {r.data.tags["ray.node_id"] for r in children}
+        assert len(children) == 1 and used.isdisjoint(foreign), f"trials ran on {used}, the foreign head is {foreign}"
+        assert {n["NodeID"] for n in head.alive_nodes()} == foreign  # the foreign cluster carries on, untouched
+    finally:
+        head.stop()

@@ -4,6 +4,7 @@ import contextlib
 import glob
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -309,3 +310,80 @@ def test_diverging_trial_is_failed_in_mlflow_and_optuna(ray_local, tmp_path):
     states = {t.params["lr"]: t.state.name for t in searcher._ot_study.trials}
     assert states == {0.05: "COMPLETE", 1e6: "FAIL"}
     assert "failed or diverged" in results.summary(result)
+
+
+def wait_until(condition, proc, log, timeout=600, what="the condition"):
+    """Poll ``condition()`` (truthy: done) every half second while ``proc`` runs; return its value."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = condition()
+        if found:
+            return found
+        if proc.poll() is not None:
+            raise AssertionError(f"the search exited ({proc.returncode}) before {what}:\n{log.read_text()}")
+        time.sleep(0.5)
+    raise AssertionError(f"no {what} within {timeout} s:\n{log.read_text()}")
+
+
+def second_trial_checkpointed(directory):
+    """Once one trial's MLflow run is FINISHED and another's is RUNNING with a checkpoint on disk: the record."""
+    record_path = directory / "vitplast_search.json"
+    if not record_path.is_file():
+        return None
+    record = json.loads(record_path.read_text())
+    client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
+    status = {trial: runs[0].info.status for trial, runs in by_trial.items()}
+    running = [t for t, s in status.items() if s == "RUNNING"]
+    if "FINISHED" in status.values() and running and list(directory.glob(f"trial_{running[0]}/checkpoint_*")):
+        return record
+    return None
+
+
+def test_sigterm_stops_like_ctrl_c_and_the_printed_command_resumes_each_trial_in_its_run(tmp_path, owned_ray):
+    """SIGTERM (kill, timeout, Kubernetes, batch schedulers) after the first of two trials: runs closed KILLED, the
+    resume command printed, exit 143; that command ends the search with exactly two trial runs, none RUNNING."""
+    space = write_space(
+        tmp_path / "two.yaml",
+        algorithm="grid",
+        num_samples=1,
+        components="{choice: [mha, fc1]}",
+        lr="{choice: [0.05]}",
+        steps=96,
+    )
+    directory, log = tmp_path / "results" / "term", tmp_path / "search.log"
+    args = ["--space", str(space), "--name", "term", "--storage", str(directory.parent), "--max-concurrent", "1"]
+    cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--no-plasticity", *args]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=owned_ray.env, start_new_session=True)
+        record = wait_until(lambda: second_trial_checkpointed(directory), proc, log, what="a second trial's checkpoint")
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=300)
+    out = log.read_text()
+    assert proc.returncode == 143, out
+    assert "Traceback" not in out and "core dumped" not in out.lower(), out
+    client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
+    assert client.get_run(record["parent_run_id"]).info.status == "KILLED"
+    assert sorted(runs[0].info.status for runs in by_trial.values()) == ["FINISHED", "KILLED"], out
+    interrupted = next(t for t, runs in by_trial.items() if runs[0].info.status == "KILLED")
+
+    (line,) = [line for line in out.splitlines() if "continue the search with vitplast-search" in line]
+    command = shlex.split(line.split("continue the search with ", 1)[1])
+    assert command[:3] == ["vitplast-search", "--space", str(space)] and "--no-plasticity" in command
+    resumed = subprocess.run(  # the printed command, run as python -m vitplast_tune search (the same command)
+        [sys.executable, "-m", "vitplast_tune", "search", *command[1:]],
+        capture_output=True,
+        text=True,
+        env=owned_ray.env,
+        timeout=900,
+        cwd=ROOT,  # anywhere: the command names the space file by its absolute path
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    trials = pd.read_csv(directory / "trials.csv", dtype={"trial_id": str})
+    assert len(trials) == 2 and (trials["step"] == 96).all() and trials["error"].isna().all()
+    client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
+    assert sorted(by_trial) == sorted(trials["trial_id"]) and interrupted in by_trial  # continued under its own id
+    assert all(len(runs) == 1 and runs[0].info.status == "FINISHED" for runs in by_trial.values())
+    assert client.get_run(record["parent_run_id"]).info.status == "FINISHED"
+    (run,) = by_trial[interrupted]
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_acc")]
+    assert set(steps) == set(range(8, 97, 8)) and len(steps) <= len(set(steps)) + 2  # continued, not restarted

@@ -155,7 +155,9 @@ def resume_command(plan: SearchPlan) -> str:
     """The command that continues an interrupted search: its space file, name and storage, and the flags it ran with
     that its record does not hold (resources per trial, plasticity, the cluster)."""
     o, default = plan.options, SearchOptions()
-    words = ["vitplast-search", "--space", str(plan.spec.path), "--name", plan.name, "--storage", plan.storage]
+    path = Path(plan.spec.path).resolve()
+    space = path.stem if path.parent == spaces.spaces_dir().resolve() else str(path)  # a shipped space by its name
+    words = ["vitplast-search", "--space", space, "--name", plan.name, "--storage", plan.storage]
     flags = {
         "--cpus-per-trial": (o.cpus_per_trial, default.cpus_per_trial),
         "--gpus-per-trial": (o.gpus_per_trial, default.gpus_per_trial),
