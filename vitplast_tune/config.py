@@ -205,7 +205,8 @@ def check_type(name: str, value: Any, hint: Any) -> None:
 
 
 def fits(value: Any, hint: Any) -> bool:
-    """Whether ``value`` is of type ``hint``: a bool is not a number, an int is a float, a float is finite."""
+    """Whether ``value`` is of type ``hint``: a bool is not a number, an int is a float, a float is finite, a path is
+    a string."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         return any(fits(value, h) for h in typing.get_args(hint))
@@ -222,6 +223,8 @@ def fits(value: Any, hint: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if hint is str:
+        return isinstance(value, (str, os.PathLike))  # a path given as a Path (data_dir, weights)
     return isinstance(value, hint) if isinstance(hint, type) else True
 
 
