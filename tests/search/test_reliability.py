@@ -38,7 +38,7 @@ def write_space(
         space_text(
             algorithm=algorithm,
             num_samples=num_samples,
-            scheduler=scheduler,
+            scheduler=yaml.safe_load(scheduler),  # "fifo", or an ASHA mapping written in YAML
             parameters=parameters,
             defaults={"max_steps": steps, "grad_clip": 0.0},
         )
