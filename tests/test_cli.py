@@ -60,6 +60,7 @@ CASES = [
     (["--dataset", "cifar10", "--data-dir", "{tmp}/nothing"], GOOD, 'dataset "cifar10" not found'),
     (["--dataset", "imagefolder", "--data-dir", "{tmp}/nothing"], GOOD, "image folder"),
     (["--weights", "{tmp}/nope.safetensors"], GOOD, "nope.safetensors does not exist"),
+    (["--augment", "paprr"], GOOD, 'unknown augmentation "paprr" (did you mean "paper"?)'),
     (["--weights", "{tmp}/space.yaml"], GOOD, "space.yaml is unreadable or corrupt"),
     ([], GOOD.replace("metric: val_acc", "metric: accuracy"), 'metric "accuracy" is not reported by trials'),
     ([], GOOD.replace("mode: max", "mode: min"), 'mode "min" would search for the worst val_acc'),
@@ -120,6 +121,7 @@ def test_help_documents_every_flag():
         "--model",
         "--dataset",
         "--data-dir",
+        "--augment",
     ):
         assert flag in proc.stdout
     assert "(default: None)" not in proc.stdout

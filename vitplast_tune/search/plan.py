@@ -34,6 +34,8 @@ DEFAULT_SEED = 0
 DEFAULT_MAX_FAILURES = 2
 # Settings a resumed search may change: where the data comes from, not what the trials do.
 RESUMABLE_SETTINGS = ("download",)
+# What trials of a search recorded before ``augment`` existed trained with: the paper's crop + flip on every dataset.
+RECORDED_AUGMENTATION = "paper"
 
 
 @dataclass
@@ -137,8 +139,15 @@ def prepare(options: SearchOptions) -> SearchPlan:
         plan = _resumed_plan(spec, options, storage, name, record)
     plan.spec, plan.notes = fit_scheduler(plan.spec, plan.settings.max_steps)
     _check_plasticity(options)
-    plan.decoded = _check_inputs(plan.settings, options.plasticity_reference if options.plasticity else None)
+    reference = options.plasticity_reference if options.plasticity else None
+    plan.decoded, plan.settings.augment = _check_inputs(plan.settings, reference, searched_augmentations(plan.spec))
     return plan
+
+
+def searched_augmentations(spec: spaces.SearchSpec) -> list[str]:
+    """The augmentation recipes a space's ``augment`` parameter may take (none when it does not vary)."""
+    augment = spec.parameters.get("augment")
+    return [] if augment is None else [v for v in augment.corners() if v is not None]
 
 
 def fit_scheduler(spec: spaces.SearchSpec, max_steps: int) -> tuple[spaces.SearchSpec, list[str]]:
@@ -208,9 +217,12 @@ def _check_plasticity(options: SearchOptions) -> None:
         check_variant(options.plasticity_variant)
 
 
-def _check_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory | None:
-    """Check the model, its weights file, the dataset and the plasticity reference (None: none); return a small
-    dataset decoded once (``_inspect_inputs``).
+def _check_inputs(
+    settings: FinetuneConfig, reference: str | None, augmentations: list[str] = ()
+) -> tuple[InMemory | None, str]:
+    """Check the model, its weights file, the dataset, the plasticity reference (None: none) and the augmentation
+    recipes (the settings' and ``augmentations``, a space's searched ones); return a small dataset decoded once and
+    the settings' recipe, the dataset's default when unset (``_inspect_inputs``).
 
     That takes torch, timm and torchvision, 0.4 GB that a process keeps once it has imported them, and after
     this only trials and measurements (Ray workers) need them. So when this process has not imported torch
@@ -219,10 +231,10 @@ def _check_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory |
     A UserError there is raised here; any other failure prints its traceback and raises RuntimeError here.
     """
     if "torch" in sys.modules:
-        return _inspect_inputs(settings, reference)
+        return _inspect_inputs(settings, reference, list(augmentations))
     with tempfile.TemporaryDirectory(prefix="vitplast-inputs-") as tmp:
-        exchange = Path(tmp) / "inputs.pkl"  # in: (settings, reference); out: (ok, decoded or UserError)
-        exchange.write_bytes(pickle.dumps((settings, reference)))
+        exchange = Path(tmp) / "inputs.pkl"  # in: the arguments; out: (ok, (decoded, augment) or UserError)
+        exchange.write_bytes(pickle.dumps((settings, reference, list(augmentations))))
         code = "import sys; from vitplast_tune.search.plan import _inspect_in_child; _inspect_in_child(sys.argv[1])"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this process's imports
         child = subprocess.run([sys.executable, "-c", code, str(exchange)], env=env)
@@ -237,15 +249,17 @@ def _check_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory |
 def _inspect_in_child(path: str) -> None:
     """``_inspect_inputs`` of the arguments pickled in ``path``; its result (or UserError) pickled back there."""
     exchange = Path(path)
-    settings, reference = pickle.loads(exchange.read_bytes())
+    settings, reference, augmentations = pickle.loads(exchange.read_bytes())
     try:
-        result = (True, _inspect_inputs(settings, reference))
+        result = (True, _inspect_inputs(settings, reference, augmentations))
     except UserError as exc:
         result = (False, exc)
     exchange.write_bytes(pickle.dumps(result))
 
 
-def _inspect_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory | None:
+def _inspect_inputs(
+    settings: FinetuneConfig, reference: str | None, augmentations: list[str]
+) -> tuple[InMemory | None, str]:
     """``_check_inputs`` in this process. The decoded dataset (None for datasets read lazily from disk) is
     shared with every trial through the object store, so it is decoded here and nowhere else on the driver.
     """
@@ -255,6 +269,9 @@ def _inspect_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory
     config = models.pretrained_data_config(settings.model)
     models.check_weights(settings.model, settings.weights, settings.pretrained)
     datasets.num_classes(settings.dataset, settings.data_dir)
+    augment = datasets.resolve_augmentation(settings.dataset, settings.augment)
+    for name in augmentations:
+        datasets.resolve_augmentation(settings.dataset, name)
     image_cache = settings.image_cache
     if 0 < image_cache < max(config["input_size"][1:]):
         raise UserError(
@@ -264,13 +281,10 @@ def _inspect_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory
         )
     if reference is not None:
         datasets.check_dataset_name(reference)
-    return datasets.decode_dataset(
-        settings.dataset,
-        config,
-        data_dir=settings.data_dir,
-        download=settings.download,
-        image_cache=image_cache,
+    decoded = datasets.decode_dataset(
+        settings.dataset, config, data_dir=settings.data_dir, download=settings.download, image_cache=image_cache
     )
+    return decoded, augment
 
 
 def _check_resources(options: SearchOptions) -> None:
@@ -340,7 +354,7 @@ def _resumed_plan(spec: spaces.SearchSpec, options: SearchOptions, storage: str,
         if given is not None and given != recorded:
             _refuse(f"--{flag} {given}", recorded, name)
     changed = {k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}
-    settings = FinetuneConfig.from_dict({**saved, **changed})
+    settings = FinetuneConfig.from_dict({"augment": RECORDED_AUGMENTATION, **saved, **changed})
     spec = replace(spec, num_samples=fixed["num-samples"][1])
     max_failures = _given(options.max_failures, record.get("max_failures", DEFAULT_MAX_FAILURES))
     return SearchPlan(
