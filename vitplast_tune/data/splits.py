@@ -67,7 +67,7 @@ class SmallImages(Dataset):
     transforms.py) or evaluation transform.
 
     Items go through the per-image (timm) transform; ``batch`` transforms a whole batch on its
-    device, except training batches with random crops on a CPU when ``CPU_TRAIN_PATH`` says per image.
+    device, except training batches with random crops on a CPU at large input sizes (``cpu_crops_per_image``).
     """
 
     def __init__(
@@ -105,17 +105,27 @@ class SmallImages(Dataset):
         labels = torch.from_numpy(self.labels[idx].astype(np.int64)).to(device, non_blocking=True)
         crops = self.train and transforms.augmentation(self.augment).scale is not None
         border = not crops and self.data_config.get("crop_mode") == "border"
-        if border or (crops and device.type == "cpu" and CPU_TRAIN_PATH == "per_image"):
+        if border or (crops and device.type == "cpu" and cpu_crops_per_image(self.data_config)):
             with transforms.seeded(seed):
                 return torch.stack([self.transform(_pil(self.images[j])) for j in idx]).to(device), labels
         raw = torch.from_numpy(self.images[idx]).to(device, non_blocking=True)
         return transforms.batch_transform(raw, self.data_config, self.train, seed, self.augment), labels
 
 
-# Training batches on a CPU-only trial: "per_image" or "batched", whichever ``python -m benchmarks.data`` measured faster
-# (one core, 32 -> 224 px: timm's per-image PIL transform 389 images/s, the batched bicubic grid_sample 179).
-# Evaluation batches are batched everywhere (443 vs 423 images/s per image).
-CPU_TRAIN_PATH = "per_image"
+# Training batches with random crops on a CPU-only trial: "per_image", "batched", or "auto": whichever was measured
+# faster at the model's input size, batched up to ``CPU_BATCHED_UP_TO`` px a side, per image above (one core, batches
+# of 64, light recipe: batched 1.9x faster from 8 -> 32 px and from 32 -> 64 px; timm's per-image PIL transform 1.1x
+# faster at 32 -> 128 px and 1.5x at 32 -> 224 px, where ``python -m benchmarks.data`` has 423 vs 229 images/s).
+# Evaluation batches are batched everywhere (785 vs 572 images/s per image at 224 px).
+CPU_TRAIN_PATH = "auto"
+CPU_BATCHED_UP_TO = 64
+
+
+def cpu_crops_per_image(data_config: dict[str, Any]) -> bool:
+    """Whether a CPU trial crops its training batches per image (``CPU_TRAIN_PATH``) rather than batched."""
+    if CPU_TRAIN_PATH != "auto":
+        return CPU_TRAIN_PATH == "per_image"
+    return max(data_config["input_size"][1:]) > CPU_BATCHED_UP_TO
 
 
 def _pil(image: np.ndarray):
