@@ -103,7 +103,7 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = (), timings: Timin
         with timings.phase("analysis"):
             analyze(result, mlflow)
         result.elapsed_s, result.timings = time.perf_counter() - started, timings
-        tracking.log_metrics(mlflow, parent, timings.metrics())
+        mlflow.log_dict(parent, timings.seconds, "timings.json")
     except Exception as exc:
         tracking.mark_failed(mlflow, parent, exc)
         raise

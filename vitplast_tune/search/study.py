@@ -112,6 +112,7 @@ def write_study(directory: Path, name: str, spec: SearchSpec, trials: pd.DataFra
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    Path(directory).mkdir(parents=True, exist_ok=True)
     url = storage_url(directory)
     directions = ["maximize" if mode == "max" else "minimize" for _, mode in spec.objectives or [(None, spec.mode)]]
     study = optuna.create_study(storage=url, study_name=name, directions=directions, load_if_exists=True)

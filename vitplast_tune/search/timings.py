@@ -1,5 +1,5 @@
 """Where a search's wall-clock time goes: seconds per phase (checks and data, Ray, measurements before the trials,
-records, trials, results, analysis), printed under the summary and logged to the parent run."""
+records, trials, results, analysis), printed in the summary and logged to the parent run (``timings.json``)."""
 
 from __future__ import annotations
 
@@ -42,10 +42,6 @@ class Timings:
     def total(self) -> float:
         """The seconds of every phase together."""
         return sum(self.seconds.values())
-
-    def metrics(self) -> dict[str, float]:
-        """The phases as MLflow metrics: ``time_<phase>_s``."""
-        return {f"time_{name}_s": value for name, value in self.seconds.items()}
 
     def describe(self) -> str:
         """One line: each phase's seconds and share of the total, in the order of ``PHASES``."""
