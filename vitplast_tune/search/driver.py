@@ -96,6 +96,12 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = (), timings: Timin
         )
     with timings.phase("results"):
         result = SearchResult(plan, results.trial_table(grid, plan, predictors), parent, 0.0, view=view)
+    return _finish(result, mlflow, grid, timings, started)
+
+
+def _finish(result: SearchResult, mlflow, grid, timings: Timings, started: float) -> SearchResult:
+    """After the trials: the results recorded (MLflow, trial table, Optuna study), the analyses, the parent run ended."""
+    parent = result.parent_run_id
     try:
         with timings.phase("results"):
             _record_results(result, mlflow, grid)
