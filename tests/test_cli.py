@@ -58,6 +58,7 @@ SEARCH = [
     (["--dataset", "cifar10", "--data-dir", "{tmp}/nothing"], GOOD, 'dataset "cifar10" not found'),
     (["--dataset", "imagefolder", "--data-dir", "{tmp}/nothing"], GOOD, "image folder"),
     (["--weights", "{tmp}/nope.safetensors"], GOOD, "nope.safetensors does not exist"),
+    (["--augment", "paprr"], GOOD, 'unknown augmentation "paprr" (did you mean "paper"?)'),
     (["--weights", "{tmp}/space.yaml"], GOOD, "space.yaml is unreadable or corrupt"),
     (["--cpus-per-trial", "-1"], GOOD, "must not be negative"),
     (["--max-steps", "0"], GOOD, "max_steps must be positive"),
@@ -302,6 +303,7 @@ def test_help_documents_every_flag():
         "--model",
         "--dataset",
         "--data-dir",
+        "--augment",
     ):
         assert flag in proc.stdout
     assert "(default: None)" not in proc.stdout

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import shlex
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -132,6 +133,12 @@ def _trial_flags(parser: argparse.ArgumentParser, train) -> None:
     p.add_argument(
         "--download", action="store_true", default=None, help="download the dataset when missing (needs a network)"
     )
+    p.add_argument(
+        "--augment",
+        help="training augmentation: paper (RandomResizedCrop 8-100%% + flip), light (RandomResizedCrop 80-100%%, "
+        "no flip), none; default: the space file's, else the dataset's (paper for natural images, light for digits "
+        "and fractals)",
+    )
 
 
 def _where_flags(parser: argparse.ArgumentParser, run) -> None:
@@ -206,9 +213,13 @@ def _plasticity_flags(parser: argparse.ArgumentParser, run) -> None:
 
 def search_main(argv: Sequence[str] | None = None) -> int:
     """Run (or resume) a search from command-line arguments and print its summary."""
+    started = time.perf_counter()
     args = search_parser().parse_args(argv)
     from vitplast_tune.search import driver, results
     from vitplast_tune.search.plan import SearchOptions
+    from vitplast_tune.search.timings import Timings
+
+    timings = Timings({"imports": time.perf_counter() - started})
 
     settings = dict(
         model=args.model,
@@ -216,6 +227,7 @@ def search_main(argv: Sequence[str] | None = None) -> int:
         dataset=args.dataset,
         data_dir=args.data_dir,
         download=args.download,
+        augment=args.augment,
         max_steps=args.max_steps,
         batch_size=args.batch_size,
         eval_every=args.eval_every,
@@ -244,7 +256,7 @@ def search_main(argv: Sequence[str] | None = None) -> int:
         plasticity_reference=args.plasticity_reference,
         plasticity_pairs=args.plasticity_pairs,
     )
-    print(results.summary(driver.run(options)))
+    print(results.summary(driver.run(options, timings=timings)))
     return 0
 
 

@@ -63,6 +63,9 @@ class FinetuneConfig:
     download: bool = False
     image_cache: int = 0  # JPEG datasets: > 0 decodes them once, shorter side resized to this many px (image_cache.py)
     val_fraction: float = 0.2
+    # Training augmentation recipe (data/transforms.py: paper | light | none); None or "auto": the dataset's default
+    # (the paper's crop + flip for natural images, light for digits and fractals).
+    augment: str | None = None
     components: str = "all"
     blocks: list[int] | None = None
     optimizer: str = "sgd"

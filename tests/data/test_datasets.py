@@ -234,3 +234,30 @@ def test_model_data_config_drives_the_transforms():
         "digits", models.pretrained_data_config("vit_small_patch16_224"), decoded=decoded
     ).train
     assert isinstance(train, SmallImages) and train.images is decoded.images  # shared, not copied
+
+
+def test_each_dataset_has_its_default_augmentation_and_a_run_overrides_it(tmp_path):
+    from timm.data.transforms import RandomResizedCropAndInterpolation
+
+    named = {name: "cifar10c:snow" if name == "cifar10c" else name for name in datasets.list_datasets()}
+    defaults = {name: datasets.resolve_augmentation(full, None) for name, full in named.items()}
+    natural = ("cifar10", "cifar100", "cifar10c", "flowers102", "imagefolder", "pets")
+    assert defaults == {**dict.fromkeys(natural, "paper"), "digits": "light", "fractals": "light"}
+    assert datasets.resolve_augmentation("digits", "auto") == "light"
+    assert datasets.resolve_augmentation("digits", "none") == "none"
+    assert datasets.load_dataset("digits", CONFIG).train.augment == "light"
+    overridden = datasets.load_dataset("digits", CONFIG, augment="paper")
+    assert overridden.train.augment == "paper" and not overridden.val.train and not overridden.test.train
+    with pytest.raises(UserError, match='unknown augmentation "flip"'):
+        datasets.load_dataset("digits", CONFIG, augment="flip")
+
+    for i in range(6):  # a file dataset's training split takes the recipe too
+        save_png(tmp_path / "train" / f"c{i % 2}" / f"{i}.png", i)
+    first = lambda splits: splits.train.dataset.transform.transforms[0]
+    assert isinstance(
+        first(datasets.load_dataset("imagefolder", CONFIG, data_dir=tmp_path)), RandomResizedCropAndInterpolation
+    )
+    plain = datasets.load_dataset("imagefolder", CONFIG, data_dir=tmp_path, augment="none")
+    assert [type(t) for t in plain.train.dataset.transform.transforms] == [
+        type(t) for t in plain.val.dataset.transform.transforms
+    ]

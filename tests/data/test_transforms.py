@@ -61,3 +61,83 @@ def test_batched_training_crops_follow_random_resized_crops_distribution():
     assert 0.4 < flipped < 0.6  # horizontal flips with probability 1/2
     again = transforms.batch_transform(torch.from_numpy(np.repeat(ramp[None], 400, axis=0)), config, True, seed=7)
     assert torch.equal(out, again)  # the batch's seed decides its crops
+
+
+DIGITS_CONFIG = {  # the testbed ViT's data config: 8x8 digits shown at 32 px
+    "input_size": (3, 32, 32),
+    "mean": (0.5, 0.5, 0.5),
+    "std": (0.5, 0.5, 0.5),
+    "interpolation": "bilinear",
+    "crop_pct": 1.0,
+    "crop_mode": "center",
+}
+
+
+def ramp_boxes(recipe: str, n: int = 400, seed: int = 7):
+    """Crop width/height (fractions of the image) and whether each image was flipped, read back from a batch of
+    coordinate-coded images (red = x, green = y) through the batched training transform of ``recipe``."""
+    size = 128
+    ys, xs = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+    ramp = np.stack([xs * 2, ys * 2, np.zeros_like(xs)]).astype(np.uint8)
+    config = {**CONFIG, "input_size": (3, 64, 64), "mean": (0, 0, 0), "std": (1, 1, 1), "interpolation": "bilinear"}
+    out = transforms.batch_transform(torch.from_numpy(np.repeat(ramp[None], n, axis=0)), config, True, seed, recipe)
+    x, y = out[:, 0] * 255 / 2, out[:, 1] * 255 / 2
+    width = (x[:, :, -1] - x[:, :, 0]).abs().mean(1) * 64 / 63 / size
+    height = (y[:, -1, :] - y[:, 0, :]).mean(1) * 64 / 63 / size
+    return width, height, (x[:, :, -1] < x[:, :, 0]).all(1)
+
+
+def test_the_light_recipe_crops_little_and_never_flips():
+    width, height, flipped = ramp_boxes("light")
+    area = width * height
+    assert not flipped.any()
+    assert area.min() > 0.8 - 0.02 and area.max() <= 1.0 + 0.02  # RandomResizedCrop of 80-100% of the area
+    assert area.std() > 0.02  # and it does vary
+    width, height, flipped = ramp_boxes("paper")
+    assert 0.4 < flipped.float().mean() < 0.6 and (width * height).min() < 0.2  # the paper's recipe, for contrast
+
+
+def test_none_trains_on_the_evaluation_transform():
+    images = torch.from_numpy(smooth_images(4))
+    config = {**CONFIG, "input_size": (3, 64, 64)}
+    train = transforms.batch_transform(images, config, True, seed=3, augment="none")
+    assert torch.equal(train, transforms.batch_transform(images, config, False))
+
+
+def test_per_image_recipes_are_timms_with_the_recipes_crop_and_flip():
+    from timm.data.transforms import RandomResizedCropAndInterpolation
+    from torchvision.transforms import RandomHorizontalFlip
+
+    light = transforms.per_image(DIGITS_CONFIG, True, "light").transforms
+    crop = next(t for t in light if isinstance(t, RandomResizedCropAndInterpolation))
+    assert crop.scale == (0.8, 1.0) and not any(isinstance(t, RandomHorizontalFlip) for t in light)
+    paper = transforms.per_image(DIGITS_CONFIG, True, "paper").transforms
+    assert any(isinstance(t, RandomHorizontalFlip) and t.p == 0.5 for t in paper)
+    none = transforms.per_image(DIGITS_CONFIG, True, "none").transforms
+    evaluation = transforms.per_image(DIGITS_CONFIG, False).transforms
+    assert [type(t) for t in none] == [type(t) for t in evaluation]
+
+
+def test_the_digits_default_keeps_the_digit_where_the_papers_recipe_crops_it_away():
+    """Each training image against the same digit's evaluation image (Pearson correlation of the pixels)."""
+    from sklearn.datasets import load_digits
+
+    from vitplast_tune.data import datasets
+
+    digits = np.rint(load_digits().images[:256] * 255 / 16).astype(np.uint8)[:, None]
+    recipe = datasets.resolve_augmentation("digits", None)
+    evaluation = transforms.batch_transform(torch.from_numpy(digits), DIGITS_CONFIG, False).flatten(1).numpy()
+
+    def similarity(augment: str) -> float:
+        train = transforms.batch_transform(torch.from_numpy(digits), DIGITS_CONFIG, True, 11, augment)
+        return np.mean([np.corrcoef(a, b)[0, 1] for a, b in zip(evaluation, train.flatten(1).numpy())])
+
+    assert recipe == "light"
+    assert similarity(recipe) > 0.8 and similarity("paper") < 0.6
+
+
+def test_an_unknown_recipe_is_a_user_error_naming_the_known_ones():
+    from vitplast_tune.errors import UserError
+
+    with pytest.raises(UserError, match='unknown augmentation "papr" \\(did you mean "paper"\\?\\); use one of paper'):
+        transforms.augmentation("papr")

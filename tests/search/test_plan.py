@@ -1,5 +1,7 @@
 """Validation before anything starts: metric and mode, the scheduler's budget, weights files, resume state."""
 
+import json
+
 import pytest
 import torch
 from _spaces import space_text
@@ -147,3 +149,44 @@ def test_the_plasticity_cache_key_names_the_data_and_the_code(tmp_path):
     assert a["code"] == report.code_version() and a["code"].startswith("0.1.0+")
     path = lambda k: report.default_out_dir("m", "imagefolder", "fractals", "paper", k)
     assert path(a) != path(b)
+
+
+def augment_options(tmp_path, defaults=None, parameters=None, **kw) -> SearchOptions:
+    space = tmp_path / "augment.yaml"
+    space.write_text(space_text(defaults=defaults or {}, parameters=parameters or {}))
+    return SearchOptions(space=str(space), storage=str(tmp_path / "results"), plasticity=False, **kw)
+
+
+def test_the_augmentation_is_the_datasets_unless_the_space_or_a_flag_names_one(tmp_path):
+    from vitplast_tune.search.results import augmentation_text
+    from vitplast_tune.search.trial import trial_config
+
+    default = plan.prepare(augment_options(tmp_path, name="a"))
+    assert default.settings.augment == "light"  # digits' default, resolved before anything starts
+    assert trial_config({"lr": 0.1}, default.settings).augment == "light"
+    space = plan.prepare(augment_options(tmp_path, defaults={"augment": "none"}, name="b"))
+    assert trial_config({"lr": 0.1}, space.settings).augment == "none"
+    flag = plan.prepare(
+        augment_options(tmp_path, defaults={"augment": "none"}, name="c", settings={"augment": "paper"})
+    )
+    assert (
+        trial_config({"lr": 0.1}, flag.settings).augment == "paper" and augmentation_text(flag) == "augmentation paper"
+    )
+    searched = plan.prepare(augment_options(tmp_path, parameters={"augment": {"choice": ["none", "paper"]}}, name="d"))
+    assert trial_config({"augment": "paper"}, searched.settings).augment == "paper"
+    assert augmentation_text(searched) == "augmentation searched: none, paper"
+    with pytest.raises(UserError, match='unknown augmentation "papr" \\(did you mean "paper"\\?\\)'):
+        plan.prepare(augment_options(tmp_path, parameters={"augment": {"choice": ["none", "papr"]}}, name="e"))
+
+
+def test_a_resumed_search_keeps_its_recorded_augmentation(tmp_path):
+    first = started(tmp_path, settings={"augment": "none"})
+    assert first.settings.augment == "none"
+    assert plan.prepare(options(tmp_path, resume=True)).settings.augment == "none"
+    with pytest.raises(UserError, match="--augment paper differs from the 'none'"):
+        plan.prepare(options(tmp_path, resume=True, settings={"augment": "paper"}))
+    record = tmp_path / "results" / "s" / storage.SEARCH_FILE  # recorded before the setting existed: the paper's
+    saved = json.loads(record.read_text())
+    del saved["settings"]["augment"]
+    record.write_text(json.dumps(saved))
+    assert plan.prepare(options(tmp_path, resume=True)).settings.augment == "paper"

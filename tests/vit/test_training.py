@@ -1,6 +1,7 @@
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -113,14 +114,10 @@ def test_from_dict_rejects_unknown_keys():
         FinetuneConfig.from_dict({"learning_rate": 0.1})
 
 
-def test_linear_probe_on_cached_features_matches_the_full_forward(monkeypatch):
-    from vitplast_tune.data import transforms
-
+def test_linear_probe_on_cached_features_matches_the_full_forward():
     # The cache holds features of the evaluation transform; without training crops the two runs see the same inputs.
-    monkeypatch.setattr(transforms, "_crop_flip", lambda x, config, seed: transforms._resize_center_crop(x, config))
-    monkeypatch.setattr(splits, "CPU_TRAIN_PATH", "batched")
-    cached, cached_reports = run(components="head", seed=2)
-    plain, plain_reports = run(components="head", seed=2, cache_features=False)
+    cached, cached_reports = run(components="head", seed=2, augment="none")
+    plain, plain_reports = run(components="head", seed=2, cache_features=False, augment="none")
     assert [m["step"] for m, _ in cached_reports] == [m["step"] for m, _ in plain_reports]
     for (a, _), (b, _) in zip(cached_reports, plain_reports):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
@@ -158,6 +155,19 @@ def test_both_cpu_training_paths_replay_on_resume(monkeypatch, path):
 
     monkeypatch.setattr(splits, "CPU_TRAIN_PATH", path)
     test_a_resumed_run_replays_the_same_augmented_batches()
+
+
+def test_a_cpu_trial_crops_small_images_in_batches_and_large_ones_per_image(monkeypatch):
+    from vitplast_tune.data import transforms
+
+    small = {"input_size": (3, 32, 32), "mean": (0.5,) * 3, "std": (0.5,) * 3}
+    train = datasets.load_dataset("digits", small, seed=0).train
+    images, _ = train.batch(np.arange(8), torch.device("cpu"), seed=4)
+    raw = torch.from_numpy(train.images[train.indices[:8]])
+    assert torch.equal(images, transforms.batch_transform(raw, small, True, 4, train.augment))  # batched at 32 px
+    assert splits.cpu_crops_per_image({**small, "input_size": (3, 224, 224)})  # per image at 224 px
+    monkeypatch.setattr(splits, "CPU_TRAIN_PATH", "per_image")
+    assert splits.cpu_crops_per_image(small)
 
 
 def test_no_stale_gradients_sit_beside_a_forward_pass(monkeypatch):

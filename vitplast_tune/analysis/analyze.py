@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from vitplast_tune.analysis import lab
+from vitplast_tune.analysis.importance import Importance, describe_importance, parameter_importance
+from vitplast_tune.analysis.plots import plot_importance
 from vitplast_tune.analysis.protocol import PaperResults, describe_paper, paper_results
 from vitplast_tune.analysis.trials import TrialAnalysis, analyze_trials, describe_correlations
 from vitplast_tune.config import FinetuneConfig
@@ -26,11 +28,12 @@ class SearchAnalysis:
     trials: TrialAnalysis | None = None  # plasticity vs accuracy per trial (when plasticity was measured)
     paper: PaperResults | None = None  # the paper's protocol (a grid with seeds)
     criteria: pd.DataFrame | None = None  # the criteria lab (a space with ``criteria: true``)
+    importance: Importance | None = None  # which searched parameters matter (when the space searches any)
     files: list[Path] = field(default_factory=list)
 
     def describe(self) -> str:
         """The analyzes as plain text, in the order a person reads them."""
-        parts = []
+        parts = [describe_importance(self.importance)] if self.importance is not None else []
         if self.trials is not None:
             parts.append(
                 "Does the plasticity of the trained subset predict accuracy? Spearman with a bootstrap 95% "
@@ -52,11 +55,17 @@ def analyze_search(
     *,
     reference: str = "fractals",
     plasticity_pairs: int | None = None,
+    parameters: tuple[pd.DataFrame, dict] | None = None,
 ) -> SearchAnalysis:
-    """The analyzes a search supports: per-trial correlations (when its trials carry plasticity scores), the
-    paper's protocol (a grid with seeds) and the criteria lab (``criteria: true``); files go to ``out_dir``."""
+    """The analyzes a search supports: which parameters matter (``parameters``: the searched parameters of each trial
+    and their Optuna distributions, see ``search.study.parameter_table``), per-trial correlations (when its trials
+    carry plasticity scores), the paper's protocol (a grid with seeds) and the criteria lab (``criteria: true``);
+    files go to ``out_dir``."""
     out = Path(out_dir).expanduser()
     found = SearchAnalysis()
+    if parameters is not None and parameters[1]:
+        found.importance = importance_of(trials, *parameters)
+        found.files += write_importance(found.importance, out)
     if "plasticity_mean" in trials:
         found.trials = analyze_trials(trials, out)
         found.files += found.trials.files
@@ -74,3 +83,24 @@ def analyze_search(
         table.to_csv(found.files[-2], index=False)
         found.criteria.to_csv(found.files[-1], index=False)
     return found
+
+
+def importance_of(trials: pd.DataFrame, params: pd.DataFrame, distributions: dict) -> Importance:
+    """The importance of the searched parameters for the validation accuracy at the last step every trial reached
+    (``val_acc_common``), else for the final validation accuracy."""
+    if "val_acc_common" in trials and trials["val_acc_common"].notna().any():
+        step = trials["common_step"].dropna()
+        at = f"step {int(step.iloc[0])}, " if len(step) else ""
+        label = f"validation accuracy at {at}the last step every trial reached"
+        return parameter_importance(params, distributions, trials["val_acc_common"], label=label)
+    return parameter_importance(params, distributions, trials["val_acc"], label="final validation accuracy")
+
+
+def write_importance(found: Importance, out: Path) -> list[Path]:
+    """The importance table as ``importance.csv`` and its bar chart ``importance.png`` in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    found.table.assign(target=found.target, n=found.n).to_csv(out / "importance.csv", index=False)
+    if found.table.empty:
+        return [out / "importance.csv"]
+    title = f"fANOVA importance of {found.target} ({found.n} trials)"
+    return [out / "importance.csv", plot_importance(found.table, title, out / "importance.png")]

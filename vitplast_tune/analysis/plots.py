@@ -1,5 +1,5 @@
 """Figures of the analyzes (PNG): the plasticity per component and layer, a score against accuracy, the
-paper-style gain next to plasticity, and a search's Pareto front.
+paper-style gain next to plasticity, a search's Pareto front, and the importance of its parameters.
 
 Plots draw on ``matplotlib.figure.Figure`` directly (Agg rendering), so importing this module never
 selects a pyplot backend.
@@ -75,6 +75,25 @@ def plot_pareto(
     ax.set_xlabel("trainable parameters" if cost == "trainable_params" else "training images/s")
     ax.set_ylabel(f"{accuracy} (%)")
     ax.legend(frameon=False, loc="lower right")
+    return _save(fig, path)
+
+
+def plot_importance(table: pd.DataFrame, title: str, path: str | Path) -> Path:
+    """Write a PNG: each parameter's fANOVA importance as a bar, green when it raises accuracy, red when it lowers it,
+    grey when its direction is undetermined; the direction written beside the bar."""
+    fig, (ax,) = _figure(ncols=1, figsize=(7, 0.45 * max(len(table), 3) + 1.2))
+    shown = table.iloc[::-1]
+    y = np.arange(len(shown))
+    effect = numeric(shown["effect"])
+    colors = ["0.6" if not np.isfinite(e) or e == 0 else ("C2" if e > 0 else "C3") for e in effect]
+    ax.barh(y, numeric(shown["importance"]), color=colors)
+    ax.set_yticks(y, shown["parameter"])
+    for yi, (importance, e, kind) in enumerate(zip(shown["importance"], effect, shown["effect_kind"])):
+        text = "" if not np.isfinite(e) else (f"ρ {e:+.2f}" if kind == "spearman" else f"{100 * e:+.1f} pts")
+        ax.annotate(text, (importance, yi), textcoords="offset points", xytext=(4, -3), fontsize=8)
+    ax.set_xlabel("fANOVA importance (share of the variance)")
+    ax.set_title(title, fontsize=9)
+    ax.set_xlim(0, max(1.0, float(numeric(table["importance"]).max() or 0) * 1.25))
     return _save(fig, path)
 
 

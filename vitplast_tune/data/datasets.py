@@ -3,7 +3,9 @@
 A registry maps a dataset name to a loader. Every loader returns ``Splits``: a seeded 80/20
 train/validation split of the train set (as in the paper) and the test split for the final
 evaluation. Transforms follow the model's own timm data config (resolution, mean/std,
-interpolation, crop); training adds the paper's RandomResizedCrop + horizontal flip.
+interpolation, crop); training adds the dataset's augmentation recipe (transforms.py): the paper's
+RandomResizedCrop + horizontal flip for natural images, a light crop for digits and fractals, unless
+``augment`` names another.
 
 Names: ``digits`` (scikit-learn's digits, offline, the default), ``fractals`` (the generated
 pretraining / plasticity-reference distribution, offline), ``cifar10``, ``cifar100``, ``pets``,
@@ -55,20 +57,27 @@ CIFAR10C_CORRUPTIONS = (
 Loader = Callable[..., "Splits | InMemory"]
 _DATASETS: dict[str, Loader] = {}
 _NUM_CLASSES: dict[str, int] = {}
-_FROM_FILES: set[str] = set()  # loaders that read image files lazily, and take ``image_cache``
+_FROM_FILES: set[str] = set()  # loaders that read image files lazily, and take ``image_cache`` and ``augment``
+_AUGMENT: dict[str, str] = {}  # each dataset's default training augmentation (transforms.AUGMENTATIONS)
 
 
-def register_dataset(name: str, num_classes: int | None = None, from_files: bool = False) -> Callable[[Loader], Loader]:
+def register_dataset(
+    name: str, num_classes: int | None = None, from_files: bool = False, augment: str = transforms.DEFAULT_AUGMENTATION
+) -> Callable[[Loader], Loader]:
     """Decorator adding a loader ``fn(data_config, root, download, seed, val_fraction)``.
 
     A loader returns ``Splits``, or ``InMemory`` for a small dataset that is decoded once.
 
     ``num_classes`` lets a model get its head before the data is loaded (None: read from disk).
-    ``from_files``: the loader reads image files lazily and also takes ``image_cache`` (see image_cache.py).
+    ``from_files``: the loader reads image files lazily and also takes ``image_cache`` (see image_cache.py) and
+    ``augment`` (the recipe of its training transform). ``augment``: the dataset's default training augmentation
+    (a name in ``transforms.AUGMENTATIONS``), used when a run leaves ``FinetuneConfig.augment`` unset.
     """
+    transforms.augmentation(augment)
 
     def add(fn: Loader) -> Loader:
         _DATASETS[name] = fn
+        _AUGMENT[name] = augment
         if num_classes is not None:
             _NUM_CLASSES[name] = num_classes
         if from_files:
@@ -76,6 +85,15 @@ def register_dataset(name: str, num_classes: int | None = None, from_files: bool
         return fn
 
     return add
+
+
+def resolve_augmentation(name: str, augment: str | None) -> str:
+    """The training augmentation a run of dataset ``name`` uses: ``augment`` when given (checked), else the
+    dataset's default; "auto" is the same as None."""
+    if augment is None or augment == "auto":
+        check_dataset_name(name)
+        return _AUGMENT[name.partition(":")[0]]
+    return transforms.augmentation(augment).name
 
 
 def num_classes(name: str, data_dir: str | Path | None = None) -> int:
@@ -115,16 +133,21 @@ def load_dataset(
     val_fraction: float = 0.2,
     decoded: InMemory | None = None,
     image_cache: int = 0,
+    augment: str | None = None,
 ) -> Splits:
     """Load dataset ``name`` with transforms for ``data_config`` (see ``models.data_config``).
 
     ``decoded`` (from ``decode_dataset``) skips decoding a small dataset again. ``image_cache`` > 0 reads
     a JPEG dataset from a one-time decode resized to that shorter side (image_cache.py; built when missing).
+    ``augment``: the training split's augmentation recipe (None: the dataset's default, ``resolve_augmentation``).
     Raises UserError with what to do when the data is missing and ``download`` is off, or when a download fails.
     """
+    augment = resolve_augmentation(name, augment)
     fits = decoded is not None and decoded.name == name
-    loaded = decoded if fits else _load(name, data_config, data_dir, download, seed, val_fraction, image_cache)
-    return split_in_memory(loaded, seed, val_fraction, data_config) if isinstance(loaded, InMemory) else loaded
+    loaded = decoded if fits else _load(name, data_config, data_dir, download, seed, val_fraction, image_cache, augment)
+    if isinstance(loaded, InMemory):
+        return split_in_memory(loaded, seed, val_fraction, data_config, augment)
+    return loaded
 
 
 def decode_dataset(
@@ -136,7 +159,9 @@ def decode_dataset(
     return loaded if isinstance(loaded, InMemory) else None
 
 
-def _load(name, data_config, data_dir, download, seed, val_fraction, image_cache=0) -> Splits | InMemory:
+def _load(
+    name, data_config, data_dir, download, seed, val_fraction, image_cache=0, augment="paper"
+) -> Splits | InMemory:
     check_dataset_name(name)
     family, _, option = name.partition(":")
     kwargs = dict(
@@ -145,7 +170,7 @@ def _load(name, data_config, data_dir, download, seed, val_fraction, image_cache
     if option:
         kwargs["option"] = option
     if family in _FROM_FILES:
-        kwargs["image_cache"] = image_cache
+        kwargs.update(image_cache=image_cache, augment=augment)
     loaded = _DATASETS[family](**kwargs)
     if isinstance(loaded, InMemory):
         loaded.name, loaded.num_classes = name, _NUM_CLASSES.get(family, 0)
@@ -159,7 +184,7 @@ def _root(data_dir: str | Path | None) -> Path:
 # ----------------------------------------------------------------------------- offline datasets
 
 
-@register_dataset("digits", num_classes=10)
+@register_dataset("digits", num_classes=10, augment="light")
 def _digits(data_config, root, download, seed, val_fraction) -> InMemory:
     """scikit-learn's 1,797 8x8 digits (shipped with the package), kept 8x8 and one channel."""
     from sklearn.datasets import load_digits
@@ -169,7 +194,7 @@ def _digits(data_config, root, download, seed, val_fraction) -> InMemory:
     return InMemory(images, bunch.target.astype(np.int64))
 
 
-@register_dataset("fractals", num_classes=64)
+@register_dataset("fractals", num_classes=64, augment="light")
 def _fractals(data_config, root, download, seed, val_fraction) -> InMemory:
     """Formula-driven IFS fractals (generated, deterministic) rendered at the model's resolution, as uint8."""
     from vitplast_tune.data.fractals import fractal_dataset
@@ -186,9 +211,11 @@ def _to_uint8(images: torch.Tensor) -> np.ndarray:
 # ----------------------------------------------------------------------------- image datasets
 
 
-def _train_val(make: Callable[[Callable], Dataset], data_config, seed, val_fraction) -> tuple[Dataset, Dataset]:
-    """The seeded train/val split of a train set, each half with its own transform."""
-    train_set = make(transforms.per_image(data_config, train=True))
+def _train_val(
+    make: Callable[[Callable], Dataset], data_config, seed, val_fraction, augment
+) -> tuple[Dataset, Dataset]:
+    """The seeded train/val split of a train set, each half with its own transform (training: the recipe ``augment``)."""
+    train_set = make(transforms.per_image(data_config, True, augment))
     eval_set = make(transforms.per_image(data_config, train=False))
     train_idx, val_idx = split_indices(len(train_set), val_fraction, seed)
     return Subset(train_set, train_idx.tolist()), Subset(eval_set, val_idx.tolist())
@@ -210,7 +237,7 @@ def _torchvision_cifar(name: str, cls_name: str) -> Loader:
 
 
 def _torchvision(name: str, cls_name: str, train_kw: dict, test_kw: dict, classes: int) -> Loader:
-    def load(data_config, root, download, seed, val_fraction, image_cache=0) -> Splits:
+    def load(data_config, root, download, seed, val_fraction, image_cache=0, augment="paper") -> Splits:
         import torchvision.datasets as tvd
 
         cls = getattr(tvd, cls_name)
@@ -218,7 +245,7 @@ def _torchvision(name: str, cls_name: str, train_kw: dict, test_kw: dict, classe
             source = lambda kw: lambda tf=None: cls(str(root), download=download, transform=tf, **kw)
             make_train = _cached(source(train_kw), f"{name}-{train_kw['split']}", image_cache)
             make_test = _cached(source(test_kw), f"{name}-{test_kw['split']}", image_cache)
-            train, val = _train_val(make_train, data_config, seed, val_fraction)
+            train, val = _train_val(make_train, data_config, seed, val_fraction, augment)
             test = make_test(transforms.per_image(data_config, False))
         return Splits(train, val, test, classes)
 
@@ -278,7 +305,7 @@ def imagefolder_classes(root: Path) -> list[str]:
 
 
 @register_dataset("imagefolder", from_files=True)
-def _imagefolder(data_config, root, download, seed, val_fraction, image_cache=0) -> Splits:
+def _imagefolder(data_config, root, download, seed, val_fraction, image_cache=0, augment="paper") -> Splits:
     """``root/train/<class>/*`` (and ``root/test/<class>/*``, else a seeded 20% test split)."""
     from torchvision.datasets import ImageFolder
 
@@ -288,12 +315,12 @@ def _imagefolder(data_config, root, download, seed, val_fraction, image_cache=0)
     if test_dir.is_dir():
         if ImageFolder(str(test_dir)).class_to_idx != {name: i for i, name in enumerate(classes)}:  # an empty class
             raise UserError(f"the test folder {test_dir} has no images for some classes of {train_dir}; add them")
-        train, val = _train_val(make, data_config, seed, val_fraction)
+        train, val = _train_val(make, data_config, seed, val_fraction, augment)
         make_test = lambda tf=None: ImageFolder(str(test_dir), transform=tf)
         test = _cached(make_test, "imagefolder-test", image_cache)(transforms.per_image(data_config, False))
     else:
         full_train, full_eval = (
-            make(transforms.per_image(data_config, True)),
+            make(transforms.per_image(data_config, True, augment)),
             make(transforms.per_image(data_config, False)),
         )
         train_idx, val_idx, test_idx = three_way_split(len(full_train), val_fraction, seed)

@@ -28,12 +28,15 @@ class Splits:
     num_classes: int
 
 
-def split_in_memory(decoded: InMemory, seed: int, val_fraction: float, data_config: dict[str, Any]) -> Splits:
-    """Seeded train/validation split of a decoded dataset's non-test part, with the model's transforms."""
+def split_in_memory(
+    decoded: InMemory, seed: int, val_fraction: float, data_config: dict[str, Any], augment: str = "paper"
+) -> Splits:
+    """Seeded train/validation split of a decoded dataset's non-test part, with the model's transforms (training: the
+    recipe ``augment``)."""
     train, val, test = three_way_split(
         len(decoded.labels), val_fraction, seed, test_fraction=decoded.test_fraction, test=decoded.test_indices
     )
-    pick = lambda idx, augment: SmallImages(decoded.images, decoded.labels, idx, data_config, augment)
+    pick = lambda idx, train: SmallImages(decoded.images, decoded.labels, idx, data_config, train, augment)
     classes = decoded.num_classes or int(decoded.labels.max()) + 1
     return Splits(pick(train, True), pick(val, False), pick(test, False), classes)
 
@@ -60,15 +63,24 @@ def split_indices(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.nd
 
 
 class SmallImages(Dataset):
-    """Part (``indices``) of an in-memory uint8 dataset, with the model's training or evaluation transform.
+    """Part (``indices``) of an in-memory uint8 dataset, with the model's training (the recipe ``augment``, see
+    transforms.py) or evaluation transform.
 
     Items go through the per-image (timm) transform; ``batch`` transforms a whole batch on its
-    device, except training batches on a CPU when ``CPU_TRAIN_PATH`` says per image.
+    device, except training batches with random crops on a CPU at large input sizes (``cpu_crops_per_image``).
     """
 
-    def __init__(self, images: np.ndarray, labels: np.ndarray, indices: np.ndarray, data_config: dict, train: bool):
+    def __init__(
+        self,
+        images: np.ndarray,
+        labels: np.ndarray,
+        indices: np.ndarray,
+        data_config: dict,
+        train: bool,
+        augment: str = "paper",
+    ):
         self.images, self.labels, self.indices = images, labels, np.asarray(indices)
-        self.data_config, self.train = dict(data_config), train
+        self.data_config, self.train, self.augment = dict(data_config), train, augment
         self._per_image: Callable | None = None
 
     def __len__(self) -> int:
@@ -82,7 +94,7 @@ class SmallImages(Dataset):
     def transform(self) -> Callable:
         """The per-image transform (built once)."""
         if self._per_image is None:
-            self._per_image = transforms.per_image(self.data_config, self.train)
+            self._per_image = transforms.per_image(self.data_config, self.train, self.augment)
         return self._per_image
 
     def batch(
@@ -91,18 +103,29 @@ class SmallImages(Dataset):
         """Images at ``positions`` transformed on ``device`` (random crops from ``seed``), and their labels."""
         idx = self.indices[positions]
         labels = torch.from_numpy(self.labels[idx].astype(np.int64)).to(device, non_blocking=True)
-        border = not self.train and self.data_config.get("crop_mode") == "border"
-        if border or (self.train and device.type == "cpu" and CPU_TRAIN_PATH == "per_image"):
+        crops = self.train and transforms.augmentation(self.augment).scale is not None
+        border = not crops and self.data_config.get("crop_mode") == "border"
+        if border or (crops and device.type == "cpu" and cpu_crops_per_image(self.data_config)):
             with transforms.seeded(seed):
                 return torch.stack([self.transform(_pil(self.images[j])) for j in idx]).to(device), labels
         raw = torch.from_numpy(self.images[idx]).to(device, non_blocking=True)
-        return transforms.batch_transform(raw, self.data_config, self.train, seed), labels
+        return transforms.batch_transform(raw, self.data_config, self.train, seed, self.augment), labels
 
 
-# Training batches on a CPU-only trial: "per_image" or "batched", whichever ``python -m benchmarks.data`` measured faster
-# (one core, 32 -> 224 px: timm's per-image PIL transform 389 images/s, the batched bicubic grid_sample 179).
-# Evaluation batches are batched everywhere (443 vs 423 images/s per image).
-CPU_TRAIN_PATH = "per_image"
+# Training batches with random crops on a CPU-only trial: "per_image", "batched", or "auto": whichever was measured
+# faster at the model's input size, batched up to ``CPU_BATCHED_UP_TO`` px a side, per image above (one core, batches
+# of 64, light recipe: batched 1.9x faster from 8 -> 32 px and from 32 -> 64 px; timm's per-image PIL transform 1.1x
+# faster at 32 -> 128 px and 1.5x at 32 -> 224 px, where ``python -m benchmarks.data`` has 423 vs 229 images/s).
+# Evaluation batches are batched everywhere (785 vs 572 images/s per image at 224 px).
+CPU_TRAIN_PATH = "auto"
+CPU_BATCHED_UP_TO = 64
+
+
+def cpu_crops_per_image(data_config: dict[str, Any]) -> bool:
+    """Whether a CPU trial crops its training batches per image (``CPU_TRAIN_PATH``) rather than batched."""
+    if CPU_TRAIN_PATH != "auto":
+        return CPU_TRAIN_PATH == "per_image"
+    return max(data_config["input_size"][1:]) > CPU_BATCHED_UP_TO
 
 
 def _pil(image: np.ndarray):

@@ -1,12 +1,15 @@
-"""The paper's image transforms at the model's resolution: per image (timm, PIL) and per batch (any device).
+"""Image transforms at the model's resolution, per image (timm, PIL) and per batch (any device), and the registry of
+training augmentation recipes.
 
-Training: RandomResizedCrop (scale 0.08-1, aspect ratio 3/4-4/3) + horizontal flip; evaluation:
-resize to ``input_size / crop_pct`` + center crop (timm's ``crop_mode`` center or squash); then
-normalization, all from the model's timm data config. ``per_image`` is timm's ``create_transform``;
-``batch_transform`` does the same to a uint8 batch on the batch's own device (the trial's GPU when it
-has one): one ``grid_sample`` per batch with a crop box and flip per image for training, torchvision's
-batched resize + center crop for evaluation. Randomness comes from a seed per batch, so a resumed
-trial replays the same batches.
+A recipe (``Augmentation``) says how training images are varied: ``paper`` is the paper's recipe for natural images
+(RandomResizedCrop scale 0.08-1, aspect ratio 3/4-4/3, + horizontal flip), ``light`` a RandomResizedCrop of
+80-100% of the image without flips, ``none`` the evaluation transform itself. Each dataset names its default
+(``datasets.register_dataset``); ``FinetuneConfig.augment`` overrides it. Evaluation: resize to
+``input_size / crop_pct`` + center crop (timm's ``crop_mode`` center or squash); then normalization, all from the
+model's timm data config. ``per_image`` is timm's ``create_transform``; ``batch_transform`` does the same to a uint8
+batch on the batch's own device (the trial's GPU when it has one): one ``grid_sample`` per batch with a crop box and
+flip per image for training, torchvision's batched resize + center crop for evaluation. Randomness comes from a seed
+per batch, so a resumed trial replays the same batches.
 """
 
 from __future__ import annotations
@@ -15,15 +18,56 @@ import contextlib
 import math
 import random
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vitplast_tune.errors import UserError, did_you_mean
+
 SCALE = (0.08, 1.0)
 RATIO = (3.0 / 4.0, 4.0 / 3.0)
 _GRID_MODES = {"bilinear": "bilinear", "bicubic": "bicubic", "nearest": "nearest"}
+
+
+@dataclass(frozen=True)
+class Augmentation:
+    """A training augmentation recipe: a RandomResizedCrop of ``scale`` (fraction of the area) and ``ratio`` (aspect)
+    then a horizontal flip with probability ``hflip``; ``scale`` None trains on the evaluation transform."""
+
+    name: str
+    scale: tuple[float, float] | None
+    ratio: tuple[float, float] = RATIO
+    hflip: float = 0.0
+    about: str = ""
+
+
+AUGMENTATIONS: dict[str, Augmentation] = {}
+DEFAULT_AUGMENTATION = "paper"  # a dataset's default unless it registers another
+
+
+def register_augmentation(recipe: Augmentation) -> Augmentation:
+    """Add a recipe to the registry under its name (``FinetuneConfig.augment`` and space files use the name)."""
+    AUGMENTATIONS[recipe.name] = recipe
+    return recipe
+
+
+register_augmentation(
+    Augmentation("paper", SCALE, RATIO, 0.5, "the paper's, for natural images: RandomResizedCrop 8-100% + flip")
+)
+register_augmentation(Augmentation("light", (0.8, 1.0), RATIO, 0.0, "RandomResizedCrop 80-100%, no flip"))
+register_augmentation(Augmentation("none", None, about="none: the evaluation transform"))
+
+
+def augmentation(name: str) -> Augmentation:
+    """The registered recipe ``name``; UserError naming the known ones otherwise."""
+    if name not in AUGMENTATIONS:
+        raise UserError(
+            f'unknown augmentation "{name}"{did_you_mean(name, AUGMENTATIONS)}; use one of {", ".join(AUGMENTATIONS)}'
+        )
+    return AUGMENTATIONS[name]
 
 
 def crop_pct(data_config: dict[str, Any]) -> float:
@@ -33,16 +77,19 @@ def crop_pct(data_config: dict[str, Any]) -> float:
     return float(data_config.get("crop_pct") or DEFAULT_CROP_PCT)
 
 
-def per_image(data_config: dict[str, Any], train: bool) -> Callable:
-    """timm's transform of one PIL image: RandomResizedCrop + flip, or resize + center crop; then normalize."""
+def per_image(data_config: dict[str, Any], train: bool, augment: str = DEFAULT_AUGMENTATION) -> Callable:
+    """timm's transform of one PIL image: for training the recipe ``augment`` (RandomResizedCrop, flip), else resize
+    + center crop; then normalize."""
     from timm.data import create_transform
 
+    recipe = augmentation(augment)
+    crops = train and recipe.scale is not None
     return create_transform(
         data_config["input_size"],
-        is_training=train,
-        scale=SCALE,
-        ratio=RATIO,
-        hflip=0.5,
+        is_training=crops,
+        scale=recipe.scale or SCALE,
+        ratio=recipe.ratio,
+        hflip=recipe.hflip,
         vflip=0.0,
         color_jitter=None,
         interpolation=data_config.get("interpolation", "bilinear"),
@@ -74,35 +121,48 @@ def batch_seed(seed: int, epoch: int, batch: int) -> int:
     return int(np.random.SeedSequence([seed, epoch, batch]).generate_state(1)[0])
 
 
-def crop_boxes(n: int, height: int, width: int, seed: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``n`` RandomResizedCrop boxes (top, left, h, w) drawn by torchvision, and ``n`` horizontal flips."""
+def crop_boxes(
+    n: int, height: int, width: int, seed: int | None, recipe: Augmentation = AUGMENTATIONS["paper"]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` RandomResizedCrop boxes (top, left, h, w) of ``recipe`` drawn by torchvision, and ``n`` horizontal flips
+    (each with the recipe's probability)."""
     from torchvision.transforms import RandomResizedCrop
 
     shape_only = torch.empty(1, height, width)
+    scale, ratio = list(recipe.scale or (1.0, 1.0)), list(recipe.ratio)
     with seeded(seed):
-        boxes = torch.tensor([RandomResizedCrop.get_params(shape_only, list(SCALE), list(RATIO)) for _ in range(n)])
-        flips = torch.rand(n) < 0.5
+        boxes = torch.tensor([RandomResizedCrop.get_params(shape_only, scale, ratio) for _ in range(n)])
+        flips = torch.rand(n) < recipe.hflip
     return boxes.float().reshape(n, 4), flips
 
 
 def batch_transform(
-    images: torch.Tensor, data_config: dict[str, Any], train: bool, seed: int | None = None
+    images: torch.Tensor,
+    data_config: dict[str, Any],
+    train: bool,
+    seed: int | None = None,
+    augment: str = DEFAULT_AUGMENTATION,
 ) -> torch.Tensor:
-    """uint8 images (B, C, h, w) on any device -> normalized float (B, 3, H, W) at the model's input size."""
+    """uint8 images (B, C, h, w) on any device -> normalized float (B, 3, H, W) at the model's input size; for
+    training with the recipe ``augment``."""
     from torchvision.transforms.v2 import functional as TF
 
     x = images.float().div_(255.0)
     if x.shape[1] == 1:
         x = x.expand(-1, 3, -1, -1)
-    x = _crop_flip(x, data_config, seed) if train else _resize_center_crop(x, data_config)
+    recipe = augmentation(augment)
+    if train and recipe.scale is not None:
+        x = _crop_flip(x, data_config, seed, recipe)
+    else:
+        x = _resize_center_crop(x, data_config)
     return TF.normalize(x.clamp_(0.0, 1.0), list(data_config["mean"]), list(data_config["std"]))
 
 
-def _crop_flip(x: torch.Tensor, data_config: dict[str, Any], seed: int | None) -> torch.Tensor:
+def _crop_flip(x: torch.Tensor, data_config: dict[str, Any], seed: int | None, recipe: Augmentation) -> torch.Tensor:
     """Each image's own crop box resized to the input size, flipped or not: one affine grid_sample."""
     n, _, height, width = x.shape
     _, out_h, out_w = data_config["input_size"]
-    boxes, flips = crop_boxes(n, height, width, seed)
+    boxes, flips = crop_boxes(n, height, width, seed, recipe)
     top, left, h, w = boxes.unbind(1)
     theta = torch.zeros(n, 2, 3)
     theta[:, 0, 0] = torch.where(flips, -w / width, w / width)

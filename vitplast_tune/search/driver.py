@@ -27,18 +27,25 @@ from vitplast_tune.errors import SearchInterrupted
 from vitplast_tune.predictors.report import Predictors, gradient_report, search_report
 from vitplast_tune.recommend import ranking, verify
 from vitplast_tune.recommend.ranking import Recommendation
-from vitplast_tune.search import interrupts, results, searchers, spaces, tracking
+from vitplast_tune.search import interrupts, results, searchers, spaces, study, tracking
 from vitplast_tune.search.plan import SearchOptions, SearchPlan, prepare, write_record
 from vitplast_tune.search.results import SearchResult
+from vitplast_tune.search.timings import Timings
 from vitplast_tune.search.trial import train_trial
 from vitplast_tune.storage import default_storage, read_record
 
 __all__ = ["SearchOptions", "SearchResult", "run", "execute", "reanalyze", "compare_datasets", "verify_recommendation"]
 
 
-def run(options: SearchOptions, callbacks: Sequence[Callback] = ()) -> SearchResult:
-    """Validate the options into a plan, then run (or resume) the search and return its trials."""
-    return execute(prepare(options), callbacks)
+def run(options: SearchOptions, callbacks: Sequence[Callback] = (), timings: Timings | None = None) -> SearchResult:
+    """Validate the options into a plan, then run (or resume) the search and return its trials.
+
+    ``timings``: phases timed before this call (e.g. the command line's imports), continued here.
+    """
+    timings = timings or Timings()
+    with timings.phase("checks"):
+        plan = prepare(options)
+    return execute(plan, callbacks, timings)
 
 
 @dataclass
@@ -50,17 +57,18 @@ class _Records:
     written: bool = False
 
 
-def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResult:
+def execute(plan: SearchPlan, callbacks: Sequence[Callback] = (), timings: Timings | None = None) -> SearchResult:
     """Run a prepared search: Ray, the predictors, the MLflow parent run, the Tuner, then results and trials.
 
-    ``callbacks``: extra Ray Tune callbacks (e.g. the trial timeline of ``python -m benchmarks.trial``).
+    ``callbacks``: extra Ray Tune callbacks (e.g. the trial timeline of ``python -m benchmarks.trial``);
+    ``timings``: where the seconds of each phase are added (the result's ``timings``).
     Ctrl-C or SIGTERM (``interrupts``) stops it as Tune's graceful stop does, closes its runs as KILLED and raises
     SearchInterrupted with the command that resumes it.
     """
     import ray
 
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    started = time.perf_counter()
+    started, timings = time.perf_counter() - (timings.total if timings else 0.0), timings or Timings()
     for note in plan.notes:
         _say(plan, f"note: {note}")
     records = _Records(written=plan.options.resume)
@@ -70,9 +78,10 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
             if owns_ray:
                 from vitplast_tune.search import cluster
 
-                cluster.init(plan.options.address, plan.options.connect_timeout_s, say=lambda t: _say(plan, t))
+                with timings.phase("ray_start"):
+                    cluster.init(plan.options.address, plan.options.connect_timeout_s, say=lambda t: _say(plan, t))
             interrupts.on_sigterm_interrupt()  # after ray.init, which installs its own SIGTERM handler
-            grid, predictors, view = _record_and_tune(plan, callbacks, records)
+            grid, predictors, view = _record_and_tune(plan, callbacks, records, timings)
         except KeyboardInterrupt:
             if records.parent is not None:
                 tracking.close_search(records.mlflow, records.parent, "KILLED")
@@ -84,18 +93,29 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
             raise
         finally:
             if owns_ray:
-                ray.shutdown()
+                with timings.phase("ray_stop"):
+                    ray.shutdown()
     mlflow, parent = records.mlflow, records.parent
     unfinished = searchers.unfinished(grid, plan.spec.total_trials)
     if unfinished:
         tracking.close_search(mlflow, parent, "KILLED")
         raise _interrupted(plan, records, f"{unfinished} trial(s) unfinished")
-    result = SearchResult(
-        plan, results.trial_table(grid, plan, predictors), parent, time.perf_counter() - started, view=view
-    )
+    with timings.phase("results"):
+        result = SearchResult(plan, results.trial_table(grid, plan, predictors), parent, 0.0, view=view)
+    return _finish(result, mlflow, grid, timings, started)
+
+
+def _finish(result: SearchResult, mlflow, grid, timings: Timings, started: float) -> SearchResult:
+    """After the trials: the results recorded (MLflow, trial table, Optuna study), the analyses, the parent run ended."""
+    parent = result.parent_run_id
     try:
-        _record_results(result, mlflow, grid)
-        analyze(result, mlflow)
+        with timings.phase("results"):
+            _record_results(result, mlflow, grid)
+            result.study = record_study(result, mlflow, grid)
+        with timings.phase("analysis"):
+            analyze(result, mlflow)
+        result.elapsed_s, result.timings = time.perf_counter() - started, timings
+        mlflow.log_dict(parent, timings.seconds, "timings.json")
     except Exception as exc:
         tracking.mark_failed(mlflow, parent, exc)
         raise
@@ -103,18 +123,20 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
     return result
 
 
-def _record_and_tune(plan: SearchPlan, callbacks: Sequence[Callback], records: _Records):
+def _record_and_tune(plan: SearchPlan, callbacks: Sequence[Callback], records: _Records, timings: Timings):
     """Check the trial request on the cluster, measure the predictors, open the MLflow parent run and write the
     search's record (into ``records`` as they happen), then tune; return (Tune's result grid, predictors, view)."""
-    grows = _check_cluster(plan)
+    with timings.phase("ray_start"):
+        grows = _check_cluster(plan)
     # The predictors, as a Ray task with a trial's resources (a GPU when trials use GPUs); cached plasticity reused.
-    predictors = measure_predictors(plan)
-    records.mlflow = tracking.client(plan.tracking_uri)
-    records.parent = tracking.open_search_run(records.mlflow, plan, predictors)
-    view = tracking.publish_view(records.mlflow, plan, records.parent, predictors.plasticity is not None)
-    write_record(plan, records.parent)
-    records.written = True
-    with searchers.pending_limit(plan, grows):
+    predictors = measure_predictors(plan, timings)
+    with timings.phase("records"):
+        records.mlflow = tracking.client(plan.tracking_uri)
+        records.parent = tracking.open_search_run(records.mlflow, plan, predictors)
+        view = tracking.publish_view(records.mlflow, plan, records.parent, predictors.plasticity is not None)
+        write_record(plan, records.parent)
+        records.written = True
+    with searchers.pending_limit(plan, grows), timings.phase("trials"):
         grid = _tune(plan, callbacks, records.parent, predictors)
     return grid, predictors, view
 
@@ -185,16 +207,31 @@ def _say(plan: SearchPlan, text: str) -> None:
 
 def analyze(result: SearchResult, mlflow) -> None:
     """Every analysis the search supports (see ``analysis.analyze.analyze_search``), logged to the parent run."""
-    plan = result.plan
+    plan, trials = result.plan, result.trials
+    parameters = None if trials.empty else (study.parameter_table(trials, plan.spec), study.study_parameters(plan.spec))
     result.analysis = analyze_search(
-        result.trials,
+        trials,
         plan.spec,
         plan.settings,
         plan.results_dir / "analysis",
         reference=plan.options.plasticity_reference,
         plasticity_pairs=plan.options.plasticity_pairs,
+        parameters=parameters,
     )
     tracking.log_analysis(mlflow, result.parent_run_id, result.analysis)
+
+
+def record_study(result: SearchResult, mlflow, grid) -> study.StudyRecord | None:
+    """The search's trials added to its Optuna study (``search.study``: ``optuna.db`` in its directory), whose
+    storage the parent run's tag ``vitplast.optuna_study`` names."""
+    plan = result.plan
+    if result.trials.empty:
+        return None
+    metrics = [m for m, _ in plan.spec.objectives] or [plan.spec.metric]
+    curves = results.metric_curves(grid, metrics)
+    found = study.write_study(plan.results_dir, plan.name, plan.spec, result.trials, curves)
+    mlflow.set_tag(result.parent_run_id, tracking.STUDY_TAG, f"{found.url} (study {found.name})")
+    return found
 
 
 def reanalyze(
@@ -256,11 +293,12 @@ def _check_cluster(plan: SearchPlan) -> bool:
     return how != "node" or (not cluster.started_here() and cluster.autoscales() is not False)
 
 
-def measure_predictors(plan: SearchPlan) -> Predictors:
+def measure_predictors(plan: SearchPlan, timings: Timings | None = None) -> Predictors:
     """The predictors a search measures before training (plasticity, gradient table), each as a Ray task with one
-    trial's resources; plasticity measured before is read from its cache instead."""
+    trial's resources; plasticity measured before is read from its cache instead (``timings``: their seconds)."""
     if not plan.options.plasticity:
         return Predictors()
+    timings = timings or Timings()
     from vitplast_tune.search.cluster import task_runner
 
     s, o = plan.settings, plan.options
@@ -270,16 +308,18 @@ def measure_predictors(plan: SearchPlan) -> Predictors:
         f"Plasticity of {s.model} ({o.plasticity_variant} variant): {s.dataset} test split vs {o.plasticity_reference} ...",
         flush=True,
     )
-    measured = search_report(
-        s, reference=o.plasticity_reference, variant=o.plasticity_variant, max_pairs=o.plasticity_pairs, runner=run
-    )
+    with timings.phase("plasticity"):
+        measured = search_report(
+            s, reference=o.plasticity_reference, variant=o.plasticity_variant, max_pairs=o.plasticity_pairs, runner=run
+        )
     ranked = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
     order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranked.itertuples())
     say(
         f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})",
         flush=True,
     )
-    gradients = gradient_report(s, decoded=plan.decoded, runner=run)
+    with timings.phase("gradients"):
+        gradients = gradient_report(s, decoded=plan.decoded, runner=run)
     return Predictors(measured, gradients)
 
 

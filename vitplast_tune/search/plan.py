@@ -43,6 +43,8 @@ RESUMABLE_SETTINGS = ("download",)
 MAX_NAME = 250 - len(VIEW_TAG_PREFIX + share_key(""))
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,+=@-]*")
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
+# What trials of a search recorded before ``augment`` existed trained with: the paper's crop + flip on every dataset.
+RECORDED_AUGMENTATION = "paper"
 
 
 @dataclass
@@ -146,12 +148,18 @@ def prepare(options: SearchOptions) -> SearchPlan:
     plan.spec, plan.notes = fit_scheduler(plan.spec, plan.settings.max_steps)
     _check_plasticity(options)
     _check_local_resources(options)
-    plan.decoded = _check_inputs(
-        plan.settings,
-        options.plasticity_reference if options.plasticity else None,
-        Budget(plan.max_trainable_params, subsets(plan.spec, plan.settings)),
+    reference = options.plasticity_reference if options.plasticity else None
+    budget = Budget(plan.max_trainable_params, subsets(plan.spec, plan.settings))
+    plan.decoded, plan.settings.augment = _check_inputs(
+        plan.settings, reference, budget, searched_augmentations(plan.spec)
     )
     return plan
+
+
+def searched_augmentations(spec: spaces.SearchSpec) -> list[str]:
+    """The augmentation recipes a space's ``augment`` parameter may take (none when it does not vary)."""
+    augment = spec.parameters.get("augment")
+    return [] if augment is None else [v for v in augment.corners() if v is not None]
 
 
 def default_name(spec: spaces.SearchSpec) -> str:
@@ -270,9 +278,13 @@ def _check_local_resources(options: SearchOptions) -> None:
         cluster.check_local_fits(options.trial_resources)
 
 
-def _check_inputs(settings: FinetuneConfig, reference: str | None, budget: Budget | None = None) -> InMemory | None:
-    """Check the model, its weights file, the dataset, the plasticity reference (None: none) and that some subset
-    fits the parameter budget; return a small dataset decoded once (``_inspect_inputs``).
+def _check_inputs(
+    settings: FinetuneConfig, reference: str | None, budget: Budget | None = None, augmentations: list[str] = ()
+) -> tuple[InMemory | None, str]:
+    """Check the model, its weights file, the dataset, the plasticity reference (None: none), that some subset fits
+    the parameter budget and the augmentation recipes (the settings' and ``augmentations``, a space's searched ones);
+    return a small dataset decoded once and the settings' recipe, the dataset's default when unset
+    (``_inspect_inputs``).
 
     That takes torch, timm and torchvision, 0.4 GB that a process keeps once it has imported them, and after
     this only trials and measurements (Ray workers) need them. So when this process has not imported torch
@@ -281,10 +293,10 @@ def _check_inputs(settings: FinetuneConfig, reference: str | None, budget: Budge
     A UserError there is raised here; any other failure prints its traceback and raises RuntimeError here.
     """
     if "torch" in sys.modules:
-        return _inspect_inputs(settings, reference, budget)
+        return _inspect_inputs(settings, reference, budget, list(augmentations))
     with tempfile.TemporaryDirectory(prefix="vitplast-inputs-") as tmp:
-        exchange = Path(tmp) / "inputs.pkl"  # in: (settings, reference, budget); out: (ok, decoded or UserError)
-        exchange.write_bytes(pickle.dumps((settings, reference, budget)))
+        exchange = Path(tmp) / "inputs.pkl"  # in: the arguments; out: (ok, (decoded, augment) or UserError)
+        exchange.write_bytes(pickle.dumps((settings, reference, budget, list(augmentations))))
         code = "import sys; from vitplast_tune.search.plan import _inspect_in_child; _inspect_in_child(sys.argv[1])"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this process's imports
         child = subprocess.run([sys.executable, "-c", code, str(exchange)], env=env)
@@ -299,15 +311,17 @@ def _check_inputs(settings: FinetuneConfig, reference: str | None, budget: Budge
 def _inspect_in_child(path: str) -> None:
     """``_inspect_inputs`` of the arguments pickled in ``path``; its result (or UserError) pickled back there."""
     exchange = Path(path)
-    settings, reference, budget = pickle.loads(exchange.read_bytes())
+    settings, reference, budget, augmentations = pickle.loads(exchange.read_bytes())
     try:
-        result = (True, _inspect_inputs(settings, reference, budget))
+        result = (True, _inspect_inputs(settings, reference, budget, augmentations))
     except UserError as exc:
         result = (False, exc)
     exchange.write_bytes(pickle.dumps(result))
 
 
-def _inspect_inputs(settings: FinetuneConfig, reference: str | None, budget: Budget | None = None) -> InMemory | None:
+def _inspect_inputs(
+    settings: FinetuneConfig, reference: str | None, budget: Budget | None, augmentations: list[str]
+) -> tuple[InMemory | None, str]:
     """``_check_inputs`` in this process. The decoded dataset (None for datasets read lazily from disk) is
     shared with every trial through the object store, so it is decoded here and nowhere else on the driver.
     """
@@ -317,6 +331,9 @@ def _inspect_inputs(settings: FinetuneConfig, reference: str | None, budget: Bud
     config = models.pretrained_data_config(settings.model)
     models.check_weights(settings.model, settings.weights, settings.pretrained)
     classes = datasets.num_classes(settings.dataset, settings.data_dir)
+    augment = datasets.resolve_augmentation(settings.dataset, settings.augment)
+    for name in augmentations:
+        datasets.resolve_augmentation(settings.dataset, name)
     image_cache = settings.image_cache
     if 0 < image_cache < max(config["input_size"][1:]):
         raise UserError(
@@ -328,13 +345,10 @@ def _inspect_inputs(settings: FinetuneConfig, reference: str | None, budget: Bud
         datasets.check_dataset_name(reference)
     if budget is not None and budget.max_trainable_params is not None:
         _check_budget(settings, classes, budget)
-    return datasets.decode_dataset(
-        settings.dataset,
-        config,
-        data_dir=settings.data_dir,
-        download=settings.download,
-        image_cache=image_cache,
+    decoded = datasets.decode_dataset(
+        settings.dataset, config, data_dir=settings.data_dir, download=settings.download, image_cache=image_cache
     )
+    return decoded, augment
 
 
 def _check_budget(settings: FinetuneConfig, classes: int, budget: Budget) -> None:
@@ -425,7 +439,7 @@ def _resumed_plan(spec: spaces.SearchSpec, options: SearchOptions, storage: str,
         if given is not None and given != recorded:
             _refuse(f"--{flag} {given}", recorded, name)
     changed = {k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}
-    settings = FinetuneConfig.from_dict({**saved, **changed})
+    settings = FinetuneConfig.from_dict({"augment": RECORDED_AUGMENTATION, **saved, **changed})
     spec = replace(spec, num_samples=fixed["num-samples"][1])
     max_failures = _given(options.max_failures, record.get("max_failures", DEFAULT_MAX_FAILURES))
     return SearchPlan(

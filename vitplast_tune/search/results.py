@@ -18,7 +18,9 @@ from vitplast_tune.analysis.analyze import SearchAnalysis
 from vitplast_tune.predictors import report
 from vitplast_tune.search import distributions
 from vitplast_tune.search.mlflow_view import View
-from vitplast_tune.search.plan import EXPERIMENT, SearchPlan
+from vitplast_tune.search.plan import EXPERIMENT, SearchPlan, searched_augmentations
+from vitplast_tune.search.study import StudyRecord
+from vitplast_tune.search.timings import Timings
 from vitplast_tune.search.trial import trial_subset
 
 
@@ -32,6 +34,12 @@ class SearchResult:
     elapsed_s: float
     analysis: SearchAnalysis | None = None
     view: View | None = None  # the search's MLflow UI view and its link
+    timings: Timings | None = None  # seconds per phase (timings.py)
+    study: StudyRecord | None = None  # the search's Optuna study (study.py)
+
+
+# Where a trial's time went (training.finetune's cumulative timing metrics at its last report).
+TRIAL_TIMES = ("time_setup_s", "time_in_steps_s", "time_in_eval_s")
 
 
 def trial_table(grid, plan: SearchPlan, predictors: report.Predictors | None = None) -> pd.DataFrame:
@@ -58,6 +66,7 @@ def trial_table(grid, plan: SearchPlan, predictors: report.Predictors | None = N
                 "images_per_s": images_per_s(result, config.get("batch_size", plan.settings.batch_size)),
                 "log10_trainable_params": _log10(metrics.get("trainable_params")),
                 "best_val_loss": _lowest(result, "val_loss"),
+                **{k: metrics.get(k) for k in TRIAL_TIMES},
                 "max_steps": plan.settings.max_steps,
                 "diverged": bool(metrics.get("diverged", 0)),
                 "over_budget": bool(metrics.get("over_budget", 0)),
@@ -105,13 +114,20 @@ def checkpoint(grid, trial_id: str):
     return None
 
 
-def val_curve(result) -> dict[int, float]:
-    """Validation accuracy by step, from every report of a trial."""
+def val_curve(result, metric: str = "val_acc") -> dict[int, float]:
+    """Validation accuracy (or another reported ``metric``) by step, from every report of a trial."""
     frame = result.metrics_dataframe
-    if frame is None or "val_acc" not in frame or "step" not in frame:
+    if frame is None or metric not in frame or "step" not in frame:
         return {}
-    frame = frame.dropna(subset=["step", "val_acc"])
-    return dict(zip(frame["step"].astype(int), frame["val_acc"].astype(float)))
+    frame = frame.dropna(subset=["step", metric])
+    return dict(zip(frame["step"].astype(int), frame[metric].astype(float)))
+
+
+def metric_curves(grid, metrics: list[str]) -> dict[str, dict[str, dict[int, float]]]:
+    """Each trial's curve of each of ``metrics``: trial id -> metric -> {step: value}."""
+    return {
+        str((result.metrics or {}).get("trial_id", "")): {m: val_curve(result, m) for m in metrics} for result in grid
+    }
 
 
 def images_per_s(result, batch_size: int) -> float | None:
@@ -189,8 +205,11 @@ def summary(result: SearchResult, k: int = 10) -> str:
     top = top_trials(result, k)
     lines = [
         f"Search {plan.name}: {len(result.trials)} trials in {result.elapsed_s / 60:.1f} min "
-        f"({plan.spec.algorithm}, scheduler {plan.spec.scheduler.name}, {plan.settings.model} on {plan.settings.dataset})"
+        f"({plan.spec.algorithm}, scheduler {plan.spec.scheduler.name}, {plan.settings.model} on {plan.settings.dataset}, "
+        f"{augmentation_text(plan)})"
     ]
+    if result.timings is not None:
+        lines.append(result.timings.describe())
     failed = (
         int(result.trials["diverged"].sum() + result.trials["error"].notna().sum()) if not result.trials.empty else 0
     )
@@ -208,6 +227,8 @@ def summary(result: SearchResult, k: int = 10) -> str:
     lines += ["", f"Results (Ray Tune): {plan.storage}/{plan.name}"]
     if plan.local_dir is not None:
         lines.append(f"Trial table:        {plan.local_dir / 'trials.csv'}")
+    if result.study is not None:
+        lines.append(result.study.describe())
     if not plan.tracking_uri.startswith(("http://", "https://")):
         lines.append(
             f"MLflow runs:        mlflow ui --backend-store-uri {plan.tracking_uri} --host 127.0.0.1   (experiment '{EXPERIMENT}', parent run '{plan.name}')"
@@ -217,6 +238,14 @@ def summary(result: SearchResult, k: int = 10) -> str:
         if result.view.note:
             lines.append(f"                    ({result.view.note})")
     return "\n".join(lines)
+
+
+def augmentation_text(plan: SearchPlan) -> str:
+    """Which training augmentation the trials used: the settings' recipe, or the recipes the space searches."""
+    searched = searched_augmentations(plan.spec)
+    if len(set(searched)) > 1:
+        return f"augmentation searched: {', '.join(map(str, dict.fromkeys(searched)))}"
+    return f"augmentation {searched[0] if searched else plan.settings.augment}"
 
 
 def _top_table(top: pd.DataFrame) -> pd.DataFrame:

@@ -42,6 +42,7 @@ PARENT_TAG = "mlflow.parentRunId"
 RUN_NAME_TAG = "mlflow.runName"
 NOTE_TAG = "mlflow.note.content"  # the run's description in the UI (Markdown)
 VIEW_LINK_TAG = "vitplast.view_link"
+STUDY_TAG = "vitplast.optuna_study"  # the search's Optuna study: its storage URL and name (search/study.py)
 CURVE_METRICS = ("train_loss", "val_acc", "val_loss", "best_val_acc", "current_lr", "steps_per_s", "images_per_s")
 # Logged once per trial after the search, from the trial table (results.trial_table).
 FINAL_METRICS = ("val_acc_common", "common_step", "trainable_params", "log10_trainable_params", "best_val_loss")
@@ -272,6 +273,7 @@ def open_search_run(mlflow: MlflowClient, plan: SearchPlan, predictors: report.P
         "metric": spec.metric,
         "mode": spec.mode,
         "search_seed": plan.seed,
+        "augment": results.augmentation_text(plan).removeprefix("augmentation "),
         **{f"default.{k}": v for k, v in plan.settings.to_dict().items()},
     }
     tags = {
@@ -367,6 +369,8 @@ def log_analysis(mlflow: MlflowClient, run_id: str, found) -> None:
         mlflow.log_table(run_id, found.paper.table, "analysis/paper_table.json")
     if found.criteria is not None:
         mlflow.log_table(run_id, found.criteria, "analysis/criteria.json")
+    if found.importance is not None and not found.importance.table.empty:
+        mlflow.log_table(run_id, found.importance.table, "analysis/importance.json")
     log_artifacts(mlflow, run_id, found.files, "analysis")
 
 

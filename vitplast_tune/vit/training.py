@@ -257,6 +257,7 @@ def build_run(cfg: FinetuneConfig, decoded: InMemory | None = None) -> tuple[nn.
         val_fraction=cfg.val_fraction,
         decoded=decoded,
         image_cache=cfg.image_cache,
+        augment=cfg.augment,
     )
     return model, splits
 

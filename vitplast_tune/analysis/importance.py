@@ -1,0 +1,128 @@
+"""Which searched settings matter for accuracy: Optuna's fANOVA importance of each parameter (a component's flag, the
+learning rate, ...) and the direction of its effect.
+
+Each trial with a finite target becomes a COMPLETE trial of an in-memory Optuna study whose value is the target;
+``FanovaImportanceEvaluator`` (seeded) splits the variance of the target between the parameters (importances sum
+to 1). A search's target is ``val_acc_common``, the validation accuracy at the last step every trial reached, so
+that trials the scheduler stopped early count at the budget all trials share (Optuna's own importance would use
+only the COMPLETE trials, those ASHA let finish: the best ones). The direction of a boolean (a component's flag) is
+the mean target with it minus without it; of a number (the learning rate), Spearman's rank correlation with the
+target; of another choice, the best mean minus the worst.
+
+Pure functions on pandas objects and Optuna; nothing here needs Ray, MLflow or torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+MIN_TRIALS = 5  # fewer trials with a finite target: no importance, only a note
+
+
+@dataclass
+class Importance:
+    """The importance table (``parameter``, ``importance``, ``effect``, ``effect_kind``, ``detail``; most important
+    first), what it was computed for, and why it is empty when it is."""
+
+    table: pd.DataFrame
+    target: str
+    n: int
+    seed: int
+    note: str = ""
+
+
+def parameter_importance(
+    params: pd.DataFrame,
+    distributions: dict,
+    target: pd.Series,
+    *,
+    label: str = "",
+    seed: int = 0,
+    min_trials: int = MIN_TRIALS,
+) -> Importance:
+    """fANOVA importance and direction of each column of ``params`` (Optuna ``distributions`` by column) for
+    ``target`` (a Series aligned with ``params``); ``label`` says what the target is."""
+    label = label or str(target.name)
+    keep = np.isfinite(pd.to_numeric(target, errors="coerce").to_numpy(dtype=float)) & params.notna().all(axis=1)
+    x, y = params[keep], pd.to_numeric(target[keep]).astype(float)
+    names = [n for n in distributions if n in params]
+    if len(y) < min_trials or not names:
+        return Importance(_empty(), label, len(y), seed, f"too few trials ({len(y)} < {min_trials})")
+    if y.nunique() < 2:
+        return Importance(_empty(), label, len(y), seed, "the target is the same in every trial")
+    scores = _fanova(x, {n: distributions[n] for n in names}, y, seed)
+    rows = [{"parameter": n, "importance": scores.get(n, 0.0), **_direction(x[n], y)} for n in names]
+    table = pd.DataFrame(rows).sort_values("importance", ascending=False, kind="stable").reset_index(drop=True)
+    return Importance(table, label, len(y), seed)
+
+
+def _fanova(x: pd.DataFrame, distributions: dict, y: pd.Series, seed: int) -> dict[str, float]:
+    """Optuna's fANOVA importances of the columns of ``x`` for ``y``, through an in-memory study of COMPLETE trials."""
+    import optuna
+    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+    from optuna.trial import create_trial
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    for (_, row), value in zip(x.iterrows(), y):
+        params = {n: _plain(row[n]) for n in distributions}
+        study.add_trial(create_trial(value=float(value), params=params, distributions=distributions))
+    evaluator = FanovaImportanceEvaluator(seed=seed)
+    return get_param_importances(study, evaluator=evaluator, params=list(distributions))
+
+
+def _direction(values: pd.Series, y: pd.Series) -> dict:
+    """The sign of a parameter's effect: with minus without (a boolean), Spearman (a number), best minus worst mean."""
+    if values.map(lambda v: isinstance(v, (bool, np.bool_))).all():
+        on = values.astype(bool)
+        n_on, n_off = int(on.sum()), int((~on).sum())
+        effect = y[on].mean() - y[~on].mean() if n_on and n_off else math.nan
+        return {"effect": effect, "effect_kind": "with - without", "detail": f"{n_on} with, {n_off} without"}
+    numeric = pd.to_numeric(values, errors="coerce")
+    if numeric.notna().all() and not values.map(lambda v: isinstance(v, str)).any():
+        rho = stats.spearmanr(numeric, y).statistic if numeric.nunique() > 1 else math.nan
+        return {"effect": float(rho), "effect_kind": "spearman", "detail": f"{numeric.nunique()} values"}
+    means = y.groupby(values.astype(str)).mean().sort_values()
+    return {
+        "effect": means.iloc[-1] - means.iloc[0],
+        "effect_kind": "best - worst",
+        "detail": f"best {means.index[-1]}, worst {means.index[0]}",
+    }
+
+
+def describe_importance(found: Importance) -> str:
+    """The importance block of a search's summary: one line per parameter, most important first."""
+    head = (
+        f"Which settings matter? fANOVA importance (Optuna, seed {found.seed}; shares of the variance, summing to 1) "
+        f"of {found.target}, {found.n} trials; direction: mean accuracy with minus without a component, Spearman for "
+        "a number such as lr:"
+    )
+    if found.note:
+        return f"{head}\n  {found.note}"
+    lines = [head]
+    for row in found.table.itertuples():
+        lines.append(f"  {row.parameter:<12} {row.importance:5.3f}   {_effect_text(row)}")
+    return "\n".join(lines)
+
+
+def _effect_text(row) -> str:
+    if not np.isfinite(row.effect):
+        return f"no direction ({row.detail})"
+    if row.effect_kind == "with - without":
+        return f"{100 * row.effect:+6.2f} pts with it ({row.detail})"
+    if row.effect_kind == "spearman":
+        return f"Spearman {row.effect:+.2f} with accuracy"
+    return f"{100 * row.effect:+6.2f} pts best minus worst ({row.detail})"
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame(columns=["parameter", "importance", "effect", "effect_kind", "detail"])
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value

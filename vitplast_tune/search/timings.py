@@ -1,0 +1,51 @@
+"""Where a search's wall-clock time goes: seconds per phase (checks and data, Ray, measurements before the trials,
+records, trials, results, analysis), printed in the summary and logged to the parent run (``timings.json``)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+# Phase names as the summary prints them, in the order a search goes through them.
+PHASES = {
+    "imports": "imports",
+    "checks": "checks and data",
+    "ray_start": "Ray start",
+    "plasticity": "plasticity",
+    "gradients": "gradient criteria",
+    "records": "MLflow records",
+    "trials": "trials",
+    "ray_stop": "Ray stop",
+    "results": "results",
+    "analysis": "analysis",
+}
+
+
+@dataclass
+class Timings:
+    """Seconds spent in each phase of a search (``phase`` adds to them); ``total`` covers every phase."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Add the block's wall-clock seconds to phase ``name``."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
+    @property
+    def total(self) -> float:
+        """The seconds of every phase together."""
+        return sum(self.seconds.values())
+
+    def describe(self) -> str:
+        """One line: each phase's seconds and share of the total, in the order of ``PHASES``."""
+        total = self.total or 1.0
+        order = [n for n in PHASES if n in self.seconds] + [n for n in self.seconds if n not in PHASES]
+        parts = [f"{PHASES.get(n, n)} {self.seconds[n]:.1f} s ({100 * self.seconds[n] / total:.0f}%)" for n in order]
+        return f"Time: {self.total:.1f} s = " + ", ".join(parts)
