@@ -147,3 +147,18 @@ def test_the_plasticity_cache_key_names_the_data_and_the_code(tmp_path):
     assert a["code"] == report.code_version() and a["code"].startswith("0.1.0+")
     path = lambda k: report.default_out_dir("m", "imagefolder", "fractals", "paper", k)
     assert path(a) != path(b)
+
+
+def test_budgets_come_from_the_flag_are_recorded_and_exclude_max_steps(tmp_path):
+    space = tmp_path / "lab.yaml"
+    space.write_text(space_text(budgets=[8, {"steps": 16, "lr": [0.05]}]))
+    base = dict(space=str(space), storage=str(tmp_path / "results"), plasticity=False, name="lab")
+    first = plan.prepare(SearchOptions(**base, budgets=(6, 12)))
+    assert first.spec.budget_steps == (6, 12) and first.spec.budgets[1].narrowed["lr"].values == (0.05,)
+    plan.write_record(first, "run-id")
+    resumed = plan.prepare(SearchOptions(**base, resume=True))
+    assert resumed.spec.budget_steps == (6, 12)  # the recorded budgets, not the file's
+    with pytest.raises(UserError, match=r"--budgets \[6, 24\] differs from the \[6, 12\]"):
+        plan.prepare(SearchOptions(**base, resume=True, budgets=(6, 24)))
+    with pytest.raises(UserError, match="give --budgets, not --max-steps"):
+        plan.prepare(SearchOptions(**{**base, "name": "other"}, settings={"max_steps": 40}))

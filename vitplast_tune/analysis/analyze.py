@@ -21,15 +21,24 @@ from vitplast_tune.predictors.report import in_network_scores
 
 @dataclass
 class SearchAnalysis:
-    """Every analysis a search's trials support, and the files written."""
+    """Every analysis a search's trials support, and the files written; a grid with several step budgets has one
+    per budget (``budgets``) and the lab's verdict at each (``criteria`` with a ``budget`` column)."""
 
     trials: TrialAnalysis | None = None  # plasticity vs accuracy per trial (when plasticity was measured)
     paper: PaperResults | None = None  # the paper's protocol (a grid with seeds)
     criteria: pd.DataFrame | None = None  # the criteria lab (a space with ``criteria: true``)
     files: list[Path] = field(default_factory=list)
+    budget: int | None = None  # the step budget of these trials, when the search has several
+    budgets: list[SearchAnalysis] = field(default_factory=list)  # one analysis per budget
 
     def describe(self) -> str:
-        """The analyzes as plain text, in the order a person reads them."""
+        """The analyzes as plain text, in the order a person reads them (budget by budget, then whether the lab's
+        verdict held across them)."""
+        if self.budgets:
+            parts = [f"=== Budget {part.budget} steps ===\n{part.describe()}" for part in self.budgets]
+            if self.criteria is not None:
+                parts.append(lab.describe_budgets(self.criteria))
+            return "\n\n".join(parts)
         parts = []
         if self.trials is not None:
             parts.append(
@@ -54,8 +63,33 @@ def analyze_search(
     plasticity_pairs: int | None = None,
 ) -> SearchAnalysis:
     """The analyzes a search supports: per-trial correlations (when its trials carry plasticity scores), the
-    paper's protocol (a grid with seeds) and the criteria lab (``criteria: true``); files go to ``out_dir``."""
+    paper's protocol (a grid with seeds) and the criteria lab (``criteria: true``); files go to ``out_dir``.
+
+    Trials of several step budgets (``max_steps``) are analyzed apart, each into ``out_dir/steps-N``; the lab's
+    tables of every budget go together into ``out_dir/criteria.csv`` (a ``budget`` column).
+    """
     out = Path(out_dir).expanduser()
+    steps = sorted(pd.to_numeric(trials["max_steps"], errors="coerce").dropna().unique()) if len(trials) else []
+    options = dict(reference=reference, plasticity_pairs=plasticity_pairs)
+    if len(steps) < 2:
+        return _analyze_one(trials, spec, settings, out, **options)
+    found = SearchAnalysis()
+    for budget in steps:
+        part = _analyze_one(
+            trials[trials["max_steps"] == budget], spec, settings, out / f"steps-{int(budget)}", **options
+        )
+        part.budget = int(budget)
+        found.budgets.append(part)
+        found.files += part.files
+    if spec.criteria:
+        found.criteria = pd.concat([p.criteria.assign(budget=p.budget) for p in found.budgets], ignore_index=True)
+        found.files.append(out / "criteria.csv")
+        found.criteria.to_csv(found.files[-1], index=False)
+    return found
+
+
+def _analyze_one(trials: pd.DataFrame, spec, settings: FinetuneConfig, out: Path, **options) -> SearchAnalysis:
+    """The analyzes of trials of one step budget (see ``analyze_search``)."""
     found = SearchAnalysis()
     if "plasticity_mean" in trials:
         found.trials = analyze_trials(trials, out)
@@ -65,9 +99,7 @@ def analyze_search(
         found.files += found.paper.files
     if spec.criteria:
         subsets = lab.subset_table(trials)
-        extra = in_network_scores(
-            settings, subsets["components"], reference=reference, plasticity_pairs=plasticity_pairs
-        )
+        extra = in_network_scores(settings, subsets["components"], **options)
         table = lab.subset_table(trials, extra)
         found.criteria = lab.criteria_comparison(table)
         found.files += [out / "criteria_subsets.csv", out / "criteria.csv"]
