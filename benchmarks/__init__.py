@@ -8,6 +8,8 @@ Run each from the repository root as ``python -m benchmarks.NAME`` (``--help`` l
 - ``data``: host bytes of the in-memory datasets at 224 px, and input-pipeline images/s per core vs the model's training images/s.
 - ``memory``: peak driver RSS and process-tree PSS of a one-trial search.
 - ``plasticity``: plasticity time (both variants) over plain forward passes of the same images.
+- ``budget``: full finetuning's accuracy at the end of each step budget (the criteria lab's long budget).
+- ``coverage``: the coverage of the analysis's BCa intervals by sample size (the minimum for a verdict).
 - ``gpu_check``: ViT-B/16 at 224 px on one GPU: fp32 / CUDA options / compile images/s, subsets vs FLOP bound, pipeline share, 4 trials at 0.25 GPU.
 
 ``benchmarks.common`` holds the set-up they share.

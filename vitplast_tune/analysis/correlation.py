@@ -5,7 +5,7 @@ Pure functions on pandas objects; every resample keeps pairs together (``scipy.s
 A statistic is NaN on a resample where it is undefined (a constant column; a partial correlation with fewer
 than 4 distinct rows): such resamples are left out of the interval, which is undetermined (NaN) when more
 than ``MAX_DEGENERATE`` of them are. Below ``MIN_POINTS`` rows a comparison gives its figures and no verdict:
-``benchmarks/bca_coverage.py`` (docs/benchmarks.md) measured the BCa intervals' coverage by sample size.
+``python -m benchmarks.coverage`` (docs/benchmarks.md) measured the BCa intervals' coverage by sample size.
 """
 
 from __future__ import annotations
