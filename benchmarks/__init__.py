@@ -10,6 +10,8 @@ Run each from the repository root as ``python -m benchmarks.NAME`` (``--help`` l
 - ``plasticity``: plasticity time (both variants) over plain forward passes of the same images.
 - ``augment``: best validation accuracy of each training augmentation recipe on a dataset, over learning rates and subsets.
 - ``quickstart``: where the README's main command spends its time (phases, CPU by process, trials) and the accuracy it reaches.
+- ``budget``: full finetuning's accuracy at the end of each step budget (the criteria lab's long budget).
+- ``coverage``: the coverage of the analysis's BCa intervals by sample size (the minimum for a verdict).
 - ``gpu_check``: ViT-B/16 at 224 px on one GPU: fp32 / CUDA options / compile images/s, subsets vs FLOP bound, pipeline share, 4 trials at 0.25 GPU.
 
 ``benchmarks.common`` holds the set-up they share.

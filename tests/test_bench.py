@@ -1,10 +1,11 @@
-"""The benchmarks' logic (no timing here): FLOP bounds, finetune's timing metrics, the search replay."""
+"""The benchmarks' logic (no timing here): FLOP bounds, finetune's timing metrics, the search replay, the budget
+curve's table and the coverage threshold."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from benchmarks import data, gpu_check, memory, search, training
+from benchmarks import budget, coverage, data, gpu_check, memory, search, training
 from vitplast_tune.search import distributions
 from vitplast_tune.search.trial import trial_subset
 from vitplast_tune.vit.training import FinetuneConfig, finetune
@@ -195,3 +196,26 @@ def test_replay_of_tpe_with_warm_start_tries_the_recommended_subsets_first(tmp_p
 def _write(path, text):
     path.write_text(text)
     return path
+
+
+def test_the_budget_curve_summarises_seeds_per_budget_and_rate():
+    runs = [
+        {"budget": b, "lr": 0.1, "seed": s, "val_acc": v, "best_val_acc": v, "test_acc": v - 0.01}
+        for b, s, v in [(150, 0, 0.80), (150, 1, 0.84), (600, 0, 0.95), (600, 1, 0.97)]
+    ]
+    rows = {r["budget"]: r for r in budget.summary(runs)}
+    assert rows[150]["val_acc"] == pytest.approx(0.82) and rows[150]["val_acc_min"] == 0.80
+    assert rows[600]["test_acc_max"] == pytest.approx(0.96) and rows[600]["seeds"] == 2
+    assert "| 600 | 0.1 | 2 | 96.00% [95.00, 97.00]" in budget.markdown(budget.summary(runs))
+
+
+def test_the_coverage_threshold_is_the_first_n_from_which_every_scenario_holds():
+    rows = [
+        {"n": n, "scenario": s, "coverage": c}
+        for n, s, c in [(4, "a", 0.80), (4, "b", 0.95), (6, "a", 0.93), (6, "b", 0.88), (8, "a", 0.91), (8, "b", 0.94)]
+        + [(10, "a", 0.89), (10, "b", 0.95), (12, "a", 0.92), (12, "b", 0.96)]
+    ]
+    assert coverage.threshold(rows, 0.05) == 12  # 10 falls below 90% again
+    assert coverage.threshold(rows, 0.10) == 6
+    assert coverage.threshold(rows, 0.0) is None
+    assert coverage.population_spearman(0.0) == 0.0 and coverage.population_spearman(1.0) == pytest.approx(1.0)

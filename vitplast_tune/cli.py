@@ -113,6 +113,14 @@ def _trial_flags(parser: argparse.ArgumentParser, train) -> None:
         "--max-steps", type=int, help=f"training steps per trial; default: {space_default.format(train.max_steps)}"
     )
     p.add_argument(
+        "--budgets",
+        type=int,
+        nargs="+",
+        metavar="STEPS",
+        help="a grid at several step budgets, analyzed apart (e.g. --budgets 150 1000); the i-th replaces the "
+        "space's i-th budget and keeps what it narrows; default: the space's budgets",
+    )
+    p.add_argument(
         "--batch-size", type=int, help=f"training batch size; default: {space_default.format(train.batch_size)}"
     )
     p.add_argument(
@@ -242,6 +250,7 @@ def search_main(argv: Sequence[str] | None = None) -> int:
         address=args.address,
         connect_timeout_s=args.connect_timeout,
         num_samples=args.num_samples,
+        budgets=tuple(args.budgets) if args.budgets else None,
         cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=args.gpus_per_trial,
         resources_per_trial=args.resources_per_trial,

@@ -9,8 +9,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vitplast_tune.analysis.correlation import compare_predictors, correlations, partial_correlations
-from vitplast_tune.analysis.lab import criteria_comparison, criteria_winner, subset_table
+from vitplast_tune.analysis.correlation import (
+    MIN_POINTS,
+    bca_from_resamples,
+    compare_predictors,
+    compare_with_baseline,
+    correlations,
+    interval,
+    partial_correlations,
+    partial_spearman,
+    spearman,
+)
+from vitplast_tune.analysis.lab import criteria_comparison, criteria_winner, describe_criteria, subset_table
 from vitplast_tune.analysis.plots import plot_score_vs_accuracy
 from vitplast_tune.analysis.protocol import (
     best_lr_table,
@@ -20,6 +30,7 @@ from vitplast_tune.analysis.protocol import (
     relative_gain,
     single_component_table,
 )
+from vitplast_tune.analysis.trials import analyze_trials, describe_correlations
 from vitplast_tune.errors import UserError
 from vitplast_tune.predictors.report import plot_plasticity
 
@@ -295,7 +306,120 @@ def test_criteria_lab_compares_each_predictor_with_the_parameter_count():
             "diff_vs_baseline": [0.1, 0.4],
             "diff_low": [-0.1, 0.1],
             "diff_high": [0.3, 0.7],
+            "n": [31, 31],
         }
     )
-    assert criteria_winner(fake).startswith("b ranks the subsets best")
+    assert criteria_winner(fake).startswith("b ranks the subsets best") and "(n=31)" in criteria_winner(fake)
     assert criteria_winner(fake.assign(verdict="worse")).startswith("No predictor")
+
+
+def test_each_criterion_its_baseline_and_their_difference_use_the_same_rows():
+    """A hand-made table where the rows differ: p is unknown for the head (like a plasticity score), the baseline
+    for one other row; every figure of p's row comes from the 12 rows where p, the baseline and y are known."""
+    from scipy import stats
+
+    rng = np.random.default_rng(5)
+    y = rng.normal(size=14)
+    frame = pd.DataFrame(
+        {
+            "p": y + 0.5 * rng.normal(size=14),
+            "log_trainable_params": y + 2.0 * rng.normal(size=14),
+            "y": y,
+        }
+    )
+    frame.loc[0, "p"] = np.nan  # the head: no score
+    frame.loc[1, "log_trainable_params"] = np.nan
+    table = compare_with_baseline(frame, ["p", "log_trainable_params"], "log_trainable_params", "y", n_boot=300)
+    row, base = table.set_index("predictor").loc["p"], table.set_index("predictor").loc["log_trainable_params"]
+    common = frame.iloc[2:]  # both known
+    assert row["n"] == 12 and base["n"] == 13
+    assert row["spearman"] == pytest.approx(stats.spearmanr(common["p"], common["y"]).statistic)
+    assert row["kendall"] == pytest.approx(stats.kendalltau(common["p"], common["y"]).statistic)
+    expected_base = stats.spearmanr(common["log_trainable_params"], common["y"]).statistic
+    assert row["baseline_spearman"] == pytest.approx(expected_base)
+    assert row["diff_vs_baseline"] == pytest.approx(row["spearman"] - expected_base)
+    own = frame.iloc[[0, *range(2, 14)]]  # the baseline's own row: where it is known
+    assert base["spearman"] == pytest.approx(stats.spearmanr(own["log_trainable_params"], own["y"]).statistic)
+    lab = criteria_comparison(frame.rename(columns={"y": "mean"}), ["p"], n_boot=300).set_index("predictor")
+    assert lab.loc["p", "n"] == 12 and lab.loc["p", "diff_vs_baseline"] == pytest.approx(row["diff_vs_baseline"])
+    assert f"n={12:<3}" in describe_criteria(lab.reset_index())
+
+
+def test_an_interval_that_cannot_be_formed_is_undetermined_not_no_clear_difference():
+    """A predictor that differs in one row of 12 is constant in (11/12)^12 = 35% of the resamples, far more than
+    MAX_DEGENERATE: its rank correlation has no interval, and the comparison says so."""
+    y = np.arange(12.0)
+    frame = pd.DataFrame({"one": [1.0] * 11 + [0.0], "base": y[::-1] + 0.5 * np.sin(y), "y": y})
+    c = compare_predictors(frame, "one", "base", "y", n_boot=400, min_points=5)
+    assert np.isnan(c["diff_low"]) and np.isnan(c["diff_high"]) and np.isfinite(c["diff"])
+    assert c["verdict"] == "undetermined"
+    table = compare_with_baseline(frame, ["one", "base"], "base", "y", n_boot=400, min_points=5)
+    text = describe_criteria(table)
+    assert "[undetermined]" in text and "undetermined" in text.splitlines()[1]
+    assert "no clear difference" not in text
+
+
+def test_below_the_minimum_the_figures_are_shown_without_a_verdict():
+    rng = np.random.default_rng(3)
+    n = MIN_POINTS - 2
+    y = np.arange(float(n))
+    frame = pd.DataFrame({"good": y, "log_trainable_params": rng.permutation(y), "y": y})
+    c = compare_predictors(frame, "good", "log_trainable_params", "y", n_boot=300)
+    assert c["verdict"] == f"no verdict (n < {MIN_POINTS})" and np.isfinite(c["diff"])
+    table = compare_with_baseline(frame, ["good", "log_trainable_params"], "log_trainable_params", "y", n_boot=300)
+    text = describe_criteria(table)
+    assert "Spearman +1.00" in text and f"no verdict (n < {MIN_POINTS})" in text
+    assert criteria_winner(table).startswith("No verdict")
+    big = pd.DataFrame(
+        {"good": np.arange(40.0), "log_trainable_params": rng.permutation(np.arange(40.0)), "y": np.arange(40.0)}
+    )
+    assert compare_predictors(big, "good", "log_trainable_params", "y", n_boot=300)["verdict"] == "better"
+
+
+def test_the_per_trial_verdict_waits_for_enough_trials(tmp_path):
+    rng = np.random.default_rng(8)
+    n = MIN_POINTS - 2
+    acc = np.linspace(0.5, 0.9, n)
+    trials = pd.DataFrame(
+        {
+            "components": ["mha"] * n,
+            "lr": 0.1,
+            "plasticity_mean": acc + 0.01 * rng.normal(size=n),
+            "trainable_params": rng.integers(1000, 100000, size=n),
+            "val_acc": acc,
+            "step": 10,
+            "max_steps": 10,
+        }
+    )
+    text = describe_correlations(analyze_trials(trials, tmp_path, n_boot=200).correlations)
+    assert "too few trials to judge" in text and "ranks these trials better" not in text
+
+
+def test_a_partial_correlation_is_undefined_on_degenerate_rows_and_its_interval_says_so():
+    z = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    three = np.array([1.0, 1, 2, 2, 3])
+    assert np.isnan(partial_spearman(three, np.array([2.0, 2, 1, 1, 3]), three + 4))  # 3 distinct rows
+    assert np.isnan(partial_spearman(2 * z, np.array([3.0, 1, 2, 5, 4]), z))  # x is a function of z
+    assert np.isfinite(partial_spearman(np.array([2.0, 1, 4, 3, 5]), np.array([3.0, 1, 2, 5, 4]), z))
+    # 8 trials whose score takes 2 values: many resamples leave it a function of lr, or 3 distinct rows
+    rng = np.random.default_rng(1)
+    lr = 10 ** rng.uniform(-3, 0, 8)
+    trials = pd.DataFrame({"score": [2.0, 1.0] * 4, "lr": lr, "acc": np.log10(lr) + rng.normal(0, 0.1, 8)})
+    row = partial_correlations(trials, ["score"], "acc", "lr", n_boot=500).iloc[0]
+    assert (row["partial_low"], row["partial_high"]) != (0.0, 1.0)
+    assert np.isnan(row["partial_low"]) and interval(row["partial_low"], row["partial_high"]) == "[undetermined]"
+
+
+def test_bca_on_the_defined_resamples_is_scipys_bca_when_all_are_defined():
+    from scipy import stats
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=25)
+    y = x + rng.normal(size=25)
+    res = stats.bootstrap(
+        (x, y), spearman, paired=True, vectorized=True, n_resamples=800, method="BCa", rng=np.random.default_rng(2)
+    )
+    low, high = bca_from_resamples((x, y), spearman, np.asarray(res.bootstrap_distribution))
+    assert low == pytest.approx(res.confidence_interval.low, rel=1e-9)
+    assert high == pytest.approx(res.confidence_interval.high, rel=1e-9)
+    assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic)

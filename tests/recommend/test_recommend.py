@@ -40,7 +40,9 @@ def test_no_evidence_ranks_by_the_papers_criterion(tmp_path):
 
 def test_lab_evidence_on_the_same_model_wins_over_per_trial_correlations(tmp_path):
     _search(
-        tmp_path, "lab", criteria=[_row("rgn", 0.6), _row("plasticity_mean", 0.1), _row("log_trainable_params", 0.3)]
+        tmp_path,
+        "lab",
+        criteria=[_row("auto_rgn", 0.6), _row("plasticity_mean", 0.1), _row("log_trainable_params", 0.3)],
     )
     _search(
         tmp_path,
@@ -52,13 +54,23 @@ def test_lab_evidence_on_the_same_model_wins_over_per_trial_correlations(tmp_pat
     assert set(evidence["source"]) == {"lab", "trials"}
     assert len(evidence[evidence["search"] == "tpe"]) == 1  # only final validation accuracy of per-trial tables
     criterion, why = ranking.choose_criterion(evidence, "m", "d")
-    assert criterion == "rgn" and "+0.60" in why and "criteria labs on m / d" in why
+    assert criterion == "auto_rgn" and "+0.60" in why and "criteria labs on m / d" in why
     criterion, _ = ranking.choose_criterion(evidence, "m", "other")  # no lab here: any lab beats per-trial evidence
     assert criterion == "grad_norm"
 
 
+def test_a_lab_at_several_budgets_is_read_at_its_longest(tmp_path):
+    short = [dict(_row("grad_norm", 0.9), budget=150), dict(_row("plasticity_max", 0.2), budget=150)]
+    long = [dict(_row("grad_norm", 0.1), budget=600), dict(_row("plasticity_max", 0.5), budget=600)]
+    _search(tmp_path, "lab", criteria=short + long)
+    evidence = ranking.read_evidence(tmp_path)
+    assert len(evidence) == 2 and set(evidence["spearman"]) == {0.1, 0.5}
+    criterion, why = ranking.choose_criterion(evidence, "m", "d")
+    assert criterion == "plasticity_max" and "+0.50" in why
+
+
 def test_negative_evidence_is_said(tmp_path):
-    _search(tmp_path, "lab", criteria=[_row("rgn", -0.3), _row("plasticity_mean", -0.1)])
+    _search(tmp_path, "lab", criteria=[_row("auto_rgn", -0.3), _row("plasticity_mean", -0.1)])
     criterion, why = ranking.choose_criterion(ranking.read_evidence(tmp_path), "m", "d")
     assert criterion == "plasticity_mean" and "treat the ranking as a guess" in why
 

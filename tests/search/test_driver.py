@@ -280,9 +280,11 @@ def test_the_driver_of_a_search_holds_no_torch_while_trials_train(tmp_path):
 def test_the_search_measured_its_predictors_in_a_ray_task(finished):
     client = MlflowClient(finished.plan.tracking_uri)
     paths = {a.path for a in client.list_artifacts(finished.parent_run_id, "criteria")}
-    assert paths == {"criteria/gradients.csv"}
-    assert {"grad_norm", "rgn", "rgn_mean"} <= set(finished.trials.columns)
-    assert (finished.trials.loc[finished.trials["components"] != "head", "rgn"] > 0).all()
+    assert paths == {"criteria/gradients.csv", "criteria/gradients_summary.csv"}
+    assert {"grad_norm", "grad_norm_ratio", "auto_rgn"} <= set(finished.trials.columns)
+    assert (finished.trials.loc[finished.trials["components"] != "head", "auto_rgn"] > 0).all()
+    gradients = pd.read_csv(client.download_artifacts(finished.parent_run_id, "criteria/gradients.csv"))
+    assert gradients["head_seed"].nunique() == 5  # the mean over five head initialisations
 
 
 LAB_SPACE = space_text(
@@ -294,6 +296,7 @@ LAB_SPACE = space_text(
         "seed": {"choice": [0, 1]},
     },
     defaults={"max_steps": 12, "eval_every": 6, "warmup_steps": 2},
+    budgets=[12, {"steps": 18, "lr": [0.2], "seed": [1]}],
 )
 
 
@@ -309,20 +312,34 @@ def test_a_grid_with_seeds_and_criteria_ends_with_the_paper_table_and_the_criter
         verbose=0,
     )
     result = driver.run(options)
-    assert len(result.trials) == 6 * 2 * 2
-    paper = result.analysis.paper.table.set_index("components")
+    assert len(result.trials) == 6 * 2 * 2 + 6  # the grid at 12 steps, then 6 subsets at lr 0.2, seed 1, 18 steps
+    long = result.trials[result.trials["max_steps"] == 18]
+    assert len(long) == 6 and set(long["lr"]) == {0.2} and set(long["seed"]) == {1} and (long["step"] == 18).all()
+    short = result.trials[result.trials["max_steps"] == 12]
+    first = result.analysis.budgets[0]
+    assert [part.budget for part in result.analysis.budgets] == [12, 18]
+    paper = first.paper.table.set_index("components")
     assert list(paper["n_seeds"]) == [2] * 6 and set(paper["lr"]) <= {0.05, 0.2}
     for config, row in paper.iterrows():  # the lr with the best mean validation accuracy over seeds, test acc there
-        runs = result.trials[result.trials["components"] == config]
+        runs = short[short["components"] == config]
         assert row["lr"] == runs.groupby("lr")["best_val_acc"].mean().idxmax()
         assert row["mean"] == pytest.approx(runs.loc[runs["lr"] == row["lr"], "test_acc"].mean())
     assert "relative_gain" in paper and paper.loc["head", "relative_gain"] == 0
-    lab = result.analysis.criteria.set_index("predictor")
-    assert {"plasticity_mean", "in_network_mean", "grad_norm", "rgn", "log_trainable_params"} <= set(lab.index)
+    lab = result.analysis.criteria
+    assert set(lab["budget"]) == {12, 18}
+    assert {"plasticity_mean", "in_network_mean", "grad_norm", "auto_rgn", "log_trainable_params"} <= set(
+        lab["predictor"]
+    )
+    assert (lab.loc[lab["predictor"] == "auto_rgn", "n"] == 5).all()  # 5 subsets with a score (head: none)
     text = results.summary(result)
     assert "Paper protocol" in text and "Which pre-training predictor ranks the subsets" in text
+    assert "=== Budget 12 steps ===" in text and "The criteria lab at 12 steps and 18 steps" in text
+    assert "no verdict (n < 10)" in text  # 6 subsets are too few to judge
     analysis_dir = tmp_path / "results" / "lab" / "analysis"
-    assert {"paper_table.csv", "criteria.csv", "criteria_subsets.csv"} <= {p.name for p in analysis_dir.iterdir()}
+    assert (analysis_dir / "criteria.csv").is_file()
+    for budget in (12, 18):
+        names = {p.name for p in (analysis_dir / f"steps-{budget}").iterdir()}
+        assert {"paper_table.csv", "criteria.csv", "criteria_subsets.csv"} <= names
 
 
 def _table(client: MlflowClient, run_id: str, path: str) -> pd.DataFrame:

@@ -190,3 +190,18 @@ def test_a_resumed_search_keeps_its_recorded_augmentation(tmp_path):
     del saved["settings"]["augment"]
     record.write_text(json.dumps(saved))
     assert plan.prepare(options(tmp_path, resume=True)).settings.augment == "paper"
+
+
+def test_budgets_come_from_the_flag_are_recorded_and_exclude_max_steps(tmp_path):
+    space = tmp_path / "lab.yaml"
+    space.write_text(space_text(budgets=[8, {"steps": 16, "lr": [0.05]}]))
+    base = dict(space=str(space), storage=str(tmp_path / "results"), plasticity=False, name="lab")
+    first = plan.prepare(SearchOptions(**base, budgets=(6, 12)))
+    assert first.spec.budget_steps == (6, 12) and first.spec.budgets[1].narrowed["lr"].values == (0.05,)
+    plan.write_record(first, "run-id")
+    resumed = plan.prepare(SearchOptions(**base, resume=True))
+    assert resumed.spec.budget_steps == (6, 12)  # the recorded budgets, not the file's
+    with pytest.raises(UserError, match=r"--budgets \[6, 24\] differs from the \[6, 12\]"):
+        plan.prepare(SearchOptions(**base, resume=True, budgets=(6, 24)))
+    with pytest.raises(UserError, match="give --budgets, not --max-steps"):
+        plan.prepare(SearchOptions(**{**base, "name": "other"}, settings={"max_steps": 40}))

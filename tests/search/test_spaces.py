@@ -197,3 +197,60 @@ def test_the_readmes_complete_example_is_a_valid_space(tmp_path):
     assert spec.algorithm == "optuna" and spec.scheduler.name == "asha" and spec.criteria is False
     assert isinstance(spec.parameters["components"], distributions.Subsets) and spec.has_seeds
     assert spec.defaults == {"max_steps": 200, "warmup_fraction": 0.1}
+
+
+BUDGETS = """
+metric: val_acc
+mode: max
+algorithm: grid
+scheduler: fifo
+budgets: {budgets}
+parameters:
+  components: {{choice: [mha, fc1, ln1+ln2]}}
+  lr: {{choice: [0.03, 0.1]}}
+  seed: {{choice: [0, 1, 2]}}
+"""
+
+
+def test_budgets_run_each_budgets_grid_in_turn_narrowed_where_asked(tmp_path):
+    path = write_space(tmp_path, text=BUDGETS.format(budgets="[20, {steps: 60, lr: [0.1], seed: [0, 1]}]"))
+    spec = spaces.load_space(path)
+    assert spec.budget_steps == (20, 60) and spec.total_trials == 3 * 2 * 3 + 3 * 1 * 2
+    short, long = spec.grid[:18], spec.grid[18:]
+    assert {g["max_steps"] for g in short} == {20} and {g["max_steps"] for g in long} == {60}
+    assert {(g["lr"], g["seed"]) for g in long} == {(0.1, 0), (0.1, 1)}
+    assert {g["components"] for g in long} == {"mha", "fc1", "ln1+ln2"}
+    assert {c["max_steps"] for c in spec.corner_configs()} == {20, 60}
+    assert spaces.grid_points(spec) == spec.grid
+    points = spaces.grid_points(spec.with_overrides(num_samples=2))
+    assert len(points) == 48 and points[:24] == points[24:]
+    again = spec.with_overrides(budgets=[30, 90, 200])  # steps replaced, narrowing kept, a third on the whole grid
+    assert again.budget_steps == (30, 90, 200) and again.total_trials == 18 + 6 + 18
+    assert spaces.grid_points(spaces.load_space("component_subsets")) is None
+
+
+@pytest.mark.parametrize(
+    "budgets, message",
+    [
+        ("150", "budgets must be a list of step counts"),
+        ("[150, 150]", "repeat a step count"),
+        ("[0]", "a budget's steps must be an integer >= 1"),
+        ("[{lr: [0.1]}]", "has no steps"),
+        ("[{steps: 60, lrr: [0.1]}]", 'narrows "lrr", which is not a parameter \\(did you mean "lr"'),
+        ("[{steps: 60, lr: [0.3]}]", 'gives "lr" \\[0.3\\], not among its choices'),
+    ],
+)
+def test_bad_budgets_raise_clear_errors(tmp_path, budgets, message):
+    with pytest.raises(UserError, match=message):
+        spaces.load_space(write_space(tmp_path, text=BUDGETS.format(budgets=budgets)))
+
+
+def test_budgets_need_a_grid_without_early_stopping(tmp_path):
+    text = BUDGETS.format(budgets="[20, 60]").replace("algorithm: grid", "algorithm: random")
+    with pytest.raises(UserError, match="budgets need algorithm: grid and scheduler: fifo"):
+        spaces.load_space(write_space(tmp_path, text=text))
+    with pytest.raises(UserError, match="budgets need algorithm: grid"):
+        spaces.load_space("component_subsets").with_overrides(budgets=[100, 400])
+    text = BUDGETS.format(budgets="[20, 60]") + "  max_steps: {choice: [10, 20]}\n"
+    with pytest.raises(UserError, match="remove max_steps from parameters"):
+        spaces.load_space(write_space(tmp_path, text=text))

@@ -23,16 +23,25 @@ from vitplast_tune.predictors.report import in_network_scores
 
 @dataclass
 class SearchAnalysis:
-    """Every analysis a search's trials support, and the files written."""
+    """Every analysis a search's trials support, and the files written; a grid with several step budgets has one
+    per budget (``budgets``) and the lab's verdict at each (``criteria`` with a ``budget`` column)."""
 
     trials: TrialAnalysis | None = None  # plasticity vs accuracy per trial (when plasticity was measured)
     paper: PaperResults | None = None  # the paper's protocol (a grid with seeds)
     criteria: pd.DataFrame | None = None  # the criteria lab (a space with ``criteria: true``)
     importance: Importance | None = None  # which searched parameters matter (when the space searches any)
     files: list[Path] = field(default_factory=list)
+    budget: int | None = None  # the step budget of these trials, when the search has several
+    budgets: list[SearchAnalysis] = field(default_factory=list)  # one analysis per budget
 
     def describe(self) -> str:
-        """The analyzes as plain text, in the order a person reads them."""
+        """The analyzes as plain text, in the order a person reads them (budget by budget, then whether the lab's
+        verdict held across them)."""
+        if self.budgets:
+            parts = [f"=== Budget {part.budget} steps ===\n{part.describe()}" for part in self.budgets]
+            if self.criteria is not None:
+                parts.append(lab.describe_budgets(self.criteria))
+            return "\n\n".join(parts)
         parts = [describe_importance(self.importance)] if self.importance is not None else []
         if self.trials is not None:
             parts.append(
@@ -60,11 +69,38 @@ def analyze_search(
     """The analyzes a search supports: which parameters matter (``parameters``: the searched parameters of each trial
     and their Optuna distributions, see ``search.study.parameter_table``), per-trial correlations (when its trials
     carry plasticity scores), the paper's protocol (a grid with seeds) and the criteria lab (``criteria: true``);
-    files go to ``out_dir``."""
+    files go to ``out_dir``.
+
+    Trials of several step budgets (``max_steps``) are analyzed apart, each into ``out_dir/steps-N``; the lab's
+    tables of every budget go together into ``out_dir/criteria.csv`` (a ``budget`` column).
+    """
     out = Path(out_dir).expanduser()
+    steps = sorted(pd.to_numeric(trials["max_steps"], errors="coerce").dropna().unique()) if len(trials) else []
+    options = dict(reference=reference, plasticity_pairs=plasticity_pairs, parameters=parameters)
+    if len(steps) < 2:
+        return _analyze_one(trials, spec, settings, out, **options)
+    found = SearchAnalysis()
+    for budget in steps:
+        part = _analyze_one(
+            trials[trials["max_steps"] == budget], spec, settings, out / f"steps-{int(budget)}", **options
+        )
+        part.budget = int(budget)
+        found.budgets.append(part)
+        found.files += part.files
+    if spec.criteria:
+        found.criteria = pd.concat([p.criteria.assign(budget=p.budget) for p in found.budgets], ignore_index=True)
+        found.files.append(out / "criteria.csv")
+        found.criteria.to_csv(found.files[-1], index=False)
+    return found
+
+
+def _analyze_one(
+    trials: pd.DataFrame, spec, settings: FinetuneConfig, out: Path, parameters=None, **options
+) -> SearchAnalysis:
+    """The analyzes of trials of one step budget (see ``analyze_search``)."""
     found = SearchAnalysis()
     if parameters is not None and parameters[1]:
-        found.importance = importance_of(trials, *parameters)
+        found.importance = importance_of(trials, parameters[0].loc[trials.index], parameters[1])
         found.files += write_importance(found.importance, out)
     if "plasticity_mean" in trials:
         found.trials = analyze_trials(trials, out)
@@ -74,9 +110,7 @@ def analyze_search(
         found.files += found.paper.files
     if spec.criteria:
         subsets = lab.subset_table(trials)
-        extra = in_network_scores(
-            settings, subsets["components"], reference=reference, plasticity_pairs=plasticity_pairs
-        )
+        extra = in_network_scores(settings, subsets["components"], **options)
         table = lab.subset_table(trials, extra)
         found.criteria = lab.criteria_comparison(table)
         found.files += [out / "criteria_subsets.csv", out / "criteria.csv"]

@@ -2,6 +2,10 @@
 the difference between two predictors, and partial correlations.
 
 Pure functions on pandas objects; every resample keeps pairs together (``scipy.stats.bootstrap``, paired).
+A statistic is NaN on a resample where it is undefined (a constant column; a partial correlation with fewer
+than 4 distinct rows): such resamples are left out of the interval, which is undetermined (NaN) when more
+than ``MAX_DEGENERATE`` of them are. Below ``MIN_POINTS`` rows a comparison gives its figures and no verdict:
+``python -m benchmarks.coverage`` (docs/benchmarks.md) measured the BCa intervals' coverage by sample size.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special, stats
 
 from vitplast_tune.errors import UserError, did_you_mean
 
@@ -33,7 +37,7 @@ def correlations(
 
     One row per predictor; ``n`` counts the trials where both are finite. With fewer than
     ``min_trials`` (or a constant column) the statistics are NaN and ``note`` says why. Intervals come
-    from ``scipy.stats.bootstrap`` (paired, BCa, seeded); a resample with a constant column counts as 0.
+    from ``scipy.stats.bootstrap`` (paired, BCa, seeded; see ``bca_interval`` for resamples with a constant column).
     """
     require_columns(trials, [*predictors, target])
     y_all = numeric(trials[target])
@@ -52,7 +56,9 @@ def correlations(
         else:
             row.update(point_stats(x, y))
             for name, statistic in _RANK_STATS.items():
-                row[f"{name}_low"], row[f"{name}_high"] = bca_interval((x, y), statistic, n_boot=n_boot, seed=seed)
+                row[f"{name}_low"], row[f"{name}_high"] = bca_interval(
+                    (x, y), statistic, n_boot=n_boot, seed=seed, vectorized=_VECTORIZED[name]
+                )
             row["n_boot"] = max(n_boot, 0)
         rows.append(row)
     return pd.DataFrame(rows, columns=["predictor", "target", "n", *stat_columns(), "n_boot", "note"])
@@ -60,15 +66,19 @@ def correlations(
 
 def bca_interval(
     data: tuple[np.ndarray, ...],
-    statistic: Callable[..., float],
+    statistic: Callable[..., Any],
     *,
     n_boot: int = 1000,
     seed: int = 0,
     level: float = 0.95,
+    vectorized: bool = False,
 ) -> tuple[float, float]:
     """Paired BCa bootstrap interval of ``statistic(*data)`` (``scipy.stats.bootstrap``); NaN when ``n_boot`` is 0.
 
-    A bootstrap distribution with a single value (e.g. a perfect rank correlation) gives that value twice.
+    ``statistic`` returns NaN where it is undefined: resamples where it is are left out (the BCa formula applied
+    to the others, ``bca_from_resamples``), and the interval is NaN (undetermined) when they are more than
+    ``MAX_DEGENERATE`` of all. A bootstrap distribution with a single value (e.g. a perfect rank correlation)
+    gives that value twice. ``vectorized``: the statistic takes an ``axis`` (scipy resamples in one call).
     """
     if n_boot <= 0:
         return math.nan, math.nan
@@ -78,30 +88,70 @@ def bca_interval(
             data,
             statistic,
             paired=True,
-            vectorized=False,
+            vectorized=vectorized,
             n_resamples=n_boot,
             method="BCa",
             confidence_level=level,
             rng=np.random.default_rng(seed),
         )
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     boot = np.asarray(res.bootstrap_distribution, dtype=float)
+    finite = np.isfinite(boot)
+    if not finite.all():
+        if finite.mean() < 1 - MAX_DEGENERATE:
+            return math.nan, math.nan
+        return bca_from_resamples(data, statistic, boot[finite], level=level)
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if not (np.isfinite(low) and np.isfinite(high)) and np.allclose(boot, boot[0], rtol=0, atol=1e-9):
         return float(boot[0]), float(boot[0])
     return low, high
 
 
-def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman's rho (scipy), and 0 when either side is constant (no rank association can be seen)."""
-    return 0.0 if is_constant(x) or is_constant(y) else float(stats.spearmanr(x, y).statistic)
+def bca_from_resamples(
+    data: tuple[np.ndarray, ...], statistic: Callable[..., Any], boot: np.ndarray, *, level: float = 0.95
+) -> tuple[float, float]:
+    """Efron's BCa interval from given bootstrap values ``boot`` of ``statistic`` on paired ``data``, with the
+    formulas of ``scipy.stats.bootstrap`` (bias from the share of values below the estimate, acceleration from
+    the leave-one-out jackknife, whose undefined values are left out); NaN when it cannot be formed."""
+    theta = float(statistic(*data))
+    n = len(data[0])
+    jack = np.array([statistic(*(d[np.arange(n) != i] for d in data)) for i in range(n)], dtype=float)
+    jack = jack[np.isfinite(jack)]
+    if not np.isfinite(theta) or len(boot) == 0 or len(jack) < 2:
+        return math.nan, math.nan
+    share = (np.sum(boot < theta) + np.sum(boot <= theta)) / (2 * len(boot))
+    z0 = special.ndtri(share)
+    spread = jack.mean() - jack
+    den = 6 * np.sum(spread**2) ** 1.5
+    accel = np.sum(spread**3) / den if den > 0 else 0.0
+    z = special.ndtri((1 - level) / 2)
+    ends = [special.ndtr(z0 + (z0 + q) / (1 - accel * (z0 + q))) for q in (z, -z)]
+    if not all(np.isfinite(ends)):
+        return math.nan, math.nan
+    low, high = np.percentile(boot, [100 * ends[0], 100 * ends[1]])
+    return float(low), float(high)
+
+
+def spearman(x: np.ndarray, y: np.ndarray, axis: int = -1):
+    """Spearman's rho along ``axis`` (the Pearson correlation of average ranks, as ``scipy.stats.spearmanr``),
+    vectorized over the other axes; NaN where either side is constant (no rank correlation is defined)."""
+    rx, ry = (stats.rankdata(v, axis=axis) for v in (x, y))
+    rx = rx - rx.mean(axis=axis, keepdims=True)
+    ry = ry - ry.mean(axis=axis, keepdims=True)
+    den = np.sqrt((rx * rx).sum(axis=axis) * (ry * ry).sum(axis=axis))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = np.where(den > 0, (rx * ry).sum(axis=axis) / np.where(den > 0, den, 1.0), np.nan)
+    return float(rho) if np.ndim(rho) == 0 else rho
 
 
 def kendall(x: np.ndarray, y: np.ndarray) -> float:
-    """Kendall's tau-b (scipy), and 0 when either side is constant."""
-    return 0.0 if is_constant(x) or is_constant(y) else float(stats.kendalltau(x, y).statistic)
+    """Kendall's tau-b (scipy); NaN when either side is constant."""
+    return math.nan if is_constant(x) or is_constant(y) else float(stats.kendalltau(x, y).statistic)
 
 
-_RANK_STATS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {"spearman": spearman, "kendall": kendall}
+_RANK_STATS: dict[str, Callable[..., Any]] = {"spearman": spearman, "kendall": kendall}
+_VECTORIZED = {"spearman": True, "kendall": False}  # spearman takes an axis: scipy resamples it in one call
+MIN_POINTS = 10  # fewer rows: figures without a verdict (BCa coverage, benchmarks/bca_coverage.py)
+MAX_DEGENERATE = 0.05  # more resamples than this without a defined statistic: the interval is undetermined
 
 
 def compare_predictors(
@@ -113,18 +163,22 @@ def compare_predictors(
     stat: str = "spearman",
     n_boot: int = 1000,
     seed: int = 0,
+    min_points: int = MIN_POINTS,
 ) -> dict[str, Any]:
     """Is ``predictor`` a better rank predictor of ``target`` than ``baseline``? A paired bootstrap of the difference.
 
     Returns n, diff = stat(predictor) - stat(baseline) on the rows where all three are finite, its BCa 95%
-    interval, and verdict "better" (interval above 0), "worse" (below 0) or "no clear difference".
+    interval, and ``verdict``: "better" (interval above 0), "worse" (below 0), "no clear difference",
+    "undetermined" (the interval could not be formed), or "no verdict (n < min_points)".
     """
     require_columns(trials, [predictor, baseline, target])
     x1, x2, y = (numeric(trials[c]) for c in (predictor, baseline, target))
     keep = np.isfinite(x1) & np.isfinite(x2) & np.isfinite(y)
     x1, x2, y = x1[keep], x2[keep], y[keep]
-    f = _RANK_STATS[stat]
-    diff = lambda a, b, t: f(a, t) - f(b, t)
+    f, vectorized = _RANK_STATS[stat], _VECTORIZED[stat]
+    diff = (
+        (lambda a, b, t, axis=-1: f(a, t, axis) - f(b, t, axis)) if vectorized else (lambda a, b, t: f(a, t) - f(b, t))
+    )
     out = {
         "predictor": predictor,
         "baseline": baseline,
@@ -138,19 +192,40 @@ def compare_predictors(
     }
     if len(y) < 3 or is_constant(y):
         return out
-    low, high = bca_interval((x1, x2, y), diff, n_boot=n_boot, seed=seed)
-    verdict = "better" if low > 0 else "worse" if high < 0 else "no clear difference"
-    return {**out, "diff": diff(x1, x2, y), "diff_low": low, "diff_high": high, "verdict": verdict}
+    low, high = bca_interval((x1, x2, y), diff, n_boot=n_boot, seed=seed, vectorized=vectorized)
+    return {
+        **out,
+        "diff": float(diff(x1, x2, y)),
+        "diff_low": low,
+        "diff_high": high,
+        "verdict": verdict(low, high, len(y), min_points),
+    }
+
+
+def verdict(low: float, high: float, n: int, min_points: int = MIN_POINTS) -> str:
+    """The word for a difference's interval [low, high] over n rows: better, worse, no clear difference,
+    undetermined (NaN interval), or no verdict below ``min_points`` rows."""
+    if n < min_points:
+        return f"no verdict (n < {min_points})"
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "undetermined"
+    return "better" if low > 0 else "worse" if high < 0 else "no clear difference"
 
 
 def partial_spearman(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> float:
-    """Spearman of x and y controlling for z: Pearson of the ranks' residuals after a linear fit on z's ranks."""
+    """Spearman of x and y controlling for z: Pearson of the ranks' residuals after a linear fit on z's ranks.
+
+    NaN when it is undefined: fewer than 4 distinct (x, y, z) rows (with 3, the residuals of a line through
+    them are ±1 correlated whatever the data) or a residual that is all zero (x or y a function of z's ranks).
+    """
+    if len(np.unique(np.column_stack([x, y, z]), axis=0)) < 4:
+        return math.nan
     rx, ry, rz = (stats.rankdata(v) for v in (x, y, z))
     design = np.column_stack([np.ones_like(rz), rz])
     res_x = rx - design @ np.linalg.lstsq(design, rx, rcond=None)[0]
     res_y = ry - design @ np.linalg.lstsq(design, ry, rcond=None)[0]
     if np.allclose(res_x, 0) or np.allclose(res_y, 0):
-        return 0.0
+        return math.nan
     return float(np.corrcoef(res_x, res_y)[0, 1])
 
 
@@ -197,6 +272,13 @@ def partial_correlations(
     return pd.DataFrame(rows)
 
 
+def interval(low: float, high: float) -> str:
+    """An interval as text: [low, high], or "[undetermined]" when it could not be formed (NaN)."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "[undetermined]"
+    return f"[{low:+.2f}, {high:+.2f}]"
+
+
 def require_columns(frame: pd.DataFrame, columns: list[str]) -> None:
     """Raise UserError naming the first of ``columns`` that ``frame`` lacks."""
     for column in columns:
@@ -231,23 +313,41 @@ def point_stats(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     }
 
 
-def baseline_differences(
-    table: pd.DataFrame, frame: pd.DataFrame, baseline: str, *, n_boot: int = 1000, seed: int = 0
+def compare_with_baseline(
+    frame: pd.DataFrame,
+    predictors: list[str],
+    baseline: str,
+    target: str,
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    min_trials: int = 5,
+    min_points: int = MIN_POINTS,
 ) -> pd.DataFrame:
-    """``table`` (rows of ``correlations``) with each predictor's paired-bootstrap Spearman difference against
-    ``baseline`` on ``frame`` (``compare_predictors``): diff_vs_baseline, diff_low, diff_high and verdict."""
-    table = table.copy()
-    for column in ("diff_vs_baseline", "diff_low", "diff_high"):
-        table[column] = math.nan
-    table["verdict"] = ""
-    for i, row in table.iterrows():
-        if row["predictor"] == baseline or row["note"] or baseline not in frame:
-            continue
-        c = compare_predictors(frame, row["predictor"], baseline, row["target"], n_boot=n_boot, seed=seed)
-        table.loc[i, ["diff_vs_baseline", "diff_low", "diff_high", "verdict"]] = [
-            c["diff"],
-            c["diff_low"],
-            c["diff_high"],
-            c["verdict"],
-        ]
-    return table
+    """Each predictor against ``baseline`` on one common set of rows: those where the predictor, the baseline
+    and ``target`` are all finite (``n``; for the baseline's own row, where it and the target are).
+
+    On those rows: Spearman and Kendall of the predictor with BCa intervals (``correlations``), the baseline's
+    Spearman (``baseline_spearman``), and the paired-bootstrap difference of the two Spearmans
+    (``diff_vs_baseline`` = spearman - baseline_spearman, diff_low, diff_high) with its ``verdict``
+    (``compare_predictors``): no verdict below ``min_points`` rows, "undetermined" when the interval is NaN.
+    """
+    require_columns(frame, [*predictors, baseline, target])
+    base = numeric(frame[baseline])
+    rows = []
+    for predictor in predictors:
+        common = frame[np.isfinite(base) & np.isfinite(numeric(frame[predictor]))]
+        row = correlations(common, [predictor], target, n_boot=n_boot, seed=seed, min_trials=min_trials).iloc[0]
+        row = row.to_dict()
+        row.update(baseline_spearman=math.nan, diff_vs_baseline=math.nan, diff_low=math.nan, diff_high=math.nan)
+        row["verdict"] = ""
+        if predictor != baseline and not row["note"]:
+            y = numeric(common[target])
+            kept = common[np.isfinite(y)]
+            row["baseline_spearman"] = spearman(numeric(kept[baseline]), numeric(kept[target]))
+            c = compare_predictors(common, predictor, baseline, target, n_boot=n_boot, seed=seed, min_points=min_points)
+            row.update(
+                diff_vs_baseline=c["diff"], diff_low=c["diff_low"], diff_high=c["diff_high"], verdict=c["verdict"]
+            )
+        rows.append(row)
+    return pd.DataFrame(rows)

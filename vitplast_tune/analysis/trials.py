@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vitplast_tune.analysis.correlation import baseline_differences, correlations, numeric, partial_correlations
+from vitplast_tune.analysis.correlation import compare_with_baseline, interval, numeric, partial_correlations
 from vitplast_tune.analysis.plots import plot_score_vs_accuracy
 from vitplast_tune.analysis.protocol import (
     relative_gain,
@@ -79,15 +79,10 @@ def analyze_trials(
     if "val_acc_common" in trials and trials["val_acc_common"].notna().any():
         views.append(("val_acc_common", trials))
     predictors = [c for c in SCORES if c in trials] + [BASELINE]
+    options = dict(n_boot=n_boot, seed=seed, min_trials=min_trials)
     table = pd.concat(
         [
-            _with_comparisons(
-                correlations(frame, predictors, t, n_boot=n_boot, seed=seed, min_trials=min_trials),
-                frame,
-                n_boot,
-                seed,
-                min_trials,
-            )
+            _with_partials(compare_with_baseline(frame, predictors, BASELINE, t, **options), frame, **options)
             for t, frame in views
         ],
         ignore_index=True,
@@ -103,18 +98,19 @@ def analyze_trials(
     return TrialAnalysis(table, single, files, len(done))
 
 
-def _with_comparisons(
-    table: pd.DataFrame, frame: pd.DataFrame, n_boot: int, seed: int, min_trials: int
+def _with_partials(
+    table: pd.DataFrame, frame: pd.DataFrame, *, n_boot: int, seed: int, min_trials: int
 ) -> pd.DataFrame:
-    """Add each predictor's paired difference against the baseline and, when lr varies, its partial Spearman given lr."""
-    table = baseline_differences(table, frame, BASELINE, n_boot=n_boot, seed=seed)
+    """Add each predictor's partial Spearman given lr (when lr varies), on the same rows as its other figures."""
     for column in ("partial_spearman", "partial_low", "partial_high"):
         table[column] = math.nan
     if not ("lr" in frame and pd.to_numeric(frame["lr"], errors="coerce").nunique() > 1):
         return table
+    base = numeric(frame[BASELINE])
     for i, row in table[table["note"] == ""].iterrows():
+        common = frame[np.isfinite(base) & np.isfinite(numeric(frame[row["predictor"]]))]
         p = partial_correlations(
-            frame, [row["predictor"]], row["target"], "lr", n_boot=n_boot, seed=seed, min_trials=min_trials
+            common, [row["predictor"]], row["target"], "lr", n_boot=n_boot, seed=seed, min_trials=min_trials
         ).iloc[0]
         table.loc[i, ["partial_spearman", "partial_low", "partial_high"]] = [
             p["partial_spearman"],
@@ -147,18 +143,19 @@ def describe_correlations(table: pd.DataFrame) -> str:
                 lines.append(f"    {row.predictor:<22} n={row.n}: {row.note}")
                 continue
             line = (
-                f"    {row.predictor:<22} Spearman {row.spearman:+.2f} [{row.spearman_low:+.2f}, "
-                f"{row.spearman_high:+.2f}], Kendall {row.kendall:+.2f}, n={row.n}"
+                f"    {row.predictor:<22} Spearman {row.spearman:+.2f} {interval(row.spearman_low, row.spearman_high)}"
+                f", Kendall {row.kendall:+.2f}, n={row.n}"
             )
             if np.isfinite(getattr(row, "partial_spearman", math.nan)):
-                line += f"; given lr {row.partial_spearman:+.2f} [{row.partial_low:+.2f}, {row.partial_high:+.2f}]"
+                line += f"; given lr {row.partial_spearman:+.2f} {interval(row.partial_low, row.partial_high)}"
             lines.append(line)
         lines += [f"    -> {line}" for line in [_verdict(rows)] if line]
     return "\n".join(lines)
 
 
 def _verdict(rows: pd.DataFrame) -> str:
-    """Does the best plasticity score rank the trials better than log(trainable params)? Paired bootstrap."""
+    """Does the best plasticity score rank the trials better than log(trainable params)? Paired bootstrap; below
+    ``correlation.MIN_POINTS`` trials the figures are shown without a verdict."""
     valid = rows[(rows["note"] == "") & rows["predictor"].isin(SCORES)]
     if valid.empty or "verdict" not in valid or not (valid["verdict"] != "").any():
         return ""
@@ -167,8 +164,12 @@ def _verdict(rows: pd.DataFrame) -> str:
         "better": "ranks these trials better than",
         "worse": "ranks these trials worse than",
         "no clear difference": "is not clearly different from",
+        "undetermined": "cannot be compared (the interval of the difference is undetermined) with",
     }
-    return (
-        f"{p['predictor']} {words.get(p['verdict'], p['verdict'])} log(trainable parameters): paired bootstrap "
-        f"of the Spearman difference {p['diff_vs_baseline']:+.2f} [{p['diff_low']:+.2f}, {p['diff_high']:+.2f}]."
+    figures = (
+        f"paired bootstrap of the Spearman difference {p['diff_vs_baseline']:+.2f} "
+        f"{interval(p['diff_low'], p['diff_high'])}, n={p['n']}"
     )
+    if p["verdict"] not in words:  # no verdict: too few trials
+        return f"{p['predictor']} vs log(trainable parameters): {figures}; {p['verdict']}: too few trials to judge."
+    return f"{p['predictor']} {words[p['verdict']]} log(trainable parameters): {figures}."

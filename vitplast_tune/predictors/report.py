@@ -123,12 +123,38 @@ def _measure(**kwargs: Any) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any
     return measure_plasticity(**kwargs)
 
 
-def gradient_report(cfg, *, num_batches: int = 4, decoded=None, runner: Runner | None = None) -> pd.DataFrame:
-    """The gradient table of a run's pretrained model on its first training batches (``vit.measure.measure_gradients``:
-    ``cfg`` a FinetuneConfig, ``decoded`` its dataset already decoded), measured by ``runner`` (default: here)."""
-    if num_batches < 1:
-        raise UserError(f"num_batches must be a positive integer, not {num_batches}")
-    return (runner or _here)(_measure_gradients, cfg=cfg, decoded=decoded, num_batches=num_batches)
+def gradient_report(
+    cfg, *, num_batches: int = 5, head_seeds: int = 5, decoded=None, runner: Runner | None = None
+) -> pd.DataFrame:
+    """The gradient criteria of a run's pretrained model for ``head_seeds`` head initialisations, on the first
+    ``num_batches`` training batches without augmentation (``vit.measure.measure_gradients``: ``cfg`` a
+    FinetuneConfig, ``decoded`` its dataset already decoded), measured by ``runner`` (default: here)."""
+    for name, value in (("num_batches", num_batches), ("head_seeds", head_seeds)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"{name} must be a positive integer, not {value}")
+    return (runner or _here)(
+        _measure_gradients, cfg=cfg, decoded=decoded, num_batches=num_batches, head_seeds=head_seeds
+    )
+
+
+def describe_gradients(table: pd.DataFrame) -> str:
+    """Per gradient criterion, one line: the components by their mean over head seeds (± std), and whether the
+    ranking is the same for every head seed or which component each seed puts first."""
+    summary = scores.criteria_summary(table)
+    seeds = int(summary["head_seeds"].max()) if len(summary) else 0
+    lines = []
+    for criterion, rows in summary.groupby("criterion", sort=False):
+        rows = rows.sort_values("rank")
+        order = " > ".join(
+            f"{r.component} {r.mean:.3g}±{0.0 if np.isnan(r.std) else r.std:.2g}" for r in rows.itertuples()
+        )
+        if not rows["rank_changes"].any():
+            how = f"the same ranking for all {seeds} head seeds" if seeds > 1 else "one head seed"
+        else:
+            tops = scores.top_by_seed(table, criterion)
+            how = "RANKING CHANGES WITH THE HEAD SEED; first: " + ", ".join(f"{c} {n}/{seeds}" for c, n in tops.items())
+        lines.append(f"  {criterion:<16} {order}  ({how})")
+    return "\n".join(lines)
 
 
 def _measure_gradients(**kwargs: Any) -> pd.DataFrame:
@@ -254,10 +280,11 @@ class Predictors:
     """What a search measures before any training: the plasticity report and the gradient table."""
 
     plasticity: PlasticityReport | None = None
-    gradients: pd.DataFrame | None = None  # vit.gradients.gradient_table
+    gradients: pd.DataFrame | None = None  # vit.measure.measure_gradients: gradient tables per head seed
 
     def scores(self, subset: str) -> dict[str, float]:
-        """A subset's predictors: plasticity mean, max and parameter-weighted mean; gradient norm and Auto-RGN."""
+        """A subset's predictors: plasticity mean, max and parameter-weighted mean; the gradient criteria (gradient
+        norm, its ratio to the weight norm, Auto-RGN), each the mean over the head seeds."""
         out: dict[str, float] = {}
         if self.plasticity is not None:
             meta = self.plasticity.meta

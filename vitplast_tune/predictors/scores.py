@@ -1,5 +1,6 @@
 """A subset's scores from the tables measured before training: plasticity (per component, then a subset's
-mean, max and parameter-weighted mean) and the gradient criteria (a subset's gradient norm, Auto-RGN).
+mean, max and parameter-weighted mean) and the gradient criteria (a subset's gradient norm, its ratio to the
+weight norm, Auto-RGN), averaged over the head initialisations they were measured with.
 
 pandas only: the search's driver scores every trial without torch; ``vit/plasticity.py`` and ``vit/gradients.py``
 measure the tables. The baseline every predictor must beat is the log of the trainable parameter count.
@@ -16,7 +17,11 @@ import pandas as pd
 from vitplast_tune.components import COMPONENTS, parse_subset
 from vitplast_tune.errors import UserError, did_you_mean
 
-GRADIENT_SCORES: tuple[str, ...] = ("grad_norm", "rgn", "rgn_mean")  # a subset's gradient scores (vit/gradients.py)
+GRADIENT_SCORES: tuple[str, ...] = (
+    "grad_norm",
+    "grad_norm_ratio",
+    "auto_rgn",
+)  # a subset's gradient scores (vit/gradients.py)
 BASELINE = "log_trainable_params"  # the naive predictor every other one must beat
 
 
@@ -71,42 +76,80 @@ def subset_scores(table: pd.DataFrame, subset: str | Iterable[str], param_counts
 
 
 def aggregate_criteria(table: pd.DataFrame) -> pd.DataFrame:
-    """Per component: grad_norm and rgn over all its layers together, and rgn_mean, the mean of rgn over layers."""
-    grouped = table.groupby("component", sort=False)
-    out = pd.DataFrame(
-        {
-            "grad_sq": grouped["grad_sq"].sum(),
-            "weight_sq": grouped["weight_sq"].sum(),
-            "params": grouped["params"].sum(),
-            "rgn_mean": grouped["rgn"].mean(),
-        }
-    )
-    out = out.reindex([c for c in COMPONENTS if c in out.index])
+    """Per component (and per ``head_seed`` when the table has several heads): the gradient criteria over all its
+    layers: grad_norm and grad_norm_ratio of its whole parameter vector, auto_rgn the mean over all its tensors."""
+    keys = ["head_seed", "component"] if "head_seed" in table else ["component"]
+    table = table.assign(rgn_sum=table["auto_rgn"].fillna(0.0) * table["tensors"])
+    out = table.groupby(keys, sort=False)[["grad_sq", "weight_sq", "params", "tensors", "rgn_sum"]].sum()
     out["grad_norm"] = np.sqrt(out["grad_sq"])
-    out["rgn"] = out["grad_norm"] / np.sqrt(out["weight_sq"]).replace(0.0, np.nan)
-    return out.rename_axis("component").reset_index()
+    out["grad_norm_ratio"] = out["grad_norm"] / np.sqrt(out["weight_sq"]).replace(0.0, np.nan)
+    out["auto_rgn"] = out["rgn_sum"] / out["tensors"].replace(0, np.nan)
+    out = out.drop(columns="rgn_sum").reset_index()
+    order = out["component"].map({c: i for i, c in enumerate(COMPONENTS)})
+    return out.iloc[np.lexsort((order, out["head_seed"]) if "head_seed" in out else (order,))].reset_index(drop=True)
+
+
+def criteria_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per component and criterion (``GRADIENT_SCORES``) over the head seeds: mean, std (ddof=1), min, max, the rank
+    of the mean (1 = highest, over every component) and ``rank_changes``, whether some head seed ranks the
+    components in another order for that criterion."""
+    per = aggregate_criteria(table)
+    seeds = per["head_seed"] if "head_seed" in per else pd.Series(0, index=per.index)
+    rows = []
+    for criterion in GRADIENT_SCORES:
+        wide = per.pivot_table(index=seeds.rename("head_seed"), columns="component", values=criterion, sort=False)
+        wide = wide[[c for c in COMPONENTS if c in wide.columns]]
+        orders = {tuple(wide.loc[s].sort_values(ascending=False, kind="stable").index) for s in wide.index}
+        mean = wide.mean()
+        for component in wide.columns:
+            values = wide[component]
+            rows.append(
+                {
+                    "criterion": criterion,
+                    "component": component,
+                    "mean": mean[component],
+                    "std": values.std(ddof=1) if len(values) > 1 else math.nan,
+                    "min": values.min(),
+                    "max": values.max(),
+                    "rank": int(mean.rank(ascending=False, method="min")[component]),
+                    "head_seeds": len(values),
+                    "rank_changes": len(orders) > 1,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def top_by_seed(table: pd.DataFrame, criterion: str) -> pd.Series:
+    """How many head seeds rank each component first by ``criterion`` (components that never are left out)."""
+    per = aggregate_criteria(table)
+    if "head_seed" not in per:
+        per = per.assign(head_seed=0)
+    tops = per.loc[per.groupby("head_seed")[criterion].idxmax(), "component"]
+    return tops.value_counts()
 
 
 def subset_criteria(table: pd.DataFrame, subset: str | Iterable[str]) -> dict[str, float]:
-    """Criterion scores of a subset (like ``plasticity.subset_scores``): norms of its whole parameter vector.
+    """Gradient criteria of a subset (like ``subset_scores``), the mean over head seeds of each seed's score.
 
-    grad_norm = ||g_S||, rgn = ||g_S|| / ||theta_S|| over every parameter of the subset, rgn_mean = mean of the
-    components' per-layer mean rgn. ``table`` is a ``gradient_table``; the head-only subset gives NaN.
+    Per head seed: grad_norm = ||g_S|| and grad_norm_ratio = ||g_S|| / ||theta_S|| over every parameter of the
+    subset; auto_rgn = the mean of its components' Auto-RGN (each the mean over the component's tensors).
+    ``table`` is ``measure_gradients``' (or one ``gradient_table``); the head-only subset gives NaN.
     """
     names = parse_subset(subset)
     if not names:
         return dict.fromkeys(GRADIENT_SCORES, math.nan)
-    per = aggregate_criteria(table).set_index("component")
-    missing = [c for c in names if c not in per.index]
+    per = aggregate_criteria(table)
+    missing = [c for c in names if c not in set(per["component"])]
     if missing:
         raise UserError(f"the gradient table has no rows for {', '.join(missing)}")
-    rows = per.loc[list(names)]
-    grad, weight = math.sqrt(rows["grad_sq"].sum()), math.sqrt(rows["weight_sq"].sum())
-    return {
-        "grad_norm": grad,
-        "rgn": grad / weight if weight > 0 else math.nan,
-        "rgn_mean": float(rows["rgn_mean"].mean()),
-    }
+    rows = per[per["component"].isin(names)]
+    by_seed = rows.groupby("head_seed") if "head_seed" in rows else [(0, rows)]
+    scores = []
+    for _, seed_rows in by_seed:
+        grad, weight = math.sqrt(seed_rows["grad_sq"].sum()), math.sqrt(seed_rows["weight_sq"].sum())
+        ratio = grad / weight if weight > 0 else math.nan
+        scores.append((grad, ratio, float(seed_rows["auto_rgn"].mean())))
+    return dict(zip(GRADIENT_SCORES, (float(v) for v in np.mean(scores, axis=0))))
 
 
 def _check_table(table: pd.DataFrame) -> None:

@@ -74,7 +74,8 @@ def read_evidence(storage: Path) -> pd.DataFrame:
     """How well each criterion predicted accuracy on the searches stored under ``storage``: one row per search and
     criterion.
 
-    Criteria-lab tables (``analysis/criteria.csv``: test accuracy per subset at its best lr) have ``source`` "lab";
+    Criteria-lab tables (``analysis/criteria.csv``: test accuracy per subset at its best lr; of a lab at several step
+    budgets, the longest) have ``source`` "lab";
     per-trial correlations (``analysis/correlations.csv``, final validation accuracy, confounded by lr) "trials".
     """
     rows = []
@@ -84,7 +85,7 @@ def read_evidence(storage: Path) -> pd.DataFrame:
         where = {"search": directory.name, "model": settings.get("model"), "dataset": settings.get("dataset")}
         lab, trials = directory / "analysis" / "criteria.csv", directory / "analysis" / "correlations.csv"
         if lab.is_file():
-            rows += [dict(where, source="lab", **r) for r in _evidence_rows(pd.read_csv(lab))]
+            rows += [dict(where, source="lab", **r) for r in _evidence_rows(_longest_budget(pd.read_csv(lab)))]
         elif trials.is_file():
             table = pd.read_csv(trials)
             rows += [dict(where, source="trials", **r) for r in _evidence_rows(table[table["target"] == "val_acc"])]
@@ -92,6 +93,14 @@ def read_evidence(storage: Path) -> pd.DataFrame:
         rows,
         columns=["search", "model", "dataset", "source", "criterion", "spearman", "spearman_low", "spearman_high", "n"],
     )
+
+
+def _longest_budget(table: pd.DataFrame) -> pd.DataFrame:
+    """A lab table at several step budgets (a ``budget`` column) as the rows of its longest: where the subsets end,
+    not how fast they start."""
+    if "budget" not in table:
+        return table
+    return table[table["budget"] == table["budget"].max()]
 
 
 def _evidence_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
@@ -150,7 +159,7 @@ def recommend(
     budget: int | None = None,
     reference: str = "fractals",
     plasticity_pairs: int | None = None,
-    num_batches: int = 4,
+    num_batches: int = 5,
 ) -> Recommendation:
     """Measure the predictors of ``settings``' model and dataset (cached plasticity reused) and rank every subset."""
     started = time.perf_counter()
@@ -179,7 +188,7 @@ def describe(rec: Recommendation, top: int = 10) -> str:
     if rec.ranked.empty:
         return "\n".join(lines + ["no subset fits the budget: only the linear probe (head) does"])
     shown = ["rank", "components", "trainable_params", rec.criterion] + [
-        c for c in ("plasticity_mean", "in_network_mean", "rgn", BASELINE) if c != rec.criterion
+        c for c in ("plasticity_mean", "in_network_mean", "auto_rgn", BASELINE) if c != rec.criterion
     ]
     table = rec.ranked.head(top)[shown].copy()
     table["trainable_params"] = table["trainable_params"].map(lambda v: f"{int(v):,}")

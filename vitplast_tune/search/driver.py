@@ -24,7 +24,7 @@ from vitplast_tune.analysis import protocol
 from vitplast_tune.analysis.analyze import analyze_search
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import SearchInterrupted
-from vitplast_tune.predictors.report import Predictors, gradient_report, search_report
+from vitplast_tune.predictors.report import Predictors, describe_gradients, gradient_report, search_report
 from vitplast_tune.recommend import ranking, verify
 from vitplast_tune.recommend.ranking import Recommendation
 from vitplast_tune.search import interrupts, results, searchers, spaces, study, tracking
@@ -320,6 +320,11 @@ def measure_predictors(plan: SearchPlan, timings: Timings | None = None) -> Pred
     )
     with timings.phase("gradients"):
         gradients = gradient_report(s, decoded=plan.decoded, runner=run)
+    say(
+        f"Gradient criteria of {s.model} on {gradients.attrs.get('num_batches')} unaugmented training batches, "
+        f"mean ± std over {gradients['head_seed'].nunique()} head initialisations:\n" + describe_gradients(gradients),
+        flush=True,
+    )
     return Predictors(measured, gradients)
 
 

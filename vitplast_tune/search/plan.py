@@ -75,6 +75,7 @@ class SearchOptions:
     plasticity_pairs: int | None = None
     max_trainable_params: int | None = None  # the parameter budget; overrides the space file's
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S  # --address: how long to wait for the head to answer
+    budgets: tuple[int, ...] | None = None  # step budgets of a grid; override the space file's (``--budgets``)
     verbose: int = 1
 
     @property
@@ -121,7 +122,9 @@ def prepare(options: SearchOptions) -> SearchPlan:
 
     Nothing is started or written (apart from creating the storage directory): no Ray, no MLflow run.
     """
-    spec = spaces.load_space(options.space).with_overrides(num_samples=options.num_samples)
+    spec = spaces.load_space(options.space).with_overrides(num_samples=options.num_samples, budgets=options.budgets)
+    if spec.budgets and options.settings.get("max_steps") is not None:
+        raise UserError(f"{spec.path.name} trains at step budgets {spec.budget_steps}: give --budgets, not --max-steps")
     _check_metric(spec)
     _check_resources(options)
     storage = storage_uri(str(options.storage or default_storage()))
@@ -227,6 +230,7 @@ def write_record(plan: SearchPlan, parent_run_id: str) -> None:
         "parent_run_id": parent_run_id,
         "settings": plan.settings.to_dict(),
         "num_samples": plan.spec.num_samples,
+        "budgets": list(plan.spec.budget_steps) or None,
         "seed": plan.seed,
         "max_concurrent": plan.max_concurrent,
         "max_failures": plan.max_failures,
@@ -431,6 +435,7 @@ def _resumed_plan(spec: spaces.SearchSpec, options: SearchOptions, storage: str,
             _refuse(f"--{key.replace('_', '-')} {value}", saved.get(key), name)
     fixed = {
         "num-samples": (options.num_samples, record.get("num_samples", spec.num_samples)),
+        "budgets": (_listed(options.budgets), record.get("budgets", _listed(spec.budget_steps))),
         "max-concurrent": (options.max_concurrent, record.get("max_concurrent")),
         "seed": (options.seed, record.get("seed", DEFAULT_SEED)),
         "tracking-uri": (options.tracking_uri, record["tracking_uri"]),
@@ -441,6 +446,8 @@ def _resumed_plan(spec: spaces.SearchSpec, options: SearchOptions, storage: str,
     changed = {k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}
     settings = FinetuneConfig.from_dict({"augment": RECORDED_AUGMENTATION, **saved, **changed})
     spec = replace(spec, num_samples=fixed["num-samples"][1])
+    if fixed["budgets"][1] is not None:
+        spec = spec.with_overrides(budgets=fixed["budgets"][1])
     max_failures = _given(options.max_failures, record.get("max_failures", DEFAULT_MAX_FAILURES))
     return SearchPlan(
         spec,
@@ -461,6 +468,10 @@ def _refuse(given: str, recorded: Any, name: str) -> None:
         f'{given} differs from the {recorded!r} search "{name}" was started with, and would make its trials '
         "inconsistent; resume without it, or start a new search with another --name"
     )
+
+
+def _listed(steps) -> list[int] | None:
+    return list(steps) if steps else None
 
 
 def _given(value: Any, default: Any) -> Any:

@@ -67,7 +67,7 @@ def trial_table(grid, plan: SearchPlan, predictors: report.Predictors | None = N
                 "log10_trainable_params": _log10(metrics.get("trainable_params")),
                 "best_val_loss": _lowest(result, "val_loss"),
                 **{k: metrics.get(k) for k in TRIAL_TIMES},
-                "max_steps": plan.settings.max_steps,
+                "max_steps": config.get("max_steps", plan.settings.max_steps),
                 "diverged": bool(metrics.get("diverged", 0)),
                 "over_budget": bool(metrics.get("over_budget", 0)),
                 "error": None if result.error is None else str(result.error).splitlines()[0][:200],

@@ -112,7 +112,8 @@ def search_algorithm(
         return searcher
     from ray.tune.search import BasicVariantGenerator
 
-    return BasicVariantGenerator(random_state=seed, max_concurrent=max_concurrent or 0)
+    points = spaces.grid_points(spec)
+    return BasicVariantGenerator(random_state=seed, max_concurrent=max_concurrent or 0, points_to_evaluate=points)
 
 
 PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
@@ -191,7 +192,7 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
         tune_config=tune.TuneConfig(
             metric=spec.metric,
             mode=spec.mode,
-            num_samples=spec.num_samples,
+            num_samples=spec.total_trials if spaces.grid_points(spec) else spec.num_samples,
             reuse_actors=True,
             search_alg=search_algorithm(spec, plan.seed, plan.max_concurrent, warm_start),
             scheduler=scheduler(spec, plan.settings.max_steps),

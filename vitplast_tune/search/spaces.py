@@ -17,7 +17,9 @@ A space file is YAML (see ``search_spaces/component_subsets.yaml``)::
 Optional keys: ``metric: [val_acc, trainable_params]`` with ``mode: [max, min]`` asks Optuna for two
 objectives (its Pareto front; no early stopping then: schedulers take one metric);
 ``max_trainable_params: N`` is a parameter budget (trials over it are not trained);
-``warm_start: K`` enqueues the K subsets ``recommend`` ranks best as TPE's first trials.
+``warm_start: K`` enqueues the K subsets ``recommend`` ranks best as TPE's first trials;
+``budgets: [150, {steps: 600, lr: [0.1]}]`` runs a grid at several step budgets (each trial's ``max_steps``),
+an entry with ``steps`` narrowing some parameters to fewer of their choices at that budget.
 
 A subset is encoded for Optuna as one boolean per component (``train_emb`` ... ``train_fc2``).
 """
@@ -27,8 +29,8 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 import itertools
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,7 @@ _TOP_KEYS = (
     "criteria",
     "max_trainable_params",
     "warm_start",
+    "budgets",
     "parameters",
     "defaults",
 )
@@ -74,6 +77,14 @@ class SchedulerSpec:
     name: str = "fifo"
     grace_period: int = 100
     reduction_factor: int = 3
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One step budget of a grid with ``budgets``: its steps, and the parameters it narrows to fewer choices."""
+
+    steps: int
+    narrowed: dict[str, Distribution] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -95,6 +106,7 @@ class SearchSpec:
     objectives: tuple[tuple[str, str], ...] = ()  # (metric, mode) of each objective; two or more: multi-objective
     max_trainable_params: int | None = None  # the parameter budget: trials over it are not trained
     warm_start: int = 0  # the recommended subsets TPE tries first
+    budgets: tuple[Budget, ...] = ()  # a grid at several step budgets (each trial's max_steps)
 
     @property
     def multi_objective(self) -> bool:
@@ -108,16 +120,31 @@ class SearchSpec:
         return seed is not None and not isinstance(seed, Constant)
 
     @property
+    def budget_steps(self) -> tuple[int, ...]:
+        """The step count of each budget (empty without budgets)."""
+        return tuple(b.steps for b in self.budgets)
+
+    @property
     def fingerprint(self) -> str:
         """Hash of the file's content: a resumed search must use the same space."""
         return hashlib.sha256(self.text.encode()).hexdigest()[:16]
 
     @property
     def grid(self) -> list[dict[str, Any]]:
-        """Every configuration of a grid space (one repeat), in file order."""
+        """Every configuration of a grid space (one repeat), in file order; with budgets, each budget's grid in turn
+        (its narrowed parameters, and ``max_steps``)."""
         names = list(self.parameters)
-        axes = [self.parameters[n].grid_values() for n in names]
-        return [dict(zip(names, combo)) for combo in itertools.product(*axes)]
+        if not self.budgets:
+            return [dict(zip(names, combo)) for combo in itertools.product(*self._axes(self.parameters))]
+        grid = []
+        for budget in self.budgets:
+            axes = self._axes({**self.parameters, **budget.narrowed})
+            grid += [{**dict(zip(names, combo)), "max_steps": budget.steps} for combo in itertools.product(*axes)]
+        return grid
+
+    @staticmethod
+    def _axes(parameters: dict[str, Distribution]) -> list[list]:
+        return [p.grid_values() for p in parameters.values()]
 
     @property
     def total_trials(self) -> int:
@@ -126,21 +153,33 @@ class SearchSpec:
 
     def example(self) -> dict[str, Any]:
         """One representative configuration (the first corner of each parameter), for validating settings."""
-        return {name: p.corners()[0] for name, p in self.parameters.items()}
+        steps = {"max_steps": self.budgets[0].steps} if self.budgets else {}
+        return {**{name: p.corners()[0] for name, p in self.parameters.items()}, **steps}
 
     def corner_configs(self) -> list[dict[str, Any]]:
-        """Configurations that touch every choice and both ends of every range."""
+        """Configurations that touch every choice and both ends of every range (and every budget)."""
         base = self.example()
-        return [base] + [{**base, name: v} for name, p in self.parameters.items() for v in p.corners()[1:]]
+        budgets = [{**base, "max_steps": b.steps} for b in self.budgets[1:]]
+        return [base] + [{**base, name: v} for name, p in self.parameters.items() for v in p.corners()[1:]] + budgets
 
-    def with_overrides(self, num_samples: int | None = None) -> SearchSpec:
-        """A copy with the command line's ``--num-samples`` applied (and validated)."""
-        if num_samples is None:
-            return self
-        if num_samples < 1:
-            raise UserError(f"--num-samples must be at least 1, got {num_samples}")
-        spec = SearchSpec(**{**self.__dict__, "num_samples": num_samples})
-        _check_algorithm(spec)
+    def with_overrides(self, num_samples: int | None = None, budgets: Sequence[int] | None = None) -> SearchSpec:
+        """A copy with the command line's ``--num-samples`` and ``--budgets`` applied (and validated).
+
+        ``budgets``: step counts; the i-th replaces the steps of the space's i-th budget and keeps the parameters
+        it narrows, one beyond the space's budgets trains the whole grid (a grid space without budgets gets them).
+        """
+        spec = self
+        if num_samples is not None:
+            if num_samples < 1:
+                raise UserError(f"--num-samples must be at least 1, got {num_samples}")
+            spec = replace(spec, num_samples=num_samples)
+        if budgets is not None:
+            narrowed = [b.narrowed for b in self.budgets]
+            entries = [{"steps": s, **(narrowed[i] if i < len(narrowed) else {})} for i, s in enumerate(budgets)]
+            entries = [{k: v.grid_values() if k != "steps" else v for k, v in e.items()} for e in entries]
+            spec = replace(spec, budgets=parse_budgets(entries, self.parameters, f"{self.path} with --budgets"))
+        if spec is not self:
+            _check_algorithm(spec)
         return spec
 
 
@@ -205,6 +244,7 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
         max_trainable_params=_optional_int(raw.get("max_trainable_params"), where, "max_trainable_params"),
         warm_start=_positive_int(raw.get("warm_start", 0), where, "warm_start", minimum=0),
     )
+    spec = replace(spec, budgets=parse_budgets(raw.get("budgets"), spec.parameters, where))
     _check_algorithm(spec)
     return spec
 
@@ -224,6 +264,48 @@ def _parse_objectives(raw: dict, where: str) -> tuple[tuple[str, str], ...]:
     return tuple((str(m), _one_of(d, MODES, where, "mode")) for m, d in zip(metric, mode))
 
 
+_BUDGETS_FORM = "a list of step counts, or of {steps: N, PARAMETER: [fewer of its choices]}"
+
+
+def parse_budgets(raw: Any, parameters: dict[str, Distribution], where: str) -> tuple[Budget, ...]:
+    """``budgets`` of a space file (``where``): step counts, each with the parameters it narrows; () when absent."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        raise UserError(f"{where}: budgets must be {_BUDGETS_FORM}, e.g. [150, {{steps: 600, lr: [0.1]}}]")
+    if "max_steps" in parameters:
+        raise UserError(f"{where}: budgets set each trial's max_steps; remove max_steps from parameters")
+    budgets = [_parse_budget(entry, parameters, where) for entry in raw]
+    steps = [b.steps for b in budgets]
+    if len(set(steps)) != len(steps):
+        raise UserError(f"{where}: budgets {steps} repeat a step count; give each budget once")
+    return tuple(budgets)
+
+
+def _parse_budget(entry: Any, parameters: dict[str, Distribution], where: str) -> Budget:
+    if not isinstance(entry, dict):
+        return Budget(_positive_int(entry, where, "a budget's steps"))
+    if "steps" not in entry:
+        raise UserError(f"{where}: budget {entry} has no steps; write {_BUDGETS_FORM}")
+    narrowed = {}
+    for name, values in entry.items():
+        if name == "steps":
+            continue
+        if name not in parameters:
+            raise UserError(
+                f'{where}: budget {entry["steps"]} narrows "{name}", which is not a parameter'
+                f"{did_you_mean(str(name), parameters)}; parameters: {', '.join(parameters)}"
+            )
+        narrowed[name] = parse_param(name, {"choice": values}, where)
+        extra = [v for v in narrowed[name].grid_values() if v not in parameters[name].grid_values()]
+        if extra:
+            raise UserError(
+                f'{where}: budget {entry["steps"]} gives "{name}" {extra}, not among its choices '
+                f"{parameters[name].grid_values()}; a budget only narrows a parameter"
+            )
+    return Budget(_positive_int(entry["steps"], where, "a budget's steps"), narrowed)
+
+
 def _check_algorithm(spec: SearchSpec) -> None:
     if spec.multi_objective and spec.algorithm != "optuna":
         raise UserError(f"{spec.path}: several objectives need algorithm: optuna (its multi-objective TPE)")
@@ -234,6 +316,10 @@ def _check_algorithm(spec: SearchSpec) -> None:
         )
     if spec.warm_start and not (spec.algorithm == "optuna" and isinstance(spec.parameters.get("components"), Subsets)):
         raise UserError(f"{spec.path}: warm_start needs algorithm: optuna and components: {{subsets: ...}}")
+    if spec.budgets and (spec.algorithm != "grid" or spec.scheduler.name != "fifo"):
+        raise UserError(
+            f"{spec.path}: budgets need algorithm: grid and scheduler: fifo (every trial trains its budget's steps)"
+        )
     if spec.algorithm == "grid":
         for p in spec.parameters.values():
             if not p.discrete:
@@ -302,4 +388,13 @@ def tune_param_space(spec: SearchSpec) -> dict[str, Any]:
             return p.value
         return tune.grid_search(p.grid_values()) if spec.algorithm == "grid" else p.tune_domain()
 
-    return {name: domain(p) for name, p in spec.parameters.items()}
+    space = {name: domain(p) for name, p in spec.parameters.items()}
+    if spec.budgets:  # the grid itself comes as the search algorithm's points (``grid_points``): one trial each
+        space["max_steps"] = tune.grid_search([b.steps for b in spec.budgets])
+    return space
+
+
+def grid_points(spec: SearchSpec) -> list[dict[str, Any]] | None:
+    """A grid with budgets as explicit configurations (every repeat), for Tune's variant generator to run one
+    trial each (its ``points_to_evaluate``: a union of grids is no product); None for any other space."""
+    return spec.grid * spec.num_samples if spec.budgets and spec.algorithm == "grid" else None

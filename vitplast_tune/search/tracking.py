@@ -28,6 +28,7 @@ from ray.tune import Callback
 
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.predictors import report
+from vitplast_tune.predictors.scores import criteria_summary
 from vitplast_tune.search import distributions, mlflow_view, results
 from vitplast_tune.search.plan import EXPERIMENT, SearchPlan
 from vitplast_tune.search.trial import trial_config, trial_subset
@@ -292,6 +293,8 @@ def open_search_run(mlflow: MlflowClient, plan: SearchPlan, predictors: report.P
     mlflow.log_text(run_id, spec.text, f"space/{spec.path.name}")
     if predictors.gradients is not None:
         mlflow.log_text(run_id, predictors.gradients.to_csv(index=False), "criteria/gradients.csv")
+        summary = criteria_summary(predictors.gradients)
+        mlflow.log_text(run_id, summary.to_csv(index=False), "criteria/gradients_summary.csv")
     if plasticity is not None:
         log_artifacts(mlflow, run_id, plasticity.files.values(), "plasticity")
         mlflow.log_table(run_id, plasticity.ranking, "plasticity/ranking.json")
@@ -340,6 +343,7 @@ def trial_describer(plan: SearchPlan, predictors: report.Predictors):
         cfg = trial_config(config, settings)
         params = {**cfg.to_dict(), "components": subset, **distributions.component_flags(subset)}
         name = f"{subset} lr={cfg.lr:.3g}" + (f" seed={cfg.seed}" if "seed" in config else "")
+        name += f" steps={cfg.max_steps}" if "max_steps" in config else ""
         n_components = sum(distributions.component_flags(subset).values())
         metrics = {**predictors.scores(subset), "n_components": n_components, "log10_lr": math.log10(cfg.lr)}
         tags = {**source, SEARCH_TAG: plan.name, ROLE_TAG: "trial"}

@@ -1,15 +1,26 @@
 """Gradient criteria of which components to finetune, measured at the pretrained weights before any training.
 
-Two predictors per component and per layer, from the gradient of the downstream cross-entropy on a few
+Three predictors per component and per layer, from the gradient of the downstream cross-entropy on a few
 training batches (the new head initialised as in training; every parameter receives a gradient):
 
-    grad_norm  ||g||                 the plain gradient norm
-    rgn        ||g|| / ||theta||     the relative gradient norm of Auto-RGN (Lee et al., ICLR 2023,
-                                     "Surgical Fine-Tuning"), which scores tensors by how much a step
-                                     would move them relative to their size
+    grad_norm        ||g||                  the plain norm of the mean-loss gradient over all the batches
+    grad_norm_ratio  ||g|| / ||theta||      the same over the weight norm, every tensor of the component and
+                                            layer merged into one vector (so a bias or a LayerNorm weighs
+                                            almost nothing beside a weight matrix); not Auto-RGN
+    auto_rgn         mean_t mean_b ||g_t,b|| / ||theta_t||
+                                            Auto-RGN (Lee et al., ICLR 2023, "Surgical Fine-Tuning"): per
+                                            parameter tensor t, the gradient norm of batch b's mean loss over
+                                            the tensor's norm, averaged over the batches; a component's (or a
+                                            layer's) score is the mean over its tensors, each tensor counting once
 
-``g`` is the gradient of the mean loss over the batches. The component -> parameter mapping is
-``components.parameter_component``; nothing here needs Ray or MLflow.
+The order of Auto-RGN's averages follows the authors' code (github.com/anniesch/surgical-finetuning,
+``main.py``, ``get_lr_weights``): for each of the first 5 training batches, ``F.cross_entropy`` (the batch
+mean), ``torch.autograd.grad`` and ``torch.norm(grad) / torch.norm(param)`` per named parameter; then
+``np.array(v).mean(0)`` per parameter over the batches. Their code leaves BatchNorm out (its ResNets'
+``bn`` tensors); a ViT's LayerNorms are components here and keep their tensors. The model is measured in
+eval mode (no dropout, deterministic); the testbed has no dropout, so train mode would give the same.
+
+The component -> parameter mapping is ``components.parameter_component``; nothing here needs Ray or MLflow.
 """
 
 from __future__ import annotations
@@ -26,23 +37,36 @@ from vitplast_tune.components import COMPONENTS, HEAD, parameter_component
 from vitplast_tune.errors import UserError
 
 _EMB_LAYER = -1  # the embedding's row in the per-layer table, as in plasticity tables
+COLUMNS = [
+    "component",
+    "layer",
+    "tensors",
+    "params",
+    "grad_sq",
+    "weight_sq",
+    "grad_norm",
+    "grad_norm_ratio",
+    "auto_rgn",
+]
 
 
 def gradient_table(
     model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *, device: str | torch.device = "cpu"
 ) -> pd.DataFrame:
-    """Per (component, layer): squared norms of the mean-loss gradient and of the weights, grad_norm and rgn.
+    """Per (component, layer): the gradient criteria of the module docstring, and what they are made of.
 
-    Columns component, layer (-1 for emb), grad_sq, weight_sq, params, grad_norm, rgn; the head is left out.
-    The model is restored to its training mode and device; its parameters are not changed.
+    Columns component, layer (-1 for emb), tensors (those with a non-zero norm, which Auto-RGN averages),
+    params, grad_sq and weight_sq (squared norms of the mean-loss gradient and of the weights), grad_norm,
+    grad_norm_ratio, auto_rgn; the head is left out. The model is restored to its training mode, device and
+    ``requires_grad`` flags; its parameters are not changed.
     """
     modes = {m: m.training for m in model.modules()}
     flags = {p: p.requires_grad for p in model.parameters()}
     home = next(model.parameters()).device
     model.to(device).eval()  # no dropout: the gradient at the pretrained weights, deterministic
     try:
-        grads = _mean_gradient(model, batches, torch.device(device))
-        rows = _component_rows(model, grads)
+        mean_grad, ratios = _per_tensor(model, batches, torch.device(device))
+        rows = _component_rows(model, mean_grad, ratios)
     finally:
         model.to(home)
         for module, training in modes.items():
@@ -52,35 +76,48 @@ def gradient_table(
     return _table(rows)
 
 
-def _mean_gradient(model: nn.Module, batches, device: torch.device) -> dict[str, torch.Tensor]:
-    """The gradient of the mean cross-entropy over all batches (each batch weighted by its size), by name."""
+def _per_tensor(model: nn.Module, batches, device: torch.device) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """By parameter name: the gradient of the mean loss over every image (each batch weighted by its size), and
+    Auto-RGN's ratio ||g_t,b|| / ||theta_t|| of each batch's mean loss, averaged over the batches (NaN for a
+    tensor whose norm is 0)."""
     params = dict(model.named_parameters())
     for p in params.values():
         p.requires_grad_(True)
     sums = {name: torch.zeros_like(p, dtype=torch.float64) for name, p in params.items()}
-    count = 0
+    norms = {name: float(p.detach().double().norm()) for name, p in params.items()}
+    ratio_sums = dict.fromkeys(params, 0.0)
+    count, n_batches = 0, 0
     for images, labels in batches:
         images, labels = images.to(device), labels.to(device)
-        loss = F.cross_entropy(model(images).float(), labels, reduction="sum")
-        for name, grad in zip(params, torch.autograd.grad(loss, list(params.values()), allow_unused=True)):
-            if grad is not None:
-                sums[name] += grad.double()
-        count += len(labels)
+        logits = model(images)
+        loss = F.cross_entropy(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits, labels)
+        grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+        for name, grad in zip(params, grads):
+            grad = torch.zeros_like(sums[name]) if grad is None else grad.double()
+            sums[name] += grad * len(labels)
+            ratio_sums[name] += float(grad.norm()) / norms[name] if norms[name] > 0 else float("nan")
+        count, n_batches = count + len(labels), n_batches + 1
     if count == 0:
         raise UserError("gradient criteria need at least one batch of training images")
-    return {name: total / count for name, total in sums.items()}
+    return {name: total / count for name, total in sums.items()}, {n: s / n_batches for n, s in ratio_sums.items()}
 
 
-def _component_rows(model: nn.Module, grads: dict[str, torch.Tensor]) -> dict[tuple[str, int], list[float]]:
+def _component_rows(
+    model: nn.Module, grads: dict[str, torch.Tensor], ratios: dict[str, float]
+) -> dict[tuple[str, int], list[float]]:
+    """Per (component, layer): [tensors, params, grad_sq, weight_sq, sum of the tensors' Auto-RGN ratios]."""
     rows: dict[tuple[str, int], list[float]] = {}
     for name, p in model.named_parameters():
         component, block = parameter_component(name)
         if component == HEAD:
             continue
-        row = rows.setdefault((component, _EMB_LAYER if block is None else block), [0.0, 0.0, 0])
-        row[0] += float(grads[name].pow(2).sum())
-        row[1] += float(p.detach().double().pow(2).sum())
-        row[2] += p.numel()
+        row = rows.setdefault((component, _EMB_LAYER if block is None else block), [0, 0, 0.0, 0.0, 0.0])
+        if np.isfinite(ratios[name]):
+            row[0] += 1
+            row[4] += ratios[name]
+        row[1] += p.numel()
+        row[2] += float(grads[name].pow(2).sum())
+        row[3] += float(p.detach().double().pow(2).sum())
     return rows
 
 
@@ -88,8 +125,9 @@ def _table(rows: dict[tuple[str, int], list[float]]) -> pd.DataFrame:
     order = sorted(rows, key=lambda key: (key[1] >= 0, key[1], COMPONENTS.index(key[0])))
     table = pd.DataFrame(
         [(c, layer, *rows[c, layer]) for c, layer in order],
-        columns=["component", "layer", "grad_sq", "weight_sq", "params"],
+        columns=["component", "layer", "tensors", "params", "grad_sq", "weight_sq", "rgn_sum"],
     )
     table["grad_norm"] = np.sqrt(table["grad_sq"])
-    table["rgn"] = table["grad_norm"] / np.sqrt(table["weight_sq"]).replace(0.0, np.nan)
-    return table
+    table["grad_norm_ratio"] = table["grad_norm"] / np.sqrt(table["weight_sq"]).replace(0.0, np.nan)
+    table["auto_rgn"] = table["rgn_sum"] / table["tensors"].replace(0, np.nan)
+    return table[COLUMNS]

@@ -9,12 +9,16 @@ import time
 from typing import Any
 
 import pandas as pd
+import torch
+from torch.utils.data import Dataset, Subset
 
 from vitplast_tune import components
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.data import datasets
 from vitplast_tune.data.batches import eval_batches, train_batches
 from vitplast_tune.data.decoded import InMemory
+from vitplast_tune.data.splits import SmallImages
+from vitplast_tune.errors import UserError
 from vitplast_tune.vit import gradients, models
 from vitplast_tune.vit.plasticity import compute_plasticity
 from vitplast_tune.vit.training import build_run
@@ -75,16 +79,49 @@ def task_context() -> dict[str, Any]:
         return {"node_id": context.get_node_id()}
 
 
-def measure_gradients(
-    cfg: FinetuneConfig, *, num_batches: int = 4, decoded: InMemory | None = None, device=None
-) -> pd.DataFrame:
-    """The gradient criteria (``gradients.gradient_table``) of a run's pretrained model on its first training batches.
+HEAD_SEEDS = 5  # head initialisations the gradient criteria are measured over (their mean and spread)
+NUM_BATCHES = 5  # training batches per head, as Auto-RGN's authors' code takes (itertools.islice(loader, 5))
 
-    ``cfg`` is a ``FinetuneConfig`` (model, weights, dataset, batch size, seed); the new head is
-    initialised with ``cfg.seed`` as a trial's would be. ``decoded`` is the dataset already decoded.
+
+def measure_gradients(
+    cfg: FinetuneConfig,
+    *,
+    num_batches: int = NUM_BATCHES,
+    head_seeds: int = HEAD_SEEDS,
+    decoded: InMemory | None = None,
+    device=None,
+) -> pd.DataFrame:
+    """The gradient criteria (``gradients.gradient_table``) of a run's pretrained model, for each of ``head_seeds``
+    head initialisations (``head_seed`` column: cfg.seed, cfg.seed + 1, ...) on the same training batches.
+
+    The batches are the first ``num_batches`` of the run's shuffled training stream (``cfg.seed``) seen through
+    the evaluation transform: the training images without augmentation, so that the criteria do not depend on
+    random crops. Each head is initialised as a trial with that seed would initialise it (the whole model built
+    after ``torch.manual_seed``). ``decoded`` is the dataset already decoded.
     """
     model, splits = build_run(cfg, decoded)
-    stream = train_batches(splits.train, cfg.batch_size, seed=cfg.seed)
-    table = gradients.gradient_table(model, [next(stream) for _ in range(num_batches)], device=device or "cpu")
-    table.attrs.update(model=cfg.model, dataset=cfg.dataset, num_batches=num_batches, batch_size=cfg.batch_size)
+    stream = train_batches(unaugmented(splits.train, splits.val), cfg.batch_size, seed=cfg.seed)
+    batches = [next(stream) for _ in range(num_batches)]
+    num_classes = splits.num_classes
+    tables = []
+    for head_seed in range(cfg.seed, cfg.seed + head_seeds):
+        if head_seed != cfg.seed:
+            torch.manual_seed(head_seed)
+            model = models.create_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
+        table = gradients.gradient_table(model, batches, device=device or "cpu")
+        tables.append(table.assign(head_seed=head_seed))
+    table = pd.concat(tables, ignore_index=True)
+    table.attrs.update(
+        model=cfg.model, dataset=cfg.dataset, num_batches=num_batches, batch_size=cfg.batch_size, head_seeds=head_seeds
+    )
     return table
+
+
+def unaugmented(train: Dataset, val: Dataset) -> Dataset:
+    """The training images with the evaluation transform: an in-memory part re-made with ``train=False``, a file
+    dataset's ``Subset`` re-pointed at the validation split's dataset (the same files, the evaluation transform)."""
+    if isinstance(train, SmallImages):
+        return SmallImages(train.images, train.labels, train.indices, train.data_config, False)
+    if isinstance(train, Subset) and isinstance(val, Subset) and len(val.dataset) == len(train.dataset):
+        return Subset(val.dataset, train.indices)
+    raise UserError(f"cannot see the training images of a {type(train).__name__} without augmentation")
