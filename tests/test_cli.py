@@ -112,6 +112,7 @@ def test_help_documents_every_flag():
         "--name",
         "--storage",
         "--tracking-uri",
+        "--experiment",
         "--address",
         "--cpus-per-trial",
         "--gpus-per-trial",
@@ -123,3 +124,33 @@ def test_help_documents_every_flag():
     ):
         assert flag in proc.stdout
     assert "(default: None)" not in proc.stdout
+
+
+def vitplast_ui(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "vitplast_tune", "ui", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_ui_of_a_search_that_does_not_exist_is_one_line(tmp_path):
+    proc = vitplast_ui("never-ran", "--storage", str(tmp_path / "results"))
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f'error: no search "never-ran" recorded in {tmp_path / "results"}; check its name and --storage'
+    ]
+
+
+def test_the_ui_on_a_port_in_use_says_which_flag_to_change(tmp_path):
+    import socket
+
+    record = {"name": "s", "space_path": "x", "fingerprint": "f", "parent_run_id": "p", "settings": {}}
+    (tmp_path / "results" / "s").mkdir(parents=True)
+    record["tracking_uri"] = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+    (tmp_path / "results" / "s" / "vitplast_search.json").write_text(json.dumps(record))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = vitplast_ui("s", "--storage", str(tmp_path / "results"), "--port", str(port))
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"error: port {port} on 127.0.0.1 is in use (another MLflow UI?); pass --port N"
+    ]

@@ -62,6 +62,7 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
         mlflow = tracking.client(plan.tracking_uri)
         parent = tracking.open_search_run(mlflow, plan, predictors)
         view = tracking.publish_view(mlflow, plan, parent, predictors.plasticity is not None)
+        _say(plan, f"MLflow view (fills in as trials report; vitplast-ui {plan.name} serves it): {view.link}")
         write_record(plan, parent)
         with searchers.pending_limit(plan, grows):
             grid = _tune(plan, callbacks, parent, predictors)
@@ -172,7 +173,8 @@ def compare_datasets(names: Sequence[str], storage: str | None = None, out_dir: 
 
 def _record_results(result: SearchResult, mlflow, grid) -> None:
     """Each trial's run id and final metrics on its run; the trial table as CSV in the search's directory, the
-    headline metrics and the best trial's trained weights on the parent run."""
+    headline metrics on the parent run; the best trial's weights on its run and the parent's, its model on the
+    parent's (``tracking.log_best_trial``)."""
     trials = result.trials
     if not trials.empty:
         trials["run_id"] = trials["trial_id"].map(tracking.trial_runs(mlflow, result.parent_run_id))
@@ -182,9 +184,11 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
     if path is not None:
         tracking.log_results(mlflow, result.parent_run_id, path, best, len(trials))
     tracking.log_pareto(mlflow, result.parent_run_id, results.write_pareto(result))
-    checkpoint = results.checkpoint(grid, best.iloc[0]["trial_id"]) if not best.empty else None
-    if checkpoint is not None:
-        tracking.log_best_weights(mlflow, result.parent_run_id, checkpoint, best.iloc[0].to_dict())
+    found = results.trial_result(grid, best.iloc[0]["trial_id"]) if not best.empty else None
+    if found is not None and found.checkpoint is not None:
+        row = best.iloc[0].to_dict()
+        result.best_model_uri = tracking.log_best_trial(mlflow, result.plan, result.parent_run_id, found, row)
+        result.best_run_id = row.get("run_id") if isinstance(row.get("run_id"), str) else None
 
 
 def _check_cluster(plan: SearchPlan) -> bool:

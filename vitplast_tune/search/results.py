@@ -17,8 +17,8 @@ import pandas as pd
 from vitplast_tune.analysis.analyze import SearchAnalysis
 from vitplast_tune.predictors import report
 from vitplast_tune.search import distributions
-from vitplast_tune.search.mlflow_view import View
-from vitplast_tune.search.plan import EXPERIMENT, SearchPlan
+from vitplast_tune.search.mlflow_view import View, run_link, ui_base_url
+from vitplast_tune.search.plan import SearchPlan
 from vitplast_tune.search.trial import trial_subset
 
 
@@ -32,6 +32,8 @@ class SearchResult:
     elapsed_s: float
     analysis: SearchAnalysis | None = None
     view: View | None = None  # the search's MLflow UI view and its link
+    best_model_uri: str | None = None  # runs:/<parent>/best_model: the best trial's model (mlflow.pytorch.load_model)
+    best_run_id: str | None = None  # the best trial's MLflow run (tagged vitplast.best)
 
 
 def trial_table(grid, plan: SearchPlan, predictors: report.Predictors | None = None) -> pd.DataFrame:
@@ -97,11 +99,11 @@ def read_trials(directory: Path) -> pd.DataFrame:
     return pd.read_csv(path, dtype={"trial_id": str, "run_id": str})
 
 
-def checkpoint(grid, trial_id: str):
-    """The last checkpoint of trial ``trial_id`` in a result grid (None when it has none)."""
+def trial_result(grid, trial_id: str):
+    """The result of trial ``trial_id`` in a result grid (its config, metrics and last checkpoint), or None."""
     for result in grid:
         if (result.metrics or {}).get("trial_id") == trial_id:
-            return result.checkpoint
+            return result
     return None
 
 
@@ -208,15 +210,45 @@ def summary(result: SearchResult, k: int = 10) -> str:
     lines += ["", f"Results (Ray Tune): {plan.storage}/{plan.name}"]
     if plan.local_dir is not None:
         lines.append(f"Trial table:        {plan.local_dir / 'trials.csv'}")
-    if not plan.tracking_uri.startswith(("http://", "https://")):
-        lines.append(
-            f"MLflow runs:        mlflow ui --backend-store-uri {plan.tracking_uri} --host 127.0.0.1   (experiment '{EXPERIMENT}', parent run '{plan.name}')"
-        )
+    lines.append(
+        f"MLflow runs:        {plan.tracking_uri}   (experiment '{plan.experiment}', parent run '{plan.name}')"
+    )
+    if plan.local_dir is None and not plan.tracking_uri.startswith(("http://", "https://")):
+        lines.append(f"MLflow UI:          mlflow ui --backend-store-uri {plan.tracking_uri} --host 127.0.0.1")
+    elif plan.local_dir is not None and not plan.tracking_uri.startswith(("http://", "https://")):
+        lines.append(f"MLflow UI:          vitplast-ui {plan.name}{_storage_flag(plan)}   (serves the view below)")
     if result.view is not None:
         lines.append(f"MLflow view:        {result.view.link}")
         if result.view.note:
             lines.append(f"                    ({result.view.note})")
+    lines += _best_lines(result)
     return "\n".join(lines)
+
+
+def _storage_flag(plan: SearchPlan) -> str:
+    """`` --storage DIR`` when the search is not in the default storage, else nothing."""
+    from vitplast_tune.storage import default_storage
+
+    return "" if Path(plan.storage) == default_storage().resolve() else f" --storage {plan.storage}"
+
+
+def _best_lines(result: SearchResult) -> list[str]:
+    """Where the best trial's run and model are, and the lines that load the model."""
+    plan, lines = result.plan, []
+    if result.best_run_id and result.view is not None:
+        link = run_link(ui_base_url(plan.tracking_uri), result.view.experiment_id, result.best_run_id)
+        lines.append(f"Best trial's run:   {link}")
+    if result.best_model_uri:
+        lines += [
+            f'Best model:         mlflow.pytorch.load_model("{result.best_model_uri}")',
+            f'                    vitplast_tune.load_best_model("{plan.name}"{_storage_arg(plan)})',
+        ]
+    return lines
+
+
+def _storage_arg(plan: SearchPlan) -> str:
+    flag = _storage_flag(plan)
+    return f', storage="{plan.storage}"' if flag else ""
 
 
 def _top_table(top: pd.DataFrame) -> pd.DataFrame:
