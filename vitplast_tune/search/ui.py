@@ -5,6 +5,7 @@ its tracking store (bound to 127.0.0.1, artifacts served from beside the store),
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -19,15 +20,14 @@ from vitplast_tune.search.tracking import ARTIFACTS_DIR, BEST_RUN_TAG, client
 from vitplast_tune.storage import read_record, search_dir
 
 HOST = "127.0.0.1"
-READY_TIMEOUT_S = 180.0
+READY_TIMEOUT_S = 300.0  # mlflow ui takes a minute or more to start on a busy machine
 
 
-def links(name: str, storage: str | None, base_url: str | None = None) -> tuple[str, list[str]]:
-    """The search's tracking URI, and the links a person opens: its view, then its best trial's run when known
-    (``base_url``: the UI's address; default the tracking server's, or what ``mlflow ui`` serves)."""
-    record = read_record(search_dir(name, storage), purpose="recorded")
+def links(name: str, record: dict, base_url: str | None = None) -> list[str]:
+    """The links a person opens for search ``name`` (its ``record``): its view, then its best trial's run when known.
+    ``base_url``: the UI serving the search's store (asked through it), default its tracking server."""
     uri = record["tracking_uri"]
-    mlflow = client(uri)
+    mlflow = client(base_url or uri)
     try:
         parent = mlflow.get_run(record["parent_run_id"])
     except Exception as exc:  # the store moved, or the server is not running
@@ -39,18 +39,19 @@ def links(name: str, storage: str | None, base_url: str | None = None) -> tuple[
     found = [mlflow_view.view_link(mlflow, experiment, name, base)]
     if best := parent.data.tags.get(BEST_RUN_TAG):
         found.append(mlflow_view.run_link(base, experiment, best))
-    return uri, found
+    return found
 
 
 def serve(name: str, storage: str | None = None, port: int = 5000, open_browser: bool = False) -> int:
     """Start the MLflow UI on search ``name``'s store (unless it records to a server), print its links (open the view
-    with ``open_browser``), and keep the UI running until Ctrl-C."""
-    record_uri = read_record(search_dir(name, storage), purpose="recorded")["tracking_uri"]
-    server = None
-    if not record_uri.startswith(("http://", "https://")):
-        server = start_ui(record_uri, port)
+    with ``open_browser``), and keep the UI running until Ctrl-C (or SIGTERM)."""
+    record = read_record(search_dir(name, storage), purpose="recorded")
+    record_uri, server = record["tracking_uri"], None
+    previous = signal.signal(signal.SIGTERM, _exit)  # a terminated command stops its UI too
     try:
-        _, found = links(name, storage, None if server is None else f"http://{HOST}:{port}")
+        if not record_uri.startswith(("http://", "https://")):
+            server = start_ui(record_uri, port)
+        found = links(name, record, None if server is None else f"http://{HOST}:{port}")
         print(f"MLflow view:      {found[0]}", flush=True)
         if len(found) > 1:
             print(f"Best trial's run: {found[1]}", flush=True)
@@ -62,9 +63,14 @@ def serve(name: str, storage: str | None = None, port: int = 5000, open_browser:
     except KeyboardInterrupt:
         pass
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if server is not None:
             stop(server)
     return 0
+
+
+def _exit(signum, frame) -> None:
+    raise SystemExit(0)
 
 
 def start_ui(tracking_uri: str, port: int) -> subprocess.Popen:
@@ -79,18 +85,26 @@ def start_ui(tracking_uri: str, port: int) -> subprocess.Popen:
         database = Path(tracking_uri.split(":///", 1)[1].split("?")[0]).expanduser().resolve()
         cmd += ["--artifacts-destination", str(database.parent / ARTIFACTS_DIR)]
     server = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    try:
+        _wait_ready(server, f"http://{HOST}:{port}/health")
+    except BaseException:  # not ready, Ctrl-C or SIGTERM: stopped here, as nobody else holds it yet
+        stop(server)
+        raise
+    return server
+
+
+def _wait_ready(server: subprocess.Popen, health: str) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise UserError(f"the MLflow UI exited (code {server.returncode}); see its messages above")
         try:
-            with urllib.request.urlopen(f"http://{HOST}:{port}/health", timeout=2) as answer:
+            with urllib.request.urlopen(health, timeout=2) as answer:
                 if answer.status == 200:
-                    return server
+                    return
         except OSError:
             time.sleep(0.5)
-    stop(server)
-    raise UserError(f"the MLflow UI did not answer on {HOST}:{port} within {READY_TIMEOUT_S:.0f} s")
+    raise UserError(f"the MLflow UI did not answer at {health} within {READY_TIMEOUT_S:.0f} s")
 
 
 def stop(server: subprocess.Popen) -> None:
