@@ -65,3 +65,19 @@ def test_the_view_link_found_again_is_the_saved_view_or_else_the_filtered_trials
     assert "viewStateShareKey" not in plain and plain["searchFilter"] == [mlflow_view.search_filter("s")]
     saved = mlflow_view.publish(client, experiment, "s", True, base)
     assert mlflow_view.view_link(client, experiment, "s", base) == saved.link and saved.experiment_id == experiment
+
+
+def test_the_ui_command_names_the_search_and_its_storage_unless_a_server_records_it(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from vitplast_tune.search import results
+
+    monkeypatch.setenv("VITPLAST_RESULTS_DIR", str(tmp_path / "default"))
+    plan = lambda uri, storage: SimpleNamespace(
+        name="s", tracking_uri=uri, storage=str(storage), local_dir=None if "://" in str(storage) else storage / "s"
+    )
+    sqlite = f"sqlite:///{tmp_path / 'm.db'}"
+    assert results.ui_command(plan(sqlite, tmp_path / "default")) == "vitplast-ui s"
+    assert results.ui_command(plan(sqlite, tmp_path / "other")) == f"vitplast-ui s --storage {tmp_path / 'other'}"
+    assert results.ui_command(plan(sqlite, "s3://b/r")) == f"mlflow ui --backend-store-uri {sqlite} --host 127.0.0.1"
+    assert results.ui_command(plan("http://127.0.0.1:5000", tmp_path / "default")) is None

@@ -25,7 +25,7 @@ from vitplast_tune.predictors.report import Predictors, gradient_report, search_
 from vitplast_tune.recommend import ranking, verify
 from vitplast_tune.recommend.ranking import Recommendation
 from vitplast_tune.search import results, searchers, spaces, tracking
-from vitplast_tune.search.plan import SearchOptions, SearchPlan, prepare, write_record
+from vitplast_tune.search.plan import EXPERIMENT, SearchOptions, SearchPlan, prepare, write_record
 from vitplast_tune.search.results import SearchResult
 from vitplast_tune.search.trial import train_trial
 from vitplast_tune.storage import default_storage, read_record
@@ -62,7 +62,8 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
         mlflow = tracking.client(plan.tracking_uri)
         parent = tracking.open_search_run(mlflow, plan, predictors)
         view = tracking.publish_view(mlflow, plan, parent, predictors.plasticity is not None)
-        _say(plan, f"MLflow view (fills in as trials report; vitplast-ui {plan.name} serves it): {view.link}")
+        serves = f"; {command} serves it" if (command := results.ui_command(plan)) else ""
+        _say(plan, f"MLflow view (fills in as trials report{serves}): {view.link}")
         write_record(plan, parent)
         with searchers.pending_limit(plan, grows):
             grid = _tune(plan, callbacks, parent, predictors)
@@ -156,6 +157,7 @@ def reanalyze(
         str(directory.parent),
         tracking_uri or record["tracking_uri"],
         FinetuneConfig.from_dict(record["settings"]),
+        experiment=record.get("experiment", EXPERIMENT),
     )
     result = SearchResult(plan, trials, record["parent_run_id"], 0.0)
     analyze(result, tracking.client(plan.tracking_uri))

@@ -20,6 +20,7 @@ from vitplast_tune.search import distributions
 from vitplast_tune.search.mlflow_view import View, run_link, ui_base_url
 from vitplast_tune.search.plan import SearchPlan
 from vitplast_tune.search.trial import trial_subset
+from vitplast_tune.storage import default_storage
 
 
 @dataclass
@@ -210,45 +211,44 @@ def summary(result: SearchResult, k: int = 10) -> str:
     lines += ["", f"Results (Ray Tune): {plan.storage}/{plan.name}"]
     if plan.local_dir is not None:
         lines.append(f"Trial table:        {plan.local_dir / 'trials.csv'}")
-    lines.append(
-        f"MLflow runs:        {plan.tracking_uri}   (experiment '{plan.experiment}', parent run '{plan.name}')"
-    )
-    if plan.local_dir is None and not plan.tracking_uri.startswith(("http://", "https://")):
-        lines.append(f"MLflow UI:          mlflow ui --backend-store-uri {plan.tracking_uri} --host 127.0.0.1")
-    elif plan.local_dir is not None and not plan.tracking_uri.startswith(("http://", "https://")):
-        lines.append(f"MLflow UI:          vitplast-ui {plan.name}{_storage_flag(plan)}   (serves the view below)")
+    return "\n".join(lines + _mlflow_lines(result))
+
+
+def _mlflow_lines(result: SearchResult) -> list[str]:
+    """Where the runs are, the command that opens them in the MLflow UI, the view's link, the best trial's run and the
+    lines that load the best model."""
+    plan = result.plan
+    lines = [f"MLflow runs:        {plan.tracking_uri}   (experiment '{plan.experiment}', parent run '{plan.name}')"]
+    if command := ui_command(plan):
+        lines.append(f"MLflow UI:          {command}" + ("   (serves the view below)" if plan.local_dir else ""))
     if result.view is not None:
         lines.append(f"MLflow view:        {result.view.link}")
         if result.view.note:
             lines.append(f"                    ({result.view.note})")
-    lines += _best_lines(result)
-    return "\n".join(lines)
-
-
-def _storage_flag(plan: SearchPlan) -> str:
-    """`` --storage DIR`` when the search is not in the default storage, else nothing."""
-    from vitplast_tune.storage import default_storage
-
-    return "" if Path(plan.storage) == default_storage().resolve() else f" --storage {plan.storage}"
-
-
-def _best_lines(result: SearchResult) -> list[str]:
-    """Where the best trial's run and model are, and the lines that load the model."""
-    plan, lines = result.plan, []
     if result.best_run_id and result.view is not None:
         link = run_link(ui_base_url(plan.tracking_uri), result.view.experiment_id, result.best_run_id)
         lines.append(f"Best trial's run:   {link}")
     if result.best_model_uri:
+        storage = "" if _in_default_storage(plan) else f', storage="{plan.storage}"'
         lines += [
             f'Best model:         mlflow.pytorch.load_model("{result.best_model_uri}")',
-            f'                    vitplast_tune.load_best_model("{plan.name}"{_storage_arg(plan)})',
+            f'                    vitplast_tune.load_best_model("{plan.name}"{storage})',
         ]
     return lines
 
 
-def _storage_arg(plan: SearchPlan) -> str:
-    flag = _storage_flag(plan)
-    return f', storage="{plan.storage}"' if flag else ""
+def ui_command(plan: SearchPlan) -> str | None:
+    """The command that starts the MLflow UI on the search's store (None when it records to a server):
+    ``vitplast-ui NAME``, or ``mlflow ui`` when the search keeps no record (remote storage)."""
+    if plan.tracking_uri.startswith(("http://", "https://")):
+        return None
+    if plan.local_dir is None:
+        return f"mlflow ui --backend-store-uri {plan.tracking_uri} --host 127.0.0.1"
+    return f"vitplast-ui {plan.name}" + ("" if _in_default_storage(plan) else f" --storage {plan.storage}")
+
+
+def _in_default_storage(plan: SearchPlan) -> bool:
+    return plan.local_dir is not None and Path(plan.storage) == default_storage().resolve()
 
 
 def _top_table(top: pd.DataFrame) -> pd.DataFrame:
