@@ -74,3 +74,13 @@ def _frame(row):
     import pandas as pd
 
     return pd.DataFrame([vars(row)])
+
+
+def test_a_best_model_this_machine_cannot_build_is_a_note_not_a_failed_search(tmp_path):
+    """E.g. a driver without the hub weights the trials' nodes had: the search's results stand, the note says why."""
+    from vitplast_tune.config import FinetuneConfig
+
+    cfg = FinetuneConfig(model="vit_testbed_patch8_32", weights=str(tmp_path / "elsewhere.safetensors"))
+    uri, note = tracking.log_best_model(SimpleNamespace(tracking_uri="unused"), "parent", cfg, {})
+    assert uri is None and note.startswith("the best model is not logged as an MLflow model: it could not be built")
+    assert "elsewhere.safetensors" in note

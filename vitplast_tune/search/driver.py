@@ -189,8 +189,10 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
     found = results.trial_result(grid, best.iloc[0]["trial_id"]) if not best.empty else None
     if found is not None and found.checkpoint is not None:
         row = best.iloc[0].to_dict()
-        result.best_model_uri = tracking.log_best_trial(mlflow, result.plan, result.parent_run_id, found, row)
+        result.best_model_uri, note = tracking.log_best_trial(mlflow, result.plan, result.parent_run_id, found, row)
         result.best_run_id = row.get("run_id") if isinstance(row.get("run_id"), str) else None
+        if note:
+            _say(result.plan, f"note: {note}")
 
 
 def _check_cluster(plan: SearchPlan) -> bool:

@@ -228,13 +228,11 @@ def _mlflow_lines(result: SearchResult) -> list[str]:
     if result.best_run_id and result.view is not None:
         link = run_link(ui_base_url(plan.tracking_uri), result.view.experiment_id, result.best_run_id)
         lines.append(f"Best trial's run:   {link}")
-    if result.best_model_uri:
+    loaders = [f'mlflow.pytorch.load_model("{result.best_model_uri}")'] if result.best_model_uri else []
+    if result.best_run_id and plan.local_dir is not None:  # the record that load_best_model finds it by
         storage = "" if _in_default_storage(plan) else f', storage="{plan.storage}"'
-        lines += [
-            f'Best model:         mlflow.pytorch.load_model("{result.best_model_uri}")',
-            f'                    vitplast_tune.load_best_model("{plan.name}"{storage})',
-        ]
-    return lines
+        loaders.append(f'vitplast_tune.load_best_model("{plan.name}"{storage})')
+    return lines + [f"{'Best model:' if i == 0 else '':<20}{loader}" for i, loader in enumerate(loaders)]
 
 
 def ui_command(plan: SearchPlan) -> str | None:

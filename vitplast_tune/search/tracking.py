@@ -429,8 +429,11 @@ def log_trial_finals(mlflow: MlflowClient, trials: pd.DataFrame) -> None:
             log_metrics(mlflow, run_id, {k: getattr(row, k, None) for k in FINAL_METRICS}, int(_number(row.step, 0)))
 
 
-def log_best_trial(mlflow: MlflowClient, plan: SearchPlan, parent_run_id: str, result, row: dict[str, Any]) -> str:
-    """The best trial of a finished search on MLflow; return its model's URI (``runs:/<parent>/best_model``).
+def log_best_trial(
+    mlflow: MlflowClient, plan: SearchPlan, parent_run_id: str, result, row: dict[str, Any]
+) -> tuple[str | None, str]:
+    """The best trial of a finished search on MLflow; return its model's URI (``runs:/<parent>/best_model``, None
+    when the model could not be rebuilt here) and a note saying why not.
 
     ``result`` is its Tune result (config, last checkpoint), ``row`` its row of the trial table. Its best-validation
     weights (the trainable tensors, safetensors) and settings (``trial.json``) go to the parent run (``best_trial/``)
@@ -441,7 +444,6 @@ def log_best_trial(mlflow: MlflowClient, plan: SearchPlan, parent_run_id: str, r
     from safetensors.torch import save_file
 
     from vitplast_tune.search.trial import STATE_FILE
-    from vitplast_tune.vit import best_model
 
     cfg = trial_config(result.config or {}, plan.settings)
     run_id = row.get("run_id") if isinstance(row.get("run_id"), str) else None
@@ -458,9 +460,23 @@ def log_best_trial(mlflow: MlflowClient, plan: SearchPlan, parent_run_id: str, r
             log_artifacts(mlflow, run_id, files, WEIGHTS_DIR)
             mlflow.set_tag(run_id, BEST_TAG, "true")
             mlflow.set_tag(parent_run_id, BEST_RUN_TAG, run_id)
+        return log_best_model(plan, parent_run_id, cfg, weights)
+
+
+def log_best_model(plan: SearchPlan, parent_run_id: str, cfg: FinetuneConfig, weights: dict) -> tuple[str | None, str]:
+    """The model of ``cfg`` with the trained tensors ``weights`` as the parent run's MLflow model; its URI and "", or
+    None and why not when this machine cannot build it (e.g. a driver without the hub weights the trials' nodes had):
+    the search's results stand, and the tensors on the parent run rebuild it where the weights are."""
+    from vitplast_tune.errors import UserError
+    from vitplast_tune.vit import best_model
+
+    try:
         model = best_model.rebuild(cfg, weights)
-        del state, best, weights
-    return best_model.log_model(model, cfg, plan.tracking_uri, parent_run_id)
+    except (UserError, OSError, RuntimeError) as exc:
+        reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        note = f"the best model is not logged as an MLflow model: it could not be built on this machine ({reason})"
+        return None, note
+    return best_model.log_model(model, cfg, plan.tracking_uri, parent_run_id), ""
 
 
 def child_runs(mlflow: MlflowClient, parent_run_id: str) -> list:
