@@ -2,9 +2,11 @@
 local Ray instance with 2 CPUs.
 
 Every test runs with its own cache directory (``VITPLAST_CACHE_DIR``), results directory (``VITPLAST_RESULTS_DIR``),
-working directory (so MLflow's default ``./mlruns`` lands there) and Ray temp dir (``RAY_TMPDIR``, for the Ray
-instances its subprocesses start), and with no ``RAY_ADDRESS``: nothing it writes or starts is seen by another
-test, and nothing already on the machine (a warm cache, a running cluster) changes what it measures. Fixtures of
+working directory (where MLflow's defaults would land, which tests check stays empty) and Ray temp dir
+(``RAY_TMPDIR``, for the Ray instances its subprocesses start), and with no ``RAY_ADDRESS`` and none of MLflow's
+``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_NAME`` and ``MLFLOW_EXPERIMENT_ID``: nothing it writes or starts is seen
+by another test, and nothing already on the machine (a warm cache, a running cluster, a user's MLflow server) changes
+what it measures. Fixtures of
 a wider scope (a module's search) get the session's own directories.
 """
 
@@ -34,6 +36,9 @@ def tiny_space(tmp_path):
     return write
 
 
+INHERITED = ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID")  # never inherited
+
+
 def _short_dir(prefix: str) -> str:
     """A short directory under /tmp: Ray's socket paths must stay under 108 bytes."""
     return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
@@ -44,11 +49,12 @@ def _session_isolation(tmp_path_factory):
     """The session's own cache, results and Ray temp directories, for fixtures wider than one test."""
     root = tmp_path_factory.mktemp("session")
     ray_tmp = _short_dir("vts")
-    saved = {k: os.environ.get(k) for k in ("VITPLAST_CACHE_DIR", "VITPLAST_RESULTS_DIR", "RAY_TMPDIR", "RAY_ADDRESS")}
+    saved = {k: os.environ.get(k) for k in ("VITPLAST_CACHE_DIR", "VITPLAST_RESULTS_DIR", "RAY_TMPDIR", *INHERITED)}
     os.environ.update(
         VITPLAST_CACHE_DIR=str(root / "cache"), VITPLAST_RESULTS_DIR=str(root / "results"), RAY_TMPDIR=ray_tmp
     )
-    os.environ.pop("RAY_ADDRESS", None)
+    for key in INHERITED:
+        os.environ.pop(key, None)
     yield
     for key, value in saved.items():
         if value is None:
@@ -65,6 +71,8 @@ def _isolation(tmp_path, monkeypatch):
     monkeypatch.setenv("VITPLAST_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("VITPLAST_RESULTS_DIR", str(tmp_path / "results"))
     monkeypatch.setenv("RAY_TMPDIR", ray_tmp)
+    for key in INHERITED:
+        monkeypatch.delenv(key, raising=False)
     monkeypatch.chdir(tmp_path)
     yield
     shutil.rmtree(ray_tmp, ignore_errors=True)

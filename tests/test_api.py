@@ -20,11 +20,12 @@ def test_public_names_resolve_to_the_documented_objects():
     import vitplast_tune as vt
     from vitplast_tune import errors
     from vitplast_tune.search import driver, plan, spaces
-    from vitplast_tune.vit import models, training
+    from vitplast_tune.vit import best_model, models, training
 
     assert vt.run_search is driver.run and vt.SearchOptions is plan.SearchOptions
     assert vt.load_space is spaces.load_space and vt.finetune is training.finetune
     assert vt.create_model is models.create_model and vt.UserError is errors.UserError
+    assert vt.load_best_model is best_model.load_best_model
     assert set(vt.__all__) <= set(dir(vt))
     spec = vt.load_space("component_subsets")
     assert spec.algorithm == "optuna"

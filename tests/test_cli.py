@@ -68,7 +68,7 @@ SEARCH = [
     (["--storage", "/proc/vitplast"], GOOD, "not writable"),
     (["--storage", "{tmp}/a-file"], GOOD, "--storage {tmp}/a-file is a file"),
     (["--storage", "{tmp}/a-file/under"], GOOD, "lies under {tmp}/a-file, which is a file"),
-    (["--resume", "--name", "never-ran"], GOOD, 'no search "never-ran" in'),
+    (["--resume", "--name", "never-ran"], GOOD, 'no search "never-ran" to resume in'),
     (["--resume", "--name", "started", "--max-steps", "16"], GOOD, "--max-steps 16 differs from the 8"),
     (["--resume", "--name", "corrupt"], GOOD, "is unreadable"),
     # trial settings of the wrong type, from the space's defaults, a searched parameter or a flag
@@ -108,7 +108,7 @@ if NO_GPU:
 # (command, arguments, what the one line says)
 OTHERS = [
     ("analyze", [], "the following arguments are required: --name"),
-    ("analyze", ["--name", "never-ran", "--storage", "{tmp}/results"], 'no search "never-ran" in'),
+    ("analyze", ["--name", "never-ran", "--storage", "{tmp}/results"], 'no search "never-ran" recorded in'),
     ("analyze", ["--name", "started", "--storage", "{tmp}/results"], "has not finished: no trial table"),
     ("analyze", ["--name", "started", "--storage", "{tmp}/a-file"], "--storage {tmp}/a-file is a file"),
     ("analyze", ["--name", "a", "--name", "b", "--out", "{tmp}/a-file"], "--out {tmp}/a-file is a file"),
@@ -269,7 +269,7 @@ def test_address_with_nothing_listening_fails_within_the_timeout(tmp_path):
 @pytest.mark.parametrize(
     "argv, code, text",
     [
-        ([], 2, "usage: python -m vitplast_tune {search,analyze,plasticity,pretrain,recommend}"),
+        ([], 2, "usage: python -m vitplast_tune {search,analyze,plasticity,pretrain,recommend,ui}"),
         (["serch"], 2, "error: unknown command 'serch'"),
         (["--help"], 0, "usage: python -m vitplast_tune"),
         (["pretrain", "--steps", "0", "--out", "{tmp}/x.safetensors"], 2, "error: --steps must be at least 1, got 0"),
@@ -294,6 +294,7 @@ def test_help_documents_every_flag():
         "--name",
         "--storage",
         "--tracking-uri",
+        "--experiment",
         "--address",
         "--connect-timeout",
         "--cpus-per-trial",
@@ -307,3 +308,33 @@ def test_help_documents_every_flag():
     ):
         assert flag in proc.stdout
     assert "(default: None)" not in proc.stdout
+
+
+def vitplast_ui(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "vitplast_tune", "ui", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_ui_of_a_search_that_does_not_exist_is_one_line(tmp_path):
+    proc = vitplast_ui("never-ran", "--storage", str(tmp_path / "results"))
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f'error: no search "never-ran" recorded in {tmp_path / "results"}; check its name and --storage'
+    ]
+
+
+def test_the_ui_on_a_port_in_use_says_which_flag_to_change(tmp_path):
+    import socket
+
+    record = {"name": "s", "space_path": "x", "fingerprint": "f", "parent_run_id": "p", "settings": {}}
+    (tmp_path / "results" / "s").mkdir(parents=True)
+    record["tracking_uri"] = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+    (tmp_path / "results" / "s" / "vitplast_search.json").write_text(json.dumps(record))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = vitplast_ui("s", "--storage", str(tmp_path / "results"), "--port", str(port))
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"error: port {port} on 127.0.0.1 is in use (another MLflow UI?); pass --port N"
+    ]

@@ -26,18 +26,20 @@ def test_a_skip_fails_when_skips_are_strict(tmp_path):
     assert lenient.returncode == 0 and "1 skipped" in lenient.stdout
 
 
-def test_each_test_has_its_own_cache_results_cwd_and_ray_temp_dir(tmp_path):
+def test_each_test_has_its_own_cache_results_cwd_and_ray_temp_dir_and_no_inherited_mlflow_target(tmp_path):
     body = (
         "import os\nfrom pathlib import Path\n\n"
         "def test_a(tmp_path):\n"
         "    for key in ('VITPLAST_CACHE_DIR', 'VITPLAST_RESULTS_DIR'):\n"
         "        assert Path(os.environ[key]).is_relative_to(tmp_path)\n"
         "    assert Path.cwd() == tmp_path and 'RAY_ADDRESS' not in os.environ\n"
+        "    assert not {'MLFLOW_TRACKING_URI', 'MLFLOW_EXPERIMENT_NAME', 'MLFLOW_EXPERIMENT_ID'} & set(os.environ)\n"
         "    assert os.environ['RAY_TMPDIR'] != os.environ.get('OUTER_RAY_TMPDIR')\n"
         "    Path('written').write_text('x')\n\n"
         "def test_b():\n"
         "    assert not Path('written').exists()\n"
     )
     env = {"RAY_ADDRESS": "10.0.0.1:6379", "OUTER_RAY_TMPDIR": os.environ["RAY_TMPDIR"]}
+    env |= {"MLFLOW_TRACKING_URI": "http://10.0.0.1:5000", "MLFLOW_EXPERIMENT_NAME": "x", "MLFLOW_EXPERIMENT_ID": "7"}
     out = run_pytest(tmp_path, body, **env)
     assert out.returncode == 0 and "2 passed" in out.stdout, out.stdout + out.stderr

@@ -56,6 +56,7 @@ def test_a_wheel_ships_the_spaces_weights_and_commands_and_searches_from_them(tm
     where = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert Path(where.stdout.strip()).is_relative_to(target), where.stderr
     commands = ("vitplast-search", "vitplast-analyze", "vitplast-plasticity", "vitplast-pretrain", "vitplast-recommend")
+    commands += ("vitplast-ui",)
     for command in commands:
         assert (target / "bin" / command).is_file()
     search = [sys.executable, str(target / "bin" / "vitplast-search"), "--space", "component_subsets"]

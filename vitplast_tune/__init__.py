@@ -6,7 +6,8 @@ The public API, one verb each::
     import vitplast_tune as vt
     result = vt.run_search(vt.SearchOptions(space="component_subsets"))   # the whole search
     spec = vt.load_space("paper_grid")                                      # a validated space file
-    metrics = vt.finetune(vt.FinetuneConfig(components="mha+fc1", lr=0.1))  # one finetuning run
+    model, metrics = vt.finetune(vt.FinetuneConfig(components="mha+fc1", lr=0.1))  # one finetuning run
+    best = vt.load_best_model("quickstart")                                  # a search's best model
     model = vt.create_model("vit_testbed_patch8_32.fractal", num_classes=10)
     table = vt.compute_plasticity(model, reference_images, downstream_images)
 
@@ -35,6 +36,7 @@ _API = {
     "SearchOptions": ("vitplast_tune.search.plan", "SearchOptions"),
     "load_space": ("vitplast_tune.search.spaces", "load_space"),
     "finetune": ("vitplast_tune.vit.training", "finetune"),
+    "load_best_model": ("vitplast_tune.vit.best_model", "load_best_model"),
     "FinetuneConfig": ("vitplast_tune.config", "FinetuneConfig"),
     "create_model": ("vitplast_tune.vit.models", "create_model"),
     "compute_plasticity": ("vitplast_tune.vit.plasticity", "compute_plasticity"),

@@ -1,5 +1,5 @@
 """The command line: each command's arguments and main (``vitplast-search``, ``vitplast-analyze``,
-``vitplast-plasticity``, ``vitplast-pretrain``, ``vitplast-recommend``; ``python -m vitplast_tune COMMAND`` and
+``vitplast-plasticity``, ``vitplast-pretrain``, ``vitplast-recommend``, ``vitplast-ui``; ``python -m vitplast_tune COMMAND`` and
 ``scripts/*.py`` call the same functions), and turning
 a UserError into one line on stderr and exit code 2.
 
@@ -157,7 +157,15 @@ def _where_flags(parser: argparse.ArgumentParser, run) -> None:
     p.add_argument(
         "--storage", help="Ray Tune results: a local directory or a URI (s3://, gs://); default ~/vitplast_tune_results"
     )
-    p.add_argument("--tracking-uri", help="MLflow tracking URI; default sqlite:///<storage>/mlflow.db")
+    p.add_argument(
+        "--tracking-uri", help="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else sqlite:///<storage>/mlflow.db"
+    )
+    from vitplast_tune.search.plan import EXPERIMENT
+
+    p.add_argument(
+        "--experiment",
+        help=f"MLflow experiment of the search's runs; default: MLFLOW_EXPERIMENT_NAME, else {EXPERIMENT}",
+    )
     p.add_argument(
         "--address",
         help="join this Ray cluster (e.g. ray://host:10001 or auto); default: RAY_ADDRESS, else a local Ray instance",
@@ -247,6 +255,7 @@ def search_main(argv: Sequence[str] | None = None) -> int:
         name=args.name,
         storage=args.storage,
         tracking_uri=args.tracking_uri,
+        experiment=args.experiment,
         address=args.address,
         connect_timeout_s=args.connect_timeout,
         num_samples=args.num_samples,
@@ -521,6 +530,33 @@ def recommend(argv: Sequence[str] | None = None) -> NoReturn:
     run_main(lambda: recommend_main(argv))
 
 
+# ----------------------------------------------------------------------------- vitplast-ui
+
+UI_HELP = """Open a search's runs in the MLflow UI: start the UI on the search's tracking store (bound to 127.0.0.1) and
+print the link to its view (and to its best trial's run); Ctrl-C stops it. A search that recorded to an MLflow server
+only gets its links printed.
+
+    vitplast-ui quickstart --open"""
+
+
+def ui_main(argv: Sequence[str] | None = None) -> int:
+    """Serve a search's MLflow store and print (with --open, open) the link to its view."""
+    p = argparse.ArgumentParser(description=UI_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", help="the search's name (its --name)")
+    p.add_argument("--storage", help="where the search's results lie; default ~/vitplast_tune_results")
+    p.add_argument("--port", type=positive_int, default=5000, help="the UI's port on 127.0.0.1 (default: 5000)")
+    p.add_argument("--open", action="store_true", help="open the view in the default web browser")
+    args = p.parse_args(argv)
+    from vitplast_tune.search import ui
+
+    return ui.serve(args.name, args.storage, args.port, args.open)
+
+
+def ui(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point of ``vitplast-ui``."""
+    run_main(lambda: ui_main(argv))
+
+
 # ----------------------------------------------------------------------------- python -m vitplast_tune
 
 COMMANDS: dict[str, Callable[[Sequence[str] | None], NoReturn]] = {
@@ -529,6 +565,7 @@ COMMANDS: dict[str, Callable[[Sequence[str] | None], NoReturn]] = {
     "plasticity": plasticity,
     "pretrain": pretrain,
     "recommend": recommend,
+    "ui": ui,
 }
 
 

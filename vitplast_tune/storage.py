@@ -1,5 +1,6 @@
-"""Where a search's results live: the storage root (a local or shared path, or a URI such as s3://), and the record a
-search writes there (``vitplast_search.json``) that ``--resume``, ``analyze`` and ``recommend`` read back.
+"""Where a search's results live: the storage root (a local or shared path, or a URI such as s3://), the record a
+search writes there (``vitplast_search.json``) that ``--resume``, ``analyze``, ``recommend``, ``vitplast-ui`` and
+``load_best_model`` read back, and the names of the best trial's files on its MLflow runs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,13 @@ RESULTS_ENV = "VITPLAST_RESULTS_DIR"  # overrides the default storage root
 
 
 SEARCH_FILE = "vitplast_search.json"  # the record of a search in its directory
+# The best trial, as a finished search leaves it on MLflow: its trained tensors and settings under BEST_TRIAL_DIR of
+# the parent run (and WEIGHTS_DIR of the trial's own run), the model rebuilt with them as the parent's MLflow model.
+BEST_TRIAL_DIR = "best_trial"
+WEIGHTS_DIR = "weights"
+WEIGHTS_FILE = "trainable_weights.safetensors"  # the trainable tensors of its best-validation weights
+TRIAL_FILE = "trial.json"  # its row of the trial table, and its settings (a FinetuneConfig) under "settings"
+MODEL_NAME = "best_model"  # mlflow.pytorch.load_model("runs:/<parent run>/best_model")
 
 
 def default_storage() -> Path:
@@ -29,13 +37,16 @@ def is_uri(path: str) -> bool:
     return "://" in path
 
 
-def read_record(directory: Path) -> dict[str, Any]:
-    """The record of the search stored in ``directory``; UserError when there is none."""
+def search_dir(name: str, storage: str | Path | None = None) -> Path:
+    """The directory of search ``name`` under ``storage`` (default: ``default_storage()``)."""
+    return Path(storage or default_storage()).expanduser() / name
+
+
+def read_record(directory: Path, purpose: str = "to resume") -> dict[str, Any]:
+    """The record of the search stored in ``directory``; UserError (naming the ``purpose``) when there is none."""
     path = directory / SEARCH_FILE
     if not path.is_file():
-        raise UserError(
-            f'no search "{directory.name}" in {directory.parent} (no {SEARCH_FILE} there); check --name and --storage'
-        )
+        raise UserError(f'no search "{directory.name}" {purpose} in {directory.parent}; check its name and --storage')
     try:
         record = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -140,7 +140,7 @@ def test_a_trial_trains_from_the_cache(tmp_path, cache_root):
         model="vit_testbed_patch8_32", pretrained=False, dataset="imagefolder", data_dir=str(root), image_cache=40,
         components="mha", max_steps=4, eval_every=2, batch_size=2, threads=1, num_workers=1, val_fraction=0.4,
     )  # fmt: skip
-    metrics = finetune(cfg)
+    _, metrics = finetune(cfg)
     assert metrics["step"] == 4 and 0 <= metrics["test_acc"] <= 1
     assert len([p for p in cache_root.iterdir() if p.is_dir()]) == 2
 

@@ -15,8 +15,13 @@ def test_ui_base_url_is_the_tracking_server_or_the_mlflow_ui_default():
 
 
 def test_supported_versions():
-    assert mlflow_view.supported("3.17.2")
-    assert not mlflow_view.supported("2.16.0") and not mlflow_view.supported("3.18.0")
+    assert mlflow_view.supported("3.17.2") and mlflow_view.supported("3.18.0")  # 3.18's bundle reads 3.17's format
+    assert not mlflow_view.supported("2.16.0") and not mlflow_view.supported("3.19.0")
+
+
+def test_run_links_open_in_model_training_mode():
+    link = mlflow_view.run_link("http://127.0.0.1:5000/", "3", "abc")
+    assert link == "http://127.0.0.1:5000/#/experiments/3/runs/abc?workflowType=machine_learning"
 
 
 def test_view_state_without_plasticity_has_no_plasticity_chart_or_column():
@@ -46,7 +51,33 @@ def test_unknown_version_falls_back_to_the_plain_link_with_a_note(tmp_path, monk
     client = MlflowClient(f"sqlite:///{tmp_path / 'db.sqlite'}")
     experiment = client.create_experiment("e", artifact_location=str(tmp_path / "a"))
     view = mlflow_view.publish(client, experiment, "s", True, "http://127.0.0.1:5000")
-    assert not view.saved and "not one this knows" in view.note
+    assert not view.saved and "not one this knows" in view.note and "is not supported for the saved view" in view.note
     assert not any(k.startswith(mlflow_view.VIEW_TAG_PREFIX) for k in client.get_experiment(experiment).tags)
     query = parse_qs(urlsplit(view.link).fragment.split("?", 1)[1])
     assert query["searchFilter"] == [mlflow_view.search_filter("s")] and "viewStateShareKey" not in query
+
+
+def test_the_view_link_found_again_is_the_saved_view_or_else_the_filtered_trials(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    experiment = client.create_experiment("e", artifact_location=str(tmp_path / "a"))
+    base = "http://127.0.0.1:5001"
+    plain = parse_qs(urlsplit(mlflow_view.view_link(client, experiment, "s", base)).fragment.split("?", 1)[1])
+    assert "viewStateShareKey" not in plain and plain["searchFilter"] == [mlflow_view.search_filter("s")]
+    saved = mlflow_view.publish(client, experiment, "s", True, base)
+    assert mlflow_view.view_link(client, experiment, "s", base) == saved.link and saved.experiment_id == experiment
+
+
+def test_the_ui_command_names_the_search_and_its_storage_unless_a_server_records_it(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from vitplast_tune.search import results
+
+    monkeypatch.setenv("VITPLAST_RESULTS_DIR", str(tmp_path / "default"))
+    plan = lambda uri, storage: SimpleNamespace(
+        name="s", tracking_uri=uri, storage=str(storage), local_dir=None if "://" in str(storage) else storage / "s"
+    )
+    sqlite = f"sqlite:///{tmp_path / 'm.db'}"
+    assert results.ui_command(plan(sqlite, tmp_path / "default")) == "vitplast-ui s"
+    assert results.ui_command(plan(sqlite, tmp_path / "other")) == f"vitplast-ui s --storage {tmp_path / 'other'}"
+    assert results.ui_command(plan(sqlite, "s3://b/r")) == f"mlflow ui --backend-store-uri {sqlite} --host 127.0.0.1"
+    assert results.ui_command(plan("http://127.0.0.1:5000", tmp_path / "default")) is None

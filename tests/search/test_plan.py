@@ -101,12 +101,39 @@ def test_resume_keeps_the_recorded_settings_and_identity(tmp_path):
         (dict(max_concurrent=1), "--max-concurrent 1 differs from the None"),
         (dict(seed=4), "--seed 4 differs from the 0"),
         (dict(tracking_uri="sqlite:////tmp/elsewhere.db"), "--tracking-uri sqlite:////tmp/elsewhere.db differs"),
+        (dict(experiment="other"), "--experiment other differs from the 'vitplast_tune'"),
     ],
 )
 def test_resume_refuses_a_change_that_would_make_the_search_inconsistent(tmp_path, change, message):
     started(tmp_path, settings={"max_steps": 40})
     with pytest.raises(UserError, match=message):
         plan.prepare(options(tmp_path, resume=True, **change))
+
+
+def test_mlflow_environment_variables_are_the_defaults_and_flags_win(tmp_path, monkeypatch):
+    default = plan.prepare(options(tmp_path, name="plain"))
+    assert default.tracking_uri == f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+    assert default.experiment == plan.EXPERIMENT and default.notes == []
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "team runs")
+    from_env = plan.prepare(options(tmp_path, name="env"))
+    assert (from_env.tracking_uri, from_env.experiment) == ("http://127.0.0.1:5999", "team runs")
+    assert from_env.notes == [  # said once when the search starts
+        "MLflow tracking URI http://127.0.0.1:5999 from $MLFLOW_TRACKING_URI (a flag overrides it)",
+        "MLflow experiment team runs from $MLFLOW_EXPERIMENT_NAME (a flag overrides it)",
+    ]
+    flags = plan.prepare(options(tmp_path, name="flags", tracking_uri="sqlite:////tmp/x.db", experiment="mine"))
+    assert (flags.tracking_uri, flags.experiment, flags.notes) == ("sqlite:////tmp/x.db", "mine", [])
+    with pytest.raises(UserError, match="--experiment must name an MLflow experiment"):
+        plan.prepare(options(tmp_path, name="empty", experiment=" "))
+
+
+def test_resume_keeps_the_recorded_store_and_experiment_whatever_the_environment(tmp_path, monkeypatch):
+    first = started(tmp_path, experiment="mine")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "team runs")
+    resumed = plan.prepare(options(tmp_path, resume=True))
+    assert (resumed.tracking_uri, resumed.experiment) == (first.tracking_uri, "mine")
 
 
 def test_resume_applies_max_failures_and_the_same_values(tmp_path):

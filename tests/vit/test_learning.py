@@ -13,7 +13,7 @@ CHANCE = 0.1
 def train(components: str, steps: int, lr: float = 0.3) -> tuple[dict, list[dict]]:
     reports: list[dict] = []
     cfg = FinetuneConfig(components=components, lr=lr, max_steps=steps, eval_every=steps // 4, warmup_steps=10)
-    final = finetune(cfg, report=lambda metrics, state: reports.append(metrics))
+    _, final = finetune(cfg, report=lambda metrics, state: reports.append(metrics))
     return final, reports
 
 

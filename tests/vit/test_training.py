@@ -25,7 +25,7 @@ def run(**overrides):
     reports = []
     cfg = FinetuneConfig(**{**FAST, **overrides})
     final = finetune(cfg, report=lambda metrics, state: reports.append((metrics, copy.deepcopy(state))))
-    return final, reports
+    return final.metrics, reports
 
 
 def test_warmup_follows_the_step_budget_when_a_fraction_is_set():
@@ -70,7 +70,7 @@ def test_resume_from_state_matches_an_uninterrupted_run():
     _, state = reports[0]  # as if the trial died after its first checkpoint
     saved = torch.load(_roundtrip(state), weights_only=True)
     resumed = []
-    final = finetune(
+    _, final = finetune(
         FinetuneConfig(**{**FAST, "components": "ln1+fc2", "seed": 1}),
         report=lambda m, s: resumed.append(m),
         resume=saved,
@@ -131,7 +131,7 @@ def test_shared_decoded_dataset_gives_the_same_run():
     decoded = datasets.decode_dataset("digits", models.pretrained_data_config("vit_testbed_patch8_32"))
     assert decoded is not None and decoded.images.shape == (1797, 1, 8, 8)
     reports = []
-    shared = finetune(
+    _, shared = finetune(
         FinetuneConfig(**{**FAST, "components": "ln1", "seed": 5}),
         report=lambda m, s: reports.append(m),
         decoded=decoded,

@@ -28,7 +28,7 @@ from vitplast_tune.predictors.report import Predictors, describe_gradients, grad
 from vitplast_tune.recommend import ranking, verify
 from vitplast_tune.recommend.ranking import Recommendation
 from vitplast_tune.search import interrupts, results, searchers, spaces, study, tracking
-from vitplast_tune.search.plan import SearchOptions, SearchPlan, prepare, write_record
+from vitplast_tune.search.plan import EXPERIMENT, SearchOptions, SearchPlan, prepare, write_record
 from vitplast_tune.search.results import SearchResult
 from vitplast_tune.search.timings import Timings
 from vitplast_tune.search.trial import train_trial
@@ -134,6 +134,8 @@ def _record_and_tune(plan: SearchPlan, callbacks: Sequence[Callback], records: _
         records.mlflow = tracking.client(plan.tracking_uri)
         records.parent = tracking.open_search_run(records.mlflow, plan, predictors)
         view = tracking.publish_view(records.mlflow, plan, records.parent, predictors.plasticity is not None)
+        serves = f"; {command} serves it" if (command := results.ui_command(plan)) else ""
+        _say(plan, f"MLflow view (fills in as trials report{serves}): {view.link}")
         write_record(plan, records.parent)
         records.written = True
     with searchers.pending_limit(plan, grows), timings.phase("trials"):
@@ -239,7 +241,7 @@ def reanalyze(
 ) -> SearchResult:
     """Analyze a finished search again from its stored trial table and log to its parent run (``criteria``: also the lab)."""
     directory = Path(storage or default_storage()).expanduser() / name
-    record, trials = read_record(directory), results.read_trials(directory)
+    record, trials = read_record(directory, purpose="recorded"), results.read_trials(directory)
     spec = spaces.load_space(record["space_path"])
     spec = dataclasses.replace(spec, criteria=spec.criteria or criteria)
     options = SearchOptions(space=record["space_path"], name=name, storage=str(directory.parent))
@@ -250,6 +252,7 @@ def reanalyze(
         str(directory.parent),
         tracking_uri or record["tracking_uri"],
         FinetuneConfig.from_dict(record["settings"]),
+        experiment=record.get("experiment", EXPERIMENT),
     )
     result = SearchResult(plan, trials, record["parent_run_id"], 0.0)
     analyze(result, tracking.client(plan.tracking_uri))
@@ -267,7 +270,8 @@ def compare_datasets(names: Sequence[str], storage: str | None = None, out_dir: 
 
 def _record_results(result: SearchResult, mlflow, grid) -> None:
     """Each trial's run id and final metrics on its run; the trial table as CSV in the search's directory, the
-    headline metrics and the best trial's trained weights on the parent run."""
+    headline metrics on the parent run; the best trial's weights on its run and the parent's, its model on the
+    parent's (``tracking.log_best_trial``)."""
     trials = result.trials
     if not trials.empty:
         trials["run_id"] = trials["trial_id"].map(tracking.trial_runs(mlflow, result.parent_run_id))
@@ -277,9 +281,13 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
     if path is not None:
         tracking.log_results(mlflow, result.parent_run_id, path, best, len(trials))
     tracking.log_pareto(mlflow, result.parent_run_id, results.write_pareto(result))
-    checkpoint = results.checkpoint(grid, best.iloc[0]["trial_id"]) if not best.empty else None
-    if checkpoint is not None:
-        tracking.log_best_weights(mlflow, result.parent_run_id, checkpoint, best.iloc[0].to_dict())
+    found = results.trial_result(grid, best.iloc[0]["trial_id"]) if not best.empty else None
+    if found is not None and found.checkpoint is not None:
+        row = best.iloc[0].to_dict()
+        result.best_model_uri, note = tracking.log_best_trial(mlflow, result.plan, result.parent_run_id, found, row)
+        result.best_run_id = row.get("run_id") if isinstance(row.get("run_id"), str) else None
+        if note:
+            _say(result.plan, f"note: {note}")
 
 
 def _check_cluster(plan: SearchPlan) -> bool:

@@ -7,6 +7,11 @@ search facets (filter, sort) and UI state (columns, charts, visible runs). The p
 ``viewStateShareKey=<key>`` in the URL. That format is internal to the UI: ``VIEW_FORMAT_VERSIONS``
 lists the MLflow versions whose bundle it was read from and tested against; for any other version no
 view is written and the link opens the runs page filtered and sorted through the URL instead.
+
+The UI opens in GenAI or model-training mode from the URL's ``workflowType`` (else the browser's choice, kept in
+its localStorage as ``mlflow.workflowType_v1``, else GenAI): every link made here says
+``workflowType=machine_learning``. Links inside the UI drop it, so a run opened from the table follows the
+browser's setting (the sidebar's "Model training" switch sets it once per browser).
 """
 
 from __future__ import annotations
@@ -22,9 +27,17 @@ import mlflow as _mlflow
 from vitplast_tune.search import distributions
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+# The experiment's kind: model training, not GenAI (MLflow 3's ExperimentKind). Read only by MLflow UIs whose
+# workflow-type flag is off: 3.17 and 3.18 ignore it and take the mode from ``workflowType`` (see above).
 KIND_TAG = "mlflow.experimentKind"
-KIND = "custom_model_development"  # model training, not GenAI (MLflow 3's ExperimentKind)
-VIEW_FORMAT_VERSIONS = ("3.17",)  # major.minor of the MLflow UIs whose saved-view format this writes
+KIND = "custom_model_development"
+# major.minor of the MLflow UIs whose saved-view format this writes. 3.17.2's bundle was read and is tested in
+# Chromium (tests/search/test_mlflow_ui.py); 3.18.0's bundle (mlflow 3.18.0 wheel, mlflow/server/js/build) reads the
+# same format: its envelope parser, view loader, search-facet and UI-state keys, chart types and fields, and section
+# grid are the 3.17.2 code (most modules byte-identical after renaming minified identifiers), and its UI showed this
+# view as 3.17's does (headless Chromium, 2026-11). A fresh `pip install mlflow` resolves 3.17.2 today (mlflow-skinny
+# 3.18.0 is not on the registry yet).
+VIEW_FORMAT_VERSIONS = ("3.17", "3.18")
 DEFAULT_UI = "http://127.0.0.1:5000"  # what ``mlflow ui --host 127.0.0.1`` serves
 SORT_METRIC = "val_acc_common"
 ROLE_TAG = "vitplast.role"
@@ -39,6 +52,7 @@ class View:
     link: str
     saved: bool
     note: str = ""
+    experiment_id: str = ""
 
 
 def supported(version: str | None = None) -> bool:
@@ -154,19 +168,31 @@ def runs_link(
     return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{urlencode(query)}"
 
 
+def run_link(base_url: str, experiment_id: str, run_id: str) -> str:
+    """A run's page in model-training mode."""
+    return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
+
+
 def publish(client, experiment_id: str, search: str, plasticity: bool, base_url: str) -> View:
     """Save the search's view (when this MLflow's format is known) and mark the experiment as model training."""
     client.set_experiment_tag(experiment_id, KIND_TAG, KIND)
     if not supported():
         note = (
-            f"MLflow {_mlflow.__version__}'s saved-view format is not one this knows "
-            f"({', '.join(VIEW_FORMAT_VERSIONS)}): the link opens the trials without the saved columns "
-            "and charts"
+            f"MLflow {_mlflow.__version__} is not supported for the saved view (supported: "
+            f"{', '.join(VIEW_FORMAT_VERSIONS)}; its format is not one this knows): the link opens the trials "
+            "without the saved columns and charts"
         )
-        return View(runs_link(base_url, experiment_id, search=search), saved=False, note=note)
+        return View(runs_link(base_url, experiment_id, search=search), False, note, experiment_id)
     key = share_key(search)
     save_view(client, experiment_id, key, f"vitplast_tune: {search}", view_state(search, plasticity))
-    return View(runs_link(base_url, experiment_id, share_key=key), saved=True)
+    return View(runs_link(base_url, experiment_id, share_key=key), True, "", experiment_id)
+
+
+def view_link(client, experiment_id: str, search: str, base_url: str) -> str:
+    """The link to a search's view as stored: the saved view when its tag is there, else the trials via the URL."""
+    key = share_key(search)
+    saved = VIEW_TAG_PREFIX + key in client.get_experiment(experiment_id).tags
+    return runs_link(base_url, experiment_id, share_key=key if saved else None, search=search)
 
 
 def share_key(search: str) -> str:

@@ -33,7 +33,10 @@ from vitplast_tune.storage import SEARCH_FILE, default_storage, is_uri, read_rec
 if TYPE_CHECKING:
     from vitplast_tune.data.decoded import InMemory
 
-EXPERIMENT = "vitplast_tune"  # the MLflow experiment every search logs to
+EXPERIMENT = "vitplast_tune"  # the MLflow experiment a search logs to unless --experiment or MLFLOW_EXPERIMENT_NAME
+# MLflow's own environment variables, honoured as defaults (flags win).
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
 DEFAULT_SEED = 0
 DEFAULT_MAX_FAILURES = 2
 # Settings a resumed search may change: where the data comes from, not what the trials do.
@@ -58,7 +61,8 @@ class SearchOptions:
     space: str = "component_subsets"
     name: str | None = None
     storage: str | None = None
-    tracking_uri: str | None = None
+    tracking_uri: str | None = None  # default: $MLFLOW_TRACKING_URI, else sqlite:///<storage>/mlflow.db
+    experiment: str | None = None  # default: $MLFLOW_EXPERIMENT_NAME, else EXPERIMENT
     address: str | None = None
     num_samples: int | None = None
     cpus_per_trial: float = 1.0
@@ -100,6 +104,7 @@ class SearchPlan:
     max_failures: int = DEFAULT_MAX_FAILURES
     max_concurrent: int | None = None
     notes: list[str] = field(default_factory=list)  # adjustments the user is told once (e.g. a clamped grace period)
+    experiment: str = EXPERIMENT  # the MLflow experiment of its runs
 
     @property
     def local_dir(self) -> Path | None:
@@ -135,20 +140,23 @@ def prepare(options: SearchOptions) -> SearchPlan:
     record = _resume_record(spec, options, storage, name)
     if record is None:
         settings = _settings(spec, options)
+        tracking_uri, experiment, said = mlflow_target(options, storage)
         plan = SearchPlan(
             spec,
             options,
             name,
             storage,
-            options.tracking_uri or _default_tracking_uri(storage),
+            tracking_uri,
             settings,
             seed=_given(options.seed, DEFAULT_SEED),
             max_failures=_given(options.max_failures, DEFAULT_MAX_FAILURES),
             max_concurrent=options.max_concurrent,
+            experiment=experiment,
         )
     else:
-        plan = _resumed_plan(spec, options, storage, name, record)
+        plan, said = _resumed_plan(spec, options, storage, name, record), []
     plan.spec, plan.notes = fit_scheduler(plan.spec, plan.settings.max_steps)
+    plan.notes += said
     _check_plasticity(options)
     _check_local_resources(options)
     reference = options.plasticity_reference if options.plasticity else None
@@ -203,6 +211,25 @@ class Budget:
     subsets: tuple[str, ...]
 
 
+def mlflow_target(options: SearchOptions, storage: str) -> tuple[str, str, list[str]]:
+    """Where a new search records: the tracking URI and experiment (the flags, else MLflow's environment variables,
+    else ``sqlite:///<storage>/mlflow.db`` and ``EXPERIMENT``), and a note for each value taken from the environment."""
+    env_uri, env_experiment = os.environ.get(TRACKING_URI_ENV, "").strip(), os.environ.get(EXPERIMENT_ENV, "").strip()
+    tracking_uri = options.tracking_uri or env_uri or _default_tracking_uri(storage)
+    experiment = options.experiment if options.experiment is not None else env_experiment or EXPERIMENT
+    if not experiment.strip():
+        raise UserError("--experiment must name an MLflow experiment (it is empty)")
+    notes = [
+        f"MLflow {what} {value} from ${env} (a flag overrides it)"
+        for what, value, env, flag in (
+            ("tracking URI", tracking_uri, TRACKING_URI_ENV, options.tracking_uri),
+            ("experiment", experiment, EXPERIMENT_ENV, options.experiment),
+        )
+        if flag is None and os.environ.get(env, "").strip()
+    ]
+    return tracking_uri, experiment, notes
+
+
 def fit_scheduler(spec: spaces.SearchSpec, max_steps: int) -> tuple[spaces.SearchSpec, list[str]]:
     """The space with its scheduler's grace period clamped to the trial budget, and the note saying so."""
     s = spec.scheduler
@@ -227,6 +254,7 @@ def write_record(plan: SearchPlan, parent_run_id: str) -> None:
         "space_path": str(plan.spec.path),
         "fingerprint": plan.spec.fingerprint,
         "tracking_uri": plan.tracking_uri,
+        "experiment": plan.experiment,
         "parent_run_id": parent_run_id,
         "settings": plan.settings.to_dict(),
         "num_samples": plan.spec.num_samples,
@@ -426,8 +454,9 @@ def _resume_record(spec: spaces.SearchSpec, options: SearchOptions, storage: str
 def _resumed_plan(spec: spaces.SearchSpec, options: SearchOptions, storage: str, name: str, record: dict) -> SearchPlan:
     """The plan of a resumed search: its recorded settings; a flag that would change them is refused.
 
-    ``--max-failures`` applies to the remaining trials; ``--num-samples``, ``--max-concurrent``, ``--seed``
-    and ``--tracking-uri`` are fixed when the search starts, so a different value is refused.
+    ``--max-failures`` applies to the remaining trials; ``--num-samples``, ``--max-concurrent``, ``--seed``,
+    ``--tracking-uri`` and ``--experiment`` are fixed when the search starts, so a different value is refused (MLflow's
+    environment variables do not apply: the search goes on where it started).
     """
     saved = record["settings"]
     for key, value in options.settings.items():
@@ -439,6 +468,7 @@ def _resumed_plan(spec: spaces.SearchSpec, options: SearchOptions, storage: str,
         "max-concurrent": (options.max_concurrent, record.get("max_concurrent")),
         "seed": (options.seed, record.get("seed", DEFAULT_SEED)),
         "tracking-uri": (options.tracking_uri, record["tracking_uri"]),
+        "experiment": (options.experiment, record.get("experiment", EXPERIMENT)),
     }
     for flag, (given, recorded) in fixed.items():
         if given is not None and given != recorded:
@@ -460,6 +490,7 @@ def _resumed_plan(spec: spaces.SearchSpec, options: SearchOptions, storage: str,
         seed=fixed["seed"][1],
         max_failures=max_failures,
         max_concurrent=record.get("max_concurrent"),
+        experiment=fixed["experiment"][1],
     )
 
 

@@ -17,11 +17,12 @@ import pandas as pd
 from vitplast_tune.analysis.analyze import SearchAnalysis
 from vitplast_tune.predictors import report
 from vitplast_tune.search import distributions
-from vitplast_tune.search.mlflow_view import View
-from vitplast_tune.search.plan import EXPERIMENT, SearchPlan, searched_augmentations
+from vitplast_tune.search.mlflow_view import View, run_link, ui_base_url
+from vitplast_tune.search.plan import SearchPlan, searched_augmentations
 from vitplast_tune.search.study import StudyRecord
 from vitplast_tune.search.timings import Timings
 from vitplast_tune.search.trial import trial_subset
+from vitplast_tune.storage import default_storage
 
 
 @dataclass
@@ -36,6 +37,8 @@ class SearchResult:
     view: View | None = None  # the search's MLflow UI view and its link
     timings: Timings | None = None  # seconds per phase (timings.py)
     study: StudyRecord | None = None  # the search's Optuna study (study.py)
+    best_model_uri: str | None = None  # runs:/<parent>/best_model: the best trial's model (mlflow.pytorch.load_model)
+    best_run_id: str | None = None  # the best trial's MLflow run (tagged vitplast.best)
 
 
 # Where a trial's time went (training.finetune's cumulative timing metrics at its last report).
@@ -106,11 +109,11 @@ def read_trials(directory: Path) -> pd.DataFrame:
     return pd.read_csv(path, dtype={"trial_id": str, "run_id": str})
 
 
-def checkpoint(grid, trial_id: str):
-    """The last checkpoint of trial ``trial_id`` in a result grid (None when it has none)."""
+def trial_result(grid, trial_id: str):
+    """The result of trial ``trial_id`` in a result grid (its config, metrics and last checkpoint), or None."""
     for result in grid:
         if (result.metrics or {}).get("trial_id") == trial_id:
-            return result.checkpoint
+            return result
     return None
 
 
@@ -229,15 +232,42 @@ def summary(result: SearchResult, k: int = 10) -> str:
         lines.append(f"Trial table:        {plan.local_dir / 'trials.csv'}")
     if result.study is not None:
         lines.append(result.study.describe())
-    if not plan.tracking_uri.startswith(("http://", "https://")):
-        lines.append(
-            f"MLflow runs:        mlflow ui --backend-store-uri {plan.tracking_uri} --host 127.0.0.1   (experiment '{EXPERIMENT}', parent run '{plan.name}')"
-        )
+    return "\n".join(lines + _mlflow_lines(result))
+
+
+def _mlflow_lines(result: SearchResult) -> list[str]:
+    """Where the runs are, the command that opens them in the MLflow UI, the view's link, the best trial's run and the
+    lines that load the best model."""
+    plan = result.plan
+    lines = [f"MLflow runs:        {plan.tracking_uri}   (experiment '{plan.experiment}', parent run '{plan.name}')"]
+    if command := ui_command(plan):
+        lines.append(f"MLflow UI:          {command}" + ("   (serves the view below)" if plan.local_dir else ""))
     if result.view is not None:
         lines.append(f"MLflow view:        {result.view.link}")
         if result.view.note:
             lines.append(f"                    ({result.view.note})")
-    return "\n".join(lines)
+    if result.best_run_id and result.view is not None:
+        link = run_link(ui_base_url(plan.tracking_uri), result.view.experiment_id, result.best_run_id)
+        lines.append(f"Best trial's run:   {link}")
+    loaders = [f'mlflow.pytorch.load_model("{result.best_model_uri}")'] if result.best_model_uri else []
+    if result.best_run_id and plan.local_dir is not None:  # the record that load_best_model finds it by
+        storage = "" if _in_default_storage(plan) else f', storage="{plan.storage}"'
+        loaders.append(f'vitplast_tune.load_best_model("{plan.name}"{storage})')
+    return lines + [f"{'Best model:' if i == 0 else '':<20}{loader}" for i, loader in enumerate(loaders)]
+
+
+def ui_command(plan: SearchPlan) -> str | None:
+    """The command that starts the MLflow UI on the search's store (None when it records to a server):
+    ``vitplast-ui NAME``, or ``mlflow ui`` when the search keeps no record (remote storage)."""
+    if plan.tracking_uri.startswith(("http://", "https://")):
+        return None
+    if plan.local_dir is None:
+        return f"mlflow ui --backend-store-uri {plan.tracking_uri} --host 127.0.0.1"
+    return f"vitplast-ui {plan.name}" + ("" if _in_default_storage(plan) else f" --storage {plan.storage}")
+
+
+def _in_default_storage(plan: SearchPlan) -> bool:
+    return plan.local_dir is not None and Path(plan.storage) == default_storage().resolve()
 
 
 def augmentation_text(plan: SearchPlan) -> str:

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import numbers
+import re
 import sys
 import tempfile
 import time
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pandas as pd
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
@@ -30,8 +32,9 @@ from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import criteria_summary
 from vitplast_tune.search import distributions, mlflow_view, results
-from vitplast_tune.search.plan import EXPERIMENT, SearchPlan
+from vitplast_tune.search.plan import SearchPlan
 from vitplast_tune.search.trial import trial_config, trial_subset
+from vitplast_tune.storage import BEST_TRIAL_DIR, MODEL_NAME, TRIAL_FILE, WEIGHTS_DIR, WEIGHTS_FILE, is_uri
 
 SEARCH_TAG = mlflow_view.SEARCH_TAG
 ROLE_TAG = mlflow_view.ROLE_TAG  # "search" on the parent run, "trial" on each child: filter by it
@@ -44,10 +47,13 @@ RUN_NAME_TAG = "mlflow.runName"
 NOTE_TAG = "mlflow.note.content"  # the run's description in the UI (Markdown)
 VIEW_LINK_TAG = "vitplast.view_link"
 STUDY_TAG = "vitplast.optuna_study"  # the search's Optuna study: its storage URL and name (search/study.py)
+BEST_TAG = "vitplast.best"  # "true" on the best trial's run
+BEST_RUN_TAG = "vitplast.best_run_id"  # on the parent run: the best trial's run
 CURVE_METRICS = ("train_loss", "val_acc", "val_loss", "best_val_acc", "current_lr", "steps_per_s", "images_per_s")
 # Logged once per trial after the search, from the trial table (results.trial_table).
 FINAL_METRICS = ("val_acc_common", "common_step", "trainable_params", "log10_trainable_params", "best_val_loss")
-BEST_WEIGHTS = "best_trial/trainable_weights.safetensors"
+BEST_WEIGHTS = f"{BEST_TRIAL_DIR}/{WEIGHTS_FILE}"
+ARTIFACTS_DIR = "mlartifacts"  # beside a SQLite store: one folder per experiment
 _MAX_PARAM = 6000
 
 
@@ -67,10 +73,37 @@ def client(tracking_uri: str) -> MlflowClient:
     return MlflowClient(tracking_uri=tracking_uri)
 
 
-def experiment_id(mlflow: MlflowClient, name: str) -> str:
-    """Id of the experiment ``name``, created when missing."""
+def experiment_id(mlflow: MlflowClient, name: str, artifact_location: str | None = None) -> str:
+    """Id of the experiment ``name``, created when missing (its artifacts at ``artifact_location``: see
+    ``artifact_location``; an existing experiment keeps the location it was created with)."""
     experiment = mlflow.get_experiment_by_name(name)
-    return experiment.experiment_id if experiment else mlflow.create_experiment(name)
+    if experiment:
+        return experiment.experiment_id
+    return mlflow.create_experiment(name, artifact_location=artifact_location)
+
+
+def artifact_location(tracking_uri: str, experiment: str, storage: str) -> str | None:
+    """Where a new experiment keeps its artifacts, never the working directory (MLflow's default ``./mlruns``): beside
+    a SQLite store (``<its folder>/mlartifacts/<experiment>``); the server's choice for http(s) and Databricks (None);
+    the file store's own folder for ``file:`` (None); under the search storage for other databases."""
+    scheme = urlsplit(tracking_uri).scheme.lower()
+    folder = _folder_name(experiment)
+    database = tracking_uri.split(":///", 1)[1].split("?")[0] if tracking_uri.startswith("sqlite:///") else ""
+    if scheme == "sqlite" and database and database != ":memory:":
+        return str(Path(database).expanduser().resolve().parent / ARTIFACTS_DIR / folder)
+    if scheme in ("http", "https", "databricks", "file", ""):
+        return None
+    root = storage if is_uri(storage) else str(Path(storage).expanduser().resolve())
+    return f"{root.rstrip('/')}/{ARTIFACTS_DIR}/{folder}"
+
+
+def _folder_name(experiment: str) -> str:
+    """A folder name for an experiment: its name when that is safe, else a safe form with a hash of the name (never
+    digits alone, which an ``mlflow server``'s own experiment folders use)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", experiment).strip("-.") or "experiment"
+    if safe != experiment or safe.isdigit():
+        safe = f"{safe}-{hashlib.sha256(experiment.encode()).hexdigest()[:8]}"
+    return safe
 
 
 def find_search_run(
@@ -113,11 +146,17 @@ def close_search(mlflow: MlflowClient, parent_run_id: str, status: str = "KILLED
 
 
 def start_search_run(
-    mlflow: MlflowClient, experiment: str, search: str, params: dict[str, Any], tags: dict[str, str]
+    mlflow: MlflowClient,
+    experiment: str,
+    search: str,
+    params: dict[str, Any],
+    tags: dict[str, str],
+    artifacts: str | None = None,
 ) -> str:
-    """Create the parent run of a search with its params and tags (and the source tags); return its id."""
+    """Create the parent run of a search with its params and tags (and the source tags) in ``experiment`` (created
+    with its artifacts at ``artifacts`` when missing); return its id."""
     tags = {**source_tags(), SEARCH_TAG: search, ROLE_TAG: "search", **tags}
-    run = mlflow.create_run(experiment_id(mlflow, experiment), run_name=search, tags=tags)
+    run = mlflow.create_run(experiment_id(mlflow, experiment, artifacts), run_name=search, tags=tags)
     log_params(mlflow, run.info.run_id, params)
     return run.info.run_id
 
@@ -220,7 +259,7 @@ class MlflowTracker(Callback):
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
         run_id = self.run_id(trial)
         step = int(result.get("step", result.get("training_iteration", 0)))
-        log_metrics(self.mlflow, run_id, {k: result.get(k) for k in CURVE_METRICS}, step)
+        log_metrics(self.mlflow, run_id, {**{k: result.get(k) for k in CURVE_METRICS}, **live_metrics(result)}, step)
         node = (result.get("node_ip"), result.get("node_id"))
         if result.get("node_ip") and self._tagged_node.get(trial.trial_id) != node:  # again when a retry moved it
             tags = {"ray.node_ip": node[0], "ray.hostname": result.get("hostname"), "ray.node_id": node[1]}
@@ -252,12 +291,21 @@ class MlflowTracker(Callback):
         self.runs.update(state.get("runs", {}))
 
 
+def live_metrics(result: dict[str, Any]) -> dict[str, Any]:
+    """What the search's view plots, from one report, so that its charts fill in while trials run: the trial's
+    latest ``val_acc`` as ``val_acc_common`` (replaced by the accuracy at the common step when the search ends, see
+    ``log_trial_finals``), ``trainable_params`` and its log10."""
+    params = result.get("trainable_params")
+    log10 = math.log10(params) if _is_number(params) and params > 0 else None
+    return {"val_acc_common": result.get("val_acc"), "trainable_params": params, "log10_trainable_params": log10}
+
+
 def open_search_run(mlflow: MlflowClient, plan: SearchPlan, predictors: report.Predictors) -> str:
     """The parent run of a search: found again on ``--resume``, else created with the space, settings and plasticity."""
     if plan.options.resume:
         existing = find_search_run(
             mlflow,
-            EXPERIMENT,
+            plan.experiment,
             plan.name,
             search_id=plan.search_id or None,
             storage=None if plan.search_id else f"{plan.storage}/{plan.name}",
@@ -289,7 +337,8 @@ def open_search_run(mlflow: MlflowClient, plan: SearchPlan, predictors: report.P
         params.update(
             plasticity_variant=meta["variant"], plasticity_reference=meta["reference"], plasticity_pairs=meta["n_pairs"]
         )
-    run_id = start_search_run(mlflow, EXPERIMENT, plan.name, params, tags)
+    artifacts = artifact_location(plan.tracking_uri, plan.experiment, plan.storage)
+    run_id = start_search_run(mlflow, plan.experiment, plan.name, params, tags, artifacts)
     mlflow.log_text(run_id, spec.text, f"space/{spec.path.name}")
     if predictors.gradients is not None:
         mlflow.log_text(run_id, predictors.gradients.to_csv(index=False), "criteria/gradients.csv")
@@ -320,7 +369,11 @@ def search_note(search: str, link: str | None = None, note: str = "") -> str:
         "",
         "Artifacts: `analysis/correlations.json` (Spearman and Kendall of plasticity and of log trainable "
         "parameters with accuracy, bootstrap 95% intervals), plots, `trials.csv`, "
-        f"`{BEST_WEIGHTS}` (the best trial's trained parameters).",
+        f"`{BEST_WEIGHTS}` (the best trial's trained parameters, beside its settings in "
+        f"`{BEST_TRIAL_DIR}/{TRIAL_FILE}`; its own run is tagged `{BEST_TAG}` = `true`).",
+        "",
+        f'The best model: `mlflow.pytorch.load_model("runs:/<this run\'s id>/{MODEL_NAME}")`, or '
+        f'`vitplast_tune.load_best_model("{search}", storage=...)`.',
     ]
     return "\n".join(lines)
 
@@ -397,24 +450,54 @@ def log_trial_finals(mlflow: MlflowClient, trials: pd.DataFrame) -> None:
             log_metrics(mlflow, run_id, {k: getattr(row, k, None) for k in FINAL_METRICS}, int(_number(row.step, 0)))
 
 
-def log_best_weights(mlflow: MlflowClient, run_id: str, checkpoint, trial: dict[str, Any]) -> None:
-    """The best trial's trained parameters (its best-validation weights, trainable tensors only) as a
-    safetensors artifact of the parent run, beside a JSON of the trial they come from."""
+def log_best_trial(
+    mlflow: MlflowClient, plan: SearchPlan, parent_run_id: str, result, row: dict[str, Any]
+) -> tuple[str | None, str]:
+    """The best trial of a finished search on MLflow; return its model's URI (``runs:/<parent>/best_model``, None
+    when the model could not be rebuilt here) and a note saying why not.
+
+    ``result`` is its Tune result (config, last checkpoint), ``row`` its row of the trial table. Its best-validation
+    weights (the trainable tensors, safetensors) and settings (``trial.json``) go to the parent run (``best_trial/``)
+    and to the trial's own run (``weights/``, tagged ``vitplast.best``); the model rebuilt with them is logged as the
+    parent's MLflow model. Torch loads here, on the driver, after every trial has finished.
+    """
     import torch
     from safetensors.torch import save_file
 
     from vitplast_tune.search.trial import STATE_FILE
 
-    # Memory-mapped: only the best weights are read, not the optimizer state and the last weights beside them.
-    with checkpoint.as_directory() as source, tempfile.TemporaryDirectory() as directory:
+    cfg = trial_config(result.config or {}, plan.settings)
+    run_id = row.get("run_id") if isinstance(row.get("run_id"), str) else None
+    with result.checkpoint.as_directory() as source, tempfile.TemporaryDirectory() as directory:
+        # Memory-mapped: only the best weights are read, not the optimizer state and the last weights beside them.
         state = torch.load(Path(source) / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
         best = state.get("best", {}).get("trainable") or state["trainable"]
-        path = Path(directory) / Path(BEST_WEIGHTS).name
-        save_file({k: v.contiguous() for k, v in best.items()}, str(path))
-        del state, best
-        about = Path(directory) / "trial.json"
-        about.write_text(json.dumps(trial, indent=2, default=str))
-        log_artifacts(mlflow, run_id, [path, about], str(Path(BEST_WEIGHTS).parent))
+        weights = {k: v.contiguous() for k, v in best.items()}
+        files = [Path(directory) / WEIGHTS_FILE, Path(directory) / TRIAL_FILE]
+        save_file(weights, str(files[0]))
+        files[1].write_text(json.dumps({**row, "settings": cfg.to_dict()}, indent=2, default=str))
+        log_artifacts(mlflow, parent_run_id, files, BEST_TRIAL_DIR)
+        if run_id:
+            log_artifacts(mlflow, run_id, files, WEIGHTS_DIR)
+            mlflow.set_tag(run_id, BEST_TAG, "true")
+            mlflow.set_tag(parent_run_id, BEST_RUN_TAG, run_id)
+        return log_best_model(plan, parent_run_id, cfg, weights)
+
+
+def log_best_model(plan: SearchPlan, parent_run_id: str, cfg: FinetuneConfig, weights: dict) -> tuple[str | None, str]:
+    """The model of ``cfg`` with the trained tensors ``weights`` as the parent run's MLflow model; its URI and "", or
+    None and why not when this machine cannot build it (e.g. a driver without the hub weights the trials' nodes had):
+    the search's results stand, and the tensors on the parent run rebuild it where the weights are."""
+    from vitplast_tune.errors import UserError
+    from vitplast_tune.vit import best_model
+
+    try:
+        model = best_model.rebuild(cfg, weights)
+    except (UserError, OSError, RuntimeError) as exc:
+        reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        note = f"the best model is not logged as an MLflow model: it could not be built on this machine ({reason})"
+        return None, note
+    return best_model.log_model(model, cfg, plan.tracking_uri, parent_run_id), ""
 
 
 def child_runs(mlflow: MlflowClient, parent_run_id: str) -> list:

@@ -3,7 +3,7 @@
 ``finetune(config)`` is a plain function with no Ray or MLflow in it; ``trial.py`` wraps it for
 Ray Tune. It calls ``report(metrics, state)`` after every evaluation; ``state`` (only the
 trainable tensors, the optimizer and the step; live, so save or copy it in the call) resumes the run
-exactly where it stopped.
+exactly where it stopped. It returns the trained model (its best-validation weights) with the final metrics.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +37,15 @@ class DivergedError(RuntimeError):
 
 
 Report = Callable[[dict[str, Any], dict[str, Any]], None]
+
+
+class Finetuned(NamedTuple):
+    """What ``finetune`` returns: the trained timm model, holding its best-validation weights, in eval mode on the
+    device it trained on, and the metrics of the last evaluation (``test_acc``: that model on the test split).
+    Unpacks as ``model, metrics = finetune(cfg)``."""
+
+    model: nn.Module
+    metrics: dict[str, Any]
 
 
 def warmup_cosine(step: int, total_steps: int, warmup_steps: int) -> float:
@@ -100,15 +109,16 @@ def finetune(
     resume: dict[str, Any] | None = None,
     device: torch.device | None = None,
     decoded: InMemory | None = None,
-) -> dict[str, Any]:
-    """Finetune ``cfg.components`` of ``cfg.model`` on ``cfg.dataset``; return the final metrics.
+) -> Finetuned:
+    """Finetune ``cfg.components`` of ``cfg.model`` on ``cfg.dataset``; return the trained model and the final metrics.
 
     After every ``eval_every`` steps (and the last), ``report(metrics, state)`` receives the
     metrics (step, train_loss, val_acc, val_loss, best_val_acc, current_lr, trainable_params, steps_per_s,
     images_per_s) and a resumable state of live tensors (save or copy it during the call: training goes on).
     When training ends, the best-validation weights are evaluated on the test
     split (``test_acc``), as in the paper. ``decoded`` is the dataset already decoded (shared by
-    the search). Raises DivergedError on a NaN or infinite loss.
+    the search). The model returned holds the best-validation weights, in eval mode. Raises DivergedError on a NaN
+    or infinite loss.
 
     Frozen parameters get no gradient and no optimizer state, and autograd stops below the lowest
     trainable component. A head-only run (the linear probe) on an in-memory dataset passes each
@@ -134,7 +144,8 @@ def finetune(
         metrics = _evaluate_run(run, val_batches, loss_sum.item() / count, count, started)
         if report is not None:
             report(metrics, run.state())
-    return metrics
+    _restore_best(run.trainable, run.best)
+    return Finetuned(run.model.eval(), metrics)
 
 
 @dataclass
@@ -243,11 +254,18 @@ def _evaluate_run(run: _Run, val_batches, train_loss: float, count: int, started
     return {**metrics, **run.timing}
 
 
-def build_run(cfg: FinetuneConfig, decoded: InMemory | None = None) -> tuple[nn.Module, Splits]:
-    """A run's model (new head initialised from ``cfg.seed``) and its seeded splits, as ``finetune`` trains them."""
+def create_run_model(cfg: FinetuneConfig, num_classes: int | None = None) -> nn.Module:
+    """The model a run of ``cfg`` starts from: its pretrained weights (or, with ``pretrained`` off, an initialisation
+    seeded by ``cfg.seed``) and a new head of ``num_classes`` (default: the dataset's) initialised from ``cfg.seed``."""
     torch.manual_seed(cfg.seed)
-    num_classes = datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir)
-    model = models.create_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
+    if num_classes is None:
+        num_classes = datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir)
+    return models.create_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
+
+
+def build_run(cfg: FinetuneConfig, decoded: InMemory | None = None) -> tuple[nn.Module, Splits]:
+    """A run's model (``create_run_model``) and its seeded splits, as ``finetune`` trains them."""
+    model = create_run_model(cfg)
     splits = datasets.load_dataset(
         cfg.dataset,
         models.data_config(model),
@@ -264,11 +282,16 @@ def build_run(cfg: FinetuneConfig, decoded: InMemory | None = None) -> tuple[nn.
 
 def _test_best(model, trainable, best, test_set, cfg, device, forward) -> float:
     """Test accuracy of the best-validation weights (the model keeps them afterwards)."""
+    _restore_best(trainable, best)
+    return evaluate(model, test_set, cfg.batch_size, device, 0, forward, cfg.cuda_options)["acc"]
+
+
+def _restore_best(trainable: dict[str, nn.Parameter], best: dict[str, Any]) -> None:
+    """Put the best-validation weights (when there are any) into the trainable parameters."""
     if best["trainable"] is not None:
         with torch.no_grad():
             for name, tensor in best["trainable"].items():
                 trainable[name].copy_(tensor)
-    return evaluate(model, test_set, cfg.batch_size, device, 0, forward, cfg.cuda_options)["acc"]
 
 
 def _use_hardware(cfg: FinetuneConfig, device: torch.device) -> None:

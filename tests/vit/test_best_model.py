@@ -1,0 +1,48 @@
+"""A run's model back: ``finetune`` returns it with its best-validation weights, and ``rebuild`` makes the same model
+from the run's settings and the trained tensors alone (what a search keeps of its best trial)."""
+
+import copy
+
+import pytest
+import torch
+
+from vitplast_tune.errors import UserError
+from vitplast_tune.vit import best_model, training
+from vitplast_tune.vit.training import FinetuneConfig, finetune
+
+CFG = FinetuneConfig(
+    model="vit_testbed_patch8_32",
+    pretrained=False,  # the untrained parts come from the seed: rebuild must seed them the same way
+    components="fc1",
+    lr=0.3,
+    max_steps=12,
+    eval_every=4,
+    warmup_steps=3,
+    batch_size=32,
+    threads=1,
+    seed=7,
+)
+
+
+def test_finetune_returns_the_model_with_its_best_validation_weights_and_rebuild_gives_it_back():
+    reports = []
+    model, metrics = finetune(CFG, report=lambda m, state: reports.append((m, copy.deepcopy(state))))
+    assert not model.training and metrics["step"] == 12
+    _, splits = training.build_run(CFG)
+    test = training.evaluate(model, splits.test, CFG.batch_size, torch.device("cpu"))["acc"]
+    assert test == metrics["test_acc"]  # the model returned is the one tested: its best-validation weights
+    best = reports[-1][1]["best"]
+    assert best["val_acc"] == metrics["best_val_acc"]
+    rebuilt = best_model.rebuild(CFG, best["trainable"])
+    assert not rebuilt.training
+    images = torch.stack([splits.test[i][0] for i in range(8)])
+    with torch.no_grad():
+        assert torch.equal(rebuilt(images), model(images))
+    assert training.evaluate(rebuilt, splits.test, CFG.batch_size, torch.device("cpu"))["acc"] == metrics["test_acc"]
+
+
+def test_rebuild_refuses_tensors_of_another_model():
+    with pytest.raises(UserError, match="do not fit vit_testbed_patch8_32"):
+        best_model.rebuild(CFG, {"blocks.0.mlp.fc1.weight": torch.zeros(3, 3)})
+    with pytest.raises(UserError, match="unknown names or other shapes"):
+        best_model.rebuild(CFG, {"encoder.layer.0.weight": torch.zeros(3)})
