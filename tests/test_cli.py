@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -30,7 +31,7 @@ def ray_sessions() -> set[str]:
     return {p.name for p in (Path(os.environ["RAY_TMPDIR"]) / "ray").glob("session_*")}
 
 
-def run_search(tmp_path, *args, space_text=GOOD):
+def run_search(tmp_path, *args, space_text=GOOD, timeout=120):
     space = tmp_path / "space.yaml"
     space.write_text(space_text)
     storage = tmp_path / "results"
@@ -40,7 +41,7 @@ def run_search(tmp_path, *args, space_text=GOOD):
         [sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(space), "--storage", str(storage), *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         cwd=tmp_path,
     )
     return proc, time.perf_counter() - started, storage
@@ -69,6 +70,14 @@ CASES = [
     (["--resume", "--name", "never-ran"], GOOD, 'no search "never-ran" to resume'),
     (["--resume", "--name", "started", "--max-steps", "16"], GOOD, "--max-steps 16 differs from the 8"),
     (["--resume", "--name", "corrupt"], GOOD, "is unreadable"),
+    (["--set", "lr=fast"], GOOD, "--set lr=fast: lr takes a number, not 'fast'"),
+    (["--set", "max_stesp=9"], GOOD, 'unknown setting "max_stesp" (did you mean "max_steps"?)'),
+    (["--set", "blocks=a,b"], GOOD, "blocks takes a list of integers such as 0,1,2 or none"),
+    (["--set", "compile=maybe"], GOOD, "compile takes true or false"),
+    (["--max-steps", "8", "--set", "max_steps=9"], GOOD, "--set max_steps=9 contradicts --max-steps 8"),
+    (["--set", "precision=fp8"], GOOD, 'unknown precision "fp8"'),
+    (["--dataset", "torch/cifar10", "--data-dir", "{tmp}/nothing"], GOOD, "Dataset not found"),
+    (["--dry-run", "--resources-per-trial", '{"a100": 1}'], GOOD, "more than this machine has"),
 ]
 
 
@@ -123,3 +132,31 @@ def test_help_documents_every_flag():
     ):
         assert flag in proc.stdout
     assert "(default: None)" not in proc.stdout
+
+
+def test_dry_run_plans_and_estimates_without_starting_anything(tmp_path):
+    """--dry-run validates as a search does, prints the trials, resources, concurrency and an estimate from steps
+    timed here, and exits 0: no Ray session, no MLflow store, no search record."""
+    flags = [
+        "--dry-run",
+        "--name",
+        "planned",
+        "--set",
+        "weight_decay=0.05",
+        "--set",
+        "blocks=2,3",
+        "--precision",
+        "fp32",
+    ]
+    proc, seconds, storage = run_search(tmp_path, *flags, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "trials:     2, optuna (seed 0), ASHA early stopping" in out
+    assert "components: any non-empty subset of emb, ln1, mha, ln2, fc1, fc2 (63)" in out
+    assert "weight decay 0.05" in out and "precision fp32" in out  # the --set and --precision values
+    assert "resources:  {CPU: 1} per trial; this machine:" in out and "at once:    2 trial(s)" in out
+    assert re.search(r"all \(fp32\): \d+ ms/step \(median of \d\)", out), out
+    assert re.search(r"estimate:   (about )?\d+ s", out) and "caveats:" in out, out
+    print(f"dry run: {seconds:.1f} s here (the goal, under 30 s, is judged on a quiet machine)")
+    assert ray_sessions() == set(), "a Ray session was started"
+    assert not (storage / "mlflow.db").exists() and not (storage / "planned").exists()

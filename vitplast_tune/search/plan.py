@@ -8,6 +8,7 @@ flags override it). Every problem is a ``UserError``: one line, exit code 2.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pickle
@@ -38,7 +39,8 @@ RESUMABLE_SETTINGS = ("download",)
 
 @dataclass
 class SearchOptions:
-    """How a search runs (what the command line controls); ``settings`` override the space file's defaults.
+    """How a search runs (what the command line controls); ``settings`` (FinetuneConfig fields) override the space
+    file's defaults: a key given is a value, None included (a key left out keeps the space file's).
 
     ``seed`` and ``max_failures`` left None mean ``DEFAULT_SEED`` and ``DEFAULT_MAX_FAILURES`` for a new
     search, and the recorded values for ``resume``.
@@ -177,7 +179,7 @@ def write_record(plan: SearchPlan, parent_run_id: str) -> None:
 
 def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> FinetuneConfig:
     """The trial settings: FinetuneConfig defaults < space defaults < command line; all validated."""
-    overrides = {k: v for k, v in options.settings.items() if v is not None}
+    overrides = dict(options.settings)  # None is a value here (--set weights=none): a key left out keeps the space's
     try:
         base = FinetuneConfig.from_dict({**spec.defaults, **overrides})
         base.seed = overrides.get("seed", spec.defaults.get("seed", _given(options.seed, DEFAULT_SEED)))
@@ -214,32 +216,39 @@ def _check_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory |
 
     That takes torch, timm and torchvision, 0.4 GB that a process keeps once it has imported them, and after
     this only trials and measurements (Ray workers) need them. So when this process has not imported torch
-    (the command line), the checks run in a short-lived Python process: the driver holds none of it while
-    trials run.
-    A UserError there is raised here; any other failure prints its traceback and raises RuntimeError here.
+    (the command line), the checks run in a short-lived Python process (``call_in_child``): the driver holds
+    none of it while trials run.
     """
     if "torch" in sys.modules:
         return _inspect_inputs(settings, reference)
-    with tempfile.TemporaryDirectory(prefix="vitplast-inputs-") as tmp:
-        exchange = Path(tmp) / "inputs.pkl"  # in: (settings, reference); out: (ok, decoded or UserError)
-        exchange.write_bytes(pickle.dumps((settings, reference)))
-        code = "import sys; from vitplast_tune.search.plan import _inspect_in_child; _inspect_in_child(sys.argv[1])"
+    return call_in_child("vitplast_tune.search.plan:_inspect_inputs", settings, reference)
+
+
+def call_in_child(target: str, *args: Any) -> Any:
+    """``module:function(*args)`` run in a short-lived Python process with this one's imports, its result returned
+    here (arguments and result pickled through a temporary file): what needs torch runs there, and this process
+    never holds it. A UserError there is raised here; any other failure prints its traceback and raises RuntimeError."""
+    with tempfile.TemporaryDirectory(prefix="vitplast-child-") as tmp:
+        exchange = Path(tmp) / "call.pkl"  # in: (target, args); out: (ok, result or UserError)
+        exchange.write_bytes(pickle.dumps((target, args)))
+        code = "import sys; from vitplast_tune.search.plan import _child_main; _child_main(sys.argv[1])"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this process's imports
         child = subprocess.run([sys.executable, "-c", code, str(exchange)], env=env)
         if child.returncode != 0:
-            raise RuntimeError(f"checking the search's inputs failed in a child process (exit {child.returncode})")
+            raise RuntimeError(f"{target} failed in a child process (exit {child.returncode})")
         ok, value = pickle.loads(exchange.read_bytes())
     if not ok:
         raise value
     return value
 
 
-def _inspect_in_child(path: str) -> None:
-    """``_inspect_inputs`` of the arguments pickled in ``path``; its result (or UserError) pickled back there."""
+def _child_main(path: str) -> None:
+    """The child of ``call_in_child``: the call pickled in ``path``, its result (or UserError) pickled back there."""
     exchange = Path(path)
-    settings, reference = pickle.loads(exchange.read_bytes())
+    target, args = pickle.loads(exchange.read_bytes())
+    module, _, name = target.partition(":")
     try:
-        result = (True, _inspect_inputs(settings, reference))
+        result = (True, getattr(importlib.import_module(module), name)(*args))
     except UserError as exc:
         result = (False, exc)
     exchange.write_bytes(pickle.dumps(result))
@@ -254,7 +263,7 @@ def _inspect_inputs(settings: FinetuneConfig, reference: str | None) -> InMemory
 
     config = models.pretrained_data_config(settings.model)
     models.check_weights(settings.model, settings.weights, settings.pretrained)
-    datasets.num_classes(settings.dataset, settings.data_dir)
+    datasets.num_classes(settings.dataset, settings.data_dir, settings.download)
     image_cache = settings.image_cache
     if 0 < image_cache < max(config["input_size"][1:]):
         raise UserError(
@@ -328,7 +337,7 @@ def _resumed_plan(spec: spaces.SearchSpec, options: SearchOptions, storage: str,
     """
     saved = record["settings"]
     for key, value in options.settings.items():
-        if value is not None and key not in RESUMABLE_SETTINGS and value != saved.get(key):
+        if key not in RESUMABLE_SETTINGS and value != saved.get(key):
             _refuse(f"--{key.replace('_', '-')} {value}", saved.get(key), name)
     fixed = {
         "num-samples": (options.num_samples, record.get("num_samples", spec.num_samples)),
@@ -339,7 +348,7 @@ def _resumed_plan(spec: spaces.SearchSpec, options: SearchOptions, storage: str,
     for flag, (given, recorded) in fixed.items():
         if given is not None and given != recorded:
             _refuse(f"--{flag} {given}", recorded, name)
-    changed = {k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}
+    changed = {k: options.settings[k] for k in RESUMABLE_SETTINGS if k in options.settings}
     settings = FinetuneConfig.from_dict({**saved, **changed})
     spec = replace(spec, num_samples=fixed["num-samples"][1])
     max_failures = _given(options.max_failures, record.get("max_failures", DEFAULT_MAX_FAILURES))
