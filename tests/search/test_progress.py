@@ -91,7 +91,13 @@ def test_a_bar_on_a_terminal_keeps_the_lines_above_it():
     progress.on_trial_complete(1, [a], a)
     progress.on_step(2, [a])
     assert progress.bar.n == 1 and "ETA 1:06:40" in progress.bar.postfix
-    progress.on_experiment_end([a])
+    b = trial("b")
+    progress.on_trial_start(2, [a, b], b)
+    fake.now += 10
+    b.status, b.last_result = "TERMINATED", {"best_val_acc": 0.5, "step": 8, "max_steps": 8}
+    progress.on_trial_complete(3, [a, b], b)
+    assert progress.bar.n == 2 and "ETA" not in progress.bar.postfix  # done: no ETA left on the bar
+    progress.on_experiment_end([a, b])
     text = out.getvalue()
     assert "[1:06:40] 1/2 trials done | mha+fc1 lr=0.05: best val_acc 75.00%" in text
-    assert "trials 1/2 |" in text and progress.bar is None  # the bar was drawn, then closed
+    assert "trials 2/2 |" in text and progress.bar is None  # the bar was drawn, then closed

@@ -132,7 +132,7 @@ class Progress(Callback):
     def _status(self, trials) -> str:
         """The bar's postfix: best so far and the ETA."""
         best = f"best {pct(self.best[0])} ({self.best[1]})" if self.best else ""
-        eta = self.eta(trials)
+        eta = self.eta(trials) if self.done < self.total else None
         return " | ".join(p for p in (best, f"ETA {clock(eta)}" if eta is not None else "") if p)
 
     def _print(self, text: str, trials=()) -> None:
