@@ -13,6 +13,7 @@ Each run is one ``finetune`` of the quickstart's settings (the shipped testbed V
 from __future__ import annotations
 
 import itertools
+import json
 import statistics
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -94,8 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=len(SEEDS), help=f"seeds per row (default: {len(SEEDS)})")
     p.add_argument("--max-steps", type=int, default=400, help="steps per run (default: 400, the quickstart's)")
     args = p.parse_args(argv)
+    runs = []
     with ProcessPoolExecutor(args.workers) as pool:
-        runs = list(pool.map(one_run, jobs(SEEDS[: args.seeds], args.max_steps)))
+        for run in pool.map(one_run, jobs(SEEDS[: args.seeds], args.max_steps)):
+            runs.append(run)  # each run as it ends: a long measurement shows its progress, and a stopped one its part
+            print(json.dumps(run), file=sys.stderr, flush=True)
     print(table(runs))
     common.write_json(args.json, runs)
     return 0
