@@ -148,7 +148,7 @@ def test_dry_run_plans_and_estimates_without_starting_anything(tmp_path):
         "--precision",
         "fp32",
     ]
-    proc, seconds, storage = run_search(tmp_path, *flags, timeout=300)
+    proc, seconds, storage = run_search(tmp_path, *flags, timeout=600)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "trials:     2, optuna (seed 0), ASHA early stopping" in out
