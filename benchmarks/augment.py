@@ -51,7 +51,7 @@ def one_run(job: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(1)
     settings = {k: v for k, v in job.items() if k != "device"}
     started = time.perf_counter()
-    metrics = finetune(FinetuneConfig(**settings, threads=1), device=torch.device(job["device"]))
+    _, metrics = finetune(FinetuneConfig(**settings, threads=1), device=torch.device(job["device"]))
     return {
         **job,
         "best_val_acc": metrics["best_val_acc"],

@@ -52,7 +52,7 @@ def run_one(budget: int, lr: float, seed: int, args: argparse.Namespace) -> dict
     )
     curve: list[tuple[int, float]] = []
     started, cpu = time.perf_counter(), time.process_time()
-    final = finetune(cfg, report=lambda m, _state: curve.append((m["step"], m["val_acc"])))
+    _, final = finetune(cfg, report=lambda m, _state: curve.append((m["step"], m["val_acc"])))
     return {
         "budget": budget,
         "lr": lr,

@@ -186,6 +186,7 @@ def measure(spec: dict) -> dict:
         threads=spec["threads"],
         compile=spec["compile"],
         cuda_options=spec["cuda_options"],
+        precision="auto" if spec["cuda_options"] else "fp32",  # the plain fp32 baseline has no autocast either
         eval_test=False,
         val_fraction=0.2 if spec["memory"] else 0.01,  # timing: a tiny evaluation inside the CPU-time window
     )

@@ -219,3 +219,29 @@ def test_the_coverage_threshold_is_the_first_n_from_which_every_scenario_holds()
     assert coverage.threshold(rows, 0.10) == 6
     assert coverage.threshold(rows, 0.0) is None
     assert coverage.population_spearman(0.0) == 0.0 and coverage.population_spearman(1.0) == pytest.approx(1.0)
+
+
+def test_the_optimizer_benchmark_pairs_each_run_and_reports_the_paired_difference():
+    from benchmarks import optimizer
+
+    jobs = optimizer.jobs(seeds=(0, 1), max_steps=8)
+    plain = [j for j in jobs if j["variant"] == "torch"]
+    assert len(plain) == 2 * sum(1 for row in optimizer.GRID if row[3] is None)  # layer decay: timm's only
+    assert all({**j, "variant": "timm"} in jobs for j in plain)
+    runs = [{**j, "best_val_acc": 0.5, "val_acc": 0.5, "train_loss": 1.0, "test_acc": 0.5} for j in jobs]
+    for r in runs:
+        if r["variant"] == "timm" and r["seed"] == 1:
+            r["test_acc"] = 0.53
+    text = optimizer.table(runs)
+    assert "+1.50 pts (per seed +0.00, +3.00)" in text
+
+
+def test_the_optimizer_benchmarks_baseline_decays_every_parameter():
+    import torch
+
+    from benchmarks import optimizer
+
+    layer = torch.nn.Linear(3, 2)
+    layer.bias.requires_grad_(False)
+    built = optimizer.plain_optimizer(FinetuneConfig(weight_decay=0.1), layer, torch.device("cpu"))
+    assert [(g["weight_decay"], len(g["params"])) for g in built.param_groups] == [(0.1, 1)]

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -101,6 +103,14 @@ SEARCH = [
     ([], edit("{subsets: any}", "[all, mha]") + "warm_start: 1\n", "warm_start needs algorithm: optuna and comp"),
     ([], GOOD + "warm_start: 5\n", "warm_start 5 is more than the search's 2 trial(s)"),
     (["--num-samples", "1"], GOOD + "warm_start: 2\n", "warm_start 2 is more than the search's 1 trial(s)"),
+    (["--set", "lr=fast"], GOOD, "--set lr=fast: lr takes a number, not 'fast'"),
+    (["--set", "max_stesp=9"], GOOD, 'unknown setting "max_stesp" (did you mean "max_steps"?)'),
+    (["--set", "blocks=a,b"], GOOD, "blocks takes a list of integers such as 0,1,2 or none"),
+    (["--set", "compile=maybe"], GOOD, "compile takes true or false"),
+    (["--max-steps", "8", "--set", "max_steps=9"], GOOD, "--set max_steps=9 contradicts --max-steps 8"),
+    (["--set", "precision=fp8"], GOOD, 'unknown precision "fp8"'),
+    (["--dataset", "torch/cifar10", "--data-dir", "{tmp}/nothing"], GOOD, "Dataset not found"),
+    (["--dry-run", "--resources-per-trial", '{"a100": 1}'], GOOD, "more than this machine has"),
 ]
 if NO_GPU:
     SEARCH.append((["--gpus-per-trial", "1"], GOOD, "a trial asks for {CPU: 1, GPU: 1}, more than this machine has"))
@@ -338,3 +348,46 @@ def test_the_ui_on_a_port_in_use_says_which_flag_to_change(tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"error: port {port} on 127.0.0.1 is in use (another MLflow UI?); pass --port N"
     ]
+
+
+def run_search(tmp_path, *args, timeout=120):
+    """``scripts/search.py`` on the test's GOOD space, storage under the test's folder: (process, seconds, storage)."""
+    space, storage = tmp_path / "space.yaml", tmp_path / "results"
+    space.write_text(GOOD)
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(space), "--storage", str(storage), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+    )
+    return proc, time.perf_counter() - started, storage
+
+
+def test_dry_run_plans_and_estimates_without_starting_anything(tmp_path):
+    """--dry-run validates as a search does, prints the trials, resources, concurrency and an estimate from steps
+    timed here, and exits 0: no Ray session, no MLflow store, no search record."""
+    flags = [
+        "--dry-run",
+        "--name",
+        "planned",
+        "--set",
+        "weight_decay=0.05",
+        "--set",
+        "blocks=2,3",
+        "--precision",
+        "fp32",
+    ]
+    proc, seconds, storage = run_search(tmp_path, *flags, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "trials:     2, optuna (seed 0), ASHA early stopping" in out
+    assert "components: any non-empty subset of emb, ln1, mha, ln2, fc1, fc2 (63)" in out
+    assert "weight decay 0.05" in out and "precision fp32" in out  # the --set and --precision values
+    assert "resources:  {CPU: 1} per trial; this machine:" in out and "at once:    2 trial(s)" in out
+    assert re.search(r"all \(fp32\): \d+ ms/step \(median of \d\)", out), out
+    assert re.search(r"estimate:   (about )?\d+ s", out) and "caveats:" in out, out
+    print(f"dry run: {seconds:.1f} s here (the goal, under 30 s, is judged on a quiet machine)")
+    assert ray_sessions() == set(), "a Ray session was started"
+    assert not (storage / "mlflow.db").exists() and not (storage / "planned").exists()

@@ -42,6 +42,20 @@ def test_readme_quickstart_trial_counts_match_the_space():
     assert [int(m.group(1)) for m in (quickstart, row, example)] == [expected] * 3
 
 
+def test_the_license_file_is_the_one_pyproject_declares():
+    assert PYPROJECT["project"]["license"] == "MIT" and PYPROJECT["project"]["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License\n") and "Copyright (c) 2026 the vitplast_tune authors" in text
+
+
+def test_the_quickstart_installs_without_dev_tools_and_the_tests_with_them():
+    readme = (ROOT / "README.md").read_text()
+    quickstart = readme.split("## Quickstart", 1)[1]
+    commands = re.findall(r"```bash\n(.*?)```", quickstart, re.S)
+    assert commands[0].startswith("pip install -e . && "), commands[0]  # a user who only searches
+    assert commands[1].startswith('pip install -e ".[dev]" && python -m pytest'), commands[1]
+
+
 @pytest.mark.slow
 def test_a_wheel_ships_the_spaces_weights_and_commands_and_searches_from_them(tmp_path):
     """Build the wheel, install it alone (no checkout on the path), and run the quickstart's space from it."""
@@ -55,6 +69,9 @@ def test_a_wheel_ships_the_spaces_weights_and_commands_and_searches_from_them(tm
     code = "from vitplast_tune.search import spaces; print(spaces.spaces_dir())"
     where = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert Path(where.stdout.strip()).is_relative_to(target), where.stderr
+    (dist_info,) = target.glob("vitplast_tune-*.dist-info")
+    assert "License-Expression: MIT" in (dist_info / "METADATA").read_text()
+    assert (dist_info / "licenses" / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
     commands = ("vitplast-search", "vitplast-analyze", "vitplast-plasticity", "vitplast-pretrain", "vitplast-recommend")
     commands += ("vitplast-ui",)
     for command in commands:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from vitplast_tune import outputs, storage
-from vitplast_tune.config import PLASTICITY_VARIANTS, TESTBED_MODEL, TESTBED_WEIGHTS, PretrainConfig
+from vitplast_tune.config import PLASTICITY_VARIANTS, PRECISIONS, TESTBED_MODEL, TESTBED_WEIGHTS, PretrainConfig
 from vitplast_tune.errors import SearchInterrupted, UserError
 
 SEARCH_HELP = "Run a Ray Tune search over which ViT components to finetune: vitplast-search --space component_subsets"
@@ -103,6 +103,12 @@ def _search_flags(parser: argparse.ArgumentParser, run) -> None:
         help=f"seed of the search algorithm, and the training seed unless the space sets one (default: {DEFAULT_SEED})",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines while trials run")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate everything, print the trials, resources, concurrency and an estimated wall time from a few "
+        "training steps timed here, and exit without starting Ray",
+    )
 
 
 def _trial_flags(parser: argparse.ArgumentParser, train) -> None:
@@ -146,6 +152,20 @@ def _trial_flags(parser: argparse.ArgumentParser, train) -> None:
         help="training augmentation: paper (RandomResizedCrop 8-100%% + flip), light (RandomResizedCrop 80-100%%, "
         "no flip), none; default: the space file's, else the dataset's (paper for natural images, light for digits "
         "and fractals)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="auto: bf16 where the GPU supports it, else fp16 with a gradient scaler on CUDA, fp32 on CPU; "
+        f"default: {space_default.format(train.precision)}",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any trial setting (a FinetuneConfig field), parsed by its type: --set weight_decay=0.05 "
+        "--set compile=true --set blocks=9,10,11 --set weights=none; repeatable; overrides the space file",
     )
 
 
@@ -231,23 +251,12 @@ def search_main(argv: Sequence[str] | None = None) -> int:
     """Run (or resume) a search from command-line arguments and print its summary."""
     started = time.perf_counter()
     args = search_parser().parse_args(argv)
-    from vitplast_tune.search import driver, results
     from vitplast_tune.search.plan import SearchOptions
     from vitplast_tune.search.timings import Timings
 
     timings = Timings({"imports": time.perf_counter() - started})
 
-    settings = dict(
-        model=args.model,
-        weights=args.weights,
-        dataset=args.dataset,
-        data_dir=args.data_dir,
-        download=args.download,
-        augment=args.augment,
-        max_steps=args.max_steps,
-        batch_size=args.batch_size,
-        eval_every=args.eval_every,
-    )
+    settings = trial_settings(args)
     if not isinstance(args.resources_per_trial, dict):
         raise UserError("--resources-per-trial must be a JSON object such as '{\"a100\": 1}'")
     options = SearchOptions(
@@ -274,8 +283,45 @@ def search_main(argv: Sequence[str] | None = None) -> int:
         plasticity_reference=args.plasticity_reference,
         plasticity_pairs=args.plasticity_pairs,
     )
+    if args.dry_run:
+        from vitplast_tune.search.estimate import dry_run
+
+        print(dry_run(options))
+        return 0
+    from vitplast_tune.search import driver, results
+
     print(results.summary(driver.run(options, timings=timings)))
     return 0
+
+
+DEDICATED = (
+    "model",
+    "weights",
+    "dataset",
+    "data_dir",
+    "download",
+    "augment",
+    "max_steps",
+    "batch_size",
+    "eval_every",
+    "precision",
+)
+
+
+def trial_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The trial settings the command line gives: its dedicated flags that were given, then each ``--set KEY=VALUE``
+    (typed by the field); the same key given two ways with two values is a UserError."""
+    from vitplast_tune.config import parse_setting
+
+    settings = {key: getattr(args, key) for key in DEDICATED if getattr(args, key) is not None}
+    flags = set(settings)
+    for text in args.set:
+        key, value = parse_setting(text)
+        if key in flags and settings[key] != value:
+            flag = f"--{key.replace('_', '-')}"
+            raise UserError(f"--set {text} contradicts {flag} {settings[key]}; give the setting once")
+        settings[key] = value
+    return settings
 
 
 def search(argv: Sequence[str] | None = None) -> NoReturn:

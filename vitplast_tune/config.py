@@ -35,7 +35,9 @@ def default_data_dir() -> Path:
     return cache_dir() / "data"
 
 
-OPTIMIZERS = ("sgd", "adamw")
+OPTIMIZERS = ("sgd", "adamw")  # SGD with classical momentum, AdamW; both built by timm.optim.create_optimizer_v2
+# Mixed precision of training and evaluation: auto picks by device (vit/training.py resolve_precision).
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 # How plasticity is measured (vit/plasticity.py): the paper's definition (every component applied to the embedding
 # output), or each component on its real input inside the forward pass.
 PLASTICITY_VARIANTS = ("paper", "in_network")
@@ -71,7 +73,8 @@ class FinetuneConfig:
     optimizer: str = "sgd"
     lr: float = 0.1
     momentum: float = 0.9
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # never on biases, norms and position/class tokens (timm's parameter groups)
+    layer_decay: float | None = None  # layer-wise lr decay (timm's, as BEiT): block i's lr x layer_decay^(depth - i)
     batch_size: int = 64
     max_steps: int = 400
     warmup_steps: int = 40
@@ -85,7 +88,8 @@ class FinetuneConfig:
     grad_checkpointing: bool = (
         False  # recompute each block's activations in the backward pass: less memory, more compute
     )
-    cuda_options: bool = True  # on CUDA: bf16 autocast, TF32 matmuls, fused optimizers (False: the plain fp32 baseline)
+    precision: str = "auto"  # auto: bf16 where the GPU has it, else fp16 on CUDA (with a gradient scaler), fp32 on CPU
+    cuda_options: bool = True  # on CUDA: TF32 matmuls and fused optimizers (False and precision fp32: plain fp32)
     cache_features: bool = True
     eval_test: bool = True
 
@@ -113,6 +117,12 @@ class FinetuneConfig:
         for name, value in positive.items():
             if not value > 0:
                 raise UserError(f"{name} must be positive, got {value}")
+        if self.precision not in PRECISIONS:
+            raise UserError(
+                f'unknown precision "{self.precision}"{did_you_mean(self.precision, PRECISIONS)}; use one of {", ".join(PRECISIONS)}'
+            )
+        if self.layer_decay is not None and not 0 < self.layer_decay <= 1:
+            raise UserError(f"layer_decay must lie in (0, 1], got {self.layer_decay}")
         for name in ("warmup_steps", "weight_decay", "momentum", "grad_clip", "threads", "image_cache", "seed"):
             if getattr(self, name) < 0:
                 raise UserError(f"{name} must not be negative, got {getattr(self, name)}")
@@ -253,6 +263,71 @@ def _kind(value: Any) -> str:
         dict: "a mapping",
     }
     return names.get(type(value), type(value).__name__)
+
+
+def parse_setting(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` (``--set``) as a FinetuneConfig field and its value, parsed by the field's type; a UserError names
+    the field and the type it takes."""
+    key, sep, raw = text.partition("=")
+    name = key.strip().replace("-", "_")
+    if not sep or not name:
+        raise UserError(f"--set {text}: write KEY=VALUE with a trial setting as KEY, e.g. --set lr=0.05")
+    try:
+        _check_names({name: None})
+    except UserError as exc:
+        raise UserError(f"--set {text}: {exc}") from None
+    kind = field_types(FinetuneConfig)[name]
+    try:
+        return name, _parse_typed(raw.strip(), kind)
+    except ValueError:
+        raise UserError(f"--set {text}: {name} takes {_describe(kind)}, not {raw.strip()!r}") from None
+
+
+def _optional(kind: Any) -> tuple[Any, bool]:
+    """(the type, whether None is allowed) of a field annotated ``X`` or ``X | None``."""
+    args = typing.get_args(kind)
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        others = [a for a in args if a is not type(None)]
+        return others[0], len(others) < len(args)
+    return kind, False
+
+
+def _parse_typed(raw: str, kind: Any) -> Any:
+    """``raw`` as a value of ``kind`` (str, int, float, bool, list[int], each optionally ``| None``); ValueError if not."""
+    kind, optional = _optional(kind)
+    if optional and raw.lower() in ("none", "null"):
+        return None
+    if kind is bool:
+        words = {
+            "true": True,
+            "yes": True,
+            "on": True,
+            "1": True,
+            "false": False,
+            "no": False,
+            "off": False,
+            "0": False,
+        }
+        if raw.lower() not in words:
+            raise ValueError(raw)
+        return words[raw.lower()]
+    if kind is int:
+        return int(raw)
+    if kind is float:
+        return float(raw)
+    if typing.get_origin(kind) is list:
+        (item,) = typing.get_args(kind)
+        inner = raw.strip("[]() ")
+        return [_parse_typed(v.strip(), item) for v in inner.split(",")] if inner else []
+    return raw
+
+
+def _describe(kind: Any) -> str:
+    """How a field's type reads in an error: "an integer", "a list of integers such as 0,1,2 or none", ..."""
+    kind, optional = _optional(kind)
+    words = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
+    text = "a list of integers such as 0,1,2" if typing.get_origin(kind) is list else words.get(kind, str(kind))
+    return f"{text} or none" if optional else text
 
 
 def _check_names(values: dict[str, Any]) -> None:

@@ -261,3 +261,46 @@ def test_each_dataset_has_its_default_augmentation_and_a_run_overrides_it(tmp_pa
     assert [type(t) for t in plain.train.dataset.transform.transforms] == [
         type(t) for t in plain.val.dataset.transform.transforms
     ]
+
+
+# ----------------------------------------------------------------------------- timm.data.create_dataset, the fallback
+
+
+def test_timm_folder_dataset_by_name(tmp_path):
+    """An unregistered timm name (torch/folder: torchvision's ImageFolder by way of timm) on local class folders."""
+    for split, count in (("train", 6), ("validation", 2)):
+        for cls in ("cat", "dog", "eel"):
+            for i in range(count):
+                save_png(tmp_path / "with" / split / cls / f"{i}.png", hash((split, cls, i)) % 1000)
+                save_png(tmp_path / "without" / "train" / cls / f"{split}{i}.png", hash((cls, split, i)) % 1000)
+    Image.fromarray(np.zeros((20, 20), np.uint8)).save(tmp_path / "with" / "train" / "cat" / "gray.png")  # mode L
+    assert datasets.num_classes("torch/folder", tmp_path / "with") == 3
+    with_val = datasets.load_dataset("torch/folder", CONFIG, data_dir=tmp_path / "with", seed=1)
+    check_image_splits(with_val, 3)
+    assert (len(with_val.train), len(with_val.val), len(with_val.test)) == (15, 4, 6)  # test: the validation folder
+    assert all(d.shape == (3, 32, 32) for d, _ in (with_val.train.dataset[i] for i in range(19)))  # grey as RGB
+    without = datasets.load_dataset("torch/folder", CONFIG, data_dir=tmp_path / "without")
+    check_image_splits(without, 3)
+    assert len(without.train) + len(without.val) + len(without.test) == 24 and len(without.test) == 5
+
+
+@pytest.mark.parametrize(
+    "name, download, message",
+    [
+        ("torch/cifar10", False, r"Dataset not found .*; pass --download to fetch it"),
+        ("torch/cifar10", True, r"URLError: .*; with no network, fetch it elsewhere"),
+        ("torch/nope", False, "Unknown torchvision dataset nope"),
+        ("hfds/beans", True, r'dataset "hfds/beans" \(timm.data.create_dataset, split train'),
+    ],
+)
+def test_a_timm_dataset_that_cannot_load_is_one_line(tmp_path, name, download, message):
+    with pytest.raises(UserError, match=message) as caught:
+        datasets.load_dataset(name, CONFIG, data_dir=tmp_path, download=download)
+    assert "\n" not in str(caught.value)
+
+
+def test_names_neither_registered_nor_timms_are_refused_with_both_lists():
+    with pytest.raises(UserError, match=r'unknown dataset "tfds/beans".*or a timm.data.create_dataset name'):
+        datasets.check_dataset_name("tfds/beans")  # streaming datasets: no random access for seeded splits
+    datasets.check_dataset_name("torch/cifar100")
+    datasets.check_dataset_name("HFDS/user/set")

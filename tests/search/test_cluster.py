@@ -258,6 +258,17 @@ class TestTwoNodeCluster:
         proc, _ = searched
         assert f"Joining the Ray cluster at {two_nodes.address} (--address)" in proc.stdout, explain(proc)
 
+    def test_dry_run_counts_trials_at_once_from_the_clusters_nodes(self, two_nodes, mlflow_server, tmp_path):
+        """--dry-run with --address joins the cluster to read its nodes (and leaves it), records nothing."""
+        components = ["mha", "ln1", "fc1"]
+        proc = run_search(
+            two_nodes.env(), tmp_path, "dry", two_nodes.address, mlflow_server.uri, components, "--dry-run"
+        )
+        assert proc.returncode == 0, explain(proc)
+        assert f"resources:  {{CPU: 1}} per trial; the cluster at {two_nodes.address}:" in proc.stdout, explain(proc)
+        assert "{CPU: 1, worker_node: 1}" in proc.stdout and "at once:    2 trial(s)" in proc.stdout, explain(proc)
+        assert tracking.find_search_run(MlflowClient(mlflow_server.uri), EXPERIMENT, "dry") is None
+
     def test_fixed_cluster_does_not_autoscale(self, two_nodes):
         out = two_nodes.query("from vitplast_tune.search import cluster\nprint('AUTOSCALES', cluster.autoscales())")
         assert "AUTOSCALES False" in out.stdout, out.stdout + out.stderr

@@ -203,3 +203,130 @@ def test_gradient_checkpointing_trains_the_same_run(monkeypatch):
     assert [model.grad_checkpointing for model, _ in built] == [False, True]
     for key in ("train_loss", "val_loss", "val_acc", "test_acc"):
         assert recomputed[key] == pytest.approx(plain[key], rel=1e-5, abs=1e-6)
+
+
+# ----------------------------------------------------------------------------- precision and the gradient scaler
+
+
+def test_auto_precision_follows_the_device(monkeypatch):
+    from vitplast_tune.vit.training import resolve_precision
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_precision("auto", cpu) == "fp32"
+    for chosen in ("bf16", "fp16", "fp32"):
+        assert resolve_precision(chosen, cpu) == chosen == resolve_precision(chosen, cuda)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: not including_emulation)
+    assert resolve_precision("auto", cuda) == "bf16"  # an Ampere or newer GPU
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
+    assert resolve_precision("auto", cuda) == "fp16"  # a T4 or V100: fp16 with a gradient scaler
+    with pytest.raises(UserError, match='unknown precision "fp8"'):
+        FinetuneConfig(precision="fp8").validate()
+
+
+def _tiny_step(scaler, loss_factor: float, grad_clip: float = 0.5):
+    """One ``amp_step`` of a seeded linear layer under SGD; returns (stepped, weight before, weight after)."""
+    from vitplast_tune.vit.training import amp_step
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    before = layer.weight.detach().clone()
+    loss = layer(torch.randn(8, 4)).pow(2).mean() * loss_factor
+    stepped = amp_step(optimizer, loss, list(layer.parameters()), grad_clip, scaler)
+    assert all(p.grad is None for p in layer.parameters())  # freed either way
+    return stepped, before, layer.weight.detach()
+
+
+def test_the_gradient_scaler_skips_an_overflowed_step_and_unscales_before_clipping():
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    stepped, before, after = _tiny_step(scaler, float("inf"))  # a fake overflow: every gradient is inf or nan
+    assert not stepped and torch.equal(before, after)
+    assert scaler.get_scale() == 2.0**15  # backed off
+    stepped, before, scaled = _tiny_step(scaler, 1.0)
+    assert stepped and not torch.equal(before, scaled)
+    _, _, plain = _tiny_step(None, 1.0)  # no scaler: the same clipped step
+    assert torch.allclose(scaled, plain, atol=1e-6)  # clipping saw the true gradients, not 32768x them
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_reduced_precision_trains_on_cpu(precision):
+    """bf16 and fp16 asked for explicitly run with CPU autocast (fp16 with a gradient scaler, saved for resuming)."""
+    final, reports = run(components="mha+fc1", precision=precision, max_steps=8)
+    assert math.isfinite(final["train_loss"]) and 0.0 <= final["test_acc"] <= 1.0
+    assert final["amp_skipped_steps"] >= 0
+    state = reports[-1][1]
+    assert ("scaler" in state) == (precision == "fp16")
+    if precision == "fp16":
+        assert state["scaler"]["scale"] > 0
+        _, resumed = finetune(
+            FinetuneConfig(**{**FAST, "components": "mha+fc1", "precision": "fp16", "max_steps": 8}),
+            resume=torch.load(_roundtrip(reports[0][1]), weights_only=True),
+        )
+        assert resumed["train_loss"] == pytest.approx(final["train_loss"], rel=1e-4)
+
+
+# ----------------------------------------------------------------------------- timm's optimizer factory
+
+
+def _trainable_model(components: str):
+    from vitplast_tune import components as comp
+    from vitplast_tune.vit import models
+
+    model = models.create_model("vit_testbed_patch8_32", 10, pretrained=False)
+    comp.freeze(model, components)
+    return model
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_no_weight_decay_on_biases_norms_and_position_embeddings(optimizer):
+    from vitplast_tune.vit.training import build_optimizer
+
+    model = _trainable_model("emb+ln1+mha")
+    cfg = FinetuneConfig(optimizer=optimizer, weight_decay=0.05)
+    built = build_optimizer(cfg, model, torch.device("cpu"))
+    decay_of = {id(p): g["weight_decay"] for g in built.param_groups for p in g["params"]}
+    assert sum(len(g["params"]) for g in built.param_groups) == len(decay_of)  # each parameter once
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    assert {id(p) for p in trainable.values()} == set(decay_of)  # frozen parameters are not optimised
+    norms = {
+        f"{m}.{n}"
+        for m, module in model.named_modules()
+        if isinstance(module, torch.nn.LayerNorm)
+        for n, _ in module.named_parameters()
+    }
+    exempt = {n for n in trainable if n.endswith(".bias") or n in norms or n in ("pos_embed", "cls_token")}
+    assert {"pos_embed", "cls_token", "blocks.0.norm1.weight", "norm.weight", "head.bias"} <= exempt
+    for name, p in trainable.items():
+        assert decay_of[id(p)] == (0.0 if name in exempt else 0.05), name
+    assert isinstance(built, torch.optim.SGD if optimizer == "sgd" else torch.optim.AdamW)
+    if optimizer == "sgd":
+        assert all(g["momentum"] == 0.9 and not g["nesterov"] for g in built.param_groups)  # classical momentum
+
+
+def test_without_weight_decay_the_factory_steps_as_plain_sgd():
+    """At weight_decay 0 (the quickstart's) timm's optimizer takes exactly torch's SGD steps: the change is free."""
+    from vitplast_tune.vit.training import build_optimizer
+
+    model = _trainable_model("mha+fc2")
+    twin = copy.deepcopy(model)
+    ours = build_optimizer(FinetuneConfig(lr=0.1), model, torch.device("cpu"))
+    plain = torch.optim.SGD([p for p in twin.parameters() if p.requires_grad], lr=0.1, momentum=0.9)
+    x, y = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
+    for net, opt in ((model, ours), (twin, plain)):
+        for _ in range(3):
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_layer_decay_scales_each_groups_learning_rate():
+    """timm's layer-wise decay: lower blocks get smaller learning rates, applied at every step of the schedule."""
+    _, reports = run(components="all", layer_decay=0.5, max_steps=8)
+    metrics, state = reports[-1]
+    groups = state["optimizer"]["param_groups"]
+    scales = sorted({g["lr_scale"] for g in groups})
+    assert scales[-1] == 1.0 and scales[0] < 0.1  # the head at 1, the embedding 0.5^(depth + 1) below
+    for g in groups:
+        assert g["lr"] == pytest.approx(metrics["current_lr"] * g["lr_scale"])

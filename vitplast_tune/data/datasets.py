@@ -12,10 +12,17 @@ pretraining / plasticity-reference distribution, offline), ``cifar10``, ``cifar1
 ``flowers102`` (torchvision, ``download=True`` fetches them), ``cifar10c:<corruption>`` (the
 published .npy files in ``data_dir``), and ``imagefolder`` (``data_dir`` with ``train/`` and
 optionally ``test/`` class folders; DomainNet fits this shape).
+
+A name the registry does not know, with one of timm's prefixes (``torch/cifar10``, ``torch/folder``,
+``hfds/<Hugging Face dataset>``), falls back to ``timm.data.create_dataset`` with ``data_dir`` as its root: the
+``train`` split, and ``test`` (else ``validation``) as the test split, or a seeded test split of train when there is
+none. Such data is not downloaded unless ``download`` is on; a failure is one UserError line.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import urllib.error
 from collections.abc import Callable
 from pathlib import Path
@@ -91,14 +98,16 @@ def resolve_augmentation(name: str, augment: str | None) -> str:
     """The training augmentation a run of dataset ``name`` uses: ``augment`` when given (checked), else the
     dataset's default; "auto" is the same as None."""
     if augment is None or augment == "auto":
-        check_dataset_name(name)
-        return _AUGMENT[name.partition(":")[0]]
+        check_dataset_name(name)  # a timm.data.create_dataset name: natural images, the paper's recipe
+        return transforms.DEFAULT_AUGMENTATION if is_timm_name(name) else _AUGMENT[name.partition(":")[0]]
     return transforms.augmentation(augment).name
 
 
-def num_classes(name: str, data_dir: str | Path | None = None) -> int:
-    """Number of classes of dataset ``name`` without loading it."""
+def num_classes(name: str, data_dir: str | Path | None = None, download: bool = False) -> int:
+    """Number of classes of dataset ``name`` without loading its images (a timm name reads its index)."""
     check_dataset_name(name)
+    if is_timm_name(name):
+        return _timm_num_classes(name, _root(data_dir), download)
     family = name.partition(":")[0]
     if family in _NUM_CLASSES:
         return _NUM_CLASSES[family]
@@ -112,10 +121,13 @@ def list_datasets() -> list[str]:
 
 def check_dataset_name(name: str) -> None:
     """Raise UserError unless ``name`` is a registered dataset (with a valid CIFAR-10-C corruption)."""
+    if is_timm_name(name):
+        return
     family, _, option = name.partition(":")
     if family not in _DATASETS:
         raise UserError(
-            f'unknown dataset "{name}"{did_you_mean(family, _DATASETS)}; known: {", ".join(list_datasets())}'
+            f'unknown dataset "{name}"{did_you_mean(family, _DATASETS)}; known: {", ".join(list_datasets())}, '
+            "or a timm.data.create_dataset name such as torch/cifar10, torch/folder or hfds/<name>"
         )
     if family == "cifar10c" and option not in CIFAR10C_CORRUPTIONS:
         raise UserError(
@@ -163,6 +175,8 @@ def _load(
     name, data_config, data_dir, download, seed, val_fraction, image_cache=0, augment="paper"
 ) -> Splits | InMemory:
     check_dataset_name(name)
+    if is_timm_name(name):
+        return _timm_dataset(name, data_config, _root(data_dir), download, seed, val_fraction, image_cache, augment)
     family, _, option = name.partition(":")
     kwargs = dict(
         data_config=data_config, root=_root(data_dir), download=download, seed=seed, val_fraction=val_fraction
@@ -327,6 +341,84 @@ def _imagefolder(data_config, root, download, seed, val_fraction, image_cache=0,
         train, val = Subset(full_train, train_idx.tolist()), Subset(full_eval, val_idx.tolist())
         test = Subset(full_eval, test_idx.tolist())
     return Splits(train, val, test, len(classes))
+
+
+# ----------------------------------------------------------------------------- timm's dataset factory, the fallback
+
+TIMM_PREFIXES = ("torch", "hfds")  # timm.data.create_dataset's map-style datasets (torchvision, Hugging Face)
+_FOLDER_NAMES = ("folder", "image_folder")  # torch/folder: torchvision's ImageFolder on data_dir's split folders
+_EVAL_FOLDERS = ("test", "validation", "val", "valid", "eval", "evaluation")
+
+
+def is_timm_name(name: str) -> bool:
+    """Whether ``name`` goes to ``timm.data.create_dataset``: ``<prefix>/<name>`` with a prefix in TIMM_PREFIXES."""
+    prefix, sep, rest = name.partition("/")
+    return bool(sep and rest) and prefix.lower() in TIMM_PREFIXES
+
+
+def _timm_create(name: str, root: Path, split: str, download: bool, transform=None) -> Dataset:
+    """``timm.data.create_dataset`` of one split, its images as RGB; any failure (no network, missing files, a
+    missing package) one UserError line."""
+    from timm.data import create_dataset
+
+    rgb = None if transform is None else lambda image: transform(image.convert("RGB"))
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # timm prints install hints of its own
+            return create_dataset(name, root=str(root), split=split, download=download, transform=rgb)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        if isinstance(exc, ImportError):
+            todo = f"install the package it needs (pip install {exc.name or 'the missing module'})"
+        elif download:
+            todo = "with no network, fetch it elsewhere and point --data-dir at it"
+        else:
+            todo = "pass --download to fetch it (needs a network), or --data-dir to where it lies"
+        raise UserError(
+            f'dataset "{name}" (timm.data.create_dataset, split {split}, root {root}) could not be loaded: '
+            f"{type(exc).__name__}: {first}; {todo}"
+        ) from None
+
+
+def _timm_num_classes(name: str, root: Path, download: bool) -> int:
+    """The class count of a timm dataset's train split (torchvision's ``classes``, timm's reader's ``class_to_idx``)."""
+    train = _timm_create(name, root, "train", download)
+    classes = getattr(train, "classes", None) or getattr(getattr(train, "reader", None), "class_to_idx", None)
+    if not classes:
+        raise UserError(f'dataset "{name}" names no classes, so a classification head cannot be sized for it')
+    return len(classes)
+
+
+def _timm_eval_split(name: str, root: Path, download: bool) -> str | None:
+    """The split a timm dataset is tested on: ``test``, else ``validation`` (for a folder: the first of
+    ``_EVAL_FOLDERS`` present in ``root``); None when it has none."""
+    if name.partition("/")[2].lower() in _FOLDER_NAMES:
+        return next((d for d in _EVAL_FOLDERS if (root / d).is_dir()), None)
+    for split in ("test", "validation"):
+        with contextlib.suppress(UserError):
+            _timm_create(name, root, split, download)
+            return split
+    return None
+
+
+def _timm_dataset(name, data_config, root, download, seed, val_fraction, image_cache=0, augment="paper") -> Splits:
+    """A dataset by ``timm.data.create_dataset``: its train split divided into train/validation (seeded), its test
+    split (``_timm_eval_split``) or else a seeded test split of train; ``image_cache`` and ``augment`` as for image
+    folders."""
+    classes = _timm_num_classes(name, root, download)
+    key = f"timm-{name}"
+    make = lambda split: _cached(
+        lambda tf=None: _timm_create(name, root, split, download, tf), f"{key}-{split}", image_cache
+    )
+    eval_split = _timm_eval_split(name, root, download)
+    if eval_split is not None:
+        train, val = _train_val(make("train"), data_config, seed, val_fraction, augment)
+        test = make(eval_split)(transforms.per_image(data_config, False))
+        return Splits(train, val, test, classes)
+    full_train = make("train")(transforms.per_image(data_config, True, augment))
+    full_eval = make("train")(transforms.per_image(data_config, False))
+    train_idx, val_idx, test_idx = three_way_split(len(full_train), val_fraction, seed)
+    pick = lambda dataset, idx: Subset(dataset, idx.tolist())
+    return Splits(pick(full_train, train_idx), pick(full_eval, val_idx), pick(full_eval, test_idx), classes)
 
 
 @register_dataset("cifar10c", num_classes=10)

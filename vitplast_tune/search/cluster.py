@@ -261,8 +261,8 @@ def check_local_fits(resources: dict[str, float]) -> None:
     if have is None or fits(have, request):
         return
     raise UserError(
-        f"a trial asks for {_show(request)}, more than this machine has for a local Ray instance "
-        f"({_show(_plain(have))}); lower --cpus-per-trial/--gpus-per-trial/--resources-per-trial, or join a cluster "
+        f"a trial asks for {show_resources(request)}, more than this machine has for a local Ray instance "
+        f"({show_resources(plain_resources(have))}); lower --cpus-per-trial/--gpus-per-trial/--resources-per-trial, or join a cluster "
         "that has them with --address"
     )
 
@@ -287,8 +287,8 @@ def check_trial_fits(resources: dict[str, float], say=print) -> str:
     nodes = alive_nodes()
     if any(fits(n.get("Resources", {}), request) for n in nodes):
         return "node"
-    shown = _show(request)
-    have = "; ".join(sorted({_show(_plain(n.get("Resources", {}))) for n in nodes})) or "none"
+    shown = show_resources(request)
+    have = "; ".join(sorted({show_resources(plain_resources(n.get("Resources", {}))) for n in nodes})) or "none"
     types = node_types()
     if types is not None:
         source, found = types
@@ -300,7 +300,7 @@ def check_trial_fits(resources: dict[str, float], say=print) -> str:
                 "trials wait for it."
             )
             return "node type"
-        listed = "; ".join(f"{name}: {_show(res)}" for name, res in found.items()) or "none"
+        listed = "; ".join(f"{name}: {show_resources(res)}" for name, res in found.items()) or "none"
         raise UserError(
             f"a trial asks for {shown}, which no node and no node type of the cluster has (nodes: {have}; "
             f"node types from {source}: {listed}); lower --cpus-per-trial/--gpus-per-trial/--resources-per-trial "
@@ -326,14 +326,15 @@ def check_trial_fits(resources: dict[str, float], say=print) -> str:
     )
 
 
-def _plain(resources: dict[str, float]) -> dict[str, float]:
+def plain_resources(resources: dict[str, float]) -> dict[str, float]:
     """A node's resources without Ray's bookkeeping entries (node:<ip>, memory, object store)."""
     return {
         k: v for k, v in resources.items() if not k.startswith("node:") and k not in ("memory", "object_store_memory")
     }
 
 
-def _show(resources: dict[str, float]) -> str:
+def show_resources(resources: dict[str, float]) -> str:
+    """Resources as one short text: ``{CPU: 2, GPU: 0.5}``."""
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(resources.items())) + "}"
 
 
@@ -361,7 +362,7 @@ def task_runner(resources: dict[str, float], say=print, every_s: float = 30.0):
 
     options = task_options(resources)
 
-    shown = _show(ray_request(resources))
+    shown = show_resources(ray_request(resources))
 
     def run(fn, **kwargs):
         ref = ray.remote(**options)(fn).remote(**kwargs)

@@ -45,6 +45,10 @@ class Distribution:
         """Values that touch every choice and both ends of a range, to validate settings before a search."""
         return self.grid_values()
 
+    def describe(self) -> str:
+        """The distribution in words, as a dry run prints it (``log-uniform [0.001, 1]``)."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True)
 class Constant(Distribution):
@@ -54,6 +58,9 @@ class Constant(Distribution):
 
     def suggest(self, trial) -> dict[str, Any]:
         return {self.name: self.value}
+
+    def describe(self) -> str:
+        return f"{self.value} (fixed)"
 
     def tune_domain(self) -> Any:
         return self.value
@@ -71,6 +78,9 @@ class Choice(Distribution):
     def suggest(self, trial) -> dict[str, Any]:
         trial.suggest_categorical(self.name, list(self.values))
         return {}
+
+    def describe(self) -> str:
+        return f"one of {', '.join(map(str, self.values))}"
 
     def tune_domain(self) -> Any:
         from ray import tune
@@ -93,6 +103,9 @@ class Uniform(Distribution):
         trial.suggest_float(self.name, self.low, self.high)
         return {}
 
+    def describe(self) -> str:
+        return f"uniform [{self.low:g}, {self.high:g}]"
+
     def tune_domain(self) -> Any:
         from ray import tune
 
@@ -109,6 +122,9 @@ class LogUniform(Uniform):
     def suggest(self, trial) -> dict[str, Any]:
         trial.suggest_float(self.name, self.low, self.high, log=True)
         return {}
+
+    def describe(self) -> str:
+        return f"log-uniform [{self.low:g}, {self.high:g}]"
 
     def tune_domain(self) -> Any:
         from ray import tune
@@ -127,6 +143,9 @@ class RandInt(Distribution):
     def suggest(self, trial) -> dict[str, Any]:
         trial.suggest_int(self.name, self.low, self.high)
         return {}
+
+    def describe(self) -> str:
+        return f"an integer in [{self.low}, {self.high}]"
 
     def tune_domain(self) -> Any:
         from ray import tune
@@ -166,6 +185,10 @@ class Subsets(Distribution):
 
     def corners(self) -> list:
         return [ALL]
+
+    def describe(self) -> str:
+        what = "any subset or the linear probe" if self.allow_head else "any non-empty subset"
+        return f"{what} of {', '.join(COMPONENTS)} ({len(self.grid_values())})"
 
 
 _DISTRIBUTIONS: dict[str, type[Distribution]] = {

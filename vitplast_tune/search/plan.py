@@ -9,6 +9,7 @@ flags override it). Every problem is a ``UserError``: one line, exit code 2.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import pickle
@@ -52,7 +53,8 @@ RECORDED_AUGMENTATION = "paper"
 
 @dataclass
 class SearchOptions:
-    """How a search runs (what the command line controls); ``settings`` override the space file's defaults.
+    """How a search runs (what the command line controls); ``settings`` (FinetuneConfig fields) override the space
+    file's defaults: a key given is a value, None included (a key left out keeps the space file's).
 
     ``seed`` and ``max_failures`` left None mean ``DEFAULT_SEED`` and ``DEFAULT_MAX_FAILURES`` for a new
     search, and the recorded values for ``resume``.
@@ -268,7 +270,7 @@ def write_record(plan: SearchPlan, parent_run_id: str) -> None:
 
 def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> FinetuneConfig:
     """The trial settings: FinetuneConfig defaults < space defaults < command line; all validated."""
-    overrides = {k: v for k, v in options.settings.items() if v is not None}
+    overrides = dict(options.settings)  # None is a value here (--set weights=none): a key left out keeps the space's
     try:
         base = FinetuneConfig.from_dict({**spec.defaults, **overrides})
         base.seed = overrides.get("seed", spec.defaults.get("seed", _given(options.seed, DEFAULT_SEED)))
@@ -320,32 +322,39 @@ def _check_inputs(
 
     That takes torch, timm and torchvision, 0.4 GB that a process keeps once it has imported them, and after
     this only trials and measurements (Ray workers) need them. So when this process has not imported torch
-    (the command line), the checks run in a short-lived Python process: the driver holds none of it while
-    trials run.
-    A UserError there is raised here; any other failure prints its traceback and raises RuntimeError here.
+    (the command line), the checks run in a short-lived Python process (``call_in_child``): the driver holds
+    none of it while trials run.
     """
     if "torch" in sys.modules:
         return _inspect_inputs(settings, reference, budget, list(augmentations))
-    with tempfile.TemporaryDirectory(prefix="vitplast-inputs-") as tmp:
-        exchange = Path(tmp) / "inputs.pkl"  # in: the arguments; out: (ok, (decoded, augment) or UserError)
-        exchange.write_bytes(pickle.dumps((settings, reference, budget, list(augmentations))))
-        code = "import sys; from vitplast_tune.search.plan import _inspect_in_child; _inspect_in_child(sys.argv[1])"
+    return call_in_child("vitplast_tune.search.plan:_inspect_inputs", settings, reference, budget, list(augmentations))
+
+
+def call_in_child(target: str, *args: Any) -> Any:
+    """``module:function(*args)`` run in a short-lived Python process with this one's imports, its result returned
+    here (arguments and result pickled through a temporary file): what needs torch runs there, and this process
+    never holds it. A UserError there is raised here; any other failure prints its traceback and raises RuntimeError."""
+    with tempfile.TemporaryDirectory(prefix="vitplast-child-") as tmp:
+        exchange = Path(tmp) / "call.pkl"  # in: (target, args); out: (ok, result or UserError)
+        exchange.write_bytes(pickle.dumps((target, args)))
+        code = "import sys; from vitplast_tune.search.plan import _child_main; _child_main(sys.argv[1])"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this process's imports
         child = subprocess.run([sys.executable, "-c", code, str(exchange)], env=env)
         if child.returncode != 0:
-            raise RuntimeError(f"checking the search's inputs failed in a child process (exit {child.returncode})")
+            raise RuntimeError(f"{target} failed in a child process (exit {child.returncode})")
         ok, value = pickle.loads(exchange.read_bytes())
     if not ok:
         raise value
     return value
 
 
-def _inspect_in_child(path: str) -> None:
-    """``_inspect_inputs`` of the arguments pickled in ``path``; its result (or UserError) pickled back there."""
+def _child_main(path: str) -> None:
+    """The child of ``call_in_child``: the call pickled in ``path``, its result (or UserError) pickled back there."""
     exchange = Path(path)
-    settings, reference, budget, augmentations = pickle.loads(exchange.read_bytes())
+    target, args = pickle.loads(exchange.read_bytes())
+    module, _, name = target.partition(":")
     try:
-        result = (True, _inspect_inputs(settings, reference, budget, augmentations))
+        result = (True, getattr(importlib.import_module(module), name)(*args))
     except UserError as exc:
         result = (False, exc)
     exchange.write_bytes(pickle.dumps(result))
@@ -362,7 +371,7 @@ def _inspect_inputs(
 
     config = models.pretrained_data_config(settings.model)
     models.check_weights(settings.model, settings.weights, settings.pretrained)
-    classes = datasets.num_classes(settings.dataset, settings.data_dir)
+    classes = datasets.num_classes(settings.dataset, settings.data_dir, settings.download)
     augment = datasets.resolve_augmentation(settings.dataset, settings.augment)
     for name in augmentations:
         datasets.resolve_augmentation(settings.dataset, name)
@@ -460,7 +469,7 @@ def _resumed_plan(spec: spaces.SearchSpec, options: SearchOptions, storage: str,
     """
     saved = record["settings"]
     for key, value in options.settings.items():
-        if value is not None and key not in RESUMABLE_SETTINGS and value != saved.get(key):
+        if key not in RESUMABLE_SETTINGS and value != saved.get(key):
             _refuse(f"--{key.replace('_', '-')} {value}", saved.get(key), name)
     fixed = {
         "num-samples": (options.num_samples, record.get("num_samples", spec.num_samples)),

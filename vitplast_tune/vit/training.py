@@ -8,7 +8,9 @@ exactly where it stopped. It returns the trained model (its best-validation weig
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,14 +63,58 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def build_optimizer(cfg: FinetuneConfig, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-    """SGD with momentum or AdamW over the trainable parameters (fused kernels on CUDA with ``cuda_options``)."""
-    fused = cfg.cuda_options and bool(params) and params[0].is_cuda
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(
-            params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, fused=fused or None
-        )
-    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused or None)
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """The precision a run of ``precision`` uses on ``device``: ``auto`` is bf16 where the CUDA device supports it,
+    else fp16 on CUDA (with a gradient scaler), fp32 elsewhere; an explicit choice stands (CPU autocast for bf16 and
+    fp16 on the CPU, for checks: usually slower than fp32 there)."""
+    if precision != "auto":
+        return precision
+    if device.type != "cuda":
+        return "fp32"
+    return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16"
+
+
+def build_optimizer(cfg: FinetuneConfig, model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
+    """timm's ``create_optimizer_v2`` over the model's trainable parameters: SGD with classical momentum or AdamW, no
+    weight decay on biases, norms and the model's ``no_weight_decay()`` tokens (position embedding, class token),
+    layer-wise lr decay with ``layer_decay`` (each group's ``lr_scale``), fused kernels on CUDA with ``cuda_options``."""
+    from timm.optim import create_optimizer_v2
+
+    fused = {"fused": True} if cfg.cuda_options and device.type == "cuda" else {}
+    return create_optimizer_v2(
+        model,
+        {"sgd": "momentum", "adamw": "adamw"}[cfg.optimizer],  # timm's "sgd" is Nesterov; "momentum" is classical
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        momentum=cfg.momentum,
+        layer_decay=cfg.layer_decay,
+        **fused,
+    )
+
+
+def amp_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params, grad_clip: float, scaler=None) -> bool:
+    """Backward pass, gradient clipping at ``grad_clip`` (0: none) and the optimizer step; with a ``GradScaler`` (fp16)
+    the loss is scaled, the gradients unscaled before clipping, and a step whose gradients overflowed is skipped.
+    Returns whether the optimizer stepped; the gradients are freed either way."""
+    if scaler is None:
+        loss.backward()
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        optimizer.step()
+        stepped = True
+    else:
+        scaler.scale(loss).backward()
+        if grad_clip > 0:
+            scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        scale = scaler.get_scale()
+        scaler.step(optimizer)  # skipped when a gradient is inf or NaN
+        scaler.update()  # which then lowers the scale
+        stepped = scaler.get_scale() >= scale
+    # Freed now, not before the next backward: the forward pass's activations and an evaluation never
+    # sit beside a whole set of stale gradients (a ViT-B's are 0.34 GB).
+    optimizer.zero_grad(set_to_none=True)
+    return stepped
 
 
 @torch.inference_mode()
@@ -79,10 +125,10 @@ def evaluate(
     device: torch.device,
     num_workers: int = 0,
     forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    autocast: bool = True,
+    precision: str = "fp32",
 ) -> dict[str, float]:
-    """Accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset`` (or its ``eval_batches``);
-    bf16 on CUDA with ``autocast``."""
+    """Accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset`` (or its ``eval_batches``), in
+    ``precision`` (resolved on ``device``)."""
     forward = model if forward is None else forward  # not `or`: a compiled module has no truth value
     was_training = model.training
     model.eval()
@@ -94,7 +140,7 @@ def evaluate(
     )
     for images, labels in batches:
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-        with _autocast(device, autocast):
+        with _autocast(device, precision):
             logits = forward(images)
         loss_sum += F.cross_entropy(logits.float(), labels, reduction="sum")
         correct += (logits.argmax(-1) == labels).sum()
@@ -128,7 +174,7 @@ def finetune(
     entered = time.perf_counter()
     run = _prepare(cfg, device or default_device(), decoded)
     if resume is not None:
-        run.step, run.best = _load_state(resume, run.trainable, run.optimizer)
+        _load_state(resume, run)
     splits, workers = run.splits, run.workers
     batches = train_batches(
         splits.train, cfg.batch_size, seed=cfg.seed, start_step=run.step, num_workers=workers, device=run.device
@@ -162,7 +208,10 @@ class _Run:
     optimizer: torch.optim.Optimizer
     workers: int
     timing: dict[str, float]
+    precision: str  # resolved on the device: bf16, fp16 or fp32
+    scaler: torch.amp.GradScaler | None = None  # fp16 only
     step: int = 0
+    skipped_steps: int = 0  # fp16 steps the gradient scaler skipped (overflowed gradients)
     best: dict[str, Any] = field(default_factory=lambda: {"val_acc": -1.0, "step": 0, "trainable": None})
 
     def lr(self, step: int) -> float:
@@ -173,12 +222,16 @@ class _Run:
         """What resumes the run: the live tensors, not copies (a copy of a ViT-B's weights and momentum is 0.7 GB),
         so the receiver saves or copies them before training goes on."""
         trainable = {n: p.detach() for n, p in self.trainable.items()}
-        return {"step": self.step, "trainable": trainable, "optimizer": self.optimizer.state_dict(), "best": self.best}
+        state = {"step": self.step, "trainable": trainable, "optimizer": self.optimizer.state_dict(), "best": self.best}
+        if self.scaler is not None:
+            state["scaler"] = self.scaler.state_dict()
+        return state
 
 
 def _prepare(cfg: FinetuneConfig, device: torch.device, decoded: InMemory | None) -> _Run:
     """Build the run: model and splits, frozen but for the subset, on ``device``, with its forward pass and optimizer."""
     _use_hardware(cfg, device)
+    precision = resolve_precision(cfg.precision, device)
     model, splits = build_run(cfg, decoded)
     counts = components.freeze(model, cfg.components, cfg.blocks)
     trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
@@ -188,38 +241,81 @@ def _prepare(cfg: FinetuneConfig, device: torch.device, decoded: InMemory | None
     feature_cache_s = 0.0
     if cfg.cache_features and not components.parse_subset(cfg.components) and _in_memory(splits):
         caching = time.perf_counter()
-        splits = _backbone_features(model, splits, device, cfg.batch_size, cfg.cuda_options)
+        splits = _backbone_features(model, splits, device, cfg.batch_size, precision)
         forward, feature_cache_s = _head_forward(model), time.perf_counter() - caching
     elif cfg.compile:
         forward = torch.compile(model)
-    optimizer = build_optimizer(cfg, list(trainable.values()))
+    optimizer = build_optimizer(cfg, model, device)
     timing = {"time_feature_cache_s": feature_cache_s}
     workers = _num_workers(cfg, splits)
-    return _Run(cfg, device, model, forward, splits, trainable, sum(counts.values()), optimizer, workers, timing)
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+    count = sum(counts.values())
+    return _Run(cfg, device, model, forward, splits, trainable, count, optimizer, workers, timing, precision, scaler)
 
 
 def _train_until_evaluation(run: _Run, batches) -> tuple[torch.Tensor, int]:
     """Training steps up to the next evaluation (every ``eval_every`` steps and the last); the summed loss and count."""
-    cfg, optimizer = run.cfg, run.optimizer
     loss_sum, count = torch.zeros((), device=run.device), 0
     while True:
-        images, labels = _to(next(batches), run.device)
-        for group in optimizer.param_groups:
-            group["lr"] = run.lr(run.step)
-        with _autocast(run.device, cfg.cuda_options):
-            loss = F.cross_entropy(run.forward(images).float(), labels)
-        loss.backward()
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(run.trainable.values(), cfg.grad_clip)
-        optimizer.step()
-        # Freed now, not before the next backward: the forward pass's activations and an evaluation never
-        # sit beside a whole set of stale gradients (a ViT-B's are 0.34 GB).
-        optimizer.zero_grad(set_to_none=True)
-        loss_sum += loss.detach()
+        loss_sum += _train_step(run, batches)
         count += 1
-        run.step += 1
-        if run.step % cfg.eval_every == 0 or run.step == cfg.max_steps:
+        if run.step % run.cfg.eval_every == 0 or run.step == run.cfg.max_steps:
             return loss_sum, count
+
+
+def _train_step(run: _Run, batches) -> torch.Tensor:
+    """One training step: the scheduled lr, the forward pass under autocast, backward, clipping and the optimizer step
+    (``amp_step``); its loss, not synchronised."""
+    images, labels = _to(next(batches), run.device)
+    for group in run.optimizer.param_groups:  # timm's layer-wise decay scales each group's lr
+        group["lr"] = run.lr(run.step) * group.get("lr_scale", 1.0)
+    with _autocast(run.device, run.precision):
+        loss = F.cross_entropy(run.forward(images).float(), labels)
+    if not amp_step(run.optimizer, loss, run.trainable.values(), run.cfg.grad_clip, run.scaler):
+        run.skipped_steps += 1
+    run.step += 1
+    return loss.detach()
+
+
+def time_steps(
+    configs: list[FinetuneConfig], device: str, steps: int = 5, budget_s: float = 4.0, decoded: InMemory | None = None
+) -> dict[str, Any]:
+    """How long runs of ``configs`` take here on ``device`` (the dry run's estimate): per run its setup, a first
+    (warm-up) step, the median of up to ``steps`` more steps (``budget_s`` seconds at most) and an evaluation of the
+    validation and test splits (a few batches, scaled to the split); also this machine's device and GPU count."""
+    where = torch.device(device if device != "cuda" or torch.cuda.is_available() else "cpu")
+    name = torch.cuda.get_device_name(where) if where.type == "cuda" else "cpu"
+    runs = [_time_run(cfg, where, steps, budget_s, decoded) for cfg in configs]
+    return {"device": name, "gpus": torch.cuda.device_count(), "runs": runs}
+
+
+def _time_run(cfg: FinetuneConfig, device: torch.device, steps: int, budget_s: float, decoded) -> dict[str, Any]:
+    """``time_steps`` of one config."""
+    entered = time.perf_counter()
+    run = _prepare(cfg, device, decoded)
+    setup_s = time.perf_counter() - entered
+    batches = train_batches(run.splits.train, cfg.batch_size, seed=cfg.seed, num_workers=run.workers, device=device)
+    times = []
+    while len(times) < steps + 1 and (len(times) < 2 or sum(times[1:]) < budget_s):
+        started = time.perf_counter()
+        _train_step(run, batches).item()  # .item(): the step's kernels have finished
+        times.append(time.perf_counter() - started)
+    size = eval_batch_size(cfg.batch_size)
+    evaluation = {}
+    for split, dataset in (("val", run.splits.val), ("test", run.splits.test)):
+        few = list(itertools.islice(eval_batches(dataset, size, run.workers, device), 3))
+        started = time.perf_counter()
+        evaluate(run.model, few, size, device, 0, run.forward, run.precision)
+        evaluation[f"{split}_eval_s"] = (time.perf_counter() - started) / len(few) * math.ceil(len(dataset) / size)
+    step_s = statistics.median(times[1:])
+    return {
+        "components": cfg.components,
+        "precision": run.precision,
+        "setup_s": setup_s + times[0] - step_s,  # the first step's one-time work counts as setup
+        "step_s": step_s,
+        "steps_timed": len(times) - 1,
+        **evaluation,
+    }
 
 
 def _evaluate_run(run: _Run, val_batches, train_loss: float, count: int, started: float) -> dict[str, Any]:
@@ -229,7 +325,7 @@ def _evaluate_run(run: _Run, val_batches, train_loss: float, count: int, started
     run.timing["time_in_steps_s"] += evaluating - started
     if not math.isfinite(train_loss):
         raise DivergedError(f"training loss became {train_loss} before step {step}", step)
-    val = evaluate(run.model, val_batches, cfg.batch_size, run.device, run.workers, run.forward, cfg.cuda_options)
+    val = evaluate(run.model, val_batches, cfg.batch_size, run.device, run.workers, run.forward, run.precision)
     if val["acc"] > run.best["val_acc"]:
         run.best = {"val_acc": val["acc"], "step": step, "trainable": _snapshot(run.trainable)}
     steps_per_s = count / (evaluating - started)
@@ -245,11 +341,10 @@ def _evaluate_run(run: _Run, val_batches, train_loss: float, count: int, started
         "max_steps": cfg.max_steps,
         "steps_per_s": steps_per_s,
         "images_per_s": steps_per_s * cfg.batch_size,  # training throughput, the Pareto front's axis
+        "amp_skipped_steps": run.skipped_steps,  # fp16: steps skipped for overflowed gradients (0 otherwise)
     }
     if step == cfg.max_steps and cfg.eval_test:
-        metrics["test_acc"] = _test_best(
-            run.model, run.trainable, run.best, run.splits.test, cfg, run.device, run.forward
-        )
+        metrics["test_acc"] = _test_best(run, cfg)
     run.timing["time_in_eval_s"] += time.perf_counter() - evaluating
     return {**metrics, **run.timing}
 
@@ -259,7 +354,7 @@ def create_run_model(cfg: FinetuneConfig, num_classes: int | None = None) -> nn.
     seeded by ``cfg.seed``) and a new head of ``num_classes`` (default: the dataset's) initialised from ``cfg.seed``."""
     torch.manual_seed(cfg.seed)
     if num_classes is None:
-        num_classes = datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir)
+        num_classes = datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir, download=cfg.download)
     return models.create_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
 
 
@@ -280,10 +375,10 @@ def build_run(cfg: FinetuneConfig, decoded: InMemory | None = None) -> tuple[nn.
     return model, splits
 
 
-def _test_best(model, trainable, best, test_set, cfg, device, forward) -> float:
+def _test_best(run: _Run, cfg: FinetuneConfig) -> float:
     """Test accuracy of the best-validation weights (the model keeps them afterwards)."""
-    _restore_best(trainable, best)
-    return evaluate(model, test_set, cfg.batch_size, device, 0, forward, cfg.cuda_options)["acc"]
+    _restore_best(run.trainable, run.best)
+    return evaluate(run.model, run.splits.test, cfg.batch_size, run.device, 0, run.forward, run.precision)["acc"]
 
 
 def _restore_best(trainable: dict[str, nn.Parameter], best: dict[str, Any]) -> None:
@@ -295,7 +390,7 @@ def _restore_best(trainable: dict[str, nn.Parameter], best: dict[str, Any]) -> N
 
 
 def _use_hardware(cfg: FinetuneConfig, device: torch.device) -> None:
-    """CPU threads as the trial's CPUs; TF32 matmuls on CUDA with ``cuda_options`` (bf16 autocast is in the loop)."""
+    """CPU threads as the trial's CPUs; TF32 matmuls on CUDA with ``cuda_options`` (autocast is in the loop)."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if device.type == "cuda":
@@ -320,7 +415,7 @@ def eval_batch_size(batch_size: int) -> int:
 
 @torch.inference_mode()
 def _backbone_features(
-    model: nn.Module, splits: Splits, device: torch.device, batch_size: int, autocast: bool
+    model: nn.Module, splits: Splits, device: torch.device, batch_size: int, precision: str
 ) -> Splits:
     """Each split passed once through the frozen backbone: the tokens before the final norm.
 
@@ -340,7 +435,7 @@ def _backbone_features(
         out, labels = [], []
         for x, y in eval_batches(evaluation, eval_batch_size(batch_size), device=device):
             labels.append(y.cpu())
-            with _autocast(device, autocast):
+            with _autocast(device, precision):
                 tokens = model.blocks(models.embed(model, x))
             out.append(
                 (tokens[:, :keep] if keep else tokens).to(torch.float32, copy=True)
@@ -361,12 +456,14 @@ def _snapshot(params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in params.items()}
 
 
-def _load_state(state: dict[str, Any], trainable: dict[str, nn.Parameter], optimizer) -> tuple[int, dict]:
+def _load_state(state: dict[str, Any], run: _Run) -> None:
     with torch.no_grad():
         for name, tensor in state["trainable"].items():
-            trainable[name].copy_(tensor)
-    optimizer.load_state_dict(state["optimizer"])
-    return int(state["step"]), state["best"]
+            run.trainable[name].copy_(tensor)
+    run.optimizer.load_state_dict(state["optimizer"])
+    if run.scaler is not None and "scaler" in state:
+        run.scaler.load_state_dict(state["scaler"])
+    run.step, run.best = int(state["step"]), state["best"]
 
 
 def _to(batch: tuple[torch.Tensor, torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -374,5 +471,9 @@ def _to(batch: tuple[torch.Tensor, torch.Tensor], device: torch.device) -> tuple
     return images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
 
 
-def _autocast(device: torch.device, enabled: bool = True):
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled and device.type == "cuda")
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _autocast(device: torch.device, precision: str):
+    """Autocast to ``precision``'s dtype (bf16, fp16; resolved on the device), or nothing for fp32."""
+    return torch.autocast(device.type, dtype=_DTYPES.get(precision, torch.float32), enabled=precision in _DTYPES)
