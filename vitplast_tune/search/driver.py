@@ -20,6 +20,7 @@ from ray.tune import Callback
 from vitplast_tune.analysis import protocol
 from vitplast_tune.analysis.analyze import analyze_search
 from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.data import staging
 from vitplast_tune.errors import SearchInterrupted
 from vitplast_tune.predictors.report import Predictors, gradient_report, search_report
 from vitplast_tune.recommend import ranking, verify
@@ -56,15 +57,15 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
         cluster.init(plan.options.address)
     mlflow, parent = None, None
     try:  # join and check the trial request, measure, then record; Ray shut down after; a failure marks the run
-        grows = _check_cluster(plan)
+        grows, staged = _check_cluster(plan)
         # The predictors, as a Ray task with a trial's resources (a GPU when trials use GPUs); cached plasticity reused.
-        predictors = measure_predictors(plan)
+        predictors = measure_predictors(plan, staged)
         mlflow = tracking.client(plan.tracking_uri)
         parent = tracking.open_search_run(mlflow, plan, predictors)
         view = tracking.publish_view(mlflow, plan, parent, predictors.plasticity is not None)
         write_record(plan, parent)
         with searchers.pending_limit(plan, grows):
-            grid = _tune(plan, callbacks, parent, predictors)
+            grid = _tune(plan, callbacks, parent, predictors, staged)
     except KeyboardInterrupt:
         if parent is not None:
             mlflow.set_terminated(parent, status="KILLED")
@@ -76,7 +77,7 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
     finally:
         if owns_ray:
             ray.shutdown()
-    unfinished = searchers.unfinished(grid, plan.spec.total_trials)
+    unfinished = searchers.unfinished(plan.location, plan.spec.total_trials)
     if unfinished:
         mlflow.set_terminated(parent, status="KILLED")
         raise SearchInterrupted(
@@ -95,8 +96,9 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = ()) -> SearchResul
     return result
 
 
-def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predictors: Predictors):
-    """Run the trials (the MLflow tracker, progress lines and ``callbacks`` attached); return Tune's result grid."""
+def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predictors: Predictors, staged=()):
+    """Run the trials (the MLflow tracker, progress lines and ``callbacks`` attached); return Tune's result grid.
+    ``staged``: the driver's files the trials read, sent to their nodes (``data.staging``)."""
     from ray import tune
 
     callbacks = [
@@ -108,7 +110,11 @@ def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predicto
 
         callbacks.append(Progress(plan.spec.total_trials))
     trainable = tune.with_parameters(
-        train_trial, settings=plan.settings, decoded=plan.decoded, max_trainable_params=plan.max_trainable_params
+        train_trial,
+        settings=plan.settings,
+        decoded=plan.decoded,
+        max_trainable_params=plan.max_trainable_params,
+        staged=list(staged),
     )
     trainable = tune.with_resources(trainable, plan.options.trial_resources)
     return searchers.tuner(plan, trainable, callbacks, ranking.warm_start_subsets(plan, predictors)).fit()
@@ -187,20 +193,25 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
         tracking.log_best_weights(mlflow, result.parent_run_id, checkpoint, best.iloc[0].to_dict())
 
 
-def _check_cluster(plan: SearchPlan) -> bool:
-    """UserError when no node (or node type) of the cluster can ever hold one trial (see cluster.py); else
-    whether the cluster can grow (an autoscaler adds nodes for pending trials)."""
+def _check_cluster(plan: SearchPlan) -> tuple[bool, list[staging.Staged]]:
+    """UserError when no node (or node type) of the cluster can ever hold one trial, or when a local storage path is
+    not shared by the nodes (see cluster.py); else whether the cluster can grow (an autoscaler adds nodes for
+    pending trials), and the files of the driver's disk sent to the nodes that lack them (``data.staging``)."""
     from vitplast_tune.search import cluster
 
-    how = cluster.preflight(
-        plan.options.trial_resources, plan.storage, say=print if plan.options.verbose else lambda *a: None
-    )
-    return how != "node" or (not cluster.started_here() and cluster.autoscales() is not False)
+    say = print if plan.options.verbose else lambda *a, **k: None
+    options = plan.options
+    inputs = staging.needed(plan.settings, options.plasticity_reference if options.plasticity else None)
+    checked = cluster.preflight(options.trial_resources, plan.storage, inputs, say=say)
+    for files in checked.to_stage:
+        say(f"Sending the {files.describe()} to the nodes through Ray's object store", flush=True)
+    return checked.grows, staging.stage(checked.to_stage)
 
 
-def measure_predictors(plan: SearchPlan) -> Predictors:
+def measure_predictors(plan: SearchPlan, staged: Sequence[staging.Staged] = ()) -> Predictors:
     """The predictors a search measures before training (plasticity, gradient table), each as a Ray task with one
-    trial's resources; plasticity measured before is read from its cache instead."""
+    trial's resources, on the dataset the driver decoded and the files it staged; plasticity measured before is read
+    from its cache instead."""
     if not plan.options.plasticity:
         return Predictors()
     from vitplast_tune.search.cluster import task_runner
@@ -213,7 +224,13 @@ def measure_predictors(plan: SearchPlan) -> Predictors:
         flush=True,
     )
     measured = search_report(
-        s, reference=o.plasticity_reference, variant=o.plasticity_variant, max_pairs=o.plasticity_pairs, runner=run
+        s,
+        reference=o.plasticity_reference,
+        variant=o.plasticity_variant,
+        max_pairs=o.plasticity_pairs,
+        runner=run,
+        decoded=plan.decoded,
+        staged=list(staged),
     )
     ranked = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
     order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranked.itertuples())
@@ -221,7 +238,7 @@ def measure_predictors(plan: SearchPlan) -> Predictors:
         f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})",
         flush=True,
     )
-    gradients = gradient_report(s, decoded=plan.decoded, runner=run)
+    gradients = gradient_report(s, decoded=plan.decoded, runner=run, staged=list(staged))
     return Predictors(measured, gradients)
 
 

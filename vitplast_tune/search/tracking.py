@@ -26,6 +26,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.tracking.context.registry import resolve_tags
 from ray.tune import Callback
 
+from vitplast_tune import storage
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.predictors import report
 from vitplast_tune.search import distributions, mlflow_view, results
@@ -36,6 +37,8 @@ SEARCH_TAG = mlflow_view.SEARCH_TAG
 ROLE_TAG = mlflow_view.ROLE_TAG  # "search" on the parent run, "trial" on each child: filter by it
 SEARCH_ID_TAG = "vitplast.search_id"  # unique per search: a shared server may hold several searches of one name
 STORAGE_TAG = "vitplast.storage"
+DEVICE_TAG = "vitplast.device"  # where a trial trained: "cpu" or "cuda:0 <the GPU's name>"
+PRECISION_TAG = "vitplast.precision"  # what it computed in: fp32, bf16 or fp16
 FAILURE_TAG = "failure_reason"
 TRIAL_TAG = "ray.trial_id"
 PARENT_TAG = "mlflow.parentRunId"
@@ -159,7 +162,7 @@ class MlflowTracker(Callback):
         self.describe = describe
         self.runs: dict[str, str] = {}
         self._mlflow: MlflowClient | None = None
-        self._tagged_node: dict[str, tuple] = {}  # trial id -> (node ip, node id) last tagged
+        self._tagged_node: dict[str, tuple] = {}  # trial id -> (node ip, node id, device, precision) last tagged
 
     @property
     def mlflow(self) -> MlflowClient:
@@ -206,9 +209,10 @@ class MlflowTracker(Callback):
         run_id = self.run_id(trial)
         step = int(result.get("step", result.get("training_iteration", 0)))
         log_metrics(self.mlflow, run_id, {k: result.get(k) for k in CURVE_METRICS}, step)
-        node = (result.get("node_ip"), result.get("node_id"))
+        node = tuple(result.get(k) for k in ("node_ip", "node_id", "device", "precision"))
         if result.get("node_ip") and self._tagged_node.get(trial.trial_id) != node:  # again when a retry moved it
-            tags = {"ray.node_ip": node[0], "ray.hostname": result.get("hostname"), "ray.node_id": node[1]}
+            keys = ("ray.node_ip", "ray.node_id", DEVICE_TAG, PRECISION_TAG)
+            tags = {**dict(zip(keys, node)), "ray.hostname": result.get("hostname")}
             self.mlflow.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items() if v])
             self._tagged_node[trial.trial_id] = node
 
@@ -245,7 +249,7 @@ def open_search_run(mlflow: MlflowClient, plan: SearchPlan, predictors: report.P
             EXPERIMENT,
             plan.name,
             search_id=plan.search_id or None,
-            storage=None if plan.search_id else f"{plan.storage}/{plan.name}",
+            storage=None if plan.search_id else plan.location,
         )
         if existing:
             mlflow.update_run(existing, status="RUNNING")
@@ -263,7 +267,7 @@ def open_search_run(mlflow: MlflowClient, plan: SearchPlan, predictors: report.P
     }
     tags = {
         "vitplast.space_fingerprint": spec.fingerprint,
-        STORAGE_TAG: f"{plan.storage}/{plan.name}",
+        STORAGE_TAG: plan.location,
         SEARCH_ID_TAG: plan.search_id,
         NOTE_TAG: search_note(plan.name),
     }
@@ -378,22 +382,33 @@ def log_trial_finals(mlflow: MlflowClient, trials: pd.DataFrame) -> None:
 
 def log_best_weights(mlflow: MlflowClient, run_id: str, checkpoint, trial: dict[str, Any]) -> None:
     """The best trial's trained parameters (its best-validation weights, trainable tensors only) as a
-    safetensors artifact of the parent run, beside a JSON of the trial they come from."""
+    safetensors artifact of the parent run, beside a JSON of the trial they come from.
+
+    The file is read from the trial's last checkpoint through the checkpoint's own filesystem (the search's
+    storage: a local path or s3://...), wherever the trial ran; only that file, not the optimizer state."""
+    from vitplast_tune.search.trial import BEST_FILE
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / Path(BEST_WEIGHTS).name
+        try:
+            storage.download(checkpoint.filesystem, f"{checkpoint.path}/{BEST_FILE}", Path(directory)).rename(path)
+        except FileNotFoundError:  # a checkpoint written before best.safetensors: the best weights in state.pt
+            _best_from_state(checkpoint, path)
+        about = Path(directory) / "trial.json"
+        about.write_text(json.dumps(trial, indent=2, default=str))
+        log_artifacts(mlflow, run_id, [path, about], str(Path(BEST_WEIGHTS).parent))
+
+
+def _best_from_state(checkpoint, path: Path) -> None:
     import torch
     from safetensors.torch import save_file
 
     from vitplast_tune.search.trial import STATE_FILE
 
-    # Memory-mapped: only the best weights are read, not the optimizer state and the last weights beside them.
-    with checkpoint.as_directory() as source, tempfile.TemporaryDirectory() as directory:
+    with checkpoint.as_directory() as source:
         state = torch.load(Path(source) / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
         best = state.get("best", {}).get("trainable") or state["trainable"]
-        path = Path(directory) / Path(BEST_WEIGHTS).name
         save_file({k: v.contiguous() for k, v in best.items()}, str(path))
-        del state, best
-        about = Path(directory) / "trial.json"
-        about.write_text(json.dumps(trial, indent=2, default=str))
-        log_artifacts(mlflow, run_id, [path, about], str(Path(BEST_WEIGHTS).parent))
 
 
 def child_runs(mlflow: MlflowClient, parent_run_id: str) -> list:

@@ -17,7 +17,7 @@ from vitplast_tune.data.batches import eval_batches, train_batches
 from vitplast_tune.data.decoded import InMemory
 from vitplast_tune.vit import gradients, models
 from vitplast_tune.vit.plasticity import compute_plasticity
-from vitplast_tune.vit.training import build_run
+from vitplast_tune.vit.training import build_run, run_device
 
 
 def measure_plasticity(
@@ -34,18 +34,21 @@ def measure_plasticity(
     batch_size: int,
     max_pairs: int | None,
     device=None,
+    decoded: InMemory | None = None,
 ) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:
-    """Build the model and both image sets and measure: (table, parameters per component, where and how long)."""
+    """Build the model and both image sets and measure: (table, parameters per component, where and how long).
+
+    ``decoded``: the downstream (or reference) dataset already decoded, not read again; ``device``: default, the
+    one this task was given (``training.run_device``)."""
     datasets.check_dataset_name(dataset)  # here, where data loads: a search's plan checked them without torch
     datasets.check_dataset_name(reference)
     model = models.create_model(
         model_name, 0, pretrained=pretrained, weights=weights
     )  # no head: any head in the weights fits
     config = models.data_config(model)
-    downstream_set = datasets.load_dataset(dataset, config, data_dir=data_dir, download=download).test
-    reference_set = getattr(
-        datasets.load_dataset(reference, config, data_dir=data_dir, download=download), reference_split
-    )
+    load = dict(data_dir=data_dir, download=download, decoded=decoded)
+    downstream_set = datasets.load_dataset(dataset, config, **load).test
+    reference_set = getattr(datasets.load_dataset(reference, config, **load), reference_split)
     start = time.perf_counter()
     table = compute_plasticity(
         model,
@@ -53,7 +56,7 @@ def measure_plasticity(
         eval_batches(downstream_set, batch_size),
         variant=variant,
         batch_size=batch_size,
-        device=device,
+        device=device if device is not None else run_device(),
         max_pairs=max_pairs,
     )
     where = {"seconds": round(time.perf_counter() - start, 3), "measured_on": task_context()}
@@ -81,10 +84,12 @@ def measure_gradients(
     """The gradient criteria (``gradients.gradient_table``) of a run's pretrained model on its first training batches.
 
     ``cfg`` is a ``FinetuneConfig`` (model, weights, dataset, batch size, seed); the new head is
-    initialised with ``cfg.seed`` as a trial's would be. ``decoded`` is the dataset already decoded.
+    initialised with ``cfg.seed`` as a trial's would be. ``decoded`` is the dataset already decoded. ``device``:
+    default, the one this task was given (``training.run_device``).
     """
     model, splits = build_run(cfg, decoded)
     stream = train_batches(splits.train, cfg.batch_size, seed=cfg.seed)
-    table = gradients.gradient_table(model, [next(stream) for _ in range(num_batches)], device=device or "cpu")
+    device = device if device is not None else run_device()
+    table = gradients.gradient_table(model, [next(stream) for _ in range(num_batches)], device=device)
     table.attrs.update(model=cfg.model, dataset=cfg.dataset, num_batches=num_batches, batch_size=cfg.batch_size)
     return table

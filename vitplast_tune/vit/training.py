@@ -9,6 +9,8 @@ exactly where it stopped.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,9 +49,84 @@ def warmup_cosine(step: int, total_steps: int, warmup_steps: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
 
 
+class DeviceError(RuntimeError):
+    """A run was given GPUs that torch cannot use (no CUDA visible): it stops instead of training on the CPU."""
+
+
 def default_device() -> torch.device:
     """CUDA when there is a GPU, else the CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def run_device() -> torch.device:
+    """The device of a run: in a Ray task or trial, the GPU Ray gave it, its memory capped to the fraction given
+    (``--gpus-per-trial 0.5``: half), and DeviceError when CUDA is not visible; the CPU when it was given no GPU.
+    Outside Ray, ``default_device()``."""
+    given = ray_gpus()
+    if given is None:
+        return default_device()
+    amount, ids = given
+    if not amount:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise DeviceError(
+            f"this run was given {amount:g} GPU (Ray GPU ids {ids}) but CUDA is not visible to torch {torch.__version__} "
+            f"(built for CUDA {torch.version.cuda}; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}): "
+            "check the node's NVIDIA driver and that torch is a CUDA build; not training on the CPU instead"
+        )
+    device = torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to the GPU it gave
+    if (fraction := memory_fraction(amount)) is not None:
+        torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return device
+
+
+def ray_gpus() -> tuple[float, list[str]] | None:
+    """(GPUs, their ids) that Ray gave the task or actor running this; None outside a Ray worker."""
+    if "ray" not in sys.modules:
+        return None
+    import ray
+
+    if not ray.is_initialized() or ray._private.worker.global_worker.mode != ray.WORKER_MODE:
+        return None
+    context = ray.get_runtime_context()
+    return float(context.get_assigned_resources().get("GPU", 0.0)), list(context.get_accelerator_ids().get("GPU", []))
+
+
+def memory_fraction(gpus: float) -> float | None:
+    """The share of a GPU's memory a run given ``gpus`` of it may take (None: a whole GPU, no cap)."""
+    return gpus if 0 < gpus < 1 else None
+
+
+def device_name(device: torch.device) -> str:
+    """``cpu``, or ``cuda:0 NVIDIA H100 80GB HBM3`` (the GPU's name): what a trial reports and MLflow tags."""
+    if device.type != "cuda":
+        return device.type
+    return f"{device} {torch.cuda.get_device_name(device)}"
+
+
+def device_facts(device: torch.device) -> dict[str, Any]:
+    """What a run reports about where it computes: ``device`` (``device_name``) and, on a GPU, the cap on its share
+    of the GPU's memory (``gpu_memory_fraction``, 1.0 for none; where this torch can tell)."""
+    facts: dict[str, Any] = {"device": device_name(device)}
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if device.type == "cuda" and fraction is not None:
+        facts["gpu_memory_fraction"] = fraction(device)
+    return facts
+
+
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_precision(requested: str, device: torch.device) -> str:
+    """The precision a run computes in on ``device``: ``auto`` is bf16 on a GPU that computes in it (compute
+    capability 8.0 and up: A100, A10G, L4, H100), fp16 with a loss scaler on older ones (T4, V100), fp32 on the CPU."""
+    if requested != "auto":
+        return requested
+    if device.type != "cuda":
+        return "fp32"
+    major, _ = torch.cuda.get_device_capability(device)
+    return "bf16" if major >= 8 else "fp16"
 
 
 def build_optimizer(cfg: FinetuneConfig, params: list[nn.Parameter]) -> torch.optim.Optimizer:
@@ -116,7 +193,7 @@ def finetune(
     """
     cfg.validate()
     entered = time.perf_counter()
-    run = _prepare(cfg, device or default_device(), decoded)
+    run = _prepare(cfg, device or run_device(), decoded)
     if resume is not None:
         run.step, run.best = _load_state(resume, run.trainable, run.optimizer)
     splits, workers = run.splits, run.workers
@@ -151,6 +228,9 @@ class _Run:
     optimizer: torch.optim.Optimizer
     workers: int
     timing: dict[str, float]
+    precision: str = "fp32"  # what the forward pass computes in (resolve_precision)
+    # Scales the fp16 loss so that small gradients do not vanish; passes everything through otherwise.
+    scaler: torch.amp.GradScaler = field(default_factory=lambda: torch.amp.GradScaler("cpu", enabled=False))
     step: int = 0
     best: dict[str, Any] = field(default_factory=lambda: {"val_acc": -1.0, "step": 0, "trainable": None})
 
@@ -184,7 +264,12 @@ def _prepare(cfg: FinetuneConfig, device: torch.device, decoded: InMemory | None
     optimizer = build_optimizer(cfg, list(trainable.values()))
     timing = {"time_feature_cache_s": feature_cache_s}
     workers = _num_workers(cfg, splits)
-    return _Run(cfg, device, model, forward, splits, trainable, sum(counts.values()), optimizer, workers, timing)
+    precision = resolve_precision("auto", device) if cfg.cuda_options else "fp32"
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    trainable_params = sum(counts.values())
+    return _Run(
+        cfg, device, model, forward, splits, trainable, trainable_params, optimizer, workers, timing, precision, scaler
+    )
 
 
 def _train_until_evaluation(run: _Run, batches) -> tuple[torch.Tensor, int]:
@@ -197,10 +282,12 @@ def _train_until_evaluation(run: _Run, batches) -> tuple[torch.Tensor, int]:
             group["lr"] = run.lr(run.step)
         with _autocast(run.device, cfg.cuda_options):
             loss = F.cross_entropy(run.forward(images).float(), labels)
-        loss.backward()
+        run.scaler.scale(loss).backward()  # as it is, but for fp16
         if cfg.grad_clip > 0:
+            run.scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(run.trainable.values(), cfg.grad_clip)
-        optimizer.step()
+        run.scaler.step(optimizer)
+        run.scaler.update()
         # Freed now, not before the next backward: the forward pass's activations and an evaluation never
         # sit beside a whole set of stale gradients (a ViT-B's are 0.34 GB).
         optimizer.zero_grad(set_to_none=True)
@@ -234,6 +321,8 @@ def _evaluate_run(run: _Run, val_batches, train_loss: float, count: int, started
         "max_steps": cfg.max_steps,
         "steps_per_s": steps_per_s,
         "images_per_s": steps_per_s * cfg.batch_size,  # training throughput, the Pareto front's axis
+        **device_facts(run.device),
+        "precision": run.precision,
     }
     if step == cfg.max_steps and cfg.eval_test:
         metrics["test_acc"] = _test_best(
@@ -351,4 +440,7 @@ def _to(batch: tuple[torch.Tensor, torch.Tensor], device: torch.device) -> tuple
 
 
 def _autocast(device: torch.device, enabled: bool = True):
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled and device.type == "cuda")
+    """Mixed precision on CUDA (``enabled``: the CUDA options): bf16 or fp16 by the GPU (``resolve_precision``)."""
+    precision = resolve_precision("auto", device) if enabled else "fp32"
+    dtype = _AUTOCAST_DTYPES.get(precision, torch.bfloat16)
+    return torch.autocast(device.type, dtype=dtype, enabled=precision in _AUTOCAST_DTYPES)
