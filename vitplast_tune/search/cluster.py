@@ -346,6 +346,8 @@ def on_every_node(nodes: list[dict[str, Any]], fn, **kwargs) -> dict[str, Any]:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    if not nodes:
+        return {}
     remote = ray.remote(num_cpus=0, max_retries=0)(fn)
     refs = {
         _node_name(n): remote.options(

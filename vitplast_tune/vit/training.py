@@ -104,6 +104,11 @@ def device_name(device: torch.device) -> str:
     return f"{device} {torch.cuda.get_device_name(device)}"
 
 
+def task_device() -> str:
+    """The name of the device that a Ray task or trial calling this computes on (``run_device``), for checks."""
+    return device_name(run_device())
+
+
 def device_facts(device: torch.device) -> dict[str, Any]:
     """What a run reports about where it computes: ``device`` (``device_name``) and, on a GPU, the cap on its share
     of the GPU's memory (``gpu_memory_fraction``, 1.0 for none; where this torch can tell)."""
