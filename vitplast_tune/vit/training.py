@@ -119,7 +119,6 @@ def device_facts(device: torch.device) -> dict[str, Any]:
     return facts
 
 
-PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
