@@ -99,7 +99,8 @@ def search_options(space: str | Path, directory: Path, **options: Any) -> Search
 
 @contextmanager
 def local_ray(cpus: int, gpus: int | None = None) -> Iterator[None]:
-    """A Ray instance of ``cpus`` CPUs (and ``gpus`` GPUs; None: Ray's own count) for the block, quiet."""
+    """A Ray instance of ``cpus`` CPUs (and ``gpus`` GPUs; None: Ray's own count) for the block, quiet; its workers
+    import this checkout."""
     import ray
 
     ray.init(
@@ -108,7 +109,10 @@ def local_ray(cpus: int, gpus: int | None = None) -> Iterator[None]:
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,
-        runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}},
+        # Its workers import this checkout (benchmarks' own trainables), wherever the benchmark was started from.
+        runtime_env={
+            "env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning", "PYTHONPATH": python_env()["PYTHONPATH"]}
+        },
     )
     try:
         yield

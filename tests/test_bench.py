@@ -118,34 +118,60 @@ def test_replay_drives_the_search_optuna_searcher():
     assert steps == 200 * finished and finished >= 1
 
 
-def test_gpu_check_dry_run_and_its_cpu_smoke_path(tmp_path, capsys):
+def test_gpu_check_plans_every_step_within_ten_minutes(capsys):
+    assert gpu_check.main(["--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"  {name} " in out for name in gpu_check.STEPS)
+    assert sum(gpu_check.TIMEOUTS.values()) <= 590
+    assert set(gpu_check.TIMEOUTS) == set(gpu_check.STEPS) == set(gpu_check.SUMMARIES)
+    with pytest.raises(SystemExit, match="unknown step"):
+        gpu_check.main(["--dry-run", "--steps-only", "trials,speed"])
+
+
+def test_a_gpu_check_step_past_its_timeout_is_stopped_and_reported():
+    result = gpu_check.run_step("slow", lambda: __import__("time").sleep(5) or {}, timeout_s=0.5)
+    assert result["status"] == "timeout" and result["seconds"] < 3
+    failed = gpu_check.run_step("broken", lambda: 1 / 0, timeout_s=5)
+    assert failed["status"] == "failed" and "ZeroDivisionError" in failed["reason"]
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_every_step_on_the_cpu(tmp_path, capsys):
     import json
 
-    assert gpu_check.main(["--dry-run"]) == 0
-    assert "4 trials at --gpus-per-trial 0.25" in capsys.readouterr().out
-    args = [
-        "--device",
-        "cpu",
-        "--model",
-        "vit_testbed_patch8_32",
-        "--steps",
-        "2",
-        "--warmup",
-        "1",
-        "--batch-size",
-        "4",
-        "--no-compile",
-        "--no-search",
-        "--json",
-        str(tmp_path / "gpu.json"),
-    ]
-    assert gpu_check.main(args) == 0
+    assert gpu_check.main(["--cpu-dry-run", "--json", str(tmp_path / "gpu.json")]) == 0
     result = json.loads((tmp_path / "gpu.json").read_text())
-    assert set(result["full"]) == {"fp32", "options"}
-    assert set(result["subsets"]) == {"all", "emb", "ln1", "mha", "ln2", "fc1", "fc2", "head"}
-    assert result["subsets"]["mha"]["flop_bound"] == pytest.approx(1.3, abs=0.1)  # bench_training's bound, reused
-    assert 0 < result["pipeline"]["share_of_step"] < 1
+    steps = result["steps"]
+    assert list(steps) == list(gpu_check.STEPS) and all(r["status"] == "ok" for r in steps.values()), steps
+    trials = steps["trials"]
+    assert len(trials["trials"]) == 2 and all(
+        t["device"] == "cpu" and t["precision"] == "fp32" for t in trials["trials"].values()
+    )
+    assert trials["checks"]["both trials at once"] and trials["task_device"] == "cpu"
+    assert set(steps["subsets"]["subsets"]) == {"all", "emb", "ln1", "mha", "ln2", "fc1", "fc2", "head"}
+    assert steps["subsets"]["subsets"]["mha"]["flop_bound"] == pytest.approx(
+        1.3, abs=0.1
+    )  # benchmarks.training's bound
+    assert 0 < steps["pipeline"]["share_of_step"] < 1
+    assert steps["checkpoint"]["bytes"] > 0 and steps["measurements"]["pairs"] == 32
+    assert steps["precision"]["max_relative_gap"] < 0.05 and steps["compile"]["backend"] == "aot_eager"
     assert "subset (CUDA options)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_checkpoint_benchmark_measures_bytes_and_seconds_on_disk_and_s3(tmp_path, capsys):
+    from benchmarks import checkpoint
+
+    out = tmp_path / "checkpoint.json"
+    assert checkpoint.main(["--subsets", "head,mha", "--reports", "3", "--json", str(out)]) == 0
+    import json
+
+    result = json.loads(out.read_text())
+    for storage in ("local", "s3"):
+        head, mha = result[storage]["head"], result[storage]["mha"]
+        assert 0 < head["bytes"] < mha["bytes"] and mha["report_s"] >= mha["write_s"] > 0
+    assert result["local"]["mha"]["bytes"] == result["s3"]["mha"]["bytes"]
+    assert "MiB/checkpoint" in capsys.readouterr().out
 
 
 def test_bench_data_times_every_input_path_including_the_image_cache():

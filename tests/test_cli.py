@@ -182,10 +182,13 @@ def world(tmp_path, monkeypatch):
 
     from vitplast_tune.predictors import report
     from vitplast_tune.recommend import ranking
-    from vitplast_tune.search import driver
+    from vitplast_tune.search import cluster, driver
     from vitplast_tune.vit import pretraining
 
     monkeypatch.setattr(driver, "execute", work)  # the search itself: Ray, MLflow, trials
+    # Each case stands for a fresh command-line process, which has no Ray instance of its own yet (the session's
+    # ray_local fixture may have started one in this process).
+    monkeypatch.setattr(cluster, "ray_running_here", lambda: False)
     monkeypatch.setattr(pretraining, "pretrain_testbed", work)
     monkeypatch.setattr(report, "plasticity_report", work)
     monkeypatch.setattr(ranking, "recommend", work)

@@ -80,6 +80,7 @@ class FinetuneConfig:
     warmup_steps: int = 40
     warmup_fraction: float | None = None  # when set, warm up for this fraction of max_steps instead of warmup_steps
     eval_every: int = 50
+    checkpoint_every: int = 1  # a checkpoint every this many evaluations, and whenever the best accuracy improves
     grad_clip: float = 1.0
     seed: int = 0
     threads: int = 0
@@ -113,7 +114,13 @@ class FinetuneConfig:
             raise UserError(
                 f'unknown optimizer "{self.optimizer}"{did_you_mean(self.optimizer, OPTIMIZERS)}; use one of {", ".join(OPTIMIZERS)}'
             )
-        positive = dict(lr=self.lr, batch_size=self.batch_size, max_steps=self.max_steps, eval_every=self.eval_every)
+        positive = dict(
+            lr=self.lr,
+            batch_size=self.batch_size,
+            max_steps=self.max_steps,
+            eval_every=self.eval_every,
+            checkpoint_every=self.checkpoint_every,
+        )
         for name, value in positive.items():
             if not value > 0:
                 raise UserError(f"{name} must be positive, got {value}")

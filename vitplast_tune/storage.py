@@ -1,6 +1,10 @@
 """Where a search's results live: the storage root (a local or shared path, or a URI such as s3://), the record a
 search writes there (``vitplast_search.json``) that ``--resume``, ``analyze``, ``recommend``, ``vitplast-ui`` and
 ``load_best_model`` read back, and the names of the best trial's files on its MLflow runs.
+
+A URI may carry pyarrow's filesystem options as a query (``s3://bucket/dir?endpoint_override=host:9000&scheme=http``
+for an S3-compatible server): ``join`` keeps the query at the end, and ``filesystem`` opens it with pyarrow, as Ray
+Tune does, so the driver reads what trials on other nodes wrote through the same store.
 """
 
 from __future__ import annotations
@@ -35,6 +39,32 @@ def default_storage() -> Path:
 def is_uri(path: str) -> bool:
     """Whether a storage location is a URI (s3://, gs://, ...) rather than a local path."""
     return "://" in path
+
+
+def join(location: str, *parts: str) -> str:
+    """``location`` extended by ``parts``: a path as a path, a URI before its query (its filesystem options)."""
+    if not is_uri(location):
+        return str(Path(location, *parts))
+    base, mark, query = location.partition("?")
+    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)]) + mark + query
+
+
+def filesystem(location: str):
+    """The pyarrow filesystem of a storage location (a path or a URI with its query options) and the path in it."""
+    import pyarrow.fs
+
+    if not is_uri(location):
+        return pyarrow.fs.LocalFileSystem(), str(Path(location).expanduser())
+    return pyarrow.fs.FileSystem.from_uri(location)
+
+
+def download(fs, path: str, into: Path) -> Path:
+    """Copy the file ``path`` of the pyarrow filesystem ``fs`` (a checkpoint's, ``filesystem``'s) into ``into``."""
+    import pyarrow.fs
+
+    target = Path(into) / Path(path).name
+    pyarrow.fs.copy_files(path, str(target), source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem())
+    return target
 
 
 def search_dir(name: str, storage: str | Path | None = None) -> Path:
@@ -98,4 +128,4 @@ def storage_uri(storage: str) -> str:
         )
     if not parsed.netloc:
         raise UserError(f'--storage "{storage}" names no bucket or host; e.g. {scheme}://my-bucket/vitplast')
-    return storage.rstrip("/")
+    return join(storage)

@@ -11,13 +11,18 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shlex
+import shutil
 import subprocess
 import sys
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
+import ray
+import tomllib
 import yaml
 from _raycluster import LocalCluster, MlflowServer, free_ports, node_ip
 from _spaces import space_text
@@ -120,6 +125,11 @@ def test_launcher_yaml_validates_against_rays_schema():
     assert any(t["resources"].get("GPU", 0) >= 1 and t["min_workers"] < t["max_workers"] for t in workers)
     assert any("vitplast_tune" in c and "pip install" in c for c in config["setup_commands"])
     assert "~/.ray/auth_token" in config["file_mounts"]  # token authentication: the token on every node
+    # Every Ray process in Ray's GPU image of the tested Ray version (the package installed in it by setup_commands),
+    # on an AMI named on purpose (Ray's latest_dlami is an old CUDA and Python); workers may write the bucket.
+    assert config["docker"]["image"] == f"rayproject/ray:{ray.__version__}-py311-gpu"
+    assert all(t["node_config"]["ImageId"] != "latest_dlami" for t in types.values())
+    assert all("instance-profile/" in t["node_config"]["IamInstanceProfile"]["Arn"] for t in workers)
     starts = config["head_start_ray_commands"] + config["worker_start_ray_commands"]
     assert all("RAY_AUTH_MODE=token" in c for c in starts if "ray start" in c)
 
@@ -135,12 +145,15 @@ def test_fake_autoscaler_yaml_is_a_complete_autoscaler_config():
     assert "GPU" not in config["available_node_types"]["ray.head.default"]["resources"]
 
 
-def test_kuberay_manifest_autoscales_with_token_auth():
+def test_kuberay_manifest_autoscales_with_token_auth_and_storage_credentials():
     from ray.autoscaler._private.kuberay.autoscaling_config import _derive_autoscaling_config_from_ray_cr
 
-    manifest = yaml.safe_load((CLUSTER_DIR / "kuberay.yaml").read_text())
+    account, manifest = yaml.safe_load_all((CLUSTER_DIR / "kuberay.yaml").read_text())
     assert manifest["kind"] == "RayCluster" and manifest["spec"]["enableInTreeAutoscaling"] is True
+    assert account["kind"] == "ServiceAccount" and "eks.amazonaws.com/role-arn" in account["metadata"]["annotations"]
     spec = manifest["spec"]
+    for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:  # every pod reaches the bucket as that account
+        assert group["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
     containers = [
         c for g in [spec["headGroupSpec"], *spec["workerGroupSpecs"]] for c in g["template"]["spec"]["containers"]
     ]
@@ -154,6 +167,50 @@ def test_kuberay_manifest_autoscales_with_token_auth():
     assert head["resources"]["GPU"] == 0 and head["resources"]["CPU"] == 0
     gpu = config["available_node_types"]["gpu"]
     assert gpu["resources"]["GPU"] == 1 and gpu["min_workers"] == 0 and gpu["max_workers"] == 4
+
+
+def dockerfile_copies() -> list[tuple[list[str], str]]:
+    """(sources, destination) of each COPY of scripts/cluster/Dockerfile."""
+    copies = []
+    for line in (CLUSTER_DIR / "Dockerfile").read_text().splitlines():
+        if line.startswith("COPY "):
+            words = [w for w in shlex.split(line)[1:] if not w.startswith("--")]
+            copies.append((words[:-1], words[-1]))
+    return copies
+
+
+def test_dockerfile_copies_what_exists_and_installs_the_package_from_it():
+    text = (CLUSTER_DIR / "Dockerfile").read_text()
+    assert f"FROM rayproject/ray:{ray.__version__}-py311-gpu" in text
+    copies = dockerfile_copies()
+    sources = [source for sources, _ in copies for source in sources]
+    missing = [source for source in sources if not (ROOT / source).exists()]
+    assert not missing, f"the Dockerfile copies paths the repository lacks: {missing}"
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    needed = {"pyproject.toml", pyproject["project"]["readme"], "vitplast_tune"}
+    needed |= set(pyproject["tool"]["setuptools"]["package-dir"].values())  # search_spaces, at the repository's top
+    assert needed <= set(sources), f"the package needs {sorted(needed - set(sources))} in the image"
+    assert "pip install --no-cache-dir /home/ray/vitplast_tune" in text
+
+
+@pytest.mark.slow
+def test_the_package_builds_from_exactly_what_the_dockerfile_copies(tmp_path):
+    image = tmp_path / "image"
+    for sources, destination in dockerfile_copies():  # as `docker build` lays them out, under /home/ray
+        target = image / Path(destination).relative_to("/home/ray")
+        for source in sources:
+            into = target / Path(source).name if destination.endswith("/") else target
+            if (ROOT / source).is_dir():
+                shutil.copytree(ROOT / source, into, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+            else:
+                into.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(ROOT / source, into)
+    build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp_path)]
+    subprocess.run([*build, str(image / "vitplast_tune")], check=True, capture_output=True, timeout=600)
+    (wheel,) = tmp_path.glob("vitplast_tune-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "vitplast_tune/search_spaces/component_subsets.yaml" in names
+    assert any(n.startswith("vitplast_tune/weights/") and n.endswith(".safetensors") for n in names)
 
 
 def test_request_checks_without_ray(tmp_path, monkeypatch):

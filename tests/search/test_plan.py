@@ -1,6 +1,7 @@
 """Validation before anything starts: metric and mode, the scheduler's budget, weights files, resume state."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -232,3 +233,23 @@ def test_budgets_come_from_the_flag_are_recorded_and_exclude_max_steps(tmp_path)
         plan.prepare(SearchOptions(**base, resume=True, budgets=(6, 24)))
     with pytest.raises(UserError, match="give --budgets, not --max-steps"):
         plan.prepare(SearchOptions(**{**base, "name": "other"}, settings={"max_steps": 40}))
+
+
+def test_more_than_one_gpu_per_trial_is_refused(tmp_path):
+    with pytest.raises(UserError, match=r"--gpus-per-trial 2: a trial trains on one GPU .* a fraction such as 0.5"):
+        plan.prepare(options(tmp_path, gpus_per_trial=2))
+
+
+def test_relative_weights_and_data_paths_are_resolved_before_trials(tmp_path, monkeypatch):
+    from vitplast_tune.config import TESTBED_WEIGHTS
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "w.safetensors").write_bytes(TESTBED_WEIGHTS.read_bytes())
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    settings = {"weights": "models/w.safetensors", "data_dir": "data", "model": "vit_testbed_patch8_32"}
+    prepared = plan.prepare(options(tmp_path, settings=settings))
+    assert prepared.settings.weights == str(tmp_path / "models" / "w.safetensors")
+    assert prepared.settings.data_dir == str(tmp_path / "data")
+    monkeypatch.chdir(tmp_path / "data")  # what a trial's working directory does to a relative path
+    assert Path(prepared.settings.weights).is_file()

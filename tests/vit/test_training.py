@@ -215,9 +215,9 @@ def test_auto_precision_follows_the_device(monkeypatch):
     assert resolve_precision("auto", cpu) == "fp32"
     for chosen in ("bf16", "fp16", "fp32"):
         assert resolve_precision(chosen, cpu) == chosen == resolve_precision(chosen, cuda)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: not including_emulation)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     assert resolve_precision("auto", cuda) == "bf16"  # an Ampere or newer GPU
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
     assert resolve_precision("auto", cuda) == "fp16"  # a T4 or V100: fp16 with a gradient scaler
     with pytest.raises(UserError, match='unknown precision "fp8"'):
         FinetuneConfig(precision="fp8").validate()

@@ -240,7 +240,7 @@ def _torchvision_cifar(name: str, cls_name: str) -> Loader:
         import torchvision.datasets as tvd
 
         cls = getattr(tvd, cls_name)
-        with _friendly_data_errors(name, root, download):
+        with download_lock(root, name, download), _friendly_data_errors(name, root, download):
             train, test = (cls(str(root), train=flag, download=download) for flag in (True, False))
         images = np.concatenate([train.data, test.data]).transpose(0, 3, 1, 2)
         labels = np.asarray(list(train.targets) + list(test.targets), dtype=np.int64)
@@ -255,7 +255,7 @@ def _torchvision(name: str, cls_name: str, train_kw: dict, test_kw: dict, classe
         import torchvision.datasets as tvd
 
         cls = getattr(tvd, cls_name)
-        with _friendly_data_errors(name, root, download):
+        with download_lock(root, name, download), _friendly_data_errors(name, root, download):
             source = lambda kw: lambda tf=None: cls(str(root), download=download, transform=tf, **kw)
             make_train = _cached(source(train_kw), f"{name}-{train_kw['split']}", image_cache)
             make_test = _cached(source(test_kw), f"{name}-{test_kw['split']}", image_cache)
@@ -440,6 +440,17 @@ def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "",
     block = slice((severity - 1) * per, severity * per)
     images = np.ascontiguousarray(np.asarray(images[block]).transpose(0, 3, 1, 2))
     return InMemory(images, labels[block].astype(np.int64))
+
+
+def download_lock(root: Path, name: str, download: bool):
+    """With ``download``, a file lock per dataset and data directory: trials sharing a node do not race the same
+    download (the first downloads, the others wait, then find the files); without, nothing."""
+    if not download:
+        return contextlib.nullcontext()
+    from filelock import FileLock
+
+    root.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(root / f".{name}.download.lock"))
 
 
 class _friendly_data_errors:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +60,8 @@ def plasticity_report(
     device: str | torch.device | None = None,
     reuse: bool = False,
     runner: Runner | None = None,
+    decoded=None,
+    staged: Sequence = (),
 ) -> PlasticityReport:
     """Measure the plasticity of a model between a reference distribution and a downstream test split; write files.
 
@@ -68,7 +70,8 @@ def plasticity_report(
     folder keyed by model, weights, data and variant). With ``reuse``, a report already written
     there for the same settings is loaded instead of measured again. ``runner`` runs the measurement
     elsewhere (``runner(fn, **kwargs)`` returns ``fn(**kwargs)``, e.g. as a Ray task on a GPU node); the files
-    are written here.
+    are written here. ``decoded``: the downstream dataset already decoded (``data.decoded``), not read again;
+    ``staged``: the driver's files sent to the runner's node (``data.staging``), used there in place of its paths.
     """
     if reference_split not in ("test", "train"):
         raise UserError(f'reference split must be "test" or "train", not "{reference_split}"')
@@ -92,6 +95,8 @@ def plasticity_report(
         batch_size=batch_size,
         max_pairs=max_pairs,
         device=device,
+        decoded=decoded,
+        staged=list(staged),
         **images,
     )
     return _write(
@@ -116,24 +121,38 @@ def search_report(settings: FinetuneConfig, *, reference: str, **options: Any) -
     )
 
 
-def _measure(**kwargs: Any) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:
-    """``vit.measure.measure_plasticity``, imported where it runs (a Ray worker): this module stays torch-free."""
+def _measure(staged: Sequence = (), **kwargs: Any) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:
+    """``vit.measure.measure_plasticity``, imported where it runs (a Ray worker): this module stays torch-free;
+    the paths of ``staged`` files are this node's copies."""
+    from vitplast_tune.data import staging
     from vitplast_tune.vit.measure import measure_plasticity
 
-    return measure_plasticity(**kwargs)
+    return measure_plasticity(**{**kwargs, **staging.local_paths(staged)})
 
 
 def gradient_report(
-    cfg, *, num_batches: int = 5, head_seeds: int = 5, decoded=None, runner: Runner | None = None
+    cfg,
+    *,
+    num_batches: int = 5,
+    head_seeds: int = 5,
+    decoded=None,
+    runner: Runner | None = None,
+    staged: Sequence = (),
 ) -> pd.DataFrame:
     """The gradient criteria of a run's pretrained model for ``head_seeds`` head initialisations, on the first
     ``num_batches`` training batches without augmentation (``vit.measure.measure_gradients``: ``cfg`` a
-    FinetuneConfig, ``decoded`` its dataset already decoded), measured by ``runner`` (default: here)."""
+    FinetuneConfig, ``decoded`` its dataset already decoded, ``staged`` the driver's files it reads), measured by
+    ``runner`` (default: here)."""
     for name, value in (("num_batches", num_batches), ("head_seeds", head_seeds)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"{name} must be a positive integer, not {value}")
     return (runner or _here)(
-        _measure_gradients, cfg=cfg, decoded=decoded, num_batches=num_batches, head_seeds=head_seeds
+        _measure_gradients,
+        cfg=cfg,
+        decoded=decoded,
+        num_batches=num_batches,
+        head_seeds=head_seeds,
+        staged=list(staged),
     )
 
 
@@ -157,10 +176,11 @@ def describe_gradients(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _measure_gradients(**kwargs: Any) -> pd.DataFrame:
+def _measure_gradients(cfg: FinetuneConfig, staged: Sequence = (), **kwargs: Any) -> pd.DataFrame:
+    from vitplast_tune.data import staging
     from vitplast_tune.vit.measure import measure_gradients
 
-    return measure_gradients(**kwargs)
+    return measure_gradients(staging.localize(cfg, staged), **kwargs)
 
 
 def _here(fn: Callable[..., Any], **kwargs: Any) -> Any:

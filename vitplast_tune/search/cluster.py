@@ -15,8 +15,9 @@ usual failures (unreachable, token authentication refused) into one-line UserErr
   config): UserError; when it autoscales with node types unknown here, or has not reported within
   15 s: a warning, and trials wait as Tune makes them.
 
-``storage_uri`` checks ``--storage``: a local (or shared-filesystem) path, or a URI that pyarrow,
-and so Ray Tune, can write to (s3://, gs://, hdfs://, abfs://); ``file://`` becomes a path.
+``preflight`` then checks, on a cluster, that a local ``--storage`` path is one every node that runs trials
+sees (a marker the driver wrote, read on each node; else UserError: use a URI such as s3://), and which files
+of the driver's disk the trials need elsewhere (``data.staging``).
 """
 
 from __future__ import annotations
@@ -26,10 +27,15 @@ import os
 import socket
 import sys
 import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vitplast_tune.data import staging
 from vitplast_tune.errors import UserError
+from vitplast_tune.storage import is_uri
 
 CONFIG_ENV = "VITPLAST_CLUSTER_CONFIG"
 BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"
@@ -377,16 +383,111 @@ def task_runner(resources: dict[str, float], say=print, every_s: float = 30.0):
     return run
 
 
-# ----------------------------------------------------------------------------- storage
+# ----------------------------------------------------------------------------- what every node sees
+
+PROBE_TIMEOUT_S = 120.0
 
 
-def preflight(resources: dict[str, float], storage: str, say=print) -> str:
-    """The driver's checks once Ray is up: the trial request can be scheduled, and storage suits the cluster."""
+@dataclass
+class Preflight:
+    """What the driver found once Ray is up: how a trial's request is met, whether nodes may join later (an
+    autoscaler), and the inputs to send to the nodes."""
+
+    how: str
+    grows: bool = False
+    to_stage: list[staging.Files] = field(default_factory=list)
+
+
+def preflight(resources: dict[str, float], storage: str, inputs: Sequence[staging.Files] = (), say=print) -> Preflight:
+    """The driver's checks once Ray is up, before anything is recorded: the trial request can be scheduled; a local
+    ``storage`` path is shown shared (every node that can run a trial reads a marker the driver wrote there); and
+    which of ``inputs`` (files on the driver's disk that runs read) must be sent to the nodes (``staging``).
+    Nodes an autoscaler adds later cannot be checked now: such a cluster gets every input, and a warning.
+    """
     how = check_trial_fits(resources, say)
-    nodes = alive_nodes()
-    if "://" not in storage and (len({n.get("NodeManagerAddress") for n in nodes}) > 1 or how != "node"):
-        say(
-            f"Storage {storage} is a local path: every node must see it (a shared filesystem such as NFS); "
-            "else use --storage s3://... or gs://..."
+    if started_here():  # one machine: the driver's own disk
+        return Preflight(how)
+    grows = how != "node" or autoscales() is not False
+    request = ray_request(resources)
+    nodes = [n for n in alive_nodes() if fits(n.get("Resources", {}), request)]
+    marker = None if is_uri(storage) else Path(storage) / f".vitplast-shared-{uuid.uuid4().hex}"
+    try:
+        if marker is not None:
+            marker.write_text(marker.name)
+        views = on_every_node(nodes, _sees, marker=str(marker) if marker else None, inputs=list(inputs))
+    finally:
+        if marker is not None:
+            marker.unlink(missing_ok=True)
+    if marker is not None:
+        _check_storage(storage, views, marker.name, grows, say)
+    return Preflight(how, grows, _to_stage(inputs, views, grows, say))
+
+
+def on_every_node(nodes: list[dict[str, Any]], fn, **kwargs) -> dict[str, Any]:
+    """``fn(**kwargs)`` run once on each of ``nodes`` (a task pinned to it, asking for no resources):
+    {node description: its result, or None when it did not answer in time}."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not nodes:
+        return {}
+    remote = ray.remote(num_cpus=0, max_retries=0)(fn)
+    refs = {
+        _node_name(n): remote.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        ).remote(**kwargs)
+        for n in nodes
+    }
+    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=PROBE_TIMEOUT_S)
+    return {name: ray.get(ref) if ref in ready else None for name, ref in refs.items()}
+
+
+def _sees(marker: str | None, inputs: list[staging.Files]) -> dict[str, Any]:
+    """On a node: the marker's text (None when it cannot read it), and whether it has each of ``inputs``."""
+    try:
+        text = Path(marker).read_text() if marker else None
+    except OSError:
+        text = None
+    return {"marker": text, "inputs": [staging.present(f) for f in inputs]}
+
+
+def _node_name(node: dict[str, Any]) -> str:
+    return f"{node.get('NodeManagerAddress')} (node {node['NodeID'][:12]})"
+
+
+def _check_storage(storage: str, views: dict[str, Any], token: str, grows: bool, say) -> None:
+    """UserError when a node that runs trials cannot read the marker (``token``) the driver wrote to ``storage``."""
+    blind = sorted(node for node, v in views.items() if not (v and v["marker"] == token))
+    if blind:
+        raise UserError(
+            f"--storage {storage} is a local path that {len(blind)} of the {len(views)} node(s) that run trials "
+            f"cannot see ({', '.join(blind)}): their trials could not save checkpoints there, nor the driver read "
+            "them. Give --storage a URI every node can write, e.g. s3://BUCKET/vitplast (see docs/cluster.md), or "
+            f"a shared filesystem mounted at {storage} on every node"
         )
-    return how
+    if grows:
+        say(
+            f"Storage {storage} is a local path every node sees now; nodes the autoscaler adds must see it too "
+            "(a shared filesystem such as NFS), else use --storage s3://... or gs://..."
+        )
+
+
+def _to_stage(inputs: Sequence[staging.Files], views: dict[str, Any], grows: bool, say) -> list[staging.Files]:
+    """The inputs to send to the nodes: those some node lacks, or every one when nodes may join later; UserError
+    for one that is missing somewhere and too large to send."""
+    out = []
+    for i, files in enumerate(inputs):
+        lacking = sorted(node for node, v in views.items() if not (v and v["inputs"][i]))
+        if not lacking and not grows:
+            continue
+        if files.nbytes <= staging.LIMIT_BYTES:
+            out.append(files)
+        elif lacking:
+            raise UserError(
+                f"the {files.describe()} is not on node(s) {', '.join(lacking)} and is larger than the "
+                f"{staging.LIMIT_BYTES / 2**30:g} GiB a search sends to the nodes through Ray's object store; put it "
+                f"at {files.root} on every node (a shared filesystem, or the nodes' image), then search again"
+            )
+        else:
+            say(f"The {files.describe()} is on every node now; nodes the autoscaler adds must have it at {files.root}.")
+    return out

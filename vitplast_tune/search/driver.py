@@ -23,6 +23,7 @@ from ray.tune import Callback
 from vitplast_tune.analysis import protocol
 from vitplast_tune.analysis.analyze import analyze_search
 from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.data import staging
 from vitplast_tune.errors import SearchInterrupted
 from vitplast_tune.predictors.report import Predictors, describe_gradients, gradient_report, search_report
 from vitplast_tune.recommend import ranking, verify
@@ -96,7 +97,7 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = (), timings: Timin
                 with timings.phase("ray_stop"):
                     ray.shutdown()
     mlflow, parent = records.mlflow, records.parent
-    unfinished = searchers.unfinished(grid, plan.spec.total_trials)
+    unfinished = searchers.unfinished(plan.location, plan.spec.total_trials)
     if unfinished:
         tracking.close_search(mlflow, parent, "KILLED")
         raise _interrupted(plan, records, f"{unfinished} trial(s) unfinished")
@@ -127,9 +128,9 @@ def _record_and_tune(plan: SearchPlan, callbacks: Sequence[Callback], records: _
     """Check the trial request on the cluster, measure the predictors, open the MLflow parent run and write the
     search's record (into ``records`` as they happen), then tune; return (Tune's result grid, predictors, view)."""
     with timings.phase("ray_start"):
-        grows = _check_cluster(plan)
+        grows, staged = _check_cluster(plan)
     # The predictors, as a Ray task with a trial's resources (a GPU when trials use GPUs); cached plasticity reused.
-    predictors = measure_predictors(plan, timings)
+    predictors = measure_predictors(plan, staged, timings)
     with timings.phase("records"):
         records.mlflow = tracking.client(plan.tracking_uri)
         records.parent = tracking.open_search_run(records.mlflow, plan, predictors)
@@ -139,7 +140,7 @@ def _record_and_tune(plan: SearchPlan, callbacks: Sequence[Callback], records: _
         write_record(plan, records.parent)
         records.written = True
     with searchers.pending_limit(plan, grows), timings.phase("trials"):
-        grid = _tune(plan, callbacks, records.parent, predictors)
+        grid = _tune(plan, callbacks, records.parent, predictors, staged)
     return grid, predictors, view
 
 
@@ -152,8 +153,9 @@ def _interrupted(plan: SearchPlan, records: _Records, what: str) -> SearchInterr
     return SearchInterrupted(text, interrupts.exit_code())
 
 
-def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predictors: Predictors):
-    """Run the trials (the MLflow tracker, progress lines and ``callbacks`` attached); return Tune's result grid."""
+def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predictors: Predictors, staged=()):
+    """Run the trials (the MLflow tracker, progress lines and ``callbacks`` attached); return Tune's result grid.
+    ``staged``: the driver's files the trials read, sent to their nodes (``data.staging``)."""
     from ray import tune
 
     callbacks = [
@@ -165,7 +167,11 @@ def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predicto
 
         callbacks.append(Progress(plan.spec.total_trials))
     trainable = tune.with_parameters(
-        train_trial, settings=plan.settings, decoded=plan.decoded, max_trainable_params=plan.max_trainable_params
+        train_trial,
+        settings=plan.settings,
+        decoded=plan.decoded,
+        max_trainable_params=plan.max_trainable_params,
+        staged=list(staged),
     )
     trainable = tune.with_resources(trainable, plan.options.trial_resources)
     tuner = searchers.tuner(plan, trainable, callbacks, ranking.warm_start_subsets(plan, predictors))
@@ -290,20 +296,27 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
             _say(result.plan, f"note: {note}")
 
 
-def _check_cluster(plan: SearchPlan) -> bool:
-    """UserError when no node (or node type) of the cluster can ever hold one trial (see cluster.py); else
-    whether the cluster can grow (an autoscaler adds nodes for pending trials)."""
+def _check_cluster(plan: SearchPlan) -> tuple[bool, list[staging.Staged]]:
+    """UserError when no node (or node type) of the cluster can ever hold one trial, or when a local storage path is
+    not shared by the nodes (see cluster.py); else whether the cluster can grow (an autoscaler adds nodes for
+    pending trials), and the files of the driver's disk sent to the nodes that lack them (``data.staging``)."""
     from vitplast_tune.search import cluster
 
-    how = cluster.preflight(
-        plan.options.trial_resources, plan.storage, say=print if plan.options.verbose else lambda *a: None
-    )
-    return how != "node" or (not cluster.started_here() and cluster.autoscales() is not False)
+    say = print if plan.options.verbose else lambda *a, **k: None
+    options = plan.options
+    inputs = staging.needed(plan.settings, options.plasticity_reference if options.plasticity else None)
+    checked = cluster.preflight(options.trial_resources, plan.storage, inputs, say=say)
+    for files in checked.to_stage:
+        say(f"Sending the {files.describe()} to the nodes through Ray's object store", flush=True)
+    return checked.grows, staging.stage(checked.to_stage)
 
 
-def measure_predictors(plan: SearchPlan, timings: Timings | None = None) -> Predictors:
+def measure_predictors(
+    plan: SearchPlan, staged: Sequence[staging.Staged] = (), timings: Timings | None = None
+) -> Predictors:
     """The predictors a search measures before training (plasticity, gradient table), each as a Ray task with one
-    trial's resources; plasticity measured before is read from its cache instead (``timings``: their seconds)."""
+    trial's resources, on the dataset the driver decoded and the files it staged; plasticity measured before is read
+    from its cache instead (``timings``: their seconds)."""
     if not plan.options.plasticity:
         return Predictors()
     timings = timings or Timings()
@@ -318,7 +331,13 @@ def measure_predictors(plan: SearchPlan, timings: Timings | None = None) -> Pred
     )
     with timings.phase("plasticity"):
         measured = search_report(
-            s, reference=o.plasticity_reference, variant=o.plasticity_variant, max_pairs=o.plasticity_pairs, runner=run
+            s,
+            reference=o.plasticity_reference,
+            variant=o.plasticity_variant,
+            max_pairs=o.plasticity_pairs,
+            runner=run,
+            decoded=plan.decoded,
+            staged=list(staged),
         )
     ranked = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
     order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranked.itertuples())
@@ -327,7 +346,7 @@ def measure_predictors(plan: SearchPlan, timings: Timings | None = None) -> Pred
         flush=True,
     )
     with timings.phase("gradients"):
-        gradients = gradient_report(s, decoded=plan.decoded, runner=run)
+        gradients = gradient_report(s, decoded=plan.decoded, runner=run, staged=list(staged))
     say(
         f"Gradient criteria of {s.model} on {gradients.attrs.get('num_batches')} unaugmented training batches, "
         f"mean ± std over {gradients['head_seed'].nunique()} head initialisations:\n" + describe_gradients(gradients),

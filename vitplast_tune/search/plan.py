@@ -29,7 +29,7 @@ from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.search import spaces
 from vitplast_tune.search.mlflow_view import VIEW_TAG_PREFIX, share_key
 from vitplast_tune.search.trial import METRICS, trial_config
-from vitplast_tune.storage import SEARCH_FILE, default_storage, is_uri, read_record, storage_uri
+from vitplast_tune.storage import SEARCH_FILE, default_storage, is_uri, join, read_record, storage_uri
 
 if TYPE_CHECKING:
     from vitplast_tune.data.decoded import InMemory
@@ -107,6 +107,11 @@ class SearchPlan:
     max_concurrent: int | None = None
     notes: list[str] = field(default_factory=list)  # adjustments the user is told once (e.g. a clamped grace period)
     experiment: str = EXPERIMENT  # the MLflow experiment of its runs
+
+    @property
+    def location(self) -> str:
+        """Where Ray Tune keeps the search: its storage joined with its name (a path, or a URI)."""
+        return join(self.storage, self.name)
 
     @property
     def local_dir(self) -> Path | None:
@@ -272,7 +277,7 @@ def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> FinetuneConfig
     """The trial settings: FinetuneConfig defaults < space defaults < command line; all validated."""
     overrides = dict(options.settings)  # None is a value here (--set weights=none): a key left out keeps the space's
     try:
-        base = FinetuneConfig.from_dict({**spec.defaults, **overrides})
+        base = resolve_paths(FinetuneConfig.from_dict({**spec.defaults, **overrides}))
         base.seed = overrides.get("seed", spec.defaults.get("seed", _given(options.seed, DEFAULT_SEED)))
         if not base.threads:
             base.threads = max(1, int(options.cpus_per_trial))
@@ -281,6 +286,13 @@ def _settings(spec: spaces.SearchSpec, options: SearchOptions) -> FinetuneConfig
     except UserError as exc:
         raise UserError(f"{exc} (settings from {spec.path.name} and the command line)") from None
     return base
+
+
+def resolve_paths(settings: FinetuneConfig) -> FinetuneConfig:
+    """``settings`` with ``weights`` and ``data_dir`` as absolute paths (``~`` expanded, relative to this working
+    directory): trials run elsewhere, in working directories of Tune's (and files are sent to other nodes by path)."""
+    absolute = lambda path: str(Path(path).expanduser().resolve()) if path is not None else None
+    return replace(settings, weights=absolute(settings.weights), data_dir=absolute(settings.data_dir))
 
 
 def _check_metric(spec: spaces.SearchSpec) -> None:
@@ -415,8 +427,11 @@ def _check_resources(options: SearchOptions) -> None:
         raise UserError("--cpus-per-trial and --gpus-per-trial must not be negative")
     if options.cpus_per_trial == 0 and options.gpus_per_trial == 0 and not options.resources_per_trial:
         raise UserError("a trial needs some resource: give --cpus-per-trial or --gpus-per-trial above 0")
-    if options.gpus_per_trial > 1 and not float(options.gpus_per_trial).is_integer():
-        raise UserError("--gpus-per-trial above 1 must be a whole number")
+    if options.gpus_per_trial > 1:
+        raise UserError(
+            f"--gpus-per-trial {options.gpus_per_trial:g}: a trial trains on one GPU (no data parallelism), so more "
+            "would sit idle; give 1, or a fraction such as 0.5 to share a GPU, and run more trials at once instead"
+        )
     if any(v < 0 for v in options.resources_per_trial.values()):
         raise UserError("custom resources per trial must not be negative")
     if options.max_concurrent is not None and options.max_concurrent < 1:

@@ -227,7 +227,7 @@ def summary(result: SearchResult, k: int = 10) -> str:
         lines += ["", text] if (text := describe_pareto(result.trials)) else []
     if result.analysis is not None and (text := result.analysis.describe()):
         lines += ["", text]
-    lines += ["", f"Results (Ray Tune): {plan.storage}/{plan.name}"]
+    lines += ["", f"Results (Ray Tune): {plan.location}"]
     if plan.local_dir is not None:
         lines.append(f"Trial table:        {plan.local_dir / 'trials.csv'}")
     if result.study is not None:

@@ -147,12 +147,13 @@ def pending_limit(plan: SearchPlan, cluster_grows: bool) -> Iterator[int | None]
         os.environ.pop(PENDING_ENV, None)
 
 
-def unfinished(grid, total: int) -> int:
+def unfinished(location: str, total: int) -> int:
     """How many of a search's ``total`` trials have not ended (never created or started, or stopped by Ctrl-C).
 
     Tune's cleanup marks the pending and running trials of an interrupted search TERMINATED in the grid it
     returns; the experiment state it saved just before says what they were. Counting the trials that ended
-    there (TERMINATED or ERROR) ignores a trial a killed driver created but never started.
+    there (TERMINATED or ERROR) ignores a trial a killed driver created but never started. ``location`` is the
+    search's (``SearchPlan.location``), not the grid's path, which drops a URI's scheme and query.
     """
     import logging
 
@@ -161,7 +162,7 @@ def unfinished(grid, total: int) -> int:
     quiet = logging.getLogger("ray.tune.analysis.experiment_analysis")
     level, quiet.level = quiet.level, logging.ERROR  # "failed to fetch metrics" of trials that never ran
     try:
-        statuses = [t.status for t in ExperimentAnalysis(grid.experiment_path).trials]
+        statuses = [t.status for t in ExperimentAnalysis(location).trials]
     finally:
         quiet.setLevel(level)
     return max(total - sum(status in ("TERMINATED", "ERROR") for status in statuses), 0)
@@ -180,7 +181,7 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
     # whose tensorboardX imports torch into the driver (0.3 GB there for nothing: MLflow is this tool's record).
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     callbacks = [*callbacks, CSVLoggerCallback(), JsonLoggerCallback()]
-    path = f"{plan.storage}/{plan.name}"
+    path = plan.location
     if options.resume and tune.Tuner.can_restore(path):
         restored = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True)
         renew_run_config(restored, callbacks, plan.max_failures)

@@ -28,6 +28,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.tracking.context.registry import resolve_tags
 from ray.tune import Callback
 
+from vitplast_tune import storage
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import criteria_summary
@@ -40,6 +41,8 @@ SEARCH_TAG = mlflow_view.SEARCH_TAG
 ROLE_TAG = mlflow_view.ROLE_TAG  # "search" on the parent run, "trial" on each child: filter by it
 SEARCH_ID_TAG = "vitplast.search_id"  # unique per search: a shared server may hold several searches of one name
 STORAGE_TAG = "vitplast.storage"
+DEVICE_TAG = "vitplast.device"  # where a trial trained: "cpu" or "cuda:0 <the GPU's name>"
+PRECISION_TAG = "vitplast.precision"  # what it computed in: fp32, bf16 or fp16
 FAILURE_TAG = "failure_reason"
 TRIAL_TAG = "ray.trial_id"
 PARENT_TAG = "mlflow.parentRunId"
@@ -213,7 +216,7 @@ class MlflowTracker(Callback):
         self.describe = describe
         self.runs: dict[str, str] = {}
         self._mlflow: MlflowClient | None = None
-        self._tagged_node: dict[str, tuple] = {}  # trial id -> (node ip, node id) last tagged
+        self._tagged_node: dict[str, tuple] = {}  # trial id -> (node ip, node id, device, precision) last tagged
 
     @property
     def mlflow(self) -> MlflowClient:
@@ -260,9 +263,10 @@ class MlflowTracker(Callback):
         run_id = self.run_id(trial)
         step = int(result.get("step", result.get("training_iteration", 0)))
         log_metrics(self.mlflow, run_id, {**{k: result.get(k) for k in CURVE_METRICS}, **live_metrics(result)}, step)
-        node = (result.get("node_ip"), result.get("node_id"))
+        node = tuple(result.get(k) for k in ("node_ip", "node_id", "device", "precision"))
         if result.get("node_ip") and self._tagged_node.get(trial.trial_id) != node:  # again when a retry moved it
-            tags = {"ray.node_ip": node[0], "ray.hostname": result.get("hostname"), "ray.node_id": node[1]}
+            keys = ("ray.node_ip", "ray.node_id", DEVICE_TAG, PRECISION_TAG)
+            tags = {**dict(zip(keys, node)), "ray.hostname": result.get("hostname")}
             self.mlflow.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items() if v])
             self._tagged_node[trial.trial_id] = node
 
@@ -308,7 +312,7 @@ def open_search_run(mlflow: MlflowClient, plan: SearchPlan, predictors: report.P
             plan.experiment,
             plan.name,
             search_id=plan.search_id or None,
-            storage=None if plan.search_id else f"{plan.storage}/{plan.name}",
+            storage=None if plan.search_id else plan.location,
         )
         if existing:
             mlflow.update_run(existing, status="RUNNING")
@@ -327,7 +331,7 @@ def open_search_run(mlflow: MlflowClient, plan: SearchPlan, predictors: report.P
     }
     tags = {
         "vitplast.space_fingerprint": spec.fingerprint,
-        STORAGE_TAG: f"{plan.storage}/{plan.name}",
+        STORAGE_TAG: plan.location,
         SEARCH_ID_TAG: plan.search_id,
         NOTE_TAG: search_note(plan.name),
     }
@@ -459,29 +463,48 @@ def log_best_trial(
     ``result`` is its Tune result (config, last checkpoint), ``row`` its row of the trial table. Its best-validation
     weights (the trainable tensors, safetensors) and settings (``trial.json``) go to the parent run (``best_trial/``)
     and to the trial's own run (``weights/``, tagged ``vitplast.best``); the model rebuilt with them is logged as the
-    parent's MLflow model. Torch loads here, on the driver, after every trial has finished.
+    parent's MLflow model. The weights are read from the trial's last checkpoint through the checkpoint's own
+    filesystem (the search's storage: a local path or s3://...), wherever the trial ran: only that file, not the
+    optimizer state. Torch loads here, on the driver, after every trial has finished.
     """
-    import torch
-    from safetensors.torch import save_file
-
-    from vitplast_tune.search.trial import STATE_FILE
+    from safetensors.torch import load_file
 
     cfg = trial_config(result.config or {}, plan.settings)
     run_id = row.get("run_id") if isinstance(row.get("run_id"), str) else None
-    with result.checkpoint.as_directory() as source, tempfile.TemporaryDirectory() as directory:
-        # Memory-mapped: only the best weights are read, not the optimizer state and the last weights beside them.
-        state = torch.load(Path(source) / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
-        best = state.get("best", {}).get("trainable") or state["trainable"]
-        weights = {k: v.contiguous() for k, v in best.items()}
+    with tempfile.TemporaryDirectory() as directory:
         files = [Path(directory) / WEIGHTS_FILE, Path(directory) / TRIAL_FILE]
-        save_file(weights, str(files[0]))
+        best_weights(result.checkpoint, files[0])
+        weights = load_file(str(files[0]))
         files[1].write_text(json.dumps({**row, "settings": cfg.to_dict()}, indent=2, default=str))
         log_artifacts(mlflow, parent_run_id, files, BEST_TRIAL_DIR)
         if run_id:
             log_artifacts(mlflow, run_id, files, WEIGHTS_DIR)
             mlflow.set_tag(run_id, BEST_TAG, "true")
             mlflow.set_tag(parent_run_id, BEST_RUN_TAG, run_id)
-        return log_best_model(plan, parent_run_id, cfg, weights)
+    return log_best_model(plan, parent_run_id, cfg, weights)
+
+
+def best_weights(checkpoint, path: Path) -> None:
+    """The best-validation trainable weights of a trial's checkpoint as the safetensors file ``path``."""
+    from vitplast_tune.search.trial import BEST_FILE
+
+    try:
+        storage.download(checkpoint.filesystem, f"{checkpoint.path}/{BEST_FILE}", path.parent).rename(path)
+    except FileNotFoundError:  # a checkpoint written before best.safetensors: the best weights in state.pt
+        _best_from_state(checkpoint, path)
+
+
+def _best_from_state(checkpoint, path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    from vitplast_tune.search.trial import STATE_FILE
+
+    with checkpoint.as_directory() as source:
+        # Memory-mapped: only the best weights are read, not the optimizer state and the last weights beside them.
+        state = torch.load(Path(source) / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
+        best = state.get("best", {}).get("trainable") or state["trainable"]
+        save_file({k: v.contiguous() for k, v in best.items()}, str(path))
 
 
 def log_best_model(plan: SearchPlan, parent_run_id: str, cfg: FinetuneConfig, weights: dict) -> tuple[str | None, str]:

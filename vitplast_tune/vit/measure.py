@@ -21,7 +21,7 @@ from vitplast_tune.data.splits import SmallImages
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit import gradients, models
 from vitplast_tune.vit.plasticity import compute_plasticity
-from vitplast_tune.vit.training import build_run
+from vitplast_tune.vit.training import build_run, run_device
 
 
 def measure_plasticity(
@@ -38,18 +38,21 @@ def measure_plasticity(
     batch_size: int,
     max_pairs: int | None,
     device=None,
+    decoded: InMemory | None = None,
 ) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:
-    """Build the model and both image sets and measure: (table, parameters per component, where and how long)."""
+    """Build the model and both image sets and measure: (table, parameters per component, where and how long).
+
+    ``decoded``: the downstream (or reference) dataset already decoded, not read again; ``device``: default, the
+    one this task was given (``training.run_device``)."""
     datasets.check_dataset_name(dataset)  # here, where data loads: a search's plan checked them without torch
     datasets.check_dataset_name(reference)
     model = models.create_model(
         model_name, 0, pretrained=pretrained, weights=weights
     )  # no head: any head in the weights fits
     config = models.data_config(model)
-    downstream_set = datasets.load_dataset(dataset, config, data_dir=data_dir, download=download).test
-    reference_set = getattr(
-        datasets.load_dataset(reference, config, data_dir=data_dir, download=download), reference_split
-    )
+    load = dict(data_dir=data_dir, download=download, decoded=decoded)
+    downstream_set = datasets.load_dataset(dataset, config, **load).test
+    reference_set = getattr(datasets.load_dataset(reference, config, **load), reference_split)
     start = time.perf_counter()
     table = compute_plasticity(
         model,
@@ -57,7 +60,7 @@ def measure_plasticity(
         eval_batches(downstream_set, batch_size),
         variant=variant,
         batch_size=batch_size,
-        device=device,
+        device=device if device is not None else run_device(),
         max_pairs=max_pairs,
     )
     where = {"seconds": round(time.perf_counter() - start, 3), "measured_on": task_context()}
@@ -97,18 +100,20 @@ def measure_gradients(
     The batches are the first ``num_batches`` of the run's shuffled training stream (``cfg.seed``) seen through
     the evaluation transform: the training images without augmentation, so that the criteria do not depend on
     random crops. Each head is initialised as a trial with that seed would initialise it (the whole model built
-    after ``torch.manual_seed``). ``decoded`` is the dataset already decoded.
+    after ``torch.manual_seed``). ``decoded`` is the dataset already decoded. ``device``: default, the one this
+    task was given (``training.run_device``).
     """
     model, splits = build_run(cfg, decoded)
     stream = train_batches(unaugmented(splits.train, splits.val), cfg.batch_size, seed=cfg.seed)
     batches = [next(stream) for _ in range(num_batches)]
     num_classes = splits.num_classes
+    device = device if device is not None else run_device()
     tables = []
     for head_seed in range(cfg.seed, cfg.seed + head_seeds):
         if head_seed != cfg.seed:
             torch.manual_seed(head_seed)
             model = models.create_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
-        table = gradients.gradient_table(model, batches, device=device or "cpu")
+        table = gradients.gradient_table(model, batches, device=device)
         tables.append(table.assign(head_seed=head_seed))
     table = pd.concat(tables, ignore_index=True)
     table.attrs.update(
