@@ -13,10 +13,12 @@ from pathlib import Path
 import pandas as pd
 
 from vitplast_tune.analysis import lab
+from vitplast_tune.analysis.depth import DepthAnalysis, analyze_depth, describe_depth, varies_depth
 from vitplast_tune.analysis.protocol import PaperResults, describe_paper, paper_results
 from vitplast_tune.analysis.trials import TrialAnalysis, analyze_trials, describe_correlations
 from vitplast_tune.config import FinetuneConfig
-from vitplast_tune.predictors.report import in_network_scores
+from vitplast_tune.predictors.report import in_network_scores, search_report
+from vitplast_tune.predictors.scores import layer_table
 
 
 @dataclass
@@ -26,6 +28,7 @@ class SearchAnalysis:
     trials: TrialAnalysis | None = None  # plasticity vs accuracy per trial (when plasticity was measured)
     paper: PaperResults | None = None  # the paper's protocol (a grid with seeds)
     criteria: pd.DataFrame | None = None  # the criteria lab (a space with ``criteria: true``)
+    depth: DepthAnalysis | None = None  # where to finetune (trials at several depths)
     files: list[Path] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -41,6 +44,8 @@ class SearchAnalysis:
             parts.append(describe_paper(self.paper))
         if self.criteria is not None:
             parts.append(lab.describe_criteria(self.criteria))
+        if self.depth is not None:
+            parts.append(describe_depth(self.depth))
         return "\n\n".join(parts)
 
 
@@ -52,9 +57,11 @@ def analyze_search(
     *,
     reference: str = "fractals",
     plasticity_pairs: int | None = None,
+    variant: str = "paper",
 ) -> SearchAnalysis:
     """The analyzes a search supports: per-trial correlations (when its trials carry plasticity scores), the
-    paper's protocol (a grid with seeds) and the criteria lab (``criteria: true``); files go to ``out_dir``."""
+    paper's protocol (a grid with seeds), the criteria lab (``criteria: true``) and the depth analysis (trials at
+    several depths, with the plasticity per layer of ``variant``); files go to ``out_dir``."""
     out = Path(out_dir).expanduser()
     found = SearchAnalysis()
     if "plasticity_mean" in trials:
@@ -73,4 +80,11 @@ def analyze_search(
         found.files += [out / "criteria_subsets.csv", out / "criteria.csv"]
         table.to_csv(found.files[-2], index=False)
         found.criteria.to_csv(found.files[-1], index=False)
+    if varies_depth(trials):
+        layers = None
+        if "plasticity_mean" in trials:
+            measured = search_report(settings, reference=reference, variant=variant, max_pairs=plasticity_pairs)
+            layers = layer_table(measured.table)
+        found.depth = analyze_depth(trials, out, layers=layers)
+        found.files += found.depth.files
     return found

@@ -65,26 +65,27 @@ def criteria_comparison(
     return baseline_differences(table, subsets, BASELINE, n_boot=n_boot, seed=seed)
 
 
-def criteria_winner(comparison: pd.DataFrame) -> str:
-    """One sentence: the best predictor that beats log(#trainable parameters), or that none does."""
+def criteria_winner(comparison: pd.DataFrame, what: str = "subsets") -> str:
+    """One sentence: the best predictor that beats log(#trainable parameters) at ranking ``what``, or that none does."""
     better = comparison[comparison["verdict"] == "better"]
     if better.empty:
         return (
-            "No predictor ranks the subsets clearly better than log(#trainable parameters) "
+            f"No predictor ranks the {what} clearly better than log(#trainable parameters) "
             "(every paired-bootstrap interval of the Spearman difference includes 0 or lies below it)."
         )
     best = better.loc[better["spearman"].idxmax()]
     return (
-        f"{best['predictor']} ranks the subsets best and beats log(#trainable parameters): Spearman "
+        f"{best['predictor']} ranks the {what} best and beats log(#trainable parameters): Spearman "
         f"{best['spearman']:+.2f}, difference {best['diff_vs_baseline']:+.2f} "
         f"[{best['diff_low']:+.2f}, {best['diff_high']:+.2f}]."
     )
 
 
-def describe_criteria(comparison: pd.DataFrame) -> str:
-    """The criteria table as text (Spearman, Kendall with BCa intervals, difference to the baseline) and the winner."""
+def describe_criteria(comparison: pd.DataFrame, what: str = "subsets") -> str:
+    """The criteria table as text (Spearman, Kendall with BCa intervals, difference to the baseline) and the winner;
+    ``what`` the table ranks ("subsets", or "configurations (subset x depth)")."""
     lines = [
-        "Which pre-training predictor ranks the subsets (test accuracy at each subset's best lr)? "
+        f"Which pre-training predictor ranks the {what} (test accuracy at each subset's best lr)? "
         "BCa 95% intervals; difference = Spearman minus that of log(#trainable params), paired bootstrap:"
     ]
     for r in comparison.itertuples():
@@ -100,5 +101,5 @@ def describe_criteria(comparison: pd.DataFrame) -> str:
             f"  {r.predictor:<22} Spearman {r.spearman:+.2f} [{r.spearman_low:+.2f}, {r.spearman_high:+.2f}]"
             f"  Kendall {r.kendall:+.2f} [{r.kendall_low:+.2f}, {r.kendall_high:+.2f}]{diff}"
         )
-    lines.append("  -> " + criteria_winner(comparison))
+    lines.append("  -> " + criteria_winner(comparison, what))
     return "\n".join(lines)

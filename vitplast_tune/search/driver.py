@@ -27,7 +27,7 @@ from vitplast_tune.recommend.ranking import Recommendation
 from vitplast_tune.search import results, searchers, spaces, tracking
 from vitplast_tune.search.plan import SearchOptions, SearchPlan, prepare, write_record
 from vitplast_tune.search.results import SearchResult
-from vitplast_tune.search.trial import train_trial
+from vitplast_tune.search.trial import train_trial, trial_config
 from vitplast_tune.storage import default_storage, read_record
 
 __all__ = ["SearchOptions", "SearchResult", "run", "execute", "reanalyze", "compare_datasets", "verify_recommendation"]
@@ -135,6 +135,7 @@ def analyze(result: SearchResult, mlflow) -> None:
         plan.results_dir / "analysis",
         reference=plan.options.plasticity_reference,
         plasticity_pairs=plan.options.plasticity_pairs,
+        variant=plan.options.plasticity_variant,
     )
     tracking.log_analysis(mlflow, result.parent_run_id, result.analysis)
 
@@ -182,9 +183,10 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
     if path is not None:
         tracking.log_results(mlflow, result.parent_run_id, path, best, len(trials))
     tracking.log_pareto(mlflow, result.parent_run_id, results.write_pareto(result))
-    checkpoint = results.checkpoint(grid, best.iloc[0]["trial_id"]) if not best.empty else None
-    if checkpoint is not None:
-        tracking.log_best_weights(mlflow, result.parent_run_id, checkpoint, best.iloc[0].to_dict())
+    found = results.trial_result(grid, best.iloc[0]["trial_id"]) if not best.empty else None
+    if found is not None and found.checkpoint is not None:
+        cfg = trial_config(found.config or {}, result.plan.settings)
+        tracking.log_best_weights(mlflow, result.parent_run_id, found.checkpoint, best.iloc[0].to_dict(), cfg)
 
 
 def _check_cluster(plan: SearchPlan) -> bool:

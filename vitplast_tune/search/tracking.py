@@ -26,11 +26,12 @@ from mlflow.tracking import MlflowClient
 from mlflow.tracking.context.registry import resolve_tags
 from ray.tune import Callback
 
+from vitplast_tune.components import method_label, subset_name
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.predictors import report
 from vitplast_tune.search import distributions, mlflow_view, results
 from vitplast_tune.search.plan import EXPERIMENT, SearchPlan
-from vitplast_tune.search.trial import trial_config, trial_subset
+from vitplast_tune.search.trial import trial_config
 
 SEARCH_TAG = mlflow_view.SEARCH_TAG
 ROLE_TAG = mlflow_view.ROLE_TAG  # "search" on the parent run, "trial" on each child: filter by it
@@ -321,12 +322,19 @@ def trial_describer(plan: SearchPlan, predictors: report.Predictors):
     settings, source = plan.settings, source_tags()
 
     def describe(config: dict[str, Any]) -> TrialRun:
-        subset = trial_subset(config)
         cfg = trial_config(config, settings)
-        params = {**cfg.to_dict(), "components": subset, **distributions.component_flags(subset)}
-        name = f"{subset} lr={cfg.lr:.3g}" + (f" seed={cfg.seed}" if "seed" in config else "")
+        subset = subset_name(cfg.components)
+        params = {
+            **cfg.to_dict(),
+            "components": subset,
+            "method": method_label(subset),
+            **distributions.component_flags(subset),
+            **distributions.component_methods(subset),
+        }
+        label = results.trial_label({"components": subset, "depth": cfg.depth, "lr": cfg.lr})
+        name = label + (f" seed={cfg.seed}" if "seed" in config else "")
         n_components = sum(distributions.component_flags(subset).values())
-        metrics = {**predictors.scores(subset), "n_components": n_components, "log10_lr": math.log10(cfg.lr)}
+        metrics = {**predictors.trial_scores(cfg), "n_components": n_components, "log10_lr": math.log10(cfg.lr)}
         tags = {**source, SEARCH_TAG: plan.name, ROLE_TAG: "trial"}
         return TrialRun(name, params, metrics, tags, dataset_inputs(cfg))
 
@@ -354,6 +362,8 @@ def log_analysis(mlflow: MlflowClient, run_id: str, found) -> None:
         mlflow.log_table(run_id, found.paper.table, "analysis/paper_table.json")
     if found.criteria is not None:
         mlflow.log_table(run_id, found.criteria, "analysis/criteria.json")
+    if found.depth is not None:
+        mlflow.log_table(run_id, found.depth.table, "analysis/depth_table.json")
     log_artifacts(mlflow, run_id, found.files, "analysis")
 
 
@@ -376,9 +386,13 @@ def log_trial_finals(mlflow: MlflowClient, trials: pd.DataFrame) -> None:
             log_metrics(mlflow, run_id, {k: getattr(row, k, None) for k in FINAL_METRICS}, int(_number(row.step, 0)))
 
 
-def log_best_weights(mlflow: MlflowClient, run_id: str, checkpoint, trial: dict[str, Any]) -> None:
-    """The best trial's trained parameters (its best-validation weights, trainable tensors only) as a
-    safetensors artifact of the parent run, beside a JSON of the trial they come from."""
+def log_best_weights(
+    mlflow: MlflowClient, run_id: str, checkpoint, trial: dict[str, Any], cfg: FinetuneConfig | None = None
+) -> None:
+    """The best trial's trained parameters (its best-validation weights, trainable tensors only, LoRA adapters as
+    adapters) as a safetensors artifact of the parent run, beside a JSON of the trial they come from (its row, and
+    its whole ``FinetuneConfig`` as ``finetune_config``: ``vit.methods.plain_model`` makes a plain timm model of
+    both)."""
     import torch
     from safetensors.torch import save_file
 
@@ -392,7 +406,8 @@ def log_best_weights(mlflow: MlflowClient, run_id: str, checkpoint, trial: dict[
         save_file({k: v.contiguous() for k, v in best.items()}, str(path))
         del state, best
         about = Path(directory) / "trial.json"
-        about.write_text(json.dumps(trial, indent=2, default=str))
+        described = {**trial, **({"finetune_config": cfg.to_dict()} if cfg is not None else {})}
+        about.write_text(json.dumps(described, indent=2, default=str))
         log_artifacts(mlflow, run_id, [path, about], str(Path(BEST_WEIGHTS).parent))
 
 
