@@ -31,7 +31,15 @@ def write_space(
     return path
 
 
-SHIPPED = ["component_subsets", "paper_grid", "single_component", "criteria_lab", "where_and_how", "where_and_how_grid"]
+SHIPPED = [
+    "component_subsets",
+    "paper_grid",
+    "single_component",
+    "criteria_lab",
+    "where_and_how",
+    "where_and_how_grid",
+    "lora_vs_full",
+]
 
 
 @pytest.mark.parametrize("name", SHIPPED)

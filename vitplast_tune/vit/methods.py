@@ -88,6 +88,7 @@ def plain_model(cfg: FinetuneConfig, trained: Mapping[str, torch.Tensor]) -> nn.
     ``trained`` does not match the run's trainable tensors.
     """
     num_classes = trained["head.weight"].shape[0] if "head.weight" in trained else _num_classes(cfg)
+    torch.manual_seed(cfg.seed)  # as the run built it (``training.build_run``): the same weights where none are loaded
     model = models.create_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
     apply_methods(model, cfg)
     params = dict(model.named_parameters())
