@@ -262,3 +262,15 @@ def test_depth_as_a_searched_choice_or_every_contiguous_range(tmp_path):
     space = distributions.OptunaSpace(spec.parameters)
     trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1)).ask()
     assert space(trial) == {"components": "mha:lora"} and trial.params["depth"] in ("first", "last", "1-2")
+
+
+def test_a_constant_trained_component_lets_every_searched_one_be_frozen():
+    listed = (("mha", ("frozen", "lora")), ("fc1", ("frozen", "full")))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for choices, expected in ((listed, {"fc1", "mha:lora", "mha:lora+fc1"}), (listed + (("fc2", ("full",)),), None)):
+        seen = set()
+        for _ in range(60):
+            trial = study.ask()
+            seen.add(distributions.Methods("components", choices).suggest(trial)["components"])
+            study.tell(trial, 0.0)
+        assert seen == (expected or {"fc2", "fc1+fc2", "mha:lora+fc2", "mha:lora+fc1+fc2"})

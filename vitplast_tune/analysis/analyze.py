@@ -67,8 +67,9 @@ def analyze_search(
     if "plasticity_mean" in trials:
         found.trials = analyze_trials(trials, out)
         found.files += found.trials.files
-    if spec.algorithm == "grid" and spec.has_seeds:
-        found.paper = paper_results(trials, out)
+    whole = trials[trials["depth"].fillna("all") == "all"].drop(columns="depth") if "depth" in trials else trials
+    if spec.algorithm == "grid" and spec.has_seeds and len(whole):  # the paper's protocol trains every block
+        found.paper = paper_results(whole, out)
         found.files += found.paper.files
     if spec.criteria:
         subsets = lab.subset_table(trials)

@@ -190,9 +190,9 @@ class Methods(Distribution):
     """``{methods: {mha: [lora, full], fc1: full, ln2: [bitfit, frozen]}}``: a method per component (one listed
     method is a constant; components left out are frozen), written as the subset ``mha:lora+fc1+ln2:bitfit``.
 
-    For Optuna each listed choice is one categorical ``method_<name>``. Never all frozen (unless nothing else
-    is listed): when every earlier component came out frozen, the last one with a choice is not asked but
-    takes its first trained method (recorded as a constant), as ``Subsets`` does with fc2.
+    For Optuna each listed choice is one categorical ``method_<name>``. Never all frozen (unless nothing listed
+    can train): when no constant trains and every earlier component came out frozen, the last one with a choice
+    is not asked but takes its first trained method (recorded as a constant), as ``Subsets`` does with fc2.
     """
 
     choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -201,11 +201,12 @@ class Methods(Distribution):
         picked: dict[str, str] = {}
         constants: dict[str, Any] = {}
         searched = [c for c, options in self.choices if len(options) > 1]
+        constant_trains = any(options != (FROZEN,) for _, options in self.choices if len(options) == 1)
         for component, options in self.choices:
             trained = [m for m in options if m != FROZEN]
             if len(options) == 1:
                 picked[component] = options[0]
-            elif component == searched[-1] and all(m == FROZEN for m in picked.values()) and trained:
+            elif component == searched[-1] and not constant_trains and trained and set(picked.values()) <= {FROZEN}:
                 picked[component] = constants[method_flag(component)] = trained[0]
             else:
                 picked[component] = trial.suggest_categorical(method_flag(component), list(options))
