@@ -111,7 +111,7 @@ def test_depth_names_thirds_or_a_range_of_blocks():
         [8, 9, 10, 11],
     ]
     assert components.depth_blocks("all", 12) is None and components.depth_blocks("2-4", 12) == [2, 3, 4]
-    assert components.depth_blocks("5", 12) == [5]
+    assert components.depth_blocks("5", 12) == [5] and components.depth_blocks(3, 4) == [3]  # YAML: 3, not "3"
     assert components.contiguous_depths(3) == ["0", "1", "2", "0-1", "1-2", "0-2"]
     with pytest.raises(UserError, match="out of range"):
         components.depth_blocks("2-4", 4)

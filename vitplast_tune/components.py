@@ -124,7 +124,8 @@ def method_label(subset: str | Iterable[str] | Mapping[str, str]) -> str:
 
 def check_depth(depth: str) -> str:
     """Raise UserError unless ``depth`` is one of ``DEPTHS`` or a block range "i" / "i-j" (i <= j); return it."""
-    match = _RANGE.match(str(depth))
+    depth = str(depth)  # a YAML range of one block ("3") may come as a number
+    match = _RANGE.match(depth)
     if depth in DEPTHS or (match and int(match.group(1)) <= int(match.group(2) or match.group(1))):
         return depth
     raise UserError(
@@ -139,7 +140,7 @@ def depth_blocks(depth: str, num_blocks: int) -> list[int] | None:
     Thirds: "first" and "last" are the first and last round(n/3) blocks (at least one), "middle" those between
     (4 blocks: [0], [1, 2], [3]; 12: [0-3], [4-7], [8-11]). Raises UserError for a range beyond the model.
     """
-    check_depth(depth)
+    depth = check_depth(depth)
     if depth == "all":
         return None
     third = max(1, round(num_blocks / 3))

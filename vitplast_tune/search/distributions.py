@@ -258,6 +258,8 @@ def parse_param(name: str, raw: Any, where: str) -> Distribution:
     if not isinstance(raw, dict):
         if name == "components":
             return Constant(name, _subset(raw, where))
+        if name == "depth":
+            return Constant(name, str(_where(check_depth, raw, where)))
         if isinstance(raw, (list, tuple)):
             raise UserError(f'{where}: parameter "{name}" is a list; write {{choice: [...]}} to search over it')
         return Constant(name, raw)
