@@ -84,3 +84,52 @@ def test_layer_scale_and_registers_are_mapped():
 def test_unsupported_parameter_fails_loudly():
     with pytest.raises(UserError, match="belongs to no known ViT component"):
         components.parameter_component("stages.0.conv.weight")
+
+
+def test_methods_are_part_of_a_subsets_name():
+    assert components.parse_methods("fc1+mha:lora") == {"mha": "lora", "fc1": "full"}
+    assert components.subset_name("fc1+mha:LoRA") == "mha:lora+fc1"
+    assert components.subset_name({"mha": "lora", "fc1": "full", "ln1": "frozen"}) == "mha:lora+fc1"
+    assert components.subset_name(["mha:full", "fc2"]) == "mha+fc2"  # full is the default, left out of the name
+    assert components.subset_name("all:bitfit") == "all:bitfit" and components.subset_name("all:full") == "all"
+    assert components.parse_subset("mha:lora+fc1") == ("mha", "fc1")
+    assert components.subset_name("mha:frozen") == "head"
+    assert components.method_label("fc2:lora+mha") == "full+lora" and components.method_label("head") == "head"
+    with pytest.raises(UserError, match=r'ln1 cannot train by "lora" \(LoRA adapts the linear layers'):
+        components.parse_methods("ln1:lora")
+    with pytest.raises(UserError, match='did you mean "bitfit"'):
+        components.parse_methods("mha:bitfti")
+    with pytest.raises(UserError, match="emb cannot train by"):
+        components.parse_methods("all:lora")
+
+
+def test_depth_names_thirds_or_a_range_of_blocks():
+    assert [components.depth_blocks(d, 4) for d in ("first", "middle", "last")] == [[0], [1, 2], [3]]
+    assert [components.depth_blocks(d, 12) for d in ("first", "middle", "last")] == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+        [8, 9, 10, 11],
+    ]
+    assert components.depth_blocks("all", 12) is None and components.depth_blocks("2-4", 12) == [2, 3, 4]
+    assert components.depth_blocks("5", 12) == [5] and components.depth_blocks(3, 4) == [3]  # YAML: 3, not "3"
+    assert components.contiguous_depths(3) == ["0", "1", "2", "0-1", "1-2", "0-2"]
+    with pytest.raises(UserError, match="out of range"):
+        components.depth_blocks("2-4", 4)
+    with pytest.raises(UserError, match='unknown depth "lats" \\(did you mean "last"'):
+        components.check_depth("lats")
+    with pytest.raises(UserError, match="unknown depth"):
+        components.check_depth("3-1")
+    with pytest.raises(UserError, match="at least 3 blocks"):
+        components.depth_blocks("middle", 2)
+
+
+def test_bitfit_freezes_all_but_biases(tiny_vit):
+    counts = components.freeze(tiny_vit, "mha:bitfit+ln2", blocks=[0])
+    names = trainable_names(tiny_vit)
+    assert names - {"head.weight", "head.bias", "norm.weight", "norm.bias"} == {
+        "blocks.0.attn.qkv.bias",
+        "blocks.0.attn.proj.bias",
+        "blocks.0.norm2.weight",
+        "blocks.0.norm2.bias",
+    }
+    assert counts["mha"] == 3 * 32 + 32 and counts["ln2"] == 2 * 32

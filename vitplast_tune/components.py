@@ -10,13 +10,19 @@ A component is a named group of parameters (see PAPER.md):
 The classification head and the final norm ("head") always train.
 A subset is written as a tuple of names in the canonical order above, or as a string:
 "mha+fc1", "all" (full finetuning) or "head" (the linear probe: no component).
+
+How a component trains is its *method* (``METHODS``): ``full`` (every parameter, the default), ``lora`` (low-rank
+adapters on its linear layers: mha's qkv and proj, fc1, fc2; injected with peft by ``vit/methods.py``), ``bitfit``
+(its biases only) or ``frozen``. A subset names a method after a colon, "full" left out: "mha:lora+fc1" trains
+mha's LoRA adapters and fc1 in full; "all:bitfit" every bias. ``depth`` says in which blocks the block components
+train: "all", "first", "middle" or "last" (thirds), or a contiguous range "i-j" of block indices.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from vitplast_tune.errors import UserError, did_you_mean
 
@@ -43,37 +49,129 @@ _HEAD_PREFIXES = ("head.", "norm.", "fc_norm.", "attn_pool.")
 _BLOCK_PARAM = re.compile(r"^blocks\.(\d+)\.(.+)$")
 
 
-def parse_subset(subset: str | Iterable[str]) -> tuple[str, ...]:
-    """Turn "mha+fc1", "all", "head" or a list of names into a tuple in canonical order.
+FULL, FROZEN, LORA, BITFIT = "full", "frozen", "lora", "bitfit"
+METHODS: tuple[str, ...] = (FROZEN, FULL, LORA, BITFIT)
+# The nn.Linear layers of block i that LoRA adapts, per component (names relative to blocks.<i>).
+LORA_LINEARS: dict[str, tuple[str, ...]] = {"mha": ("attn.qkv", "attn.proj"), "fc1": ("mlp.fc1",), "fc2": ("mlp.fc2",)}
+ALLOWED_METHODS: dict[str, tuple[str, ...]] = {
+    c: (FROZEN, FULL, LORA, BITFIT) if c in LORA_LINEARS else (FROZEN, FULL, BITFIT) for c in COMPONENTS
+}
+_LORA_PARAM = re.compile(r"\.lora_(A|B)\.")
+DEPTHS: tuple[str, ...] = ("all", "first", "middle", "last")  # thirds of the blocks; or a range "i-j"
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def parse_methods(subset: str | Iterable[str] | Mapping[str, str]) -> dict[str, str]:
+    """The method of each component that trains, in canonical order: "mha:lora+fc1" -> {"mha": "lora", "fc1": "full"}.
+
+    Also takes a list of names ("mha:lora" items allowed), "all" / "all:bitfit", "head", or a mapping of
+    component to method (frozen ones left out). Raises UserError for an unknown name or a method a component
+    does not allow (LoRA adapts linear layers: mha, fc1 and fc2).
+    """
+    if isinstance(subset, Mapping):
+        items = [(str(c).strip().lower(), str(m).strip().lower()) for c, m in subset.items()]
+    else:
+        text = subset.strip().lower() if isinstance(subset, str) else None
+        parts = [p.strip() for p in text.split("+")] if text is not None else [str(n).strip().lower() for n in subset]
+        items = [(name, method or FULL) for name, _, method in (part.partition(":") for part in parts)]
+    # "all" is every component and "head" (or "none") none of them, also within a union: "all+mha:lora", "head+fc1"
+    items = [
+        pair
+        for name, method in items
+        for pair in (
+            [(c, method) for c in COMPONENTS] if name == ALL else [] if name in (HEAD, "none", "") else [(name, method)]
+        )
+    ]
+    for name, method in items:
+        _check_method(name, method)
+    chosen = dict(items)
+    return {c: chosen[c] for c in COMPONENTS if chosen.get(c, FROZEN) != FROZEN}
+
+
+def _check_method(name: str, method: str) -> None:
+    if name not in COMPONENTS:
+        raise UserError(
+            f'unknown component "{name}"{did_you_mean(name, COMPONENTS)}; '
+            f'name components among {", ".join(COMPONENTS)} (joined by +), or "all" (every one) or "head" (none: the '
+            "linear probe)"
+        )
+    if method not in ALLOWED_METHODS[name]:
+        hint = " (LoRA adapts the linear layers of mha, fc1 and fc2)" if method == LORA else ""
+        hint = hint if method in METHODS else did_you_mean(method, METHODS)
+        raise UserError(
+            f'component {name} cannot train by "{method}"{hint}; it allows {", ".join(ALLOWED_METHODS[name])}'
+        )
+
+
+def parse_subset(subset: str | Iterable[str] | Mapping[str, str]) -> tuple[str, ...]:
+    """The components that train, in canonical order: "fc1+mha:lora" -> ("mha", "fc1"); "all"; "head" -> ().
 
     A subset is the union of its names: "all" is every component, "head" none (the head always trains), so
     "all+mha" is full finetuning and "head+mha" is mha. Raises UserError for an unknown name, listing the valid ones.
     """
-    if isinstance(subset, str):
-        text = subset.strip().lower()
-        names = [part.strip() for part in text.split("+")] if text else []
-    else:
-        names = [str(n).strip().lower() for n in subset]
-    chosen: set[str] = set()
-    for name in names:
-        if name == ALL:
-            chosen.update(COMPONENTS)
-        elif name not in (HEAD, "none"):
-            if name not in COMPONENTS:
-                raise UserError(
-                    f'unknown component "{name}"{did_you_mean(name, COMPONENTS)}; name components among '
-                    f'{", ".join(COMPONENTS)} (joined by +), or "all" (every one) or "head" (none: the linear probe)'
-                )
-            chosen.add(name)
-    return tuple(c for c in COMPONENTS if c in chosen)
+    return tuple(parse_methods(subset))
 
 
-def subset_name(subset: str | Iterable[str]) -> str:
-    """The canonical name of a subset ("fc1+mha" or [fc1, mha] -> "mha+fc1"; "all" for the six, "head" for none)."""
-    names = parse_subset(subset if isinstance(subset, str) else list(subset))
-    if names == COMPONENTS:
-        return ALL
-    return "+".join(names) if names else HEAD
+def subset_name(subset: str | Iterable[str] | Mapping[str, str]) -> str:
+    """The canonical name of a subset and its methods ("fc1+mha" -> "mha+fc1", {"mha": "lora"} -> "mha:lora";
+    "all" for the six in full, "all:bitfit" for every bias, "head" for none)."""
+    methods = parse_methods(subset if isinstance(subset, (str, Mapping)) else list(subset))
+    if tuple(methods) == COMPONENTS and len(set(methods.values())) == 1:
+        method = next(iter(methods.values()))
+        return ALL if method == FULL else f"{ALL}:{method}"
+    return "+".join(c if m == FULL else f"{c}:{m}" for c, m in methods.items()) or HEAD
+
+
+def method_label(subset: str | Iterable[str] | Mapping[str, str]) -> str:
+    """The methods a subset trains by, in ``METHODS`` order ("mha:lora+fc1" -> "full+lora"); "head" for none."""
+    used = set(parse_methods(subset).values())
+    return "+".join(m for m in METHODS if m in used) or HEAD
+
+
+def check_depth(depth: str) -> str:
+    """Raise UserError unless ``depth`` is one of ``DEPTHS`` or a block range "i" / "i-j" (i <= j); return it."""
+    depth = str(depth)  # a YAML range of one block ("3") may come as a number
+    match = _RANGE.match(depth)
+    if depth in DEPTHS or (match and int(match.group(1)) <= int(match.group(2) or match.group(1))):
+        return depth
+    raise UserError(
+        f'unknown depth "{depth}"{did_you_mean(str(depth), DEPTHS)}; use {", ".join(DEPTHS)} (thirds of the blocks) '
+        'or a range of block indices such as "0-3"'
+    )
+
+
+def depth_blocks(depth: str, num_blocks: int) -> list[int] | None:
+    """The block indices a ``depth`` names in a model of ``num_blocks`` blocks (None for "all").
+
+    Thirds: "first" and "last" are the first and last round(n/3) blocks (at least one), "middle" those between
+    (4 blocks: [0], [1, 2], [3]; 12: [0-3], [4-7], [8-11]). Raises UserError for a range beyond the model.
+    """
+    depth = check_depth(depth)
+    if depth == "all":
+        return None
+    third = max(1, round(num_blocks / 3))
+    named = {
+        "first": range(third),
+        "middle": range(third, num_blocks - third),
+        "last": range(num_blocks - third, num_blocks),
+    }
+    if depth in named:
+        blocks = list(named[depth])
+        if not blocks or num_blocks < 3:
+            raise UserError(f'depth "{depth}" needs at least 3 blocks; the model has {num_blocks}')
+        return blocks
+    match = _RANGE.match(depth)
+    first, last = int(match.group(1)), int(match.group(2) or match.group(1))
+    if last >= num_blocks:
+        raise UserError(f'depth "{depth}" is out of range: the model has {num_blocks} blocks (0-{num_blocks - 1})')
+    return list(range(first, last + 1))
+
+
+def contiguous_depths(num_blocks: int) -> list[str]:
+    """Every contiguous block range of a ``num_blocks``-block model, shortest first ("0", "1", ..., "0-1", ...)."""
+    return [
+        f"{i}" if n == 1 else f"{i}-{i + n - 1}" for n in range(1, num_blocks + 1) for i in range(num_blocks - n + 1)
+    ]
 
 
 def parameter_component(name: str) -> tuple[str, int | None]:
@@ -115,15 +213,17 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
 
 def freeze(
     model: nn.Module,
-    subset: str | Iterable[str],
+    subset: str | Iterable[str] | Mapping[str, str],
     blocks: Sequence[int] | range | None = None,
 ) -> dict[str, int]:
-    """Freeze every parameter except the subset's components and the head; return trainable counts.
+    """Train only the subset's components by their methods, and the head; freeze the rest; return trainable counts.
 
-    ``blocks`` restricts the block components (ln1 ... fc2) to those block indices; ``emb`` and
-    the head are unaffected. The result maps each component and "head" to its trainable count.
+    ``full`` trains a component's parameters, ``bitfit`` its biases, ``lora`` its LoRA adapters, which must be in
+    the model already (``vit.methods.apply_methods`` injects them first; the base weights they wrap stay frozen).
+    ``blocks`` restricts the block components (ln1 ... fc2) to those block indices; ``emb`` and the head are
+    unaffected. The result maps each component and "head" to its trainable count.
     """
-    chosen = set(parse_subset(subset))
+    methods = parse_methods(subset)
     allowed_blocks = None if blocks is None else set(blocks)
     num_blocks = len(getattr(model, "blocks", ()))
     if allowed_blocks is not None and any(not 0 <= b < num_blocks for b in allowed_blocks):
@@ -131,10 +231,66 @@ def freeze(
     trainable = {c: 0 for c in (*COMPONENTS, HEAD)}
     for name, p in model.named_parameters():
         component, block = parameter_component(name)
-        train = component == HEAD or (
-            component in chosen and (block is None or allowed_blocks is None or block in allowed_blocks)
-        )
+        method = FULL if component == HEAD else methods.get(component, FROZEN)
+        in_scope = block is None or allowed_blocks is None or block in allowed_blocks
+        train = in_scope and trains(name, method)
         p.requires_grad_(train)
         if train:
             trainable[component] += p.numel()
+    missing = [c for c, m in methods.items() if m == LORA and not trainable[c]]
+    if missing:
+        raise UserError(
+            f"{', '.join(missing)} should train by LoRA but the model has no adapters there: build it with "
+            "vit.methods.apply_methods, which injects them"
+        )
     return trainable
+
+
+def trains(name: str, method: str) -> bool:
+    """Whether parameter ``name`` of a component trained by ``method`` trains (LoRA adapters train only by lora)."""
+    adapter = _LORA_PARAM.search(name) is not None
+    if method == FULL:
+        return not adapter
+    if method == BITFIT:
+        return name.endswith(".bias") and not adapter
+    return method == LORA and adapter
+
+
+def is_adapter(name: str) -> bool:
+    """Whether a parameter name is a LoRA adapter's (``...lora_A.default.weight``)."""
+    return _LORA_PARAM.search(name) is not None
+
+
+def parameter_summary(model: nn.Module) -> list[dict[str, Any]]:
+    """Per component and block (None: model level): its parameters, its bias parameters, and the summed in + out
+    widths of its LoRA layers (``LORA_LINEARS``); what ``count_trainable`` counts any method from, without torch."""
+    rows: dict[tuple[str, int | None], dict[str, Any]] = {}
+    for name, p in model.named_parameters():
+        if is_adapter(name):
+            continue
+        component, block = parameter_component(name)
+        row = rows.setdefault((component, block), {"component": component, "block": block, "params": 0, "bias": 0})
+        row["params"] += p.numel()
+        row["bias"] += p.numel() if name.endswith(".bias") else 0
+    for (component, block), row in rows.items():
+        layers = [model.get_submodule(f"blocks.{block}.{rel}") for rel in LORA_LINEARS.get(component, ())]
+        row["lora_width"] = sum(m.in_features + m.out_features for m in layers) if block is not None else 0
+    return list(rows.values())
+
+
+def count_trainable(
+    summary: list[dict[str, Any]],
+    subset: str | Iterable[str] | Mapping[str, str],
+    blocks: Sequence[int] | None = None,
+    lora_rank: int = 8,
+) -> dict[str, int]:
+    """What ``freeze`` would return for this subset (with LoRA of ``lora_rank``), from a ``parameter_summary``."""
+    methods = parse_methods(subset)
+    per_method = {FULL: lambda r: r["params"], BITFIT: lambda r: r["bias"], LORA: lambda r: lora_rank * r["lora_width"]}
+    counts = {c: 0 for c in (*COMPONENTS, HEAD)}
+    for row in summary:
+        component, block = row["component"], row["block"]
+        method = FULL if component == HEAD else methods.get(component, FROZEN)
+        if method != FROZEN and (block is None or blocks is None or block in blocks):
+            counts[component] += per_method[method](row)
+    return counts

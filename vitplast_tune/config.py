@@ -68,8 +68,11 @@ class FinetuneConfig:
     # Training augmentation recipe (data/transforms.py: paper | light | none); None or "auto": the dataset's default
     # (the paper's crop + flip for natural images, light for digits and fractals).
     augment: str | None = None
-    components: str = "all"
-    blocks: list[int] | None = None
+    components: str = "all"  # a subset and each component's method: "mha:lora+fc1" (components.py)
+    blocks: list[int] | None = None  # block indices the block components train in (or ``depth``)
+    depth: str = "all"  # "all", "first" / "middle" / "last" (thirds of the blocks) or a range "i-j"
+    lora_rank: int = 8  # rank r of the LoRA adapters of components trained by "lora"
+    lora_alpha: float = 16.0  # LoRA scaling alpha: the adapter's update is (alpha / r) * B @ A
     optimizer: str = "sgd"
     lr: float = 0.1
     momentum: float = 0.9
@@ -110,6 +113,13 @@ class FinetuneConfig:
         its annotation) or one that cannot train; return self."""
         check_types(self)
         components.parse_subset(self.components)
+        components.check_depth(self.depth)
+        if self.blocks is not None and self.depth != "all":
+            raise UserError(f'give blocks or depth, not both (blocks {self.blocks}, depth "{self.depth}")')
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1:
+            raise UserError(f"lora_rank must be a positive integer, got {self.lora_rank!r}")
+        if not self.lora_alpha > 0:
+            raise UserError(f"lora_alpha must be positive, got {self.lora_alpha}")
         if self.optimizer not in OPTIMIZERS:
             raise UserError(
                 f'unknown optimizer "{self.optimizer}"{did_you_mean(self.optimizer, OPTIMIZERS)}; use one of {", ".join(OPTIMIZERS)}'
@@ -149,6 +159,10 @@ class FinetuneConfig:
         if self.warmup_fraction is None:
             return self.warmup_steps
         return round(self.warmup_fraction * self.max_steps)
+
+    def block_indices(self, num_blocks: int) -> list[int] | None:
+        """The blocks the block components train in, in a model of ``num_blocks`` blocks (None: every block)."""
+        return self.blocks if self.blocks is not None else components.depth_blocks(self.depth, num_blocks)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field."""

@@ -423,3 +423,59 @@ def test_bca_on_the_defined_resamples_is_scipys_bca_when_all_are_defined():
     assert low == pytest.approx(res.confidence_interval.low, rel=1e-9)
     assert high == pytest.approx(res.confidence_interval.high, rel=1e-9)
     assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic)
+
+
+def depth_trials():
+    """mha (full and LoRA) and fc1 at three depths, two learning rates, two seeds; mha is best where it is most
+    plastic (last), fc1 is best first although it is most plastic last."""
+    rows = []
+    accuracy = {("mha", "first"): 0.80, ("mha", "middle"): 0.85, ("mha", "last"): 0.90, ("mha:lora", "first"): 0.70}
+    accuracy.update({("mha:lora", "middle"): 0.75, ("mha:lora", "last"): 0.78, ("fc1", "first"): 0.95})
+    accuracy.update({("fc1", "middle"): 0.90, ("fc1", "last"): 0.85})
+    plasticity = {"first": 1.0, "middle": 2.0, "last": 3.0}
+    for (components, depth), acc in accuracy.items():
+        for lr in (0.1, 0.3):
+            for seed in (0, 1):
+                rows.append(
+                    {
+                        "components": components,
+                        "depth": depth,
+                        "lr": lr,
+                        "seed": seed,
+                        "best_val_acc": acc + (0.01 if lr == 0.3 else 0.0),
+                        "test_acc": acc + (0.01 if lr == 0.3 else 0.0) + 0.001 * seed,
+                        "plasticity_mean": plasticity[depth] * (2 if components.startswith("fc1") else 1),
+                        "plasticity_max": plasticity[depth],
+                        "trainable_params": 1000
+                        * (3 if depth == "middle" else 1)
+                        * (0.1 if "lora" in components else 1),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def test_depth_analysis_asks_whether_the_most_plastic_depth_is_the_best(tmp_path):
+    from vitplast_tune.analysis.depth import analyze_depth, describe_depth, varies_depth
+
+    trials = depth_trials()
+    assert varies_depth(trials) and not varies_depth(trials.assign(depth="all"))
+    layers = pd.DataFrame({0: [1.0, 2.0], 1: [1.5, 2.5]}, index=pd.Index(["mha", "fc1"], name="component"))
+    found = analyze_depth(trials, tmp_path, layers=layers, n_boot=200)
+    table = found.table.set_index(["components", "depth"])
+    assert table.loc[("mha", "last"), "lr"] == 0.3 and table.loc[("mha", "last"), "mean"] == pytest.approx(0.9105)
+    assert table.loc[("fc1", "first"), "plasticity_mean"] == 2.0 and table.loc[("mha", "middle"), "n_seeds"] == 2
+    agreement = found.agreement.set_index("components")
+    assert agreement.loc["mha", "best_depth"] == "last" and agreement.loc["mha", "agree"]
+    assert agreement.loc["fc1", "best_depth"] == "first" and not agreement.loc["fc1", "agree"]
+    assert agreement.loc["fc1", "spearman"] == pytest.approx(-1.0) and agreement.loc["mha:lora", "spearman"] == 1.0
+    assert set(found.comparison["predictor"]) == {"plasticity_mean", "plasticity_max", "log_trainable_params"}
+    assert {f.name for f in found.files} == {
+        "depth_table.csv",
+        "depth_agreement.csv",
+        "depth_criteria.csv",
+        "plasticity_per_layer.csv",
+    }
+    text = describe_depth(found)
+    assert "Plasticity per component (rows) and layer" in text and "Where to finetune" in text
+    assert "the most plastic depth was the best one for 2 of 3 subsets (by chance: 1.0 of 3)" in text
+    assert "ranks the configurations (subset x depth)" in text

@@ -121,3 +121,32 @@ def test_verify_space_is_a_grid_of_the_top_subsets_all_and_head(tmp_path):
     spec = spaces.load_space(verify.verify_space(rec, 3, tmp_path, max_steps=100))
     assert spec.algorithm == "grid" and spec.defaults["max_steps"] == 100
     assert [c["components"] for c in spec.grid[::3]] == ["fc1", "mha+fc1", "emb", "all", "head"]
+
+
+def test_subset_scores_count_methods_and_depth_as_a_run_trains_them(tmp_path):
+    from vitplast_tune import components
+    from vitplast_tune.predictors import report, scores
+    from vitplast_tune.search.trial import trainable_parameters, trial_config
+    from vitplast_tune.vit import models
+
+    model = models.create_model("vit_testbed_patch8_32", 0, pretrained=False)  # as measured: no head
+    counts = components.count_parameters(model)
+    rows = [{"component": "emb", "layer": 0, "plasticity": 0.5}]
+    rows += [
+        {"component": c, "layer": i, "plasticity": (i + 1) * (10 if c == "fc1" else 1)}
+        for c in components.BLOCK_COMPONENTS
+        for i in range(4)
+    ]
+    table = pd.DataFrame(rows)
+    meta = {"component_params": counts, "parameter_summary": components.parameter_summary(model)}
+    measured = report.PlasticityReport(table, scores.aggregate_plasticity(table), tmp_path, meta=meta)
+    settings = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False, depth="last", lora_rank=4)
+    subsets = ["mha:lora", "mha", "fc1:bitfit+emb", "all"]
+    scored = ranking.subset_scores(report.Predictors(measured), settings, subsets=subsets).set_index("components")
+    for subset in subsets:
+        real = trainable_parameters(trial_config({"components": subset}, settings))  # a real model, LoRA injected
+        assert scored.loc[components.subset_name(subset), "trainable_params"] == real, subset
+    assert scored.loc["mha:lora", "plasticity_mean"] == 4.0  # the last block's layer only
+    assert scored.loc["emb+fc1:bitfit", "plasticity_max"] == 40.0
+    everywhere = ranking.subset_scores(report.Predictors(measured), FinetuneConfig(), subsets=["mha"])
+    assert everywhere["plasticity_mean"].iloc[0] == 2.5  # the mean over the four layers

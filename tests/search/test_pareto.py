@@ -6,6 +6,7 @@ import optuna
 import pandas as pd
 import pytest
 
+from vitplast_tune import components
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
 from vitplast_tune.search import results, searchers, spaces
@@ -50,6 +51,28 @@ def test_summary_prints_the_pareto_blocks_under_the_top_table():
     text = results.describe_pareto(TRIALS)
     assert "vs fewer trainable parameters (3 of the full-budget trials" in text
     assert "vs more training images/s (4 of the full-budget trials" in text and "9,000" in text
+
+
+def test_the_pareto_front_labels_lora_bitfit_and_full_points_by_method_and_depth():
+    trials = _trials(
+        [
+            ("head", 0.1, 0.80, 0.80, 0.79, 1_162, 9000.0, 400),
+            ("all:bitfit", 0.3, 0.86, 0.86, 0.85, 5_482, 3000.0, 400),
+            ("mha:lora+fc1:lora", 0.3, 0.93, 0.93, 0.92, 34_954, 2000.0, 400),
+            ("fc1", 0.1, 0.92, 0.92, 0.91, 150_922, 2500.0, 400),  # more parameters, less accuracy than the LoRA
+            ("all", 0.03, 0.95, 0.95, 0.94, 600_000, 1000.0, 400),
+        ]
+    )
+    trials["method"] = [components.method_label(c) for c in trials["components"]]
+    trials["depth"] = ["all", "all", "last", "all", "all"]
+    front = results.pareto_front(trials, "trainable_params")
+    assert list(front["method"]) == ["head", "bitfit", "lora", "full"]
+    text = results.describe_pareto(trials).splitlines()
+    assert text[1].split()[:4] == ["components", "method", "depth", "lr"]
+    assert text[4].split()[:3] == ["mha:lora+fc1:lora", "lora", "last"]
+    assert text[5].split()[:3] == ["all", "full", "all"]
+    plain = trials[trials["method"].isin(["full", "head"])].assign(depth="all")
+    assert "method" not in results.describe_pareto(plain)  # a search of full finetuning alone reads as before
 
 
 def test_write_pareto_writes_csv_and_png(tmp_path):

@@ -31,14 +31,25 @@ def write_space(
     return path
 
 
-@pytest.mark.parametrize("name", ["component_subsets", "paper_grid", "single_component", "criteria_lab"])
+SHIPPED = [
+    "component_subsets",
+    "paper_grid",
+    "single_component",
+    "criteria_lab",
+    "where_and_how",
+    "where_and_how_grid",
+    "lora_vs_full",
+]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_spaces_load(name):
     spec = spaces.load_space(name)
     assert spec.metric == "val_acc" and spec.mode == "max"
     assert spec.parameters and spec.total_trials >= 1
 
 
-@pytest.mark.parametrize("name", ["component_subsets", "paper_grid", "single_component", "criteria_lab"])
+@pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_spaces_leave_defaults_to_the_training_config(name):
     from vitplast_tune.vit.training import FinetuneConfig
 
@@ -140,6 +151,14 @@ def test_random_space_uses_tune_domains(tmp_path):
         ("  components: {subsets: any}\n  lr: {logunifrom: [1.0e-3, 1.0]}", "optuna", 'did you mean "loguniform"'),
         ("  components: {subsets: any}\n  lr: {loguniform: [1.0e-3, 1.0]}", "optunaa", 'unknown algorithm "optunaa"'),
         ("  lr: [0.1, 0.2]", "optuna", r"write \{choice: \[\.\.\.\]\}"),
+        ("  components: {methods: {ln1: [full, lora]}}", "optuna", 'component ln1 cannot train by "lora"'),
+        ("  components: {methods: {mlp: lora}}", "optuna", 'unknown component "mlp"'),
+        ("  components: {methods: {all: lora}}", "optuna", 'names each component, not "all"'),
+        ("  components: {methods: [mha, lora]}", "optuna", "needs a mapping of component to method"),
+        ("  lr: {methods: {mha: lora}}", "optuna", 'only applies to "components"'),
+        ("  depth: {choice: [first, lats]}", "grid", 'unknown depth "lats"'),
+        ("  depth: {contiguous: 0}", "grid", "number of blocks N"),
+        ("  blocks: {contiguous: 4}", "grid", 'only applies to "depth"'),
     ],
 )
 def test_bad_spaces_raise_clear_errors(tmp_path, parameters, algorithm, message):
@@ -254,3 +273,61 @@ def test_budgets_need_a_grid_without_early_stopping(tmp_path):
     text = BUDGETS.format(budgets="[20, 60]") + "  max_steps: {choice: [10, 20]}\n"
     with pytest.raises(UserError, match="remove max_steps from parameters"):
         spaces.load_space(write_space(tmp_path, text=text))
+
+
+def test_methods_per_component_for_optuna_never_all_frozen():
+    spec = spaces.load_space("where_and_how")
+    space = distributions.OptunaSpace(spec.parameters)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    seen, methods_seen = set(), set()
+    for _ in range(300):
+        trial = study.ask()
+        constants = space(trial)
+        subset = constants["components"]
+        assert parse_subset(subset), "every component frozen"
+        flags = {
+            c: trial.params.get(distributions.method_flag(c), constants.get(distributions.method_flag(c)))
+            for c in COMPONENTS
+        }
+        assert distributions.component_methods(subset) == {distributions.method_flag(c): m for c, m in flags.items()}
+        assert trial.params["depth"] in ("first", "middle", "last", "all") and trial.params["lora_rank"] in (4, 8, 16)
+        seen.add(subset)
+        methods_seen.update(flags.values())
+        study.tell(trial, 0.5)
+    assert methods_seen == {"frozen", "full", "lora", "bitfit"} and len(seen) > 150
+
+
+def test_methods_grid_and_a_constant_method_map(tmp_path):
+    text = "  components: {methods: {fc1: [lora, frozen], mha: [full, lora], ln1: bitfit}}\n  lr: 0.1"
+    spec = spaces.load_space(write_space(tmp_path, text, "grid"))
+    assert spec.parameters["components"].grid_values() == [
+        "ln1:bitfit+mha+fc1:lora",
+        "ln1:bitfit+mha",
+        "ln1:bitfit+mha:lora+fc1:lora",
+        "ln1:bitfit+mha:lora",
+    ]
+    constant = spaces.load_space(write_space(tmp_path, "  components: {methods: {mha: lora, fc1: full}}", "grid"))
+    assert constant.grid == [{"components": "mha:lora+fc1"}]
+    probe = spaces.load_space(write_space(tmp_path, "  components: {methods: {mha: [frozen]}}", "grid"))
+    assert probe.grid == [{"components": "head"}]  # nothing listed trains: the linear probe, as written
+
+
+def test_depth_as_a_searched_choice_or_every_contiguous_range(tmp_path):
+    spec = spaces.load_space(write_space(tmp_path, "  depth: {contiguous: 3}\n  lr: 0.1", "grid"))
+    assert [c["depth"] for c in spec.grid] == ["0", "1", "2", "0-1", "1-2", "0-2"]
+    spec = spaces.load_space(write_space(tmp_path, "  components: mha:lora\n  depth: {choice: [first, last, 1-2]}"))
+    space = distributions.OptunaSpace(spec.parameters)
+    trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1)).ask()
+    assert space(trial) == {"components": "mha:lora"} and trial.params["depth"] in ("first", "last", "1-2")
+
+
+def test_a_constant_trained_component_lets_every_searched_one_be_frozen():
+    listed = (("mha", ("frozen", "lora")), ("fc1", ("frozen", "full")))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for choices, expected in ((listed, {"fc1", "mha:lora", "mha:lora+fc1"}), (listed + (("fc2", ("full",)),), None)):
+        seen = set()
+        for _ in range(60):
+            trial = study.ask()
+            seen.add(distributions.Methods("components", choices).suggest(trial)["components"])
+            study.tell(trial, 0.0)
+        assert seen == (expected or {"fc2", "fc1+fc2", "mha:lora+fc2", "mha:lora+fc1+fc2"})

@@ -13,12 +13,14 @@ from pathlib import Path
 import pandas as pd
 
 from vitplast_tune.analysis import lab
+from vitplast_tune.analysis.depth import DepthAnalysis, analyze_depth, describe_depth, varies_depth
 from vitplast_tune.analysis.importance import Importance, describe_importance, parameter_importance
 from vitplast_tune.analysis.plots import plot_importance
 from vitplast_tune.analysis.protocol import PaperResults, describe_paper, paper_results
 from vitplast_tune.analysis.trials import TrialAnalysis, analyze_trials, describe_correlations
 from vitplast_tune.config import FinetuneConfig
-from vitplast_tune.predictors.report import in_network_scores
+from vitplast_tune.predictors.report import in_network_scores, search_report
+from vitplast_tune.predictors.scores import layer_table
 
 
 @dataclass
@@ -30,6 +32,7 @@ class SearchAnalysis:
     paper: PaperResults | None = None  # the paper's protocol (a grid with seeds)
     criteria: pd.DataFrame | None = None  # the criteria lab (a space with ``criteria: true``)
     importance: Importance | None = None  # which searched parameters matter (when the space searches any)
+    depth: DepthAnalysis | None = None  # where to finetune (trials at several depths)
     files: list[Path] = field(default_factory=list)
     budget: int | None = None  # the step budget of these trials, when the search has several
     budgets: list[SearchAnalysis] = field(default_factory=list)  # one analysis per budget
@@ -53,6 +56,8 @@ class SearchAnalysis:
             parts.append(describe_paper(self.paper))
         if self.criteria is not None:
             parts.append(lab.describe_criteria(self.criteria))
+        if self.depth is not None:
+            parts.append(describe_depth(self.depth))
         return "\n\n".join(parts)
 
 
@@ -65,18 +70,19 @@ def analyze_search(
     reference: str = "fractals",
     plasticity_pairs: int | None = None,
     parameters: tuple[pd.DataFrame, dict] | None = None,
+    variant: str = "paper",
 ) -> SearchAnalysis:
     """The analyzes a search supports: which parameters matter (``parameters``: the searched parameters of each trial
     and their Optuna distributions, see ``search.study.parameter_table``), per-trial correlations (when its trials
-    carry plasticity scores), the paper's protocol (a grid with seeds) and the criteria lab (``criteria: true``);
-    files go to ``out_dir``.
+    carry plasticity scores), the paper's protocol (a grid with seeds), the criteria lab (``criteria: true``) and the
+    depth analysis (trials at several depths, with the plasticity per layer of ``variant``); files go to ``out_dir``.
 
     Trials of several step budgets (``max_steps``) are analyzed apart, each into ``out_dir/steps-N``; the lab's
     tables of every budget go together into ``out_dir/criteria.csv`` (a ``budget`` column).
     """
     out = Path(out_dir).expanduser()
     steps = sorted(pd.to_numeric(trials["max_steps"], errors="coerce").dropna().unique()) if len(trials) else []
-    options = dict(reference=reference, plasticity_pairs=plasticity_pairs, parameters=parameters)
+    options = dict(reference=reference, plasticity_pairs=plasticity_pairs, parameters=parameters, variant=variant)
     if len(steps) < 2:
         return _analyze_one(trials, spec, settings, out, **options)
     found = SearchAnalysis()
@@ -95,7 +101,15 @@ def analyze_search(
 
 
 def _analyze_one(
-    trials: pd.DataFrame, spec, settings: FinetuneConfig, out: Path, parameters=None, **options
+    trials: pd.DataFrame,
+    spec,
+    settings: FinetuneConfig,
+    out: Path,
+    *,
+    reference: str,
+    plasticity_pairs: int | None,
+    parameters: tuple[pd.DataFrame, dict] | None,
+    variant: str,
 ) -> SearchAnalysis:
     """The analyzes of trials of one step budget (see ``analyze_search``)."""
     found = SearchAnalysis()
@@ -105,17 +119,27 @@ def _analyze_one(
     if "plasticity_mean" in trials:
         found.trials = analyze_trials(trials, out)
         found.files += found.trials.files
-    if spec.algorithm == "grid" and spec.has_seeds:
-        found.paper = paper_results(trials, out)
+    whole = trials[trials["depth"].fillna("all") == "all"].drop(columns="depth") if "depth" in trials else trials
+    if spec.algorithm == "grid" and spec.has_seeds and len(whole):  # the paper's protocol trains every block
+        found.paper = paper_results(whole, out)
         found.files += found.paper.files
     if spec.criteria:
         subsets = lab.subset_table(trials)
-        extra = in_network_scores(settings, subsets["components"], **options)
+        extra = in_network_scores(
+            settings, subsets["components"], reference=reference, plasticity_pairs=plasticity_pairs
+        )
         table = lab.subset_table(trials, extra)
         found.criteria = lab.criteria_comparison(table)
         found.files += [out / "criteria_subsets.csv", out / "criteria.csv"]
         table.to_csv(found.files[-2], index=False)
         found.criteria.to_csv(found.files[-1], index=False)
+    if varies_depth(trials):
+        layers = None
+        if "plasticity_mean" in trials:
+            measured = search_report(settings, reference=reference, variant=variant, max_pairs=plasticity_pairs)
+            layers = layer_table(measured.table)
+        found.depth = analyze_depth(trials, out, layers=layers)
+        found.files += found.depth.files
     return found
 
 

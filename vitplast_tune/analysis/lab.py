@@ -67,9 +67,9 @@ def criteria_comparison(
     return table.drop(columns=["n_boot", "spearman_p", "kendall_p"])
 
 
-def criteria_winner(comparison: pd.DataFrame) -> str:
-    """One sentence: the best predictor that beats log(#trainable parameters), that none does, or that the
-    comparison cannot say (too few subsets for a verdict, or intervals that could not be formed)."""
+def criteria_winner(comparison: pd.DataFrame, what: str = "subsets") -> str:
+    """One sentence: the best predictor that beats log(#trainable parameters) at ranking ``what``, that none does, or
+    that the comparison cannot say (too few subsets for a verdict, or intervals that could not be formed)."""
     verdicts = comparison["verdict"].fillna("")
     better = comparison[verdicts == "better"]
     if better.empty:
@@ -77,14 +77,14 @@ def criteria_winner(comparison: pd.DataFrame) -> str:
         if judged.empty and (verdicts != "").any():
             return "No verdict: " + _first_reason(verdicts) + "; the figures above are shown, not judged."
         return (
-            "No predictor ranks the subsets clearly better than log(#trainable parameters) "
+            f"No predictor ranks the {what} clearly better than log(#trainable parameters) "
             "(every paired-bootstrap interval of the Spearman difference includes 0 or lies below it"
             + ("; some are undetermined" if (verdicts == "undetermined").any() else "")
             + ")."
         )
     best = better.loc[better["spearman"].idxmax()]
     return (
-        f"{best['predictor']} ranks the subsets best and beats log(#trainable parameters): Spearman "
+        f"{best['predictor']} ranks the {what} best and beats log(#trainable parameters): Spearman "
         f"{best['spearman']:+.2f}, difference {best['diff_vs_baseline']:+.2f} "
         f"[{best['diff_low']:+.2f}, {best['diff_high']:+.2f}] (n={int(best['n'])})."
     )
@@ -95,13 +95,13 @@ def _first_reason(verdicts: pd.Series) -> str:
     return {"undetermined": "every interval of the difference is undetermined"}.get(reasons[0], reasons[0])
 
 
-def describe_criteria(comparison: pd.DataFrame) -> str:
+def describe_criteria(comparison: pd.DataFrame, what: str = "subsets") -> str:
     """The criteria table as text (Spearman, Kendall with BCa intervals, difference to the baseline on the same
-    subsets, n) and the winner."""
+    rows, n) and the winner; ``what`` the table ranks ("subsets", or "configurations (subset x depth)")."""
     lines = [
-        "Which pre-training predictor ranks the subsets (test accuracy at each subset's best lr)? "
-        "BCa 95% intervals; each row on the subsets where the predictor and log(#trainable params) are both known "
-        "(n); difference = its Spearman minus that of log(#trainable params) on those subsets, paired bootstrap:"
+        f"Which pre-training predictor ranks the {what} (test accuracy at each subset's best lr)? "
+        "BCa 95% intervals; each row on the ones where the predictor and log(#trainable params) are both known "
+        "(n); difference = its Spearman minus that of log(#trainable params) on those rows, paired bootstrap:"
     ]
     for r in comparison.itertuples():
         if r.note:
@@ -119,7 +119,7 @@ def describe_criteria(comparison: pd.DataFrame) -> str:
             f"  {r.predictor:<22} n={r.n:<3} Spearman {r.spearman:+.2f} {interval(r.spearman_low, r.spearman_high)}"
             f"  Kendall {r.kendall:+.2f} {interval(r.kendall_low, r.kendall_high)}{diff}"
         )
-    lines.append("  -> " + criteria_winner(comparison))
+    lines.append("  -> " + criteria_winner(comparison, what))
     return "\n".join(lines)
 
 

@@ -36,28 +36,33 @@ def relative_gain(acc, baseline_acc):
 
 
 def best_lr_table(trials: pd.DataFrame, target: str = "test_acc", *, select_by: str = "best_val_acc") -> pd.DataFrame:
-    """Per configuration (any subset): the lr with the best mean ``select_by`` over seeds, and ``target`` there.
+    """Per configuration (any subset and its methods; and its depth when the trials have one): the lr with the best
+    mean ``select_by`` over seeds, and ``target`` there.
 
-    Columns components, lr, mean, std (over seeds, ddof=1), n_seeds, n_lrs, n_runs, and relative_gain
+    Columns components, depth (when the trials have one), lr, mean, std (over seeds, ddof=1), n_seeds, n_lrs, n_runs, and relative_gain
     ((mean - probe) / probe, as in the paper) when the linear probe ("head") is present. Configurations
     come in the paper's order (TABLE_ORDER) first, then the others in order of appearance.
     """
     require_columns(trials, ["components", "lr", target, select_by])
     frame = trials.loc[trials["components"].notna(), ["components", "lr"]].copy()
+    depths = "depth" in trials
     frame["config"] = [subset_name(c) for c in frame["components"]]
+    frame["depth"] = trials.loc[frame.index, "depth"].fillna("all").astype(str) if depths else "all"
     frame["_target"] = numeric(trials.loc[frame.index, target])
     frame["_select"] = numeric(trials.loc[frame.index, select_by])
     frame = frame[np.isfinite(frame["_target"]) & np.isfinite(frame["_select"])]
-    seen = list(dict.fromkeys(frame["config"]))
+    seen = list(dict.fromkeys(zip(frame["config"], frame["depth"])))
     rows = []
-    for config in [c for c in TABLE_ORDER if c in seen] + [c for c in seen if c not in TABLE_ORDER]:
-        runs = frame[frame["config"] == config]
+    known = sorted((k for k in seen if k[0] in TABLE_ORDER), key=lambda k: TABLE_ORDER.index(k[0]))
+    for config, depth in known + [k for k in seen if k[0] not in TABLE_ORDER]:
+        runs = frame[(frame["config"] == config) & (frame["depth"] == depth)]
         by_lr = runs.groupby("lr")
         best_lr = by_lr["_select"].mean().idxmax()
         at_best = runs.loc[runs["lr"] == best_lr, "_target"]
         rows.append(
             {
                 "components": config,
+                **({"depth": depth} if depths else {}),
                 "lr": best_lr,
                 "mean": at_best.mean(),
                 "std": at_best.std(ddof=1),
@@ -66,7 +71,8 @@ def best_lr_table(trials: pd.DataFrame, target: str = "test_acc", *, select_by: 
                 "n_runs": len(runs),
             }
         )
-    table = pd.DataFrame(rows, columns=["components", "lr", "mean", "std", "n_seeds", "n_lrs", "n_runs"])
+    columns = ["components", *(["depth"] if depths else []), "lr", "mean", "std", "n_seeds", "n_lrs", "n_runs"]
+    table = pd.DataFrame(rows, columns=columns)
     head = table.loc[table["components"] == HEAD, "mean"]
     if len(head) and head.iloc[0] != 0:
         table["relative_gain"] = relative_gain(table["mean"], head.iloc[0])

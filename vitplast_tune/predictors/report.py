@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from vitplast_tune.components import BLOCK_COMPONENTS, COMPONENTS
+from vitplast_tune.components import BLOCK_COMPONENTS
 from vitplast_tune.config import FinetuneConfig, cache_dir, check_variant, default_data_dir
 from vitplast_tune.errors import UserError
 from vitplast_tune.predictors import scores
@@ -193,7 +193,7 @@ def _read(out: Path, key: dict[str, Any]) -> PlasticityReport | None:
     if not all(f.is_file() for f in files.values()):
         return None
     meta = json.loads(files["json"].read_text())
-    if {k: meta.get(k) for k in key} != key:
+    if {k: meta.get(k) for k in key} != key or "parameter_summary" not in meta:  # another setting, or an older report
         return None
     table = pd.read_csv(files["csv"])
     table.attrs["variant"] = key["variant"]
@@ -202,13 +202,20 @@ def _read(out: Path, key: dict[str, Any]) -> PlasticityReport | None:
 
 
 def _write(
-    out: Path, key: dict[str, Any], table: pd.DataFrame, counts: dict[str, int], where: dict[str, Any], *, title: str
+    out: Path,
+    key: dict[str, Any],
+    table: pd.DataFrame,
+    parameters: dict[str, Any],
+    where: dict[str, Any],
+    *,
+    title: str,
 ) -> PlasticityReport:
-    """Write the measured table, its JSON (settings, table, ranking, parameters per component) and its plot."""
+    """Write the measured table, its JSON (settings, table, ranking, the model's parameters per component and per
+    component and block) and its plot."""
     files = {kind: out / name for kind, name in FILES.items()}
     ranking = aggregate_plasticity(table)
     out.mkdir(parents=True, exist_ok=True)
-    meta = dict(key, n_pairs=int(table["n_pairs"].max()), **where, component_params={c: counts[c] for c in COMPONENTS})
+    meta = dict(key, n_pairs=int(table["n_pairs"].max()), **where, **parameters)
     table.to_csv(files["csv"], index=False)
     payload = dict(meta, table=_records(table), ranking=_records(ranking))
     files["json"].write_text(json.dumps(payload, indent=2) + "\n")
@@ -302,16 +309,24 @@ class Predictors:
     plasticity: PlasticityReport | None = None
     gradients: pd.DataFrame | None = None  # vit.measure.measure_gradients: gradient tables per head seed
 
-    def scores(self, subset: str) -> dict[str, float]:
-        """A subset's predictors: plasticity mean, max and parameter-weighted mean; the gradient criteria (gradient
-        norm, its ratio to the weight norm, Auto-RGN), each the mean over the head seeds."""
+    def scores(self, subset: str, blocks: list[int] | None = None) -> dict[str, float]:
+        """A subset's predictors: plasticity mean, max and parameter-weighted mean (over the layers of ``blocks``
+        when given: a trial's depth); the gradient criteria (gradient norm, its ratio to the weight norm, Auto-RGN;
+        of the whole components), each the mean over the head seeds."""
         out: dict[str, float] = {}
         if self.plasticity is not None:
             meta = self.plasticity.meta
-            out.update(scores.subset_scores(self.plasticity.table, subset, meta["component_params"]))
+            out.update(scores.subset_scores(self.plasticity.table, subset, meta["component_params"], blocks=blocks))
         if self.gradients is not None:
             out.update(scores.subset_criteria(self.gradients, subset))
         return out
+
+    def trial_scores(self, cfg: FinetuneConfig) -> dict[str, float]:
+        """``scores`` of a trial: its subset, over the layers of the blocks it trains in (``cfg.depth`` or ``blocks``)."""
+        blocks = None
+        if self.plasticity is not None and (cfg.blocks is not None or cfg.depth != "all"):
+            blocks = cfg.block_indices(scores.num_blocks(self.plasticity.table))
+        return self.scores(cfg.components, blocks)
 
 
 def in_network_scores(

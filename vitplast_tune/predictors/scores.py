@@ -50,14 +50,20 @@ def aggregate_plasticity(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def subset_scores(table: pd.DataFrame, subset: str | Iterable[str], param_counts: dict[str, int]) -> dict[str, float]:
+def subset_scores(
+    table: pd.DataFrame, subset: str | Iterable[str], param_counts: dict[str, int], blocks: Iterable[int] | None = None
+) -> dict[str, float]:
     """Plasticity scores of a subset of components: mean, max, and parameter-weighted mean of the per-component means.
 
     ``param_counts`` is ``components.count_parameters(model)``; the head-only subset gives NaN for each score.
+    ``blocks`` restricts the block components' layers to those block indices (a trial's depth: the mean
+    plasticity of the layers it trains); ``emb`` is model level.
     """
     names = parse_subset(subset)
     if not names:
         return {"plasticity_mean": math.nan, "plasticity_max": math.nan, "plasticity_weighted": math.nan}
+    if blocks is not None:
+        table = table[(table["component"] == "emb") | table["layer"].isin(list(blocks))]
     means = aggregate_plasticity(table).set_index("component")["plasticity"]
     missing = [c for c in names if c not in means.index]
     if missing:
@@ -73,6 +79,19 @@ def subset_scores(table: pd.DataFrame, subset: str | Iterable[str], param_counts
         "plasticity_max": float(values.max()),
         "plasticity_weighted": weighted,
     }
+
+
+def num_blocks(table: pd.DataFrame) -> int:
+    """The number of blocks of the model a plasticity table was measured on (its block components' layers)."""
+    layers = table.loc[table["component"] != "emb", "layer"]
+    return int(layers.max()) + 1 if len(layers) else 0
+
+
+def layer_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Plasticity per block component (rows, the paper's order) and layer (columns): the table beside a depth search."""
+    rows = table[table["component"] != "emb"]
+    wide = rows.pivot_table(index="component", columns="layer", values="plasticity", aggfunc="mean")
+    return wide.reindex([c for c in COMPONENTS if c in wide.index])
 
 
 def aggregate_criteria(table: pd.DataFrame) -> pd.DataFrame:

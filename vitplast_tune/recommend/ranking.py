@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.analysis.lab import LAB_PREDICTORS
-from vitplast_tune.components import HEAD, parse_subset
+from vitplast_tune.components import HEAD, count_trainable, parse_subset, subset_name
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import BASELINE, contains_mha_or_fc, log_trainable_params
@@ -44,24 +45,32 @@ class Recommendation:
 
 
 def subset_scores(
-    predictors: report.Predictors, settings: FinetuneConfig, in_network: pd.DataFrame | None = None
+    predictors: report.Predictors,
+    settings: FinetuneConfig,
+    in_network: pd.DataFrame | None = None,
+    subsets: Iterable[str] | None = None,
 ) -> pd.DataFrame:
-    """One row per non-empty subset: trainable parameters (whole blocks), every pre-training predictor of the lab."""
+    """One row per subset (default: every non-empty subset, in full; or ``subsets``, which may name methods such as
+    "mha:lora+fc1"): its trainable parameters (by its methods, in the blocks of ``settings``' depth, at its LoRA rank,
+    head included) and every pre-training predictor of the lab."""
     from vitplast_tune.search.trial import trainable_parameters, trial_config
 
-    counts = predictors.plasticity.meta["component_params"]
+    summary = predictors.plasticity.meta["parameter_summary"]  # of the model without its head
     head = trainable_parameters(trial_config({"components": HEAD}, settings))
+    num_blocks = 1 + max((r["block"] for r in summary if r["block"] is not None), default=-1)
     rows = []
-    for subset in distributions.all_subsets():
+    for subset in distributions.all_subsets() if subsets is None else subsets:
+        cfg = settings.merged({"components": subset})
         chosen = parse_subset(subset)
+        counts = count_trainable(summary, subset, cfg.block_indices(num_blocks), cfg.lora_rank)
         trainable = head + sum(counts[c] for c in chosen)
         rows.append(
             {
-                "components": subset,
+                "components": subset_name(subset),
                 "trainable_params": trainable,
                 BASELINE: log_trainable_params(trainable),
                 "contains_mha_or_fc": contains_mha_or_fc(chosen),
-                **predictors.scores(subset),
+                **predictors.trial_scores(cfg),
             }
         )
     table = pd.DataFrame(rows)

@@ -1,6 +1,7 @@
 """The typed parameter distributions of a space file, in the manner of Optuna's: each kind knows its Optuna suggestion,
-its Ray Tune and grid forms, and the values that probe its corners; and the Optuna encoding of a component subset
-(one boolean ``train_<name>`` per component).
+its Ray Tune and grid forms, and the values that probe its corners; and the Optuna encodings of what trains: a
+component subset as one boolean ``train_<name>`` per component, a method per component as one categorical
+``method_<name>`` per component.
 """
 
 from __future__ import annotations
@@ -9,7 +10,16 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from vitplast_tune.components import ALL, COMPONENTS, parse_subset, subset_name
+from vitplast_tune.components import (
+    ALL,
+    COMPONENTS,
+    FROZEN,
+    check_depth,
+    contiguous_depths,
+    parse_methods,
+    parse_subset,
+    subset_name,
+)
 from vitplast_tune.errors import UserError, did_you_mean
 
 
@@ -18,7 +28,14 @@ def component_flag(component: str) -> str:
     return f"train_{component}"
 
 
+def method_flag(component: str) -> str:
+    """Config key of the categorical that says how a component trains: ``method_<name>``."""
+    return f"method_{component}"
+
+
 COMPONENT_FLAGS = tuple(component_flag(c) for c in COMPONENTS)
+METHOD_FLAGS = tuple(method_flag(c) for c in COMPONENTS)
+ENCODING_KEYS = COMPONENT_FLAGS + METHOD_FLAGS  # what Optuna samples to make ``components``; not trial settings
 
 
 @dataclass(frozen=True)
@@ -191,12 +208,53 @@ class Subsets(Distribution):
         return f"{what} of {', '.join(COMPONENTS)} ({len(self.grid_values())})"
 
 
+@dataclass(frozen=True)
+class Methods(Distribution):
+    """``{methods: {mha: [lora, full], fc1: full, ln2: [bitfit, frozen]}}``: a method per component (one listed
+    method is a constant; components left out are frozen), written as the subset ``mha:lora+fc1+ln2:bitfit``.
+
+    For Optuna each listed choice is one categorical ``method_<name>``. Never all frozen (unless nothing listed
+    can train): when no constant trains and every earlier component came out frozen, the last one with a choice
+    is not asked but takes its first trained method (recorded as a constant), as ``Subsets`` does with fc2.
+    """
+
+    choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def suggest(self, trial) -> dict[str, Any]:
+        picked: dict[str, str] = {}
+        constants: dict[str, Any] = {}
+        searched = [c for c, options in self.choices if len(options) > 1]
+        constant_trains = any(options != (FROZEN,) for _, options in self.choices if len(options) == 1)
+        for component, options in self.choices:
+            trained = [m for m in options if m != FROZEN]
+            if len(options) == 1:
+                picked[component] = options[0]
+            elif component == searched[-1] and not constant_trains and trained and set(picked.values()) <= {FROZEN}:
+                picked[component] = constants[method_flag(component)] = trained[0]
+            else:
+                picked[component] = trial.suggest_categorical(method_flag(component), list(options))
+        return {**constants, self.name: subset_name(picked)}
+
+    def tune_domain(self) -> Any:
+        from ray import tune
+
+        return tune.choice(self.grid_values())
+
+    def grid_values(self) -> list:
+        names = [c for c, _ in self.choices]
+        combos = [dict(zip(names, methods)) for methods in itertools.product(*(o for _, o in self.choices))]
+        values = list(dict.fromkeys(subset_name(m) for m in combos))
+        return [v for v in values if parse_subset(v)] or values  # the linear probe only when nothing else is listed
+
+
 _DISTRIBUTIONS: dict[str, type[Distribution]] = {
     "choice": Choice,
     "uniform": Uniform,
     "loguniform": LogUniform,
     "randint": RandInt,
     "subsets": Subsets,
+    "methods": Methods,
+    "contiguous": Choice,
 }
 
 
@@ -215,7 +273,7 @@ def _subset(value: Any, where: str) -> str:
             f"{where}: empty or malformed component subset {value!r}; name components such as "
             '[mha, fc1], or "head" to train only the classification head (linear probe)'
         )
-    return subset_name(parse_subset(value))
+    return subset_name(value)
 
 
 def parse_param(name: str, raw: Any, where: str) -> Distribution:
@@ -223,6 +281,8 @@ def parse_param(name: str, raw: Any, where: str) -> Distribution:
     if not isinstance(raw, dict):
         if name == "components":
             return Constant(name, _subset(raw, where))
+        if name == "depth":
+            return Constant(name, str(_where(check_depth, raw, where)))
         if isinstance(raw, (list, tuple)):
             raise UserError(f'{where}: parameter "{name}" is a list; write {{choice: [...]}} to search over it')
         return Constant(name, raw)
@@ -241,11 +301,15 @@ def parse_param(name: str, raw: Any, where: str) -> Distribution:
         if arg not in ("any", "any_or_head"):
             raise UserError(f'{where}: components {{subsets: {arg}}} must be "any" (non-empty) or "any_or_head"')
         return Subsets(name, allow_head=arg == "any_or_head")
+    if kind in ("methods", "contiguous"):
+        return _components_or_depth(name, kind, arg, where)
     if kind == "choice":
         if not isinstance(arg, list) or not arg:
             raise UserError(f'{where}: parameter "{name}" {{choice: ...}} needs a non-empty list')
         if name == "components":
             return Choice(name, tuple(dict.fromkeys(_subset(v, where) for v in arg)))
+        if name == "depth":
+            return Choice(name, tuple(_where(check_depth, str(v), where) for v in arg))
         return Choice(name, tuple(arg))
     if not (isinstance(arg, list) and len(arg) == 2 and all(isinstance(v, (int, float)) for v in arg)):
         raise UserError(f'{where}: parameter "{name}" {{{kind}: ...}} needs [low, high] numbers, got {arg!r}')
@@ -261,6 +325,46 @@ def parse_param(name: str, raw: Any, where: str) -> Distribution:
             raise UserError(f'{where}: parameter "{name}" randint bounds must be integers')
         return RandInt(name, int(low), int(high))
     return _DISTRIBUTIONS[kind](name, low, high)
+
+
+def _components_or_depth(name: str, kind: str, arg: Any, where: str) -> Distribution:
+    """``components: {methods: {...}}`` (a method per component) or ``depth: {contiguous: N}`` (every contiguous
+    block range of an N-block model, a choice)."""
+    if kind == "contiguous":
+        if name != "depth":
+            raise UserError(f'{where}: {{contiguous: N}} only applies to "depth", not "{name}"')
+        if isinstance(arg, bool) or not isinstance(arg, int) or arg < 1:
+            raise UserError(f"{where}: depth {{contiguous: N}} needs the model's number of blocks N, got {arg!r}")
+        return Choice(name, tuple(contiguous_depths(arg)))
+    if name != "components":
+        raise UserError(f'{where}: {{methods: ...}} only applies to "components", not "{name}"')
+    if not isinstance(arg, dict) or not arg:
+        raise UserError(
+            f"{where}: components {{methods: ...}} needs a mapping of component to method(s), "
+            "e.g. {mha: [lora, full], fc1: full}"
+        )
+    choices = []
+    for component, raw in arg.items():
+        if str(component).lower() not in COMPONENTS:
+            _where(parse_subset, str(component), where)  # the unknown-component message
+            raise UserError(f'{where}: components {{methods: ...}} names each component, not "{component}"')
+        options = tuple(dict.fromkeys(str(m) for m in (raw if isinstance(raw, list) else [raw])))
+        if not options:
+            raise UserError(f"{where}: components {{methods: ...}}: {component} lists no method")
+        for method in options:
+            _where(parse_methods, {component: method}, where)
+        choices.append((str(component).lower(), options))
+    order = {c: i for i, c in enumerate(COMPONENTS)}
+    return Methods(name, tuple(sorted(choices, key=lambda item: order[item[0]])))
+
+
+def _where(check, value: Any, where: str) -> Any:
+    """``check(value)``, its UserError prefixed by the file it came from; the value."""
+    try:
+        check(value)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
+    return value
 
 
 class OptunaSpace:
@@ -280,3 +384,9 @@ def component_flags(subset: str) -> dict[str, bool]:
     """One boolean per component (``train_<name>``) for a subset name."""
     chosen = parse_subset(subset)
     return {component_flag(c): c in chosen for c in COMPONENTS}
+
+
+def component_methods(subset: str) -> dict[str, str]:
+    """How each component trains (``method_<name>``: frozen, full, lora or bitfit) for a subset name."""
+    methods = parse_methods(subset)
+    return {method_flag(c): methods.get(c, FROZEN) for c in COMPONENTS}

@@ -225,6 +225,7 @@ def analyze(result: SearchResult, mlflow) -> None:
         reference=plan.options.plasticity_reference,
         plasticity_pairs=plan.options.plasticity_pairs,
         parameters=parameters,
+        variant=plan.options.plasticity_variant,
     )
     tracking.log_analysis(mlflow, result.parent_run_id, result.analysis)
 

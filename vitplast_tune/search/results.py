@@ -15,13 +15,14 @@ from typing import Any
 import pandas as pd
 
 from vitplast_tune.analysis.analyze import SearchAnalysis
+from vitplast_tune.components import method_label, subset_name
 from vitplast_tune.predictors import report
 from vitplast_tune.search import distributions
 from vitplast_tune.search.mlflow_view import View, run_link, ui_base_url
 from vitplast_tune.search.plan import SearchPlan, searched_augmentations
 from vitplast_tune.search.study import StudyRecord
 from vitplast_tune.search.timings import Timings
-from vitplast_tune.search.trial import trial_subset
+from vitplast_tune.search.trial import trial_config, trial_subset
 from vitplast_tune.storage import default_storage
 
 
@@ -55,12 +56,14 @@ def trial_table(grid, plan: SearchPlan, predictors: report.Predictors | None = N
     rows, curves = [], []
     for result in grid:
         config, metrics = result.config or {}, result.metrics or {}
-        subset = trial_subset(config)
+        cfg = trial_config(config, plan.settings)
+        subset = subset_name(cfg.components)
         rows.append(
             {
                 "trial_id": metrics.get("trial_id", ""),
                 "components": subset,
-                **{k: v for k, v in config.items() if k != "components" and k not in distributions.COMPONENT_FLAGS},
+                "method": method_label(subset),
+                **{k: v for k, v in config.items() if k != "components" and k not in distributions.ENCODING_KEYS},
                 "val_acc": metrics.get("val_acc"),
                 "best_val_acc": metrics.get("best_val_acc"),
                 "test_acc": metrics.get("test_acc"),
@@ -74,7 +77,7 @@ def trial_table(grid, plan: SearchPlan, predictors: report.Predictors | None = N
                 "diverged": bool(metrics.get("diverged", 0)),
                 "over_budget": bool(metrics.get("over_budget", 0)),
                 "error": None if result.error is None else str(result.error).splitlines()[0][:200],
-                **(predictors.scores(subset) if predictors is not None else {}),
+                **(predictors.trial_scores(cfg) if predictors is not None else {}),
             }
         )
         curves.append(val_curve(result))
@@ -279,9 +282,17 @@ def augmentation_text(plan: SearchPlan) -> str:
 
 
 def _top_table(top: pd.DataFrame) -> pd.DataFrame:
+    """The columns a person reads per trial; the method and depth when some trial trains otherwise than in full (or
+    as the linear probe), in every block."""
+    where_and_how = {}
+    if "method" in top and (~top["method"].fillna("full").isin(["full", "head"])).any():
+        where_and_how["method"] = top["method"]
+    if "depth" in top and (top["depth"].fillna("all") != "all").any():
+        where_and_how["depth"] = top["depth"]
     return pd.DataFrame(
         {
             "components": top["components"],
+            **where_and_how,
             "lr": top["lr"].map(lambda v: f"{v:.3g}") if "lr" in top else "",
             "val_acc": top["val_acc"].map(pct),
             "best_val_acc": top["best_val_acc"].map(pct),
@@ -312,9 +323,10 @@ def describe_pareto(trials: pd.DataFrame) -> str:
 
 
 def trial_label(config: dict[str, Any]) -> str:
-    """A trial's short name: its subset and learning rate, e.g. "mha+fc1 lr=0.0312"."""
-    lr = config.get("lr")
-    return trial_subset(config) + (f" lr={lr:.3g}" if isinstance(lr, (int, float)) else "")
+    """A trial's short name: its subset (and methods), depth and learning rate, e.g. "mha:lora+fc1 @last lr=0.0312"."""
+    lr, depth = config.get("lr"), config.get("depth", "all")
+    where = "" if depth == "all" else f" @{depth}"
+    return trial_subset(config) + where + (f" lr={lr:.3g}" if isinstance(lr, (int, float)) else "")
 
 
 def pct(value: Any) -> str:

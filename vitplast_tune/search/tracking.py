@@ -29,12 +29,13 @@ from mlflow.tracking.context.registry import resolve_tags
 from ray.tune import Callback
 
 from vitplast_tune import storage
+from vitplast_tune.components import method_label, subset_name
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import criteria_summary
 from vitplast_tune.search import distributions, mlflow_view, results
 from vitplast_tune.search.plan import SearchPlan
-from vitplast_tune.search.trial import trial_config, trial_subset
+from vitplast_tune.search.trial import trial_config
 from vitplast_tune.storage import BEST_TRIAL_DIR, MODEL_NAME, TRIAL_FILE, WEIGHTS_DIR, WEIGHTS_FILE, is_uri
 
 SEARCH_TAG = mlflow_view.SEARCH_TAG
@@ -396,13 +397,20 @@ def trial_describer(plan: SearchPlan, predictors: report.Predictors):
     settings, source = plan.settings, source_tags()
 
     def describe(config: dict[str, Any]) -> TrialRun:
-        subset = trial_subset(config)
         cfg = trial_config(config, settings)
-        params = {**cfg.to_dict(), "components": subset, **distributions.component_flags(subset)}
-        name = f"{subset} lr={cfg.lr:.3g}" + (f" seed={cfg.seed}" if "seed" in config else "")
+        subset = subset_name(cfg.components)
+        params = {
+            **cfg.to_dict(),
+            "components": subset,
+            "method": method_label(subset),
+            **distributions.component_flags(subset),
+            **distributions.component_methods(subset),
+        }
+        label = results.trial_label({"components": subset, "depth": cfg.depth, "lr": cfg.lr})
+        name = label + (f" seed={cfg.seed}" if "seed" in config else "")
         name += f" steps={cfg.max_steps}" if "max_steps" in config else ""
         n_components = sum(distributions.component_flags(subset).values())
-        metrics = {**predictors.scores(subset), "n_components": n_components, "log10_lr": math.log10(cfg.lr)}
+        metrics = {**predictors.trial_scores(cfg), "n_components": n_components, "log10_lr": math.log10(cfg.lr)}
         tags = {**source, SEARCH_TAG: plan.name, ROLE_TAG: "trial"}
         return TrialRun(name, params, metrics, tags, dataset_inputs(cfg))
 
@@ -432,6 +440,8 @@ def log_analysis(mlflow: MlflowClient, run_id: str, found) -> None:
         mlflow.log_table(run_id, found.criteria, "analysis/criteria.json")
     if found.importance is not None and not found.importance.table.empty:
         mlflow.log_table(run_id, found.importance.table, "analysis/importance.json")
+    if found.depth is not None:
+        mlflow.log_table(run_id, found.depth.table, "analysis/depth_table.json")
     log_artifacts(mlflow, run_id, found.files, "analysis")
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from vitplast_tune.components import ALL, subset_name
 from vitplast_tune.config import FinetuneConfig
-from vitplast_tune.search.distributions import COMPONENT_FLAGS
+from vitplast_tune.search.distributions import ENCODING_KEYS
 
 if TYPE_CHECKING:  # torch and the training code load in the trial's process, not in the search's driver
     from vitplast_tune.data.decoded import InMemory
@@ -43,17 +43,17 @@ METRICS = {
 
 def trial_config(config: dict[str, Any], settings: FinetuneConfig) -> FinetuneConfig:
     """The FinetuneConfig of a trial: its sampled parameters over the search's settings."""
-    return settings.merged({k: v for k, v in config.items() if k not in COMPONENT_FLAGS})
+    return settings.merged({k: v for k, v in config.items() if k not in ENCODING_KEYS})
 
 
 def trainable_parameters(cfg: FinetuneConfig) -> int:
-    """How many parameters a run of ``cfg`` trains (its subset, blocks and head), counted on an untrained model."""
-    from vitplast_tune import components
+    """How many parameters a run of ``cfg`` trains (its subset by their methods, blocks and head), counted on an
+    untrained model."""
     from vitplast_tune.data import datasets
-    from vitplast_tune.vit import models
+    from vitplast_tune.vit import methods, models
 
     model = models.create_model(cfg.model, datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir), pretrained=False)
-    return sum(components.freeze(model, cfg.components, cfg.blocks).values())
+    return sum(methods.apply_methods(model, cfg).values())
 
 
 def train_trial(

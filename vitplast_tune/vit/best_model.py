@@ -3,7 +3,7 @@
 (``load_best_model``).
 
 A trial saves only what it trains (its subset and the head); the rest of the model is what the run started from
-(``training.create_run_model``: the pretrained weights, the head and any untrained part seeded by the trial's seed).
+(``vit.methods.plain_model``: the pretrained weights, the head and any untrained part seeded by the trial's seed, LoRA merged).
 So the best trial's model is that start plus its trained tensors, read from safetensors: no pickle. The MLflow model
 is pickled instead (MLflow's pytorch flavour), so that ``mlflow.pytorch.load_model`` gives the timm module back.
 """
@@ -26,27 +26,15 @@ from torch import Tensor, nn
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
 from vitplast_tune.storage import BEST_TRIAL_DIR, MODEL_NAME, TRIAL_FILE, WEIGHTS_FILE, read_record, search_dir
-from vitplast_tune.vit import models
-from vitplast_tune.vit.training import create_run_model
+from vitplast_tune.vit import methods, models
 
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 
 
 def rebuild(cfg: FinetuneConfig, trainable: dict[str, Tensor]) -> nn.Module:
-    """The model a run of ``cfg`` trained, with its trained tensors ``trainable`` (name -> tensor), in eval mode on
-    the CPU; UserError when the tensors do not fit the model."""
-    head = trainable.get("head.weight")
-    model = create_run_model(cfg, num_classes=None if head is None else int(head.shape[0]))
-    own = model.state_dict()
-    unknown = sorted(set(trainable) - set(own))
-    wrong = sorted(k for k in set(trainable) & set(own) if own[k].shape != trainable[k].shape)
-    if unknown or wrong:
-        raise UserError(
-            f"the trained tensors do not fit {cfg.model}: {', '.join((unknown + wrong)[:3])} "
-            "(unknown names or other shapes); they belong to another model"
-        )
-    model.load_state_dict(trainable, strict=False)
-    return model.eval()
+    """The model a run of ``cfg`` trained, with its trained tensors ``trainable`` (name -> tensor; LoRA adapters
+    merged, ``vit.methods.plain_model``), in eval mode on the CPU; UserError when the tensors do not fit the model."""
+    return methods.plain_model(cfg, trainable)
 
 
 def log_model(model: nn.Module, cfg: FinetuneConfig, tracking_uri: str, run_id: str) -> str:

@@ -39,8 +39,9 @@ def measure_plasticity(
     max_pairs: int | None,
     device=None,
     decoded: InMemory | None = None,
-) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:
-    """Build the model and both image sets and measure: (table, parameters per component, where and how long).
+) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
+    """Build the model and both image sets and measure: (table, its parameters per component (``component_params``)
+    and per component and block (``parameter_summary``), where and how long).
 
     ``decoded``: the downstream (or reference) dataset already decoded, not read again; ``device``: default, the
     one this task was given (``training.run_device``)."""
@@ -64,7 +65,9 @@ def measure_plasticity(
         max_pairs=max_pairs,
     )
     where = {"seconds": round(time.perf_counter() - start, 3), "measured_on": task_context()}
-    return table, components.count_parameters(model), where
+    counts = components.count_parameters(model)
+    parameters = {"component_params": {c: counts[c] for c in components.COMPONENTS}}
+    return table, dict(parameters, parameter_summary=components.parameter_summary(model)), where
 
 
 def task_context() -> dict[str, Any]:

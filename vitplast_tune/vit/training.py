@@ -29,7 +29,7 @@ from vitplast_tune.data import datasets
 from vitplast_tune.data.batches import eval_batches, train_batches
 from vitplast_tune.data.decoded import InMemory
 from vitplast_tune.data.splits import SmallImages, Splits
-from vitplast_tune.vit import models
+from vitplast_tune.vit import methods, models
 
 
 class DivergedError(RuntimeError):
@@ -301,7 +301,7 @@ def _prepare(cfg: FinetuneConfig, device: torch.device, decoded: InMemory | None
     _use_hardware(cfg, device)
     precision = resolve_precision(cfg.precision, device)
     model, splits = build_run(cfg, decoded)
-    counts = components.freeze(model, cfg.components, cfg.blocks)
+    counts = methods.apply_methods(model, cfg)  # LoRA adapters injected where asked, the rest frozen
     trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
     model.set_grad_checkpointing(cfg.grad_checkpointing)
     model.to(device).train()

@@ -1,0 +1,112 @@
+"""How each component of a run trains (``components.METHODS``): in full, by LoRA adapters, by its biases (BitFit) or
+not at all; and the way back from any method's trained weights to a plain timm model.
+
+LoRA comes from Hugging Face peft: ``inject_adapter_in_model`` replaces the chosen ``nn.Linear`` layers of the timm
+ViT in place (``blocks.0.attn.qkv`` becomes a ``lora.Linear`` holding the original as ``base_layer`` and the
+adapters ``lora_A`` / ``lora_B``); the model stays a timm ``VisionTransformer``. Merging folds ``(alpha / r) * B @ A``
+into each base weight and puts the base layer back: the state dict then loads strictly into ``timm.create_model``.
+peft imports transformers (about 1.5 s), so it is imported only where a run trains by LoRA, never on the driver.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from vitplast_tune import components
+from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.errors import UserError
+from vitplast_tune.vit import models
+
+ADAPTER = "default"  # peft's adapter name: parameters are named blocks.0.attn.qkv.lora_A.default.weight
+
+
+def apply_methods(model: nn.Module, cfg: FinetuneConfig) -> dict[str, int]:
+    """Inject LoRA adapters where ``cfg.components`` asks for them (rank ``cfg.lora_rank``, ``cfg.lora_alpha``, in the
+    blocks of ``cfg.depth`` or ``cfg.blocks``), then freeze everything else (``components.freeze``); return the
+    trainable counts per component and head."""
+    blocks = cfg.block_indices(len(model.blocks))
+    targets = lora_targets(model, cfg.components, blocks)
+    if targets:
+        inject_lora(model, targets, cfg.lora_rank, cfg.lora_alpha)
+    return components.freeze(model, cfg.components, blocks)  # after injection, which freezes every other parameter
+
+
+def lora_targets(model: nn.Module, subset: str | Mapping[str, str], blocks: Sequence[int] | None) -> list[str]:
+    """The full names of the linear layers LoRA adapts (``blocks.2.attn.qkv``, ...), in model order."""
+    chosen = [c for c, m in components.parse_methods(subset).items() if m == components.LORA]
+    wanted = {
+        f"blocks.{i}.{rel}"
+        for i in range(len(model.blocks))
+        if blocks is None or i in blocks
+        for c in chosen
+        for rel in components.LORA_LINEARS[c]
+    }
+    found = [name for name, module in model.named_modules() if name in wanted]
+    odd = [name for name in found if not isinstance(model.get_submodule(name), nn.Linear)]
+    if odd or len(found) != len(wanted):
+        raise UserError(f"LoRA needs nn.Linear layers at {', '.join(sorted(set(odd) | (wanted - set(found))))}")
+    return found
+
+
+def inject_lora(model: nn.Module, targets: Iterable[str], rank: int, alpha: float) -> None:
+    """Replace each named ``nn.Linear`` by peft's LoRA layer in place (adapter B starts at zero: the model is unchanged)."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    # A regex is matched with re.fullmatch against each full module name: exactly these layers (a list would also
+    # match any name ending in an entry).
+    pattern = "|".join(re.escape(t) for t in targets)
+    inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=alpha, target_modules=pattern, bias="none"), model)
+
+
+def merge_lora(model: nn.Module) -> nn.Module:
+    """Fold every LoRA adapter into its base linear layer and put that layer back: a plain timm model (the same
+    object); a model without adapters is returned as it is."""
+    if "peft" not in sys.modules:  # no adapter can have been injected
+        return model
+    from peft.tuners.lora import LoraLayer
+
+    for name, module in list(model.named_modules()):
+        if isinstance(module, LoraLayer):
+            module.merge(safe_merge=True)  # W <- W + (alpha / r) * B @ A, checked for NaN
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, child, module.get_base_layer())
+    if hasattr(model, "peft_config"):  # inject_adapter_in_model leaves this attribute behind
+        del model.peft_config
+    return model
+
+
+def plain_model(cfg: FinetuneConfig, trained: Mapping[str, torch.Tensor]) -> nn.Module:
+    """The plain timm model a run of ``cfg`` trained: its pretrained model with ``trained`` (the trainable tensors it
+    saved, e.g. a search's best weights, of any method) put in place and LoRA merged; in eval mode.
+
+    Its state dict loads strictly into ``timm.create_model(cfg.model, num_classes=...)``. Raises UserError when
+    ``trained`` does not match the run's trainable tensors.
+    """
+    num_classes = trained["head.weight"].shape[0] if "head.weight" in trained else _num_classes(cfg)
+    torch.manual_seed(cfg.seed)  # as the run built it (``training.build_run``): the same weights where none are loaded
+    model = models.create_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
+    apply_methods(model, cfg)
+    params = dict(model.named_parameters())
+    unknown = sorted(set(trained) - set(params))
+    unknown += sorted(k for k in set(trained) & set(params) if params[k].shape != trained[k].shape)
+    if unknown:
+        raise UserError(
+            f"the trained weights do not fit {cfg.model} trained as {cfg.components}: unknown names or other shapes "
+            f"{', '.join(unknown[:3])}{' ...' if len(unknown) > 3 else ''}; they belong to another model or method"
+        )
+    with torch.no_grad():
+        for name, tensor in trained.items():
+            params[name].copy_(tensor)
+    model = merge_lora(model).requires_grad_(True)
+    return model.eval()
+
+
+def _num_classes(cfg: FinetuneConfig) -> int:
+    from vitplast_tune.data import datasets
+
+    return datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir)
