@@ -150,7 +150,7 @@ def kendall(x: np.ndarray, y: np.ndarray) -> float:
 
 _RANK_STATS: dict[str, Callable[..., Any]] = {"spearman": spearman, "kendall": kendall}
 _VECTORIZED = {"spearman": True, "kendall": False}  # spearman takes an axis: scipy resamples it in one call
-MIN_POINTS = 10  # fewer rows: figures without a verdict (BCa coverage, benchmarks/bca_coverage.py)
+MIN_POINTS = 12  # fewer rows: figures without a verdict (the BCa coverage by n: python -m benchmarks.coverage)
 MAX_DEGENERATE = 0.05  # more resamples than this without a defined statistic: the interval is undetermined
 
 
