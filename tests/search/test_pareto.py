@@ -192,7 +192,6 @@ defaults:
 
 @pytest.mark.slow
 def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
-    from vitplast_tune.recommend import ranking
     from vitplast_tune.search import driver
     from vitplast_tune.search.trial import trainable_parameters, trial_config
 
@@ -209,13 +208,14 @@ def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
         verbose=0,
         max_concurrent=1,
     )
-    plan = driver.prepare(options)
-    expected = ranking.rank(
-        ranking.subset_scores(driver.measure_predictors(plan), plan.settings), "plasticity_mean", budget
-    )
-    found = driver.execute(plan)
+    found = driver.execute(driver.prepare(options))
     trials = found.trials  # in the order Tune created them
-    assert list(trials["components"].head(2)) == list(expected["components"].head(2))  # TPE tried them first
+    # The warm start tried first the two most plastic subsets that fit the budget: checked against every other
+    # subset that fit and was tried (pandas here, not the code's own ranking).
+    fits = trials[~trials["over_budget"]]
+    first = trials.head(2)
+    assert not first["over_budget"].any()
+    assert first["plasticity_mean"].min() >= fits.iloc[2:]["plasticity_mean"].max() - 1e-12
     over = trials[trials["over_budget"]]
     assert len(over) >= 1 and (over["trainable_params"] > budget).all() and over["step"].eq(0).all()
     assert (

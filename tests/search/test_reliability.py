@@ -257,7 +257,10 @@ def test_lost_worker_is_retried_from_its_checkpoint(tmp_path, owned_ray):
     ]
     proc = start_search(owned_ray, *args)
     wait_for_line(proc, "1/3 trials done")
-    time.sleep(3)  # the second trial is training and has checkpointed
+    deadline = time.monotonic() + 240  # until the second trial is training and has checkpointed
+    while len({p.parent for p in (tmp_path / "results" / "lost").glob("*/checkpoint_*")}) < 2:
+        assert time.monotonic() < deadline, "the second trial never checkpointed"
+        time.sleep(0.2)
     (victim,) = owned_ray.pids("ray::ImplicitFunc")
     os.kill(victim, signal.SIGKILL)
     out, _ = proc.communicate(timeout=600)

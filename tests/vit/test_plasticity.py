@@ -154,7 +154,7 @@ def test_max_pairs_and_mode_restored():
     pd.testing.assert_frame_equal(table, expected, rtol=1e-10)
 
 
-def test_float32_model_runs_and_paper_ranks_components():
+def test_a_float32_model_gives_finite_scores_and_a_rank_for_each_block_component():
     model = tiny_vit().float()
     table = compute_plasticity(model, images(6, 11).float(), images(6, 12).float(), device="cpu")
     assert np.isfinite(table["plasticity"]).all() and len(table) == 1 + 5 * 2
