@@ -104,6 +104,7 @@ def local_ray(cpus: int, gpus: int | None = None) -> Iterator[None]:
     import ray
 
     ray.init(
+        address="local",  # an instance of its own, never a cluster another process left in Ray's temp dir
         num_cpus=cpus,
         **({} if gpus is None else {"num_gpus": gpus}),
         include_dashboard=False,

@@ -1,6 +1,7 @@
 """The benchmarks' logic (no timing here): FLOP bounds, finetune's timing metrics, the search replay, the budget
 curve's table and the coverage threshold."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -9,6 +10,8 @@ from benchmarks import budget, coverage, data, gpu_check, memory, search, traini
 from vitplast_tune.search import distributions
 from vitplast_tune.search.trial import trial_subset
 from vitplast_tune.vit.training import FinetuneConfig, finetune
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_flop_bounds_match_the_skipped_weight_gradients():
@@ -136,10 +139,12 @@ def test_a_gpu_check_step_past_its_timeout_is_stopped_and_reported():
 
 
 @pytest.mark.slow
-def test_gpu_check_runs_every_step_on_the_cpu(tmp_path, capsys):
+def test_gpu_check_runs_every_step_on_the_cpu(tmp_path):
     import json
 
-    assert gpu_check.main(["--cpu-dry-run", "--json", str(tmp_path / "gpu.json")]) == 0
+    printed = run_benchmark(
+        "gpu_check", "--cpu-dry-run", "--json", str(tmp_path / "gpu.json")
+    )  # its own Ray, as a user runs it
     result = json.loads((tmp_path / "gpu.json").read_text())
     steps = result["steps"]
     assert list(steps) == list(gpu_check.STEPS) and all(r["status"] == "ok" for r in steps.values()), steps
@@ -155,15 +160,13 @@ def test_gpu_check_runs_every_step_on_the_cpu(tmp_path, capsys):
     assert 0 < steps["pipeline"]["share_of_step"] < 1
     assert steps["checkpoint"]["bytes"] > 0 and steps["measurements"]["pairs"] == 32
     assert steps["precision"]["max_relative_gap"] < 0.05 and steps["compile"]["backend"] == "aot_eager"
-    assert "subset (CUDA options)" in capsys.readouterr().out
+    assert "subset (CUDA options)" in printed
 
 
 @pytest.mark.slow
-def test_checkpoint_benchmark_measures_bytes_and_seconds_on_disk_and_s3(tmp_path, capsys):
-    from benchmarks import checkpoint
-
+def test_checkpoint_benchmark_measures_bytes_and_seconds_on_disk_and_s3(tmp_path):
     out = tmp_path / "checkpoint.json"
-    assert checkpoint.main(["--subsets", "head,mha", "--reports", "3", "--json", str(out)]) == 0
+    printed = run_benchmark("checkpoint", "--subsets", "head,mha", "--reports", "3", "--json", str(out))
     import json
 
     result = json.loads(out.read_text())
@@ -171,7 +174,7 @@ def test_checkpoint_benchmark_measures_bytes_and_seconds_on_disk_and_s3(tmp_path
         head, mha = result[storage]["head"], result[storage]["mha"]
         assert 0 < head["bytes"] < mha["bytes"] and mha["report_s"] >= mha["write_s"] > 0
     assert result["local"]["mha"]["bytes"] == result["s3"]["mha"]["bytes"]
-    assert "MiB/checkpoint" in capsys.readouterr().out
+    assert "MiB/checkpoint" in printed
 
 
 def test_bench_data_times_every_input_path_including_the_image_cache():
@@ -197,7 +200,7 @@ def test_bench_memory_samples_the_driver_and_its_ray_processes():
     assert found["driver_rss"] < found["tree_pss"] <= found["tree_rss"]  # the Ray processes add to the driver
     assert 0 < found["tree_anon"] < found["tree_pss"]  # the mapped libraries are the rest
     parts = found["at_peak"]
-    assert set(parts) == {"driver", "trial", "Ray's processes"}  # the peak is while the trial runs
+    assert {"driver", "trial"} <= set(parts) <= {"driver", "trial", "Ray's processes"}  # the peak: while it trains
     assert found["training_pss"] == found["tree_pss"]
     assert found["machine"] > 0.3e9  # the machine's used memory rose while the search ran
     assert sum(p["pss"] for p in parts.values()) == found["tree_pss"]
@@ -271,3 +274,16 @@ def test_the_optimizer_benchmarks_baseline_decays_every_parameter():
     layer.bias.requires_grad_(False)
     built = optimizer.plain_optimizer(FinetuneConfig(weight_decay=0.1), layer, torch.device("cpu"))
     assert [(g["weight_decay"], len(g["params"])) for g in built.param_groups] == [(0.1, 1)]
+
+
+def run_benchmark(name: str, *args: str) -> str:
+    """``python -m benchmarks.NAME ARGS`` from the repository's root, in a process of its own (its own Ray instance,
+    not this test session's); its stdout, after asserting exit 0."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", *args], capture_output=True, text=True, timeout=900, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout

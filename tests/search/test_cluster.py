@@ -377,8 +377,10 @@ def test_fake_autoscaler_adds_workers_for_trials_and_removes_them(tmp_path):
             c.address,
             tracking_uri,
             ["mha", "head"],
-            "--gpus-per-trial",
-            "0.5",
+            # "trainer" exists only on the worker type, as its GPU does; a fake GPU that torch cannot see would
+            # fail the trial (DeviceError), so the request names the custom resource instead
+            "--resources-per-trial",
+            '{"trainer": 0.5}',
             "--cpus-per-trial",
             "0.5",
         )
@@ -394,7 +396,7 @@ def test_fake_autoscaler_adds_workers_for_trials_and_removes_them(tmp_path):
             time.sleep(2)
         assert [n["NodeID"] for n in nodes] == [FAKE_HEAD_NODE_ID], "idle workers were not removed"
 
-        # Optuna, 4 trials of a whole GPU each: Tune keeps them all pending (searchers.pending_trials), so the
+        # Optuna, 4 trials of a whole worker each: Tune keeps them all pending (searchers.pending_trials), so the
         # autoscaler's first launch asks for both workers at once; with Tune's default of one pending trial it
         # would queue one node, then another once the first trial left the queue.
         space = tmp_path / "optuna.yaml"
@@ -417,8 +419,8 @@ def test_fake_autoscaler_adds_workers_for_trials_and_removes_them(tmp_path):
             "--no-plasticity",
             "--cpus-per-trial",
             "1",
-            "--gpus-per-trial",
-            "1",
+            "--resources-per-trial",
+            '{"trainer": 1}',
             "--max-failures",
             "0",
         ]

@@ -14,6 +14,15 @@ from vitplast_tune.search.plan import SearchOptions, SearchPlan
 
 def test_sigterm_raises_keyboard_interrupt_outside_tune_and_exits_143():
     before = signal.getsignal(signal.SIGTERM)
+    # Outside Tune, Ctrl-C is Python's own (a Tuner fitted earlier in this test process may have left its handler).
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _sigterm_outside_tune(before)
+    finally:
+        signal.signal(signal.SIGINT, previous_int)
+
+
+def _sigterm_outside_tune(before) -> None:
     with interrupts.handled():
         interrupts.on_sigterm_interrupt()
         with pytest.raises(KeyboardInterrupt):

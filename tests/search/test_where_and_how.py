@@ -84,7 +84,7 @@ def test_a_lora_grid_at_two_depths_and_its_best_weights_as_a_plain_timm_model(ra
     client = MlflowClient(result.plan.tracking_uri)
     directory = Path(client.download_artifacts(result.parent_run_id, "best_trial"))
     about = json.loads((directory / "trial.json").read_text())
-    cfg = FinetuneConfig.from_dict(about["finetune_config"])
+    cfg = FinetuneConfig.from_dict(about["settings"])
     assert cfg.components == about["components"] and cfg.depth == about["depth"] and cfg.lora_rank == 4
     weights = load_file(directory / "trainable_weights.safetensors")
     assert any(components.is_adapter(name) for name in weights)  # saved as adapters, merged on loading
