@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,6 +65,7 @@ def checkpointing_trial(config: dict[str, Any]) -> None:
     optimizer.step()  # momentum buffers, as after a training step
     best = {"val_acc": 0.5, "step": 1, "trainable": {n: p.detach().clone() for n, p in trainable.items()}}
     previous: dict[str, float] = {}
+    measured: list[dict[str, float]] = []
     for step in range(1, config["reports"] + 1):
         state = {"step": step, "trainable": {n: p.detach() for n, p in trainable.items()}, "best": best}
         state["optimizer"] = optimizer.state_dict()
@@ -74,7 +76,10 @@ def checkpointing_trial(config: dict[str, Any]) -> None:
             size = sum(f.stat().st_size for f in Path(directory).iterdir())
             tune.report({"step": step, **previous}, checkpoint=tune.Checkpoint.from_directory(directory))
         previous = {"bytes": size, "write_s": written, "report_s": time.perf_counter() - started}
-    tune.report({"step": config["reports"] + 1, **previous})
+        measured.append(previous)
+    kept = measured[1:] or measured  # the first left out: a warm-up
+    medians = {f"median_{key}": statistics.median(m[key] for m in kept) for key in ("bytes", "write_s", "report_s")}
+    tune.report({"step": config["reports"] + 1, **previous, **medians})
 
 
 def measure(model: str, subset: str, reports: int, storage: str) -> dict[str, float]:
@@ -95,9 +100,8 @@ def measure(model: str, subset: str, reports: int, storage: str) -> dict[str, fl
     (result,) = tuner.fit()
     if result.error is not None:
         raise RuntimeError(f"the {subset} trial failed: {result.error}")
-    frame = result.metrics_dataframe.dropna(subset=["report_s"]).iloc[1:] if reports > 1 else None
-    frame = frame if frame is not None and len(frame) else result.metrics_dataframe.dropna(subset=["report_s"])
-    return {key: float(frame[key].median()) for key in ("bytes", "write_s", "report_s")}
+    # From the last report the driver holds, not from the trial's files (result.json) read back from the storage.
+    return {key: float(result.metrics[f"median_{key}"]) for key in ("bytes", "write_s", "report_s")}
 
 
 class LocalS3:

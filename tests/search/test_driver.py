@@ -17,6 +17,7 @@ from _spaces import space_text
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
+from vitplast_tune.analysis.correlation import MIN_POINTS
 from vitplast_tune.search import driver, mlflow_view, results, tracking
 
 pytestmark = pytest.mark.slow
@@ -342,7 +343,7 @@ def test_a_grid_with_seeds_and_criteria_ends_with_the_paper_table_and_the_criter
     text = results.summary(result)
     assert "Paper protocol" in text and "Which pre-training predictor ranks the subsets" in text
     assert "=== Budget 12 steps ===" in text and "The criteria lab at 12 steps and 18 steps" in text
-    assert "no verdict (n < 10)" in text  # 6 subsets are too few to judge
+    assert f"no verdict (n < {MIN_POINTS})" in text  # 6 subsets are too few to judge
     analysis_dir = tmp_path / "results" / "lab" / "analysis"
     assert (analysis_dir / "criteria.csv").is_file()
     for budget in (12, 18):
