@@ -147,9 +147,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"best val {100 * r['best_val_acc']:.2f}% test {100 * r['test_acc']:.2f}% ({r['seconds']} s)",
                     flush=True,
                 )
-                if args.json:
-                    args.json.parent.mkdir(parents=True, exist_ok=True)
-                    args.json.write_text(json.dumps({"runs": runs, "summary": summary(runs)}, indent=1) + "\n")
+                common.write_json(args.json, {"runs": runs, "summary": summary(runs)})  # after each run
     rows = summary(runs)
     print(markdown(rows))
     if args.png:

@@ -50,9 +50,10 @@ def add_json_flag(p: argparse.ArgumentParser, help: str = "also write the result
 
 
 def write_json(path: str | Path | None, result: Any) -> None:
-    """Write ``result`` to the ``--json`` file, when one was given."""
+    """Write ``result`` to the ``--json`` file (its folder made when missing), when one was given."""
     if path:
-        Path(path).write_text(json.dumps(result, indent=2))
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(result, indent=2, default=str) + "\n")
 
 
 def setting(text: str) -> tuple[str, Any]:

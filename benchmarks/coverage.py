@@ -24,7 +24,6 @@ from which on every scenario's coverage is within ``--tolerance`` of 95% (table 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from pathlib import Path
@@ -143,11 +142,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"  ({time.perf_counter() - started:.0f} s)",
                 flush=True,
             )
-            if args.json:
-                args.json.parent.mkdir(parents=True, exist_ok=True)
-                args.json.write_text(
-                    json.dumps({"args": vars(args) | {"json": str(args.json)}, "rows": rows}, indent=1)
-                )
+            common.write_json(args.json, {"args": vars(args), "rows": rows})  # after each cell
     table = pd.DataFrame(rows)
     wide = table.pivot(index="n", columns="scenario", values="coverage")
     header = "| n | " + " | ".join(wide.columns) + " |"

@@ -74,17 +74,11 @@ def parse_methods(subset: str | Iterable[str] | Mapping[str, str]) -> dict[str, 
         text = subset.strip().lower() if isinstance(subset, str) else None
         parts = [p.strip() for p in text.split("+")] if text is not None else [str(n).strip().lower() for n in subset]
         items = [(name, method or FULL) for name, _, method in (part.partition(":") for part in parts)]
-    # "all" is every component and "head" (or "none") none of them, also within a union: "all+mha:lora", "head+fc1"
-    items = [
-        pair
-        for name, method in items
-        for pair in (
-            [(c, method) for c in COMPONENTS] if name == ALL else [] if name in (HEAD, "none", "") else [(name, method)]
-        )
-    ]
-    for name, method in items:
-        _check_method(name, method)
-    chosen = dict(items)
+    chosen: dict[str, str] = {}
+    for name, method in items:  # "all" and "head" ("none") also join a union: "all+mha:lora", "head+fc1"
+        for component in COMPONENTS if name == ALL else () if name in (HEAD, "none", "") else (name,):
+            _check_method(component, method)
+            chosen[component] = method
     return {c: chosen[c] for c in COMPONENTS if chosen.get(c, FROZEN) != FROZEN}
 
 
