@@ -87,3 +87,7 @@ def test_the_plan_in_words(tmp_path, tiny_space):
         and "components=mha lr=0.01 optimizer=sgd seed=0" in lines
     )
     assert "... and 8 more" in lines
+    assert "16 steps at batch 32, evaluated every 8" in lines
+    budgets = tiny_space(budgets=[8, {"steps": 24, "lr": [0.05]}])
+    lines = "\n".join(estimate.describe_trials(plan.prepare(options(tmp_path, budgets, name="budgets"))))
+    assert "8 or 24 steps at batch 32" in lines  # each budget's steps, not the default max_steps no trial trains

@@ -155,8 +155,9 @@ def describe_trials(plan: SearchPlan) -> list[str]:
             for i, (n, p) in enumerate(spec.parameters.items())
         ]
     decay = f", layer decay {s.layer_decay}" if s.layer_decay else ""
+    steps = " or ".join(map(str, spec.budget_steps)) if spec.budgets else s.max_steps  # each budget sets max_steps
     lines.append(
-        f"each trial: {s.model} on {s.dataset}, {s.max_steps} steps at batch {s.batch_size}, evaluated every "
+        f"each trial: {s.model} on {s.dataset}, {steps} steps at batch {s.batch_size}, evaluated every "
         f"{s.eval_every}; {s.optimizer}, weight decay {s.weight_decay:g}{decay}; precision {s.precision}"
     )
     if plan.max_trainable_params:
