@@ -98,6 +98,7 @@ SEARCH = [
     (["--name", "../elsewhere"], GOOD, "must be a plain name"),
     (["--plasticity-pairs", "-5"], GOOD, "--plasticity-pairs must be at least 1, got -5"),
     (["--plasticity-pairs", "0"], GOOD, "--plasticity-pairs must be at least 1, got 0"),
+    (["--dataset", "fractals"], GOOD, '--plasticity-reference is "fractals", the dataset itself'),
     (["--connect-timeout", "0"], GOOD, "--connect-timeout must be positive"),
     ([], edit("metric: val_acc\nmode: max", "metric: [val_acc, val_acc]\nmode: [max, max]", FIFO), "objective twice"),
     ([], edit("{subsets: any}", "[all, mha]") + "warm_start: 1\n", "warm_start needs algorithm: optuna and comp"),

@@ -1,6 +1,6 @@
 """Every console command end to end, as a user runs it (``python -m vitplast_tune COMMAND``, a process of its own,
-its own Ray instance), at tiny step counts: pretrain, a random search with median stopping and analyze on it, and
-recommend --verify."""
+its own Ray instance), at tiny step counts: pretrain, a random search with median stopping and analyze on it,
+analyze of two searches (the cross-dataset table), and recommend --verify."""
 
 from __future__ import annotations
 
@@ -95,3 +95,31 @@ def test_recommend_then_verify_with_a_short_grid(tmp_path):
     trials = pd.read_csv(verified[0] / "trials.csv")
     assert {"all", "head"} <= set(trials["components"]) and len(set(trials["components"])) == 3
     assert (trials["step"] == 8).all()
+
+
+def test_analyze_of_two_searches_writes_the_cross_dataset_table(tmp_path):
+    """One paper-protocol grid per dataset (the linear probe, three components, two seeds), then ``analyze`` with
+    both names: the relative gains over the probe, per dataset and their mean, as computed here from trials.csv."""
+    grid = tmp_path / "grid.yaml"
+    components = ["head", "mha", "fc1", "fc2"]
+    parameters = {"components": {"choice": components}, "lr": {"choice": [0.05]}, "seed": {"choice": [0, 1]}}
+    grid.write_text(space_text(parameters=parameters, defaults={"max_steps": 16, "eval_every": 8}))
+    storage = tmp_path / "results"
+    for name, dataset, reference in (("dig", "digits", "fractals"), ("fra", "fractals", "digits")):
+        flags = ["--dataset", dataset, "--plasticity-reference", reference, "--storage", str(storage)]
+        command("search", "--space", str(grid), "--name", name, *flags)
+
+    out = command("analyze", "--name", "dig", "--name", "fra", "--storage", str(storage)).stdout
+    assert "Relative gain over the linear probe per configuration and dataset" in out
+    assert f"files: {storage / 'cross-dig-fra'}" in out
+    gains = pd.read_csv(storage / "cross-dig-fra" / "cross_dataset_gains.csv").set_index("components")
+    for name in ("dig", "fra"):
+        trials = pd.read_csv(storage / name / "trials.csv")
+        assert len(trials) == 8 and set(trials["seed"]) == {0, 1}
+        test_acc = trials.groupby("components")["test_acc"].mean()  # one lr: its mean over the two seeds
+        expected = (test_acc - test_acc["head"]) / test_acc["head"]
+        assert gains[name].to_dict() == pytest.approx(expected[gains.index].to_dict(), abs=1e-9)
+    assert gains["mean_gain"].to_numpy() == pytest.approx(gains[["dig", "fra"]].mean(axis=1).to_numpy())
+    agreement = pd.read_csv(storage / "cross-dig-fra" / "cross_dataset_agreement.csv")
+    assert list(agreement["dataset"]) == ["dig", "fra", "pooled"] and (agreement["n"] == 3).all()
+    assert agreement["spearman"].between(-1, 1).all()  # mha, fc1, fc2: each search measured their plasticity

@@ -150,3 +150,24 @@ def test_subset_scores_count_methods_and_depth_as_a_run_trains_them(tmp_path):
     assert scored.loc["emb+fc1:bitfit", "plasticity_max"] == 40.0
     everywhere = ranking.subset_scores(report.Predictors(measured), FinetuneConfig(), subsets=["mha"])
     assert everywhere["plasticity_mean"].iloc[0] == 2.5  # the mean over the four layers
+
+
+def test_a_lab_verdict_decides_over_a_higher_spearman_within_the_noise(tmp_path):
+    """A lab that found no predictor clearly better than the parameter count ranks by the parameter count, even
+    where another predictor's point estimate is a little higher (as in the shipped lab at 600 steps)."""
+    tied = [
+        dict(_row("contains_mha_or_fc", 0.51), verdict="no clear difference"),
+        dict(_row("auto_rgn", 0.0), verdict="worse"),
+        dict(_row("log_trainable_params", 0.49), verdict=None),
+    ]
+    _search(tmp_path, "lab", criteria=tied)
+    criterion, why = ranking.choose_criterion(ranking.read_evidence(tmp_path), "m", "d")
+    assert criterion == "log_trainable_params" and "no criterion ranked the subsets clearly better" in why
+    assert "+0.49" in why
+    better = [dict(_row("plasticity_max", 0.7), verdict="better"), *tied]
+    _search(tmp_path, "lab2", criteria=better)
+    criterion, _ = ranking.choose_criterion(ranking.read_evidence(tmp_path), "m", "d")
+    assert criterion == "log_trainable_params"  # better in one lab only: not in every lab that judged it
+    (tmp_path / "lab" / "analysis" / "criteria.csv").unlink()
+    criterion, why = ranking.choose_criterion(ranking.read_evidence(tmp_path), "m", "d")
+    assert criterion == "plasticity_max" and "clearly better than log(#trainable params)" in why and "+0.70" in why

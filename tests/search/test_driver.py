@@ -211,28 +211,34 @@ def test_a_measurements_worker_exits_after_its_task(ray_local):
 
 
 IDLE_WORKERS = """
-import os, sys, time
+import os, sys
 from pathlib import Path
 import ray
 from vitplast_tune.search import cluster
 
-def idle():  # this instance's Ray workers with no task (their environment names our RAY_TMPDIR)
-    mark = ("RAY_TMPDIR=" + os.environ["RAY_TMPDIR"]).encode()
-    found = 0
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def started():  # when each worker process of this instance started, in seconds since boot
+    mark = ("RAY_TMPDIR=" + os.environ["RAY_TMPDIR"]).encode()  # their environment names our RAY_TMPDIR
+    found = []
     for entry in Path("/proc").iterdir():
         try:
             if entry.name.isdigit() and mark in (entry / "environ").read_bytes().split(b"\\0"):
-                found += (entry / "cmdline").read_bytes().startswith(b"ray::IDLE")
+                if (entry / "cmdline").read_bytes().startswith(b"ray::IDLE"):  # a worker between tasks
+                    found.append(int((entry / "stat").read_text().rsplit(")", 1)[1].split()[19]) / TICK)
         except OSError:
             pass
     return found
 
+
 cluster.init(None)
-time.sleep(10)  # Ray's prestart (one worker per CPU) shows within a few seconds
-before = idle()
+# Ray's prestart forks one worker per CPU while the driver registers, inside ray.init; without it, workers start
+# when a task asks for one. So no worker may have started before the first task was submitted.
+submitted = float(Path("/proc/uptime").read_text().split()[0])
 ray.get(ray.remote(lambda: 1).remote())
-time.sleep(1)
-print(before, idle())
+times = started()
+print(sum(t < submitted for t in times), len(times))
 ray.shutdown()
 """
 
@@ -242,9 +248,9 @@ def test_a_local_instance_starts_no_idle_workers_ahead():
         env = {**os.environ, "RAY_TMPDIR": tmp, "RAY_ADDRESS": ""}
         out = subprocess.run([sys.executable, "-c", IDLE_WORKERS], env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
-    before, after = map(int, out.stdout.split()[-2:])
-    assert before == 0, f"{before} idle workers started before any task"
-    assert after >= 1  # the count sees a worker once a task has run (and stays to be reused)
+    ahead, workers = map(int, out.stdout.split()[-2:])
+    assert ahead == 0, f"{ahead} workers started before any task was submitted"
+    assert workers >= 1  # the count sees the worker that ran the task (it stays, idle, to be reused)
 
 
 LEAN_PROBE = """

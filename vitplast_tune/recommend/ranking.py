@@ -100,7 +100,10 @@ def read_evidence(storage: Path) -> pd.DataFrame:
             rows += [dict(where, source="trials", **r) for r in _evidence_rows(table[table["target"] == "val_acc"])]
     return pd.DataFrame(
         rows,
-        columns=["search", "model", "dataset", "source", "criterion", "spearman", "spearman_low", "spearman_high", "n"],
+        columns=[
+            *("search", "model", "dataset", "source", "criterion"),
+            *("spearman", "spearman_low", "spearman_high", "n", "verdict"),
+        ],
     )
 
 
@@ -114,6 +117,7 @@ def _longest_budget(table: pd.DataFrame) -> pd.DataFrame:
 
 def _evidence_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
     ok = table[table["spearman"].notna()] if "spearman" in table else table.head(0)
+    verdicts = ok["verdict"] if "verdict" in ok else pd.Series(None, index=ok.index, dtype=object)
     return [
         {
             "criterion": r.predictor,
@@ -121,14 +125,17 @@ def _evidence_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
             "spearman_low": r.spearman_low,
             "spearman_high": r.spearman_high,
             "n": int(r.n),
+            "verdict": verdict if isinstance(verdict, str) else None,  # a lab's, against the parameter count
         }
-        for r in ok.itertuples()
+        for r, verdict in zip(ok.itertuples(), verdicts)
     ]
 
 
 def choose_criterion(evidence: pd.DataFrame, model: str | None = None, dataset: str | None = None) -> tuple[str, str]:
-    """The criterion to rank by, and why: the highest mean Spearman on the best evidence there is (criteria labs on
-    this model and dataset, then any lab, then per-trial correlations); the paper's mean plasticity without evidence."""
+    """The criterion to rank by, and why: on the best evidence there is (criteria labs on this model and dataset,
+    then any lab, then per-trial correlations), the highest mean Spearman; where labs judged their predictors
+    against the parameter count, one they found clearly better, else the parameter count. Without evidence, the
+    paper's mean plasticity."""
     usable = evidence[evidence["criterion"].isin(LAB_PREDICTORS)]
     same = (usable["model"] == model) & (usable["dataset"] == dataset)
     for rows, what in (
@@ -139,6 +146,9 @@ def choose_criterion(evidence: pd.DataFrame, model: str | None = None, dataset: 
     ):
         if rows.empty:
             continue
+        judged = _lab_judgement(rows)
+        if judged is not None:
+            return judged
         mean = rows.groupby("criterion")["spearman"].mean().sort_values(ascending=False)
         best, rho = mean.index[0], mean.iloc[0]
         chosen = rows[rows["criterion"] == best]
@@ -150,6 +160,28 @@ def choose_criterion(evidence: pd.DataFrame, model: str | None = None, dataset: 
             "" if rho > 0 else "; no criterion predicted accuracy positively, treat the ranking as a guess"
         )
     return DEFAULT_CRITERION, "the paper's criterion; no evidence yet (no criteria lab or search results recorded)"
+
+
+def _lab_judgement(rows: pd.DataFrame) -> tuple[str, str] | None:
+    """Labs that judged their predictors against the parameter count (a ``verdict`` per row) decide by it: the
+    criterion every lab found clearly better (the highest mean Spearman of those), else the parameter count itself.
+    None when the rows carry no verdicts (per-trial correlations, older labs)."""
+    if rows["verdict"].isna().all() or BASELINE not in set(rows["criterion"]):
+        return None
+    labs = rows["search"].nunique()
+    verdicts = rows[rows["criterion"] != BASELINE].groupby("criterion")["verdict"]
+    better = [c for c, v in verdicts if (v == "better").sum() == labs]  # judged better by each lab
+    if better:
+        mean = rows[rows["criterion"].isin(better)].groupby("criterion")["spearman"].mean().sort_values()
+        return mean.index[-1], (
+            f"clearly better than log(#trainable params) in every criteria lab ({labs}), mean Spearman "
+            f"{mean.iloc[-1]:+.2f}"
+        )
+    rho = rows.loc[rows["criterion"] == BASELINE, "spearman"].mean()
+    return BASELINE, (
+        f"no criterion ranked the subsets clearly better than the parameter count in the criteria lab(s) ({labs}; "
+        f"its mean Spearman {rho:+.2f}), so the ranking is by the parameter count"
+    )
 
 
 def rank(scores: pd.DataFrame, criterion: str, budget: int | None = None) -> pd.DataFrame:

@@ -164,7 +164,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
         plan, said = _resumed_plan(spec, options, storage, name, record), []
     plan.spec, plan.notes = fit_scheduler(plan.spec, plan.settings.max_steps)
     plan.notes += said
-    _check_plasticity(options)
+    _check_plasticity(options, plan.settings.dataset)
     _check_local_resources(options)
     reference = options.plasticity_reference if options.plasticity else None
     budget = Budget(plan.max_trainable_params, subsets(plan.spec, plan.settings))
@@ -308,9 +308,14 @@ def _check_metric(spec: spaces.SearchSpec) -> None:
             raise UserError(f"{worst}; use mode: {METRICS[metric]}")
 
 
-def _check_plasticity(options: SearchOptions) -> None:
+def _check_plasticity(options: SearchOptions, dataset: str) -> None:
     if options.plasticity:
         check_variant(options.plasticity_variant)
+        if options.plasticity_reference == dataset:
+            raise UserError(
+                f'--plasticity-reference is "{dataset}", the dataset itself: plasticity compares the dataset with '
+                f"another distribution; give another reference (--plasticity-reference NAME) or --no-plasticity"
+            )
     if options.plasticity_pairs is not None and options.plasticity_pairs < 1:
         raise UserError(f"--plasticity-pairs must be at least 1, got {options.plasticity_pairs}")
 
