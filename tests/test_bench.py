@@ -202,7 +202,6 @@ def test_bench_memory_samples_the_driver_and_its_ray_processes():
     parts = found["at_peak"]
     assert {"driver", "trial"} <= set(parts) <= {"driver", "trial", "Ray's processes"}  # the peak: while it trains
     assert found["training_pss"] == found["tree_pss"]
-    assert found["machine"] > 0.3e9  # the machine's used memory rose while the search ran
     assert sum(p["pss"] for p in parts.values()) == found["tree_pss"]
     assert all(0 < p["anon"] < p["pss"] for p in parts.values())
 

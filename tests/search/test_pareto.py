@@ -1,6 +1,7 @@
 """The Pareto fronts of a search (results.pareto_front), two objectives, the parameter budget and TPE's warm start."""
 
 import math
+import os
 
 import optuna
 import pandas as pd
@@ -208,7 +209,9 @@ def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
         verbose=0,
         max_concurrent=1,
     )
+    tune_settings = {key: value for key, value in os.environ.items() if key.startswith("TUNE_")}
     found = driver.execute(driver.prepare(options))
+    assert {key: value for key, value in os.environ.items() if key.startswith("TUNE_")} == tune_settings  # restored
     trials = found.trials  # in the order Tune created them
     # The warm start tried first the two most plastic subsets that fit the budget: checked against every other
     # subset that fit and was tried (pandas here, not the code's own ranking).

@@ -229,7 +229,7 @@ def test_a_budget_below_the_grace_period_runs_to_the_end(tmp_path, owned_ray):
     )
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
-    assert out.count("grace_period 100 is above max_steps 40: using 40") == 1
+    assert out.count("grace_period 50 is above max_steps 40: using 40") == 1
     trials = pd.read_csv(tmp_path / "results" / "short" / "trials.csv")
     assert len(trials) == 3 and (trials["step"] == 40).all()
 

@@ -1,6 +1,8 @@
 """What Optuna is told about each trial, and how a search's MLflow parent run is found and ended."""
 
 import math
+import os
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -72,3 +74,21 @@ def test_a_failed_search_marks_its_parent_run_failed_with_the_reason(mlflow):
     run = mlflow.get_run(run_id)
     assert run.info.status == "FAILED"
     assert run.data.tags[tracking.FAILURE_TAG] == "RuntimeError: the cluster went away"
+
+
+def test_tune_environment_is_set_while_it_runs_and_restored_after(monkeypatch):
+    # An in-process search once left TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1 behind: a later plain Tuner in the same
+    # process then wrote no result.json (the checkpoint cadence test failed beside another test file).
+    for key in ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", searchers.PENDING_ENV):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "7")  # the user's value wins
+    plan = SimpleNamespace(spec=SimpleNamespace(algorithm="optuna", total_trials=12), max_concurrent=None)
+    before = dict(os.environ)
+    with searchers.tune_environment(plan, cluster_grows=True) as set_here:
+        assert set_here == {"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", searchers.PENDING_ENV: "12"}
+        assert os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1" and os.environ[searchers.PENDING_ENV] == "12"
+        assert os.environ["TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S"] == "7"
+    assert dict(os.environ) == before
+    with searchers.tune_environment(plan, cluster_grows=False) as set_here:  # a fixed cluster: Tune's own default
+        assert searchers.PENDING_ENV not in set_here and searchers.PENDING_ENV not in os.environ
+    assert dict(os.environ) == before

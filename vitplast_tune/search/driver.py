@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shlex
 import time
 from collections.abc import Sequence
@@ -68,7 +67,6 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = (), timings: Timin
     """
     import ray
 
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     started, timings = time.perf_counter() - (timings.total if timings else 0.0), timings or Timings()
     for note in plan.notes:
         _say(plan, f"note: {note}")
@@ -139,7 +137,7 @@ def _record_and_tune(plan: SearchPlan, callbacks: Sequence[Callback], records: _
         _say(plan, f"MLflow view (fills in as trials report{serves}): {view.link}")
         write_record(plan, records.parent)
         records.written = True
-    with searchers.pending_limit(plan, grows), timings.phase("trials"):
+    with searchers.tune_environment(plan, grows), timings.phase("trials"):
         grid = _tune(plan, callbacks, records.parent, predictors, staged)
     return grid, predictors, view
 

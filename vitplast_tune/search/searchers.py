@@ -134,17 +134,27 @@ def pending_trials(plan: SearchPlan, cluster_grows: bool) -> int | None:
 
 
 @contextlib.contextmanager
-def pending_limit(plan: SearchPlan, cluster_grows: bool) -> Iterator[int | None]:
-    """Set ``TUNE_MAX_PENDING_TRIALS_PG`` to ``pending_trials`` while Tune runs (a value the user set wins)."""
-    pending = pending_trials(plan, cluster_grows)
-    if pending is None or PENDING_ENV in os.environ:
-        yield None
-        return
-    os.environ[PENDING_ENV] = str(pending)
+def tune_environment(plan: SearchPlan, cluster_grows: bool) -> Iterator[dict[str, str]]:
+    """Ray Tune's settings for this search, set while it runs and restored after (a value the user set wins).
+
+    ``TUNE_MAX_PENDING_TRIALS_PG``: ``pending_trials``; ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS``: the Tuner's own
+    CSV and JSON loggers replace Tune's defaults, whose TensorBoard logger imports torch into the driver (0.3 GB
+    there for nothing: MLflow is this tool's record); no warning about syncing the experiment's state, which a
+    search on local disk does at every trial's report. Yields the values it set.
+    """
+    wanted = {
+        "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+        "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    }
+    if (pending := pending_trials(plan, cluster_grows)) is not None:
+        wanted[PENDING_ENV] = str(pending)
+    wanted = {key: value for key, value in wanted.items() if key not in os.environ}
+    os.environ.update(wanted)
     try:
-        yield pending
+        yield wanted
     finally:
-        os.environ.pop(PENDING_ENV, None)
+        for key in wanted:
+            os.environ.pop(key, None)
 
 
 def unfinished(location: str, total: int) -> int:
@@ -177,9 +187,8 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
     """The Tuner of a plan: restored from storage with ``--resume`` (with this run's callbacks), else new
     (``warm_start``: see search_algorithm)."""
     spec, options = plan.spec, plan.options
-    # Ray Tune's default loggers (each trial's progress.csv and result.json) without its TensorBoard logger,
-    # whose tensorboardX imports torch into the driver (0.3 GB there for nothing: MLflow is this tool's record).
-    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    # Ray Tune's default loggers (each trial's progress.csv and result.json) without its TensorBoard logger: fit
+    # the Tuner inside tune_environment.
     callbacks = [*callbacks, CSVLoggerCallback(), JsonLoggerCallback()]
     path = plan.location
     if options.resume and tune.Tuner.can_restore(path):
