@@ -16,6 +16,7 @@ from vitplast_tune.analysis.correlation import (
     compare_with_baseline,
     correlations,
     interval,
+    kendall,
     partial_correlations,
     partial_spearman,
     spearman,
@@ -474,3 +475,17 @@ def test_depth_analysis_asks_whether_the_most_plastic_depth_is_the_best(tmp_path
     assert "Plasticity per component (rows) and layer" in text and "Where to finetune" in text
     assert "the most plastic depth was the best one for 2 of 3 subsets (by chance: 1.0 of 3)" in text
     assert "ranks the configurations (subset x depth)" in text
+
+
+@pytest.mark.parametrize("n", [2, 9, 40, 130])  # the pairwise signs up to 100 points, scipy's per row beyond
+def test_kendall_along_an_axis_is_scipys_tau_b_of_each_row(n):
+    from scipy import stats
+
+    rng = np.random.default_rng(n)
+    x = rng.integers(0, 4, (7, n)).astype(float)  # many ties
+    y = rng.normal(size=(7, n)).round(1)
+    x[0] = 1.0  # a constant row: no tau
+    expected = [np.nan] + [stats.kendalltau(a, b).statistic for a, b in zip(x[1:], y[1:])]
+    assert kendall(x, y) == pytest.approx(expected, abs=1e-12, nan_ok=True)
+    assert kendall(x.T, y.T, axis=0) == pytest.approx(expected, abs=1e-12, nan_ok=True)
+    assert kendall(x[1], y[1]) == pytest.approx(expected[1], abs=1e-12)  # one row: a float
