@@ -143,8 +143,7 @@ def test_ctrl_c_on_a_grid_stops_without_results_and_resumes_to_the_whole_grid(tm
     assert client.get_run(record["parent_run_id"]).info.status == "FINISHED"
 
 
-KILLED = {  # space, trials, where the driver is killed
-    "optuna": (dict(num_samples=5), 5, "2/5 trials done"),
+KILLED = {  # space, trials, where the driver is killed: Optuna's TPE under ASHA (searcher and scheduler restored), a grid
     "asha": (
         dict(num_samples=6, scheduler="{name: asha, grace_period: 16, reduction_factor: 2}"),
         6,
