@@ -155,7 +155,8 @@ def step_trials(args, device: torch.device) -> dict:
             param_space={"components": tune.grid_search(TRIAL_COMPONENTS)},
             run_config=tune.RunConfig(name="trials", storage_path=str(tmp), verbose=0),
         ).fit()
-        task_device = cluster.task_runner({"cpu": 1, "gpu": gpus}, say=lambda *a, **k: None)(vt_training.task_device)
+        with cluster.measuring_worker({"cpu": 1, "gpu": gpus}, say=lambda *a, **k: None) as run:
+            task_device = run(vt_training.task_device)
     trials = {r.config["components"]: _trial_facts(r) for r in grid}
     expected = {
         "device": vt_training.device_name(torch.device("cuda", 0)) if gpus else "cpu",

@@ -179,32 +179,35 @@ def test_summary_names_results_and_mlflow_command(finished):
     assert "log_trainable_params" in text and "Spearman" in text
 
 
-def test_measurements_run_as_ray_tasks_with_a_trials_resources(ray_local):
+def test_measurements_run_in_one_ray_worker_with_a_trials_resources(ray_local):
     from vitplast_tune.search import cluster
     from vitplast_tune.vit.measure import task_context
 
-    assert cluster.task_options({"cpu": 2, "gpu": 0.25, "a100": 1}) == {
+    assert cluster.worker_options({"cpu": 2, "gpu": 0.25, "a100": 1}) == {
         "num_cpus": 2.0,
         "num_gpus": 1,
         "resources": {"a100": 1.0},
-        "max_retries": 0,
-        "max_calls": 1,
+        "max_restarts": 0,
     }
-    where = cluster.task_runner({"cpu": 0.5, "gpu": 0})(task_context)
+    with cluster.measuring_worker({"cpu": 0.5, "gpu": 0}) as run:
+        where = run(task_context)
+        assert run(os.getpid) == run(os.getpid) != os.getpid()  # both measurements in one process, not the driver's
     assert where["resources"] == {"CPU": 0.5}
     assert where["node_id"] in {n["NodeID"] for n in ray_local.nodes()}
 
 
-def test_a_measurements_worker_exits_after_its_task(ray_local):
-    """The worker that measured (torch, a model, its allocator's leftovers) does not idle through the driver."""
+def test_the_measuring_worker_exits_with_its_block(ray_local):
+    """The worker that measured (torch, a model, its allocator's leftovers) does not idle through the search."""
     from vitplast_tune.search import cluster
 
-    pid = cluster.task_runner({"cpu": 0.5, "gpu": 0})(lambda: os.getpid())
+    with cluster.measuring_worker({"cpu": 0.5, "gpu": 0}) as run:
+        pid = run(os.getpid)
+        assert Path(f"/proc/{pid}").exists()
     deadline = time.monotonic() + 20
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not Path(f"/proc/{pid}").exists(), f"worker {pid} still runs after its task"
-    # A plain task's worker stays (Ray's default): what the option changes, seen on the same instance.
+    assert not Path(f"/proc/{pid}").exists(), f"worker {pid} still runs after the measurements"
+    # A plain task's worker stays (Ray's default): what the block's end changes, seen on the same instance.
     plain = ray_local.get(ray_local.remote(num_cpus=0.5)(lambda: os.getpid()).remote())
     time.sleep(2)
     assert Path(f"/proc/{plain}").exists()

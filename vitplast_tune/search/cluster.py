@@ -1,5 +1,5 @@
 """Joining a Ray cluster, storage that every node reaches, requests that can never be scheduled, and running
-a measurement as a Ray task where the trials' accelerators are.
+the measurements in one Ray worker where the trials' accelerators are.
 
 ``connect(address)`` joins a running cluster (``--address``, else ``RAY_ADDRESS``) and turns the
 usual failures (unreachable, token authentication refused) into one-line UserErrors.
@@ -22,13 +22,14 @@ of the driver's disk the trials need elsewhere (``data.staging``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -347,40 +348,45 @@ def show_resources(resources: dict[str, float]) -> str:
 # ----------------------------------------------------------------------------- tasks
 
 
-def task_options(resources: dict[str, float]) -> dict[str, Any]:
-    """``ray.remote`` options for a measurement with a trial's resources (one whole GPU if the trial uses any).
-
-    ``max_calls=1``: the worker exits after the task. Otherwise Ray keeps it as an idle worker for the whole
-    search, still holding torch, the model and what its allocator kept (0.5 GB with the testbed ViT).
-    """
+def worker_options(resources: dict[str, float]) -> dict[str, Any]:
+    """``ray.remote`` options of the measuring worker: a trial's resources (one whole GPU if the trial uses any)."""
     request = ray_request(resources)
     cpus, gpus = request.pop("CPU", 0.0), request.pop("GPU", 0.0)
-    return {"num_cpus": cpus, "num_gpus": 1 if gpus else 0, "resources": request, "max_retries": 0, "max_calls": 1}
+    return {"num_cpus": cpus, "num_gpus": 1 if gpus else 0, "resources": request, "max_restarts": 0}
 
 
-def task_runner(resources: dict[str, float], say=print, every_s: float = 30.0):
-    """A runner (``runner(fn, **kwargs) -> fn(**kwargs)``) that runs ``fn`` as a Ray task with a trial's resources.
+class _Worker:
+    """The measuring worker's actor: runs the functions it is sent."""
 
-    ``resources`` as ``--*-per-trial`` give them ({"cpu": 2, "gpu": 0.5, "a100": 1}); a task of a trial that uses
-    GPUs gets one whole GPU. The driver waits, saying every ``every_s`` seconds that the task still runs.
+    def call(self, fn, kwargs):
+        return fn(**kwargs)
+
+
+@contextlib.contextmanager
+def measuring_worker(resources: dict[str, float], say=print, every_s: float = 30.0) -> Iterator[Callable[..., Any]]:
+    """A runner (``runner(fn, **kwargs) -> fn(**kwargs)``) backed by one Ray worker with a trial's resources.
+
+    The measurements before the trials (plasticity, gradient criteria) share its imports (torch, timm) instead of
+    each starting a worker; the worker ends with the block, else it would hold torch, the model and what its
+    allocator kept (0.5 GB with the testbed ViT) through the search. ``resources`` as ``--*-per-trial`` give them
+    ({"cpu": 2, "gpu": 0.5, "a100": 1}). The driver waits, saying every ``every_s`` seconds that a call still runs.
     """
     import ray
 
-    options = task_options(resources)
-
     shown = show_resources(ray_request(resources))
+    worker = ray.remote(**worker_options(resources))(_Worker).remote()
 
     def run(fn, **kwargs):
-        ref = ray.remote(**options)(fn).remote(**kwargs)
+        ref = worker.call.remote(fn, kwargs)
         started = time.monotonic()
         while not ray.wait([ref], timeout=every_s)[0]:
-            say(
-                f"  ... still measuring ({time.monotonic() - started:.0f} s, a Ray task with {shown})",
-                flush=True,
-            )
+            say(f"  ... still measuring ({time.monotonic() - started:.0f} s, a Ray worker with {shown})", flush=True)
         return ray.get(ref)
 
-    return run
+    try:
+        yield run
+    finally:
+        ray.kill(worker, no_restart=True)
 
 
 # ----------------------------------------------------------------------------- what every node sees

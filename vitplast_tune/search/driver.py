@@ -127,7 +127,7 @@ def _record_and_tune(plan: SearchPlan, callbacks: Sequence[Callback], records: _
     search's record (into ``records`` as they happen), then tune; return (Tune's result grid, predictors, view)."""
     with timings.phase("ray_start"):
         grows, staged = _check_cluster(plan)
-    # The predictors, as a Ray task with a trial's resources (a GPU when trials use GPUs); cached plasticity reused.
+    # The predictors, in one Ray worker with a trial's resources (a GPU when trials use GPUs); cached plasticity reused.
     predictors = measure_predictors(plan, staged, timings)
     with timings.phase("records"):
         records.mlflow = tracking.client(plan.tracking_uri)
@@ -313,44 +313,45 @@ def _check_cluster(plan: SearchPlan) -> tuple[bool, list[staging.Staged]]:
 def measure_predictors(
     plan: SearchPlan, staged: Sequence[staging.Staged] = (), timings: Timings | None = None
 ) -> Predictors:
-    """The predictors a search measures before training (plasticity, gradient table), each as a Ray task with one
-    trial's resources, on the dataset the driver decoded and the files it staged; plasticity measured before is read
-    from its cache instead (``timings``: their seconds)."""
+    """The predictors a search measures before training (plasticity, gradient table), in one Ray worker with a
+    trial's resources (``cluster.measuring_worker``), on the dataset the driver decoded and the files it staged;
+    plasticity measured before is read from its cache instead (``timings``: their seconds)."""
     if not plan.options.plasticity:
         return Predictors()
     timings = timings or Timings()
-    from vitplast_tune.search.cluster import task_runner
+    from vitplast_tune.search.cluster import measuring_worker
 
     s, o = plan.settings, plan.options
     say = print if o.verbose else lambda *a, **k: None
-    run = task_runner(o.trial_resources, say)
-    say(
-        f"Plasticity of {s.model} ({o.plasticity_variant} variant): {s.dataset} test split vs {o.plasticity_reference} ...",
-        flush=True,
-    )
-    with timings.phase("plasticity"):
-        measured = search_report(
-            s,
-            reference=o.plasticity_reference,
-            variant=o.plasticity_variant,
-            max_pairs=o.plasticity_pairs,
-            runner=run,
-            decoded=plan.decoded,
-            staged=list(staged),
+    with measuring_worker(o.trial_resources, say) as run:  # one worker, one import of torch, for both
+        say(
+            f"Plasticity of {s.model} ({o.plasticity_variant} variant): {s.dataset} test split vs {o.plasticity_reference} ...",
+            flush=True,
         )
-    ranked = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
-    order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranked.itertuples())
-    say(
-        f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})",
-        flush=True,
-    )
-    with timings.phase("gradients"):
-        gradients = gradient_report(s, decoded=plan.decoded, runner=run, staged=list(staged))
-    say(
-        f"Gradient criteria of {s.model} on {gradients.attrs.get('num_batches')} unaugmented training batches, "
-        f"mean ± std over {gradients['head_seed'].nunique()} head initialisations:\n" + describe_gradients(gradients),
-        flush=True,
-    )
+        with timings.phase("plasticity"):
+            measured = search_report(
+                s,
+                reference=o.plasticity_reference,
+                variant=o.plasticity_variant,
+                max_pairs=o.plasticity_pairs,
+                runner=run,
+                decoded=plan.decoded,
+                staged=list(staged),
+            )
+        ranked = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
+        order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranked.itertuples())
+        say(
+            f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})",
+            flush=True,
+        )
+        with timings.phase("gradients"):
+            gradients = gradient_report(s, decoded=plan.decoded, runner=run, staged=list(staged))
+        say(
+            f"Gradient criteria of {s.model} on {gradients.attrs.get('num_batches')} unaugmented training batches, "
+            f"mean ± std over {gradients['head_seed'].nunique()} head initialisations:\n"
+            + describe_gradients(gradients),
+            flush=True,
+        )
     return Predictors(measured, gradients)
 
 
