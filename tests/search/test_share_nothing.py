@@ -222,7 +222,11 @@ def test_an_in_memory_dataset_survives_a_killed_worker(cluster, s3, tracking_uri
     assert all(c.info.status == "FINISHED" for c in children)
     moved = [c for c in children if c.data.tags["ray.node_id"] == new_node]
     assert moved, "no trial finished on the new worker"
-    for child in children:  # resumed from a checkpoint: no step reported twice, the last one reached
+    for child in children:  # resumed from its last checkpoint, not from the start: every step, the last one reached
         steps = [m.step for m in client.get_metric_history(child.info.run_id, "val_acc")]
-        assert len(steps) == len(set(steps)) and max(steps) == KILL_STEPS, steps
+        assert set(steps) == set(range(4, KILL_STEPS + 1, 4)), steps
+        # At most one evaluation repeated: Tune hands a report to the callbacks (MLflow) before it saves the report's
+        # checkpoint in a second call to the trial, so a worker killed between the two resumes one evaluation earlier
+        # (seen once in CI: steps 4, 8, 12, 12, 16, ...). Restarted from scratch, every step would repeat.
+        assert len(steps) <= len(set(steps)) + 1, steps
     assert best_weights(client, parent.info.run_id, tmp_path / "best")
