@@ -2,8 +2,8 @@
 table as CSV and JSON, and a plot) and read back by searches, the criteria lab and ``recommend``; and
 ``Predictors``, everything a search measures before training, which scores each subset.
 
-Torch-free: the measurement itself (``vit.measure``) runs where the ``runner`` sends it (a Ray task with a trial's
-resources, or this process); the files are written here.
+Torch-free: the measurement itself (``vit.measure``) runs where the ``runner`` sends it (the search's measuring Ray
+worker with a trial's resources, or this process); the files are written here.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from vitplast_tune.predictors.scores import aggregate_plasticity
 if TYPE_CHECKING:
     import torch
 
-Runner = Callable[..., Any]  # runner(fn, **kwargs) -> fn(**kwargs), here or elsewhere (a Ray task)
+Runner = Callable[..., Any]  # runner(fn, **kwargs) -> fn(**kwargs), here or elsewhere (a Ray worker)
 FILES = {"csv": "plasticity.csv", "json": "plasticity.json", "png": "plasticity.png"}
 
 
@@ -69,7 +69,7 @@ def plasticity_report(
     and parameter counts per component) and ``plasticity.png`` into ``out_dir`` (default: a cache
     folder keyed by model, weights, data and variant). With ``reuse``, a report already written
     there for the same settings is loaded instead of measured again. ``runner`` runs the measurement
-    elsewhere (``runner(fn, **kwargs)`` returns ``fn(**kwargs)``, e.g. as a Ray task on a GPU node); the files
+    elsewhere (``runner(fn, **kwargs)`` returns ``fn(**kwargs)``, e.g. in a Ray worker on a GPU node); the files
     are written here. ``decoded``: the downstream dataset already decoded (``data.decoded``), not read again;
     ``staged``: the driver's files sent to the runner's node (``data.staging``), used there in place of its paths.
     """

@@ -345,7 +345,7 @@ def show_resources(resources: dict[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(resources.items())) + "}"
 
 
-# ----------------------------------------------------------------------------- tasks
+# ----------------------------------------------------------------------------- the measuring worker
 
 
 def worker_options(resources: dict[str, float]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The measurements a search runs before training, as Ray tasks run them: build the model and the image sets of a
-run, then measure plasticity (``vit.plasticity``) or the gradient criteria (``vit.gradients``).
+"""The measurements a search runs before training, as its measuring Ray worker runs them: build the model and the
+image sets of a run, then measure plasticity (``vit.plasticity``) or the gradient criteria (``vit.gradients``).
 """
 
 from __future__ import annotations
