@@ -154,20 +154,23 @@ def kendall(x: np.ndarray, y: np.ndarray, axis: int = -1):
     x, y = np.moveaxis(np.asarray(x, dtype=float), axis, -1), np.moveaxis(np.asarray(y, dtype=float), axis, -1)
     shape, n = x.shape[:-1], x.shape[-1]
     x, y = x.reshape(-1, n), y.reshape(-1, n)
-    tau = np.full(len(x), np.nan)
     if n > _PAIRWISE_MAX:
-        for i, (a, b) in enumerate(zip(x, y)):
-            if not (is_constant(a) or is_constant(b)):
-                tau[i] = stats.kendalltau(a, b).statistic
-    step = max(1, _PAIRWISE_CHUNK // (n * n))
-    for start in range(0, len(x) if n <= _PAIRWISE_MAX else 0, step):
-        a, b = x[start : start + step], y[start : start + step]
-        sa = np.sign(a[:, :, None] - a[:, None, :]).astype(np.float32)  # each pair twice: the factor cancels
-        sb = np.sign(b[:, :, None] - b[:, None, :]).astype(np.float32)
-        both = np.einsum("kij,kij->k", sa, sb, dtype=np.float64)
-        den = np.sqrt(np.count_nonzero(sa, axis=(1, 2)).astype(float) * np.count_nonzero(sb, axis=(1, 2)))
-        tau[start : start + step] = np.where(den > 0, both / np.where(den > 0, den, 1.0), np.nan)
+        tau = np.array(
+            [math.nan if is_constant(a) or is_constant(b) else stats.kendalltau(a, b).statistic for a, b in zip(x, y)]
+        )
+    else:
+        step = max(1, _PAIRWISE_CHUNK // (n * n))
+        tau = np.concatenate([_pairwise_tau(x[i : i + step], y[i : i + step]) for i in range(0, len(x), step)])
     return float(tau[0]) if not shape else tau.reshape(shape)
+
+
+def _pairwise_tau(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Kendall's tau-b of each row of ``x`` and ``y`` (rows, points) from the signs of all pairwise differences."""
+    sx = np.sign(x[:, :, None] - x[:, None, :]).astype(np.float32)  # each pair twice: the factor cancels
+    sy = np.sign(y[:, :, None] - y[:, None, :]).astype(np.float32)
+    both = np.einsum("kij,kij->k", sx, sy, dtype=np.float64)
+    den = np.sqrt(np.count_nonzero(sx, axis=(1, 2)).astype(float) * np.count_nonzero(sy, axis=(1, 2)))
+    return np.where(den > 0, both / np.where(den > 0, den, 1.0), np.nan)
 
 
 _PAIRWISE_MAX = 100  # points; the crossover with scipy's per-row call measured at about 100 (1000 rows, 2 cores)
