@@ -91,3 +91,9 @@ def test_the_plan_in_words(tmp_path, tiny_space):
     budgets = tiny_space(budgets=[8, {"steps": 24, "lr": [0.05]}])
     lines = "\n".join(estimate.describe_trials(plan.prepare(options(tmp_path, budgets, name="budgets"))))
     assert "8 or 24 steps at batch 32" in lines  # each budget's steps, not the default max_steps no trial trains
+
+
+def test_durations_under_ten_minutes_keep_their_tenths():
+    # "2 min to 3 min" hid a lower bound of 95 s below a search whose trials took 97 s.
+    shown = [estimate._minutes(s) for s in (88, 95, 170, 1500, 7200)]
+    assert shown == ["88 s", "1.6 min", "2.8 min", "25 min", "2.0 h"]

@@ -229,8 +229,11 @@ def describe_estimate(plan: SearchPlan, timings: list[Timing], device: str, at_o
 
 
 def _minutes(seconds: float) -> str:
+    """Seconds as a person reads them; tenths of a minute under 10 min (95 s is 1.6 min, not "2 min")."""
     if seconds < 90:
         return f"{seconds:.0f} s"
+    if seconds < 600:
+        return f"{seconds / 60:.1f} min"
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
