@@ -1,11 +1,13 @@
 """Every console command end to end, as a user runs it (``python -m vitplast_tune COMMAND``, a process of its own,
-its own Ray instance), at tiny step counts: pretrain, a random search with median stopping and analyze on it,
-analyze of two searches (the cross-dataset table), and recommend --verify."""
+its own Ray instance), at tiny step counts: pretrain, a random search with median stopping (its driver free of
+torch while trials train) and analyze on it,
+analyze of two searches (the cross-dataset table; the searches run in this process), and recommend --verify."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 
@@ -15,14 +17,20 @@ from safetensors.torch import load_file
 
 from tests._spaces import space_text
 from vitplast_tune.config import TESTBED_MODEL
+from vitplast_tune.search import driver
 
 pytestmark = pytest.mark.slow
 
 
-def command(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``python -m vitplast_tune ARGS``; fails the test with its output when it does not exit 0."""
+def command(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m vitplast_tune ARGS`` (``env``: added to this process's environment); fails the test with its
+    output when it does not exit 0."""
     proc = subprocess.run(
-        [sys.executable, "-m", "vitplast_tune", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "vitplast_tune", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
@@ -47,7 +55,22 @@ def test_pretrain_writes_weights_the_model_loads_and_their_provenance(tmp_path):
     assert written["head.weight"].shape[0] == 4 and state["head.weight"].shape[0] == 10
 
 
+LEAN_PROBE = """
+import json, os, sys
+from ray import tune
+
+
+class Probe(tune.Callback):  # named in RAY_TUNE_CALLBACKS: Ray Tune adds it to the search's own
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        with open(os.environ["LEAN_PROBE_OUT"], "a") as out:
+            out.write(json.dumps([m for m in ("torch", "timm", "torchvision") if m in sys.modules]) + "\\n")
+"""
+
+
 def test_a_random_search_with_median_stopping_then_analyze_on_its_record(tmp_path):
+    """The search command: a random search under median stopping, its plasticity measured; its driver holds no
+    torch, timm or torchvision (0.4 GB) while trials train (it validates and decodes in a child process, measures
+    and trains in Ray workers: a callback in the driver looks at each report); then analyze on its record."""
     space = tmp_path / "random.yaml"
     space.write_text(
         space_text(
@@ -58,13 +81,21 @@ def test_a_random_search_with_median_stopping_then_analyze_on_its_record(tmp_pat
             defaults={"max_steps": 16, "eval_every": 4},
         )
     )
+    (tmp_path / "lean_probe.py").write_text(LEAN_PROBE)
+    seen = tmp_path / "seen.jsonl"
+    probe = {"RAY_TUNE_CALLBACKS": "lean_probe.Probe", "LEAN_PROBE_OUT": str(seen)}
+    probe["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *sys.path])
     storage = tmp_path / "results"
-    proc = command("search", "--space", str(space), "--name", "rnd", "--storage", str(storage), "--no-plasticity")
+    flags = ["--storage", str(storage), "--plasticity-pairs", "16"]
+    proc = command("search", "--space", str(space), "--name", "rnd", *flags, env=probe)
     assert "(random, scheduler median," in proc.stdout
     trials = pd.read_csv(storage / "rnd" / "trials.csv")
     assert len(trials) == 4 and trials["step"].between(4, 16).all() and trials["val_acc"].between(0, 1).all()
     assert set(trials["components"]) <= {"mha", "fc1", "ln1+ln2", "head"}
     assert trials["lr"].between(0.01, 1).all() and trials["lr"].nunique() == 4  # random: four different draws
+    reports = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert len(reports) == (trials["step"] // 4).sum()  # every evaluation of every trial
+    assert all(heavy == [] for heavy in reports), reports
 
     again = command("analyze", "--name", "rnd", "--storage", str(storage))
     best = trials.sort_values("best_val_acc", ascending=False).iloc[0]
@@ -97,17 +128,23 @@ def test_recommend_then_verify_with_a_short_grid(tmp_path):
     assert (trials["step"] == 8).all()
 
 
-def test_analyze_of_two_searches_writes_the_cross_dataset_table(tmp_path):
+def test_analyze_of_two_searches_writes_the_cross_dataset_table(ray_local, tmp_path):
     """One paper-protocol grid per dataset (the linear probe, three components, two seeds), then ``analyze`` with
-    both names: the relative gains over the probe, per dataset and their mean, as computed here from trials.csv."""
+    both names: the relative gains over the probe, per dataset and their mean, as computed here from trials.csv.
+    The two searches are this test's set-up, run in this process on its Ray instance (what ``search`` writes is
+    the command line's; its own test is the random search's): the command under test is ``analyze``."""
     grid = tmp_path / "grid.yaml"
     components = ["head", "mha", "fc1", "fc2"]
     parameters = {"components": {"choice": components}, "lr": {"choice": [0.05]}, "seed": {"choice": [0, 1]}}
     grid.write_text(space_text(parameters=parameters, defaults={"max_steps": 16, "eval_every": 8}))
     storage = tmp_path / "results"
     for name, dataset, reference in (("dig", "digits", "fractals"), ("fra", "fractals", "digits")):
-        flags = ["--dataset", dataset, "--plasticity-reference", reference, "--storage", str(storage)]
-        command("search", "--space", str(grid), "--name", name, *flags)
+        settings = {"dataset": dataset}
+        driver.run(
+            driver.SearchOptions(
+                str(grid), name, str(storage), settings=settings, plasticity_reference=reference, verbose=0
+            )
+        )
 
     out = command("analyze", "--name", "dig", "--name", "fra", "--storage", str(storage)).stdout
     assert "Relative gain over the linear probe per configuration and dataset" in out

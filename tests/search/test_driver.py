@@ -256,45 +256,6 @@ def test_a_local_instance_starts_no_idle_workers_ahead():
     assert workers >= 1  # the count sees the worker that ran the task (it stays, idle, to be reused)
 
 
-LEAN_PROBE = """
-import json, os, sys
-from ray import tune
-
-
-class Probe(tune.Callback):  # named in RAY_TUNE_CALLBACKS: Ray Tune adds it to the search's own
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        with open(os.environ["LEAN_PROBE_OUT"], "a") as out:
-            out.write(json.dumps([m for m in ("torch", "timm", "torchvision") if m in sys.modules]) + "\\n")
-"""
-
-
-def test_the_driver_of_a_search_holds_no_torch_while_trials_train(tmp_path):
-    """The command line's search validates and decodes in a child process, measures and trains in Ray workers:
-    its driver holds no torch, timm or torchvision (0.4 GB) while trials train."""
-    space = tmp_path / "one.yaml"
-    space.write_text(space_text())
-    (tmp_path / "lean_probe.py").write_text(LEAN_PROBE)
-    seen = tmp_path / "seen.jsonl"
-    with tempfile.TemporaryDirectory(prefix="vtl", dir="/tmp") as ray_tmp:  # a Ray instance of its own
-        env = {
-            **os.environ,
-            "RAY_TMPDIR": ray_tmp,
-            "RAY_ADDRESS": "",
-            "RAY_TUNE_CALLBACKS": "lean_probe.Probe",
-            "LEAN_PROBE_OUT": str(seen),
-            "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path]),
-        }
-        cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(space), "--name", "lean"]
-        cmd += ["--storage", str(tmp_path / "results"), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]
-        out = subprocess.run(
-            [*cmd, "--plasticity-pairs", "16", "--quiet"], env=env, capture_output=True, text=True, timeout=600
-        )
-    assert out.returncode == 0, out.stderr[-3000:]
-    reports = [json.loads(line) for line in seen.read_text().splitlines()]
-    assert len(reports) == 2  # the trial's two evaluations (steps 8 and 16)
-    assert all(heavy == [] for heavy in reports), reports
-
-
 def test_the_search_measured_its_predictors_in_a_ray_task(finished):
     client = MlflowClient(finished.plan.tracking_uri)
     paths = {a.path for a in client.list_artifacts(finished.parent_run_id, "criteria")}

@@ -112,27 +112,17 @@ def child_runs_by_trial(parent_run_id, tracking_uri):
     return client, by_trial
 
 
-KILLED = {  # space, trials, where the driver is killed: Optuna's TPE under ASHA (searcher and scheduler restored), a grid
-    "asha": (
-        dict(num_samples=6, scheduler="{name: asha, grace_period: 16, reduction_factor: 2}"),
-        6,
-        "2/6 trials done",
-    ),
-    "grid": (
-        dict(algorithm="grid", num_samples=1, components="{choice: [mha, fc1, ln1, ln2]}", lr="{choice: [0.05]}"),
-        4,
-        "2/4 trials done",
-    ),
-}
+# Where the driver is SIGKILLed: Optuna's TPE under ASHA, so that both the searcher and the scheduler are restored.
+# (A grid's resume, the basic variant generator restored from the experiment state, is the SIGTERM test's.)
+KILLED_SPACE = dict(num_samples=6, scheduler="{name: asha, grace_period: 16, reduction_factor: 2}")
 
 
-@pytest.mark.parametrize("kind", list(KILLED))
-def test_sigkilled_driver_resumes_without_losing_or_repeating_trials(tmp_path, owned_ray, kind):
-    space_kw, total, kill_at = KILLED[kind]
-    space = write_space(tmp_path / "space.yaml", **space_kw)
+def test_sigkilled_driver_resumes_without_losing_or_repeating_trials(tmp_path, owned_ray):
+    total = KILLED_SPACE["num_samples"]
+    space = write_space(tmp_path / "space.yaml", **KILLED_SPACE)
     args = ["--space", str(space), "--name", "crash", "--storage", str(tmp_path / "results"), "--seed", "3"]
     proc = start_search(owned_ray, *args)
-    wait_for_line(proc, kill_at)
+    wait_for_line(proc, f"2/{total} trials done")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
     owned_ray.kill_all()  # the orphaned raylet, GCS and workers this driver had started
@@ -155,7 +145,7 @@ def test_sigkilled_driver_resumes_without_losing_or_repeating_trials(tmp_path, o
     trials = pd.read_csv(directory / "trials.csv")
     assert len(trials) == total and trials["trial_id"].nunique() == total and trials["error"].isna().all()
     stopped = trials["step"] < 48
-    assert (trials["step"] == 48).all() if kind != "asha" else stopped.any() and (trials["step"] >= 16).all()
+    assert stopped.any() and (trials["step"] >= 16).all()  # ASHA stopped some at a rung, none before its first
 
     record = json.loads((directory / "vitplast_search.json").read_text())
     client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
@@ -169,9 +159,6 @@ def test_sigkilled_driver_resumes_without_losing_or_repeating_trials(tmp_path, o
         assert set(steps) == set(range(8, int(trial.step) + 1, 8))
         # a resumed trial repeats at most the segments after the last checkpoint Tune's experiment state recorded
         assert len(steps) <= len(set(steps)) + 2
-    if kind == "grid":
-        assert set(trials["components"]) == {"mha", "fc1", "ln1", "ln2"}
-        return
     searcher = searchers.OptunaSearcher()
     searcher.restore_from_dir(str(directory))
     study_trials = searcher._ot_study.trials
@@ -181,25 +168,23 @@ def test_sigkilled_driver_resumes_without_losing_or_repeating_trials(tmp_path, o
     assert states == sorted("PRUNED" if s else "COMPLETE" for s in stopped)  # ASHA's stopped trials are not final
 
 
-def test_a_budget_below_the_grace_period_runs_to_the_end(tmp_path, owned_ray):
-    proc = start_search(
-        owned_ray,
-        "--space",
-        "component_subsets",
-        "--max-steps",
-        "40",
-        "--num-samples",
-        "3",
-        "--name",
-        "short",
-        "--storage",
-        str(tmp_path / "results"),
+def test_a_budget_below_the_grace_period_runs_to_the_end(ray_local, tmp_path):
+    """The shipped space's ASHA (grace period 50) under --max-steps 40: one note says so (the search prints its
+    notes first), and every trial trains to 40."""
+    options = driver.SearchOptions(
+        space="component_subsets",
+        name="short",
+        storage=str(tmp_path / "results"),
+        num_samples=3,
+        settings={"max_steps": 40},
+        plasticity=False,
+        verbose=0,
     )
-    out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out
-    assert out.count("grace_period 50 is above max_steps 40: using 40") == 1
+    result = driver.run(options)
+    (note,) = [n for n in result.plan.notes if "grace_period" in n]
+    assert "grace_period 50 is above max_steps 40: using 40" in note
     trials = pd.read_csv(tmp_path / "results" / "short" / "trials.csv")
-    assert len(trials) == 3 and (trials["step"] == 40).all()
+    assert len(trials) == 3 and (trials["step"] == 40).all() and len(result.trials) == 3
 
 
 def test_lost_worker_is_retried_from_its_checkpoint(tmp_path, owned_ray):
@@ -207,7 +192,7 @@ def test_lost_worker_is_retried_from_its_checkpoint(tmp_path, owned_ray):
         tmp_path / "space.yaml",
         algorithm="grid",
         num_samples=1,
-        components="{choice: [mha, fc1, ln1]}",
+        components="{choice: [mha, fc1]}",
         lr="{choice: [0.05]}",
         steps=96,
     )
@@ -224,7 +209,7 @@ def test_lost_worker_is_retried_from_its_checkpoint(tmp_path, owned_ray):
         "2",
     ]
     proc = start_search(owned_ray, *args)
-    wait_for_line(proc, "1/3 trials done")
+    wait_for_line(proc, "1/2 trials done")
     deadline = time.monotonic() + 240  # until the second trial is training and has checkpointed
     while len({p.parent for p in (tmp_path / "results" / "lost").glob("*/checkpoint_*")}) < 2:
         assert time.monotonic() < deadline, "the second trial never checkpointed"
@@ -235,10 +220,10 @@ def test_lost_worker_is_retried_from_its_checkpoint(tmp_path, owned_ray):
     assert proc.returncode == 0, out
     directory = tmp_path / "results" / "lost"
     trials = pd.read_csv(directory / "trials.csv")
-    assert len(trials) == 3 and (trials["step"] == 96).all() and trials["error"].isna().all()
+    assert len(trials) == 2 and (trials["step"] == 96).all() and trials["error"].isna().all()
     record = json.loads((directory / "vitplast_search.json").read_text())
     client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
-    assert len(by_trial) == 3 and all(
+    assert len(by_trial) == 2 and all(
         len(runs) == 1 and runs[0].info.status == "FINISHED" for runs in by_trial.values()
     )
     for (run,) in by_trial.values():
@@ -246,7 +231,7 @@ def test_lost_worker_is_retried_from_its_checkpoint(tmp_path, owned_ray):
         assert set(steps) == set(range(8, 97, 8)) and len(steps) <= 13  # continued, not restarted from step 0
     state = json.loads(next(directory.glob("experiment_state-*.json")).read_text())
     failures = sorted(json.loads(runtime)["num_failures"] for _, runtime in state["trial_data"])
-    assert failures == [0, 0, 1]  # the killed trial was retried once, from its checkpoint
+    assert failures == [0, 1]  # the killed trial was retried once, from its checkpoint
 
 
 def test_diverging_trial_is_failed_in_mlflow_and_optuna(ray_local, tmp_path):
