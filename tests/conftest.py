@@ -1,5 +1,5 @@
 """Shared fixtures: isolation of every test from the machine and from each other, tiny ViTs and space files, and a
-local Ray instance with 2 CPUs.
+local Ray instance with 1 CPU.
 
 Every test runs with its own cache directory (``VITPLAST_CACHE_DIR``), results directory (``VITPLAST_RESULTS_DIR``),
 working directory (where MLflow's defaults would land, which tests check stays empty) and Ray temp dir
@@ -88,12 +88,14 @@ def tiny_vit() -> VisionTransformer:
 @pytest.fixture(scope="session")
 def ray_local():
     """A local Ray instance of this session's own (never one already running), with an explicit small resource set,
-    shut down after the session."""
+    shut down after the session. One CPU: the in-process searches run one trial at a time, in one trial worker that
+    imports torch once (4-5 CPU seconds a process; the suite is CPU-bound on two cores, its workers run two tests at
+    once). Trials at once are the tests' whose searches start their own Ray (2 CPUs) or join a cluster."""
     import ray
 
     ray.init(
         address="local",
-        num_cpus=2,
+        num_cpus=1,
         num_gpus=0,
         include_dashboard=False,
         log_to_driver=False,

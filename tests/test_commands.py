@@ -139,12 +139,16 @@ def test_analyze_of_two_searches_writes_the_cross_dataset_table(ray_local, tmp_p
     grid.write_text(space_text(parameters=parameters, defaults={"max_steps": 16, "eval_every": 8}))
     storage = tmp_path / "results"
     for name, dataset, reference in (("dig", "digits", "fractals"), ("fra", "fractals", "digits")):
-        settings = {"dataset": dataset}
-        driver.run(
-            driver.SearchOptions(
-                str(grid), name, str(storage), settings=settings, plasticity_reference=reference, verbose=0
-            )
+        options = driver.SearchOptions(
+            str(grid),
+            name,
+            str(storage),
+            settings={"dataset": dataset},
+            plasticity_reference=reference,
+            plasticity_pairs=32,
+            verbose=0,
         )
+        driver.run(options)
 
     out = command("analyze", "--name", "dig", "--name", "fra", "--storage", str(storage)).stdout
     assert "Relative gain over the linear probe per configuration and dataset" in out
