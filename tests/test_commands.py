@@ -1,7 +1,7 @@
 """Every console command end to end, as a user runs it (``python -m vitplast_tune COMMAND``, a process of its own,
 its own Ray instance), at tiny step counts: pretrain, a random search with median stopping (its driver free of
-torch while trials train) and analyze on it,
-analyze of two searches (the cross-dataset table; the searches run in this process), and recommend --verify."""
+torch while trials train) and analyze on it, analyze of two searches (the cross-dataset table; the searches run
+in this process), and recommend --verify."""
 
 from __future__ import annotations
 
