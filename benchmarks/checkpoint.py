@@ -54,7 +54,7 @@ def checkpointing_trial(config: dict[str, Any]) -> None:
     from ray import tune
 
     from vitplast_tune import components
-    from vitplast_tune.search.trial import write_checkpoint
+    from vitplast_tune.run.trainable import write_checkpoint
     from vitplast_tune.vit import models
 
     model = models.create_model(config["model"], 10, pretrained=False)

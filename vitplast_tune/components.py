@@ -1,6 +1,6 @@
 """The six finetunable components of a timm Vision Transformer, and freezing all but a subset.
 
-A component is a named group of parameters (see PAPER.md):
+A component is a named group of parameters (the paper's components, Odonnat et al., ICML 2026):
 
     emb  patch_embed, cls/register tokens, pos_embed (model level)
     ln1  blocks[i].norm1           mha  blocks[i].attn (+ layer scale ls1)
@@ -20,6 +20,7 @@ train: "all", "first", "middle" or "last" (thirds), or a contiguous range "i-j" 
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -288,3 +289,38 @@ def count_trainable(
         if method != FROZEN and (block is None or blocks is None or block in blocks):
             counts[component] += per_method[method](row)
     return counts
+
+
+def all_subsets(allow_head: bool = False) -> list[str]:
+    """Names of all non-empty subsets of the six components, smallest first (and "head" first when allowed)."""
+    subsets = [
+        subset_name(combo) for k in range(1, len(COMPONENTS) + 1) for combo in itertools.combinations(COMPONENTS, k)
+    ]
+    return ([HEAD] if allow_head else []) + subsets
+
+
+def component_flag(component: str) -> str:
+    """Config key of the boolean that says whether a component trains: ``train_<name>``."""
+    return f"train_{component}"
+
+
+def method_flag(component: str) -> str:
+    """Config key of the categorical that says how a component trains: ``method_<name>``."""
+    return f"method_{component}"
+
+
+COMPONENT_FLAGS = tuple(component_flag(c) for c in COMPONENTS)
+METHOD_FLAGS = tuple(method_flag(c) for c in COMPONENTS)
+ENCODING_KEYS = COMPONENT_FLAGS + METHOD_FLAGS  # what Optuna samples to make ``components``; not trial settings
+
+
+def component_flags(subset: str) -> dict[str, bool]:
+    """One boolean per component (``train_<name>``) for a subset name."""
+    chosen = parse_subset(subset)
+    return {component_flag(c): c in chosen for c in COMPONENTS}
+
+
+def component_methods(subset: str) -> dict[str, str]:
+    """How each component trains (``method_<name>``: frozen, full, lora or bitfit) for a subset name."""
+    methods = parse_methods(subset)
+    return {method_flag(c): methods.get(c, FROZEN) for c in COMPONENTS}

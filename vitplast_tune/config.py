@@ -36,7 +36,7 @@ def default_data_dir() -> Path:
 
 
 OPTIMIZERS = ("sgd", "adamw")  # SGD with classical momentum, AdamW; both built by timm.optim.create_optimizer_v2
-# Mixed precision of training and evaluation: auto picks by device (vit/training.py resolve_precision).
+# Mixed precision of training and evaluation: auto picks by device (vit/devices.py resolve_precision).
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 # How plasticity is measured (vit/plasticity.py): the paper's definition (every component applied to the embedding
 # output), or each component on its real input inside the forward pass.
@@ -169,10 +169,28 @@ class FinetuneConfig:
         return asdict(self)
 
 
+# What every report of a trial carries that a search can optimise, and the mode in which it is better (the last two:
+# second objectives of a Pareto search).
+METRICS = {
+    "val_acc": "max",
+    "best_val_acc": "max",
+    "val_loss": "min",
+    "train_loss": "min",
+    "trainable_params": "min",
+    "images_per_s": "max",
+}
+
+
+def trial_config(config: dict[str, Any], settings: FinetuneConfig) -> FinetuneConfig:
+    """The FinetuneConfig of a trial: its sampled parameters over the search's settings (Optuna's component
+    encodings, ``components.ENCODING_KEYS``, left out)."""
+    return settings.merged({k: v for k, v in config.items() if k not in components.ENCODING_KEYS})
+
+
 @dataclass
 class PretrainConfig:
     """How the offline testbed ViT is pretrained on generated fractals (``vit.pretraining.pretrain_testbed``); the
-    defaults made the shipped checkpoint. Each field's ``help`` is its command-line help (``vitplast-pretrain``)."""
+    defaults made the shipped checkpoint. Each field's ``help`` is its command-line help (``vitplast pretrain``)."""
 
     seed: int = field(default=0, metadata={"help": "seed of the initialisation, batch order and fractal variations"})
     data_seed: int = field(

@@ -209,7 +209,7 @@ def test_gradient_checkpointing_trains_the_same_run(monkeypatch):
 
 
 def test_auto_precision_follows_the_device(monkeypatch):
-    from vitplast_tune.vit.training import resolve_precision
+    from vitplast_tune.vit.devices import resolve_precision
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert resolve_precision("auto", cpu) == "fp32"

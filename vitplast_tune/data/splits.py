@@ -112,11 +112,9 @@ class SmallImages(Dataset):
         return transforms.batch_transform(raw, self.data_config, self.train, seed, self.augment), labels
 
 
-# Training batches with random crops on a CPU-only trial: "per_image", "batched", or "auto": whichever was measured
-# faster at the model's input size, batched up to ``CPU_BATCHED_UP_TO`` px a side, per image above (one core, batches
-# of 64, light recipe: batched 1.9x faster from 8 -> 32 px and from 32 -> 64 px; timm's per-image PIL transform 1.1x
-# faster at 32 -> 128 px and 1.5x at 32 -> 224 px, where ``python -m benchmarks.data`` has 423 vs 229 images/s).
-# Evaluation batches are batched everywhere (785 vs 572 images/s per image at 224 px).
+# Training batches with random crops on a CPU-only trial: "per_image", "batched", or "auto": whichever
+# ``python -m benchmarks.data`` measured faster at the model's input size (docs/benchmarks.md), batched up to
+# ``CPU_BATCHED_UP_TO`` px a side, per image (timm's PIL transform) above. Evaluation batches are batched everywhere.
 CPU_TRAIN_PATH = "auto"
 CPU_BATCHED_UP_TO = 64
 

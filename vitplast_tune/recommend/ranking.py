@@ -20,11 +20,10 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.analysis.lab import LAB_PREDICTORS
-from vitplast_tune.components import HEAD, count_trainable, parse_subset, subset_name
-from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.components import HEAD, all_subsets, count_trainable, parse_subset, subset_name
+from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import BASELINE, contains_mha_or_fc, log_trainable_params
-from vitplast_tune.search import distributions
 from vitplast_tune.storage import SEARCH_FILE
 
 DEFAULT_CRITERION = "plasticity_mean"  # the paper's: without evidence, rank by the mean plasticity of the subset
@@ -53,13 +52,13 @@ def subset_scores(
     """One row per subset (default: every non-empty subset, in full; or ``subsets``, which may name methods such as
     "mha:lora+fc1"): its trainable parameters (by its methods, in the blocks of ``settings``' depth, at its LoRA rank,
     head included) and every pre-training predictor of the lab."""
-    from vitplast_tune.search.trial import trainable_parameters, trial_config
+    from vitplast_tune.vit.methods import trainable_parameters
 
     summary = predictors.plasticity.meta["parameter_summary"]  # of the model without its head
     head = trainable_parameters(trial_config({"components": HEAD}, settings))
     num_blocks = 1 + max((r["block"] for r in summary if r["block"] is not None), default=-1)
     rows = []
-    for subset in distributions.all_subsets() if subsets is None else subsets:
+    for subset in all_subsets() if subsets is None else subsets:
         cfg = settings.merged({"components": subset})
         chosen = parse_subset(subset)
         counts = count_trainable(summary, subset, cfg.block_indices(num_blocks), cfg.lora_rank)
@@ -207,9 +206,7 @@ def recommend(
     s = settings
     measured = report.search_report(s, reference=reference, max_pairs=plasticity_pairs)
     gradients = report.gradient_report(s, num_batches=num_batches)
-    in_network = report.in_network_scores(
-        s, distributions.all_subsets(), reference=reference, plasticity_pairs=plasticity_pairs
-    )
+    in_network = report.in_network_scores(s, all_subsets(), reference=reference, plasticity_pairs=plasticity_pairs)
     scores = subset_scores(report.Predictors(measured, gradients), s, in_network)
     evidence = read_evidence(storage)
     criterion, _ = choose_criterion(evidence, s.model, s.dataset)
@@ -240,7 +237,7 @@ def describe(rec: Recommendation, top: int = 10) -> str:
         "(lab: test accuracy per subset at its best lr; trials: final validation accuracy per trial):",
     ]
     if rec.evidence.empty:
-        lines.append("  no evidence yet: run a criteria lab (vitplast-search --space criteria_lab) or --verify")
+        lines.append("  no evidence yet: run a criteria lab (vitplast search --space criteria_lab) or --verify")
     for r in rec.evidence.sort_values(["criterion", "search"]).itertuples():
         lines.append(
             f"  {r.criterion:<22} {r.spearman:+.2f} [{r.spearman_low:+.2f}, {r.spearman_high:+.2f}] n={r.n:<3} "
@@ -249,12 +246,11 @@ def describe(rec: Recommendation, top: int = 10) -> str:
     return "\n".join(lines)
 
 
-def warm_start_subsets(plan, predictors: report.Predictors) -> list[str]:
-    """The subsets ``recommend`` ranks best (within the parameter budget) for a space with ``warm_start``; else none."""
-    if not plan.spec.warm_start or predictors.plasticity is None:
-        return []
-    scores = subset_scores(predictors, plan.settings)
-    ranked = rank(scores, choose_criterion(read_evidence(Path(plan.storage)))[0], plan.max_trainable_params)
-    say = print if plan.options.verbose else lambda *a, **k: None
-    say(f"Warm start: TPE tries first {', '.join(ranked['components'].head(plan.spec.warm_start))}", flush=True)
+def warm_start_subsets(
+    predictors: report.Predictors, settings: FinetuneConfig, storage: str | Path, budget: int | None = None
+) -> list[str]:
+    """Every subset within ``budget`` trainable parameters, ranked best first by the criterion the evidence recorded
+    under ``storage`` backs (``choose_criterion``): the subsets a space with ``warm_start`` lets TPE try first."""
+    scores = subset_scores(predictors, settings)
+    ranked = rank(scores, choose_criterion(read_evidence(Path(storage)))[0], budget)
     return list(ranked["components"])

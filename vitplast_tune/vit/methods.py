@@ -5,7 +5,7 @@ LoRA comes from Hugging Face peft: ``inject_adapter_in_model`` replaces the chos
 ViT in place (``blocks.0.attn.qkv`` becomes a ``lora.Linear`` holding the original as ``base_layer`` and the
 adapters ``lora_A`` / ``lora_B``); the model stays a timm ``VisionTransformer``. Merging folds ``(alpha / r) * B @ A``
 into each base weight and puts the base layer back: the state dict then loads strictly into ``timm.create_model``.
-peft imports transformers (about 1.5 s), so it is imported only where a run trains by LoRA, never on the driver.
+peft imports transformers (seconds of imports), so it is imported only where a run trains by LoRA, never on the driver.
 """
 
 from __future__ import annotations
@@ -110,3 +110,12 @@ def _num_classes(cfg: FinetuneConfig) -> int:
     from vitplast_tune.data import datasets
 
     return datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir)
+
+
+def trainable_parameters(cfg: FinetuneConfig) -> int:
+    """How many parameters a run of ``cfg`` trains (its subset by their methods, blocks and head), counted on an
+    untrained model."""
+    from vitplast_tune.data import datasets
+
+    model = models.create_model(cfg.model, datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir), pretrained=False)
+    return sum(apply_methods(model, cfg).values())

@@ -183,7 +183,7 @@ def _check_shipped_file(name: str) -> None:
     cfg = timm.models.get_pretrained_cfg(name)
     file = getattr(cfg, "file", None) if cfg is not None else None
     if file and not Path(file).is_file():
-        raise UserError(f'weights of "{name}" not found at {file}; make them with: vitplast-pretrain')
+        raise UserError(f'weights of "{name}" not found at {file}; make them with: vitplast pretrain')
 
 
 def _one_line(exc: BaseException) -> str:

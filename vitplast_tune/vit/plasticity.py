@@ -1,7 +1,7 @@
 """Measuring the plasticity of ViT components (pure: model and images in, table out): the average rate
 of change ||f(x) - f(y)|| / ||x - y|| over image pairs.
 
-Two variants (see PAPER.md):
+Two variants (the paper's definition, Odonnat et al., ICML 2026, and the in-network one):
 
     paper       (default, the paper's definition) x and y are the embedding output, the real input
                 of block 0; every component of every block is applied to that same embedding output:
@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from vitplast_tune.components import BLOCK_COMPONENTS
 from vitplast_tune.config import check_variant
 from vitplast_tune.errors import UserError
+from vitplast_tune.vit.devices import resolve_device
 from vitplast_tune.vit.models import block_module, embed, vit_blocks
 
 Images = Tensor | Iterable[Any]  # (N, C, H, W), or batches of it (or of (images, labels) tuples)
@@ -92,24 +93,6 @@ def compute_plasticity(
 
 
 # ----------------------------------------------------------------------------- internals
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """The torch device named by ``device`` (None: CUDA when there is a GPU, else the CPU); UserError for a name torch
-    does not know or a CUDA device this machine does not have."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except RuntimeError as exc:
-        raise UserError(f'invalid device "{device}": {exc}') from exc
-    if resolved.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise UserError(f'device "{device}": no CUDA GPU is visible here; use --device cpu, or leave --device out')
-        if resolved.index is not None and resolved.index >= count:
-            raise UserError(f'device "{device}": this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}')
-    return resolved
 
 
 def _pair_dist(stacked: Tensor) -> Tensor:
