@@ -100,4 +100,8 @@ def test_a_lora_grid_at_two_depths_and_its_best_weights_as_a_plain_timm_model(ra
     splits = datasets.load_dataset(cfg.dataset, models.data_config(plain), seed=cfg.seed)
     test = training.evaluate(plain, splits.test, cfg.batch_size, torch.device("cpu"))
     assert test["acc"] == pytest.approx(about["test_acc"])  # the trial's own test accuracy, from a plain timm model
-    assert isinstance(pd.read_csv(result.place.local_dir / "analysis" / "depth_table.csv"), pd.DataFrame)
+    table = pd.read_csv(result.place.local_dir / "analysis" / "depth_table.csv")
+    assert sorted(zip(table["components"], table["depth"])) == sorted(by.index)  # each subset at each depth once
+    at_best = trials.groupby(["components", "depth"])["test_acc"].mean()  # one lr: the best is the only one
+    for row in table.itertuples():
+        assert row.mean == pytest.approx(at_best.loc[(row.components, row.depth)])
