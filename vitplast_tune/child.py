@@ -15,16 +15,20 @@ from typing import Any
 from vitplast_tune.errors import UserError
 
 
-def call_in_child(target: str, *args: Any) -> Any:
+def call_in_child(target: str, *args: Any, timeout_s: float | None = None) -> Any:
     """``module:function(*args)`` run in a short-lived Python process with this one's imports, its result returned
     here (arguments and result pickled through a temporary file). A UserError there is raised here; any other
-    failure prints its traceback and raises RuntimeError."""
+    failure prints its traceback and raises RuntimeError; a child still running after ``timeout_s`` is killed and
+    TimeoutError raised."""
     with tempfile.TemporaryDirectory(prefix="vitplast-child-") as tmp:
         exchange = Path(tmp) / "call.pkl"  # in: (target, args); out: (ok, result or UserError)
         exchange.write_bytes(pickle.dumps((target, args)))
         code = "import sys; from vitplast_tune.child import _child_main; _child_main(sys.argv[1])"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this process's imports
-        child = subprocess.run([sys.executable, "-c", code, str(exchange)], env=env)
+        try:
+            child = subprocess.run([sys.executable, "-c", code, str(exchange)], env=env, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"{target} took more than {timeout_s:g} s in a child process") from None
         if child.returncode != 0:
             raise RuntimeError(f"{target} failed in a child process (exit {child.returncode})")
         ok, value = pickle.loads(exchange.read_bytes())

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _servers import MLFLOW_API, http_server
 from _spaces import space_text
 
 from vitplast_tune import storage
@@ -115,12 +116,13 @@ def test_mlflow_environment_variables_are_the_defaults_and_flags_win(tmp_path, m
     default = prepare(options(tmp_path, name="plain"))
     assert default.tracking_uri == f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
     assert default.experiment == EXPERIMENT and default.notes == []
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
-    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "team runs")
-    from_env = prepare(options(tmp_path, name="env"))
-    assert (from_env.tracking_uri, from_env.experiment) == ("http://127.0.0.1:5999", "team runs")
+    with http_server({MLFLOW_API: 200}) as server:  # the tracking server must answer (plan.services)
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
+        monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "team runs")
+        from_env = prepare(options(tmp_path, name="env"))
+    assert (from_env.tracking_uri, from_env.experiment) == (server, "team runs")
     assert from_env.notes == [  # said once when the search starts
-        "MLflow tracking URI http://127.0.0.1:5999 from $MLFLOW_TRACKING_URI (a flag overrides it)",
+        f"MLflow tracking URI {server} from $MLFLOW_TRACKING_URI (a flag overrides it)",
         "MLflow experiment team runs from $MLFLOW_EXPERIMENT_NAME (a flag overrides it)",
     ]
     flags = prepare(options(tmp_path, name="flags", tracking_uri="sqlite:////tmp/x.db", experiment="mine"))

@@ -23,3 +23,24 @@ def view_supported(version: str | None = None) -> bool:
     """Whether the installed (or given) MLflow version's UI reads the saved-view format of ``VIEW_TAG_PREFIX``."""
     major_minor = ".".join((version or installed_version()).split(".")[:2])
     return major_minor in VIEW_FORMAT_VERSIONS
+
+
+def tracking_schemes() -> list[str]:
+    """The URI schemes MLflow's tracking store registry resolves (plugins included; "" is a bare path): read from its
+    ``_tracking_store_registry``."""
+    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+    return sorted(_tracking_store_registry._registry)
+
+
+def ask_server(uri: str, endpoint: str, timeout_s: float, params: dict | None = None):
+    """One GET of ``endpoint`` on the tracking server ``uri`` as MLflow's client sends it (its credentials, TLS
+    settings and headers from the environment), with no retries; the ``requests`` response, or MlflowException when
+    nothing answered."""
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
+
+    creds = get_default_host_creds(uri)
+    return http_request(
+        creds, endpoint, "GET", max_retries=0, timeout=timeout_s, raise_on_status=False, params=params or {}
+    )

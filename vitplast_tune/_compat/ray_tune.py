@@ -1,10 +1,13 @@
-"""Ray Tune internals (read from Ray 2.60.0): ``OptunaSearch``'s live Optuna study and trials, and a restored
-``Tuner``'s run config (Ray restores the pickled callbacks and failure budget, with no public way to renew them).
+"""Ray Tune internals (read from Ray 2.60.0): ``OptunaSearch``'s live Optuna study and trials, a restored
+``Tuner``'s run config (Ray restores the pickled callbacks and failure budget, with no public way to renew them),
+where a trial's experiment keeps its state, a trial's error text, and the loggers that report failed saves of the
+experiment state (Tune logs them instead of raising) and failed trials.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -33,3 +36,25 @@ def renew_run_config(restored, renew: Callable[[Any], Any]) -> None:
 
     remote = restored._remote_tuner
     ray.get(remote.set_run_config_and_remote_string_queue.remote(renew(ray.get(remote.get_run_config.remote())), None))
+
+
+# The loggers whose records report, with the exception attached, that Tune's save of its experiment state failed
+# (which Tune logs instead of raising) or that a trial failed.
+FAILURE_LOGGERS = ("ray.tune.execution.experiment_state", "ray.tune.tune", "ray.tune.execution.tune_controller")
+
+
+def experiment_paths(trial) -> tuple[Path, tuple[Any, str]]:
+    """Where a trial's experiment keeps its state: the driver's staging folder (Tune writes its state files there
+    first, then uploads them) and (the storage's pyarrow filesystem, the experiment's path in it)."""
+    storage = trial.storage
+    return Path(storage.experiment_driver_staging_path), (storage.storage_filesystem, storage.experiment_fs_path)
+
+
+def trial_error_text(trial) -> str:
+    """The text of a trial's latest failure (its error file on the driver), or "" when it has none."""
+    path = trial.error_file
+    try:
+        text = Path(path).read_text(errors="replace") if path else ""
+    except OSError:
+        return ""
+    return text.rsplit("Failure # ", 1)[-1]

@@ -3,13 +3,12 @@ folder, the plasticity options and what a local Ray instance would hold. Each pr
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from vitplast_tune import outputs
 from vitplast_tune.config import METRICS, check_variant
 from vitplast_tune.errors import UserError, did_you_mean
-from vitplast_tune.plan import resources
+from vitplast_tune.plan import resources, services
 from vitplast_tune.plan.options import SearchOptions
 from vitplast_tune.space.files import SearchSpec
 
@@ -51,15 +50,9 @@ def check_resources(options: SearchOptions) -> None:
 
 
 def check_writable(path: Path) -> None:
-    """The storage folder ``path`` must be a folder this process can write (made if missing)."""
+    """The storage folder ``path`` must be a folder this process can write, or make (it is not made here)."""
     outputs.output_dir(path, "--storage")  # a file, or a path under one
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UserError(f"storage path {path} is not writable ({exc.strerror}); pass --storage DIR") from None
+    services.check_writable(path, f"storage path {path}", "; pass --storage DIR")
 
 
 def check_plasticity(options: SearchOptions, dataset: str) -> None:

@@ -28,6 +28,9 @@ class Budget:
 
     max_trainable_params: int | None
     subsets: tuple[str, ...]
+    # The settings of trials at the space's corners (every choice, both ends of every range), checked against the
+    # model they will meet: block ranges and indices within its depth, LoRA ranks within its layers' width.
+    trials: tuple[FinetuneConfig, ...] = ()
 
 
 def check_inputs(
@@ -65,6 +68,7 @@ def inspect_inputs(
         )
     if reference is not None:
         datasets.check_dataset_name(reference)
+    check_fits_model(settings, classes, budget.trials if budget is not None else ())
     if budget is not None and budget.max_trainable_params is not None:
         check_budget(settings, classes, budget)
     decoded = datasets.decode_dataset(
@@ -89,3 +93,34 @@ def check_budget(settings: FinetuneConfig, classes: int, budget: Budget) -> None
             f"subset the search may train, {smallest}, trains {counts[smallest]:,} parameters (the head alone "
             f"{head:,}); raise the budget, or let components include smaller subsets"
         )
+
+
+def check_fits_model(settings: FinetuneConfig, classes: int, trials: tuple[FinetuneConfig, ...] = ()) -> None:
+    """UserError when the settings, or a trial's (``trials``), do not fit the model: a depth or block index beyond
+    its blocks, a LoRA rank above the width of a layer it adapts. The model is built on the meta device: no memory,
+    no weights read."""
+    import torch
+
+    from vitplast_tune.vit import methods, models
+
+    with torch.device("meta"):
+        model = models.create_model(settings.model, classes, pretrained=False)
+    depth = len(model.blocks)
+    for cfg in (settings, *trials):
+        if cfg.blocks is not None and max(cfg.blocks) >= depth:
+            raise UserError(
+                f"blocks {cfg.blocks}: block {max(cfg.blocks)} is beyond {settings.model}, which has {depth} blocks "
+                f"(0-{depth - 1})"
+            )
+        blocks = cfg.block_indices(depth)  # a depth beyond the model's blocks raises here
+        targets = methods.lora_targets(model, cfg.components, blocks)
+        if not targets:
+            continue
+        width, layer = min(
+            (min(model.get_submodule(t).in_features, model.get_submodule(t).out_features), t) for t in targets
+        )
+        if cfg.lora_rank > width:
+            raise UserError(
+                f"lora_rank {cfg.lora_rank} is above the width of the layers LoRA adapts in {settings.model} ({width} "
+                f"at {layer}); use at most {width} (a rank near the width trains as many parameters as the layer)"
+            )

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.errors import UserError
+from vitplast_tune.lock import check_not_running
 from vitplast_tune.names import check_name, default_name
-from vitplast_tune.plan import checks, inputs, resume
+from vitplast_tune.plan import checks, inputs, resume, services
 from vitplast_tune.plan.options import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_SEED,
@@ -21,14 +22,15 @@ from vitplast_tune.plan.options import (
     SearchOptions,
     SearchPlan,
 )
+from vitplast_tune.space.distributions import Constant
 from vitplast_tune.space.files import SearchSpec, load_space, searched_augmentations
-from vitplast_tune.storage import default_storage, is_uri, storage_uri
+from vitplast_tune.storage import RESULTS_ENV, SEARCH_FILE, default_storage, is_uri, storage_uri
 
 
 def prepare(options: SearchOptions) -> SearchPlan:
     """Validate the space, flags, files and resume state into a plan; raise UserError on the first problem.
 
-    Nothing is started or written (apart from creating the storage directory): no Ray, no MLflow run.
+    Nothing is started or written: no Ray, no MLflow run, no folder (``services`` probes leave nothing behind).
     """
     spec = load_space(options.space).with_overrides(num_samples=options.num_samples, budgets=options.budgets)
     if spec.budgets and options.settings.get("max_steps") is not None:
@@ -40,17 +42,20 @@ def prepare(options: SearchOptions) -> SearchPlan:
         storage = str(Path(storage).expanduser().resolve())
         checks.check_writable(Path(storage))
     name = check_name(options.name or default_name(spec.name), storage)
+    check_not_running(Path(storage) / name if not is_uri(storage) else default_storage() / name, name)
     record = resume.resume_record(spec, options, storage, name)
     if record is None:
         plan, said = new_plan(spec, options, storage, name)
     else:
         plan, said = resume.resumed_plan(spec, options, storage, name, record), []
+    check_services(plan, record is not None)
     plan.spec, plan.notes = fit_scheduler(plan.spec, plan.settings.max_steps)
     plan.notes += said
     checks.check_plasticity(options, plan.settings.dataset)
     checks.check_local_resources(options)
     reference = options.plasticity_reference if options.plasticity else None
-    budget = inputs.Budget(plan.max_trainable_params, subsets(plan.spec, plan.settings))
+    corners = tuple(trial_config(c, plan.settings) for c in plan.spec.corner_configs())
+    budget = inputs.Budget(plan.max_trainable_params, subsets(plan.spec, plan.settings), corners)
     plan.decoded, plan.settings.augment = inputs.check_inputs(
         plan.settings, reference, budget, searched_augmentations(plan.spec)
     )
@@ -61,6 +66,12 @@ def new_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str) 
     """The plan of a new search, and a note for each MLflow setting taken from the environment."""
     settings = trial_settings(spec, options)
     tracking_uri, experiment, said = mlflow_target(options, storage)
+    said += [
+        f"{key} given on the command line is searched by {spec.path.name}: each trial samples its own, the value "
+        "given is unused"
+        for key in options.settings
+        if key in spec.parameters and not isinstance(spec.parameters[key], Constant)
+    ]
     plan = SearchPlan(
         spec,
         options,
@@ -74,6 +85,23 @@ def new_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str) 
         experiment=experiment,
     )
     return plan, said
+
+
+def check_services(plan: SearchPlan, resumed: bool) -> None:
+    """The storage and the MLflow tracking store must answer (``services``), each named with where it came from."""
+    options = plan.options
+    if is_uri(plan.storage):
+        origin = "--storage" if options.storage else f"${RESULTS_ENV}"
+        services.check_storage(plan.storage, origin)
+    if resumed:
+        origin = f"the search's record {plan.name}/{SEARCH_FILE}"
+    elif options.tracking_uri:
+        origin = "--tracking-uri"
+    elif os.environ.get(TRACKING_URI_ENV, "").strip():
+        origin = f"${TRACKING_URI_ENV}"
+    else:
+        origin = "the default, beside the storage"
+    services.check_tracking(plan.tracking_uri, origin)
 
 
 def subsets(spec: SearchSpec, settings: FinetuneConfig) -> tuple[str, ...]:
@@ -122,6 +150,7 @@ def trial_settings(spec: SearchSpec, options: SearchOptions) -> FinetuneConfig:
         base.seed = overrides.get("seed", spec.defaults.get("seed", seed))
         if not base.threads:
             base.threads = max(1, int(options.cpus_per_trial))
+        base.validate()  # a setting the space searches too (--set components=...) is checked all the same
         for config in spec.corner_configs():
             trial_config(config, base).validate()
     except UserError as exc:
@@ -137,6 +166,5 @@ def resolve_paths(settings: FinetuneConfig) -> FinetuneConfig:
 
 
 def _default_tracking_uri(storage: str) -> str:
-    root = Path(storage) if not is_uri(storage) else default_storage()
-    root.mkdir(parents=True, exist_ok=True)
+    root = Path(storage) if not is_uri(storage) else default_storage().expanduser().resolve()
     return f"sqlite:///{root / 'mlflow.db'}"

@@ -65,7 +65,13 @@ def resumed_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: s
         if given is not None and given != recorded:
             refuse(f"--{flag} {given}", recorded, name)
     changed = {k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}
-    settings = FinetuneConfig.from_dict({"augment": RECORDED_AUGMENTATION, **saved, **changed})
+    try:
+        settings = FinetuneConfig.from_dict({"augment": RECORDED_AUGMENTATION, **saved, **changed}).validate()
+    except UserError as exc:
+        raise UserError(
+            f"{exc} (in the settings recorded in {name}/{SEARCH_FILE}); restore the record, or start a new search "
+            "with another --name"
+        ) from None
     spec = replace(spec, num_samples=fixed["num-samples"][1])
     if fixed["budgets"][1] is not None:
         spec = spec.with_overrides(budgets=fixed["budgets"][1])

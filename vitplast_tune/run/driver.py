@@ -26,7 +26,7 @@ from vitplast_tune.predictors.report import Predictors
 from vitplast_tune.recommend import ranking
 from vitplast_tune.records import best_trial, pareto, search_run, study, tracking, trial_runs, trials
 from vitplast_tune.records.result import SearchResult, ui_command
-from vitplast_tune.run import interrupts, measure, nodes, tuner
+from vitplast_tune.run import guard, interrupts, measure, nodes, tuner
 from vitplast_tune.run.trainable import train_trial
 from vitplast_tune.storage import write_record
 from vitplast_tune.timings import Timings
@@ -60,8 +60,15 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = (), timings: Timin
     ``callbacks``: extra Ray Tune callbacks (e.g. the trial timeline of ``python -m benchmarks.trial``);
     ``timings``: where the seconds of each phase are added (the result's ``timings``).
     Ctrl-C or SIGTERM (``interrupts``) stops it as Tune's graceful stop does, closes its runs as KILLED and raises
-    SearchInterrupted with the command that resumes it.
+    SearchInterrupted with the command that resumes it; so does an OS error such as a full disk (``guard``). Its lock
+    is held while it runs: a second driver of the search is refused.
     """
+    with guard.guarded(plan):
+        return _execute(plan, callbacks, timings)
+
+
+def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings | None) -> SearchResult:
+    """``execute`` with the search's lock held and its OS faults watched."""
     import ray
 
     started, timings = time.perf_counter() - (timings.total if timings else 0.0), timings or Timings()
@@ -83,6 +90,9 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = (), timings: Timin
                 tracking.close_search(records.mlflow, records.parent, "KILLED")
             raise _interrupted(plan, records, "stopped before its trials ended") from None
         except Exception as exc:
+            if guard.stopped_by(exc, "the driver recorded the search"):  # a full disk, a read-only filesystem, ...
+                _close_stopped(records)
+                raise _interrupted(plan, records, "stopped before its trials ended") from None
             if records.parent is not None:
                 tracking.close_trials(records.mlflow, records.parent, "KILLED")
                 tracking.mark_failed(records.mlflow, records.parent, exc)
@@ -93,8 +103,8 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = (), timings: Timin
                     ray.shutdown()
     mlflow, parent = records.mlflow, records.parent
     unfinished = tuner.unfinished(plan.location, plan.spec.total_trials)
-    if unfinished:
-        tracking.close_search(mlflow, parent, "KILLED")
+    if unfinished or guard.current_fault():
+        _close_stopped(records)
         raise _interrupted(plan, records, f"{unfinished} trial(s) unfinished")
     with timings.phase("results"):
         table = trials.trial_table(grid, plan.settings, predictors)
@@ -149,11 +159,29 @@ def _record_and_tune(plan: SearchPlan, callbacks: Sequence[Callback], records: _
 
 def _interrupted(plan: SearchPlan, records: _Records, what: str) -> SearchInterrupted:
     """The SearchInterrupted of a search stopped by Ctrl-C or SIGTERM: how to resume it, or that nothing was recorded."""
-    if records.written:
-        text = f"{what}; nothing is lost: continue the search with {resume_command(plan)}"
+    fault = guard.current_fault()
+    if fault:
+        what, fix = f"{fault}: {what}", "free space (or fix the filesystem), then "
     else:
-        text = f"{what}, before anything was recorded: nothing to resume; run the same command again"
-    return SearchInterrupted(text, interrupts.exit_code())
+        fix = ""
+    if records.written:
+        text = f"{what}; nothing is lost: {fix}continue the search with {resume_command(plan)}"
+    else:
+        text = f"{what}, before anything was recorded: nothing to resume; {fix}run the same command again"
+    return SearchInterrupted(text, guard.EXIT_CODE if fault else interrupts.exit_code())
+
+
+def _close_stopped(records: _Records) -> None:
+    """Close the runs of a search stopped before its trials ended as KILLED (``--resume`` reopens them), once Tune's
+    state is whole again after an OS fault (``guard.after_stop``)."""
+    guard.after_stop()
+    if records.parent is not None:
+        try:
+            tracking.close_search(records.mlflow, records.parent, "KILLED")
+        except Exception as exc:
+            if not guard.stopped_by(exc, "the driver closed its MLflow runs"):
+                raise
+            log.warning(f"warning: the MLflow runs stay RUNNING ({guard.fault_of(exc)}): --resume closes them")
 
 
 def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predictors: Predictors, staged=()):

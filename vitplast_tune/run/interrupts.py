@@ -48,6 +48,16 @@ def restore_ctrl_c() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def stop_tune() -> None:
+    """Ask the running Tuner to stop as Ctrl-C does (its SIGINT handler called, no signal sent): outside Tune, a
+    KeyboardInterrupt."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler) and handler is not signal.default_int_handler:
+        handler(signal.SIGINT, None)
+    else:
+        raise KeyboardInterrupt
+
+
 def _interrupt(signum: int, frame) -> None:
     _received.append(signum)
     handler = signal.getsignal(signal.SIGINT)

@@ -17,7 +17,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 from vitplast_tune._compat import ray_tune
 from vitplast_tune.plan.options import SearchPlan
-from vitplast_tune.run import optuna_search, schedulers, variants
+from vitplast_tune.run import guard, optuna_search, schedulers, variants
 from vitplast_tune.space.files import SearchSpec
 
 
@@ -109,7 +109,7 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
     spec, options = plan.spec, plan.options
     # Ray Tune's default loggers (each trial's progress.csv and result.json) without its TensorBoard logger: fit
     # the Tuner inside tune_environment.
-    callbacks = [*callbacks, CSVLoggerCallback(), JsonLoggerCallback()]
+    callbacks = guard.watched([*callbacks, CSVLoggerCallback(), JsonLoggerCallback()])  # OS errors stop the search
     path = plan.location
     if options.resume and tune.Tuner.can_restore(path):
         restored = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True)

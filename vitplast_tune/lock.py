@@ -1,0 +1,170 @@
+"""One driver per search: a lock in the search's folder, held while its driver runs, and a file beside it naming that
+driver (pid, host, since when, its command) for the one line that refuses a second one.
+
+The lock is an OS file lock (``filelock``), which the kernel frees when its process dies however it ends, so a
+driver killed with SIGKILL leaves a stale owner file that the next driver finds unlocked and takes over. Where the
+filesystem has no locks, the owner file alone decides: its driver runs while a process of that pid, started at that
+time, lives on this host (a driver on another host is then taken for running).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from vitplast_tune.errors import UserError
+
+LOCK_FILE = ".driver.lock"  # the OS lock (an empty file, left in place: removing it would race a second driver)
+OWNER_FILE = ".driver.json"  # who holds it, written once it is held and removed when it is released
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The driver that holds (or held) a search's lock."""
+
+    pid: int
+    host: str
+    since: str  # local time, as people read it
+    command: str
+    started: int | None = None  # its process's start time in clock ticks since boot (Linux), told apart from pid reuse
+
+    def describe(self) -> str:
+        """``pid 123 on host since 2026-12-01 15:30:02 (vitplast search ...)``."""
+        return f"pid {self.pid} on {self.host} since {self.since} ({self.command[:120]})"
+
+    def alive_here(self) -> bool:
+        """Whether this driver's process still runs on this host (False for another host's: it cannot be asked)."""
+        if self.host != socket.gethostname():
+            return False
+        now = _started(self.pid)
+        return now != -1 and (self.started is None or now is None or now == self.started)
+
+
+def read_owner(folder: Path) -> Owner | None:
+    """The driver the owner file in ``folder`` names, or None when there is none (or it is unreadable)."""
+    try:
+        return Owner(**json.loads((Path(folder) / OWNER_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def running_owner(folder: Path) -> Owner | None:
+    """The driver that runs search ``folder`` now, or None: nothing is written (the check of a dry run)."""
+    owner = read_owner(folder)
+    if owner is None:
+        return None
+    lock = FileLock(Path(folder) / LOCK_FILE, timeout=0, preserve_lock_file=True, fallback_to_soft=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        return owner
+    except OSError:  # no locks on this filesystem: the owner file decides
+        return owner if owner.alive_here() or owner.host != socket.gethostname() else None
+    lock.release()
+    return owner if owner.alive_here() and owner.pid != os.getpid() else None
+
+
+class SearchLock:
+    """The lock of one search's folder, held by this process from ``acquire`` to ``release``."""
+
+    def __init__(self, folder: Path, name: str):
+        self.folder, self.name = Path(folder), name
+        self._lock = FileLock(self.folder / LOCK_FILE, timeout=0, preserve_lock_file=True, fallback_to_soft=False)
+        self._held = False
+
+    def acquire(self) -> Owner | None:
+        """Take the lock (the folder made if missing); return the stale owner taken over (None: none); UserError
+        naming the running driver when another one holds it."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        previous = read_owner(self.folder)
+        try:
+            self._lock.acquire()
+        except Timeout:
+            raise self._refusal(previous) from None
+        except OSError:
+            if previous is not None and (previous.alive_here() or previous.host != socket.gethostname()):
+                raise self._refusal(previous) from None
+        if previous is not None and previous.alive_here() and previous.pid != os.getpid():
+            self._release_lock()
+            raise self._refusal(previous)
+        self._held = True
+        _write_owner(self.folder, _this_driver())
+        return previous
+
+    def release(self) -> None:
+        """Give the lock back (its owner file removed); nothing when it is not held."""
+        if not self._held:
+            return
+        self._held = False
+        (self.folder / OWNER_FILE).unlink(missing_ok=True)
+        self._release_lock()
+
+    def _release_lock(self) -> None:
+        if self._lock.is_locked:
+            self._lock.release()
+
+    def _refusal(self, owner: Owner | None) -> UserError:
+        return refusal(self.folder, self.name, owner)
+
+
+def refusal(folder: Path, name: str, owner: Owner | None) -> UserError:
+    """The UserError that refuses a second driver of search ``name`` (in ``folder``) while ``owner`` runs it."""
+    who = owner.describe() if owner else "a driver that is starting"
+    kill = f" (kill {owner.pid})" if owner and owner.host == socket.gethostname() else ""
+    return UserError(
+        f'search "{name}" is running: its driver, {who}, holds {Path(folder) / LOCK_FILE}; wait for it to end, '
+        f"stop it{kill}, or give another --name"
+    )
+
+
+def check_not_running(folder: Path, name: str) -> None:
+    """UserError when a driver runs search ``name`` (in ``folder``) now; nothing is written (a dry run's check)."""
+    owner = running_owner(folder)
+    if owner is not None:
+        raise refusal(folder, name, owner)
+
+
+def _this_driver() -> Owner:
+    return Owner(
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        since=time.strftime("%Y-%m-%d %H:%M:%S"),
+        command=shlex.join([Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python", *sys.argv[1:]]),
+        started=_started(os.getpid()),
+    )
+
+
+def _write_owner(folder: Path, owner: Owner) -> None:
+    partial = folder / f".{OWNER_FILE}.{os.getpid()}.tmp"
+    partial.write_text(json.dumps(asdict(owner)))
+    os.replace(partial, folder / OWNER_FILE)
+
+
+def _started(pid: int) -> int | None:
+    """The start time of process ``pid`` in clock ticks since boot; -1 when no such process runs; None when this
+    system does not say (no /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return -1 if Path("/proc/self/stat").exists() else _exists(pid)
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22, counted after the command name
+
+
+def _exists(pid: int) -> int | None:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return -1
+    except OSError:
+        return None
+    return None

@@ -1,0 +1,190 @@
+"""The services a search writes to, reached before Ray starts: the MLflow tracking store (its scheme known, its server
+or database answering, its SQLite file whole, its folder writable) and the storage (a local folder that can be
+written, or a bucket that answers and takes a file). Each wait is bounded; each problem is one ``UserError`` that
+names the service, where its address came from and what to check. Nothing is left behind: a probe file is removed,
+and a folder that does not exist yet is not made (the driver makes it when the search starts).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sqlite3
+import tempfile
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from vitplast_tune.child import call_in_child
+from vitplast_tune.errors import UserError
+from vitplast_tune.storage import filesystem, join
+
+TIMEOUT_S = 10.0  # how long a tracking server or database gets to answer
+STORAGE_TIMEOUT_S = 30.0  # how long a bucket gets to answer and take a probe file (pyarrow retries for a while)
+DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_tracking(uri: str, origin: str, timeout_s: float = TIMEOUT_S) -> None:
+    """The MLflow tracking URI ``uri`` (``origin``: where it came from, e.g. ``--tracking-uri``) must name a store
+    MLflow knows that answers within ``timeout_s``; UserError otherwise."""
+    from vitplast_tune._compat import mlflow as mlflow_internals
+
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower().split("+")[0]  # postgresql+psycopg2 -> postgresql
+    known = mlflow_internals.tracking_schemes()
+    if scheme not in known or not uri.strip():
+        schemes = ", ".join(f"{s}://" for s in known if s)
+        raise UserError(
+            f'MLflow tracking URI "{uri}" (from {origin}): unknown scheme {scheme or "(none)"}://; use one of '
+            f"{schemes}, or a local path (e.g. sqlite:///results/mlflow.db, http://127.0.0.1:5000)"
+        )
+    if scheme in ("http", "https"):
+        _check_server(uri.rstrip("/"), origin, timeout_s)
+    elif scheme == "sqlite":
+        _check_sqlite(uri, origin)
+    elif scheme in DATABASE_PORTS:
+        _check_database(uri, scheme, origin, timeout_s)
+    elif scheme in ("", "file"):
+        folder = Path(parts.path if scheme == "file" else uri).expanduser()
+        check_writable(folder, f"the MLflow file store {folder} (from {origin})")
+
+
+def _check_server(uri: str, origin: str, timeout_s: float) -> None:
+    """A tracking server must answer MLflow's REST API (an experiments search) within ``timeout_s``."""
+    from mlflow.exceptions import MlflowException
+
+    from vitplast_tune._compat import mlflow as mlflow_internals
+
+    what = f"the MLflow tracking server {uri} (from {origin})"
+    try:
+        answer = mlflow_internals.ask_server(uri, "/api/2.0/mlflow/experiments/search", timeout_s, {"max_results": 1})
+    except (MlflowException, OSError) as exc:
+        raise UserError(
+            f"{what} did not answer within {timeout_s:g} s ({_reason(exc)}): check that `mlflow server` runs there "
+            "and the URI's host and port, or give another tracking URI"
+        ) from None
+    if answer.status_code in (401, 403):
+        raise UserError(
+            f"{what} refused this client (HTTP {answer.status_code}): set MLFLOW_TRACKING_USERNAME and "
+            "MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN"
+        )
+    if answer.status_code != 200:
+        raise UserError(
+            f"{what} answered HTTP {answer.status_code} to MLflow's REST API: it is not an MLflow tracking server, "
+            "or not at that path; check the URI"
+        )
+
+
+def _check_sqlite(uri: str, origin: str) -> None:
+    """A SQLite store: its file, when it exists, a whole SQLite database; else its folder writable (or makeable)."""
+    database = uri.split(":///", 1)[1].split("?")[0] if ":///" in uri else ""
+    if not database or database == ":memory:":
+        return
+    path = Path(database).expanduser()
+    if not path.exists():
+        check_writable(path.parent, f"the folder of the MLflow store {path} (from {origin})")
+        return
+    problem = sqlite_problem(path)
+    if problem:
+        raise UserError(
+            f"the MLflow store {path} (from {origin}) is corrupt ({problem}): restore it from a backup, or record "
+            "elsewhere (another --tracking-uri or --storage); its runs cannot be read"
+        )
+
+
+def sqlite_problem(path: Path) -> str | None:
+    """What is wrong with the SQLite file ``path`` (not one, truncated, unreadable), or None when it looks whole.
+
+    Cheap whatever its size: the header, the page count it records against the file's length, and the schema table.
+    """
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+        size = path.stat().st_size
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+    if size == 0:
+        return None  # an empty file is an empty database (SQLite makes its tables in it)
+    if len(header) < 100 or not header.startswith(_SQLITE_HEADER):
+        return "not a SQLite database"
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages, valid_for, changes = (int.from_bytes(header[i : i + 4], "big") for i in (28, 92, 24))
+    if valid_for == changes and pages and size < pages * page_size:
+        return f"truncated: {size:,} of its {pages * page_size:,} bytes"
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    return None
+
+
+def _check_database(uri: str, scheme: str, origin: str, timeout_s: float) -> None:
+    """A database server (PostgreSQL, MySQL, SQL Server): its driver installed, its port answering."""
+    import sqlalchemy
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        url = sqlalchemy.engine.make_url(uri)
+        url.get_dialect()  # imports the driver module
+    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        raise UserError(f'MLflow tracking URI "{uri}" (from {origin}): {_reason(exc)}; install its driver') from None
+    host, port = url.host or "localhost", url.port or DATABASE_PORTS[scheme]
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        raise UserError(
+            f"the {scheme} server of MLflow's store {host}:{port} (from {origin}) did not answer within "
+            f"{timeout_s:g} s ({_reason(exc)}): check that it runs and the URI's host and port"
+        ) from None
+
+
+def check_writable(folder: Path, what: str, advice: str = "") -> None:
+    """``folder`` (``what`` it is, and the ``advice`` that ends the message) must be a folder files can be made in,
+    or makeable: its nearest existing parent a writable folder. A probe folder is made and removed there; ``folder``
+    itself is not made."""
+    existing = Path(folder).expanduser().absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"{what}: {existing} is a file, not a folder{advice}")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=existing))
+    except OSError as exc:
+        raise UserError(f"{what} is not writable ({exc.strerror} in {existing}){advice}") from None
+
+
+def check_storage(uri: str, origin: str, timeout_s: float = STORAGE_TIMEOUT_S) -> None:
+    """A storage URI (s3://, gs://, ...) must answer and take a probe file within ``timeout_s`` (in a child process,
+    killed when it takes longer: a filesystem client may retry for minutes); UserError otherwise."""
+    try:
+        problem = call_in_child("vitplast_tune.plan.services:probe_storage", uri, timeout_s=timeout_s)
+    except TimeoutError:
+        problem = f"no answer within {timeout_s:g} s"
+    if problem:
+        raise UserError(
+            f"the storage {uri} (from {origin}) is not usable ({problem}): check the bucket exists, its endpoint "
+            "(an S3-compatible server: ?endpoint_override=HOST:PORT&scheme=http) and the credentials"
+        )
+
+
+def probe_storage(uri: str) -> str | None:
+    """Write and remove a probe file under the storage URI ``uri``; what failed, or None."""
+    try:
+        fs, path = filesystem(uri)
+        probe = join(path, f".write-test-{os.getpid()}")
+        with fs.open_output_stream(probe) as out:
+            out.write(b"")
+        fs.delete_file(probe)
+    except Exception as exc:  # pyarrow raises OSError, ValueError and its own errors
+        return _reason(exc)
+    return None
+
+
+def _reason(exc: BaseException) -> str:
+    """The short reason of a failed call: its ``[Errno N] text``, else its first line (at most 200 characters)."""
+    text = str(exc)
+    found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text) or re.search(r"Details: ([^;\n]+)", text)
+    return (found.group(1) if found else (text.strip().splitlines() or [type(exc).__name__])[0]).strip()[:200]
