@@ -32,6 +32,8 @@ MODEL_NAME = "best_model"  # mlflow.pytorch.load_model("runs:/<parent run>/best_
 # A trial's checkpoint: the trainable tensors, optimizer and step; the best-validation trainable tensors beside them.
 STATE_FILE = "state.pt"
 BEST_FILE = "best.safetensors"
+FAILURE_TAG = "failure_reason"  # on a failed MLflow run: why (records/tracking.py writes it, load_best_model reads it)
+STUDY_FILE = "optuna.db"  # the search's Optuna study, a SQLite file in its directory (records/study.py)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import NoReturn
 
 from vitplast_tune import outputs
 from vitplast_tune.cli.base import Parser, run_main
+from vitplast_tune.errors import UserError
 
 HELP = "Analyze finished searches again: correlations and plots logged to MLflow, or a cross-dataset table."
 
@@ -24,6 +25,9 @@ def analyze_main(argv: Sequence[str] | None = None) -> int:
     from vitplast_tune import workflows
     from vitplast_tune.records.result import summary
 
+    twice = sorted({n for n in args.name if args.name.count(n) > 1})
+    if twice:
+        raise UserError(f"--name {twice[0]} is given {args.name.count(twice[0])} times; name each search once")
     if args.storage:
         outputs.existing_dir(args.storage, "--storage")
     if args.out:

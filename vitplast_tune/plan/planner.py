@@ -12,7 +12,7 @@ from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.errors import UserError
 from vitplast_tune.lock import check_not_running
 from vitplast_tune.names import check_name, default_name
-from vitplast_tune.plan import checks, inputs, resume, services
+from vitplast_tune.plan import checks, inputs, resume, services, state
 from vitplast_tune.plan.options import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_SEED,
@@ -48,6 +48,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
         plan, said = new_plan(spec, options, storage, name)
     else:
         plan, said = resume.resumed_plan(spec, options, storage, name, record), []
+        said = resumed_state(plan, record)
     check_services(plan, record is not None)
     plan.spec, plan.notes = fit_scheduler(plan.spec, plan.settings.max_steps)
     plan.notes += said
@@ -72,6 +73,7 @@ def new_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str) 
         for key in options.settings
         if key in spec.parameters and not isinstance(spec.parameters[key], Constant)
     ]
+    said += warmup_notes(spec, settings)
     plan = SearchPlan(
         spec,
         options,
@@ -85,6 +87,18 @@ def new_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str) 
         experiment=experiment,
     )
     return plan, said
+
+
+def resumed_state(plan: SearchPlan, record: dict) -> list[str]:
+    """Tune's state of a resumed search checked (``state``); a note when a new searcher takes over its remaining
+    trials (the searcher's state moved aside)."""
+    directory = Path(plan.storage) / plan.name
+    state.check_resume_state(directory, record)
+    remaining = state.remaining_without_searcher(directory, plan.spec.algorithm, plan.spec.total_trials)
+    if remaining is None:
+        return []
+    left = f"samples the remaining {remaining} trial(s)" if remaining else "has no trial left to sample"
+    return [f"the searcher's state is not in {directory}: a new TPE {left}, without the earlier trials' results"]
 
 
 def check_services(plan: SearchPlan, resumed: bool) -> None:
@@ -102,6 +116,20 @@ def check_services(plan: SearchPlan, resumed: bool) -> None:
     else:
         origin = "the default, beside the storage"
     services.check_tracking(plan.tracking_uri, origin)
+
+
+def warmup_notes(spec: SearchSpec, settings: FinetuneConfig) -> list[str]:
+    """A note when some trial warms up for its whole budget or more (warm-up steps not below ``max_steps``): its
+    learning rate never reaches the value searched."""
+    long = {(c.warmup, c.max_steps) for c in (trial_config(c, settings) for c in spec.corner_configs())}
+    long = sorted((w, m) for w, m in long | {(settings.warmup, settings.max_steps)} if w >= m)
+    if not long:
+        return []
+    warmup, steps = long[0]
+    return [
+        f"warm-up of {warmup} steps with max_steps {steps}: the learning rate rises for the whole budget and never "
+        "reaches lr; set warmup_steps (or warmup_fraction) below max_steps"
+    ]
 
 
 def subsets(spec: SearchSpec, settings: FinetuneConfig) -> tuple[str, ...]:

@@ -26,8 +26,8 @@ import pandas as pd
 from vitplast_tune.components import COMPONENT_FLAGS, component_flags
 from vitplast_tune.space import distributions as dist
 from vitplast_tune.space.files import SearchSpec
+from vitplast_tune.storage import STUDY_FILE
 
-STUDY_FILE = "optuna.db"
 TRIAL_ATTR = "ray_trial_id"  # the user attribute that ties an Optuna trial to its Ray Tune trial
 USER_ATTRS = ("components", "best_val_acc", "test_acc", "val_acc_common", "step", "trainable_params", "run_id")
 

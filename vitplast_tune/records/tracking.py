@@ -23,6 +23,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from mlflow.tracking.context.registry import resolve_tags
 
+from vitplast_tune import storage
 from vitplast_tune.records import view
 from vitplast_tune.storage import BEST_TRIAL_DIR, WEIGHTS_FILE, is_uri
 
@@ -32,7 +33,7 @@ SEARCH_ID_TAG = "vitplast.search_id"  # unique per search: a shared server may h
 STORAGE_TAG = "vitplast.storage"
 DEVICE_TAG = "vitplast.device"  # where a trial trained: "cpu" or "cuda:0 <the GPU's name>"
 PRECISION_TAG = "vitplast.precision"  # what it computed in: fp32, bf16 or fp16
-FAILURE_TAG = "failure_reason"
+FAILURE_TAG = storage.FAILURE_TAG
 TRIAL_TAG = "ray.trial_id"
 PARENT_TAG = "mlflow.parentRunId"
 RUN_NAME_TAG = "mlflow.runName"

@@ -41,7 +41,11 @@ class OptunaSearcher(OptunaSearch):
             live[trial_id].report(float(value), int(step))
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        """End the Optuna trial: FAIL (errored or diverged), PRUNED (stopped before max_steps) or COMPLETE."""
+        """End the Optuna trial: FAIL (errored or diverged), PRUNED (stopped before max_steps) or COMPLETE. A trial
+        this searcher did not suggest (restored from Tune's state when a new searcher took over, ``run.tuner``) is
+        not its to end."""
+        if trial_id not in ray_tune.optuna_trials(self) and trial_id not in ray_tune.completed_trials(self):
+            return
         if error or (result or {}).get("diverged"):
             return super().on_trial_complete(trial_id, result=None, error=True)
         live, completed = ray_tune.optuna_trials(self), ray_tune.completed_trials(self)

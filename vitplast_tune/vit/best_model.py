@@ -25,7 +25,15 @@ from torch import Tensor, nn
 
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
-from vitplast_tune.storage import BEST_TRIAL_DIR, MODEL_NAME, TRIAL_FILE, WEIGHTS_FILE, read_record, search_dir
+from vitplast_tune.storage import (
+    BEST_TRIAL_DIR,
+    FAILURE_TAG,
+    MODEL_NAME,
+    TRIAL_FILE,
+    WEIGHTS_FILE,
+    read_record,
+    search_dir,
+)
 from vitplast_tune.vit import methods, models
 
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
@@ -79,13 +87,12 @@ def load_best_model(
     from safetensors.torch import load_file
 
     record = read_record(search_dir(name, storage), purpose="recorded")
-    with tempfile.TemporaryDirectory(prefix="vitplast-best-") as tmp:
+    uri = tracking_uri or record["tracking_uri"]
+    _check_finished(name, record["parent_run_id"], uri)
+    with tempfile.TemporaryDirectory(prefix="vitplast-best-") as tmp, _no_progress_bar():
         try:
             folder = mlflow.artifacts.download_artifacts(
-                run_id=record["parent_run_id"],
-                artifact_path=BEST_TRIAL_DIR,
-                dst_path=tmp,
-                tracking_uri=tracking_uri or record["tracking_uri"],
+                run_id=record["parent_run_id"], artifact_path=BEST_TRIAL_DIR, dst_path=tmp, tracking_uri=uri
             )
             about = json.loads((Path(folder) / TRIAL_FILE).read_text())
             trainable = load_file(str(Path(folder) / WEIGHTS_FILE))
@@ -96,6 +103,45 @@ def load_best_model(
                 "(pass tracking_uri)"
             ) from None
     return rebuild(FinetuneConfig.from_dict(about["settings"]), trainable).to(device)
+
+
+def _check_finished(name: str, run_id: str, tracking_uri: str) -> None:
+    """UserError, saying why, unless the parent run ``run_id`` of search ``name`` finished with a best trial."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    try:
+        run = client.get_run(run_id)
+        best = client.list_artifacts(run_id, BEST_TRIAL_DIR) if run.info.status == "FINISHED" else []
+    except MlflowException as exc:
+        raise UserError(
+            f'search "{name}": its MLflow run {run_id} is not in {tracking_uri} ({str(exc).splitlines()[0][:120]}); '
+            "pass the store it moved to (tracking_uri)"
+        ) from None
+    why = {
+        "KILLED": "was interrupted before its trials ended (its MLflow run is KILLED): continue it with --resume",
+        "RUNNING": "has not finished (its MLflow run is RUNNING: still running, or its driver was killed; --resume "
+        "continues it)",
+        "FAILED": f"failed ({run.data.tags.get(FAILURE_TAG, 'no reason recorded')})",
+        "FINISHED": "finished with no trial that trained a model (every trial failed, or none fit the budget)",
+    }
+    if run.info.status != "FINISHED" or not best:
+        raise UserError(f'search "{name}" has no best model: it {why.get(run.info.status, run.info.status)}')
+
+
+@contextmanager
+def _no_progress_bar() -> Iterator[None]:
+    """MLflow's artifact progress bar off (a library's call prints nothing of its own)."""
+    key, saved = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    os.environ[key] = "false"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = saved
 
 
 @contextmanager
