@@ -8,7 +8,6 @@ real entry points as subprocesses (``scripts/search.py``, ``python -m vitplast_t
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
@@ -18,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from _commands import ray_sessions, refused
 
-from vitplast_tune import cli
 from vitplast_tune.space import load_space
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,6 +111,23 @@ SEARCH = [
     (["--set", "precision=fp8"], GOOD, 'unknown precision "fp8"'),
     (["--dataset", "torch/cifar10", "--data-dir", "{tmp}/nothing"], GOOD, "Dataset not found"),
     (["--dry-run", "--resources-per-trial", '{"a100": 1}'], GOOD, "more than this machine has"),
+    # every setting checked the same way whichever door it comes in by, against the model it will meet (4 blocks)
+    (["--set", "components=mha+fc9"], GOOD, 'unknown component "fc9"'),  # the space searches components
+    ([], edit("max_steps: 8}", "max_steps: 8, depth: 9-12}"), 'depth "9-12" is out of range: the model has 4 blocks'),
+    ([], edit("  lr:", "  depth: {choice: [all, 9-12]}\n  lr:"), 'depth "9-12" is out of range: the model has 4'),
+    (["--set", "depth=2-7", "--dry-run"], FIFO.replace("{subsets: any}", "[mha]"), 'depth "2-7" is out of range'),
+    (
+        [],
+        edit("max_steps: 8}", "max_steps: 8, blocks: [0, 7]}"),
+        "block 7 is beyond vit_testbed_patch8_32, which has 4",
+    ),
+    (["--set", "lora_rank=100000"], edit("{subsets: any}", '["mha:lora"]'), "lora_rank 100000 is above the width"),
+    (["--resume", "--name", "deep"], GOOD, 'depth "9-12" is out of range: the model has 4 blocks'),
+    (
+        ["--resume", "--name", "typed"],
+        GOOD,
+        "lr must be a finite number, got 'fast' (a string) (in the settings recorded",
+    ),
 ]
 if NO_GPU:
     SEARCH.append((["--gpus-per-trial", "1"], GOOD, "a trial asks for {CPU: 1, GPU: 1}, more than this machine has"))
@@ -122,6 +138,7 @@ OTHERS = [
     ("analyze", ["--name", "never-ran", "--storage", "{tmp}/results"], 'no search "never-ran" recorded in'),
     ("analyze", ["--name", "started", "--storage", "{tmp}/results"], "has not finished: no trial table"),
     ("analyze", ["--name", "started", "--storage", "{tmp}/a-file"], "--storage {tmp}/a-file is a file"),
+    ("analyze", ["--name", "started", "--name", "started"], "--name started is given 2 times; name each search once"),
     ("analyze", ["--name", "a", "--name", "b", "--out", "{tmp}/a-file"], "--out {tmp}/a-file is a file"),
     ("plasticity", ["--device", "quantum"], 'invalid device "quantum"'),
     ("plasticity", ["--out", "{tmp}/a-file"], "--out {tmp}/a-file is a file"),
@@ -153,11 +170,6 @@ if NO_GPU:
     OTHERS.append(("plasticity", ["--device", "cuda"], 'device "cuda": no CUDA GPU is visible here'))
 
 
-def ray_sessions() -> set[str]:
-    """The Ray sessions in this test's own Ray temp dir (conftest gives each test one, and its subprocesses use it)."""
-    return {p.name for p in (Path(os.environ["RAY_TMPDIR"]) / "ray").glob("session_*")}
-
-
 @pytest.fixture
 def world(tmp_path, monkeypatch):
     """The test's folder with the files the cases name; any command that gets past its checks fails the test."""
@@ -165,7 +177,8 @@ def world(tmp_path, monkeypatch):
     (tmp_path / "a-file").write_text("not a folder")
     (tmp_path / "old.safetensors").write_bytes(b"weights")
     (tmp_path / "one-class" / "train" / "cat").mkdir(parents=True)
-    for name, text in (("started", None), ("corrupt", "{")):
+    recorded = {"deep": {"max_steps": 8, "depth": "9-12"}, "typed": {"max_steps": 8, "lr": "fast"}}
+    for name, text in (("started", None), ("corrupt", "{"), ("deep", None), ("typed", None)):
         folder = tmp_path / "results" / name
         folder.mkdir(parents=True)
         record = {
@@ -174,7 +187,7 @@ def world(tmp_path, monkeypatch):
             "fingerprint": load_space(tmp_path / "space.yaml").fingerprint,
             "tracking_uri": f"sqlite:///{tmp_path}/elsewhere.db",
             "parent_run_id": "p",
-            "settings": {"max_steps": 8},
+            "settings": recorded.get(name, {"max_steps": 8}),
         }
         (folder / "vitplast_search.json").write_text(text or json.dumps(record))
 
@@ -195,19 +208,6 @@ def world(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "plasticity_report", work)
     monkeypatch.setattr(ranking, "recommend", work)
     return tmp_path
-
-
-def refused(command: str, argv: list[str], tmp: Path, capsys) -> str:
-    """Run ``vitplast-COMMAND argv`` in this process; assert exit code 2 and one line on stderr; return that line."""
-    argv = [a.replace("{tmp}", str(tmp)) for a in argv]
-    with pytest.raises(SystemExit) as exited:
-        cli.COMMANDS[command](argv)
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert exited.value.code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    assert ray_sessions() == set(), "a Ray session was started"
-    return lines[0]
 
 
 @pytest.mark.parametrize("args, space_text, message", SEARCH, ids=[c[2][:40] for c in SEARCH])
