@@ -62,3 +62,45 @@ def test_the_installed_mlflow_is_one_whose_ui_reads_the_saved_view():
     assert mlflow_internals.view_supported(mlflow_internals.installed_version())
     assert mlflow_internals.view_supported("3.18.0") and not mlflow_internals.view_supported("3.16.2")
     assert not mlflow_internals.view_supported("4.0.0")
+
+
+def test_mlflows_tracking_schemes_and_a_servers_answer_are_read_where_they_live():
+    from _servers import MLFLOW_API, http_server
+
+    schemes = mlflow_internals.tracking_schemes()
+    assert {"", "file", "http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks"} <= set(schemes)
+    with http_server({MLFLOW_API: 200}) as url:
+        assert mlflow_internals.ask_server(url, MLFLOW_API, 5, {"max_results": 1}).status_code == 200
+        assert mlflow_internals.ask_server(url, "/elsewhere", 5).status_code == 404
+
+
+def test_tunes_failure_loggers_and_a_restored_tuners_search_algorithm_are_where_read(tmp_path):
+    import importlib
+    import logging
+
+    from ray.tune.search import BasicVariantGenerator
+
+    for name in ray_tune.FAILURE_LOGGERS:  # each module logs through the logger of its own name
+        assert importlib.import_module(name).logger is logging.getLogger(name)
+    tuner = tune.Tuner(lambda config: None, run_config=tune.RunConfig(name="t", storage_path=str(tmp_path)))
+    generator = BasicVariantGenerator()
+    ray_tune.renew_search(tuner, generator, 3)
+    local = tuner._local_tuner
+    assert local._tune_config.search_alg is generator and local._tuner_kwargs["num_samples"] == 3
+
+
+def test_a_trials_experiment_paths_and_error_text_are_where_read(tmp_path):
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.experiment import Trial
+
+    storage = StorageContext(str(tmp_path), "exp", trial_dir_name="trial_x")
+    trial = Trial("f", config={}, storage=storage, stub=True)  # stub: no registered trainable needed
+    staging, (fs, path) = ray_tune.experiment_paths(trial)
+    assert staging.name == "driver_artifacts" and path == str(tmp_path / "exp") and fs.type_name == "local"
+    assert ray_tune.trial_error_text(trial) == ""
+    trial.init_local_path()
+    trial.handle_error(RuntimeError("first"))
+    trial.handle_error(OSError(28, "No space left on device"))
+    assert "No space left on device" in ray_tune.trial_error_text(trial) and "first" not in ray_tune.trial_error_text(
+        trial
+    )

@@ -254,3 +254,16 @@ def test_relative_weights_and_data_paths_are_resolved_before_trials(tmp_path, mo
     assert prepared.settings.data_dir == str(tmp_path / "data")
     monkeypatch.chdir(tmp_path / "data")  # what a trial's working directory does to a relative path
     assert Path(prepared.settings.weights).is_file()
+
+
+def test_a_setting_the_space_searches_and_a_warmup_as_long_as_the_budget_are_said(tmp_path):
+    plan = prepare(options(tmp_path, settings={"components": "mha", "max_steps": 20, "warmup_steps": 40}))
+    assert (
+        "components given on the command line is searched by space.yaml: each trial samples its own, the value given "
+        "is unused"
+    ) in plan.notes
+    assert (
+        "warm-up of 40 steps with max_steps 20: the learning rate rises for the whole budget and never reaches lr; set "
+        "warmup_steps (or warmup_fraction) below max_steps"
+    ) in plan.notes  # passed without a word before
+    assert not any("warm-up" in n for n in prepare(options(tmp_path, name="short", settings={"max_steps": 41})).notes)

@@ -148,7 +148,7 @@ class Watch(Callback):
         """A logging filter on Tune's loggers of failures (a save of its state, a trial): one that is an OS fault is
         taken, and not shown."""
         error = record.exc_info[1] if record.exc_info else None
-        what = record.getMessage().splitlines()[0][:100] if error is not None else ""
+        what = record.getMessage().splitlines()[0][:100].rstrip(": ") if error is not None else ""
         return error is None or not self.report(error, f"Tune reported: {what}")
 
     def rewrite_state(self) -> None:

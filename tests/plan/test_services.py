@@ -1,0 +1,46 @@
+"""The service checks' bounded waits and the files they read: a storage endpoint that takes the connection and never
+answers is given up after the timeout (its client killed), a SQLite file is judged by its header and length, a
+folder's probe leaves nothing behind."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+
+import pytest
+
+from vitplast_tune.errors import UserError
+from vitplast_tune.plan import services
+
+
+def test_a_storage_endpoint_that_never_answers_is_given_up_after_the_timeout():
+    with socket.socket() as silent:  # takes connections (the kernel's backlog) and never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        uri = f"s3://bucket/x?endpoint_override=127.0.0.1:{port}&scheme=http"  # pyarrow alone waits 100 s
+        with pytest.raises(UserError) as refused:
+            services.check_storage(uri, "--storage", timeout_s=3)
+    assert str(refused.value).startswith(f"the storage {uri} (from --storage) is not usable (no answer within 3 s)")
+
+
+def test_a_sqlite_file_is_judged_by_its_header_length_and_schema(tmp_path):
+    db = tmp_path / "store.db"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE t (x BLOB)")
+        con.executemany("INSERT INTO t VALUES (?)", [(b"x" * 4000,) for _ in range(20)])
+    assert services.sqlite_problem(db) is None
+    (tmp_path / "empty.db").write_bytes(b"")
+    assert services.sqlite_problem(tmp_path / "empty.db") is None  # SQLite makes its tables in it
+    (tmp_path / "text.db").write_text("not a database" * 10)
+    assert services.sqlite_problem(tmp_path / "text.db") == "not a SQLite database"
+    db.write_bytes(db.read_bytes()[:8192])
+    assert services.sqlite_problem(db).startswith("truncated: 8,192 of its ")
+
+
+def test_the_writable_probe_leaves_nothing_and_makes_no_folder(tmp_path):
+    services.check_writable(tmp_path / "a" / "b", "the storage")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="is a file, not a folder"):
+        services.check_writable(tmp_path / "file" / "under", "the storage")
