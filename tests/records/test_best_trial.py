@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_search_set_by_mlflow_env_vars_lands_there_and_its_best_model_loads_back(
-    ray_local, tiny_space, tmp_path, monkeypatch
+    ray_local, tiny_space, tmp_path, monkeypatch, capsys
 ):
     store = tmp_path / "store"
     uri = f"sqlite:///{store / 'mlflow.db'}"
@@ -65,7 +65,9 @@ def test_a_search_set_by_mlflow_env_vars_lands_there_and_its_best_model_loads_ba
     cfg = FinetuneConfig.from_dict(settings["settings"])
     assert cfg.components == best["components"] and cfg.lr == 0.3 and cfg.max_steps == 16
     logged = mlflow.pytorch.load_model(f"runs:/{result.parent_run_id}/best_model")
+    capsys.readouterr()
     loaded = vt.load_best_model("envs")
+    assert "Downloading artifacts" not in capsys.readouterr().err  # the library prints no other library's bar
     assert math.isfinite(best["test_acc"])
     for model in (logged, loaded):
         assert isinstance(model, VisionTransformer) and not model.training
