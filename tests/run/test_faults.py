@@ -31,7 +31,7 @@ from vitplast_tune.run import driver, guard, interrupts
 pytestmark = pytest.mark.slow
 SPACE = space_text(
     algorithm="optuna",
-    num_samples=3,
+    num_samples=4,  # one more than Tune holds when it stops in the second: a new TPE has one to sample
     parameters={"components": {"choice": ["mha", "fc1"]}, "lr": {"loguniform": [0.01, 0.3]}},
     defaults={"max_steps": 16, "eval_every": 8},
 )
@@ -160,7 +160,7 @@ def unfinished_checkpoint(directory: Path) -> Path:
 @pytest.mark.parametrize(
     "which, said",
     [
-        ("searcher-state-*.pkl", "the state of the searcher in Tune's folder, {path}, is cut short: move it and"),
+        ("searcher-state-*.pkl", "the state of the searcher in Tune's folder, {path}, is cut short: move it aside and"),
         ("search_gen_state-*.json", "the state of the search generator in Tune's folder, {path}, is cut short"),
         ("callback-states-*.pkl", "is cut short: move it aside and --resume again (the callbacks start afresh"),
         ("experiment_state-*.json", "Tune's experiment state {path} is cut short or corrupt"),
@@ -211,19 +211,43 @@ def test_the_best_model_of_an_interrupted_search_is_one_line_without_a_progress_
     assert "Downloading artifacts" not in captured.err + captured.out  # guessed behind MLflow's bar before
 
 
-def test_with_the_searchers_state_moved_aside_resume_ends_the_search_with_a_new_tpe(stopped, library_log):
-    aside = stopped.root / "aside"
-    aside.mkdir()
-    for pattern in ("searcher-state-*.pkl", "search_gen_state-*.json"):
-        for path in stopped.directory.glob(pattern):
-            path.rename(aside / path.name)
-    options = SearchOptions(stopped.argv[1], name="faults", storage=stopped.argv[5], plasticity=False, verbose=0)
-    result = run_search(dataclasses.replace(options, resume=True))
-    assert any(m.startswith("note: the searcher's state is not in ") and "a new TPE" in m for m in library_log)
+def test_without_the_generators_state_resume_is_refused(stopped, capsys, no_search):
+    (path,) = stopped.directory.glob("search_gen_state-*.json")
+    aside = path.rename(stopped.root / path.name)
+    try:
+        line = resume(stopped, capsys)
+    finally:
+        aside.rename(path)
+    assert line == (
+        f"error: the state of the search's generator (search_gen_state-*.json) is missing from Tune's folder "
+        f"{stopped.directory}: without it the trials not sampled yet would never be; restore it from a backup, or "
+        "start the search anew with another --name"
+    )
+
+
+def test_with_tpes_state_moved_aside_resume_ends_the_search_with_a_new_tpe(stopped):
+    (path,) = stopped.directory.glob("searcher-state-*.pkl")  # as the line about a corrupt one says to do
+    path.rename(stopped.root / path.name)
+    ray_tmp = tempfile.mkdtemp(prefix="vt3", dir="/tmp")  # a driver of its own: no stale copy in Ray's staging folder
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "vitplast_tune", "search", *stopped.argv, "--resume"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": os.pathsep.join(sys.path)},  # Tuner's callbacks
+        )
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]  # Tune's "Searcher unable to find checkpoint" before
+    assert (
+        f"note: TPE's state (searcher-state-*.pkl) is not in {stopped.directory}: a new TPE samples"
+        in proc.stdout + proc.stderr
+    )
     trials = pd.read_csv(stopped.directory / "trials.csv")
-    assert len(result.trials) == len(trials) == 3 and trials["error"].isna().all()  # none repeated, none missing
+    assert len(trials) == 4 and trials["error"].isna().all() and trials["trial_id"].is_unique  # none repeated
     parent, runs = stopped.runs()
-    assert parent == "FINISHED" and sorted(runs.values()) == ["FINISHED"] * 3
+    assert parent == "FINISHED" and sorted(runs.values()) == ["FINISHED"] * 4
 
 
 # ----------------------------------------------------------------------------- a disk that fills
@@ -264,7 +288,7 @@ class FillTheDisk(Callback):
 
 def test_a_disk_that_fills_stops_the_search_as_an_interrupt_and_resume_loses_nothing(ray_local, small_disk):
     space = small_disk.parent / "space.yaml"
-    space.write_text(SPACE.replace("max_steps: 16", "max_steps: 32").replace("num_samples: 3", "num_samples: 2"))
+    space.write_text(SPACE.replace("max_steps: 16", "max_steps: 32").replace("num_samples: 4", "num_samples: 2"))
     storage = small_disk / "results"  # the search and its MLflow store on the small disk
     options = SearchOptions(space=str(space), name="full", storage=str(storage), plasticity=False, verbose=0)
     fill = FillTheDisk(small_disk)

@@ -58,14 +58,3 @@ def trial_error_text(trial) -> str:
     except OSError:
         return ""
     return text.rsplit("Failure # ", 1)[-1]
-
-
-def renew_search(restored, search_alg, num_samples: int) -> None:
-    """Give a restored Tuner a new search algorithm that samples ``num_samples`` more trials (its pickled one starts
-    from nothing and would sample all of them again): ``_local_tuner``'s ``_tune_config`` and ``_tuner_kwargs``,
-    which ``tune.run`` is called with. A Ray Client (ray://) driver's Tuner actor has no way in: NotImplementedError."""
-    local = getattr(restored, "_local_tuner", None)
-    if local is None:
-        raise NotImplementedError("a Ray Client driver's restored Tuner keeps its search algorithm")
-    local._tune_config.search_alg = search_alg
-    local._tuner_kwargs["num_samples"] = num_samples

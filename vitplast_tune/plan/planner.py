@@ -47,7 +47,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     if record is None:
         plan, said = new_plan(spec, options, storage, name)
     else:
-        plan, said = resume.resumed_plan(spec, options, storage, name, record), []
+        plan = resume.resumed_plan(spec, options, storage, name, record)
         said = resumed_state(plan, record)
     check_services(plan, record is not None)
     plan.spec, plan.notes = fit_scheduler(plan.spec, plan.settings.max_steps)
@@ -90,15 +90,12 @@ def new_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str) 
 
 
 def resumed_state(plan: SearchPlan, record: dict) -> list[str]:
-    """Tune's state of a resumed search checked (``state``); a note when a new searcher takes over its remaining
-    trials (the searcher's state moved aside)."""
+    """Tune's state of a resumed search checked (``state``); a note when a new TPE takes over its remaining trials
+    (TPE's state moved aside)."""
     directory = Path(plan.storage) / plan.name
     state.check_resume_state(directory, record)
-    remaining = state.remaining_without_searcher(directory, plan.spec.algorithm, plan.spec.total_trials)
-    if remaining is None:
-        return []
-    left = f"samples the remaining {remaining} trial(s)" if remaining else "has no trial left to sample"
-    return [f"the searcher's state is not in {directory}: a new TPE {left}, without the earlier trials' results"]
+    note = state.check_generator_state(directory, plan.spec.algorithm)
+    return [note] if note else []
 
 
 def check_services(plan: SearchPlan, resumed: bool) -> None:

@@ -31,7 +31,8 @@ STATE_PICKLES = {
     "callback-states-*.pkl": "the callbacks",
 }
 CALLBACKS = "callback-states-*.pkl"
-SEARCHER_STATE = ("searcher-state-*.pkl", "search_gen_state-*.json")  # TPE's and its wrappers' (restored together)
+SEARCHER_STATE = "searcher-state-*.pkl"  # TPE's own (its study)
+GENERATOR_STATE = "search_gen_state-*.json"  # how many trials were sampled, the experiment they belong to
 VARIANT_STATE = "basic-variant-state-*.json"
 FINISHED = "TERMINATED"
 
@@ -103,11 +104,10 @@ def pickle_problem(path: Path) -> str | None:
 def _advice(path: Path, problem: str, what: str, pattern: str) -> str:
     if pattern == CALLBACKS:
         fix = "move it aside and --resume again (the callbacks start afresh: the trials' MLflow runs are found by tag)"
-    elif pattern in SEARCHER_STATE:
+    elif pattern == SEARCHER_STATE:
         fix = (
-            f"move it and {' and '.join(p for p in SEARCHER_STATE if p != pattern)} aside and --resume again (the "
-            "remaining trials are then sampled by a new TPE that starts without the earlier trials' results), restore "
-            "it from a backup, or start the search anew with another --name"
+            "move it aside and --resume again (a new TPE then samples the trials not sampled yet, without the earlier "
+            "trials' results), restore it from a backup, or start the search anew with another --name"
         )
     else:
         fix = (
@@ -117,20 +117,21 @@ def _advice(path: Path, problem: str, what: str, pattern: str) -> str:
     return f"the state of {what} in Tune's folder, {path}, is {problem}: {fix}"
 
 
-def remaining_without_searcher(directory: Path, algorithm: str, total: int) -> int | None:
-    """How many trials a new searcher samples when the searcher's state was moved out of Tune's folder (None: it is
-    there, or Tune has no trials yet); UserError for a grid or random search, whose generator cannot start again
-    without repeating its trials."""
-    states = [p for pattern in (*SEARCHER_STATE, VARIANT_STATE) for p in directory.glob(pattern)]
-    newest = max(directory.glob(EXPERIMENT_STATE), default=None)
-    if states or newest is None:
+def check_generator_state(directory: Path, algorithm: str) -> str | None:
+    """UserError when Tune's folder holds trials but not the state of the generator that samples the rest (a new one
+    would sample none, or repeat the grid); a note when only TPE's own state is missing (a new TPE takes over)."""
+    if max(directory.glob(EXPERIMENT_STATE), default=None) is None:
         return None
-    if algorithm != "optuna":
+    generator = GENERATOR_STATE if algorithm == "optuna" else VARIANT_STATE
+    if not any(directory.glob(generator)):
         raise UserError(
-            f"the state of the variant generator ({VARIANT_STATE}) is missing from Tune's folder {directory}: a new "
-            "one would repeat the grid; restore it from a backup, or start the search anew with another --name"
+            f"the state of the search's generator ({generator}) is missing from Tune's folder {directory}: without "
+            "it the trials not sampled yet would never be; restore it from a backup, or start the search anew with "
+            "another --name"
         )
-    return max(total - len(json.loads(newest.read_text())["trial_data"]), 0)
+    if algorithm == "optuna" and not any(directory.glob(SEARCHER_STATE)):
+        return f"TPE's state ({SEARCHER_STATE}) is not in {directory}: a new TPE samples the trials not sampled yet"
+    return None
 
 
 def _check_checkpoint(directory: Path, trial_id: str, checkpoint: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ray.tune.search.optuna import OptunaSearch
@@ -40,9 +41,16 @@ class OptunaSearcher(OptunaSearch):
             warnings.simplefilter("ignore")
             live[trial_id].report(float(value), int(step))
 
+    def restore_from_dir(self, checkpoint_dir: str) -> None:
+        """Restore TPE from its state in Tune's folder; without that state (moved aside, ``plan.state``) this TPE
+        starts afresh and samples the trials not sampled yet (Tune's generator state counts them)."""
+        if not any(Path(checkpoint_dir).glob(self.CKPT_FILE_TMPL.format("*"))):
+            return
+        super().restore_from_dir(checkpoint_dir)
+
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         """End the Optuna trial: FAIL (errored or diverged), PRUNED (stopped before max_steps) or COMPLETE. A trial
-        this searcher did not suggest (restored from Tune's state when a new searcher took over, ``run.tuner``) is
+        this searcher did not suggest (restored from Tune's state when a new TPE took over, ``restore_from_dir``) is
         not its to end."""
         if trial_id not in ray_tune.optuna_trials(self) and trial_id not in ray_tune.completed_trials(self):
             return

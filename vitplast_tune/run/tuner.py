@@ -16,8 +16,6 @@ from ray import tune
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 from vitplast_tune._compat import ray_tune
-from vitplast_tune.errors import UserError
-from vitplast_tune.plan import state
 from vitplast_tune.plan.options import SearchPlan
 from vitplast_tune.run import guard, optuna_search, schedulers, variants
 from vitplast_tune.space.files import SearchSpec
@@ -116,7 +114,6 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
     if options.resume and tune.Tuner.can_restore(path):
         restored = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True)
         renew_run_config(restored, callbacks, plan.max_failures)
-        renew_searcher(restored, plan)
         return restored
     param_space: dict[str, Any] = {} if spec.algorithm == "optuna" else variants.tune_param_space(spec)
     return tune.Tuner(
@@ -140,31 +137,6 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         ),
     )
-
-
-def renew_searcher(restored: tune.Tuner, plan: SearchPlan) -> None:
-    """A new searcher for the remaining trials of a resumed search whose searcher's state was moved aside
-    (``plan.state.remaining_without_searcher``); nothing when it is there."""
-    from ray.tune.search import SearchGenerator
-
-    remaining = (
-        None
-        if plan.local_dir is None
-        else state.remaining_without_searcher(plan.local_dir, plan.spec.algorithm, plan.spec.total_trials)
-    )
-    if remaining is None:
-        return
-    searcher = search_algorithm(plan.spec, plan.seed, plan.max_concurrent)
-    generator = SearchGenerator(searcher)
-    if remaining == 0:
-        generator.set_finished()
-    try:
-        ray_tune.renew_search(restored, generator, max(remaining, 1))
-    except NotImplementedError:
-        raise UserError(
-            "the searcher's state is missing and a Ray Client (ray://) driver cannot start a new one: restore it, or "
-            "resume from a driver on the cluster (--address auto)"
-        ) from None
 
 
 def renew_run_config(restored: tune.Tuner, callbacks: list, max_failures: int) -> None:
