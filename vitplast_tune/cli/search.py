@@ -16,7 +16,7 @@ from vitplast_tune.errors import UserError
 HELP = "Run a Ray Tune search over which ViT components to finetune (e.g. --space component_subsets)."
 
 
-def search_parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     """The arguments of ``vitplast search``; defaults read from SearchOptions and FinetuneConfig."""
     from vitplast_tune.config import FinetuneConfig
     from vitplast_tune.plan.options import SearchOptions
@@ -200,7 +200,7 @@ def _plasticity_flags(parser: argparse.ArgumentParser, run) -> None:
 def search_main(argv: Sequence[str] | None = None) -> int:
     """Run (or resume) a search from command-line arguments and print its summary."""
     started = time.perf_counter()
-    args = search_parser().parse_args(argv)
+    args = parser().parse_args(argv)
     from vitplast_tune.plan.options import SearchOptions
     from vitplast_tune.timings import Timings
 
