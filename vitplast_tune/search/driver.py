@@ -99,9 +99,10 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = (), timings: Timin
     if unfinished:
         tracking.close_search(mlflow, parent, "KILLED")
         raise _interrupted(plan, records, f"{unfinished} trial(s) unfinished")
-    with timings.phase("results"):
-        result = SearchResult(plan, results.trial_table(grid, plan, predictors), parent, 0.0, view=view)
-    return _finish(result, mlflow, grid, timings, started)
+    with interrupts.deferred(say=lambda text: _say(plan, text)):  # every trial ended: record the results whole
+        with timings.phase("results"):
+            result = SearchResult(plan, results.trial_table(grid, plan, predictors), parent, 0.0, view=view)
+        return _finish(result, mlflow, grid, timings, started)
 
 
 def _finish(result: SearchResult, mlflow, grid, timings: Timings, started: float) -> SearchResult:
