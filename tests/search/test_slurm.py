@@ -10,6 +10,7 @@ table and its MLflow runs are read back. The time-limit signal is ``scancel --si
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -25,7 +26,7 @@ from vitplast_tune.search import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "cluster" / "slurm.sbatch"
-JOB_TIMEOUT_S = 420  # one job, from submission to its end: a few tens of seconds on a quiet machine
+JOB_TIMEOUT_S = 300  # one job, from submission to its end (a few tens of seconds); three fit the test timeout
 
 
 def test_the_script_asks_slurm_for_the_signal_before_the_time_limit_and_passes_bash_checks():
@@ -36,6 +37,21 @@ def test_the_script_asks_slurm_for_the_signal_before_the_time_limit_and_passes_b
     assert re.fullmatch(r"B:TERM@\d+", directives["signal"])  # to the batch shell, which passes it to the search
     assert directives["ntasks-per-node"] == "1" and int(directives["nodes"]) >= 2
     assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--space", "component_subsets"], "error: give the search a --name"),
+        (["--name=x", "--address", "auto"], "error: --address is this job's own Ray cluster"),
+        (["--name", "x"], "error: run this script with sbatch"),
+    ],
+)
+def test_the_script_refuses_what_it_cannot_run_before_starting_anything(args, said, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    proc = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith(said), proc.stdout + proc.stderr
+    assert "Ray" not in proc.stdout  # nothing started
 
 
 @pytest.fixture(scope="module")
