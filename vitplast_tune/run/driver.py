@@ -96,10 +96,13 @@ def execute(plan: SearchPlan, callbacks: Sequence[Callback] = (), timings: Timin
     if unfinished:
         tracking.close_search(mlflow, parent, "KILLED")
         raise _interrupted(plan, records, f"{unfinished} trial(s) unfinished")
-    with timings.phase("results"):
-        table = trials.trial_table(grid, plan.settings, predictors)
-        result = SearchResult(plan.place, plan.spec, plan.settings, table, parent, view=view, notes=list(plan.notes))
-    return _finish(result, mlflow, grid, timings, started, plan.options)
+    with interrupts.deferred():  # every trial ended: record the results whole
+        with timings.phase("results"):
+            table = trials.trial_table(grid, plan.settings, predictors)
+            result = SearchResult(
+                plan.place, plan.spec, plan.settings, table, parent, view=view, notes=list(plan.notes)
+            )
+        return _finish(result, mlflow, grid, timings, started, plan.options)
 
 
 def _finish(
