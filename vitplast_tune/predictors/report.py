@@ -257,13 +257,9 @@ def code_version() -> str:
 
     digest = hashlib.sha256()
     package = Path(__file__).resolve().parents[1]
-    for module in (
-        "vit/plasticity",
-        "vit/models",
-        "data/datasets",
-        "data/transforms",
-        "data/fractals",
-    ):  # read, not imported (no torch)
+    modules = ["vit/plasticity", "vit/models", "data/datasets", "data/transforms", "data/fractals"]
+    modules += sorted(f"vit/families/{p.stem}" for p in (package / "vit" / "families").glob("*.py"))
+    for module in modules:  # read, not imported (no torch)
         digest.update((package / f"{module}.py").read_bytes())
     return f"{__version__}+{digest.hexdigest()[:12]}"
 

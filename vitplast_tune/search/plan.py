@@ -414,12 +414,14 @@ def _check_budget(settings: FinetuneConfig, classes: int, budget: Budget) -> Non
     with the dataset's head and the settings' blocks): the search could train nothing."""
     from vitplast_tune import components
     from vitplast_tune.vit import models
+    from vitplast_tune.vit.families.registry import layout_of
 
     model = models.create_model(settings.model, classes, pretrained=False)
-    counts = {s: sum(components.freeze(model, s, settings.blocks).values()) for s in budget.subsets}
+    layout = layout_of(model)
+    counts = {s: sum(components.freeze(model, s, settings.blocks, layout=layout).values()) for s in budget.subsets}
     smallest = min(counts, key=counts.get)
     if counts[smallest] > budget.max_trainable_params:
-        head = sum(components.freeze(model, "head").values())
+        head = sum(components.freeze(model, "head", layout=layout).values())
         raise UserError(
             f"no trial fits the parameter budget max_trainable_params {budget.max_trainable_params:,}: the smallest "
             f"subset the search may train, {smallest}, trains {counts[smallest]:,} parameters (the head alone "

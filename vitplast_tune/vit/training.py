@@ -30,6 +30,7 @@ from vitplast_tune.data.batches import eval_batches, train_batches
 from vitplast_tune.data.decoded import InMemory
 from vitplast_tune.data.splits import SmallImages, Splits
 from vitplast_tune.vit import methods, models
+from vitplast_tune.vit.families.registry import family_of
 
 
 class DivergedError(RuntimeError):
@@ -303,11 +304,13 @@ def _prepare(cfg: FinetuneConfig, device: torch.device, decoded: InMemory | None
     model, splits = build_run(cfg, decoded)
     counts = methods.apply_methods(model, cfg)  # LoRA adapters injected where asked, the rest frozen
     trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
-    model.set_grad_checkpointing(cfg.grad_checkpointing)
+    family = family_of(model)
+    family.set_grad_checkpointing(model, cfg.grad_checkpointing)
     model.to(device).train()
     forward: Callable[[torch.Tensor], torch.Tensor] = model
     feature_cache_s = 0.0
-    if cfg.cache_features and not components.parse_subset(cfg.components) and _in_memory(splits):
+    probe = not components.parse_subset(cfg.components)
+    if cfg.cache_features and probe and family.cache_features and _in_memory(splits):
         caching = time.perf_counter()
         splits = _backbone_features(model, splits, device, cfg.batch_size, precision)
         forward, feature_cache_s = _head_forward(model), time.perf_counter() - caching
@@ -490,15 +493,12 @@ def _backbone_features(
     """Each split passed once through the frozen backbone: the tokens before the final norm.
 
     Every split goes through the evaluation transform (the features of a linear probe are computed
-    once, so training crops and flips do not apply). Token pooling needs only the class token;
-    other pooling keeps every token.
+    once, so training crops and flips do not apply). Token pooling needs only the prefix tokens
+    (the family's ``head_tokens``); other pooling keeps every token.
     """
     model.eval()
-    keep = (
-        1
-        if getattr(model, "global_pool", "token") == "token" and getattr(model, "cls_token", None) is not None
-        else None
-    )
+    family = family_of(model)
+    keep = family.head_tokens(model)
 
     def features(dataset: SmallImages) -> TensorDataset:
         evaluation = SmallImages(dataset.images, dataset.labels, dataset.indices, dataset.data_config, train=False)
@@ -506,7 +506,7 @@ def _backbone_features(
         for x, y in eval_batches(evaluation, eval_batch_size(batch_size), device=device):
             labels.append(y.cpu())
             with _autocast(device, precision):
-                tokens = model.blocks(models.embed(model, x))
+                tokens = family.features(model, x)
             out.append(
                 (tokens[:, :keep] if keep else tokens).to(torch.float32, copy=True)
             )  # a copy: a view would keep every token
@@ -519,7 +519,8 @@ def _backbone_features(
 
 def _head_forward(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     """The trainable part of a linear probe: final norm, pooling and head, on cached tokens."""
-    return lambda tokens: model.forward_head(model.norm(tokens))
+    family = family_of(model)
+    return lambda tokens: family.head(model, tokens)
 
 
 def _snapshot(params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:
