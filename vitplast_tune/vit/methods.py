@@ -113,15 +113,17 @@ def plain_model(cfg: FinetuneConfig, trained: Mapping[str, torch.Tensor]) -> nn.
 
 
 def _head_classes(trained: Mapping[str, torch.Tensor], layout: components.Layout) -> int | None:
-    """The classes of a trained head (the rows of its first weight matrix), None when the tensors hold no head."""
+    """The classes of a trained head: the rows of its last weight matrix (the classifier, after any attention pooling;
+    None when the tensors hold no head)."""
+    rows = None
     for name, tensor in trained.items():
         try:
             head = components.parameter_component(name, layout)[0] == components.HEAD
         except UserError:  # not this model's: the check of every name below says so
             continue
         if head and tensor.ndim == 2 and not components.is_adapter(name):
-            return tensor.shape[0]
-    return None
+            rows = tensor.shape[0]
+    return rows
 
 
 def _num_classes(cfg: FinetuneConfig) -> int:

@@ -69,6 +69,8 @@ def vit_relpos_testbed_patch8_32(pretrained: bool = False, **kwargs: Any) -> Vis
 @register_model
 def naflexvit_testbed_patch8_32(pretrained: bool = False, **kwargs: Any) -> NaFlexVit:
     """A tiny NaFlexViT (register tokens, layer scales, average pooling) on fixed 32 px images."""
-    cfg = NaFlexVitCfg(patch_size=8, embed_dim=32, depth=2, num_heads=2, init_values=0.1, reg_tokens=2, fc_norm=True)
+    cfg = NaFlexVitCfg(
+        patch_size=8, embed_dim=32, depth=2, num_heads=2, init_values=0.1, reg_tokens=2, global_pool="avg", fc_norm=True
+    )
     kwargs = {"img_size": 32, **kwargs}
     return _build(NaFlexVit, "naflexvit_testbed_patch8_32", pretrained, cfg=cfg, **kwargs)

@@ -114,10 +114,11 @@ class HFFamily(Family):
         return None
 
     def set_grad_checkpointing(self, model: nn.Module, enable: bool) -> None:
-        if enable:
-            model.model.gradient_checkpointing_enable()
-        else:
-            model.model.gradient_checkpointing_disable()
+        inner = model.model
+        # transformers 5 renames gradient checkpointing to activation checkpointing (the old names warn)
+        on = getattr(inner, "activation_checkpointing_enable", None) or inner.gradient_checkpointing_enable
+        off = getattr(inner, "activation_checkpointing_disable", None) or inner.gradient_checkpointing_disable
+        (on if enable else off)()
 
 
 FAMILIES = (
@@ -197,7 +198,6 @@ def load_config(name: str):
 def create(name: str, num_classes: int, *, pretrained: bool, drop_path_rate: float = 0.0) -> HFClassifier:
     """An ``hf:`` model with a new head of ``num_classes`` (0: none): its weights when ``pretrained``, else initialised
     from torch's generator (seed it first); ``drop_path_rate`` where the model type has stochastic depth."""
-    transformers = _transformers()
     config = load_config(name)
     family = MODEL_TYPES[config.model_type]
     extra: dict[str, Any] = {"num_labels": num_classes}
@@ -205,18 +205,28 @@ def create(name: str, num_classes: int, *, pretrained: bool, drop_path_rate: flo
         if not family.drop_path:
             raise UserError(f"drop_path: {family.name} models have no stochastic depth; leave drop_path at 0")
         extra["drop_path_rate"] = drop_path_rate
-    auto = transformers.AutoModelForImageClassification
+    cls = classifier_class(config)
     with _quiet():
         if pretrained:
             try:
-                model = auto.from_pretrained(source(name), ignore_mismatched_sizes=True, **extra)
+                model = cls.from_pretrained(source(name), ignore_mismatched_sizes=True, **extra)
             except OSError as exc:
                 raise UserError(f'could not load the weights of "{name}": {_one_line(exc)}') from None
         else:
             for key, value in extra.items():
                 setattr(config, key, value)
-            model = auto.from_config(config)
+            model = cls(config)
     return HFClassifier(model, data_config(name, config), name)
+
+
+def classifier_class(config) -> type:
+    """The image-classification class of a config: the one its ``architectures`` names where the model type has
+    several (DeiT: with or without the distillation head), else the model type's first."""
+    transformers = _transformers()
+    mapped = transformers.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING[type(config)]
+    options = mapped if isinstance(mapped, (tuple, list)) else (mapped,)
+    named = [c for c in options if c.__name__ in (config.architectures or ())]
+    return (named or list(options))[0]
 
 
 def data_config(name: str, config=None) -> dict[str, Any]:
