@@ -18,7 +18,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from vitplast_tune import outputs, storage
-from vitplast_tune.config import PLASTICITY_VARIANTS, PRECISIONS, TESTBED_MODEL, TESTBED_WEIGHTS, PretrainConfig
+from vitplast_tune.config import (
+    PAPER_MODEL,
+    PLASTICITY_VARIANTS,
+    PRECISIONS,
+    TESTBED_MODEL,
+    TESTBED_WEIGHTS,
+    PretrainConfig,
+)
 from vitplast_tune.errors import SearchInterrupted, UserError
 
 SEARCH_HELP = "Run a Ray Tune search over which ViT components to finetune: vitplast-search --space component_subsets"
@@ -136,7 +143,8 @@ def _trial_flags(parser: argparse.ArgumentParser, train) -> None:
     )
     p.add_argument(
         "--model",
-        help=f"timm model name, e.g. vit_base_patch16_224.augreg_in21k; default: {space_default.format(train.model)}",
+        help=f"timm model name, e.g. {PAPER_MODEL} (the paper's), or hf:<hub id or folder> (transformers; "
+        f"docs/models.md); default: {space_default.format(train.model)}",
     )
     p.add_argument("--weights", help="local weights for --model (safetensors or torch state dict), instead of the hub")
     p.add_argument(

@@ -17,6 +17,9 @@ from vitplast_tune import components
 from vitplast_tune.errors import UserError, did_you_mean
 
 TESTBED_MODEL = "vit_testbed_patch8_32.fractal"  # the offline default (vit/models.py registers it with timm)
+# The paper's checkpoint: Google's ViT-B/16 trained on ImageNet-21k, as timm converted it (what the paper's reference
+# code loads as google/vit-base-patch16-224-in21k); augreg_in21k is another training of it.
+PAPER_MODEL = "vit_base_patch16_224.orig_in21k"
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"  # shipped with the package
 TESTBED_WEIGHTS = WEIGHTS_DIR / "vit_testbed_patch8_32.fractal.safetensors"
 
