@@ -414,7 +414,7 @@ def _train_step(run: _Run, batches) -> torch.Tensor:
     if not optimizer_step(run.optimizer, run.trainable.values(), cfg.grad_clip, run.scaler):
         run.skipped_steps += 1
     if run.ema is not None:
-        run.ema.update(run.model, step=run.step)
+        run.ema.update(run.model, step=run.step + 1)  # updates so far, as timm's train.py counts them
     run.step += 1
     return total / cfg.grad_accum_steps
 
