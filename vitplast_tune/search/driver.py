@@ -27,7 +27,7 @@ from vitplast_tune.errors import SearchInterrupted
 from vitplast_tune.predictors.report import Predictors, describe_gradients, gradient_report, search_report
 from vitplast_tune.recommend import ranking, verify
 from vitplast_tune.recommend.ranking import Recommendation
-from vitplast_tune.search import interrupts, results, searchers, spaces, study, tracking
+from vitplast_tune.search import interrupts, parallel, results, searchers, spaces, study, tracking
 from vitplast_tune.search.plan import EXPERIMENT, SearchOptions, SearchPlan, prepare, write_record
 from vitplast_tune.search.results import SearchResult
 from vitplast_tune.search.timings import Timings
@@ -171,7 +171,7 @@ def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predicto
         max_trainable_params=plan.max_trainable_params,
         staged=list(staged),
     )
-    trainable = tune.with_resources(trainable, plan.options.trial_resources)
+    trainable = tune.with_resources(trainable, parallel.trial_request(plan.options))  # several workers: a group
     tuner = searchers.tuner(plan, trainable, callbacks, ranking.warm_start_subsets(plan, predictors))
     try:
         return tuner.fit()
@@ -189,6 +189,7 @@ def resume_command(plan: SearchPlan) -> str:
     flags = {
         "--cpus-per-trial": (o.cpus_per_trial, default.cpus_per_trial),
         "--gpus-per-trial": (o.gpus_per_trial, default.gpus_per_trial),
+        "--workers-per-trial": (o.workers_per_trial, default.workers_per_trial),
         "--address": (o.address, default.address),
         "--connect-timeout": (o.connect_timeout_s, default.connect_timeout_s),
     }

@@ -71,7 +71,8 @@ def train_trial(
     from ray import tune
 
     from vitplast_tune.data import staging
-    from vitplast_tune.vit.training import DivergedError, finetune
+    from vitplast_tune.search import parallel
+    from vitplast_tune.vit.training import DivergedError
 
     cfg = staging.localize(trial_config(config, settings), staged)
     if max_trainable_params is not None and (count := trainable_parameters(cfg)) > max_trainable_params:
@@ -90,7 +91,7 @@ def train_trial(
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
 
     try:
-        finetune(cfg, report=report, resume=resume, decoded=decoded)
+        parallel.finetune(cfg, report=report, resume=resume, decoded=decoded)  # one worker, or data-parallel
     except DivergedError as exc:
         # The metrics are NaN so that Optuna records the trial as failed; no checkpoint, no retry.
         nan = {metric: float("nan") for metric in METRICS}

@@ -486,6 +486,7 @@ def _evaluate_run(run: _Run, val_batches, train_loss: float, count: int, started
         "steps_per_s": steps_per_s,
         "images_per_s": steps_per_s * cfg.batch_size * cfg.grad_accum_steps,  # throughput, the Pareto front's axis
         "amp_skipped_steps": run.skipped_steps,  # fp16: steps skipped for overflowed gradients (0 otherwise)
+        "workers": run.world.size,  # data-parallel workers (vit.distributed)
         **device_facts(run.device),
         "precision": run.precision,
     }
