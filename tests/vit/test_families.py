@@ -281,7 +281,7 @@ def test_bitfit_trains_every_bias_and_nothing_else(kind, root):
 
 def test_a_model_of_no_family_is_one_line_naming_the_families():
     with pytest.raises(
-        UserError, match=r'"convnext_atto" is a ConvNeXt is of no supported model family; supported: timm-vit'
+        UserError, match=r'"convnext_atto" is a ConvNeXt, of no supported model family; supported: timm-vit'
     ):
         models.create_model("convnext_atto", 3, pretrained=False)
     with pytest.raises(UserError, match="no config.json"):

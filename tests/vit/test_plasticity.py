@@ -206,7 +206,9 @@ def test_errors():
         compute_plasticity(model, images(3, 17), images(3, 18), variant="papr")
     with pytest.raises(UserError, match=r"\(N, C, H, W\)"):
         compute_plasticity(model, images(3, 17)[0], images(3, 18))
-    with pytest.raises(UserError, match="a Linear is of no supported model family; supported: timm-vit, timm-eva"):
+    with pytest.raises(
+        UserError, match="the model is a Linear, of no supported model family; supported: timm-vit, timm-eva"
+    ):
         compute_plasticity(torch.nn.Linear(2, 2), images(3, 17), images(3, 18))
 
 

@@ -49,7 +49,7 @@ def family_of(model: nn.Module) -> Family:
     """The adapter of ``model``'s family: the one whose model class is nearest its own (UserError for none)."""
     ranked = [(rank, i, f) for i, f in enumerate(_FAMILIES) if (rank := f.rank(model)) is not None]
     if not ranked:
-        raise UserError(f"{unsupported(type(model).__name__)}")
+        raise UserError(f"the model is {unsupported(type(model).__name__)}")
     return min(ranked, key=lambda item: item[:2])[2]
 
 
@@ -61,6 +61,4 @@ def layout_of(model: nn.Module) -> Layout:
 def unsupported(kind: str) -> str:
     """The one line for a model of no supported family: what it is, and the families that are."""
     names = ", ".join(f.name for f in _FAMILIES)
-    return (
-        f"a {kind} is of no supported model family; supported: {names} (docs/models.md says which models each covers)"
-    )
+    return f"a {kind}, of no supported model family; supported: {names} (docs/models.md says which models each covers)"
