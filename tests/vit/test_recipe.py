@@ -218,3 +218,15 @@ def test_the_shipped_settings_change_nothing(tmp_path):
     assert cfg.ema_decay is None and cfg.auto_augment is None
     loss = recipe.training_loss(cfg, 10)
     assert loss.mixup is None and loss.criterion is None and recipe.weight_average(cfg, build("vit", tmp_path)) is None
+
+
+@pytest.mark.parametrize("setting", [dict(components="head"), dict(compile=True)])
+def test_the_ema_is_scored_through_the_runs_own_path_probe_or_compiled(setting, monkeypatch):
+    """A linear probe scores the EMA's head on the cached features; a compiled run scores the EMA on images."""
+    monkeypatch.setattr(torch, "compile", lambda module: lambda images: module(images))  # a stand-in: no inductor
+    cfg, _, metrics, reports = trained(**{**EMA_RUN, **setting}, max_steps=4, eval_every=2, ema_decay=0.5)
+    _, splits = training.build_run(cfg)
+    rebuilt = best_model.rebuild(cfg, reports[0][1]["ema"])
+    assert reports[0][0]["val_acc"] == pytest.approx(
+        training.evaluate(rebuilt, splits.val, 32, torch.device("cpu"))["acc"]
+    )

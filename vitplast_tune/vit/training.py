@@ -352,7 +352,8 @@ def _prepare(cfg: FinetuneConfig, device: torch.device, decoded: InMemory | None
     splits, forward, feature_cache_s = _forward_pass(cfg, model, splits, device, precision)
     optimizer = build_optimizer(cfg, model, device)
     ema = recipe.weight_average(cfg, model)
-    ema_forward = None if ema is None else _head_forward(ema.module) if forward is not model else ema.module
+    cached = isinstance(splits.train, TensorDataset)  # the backbone's features: the EMA's head reads them too
+    ema_forward = None if ema is None else _head_forward(ema.module) if cached else ema.module
     return _Run(
         cfg,
         device,
@@ -375,7 +376,7 @@ def _prepare(cfg: FinetuneConfig, device: torch.device, decoded: InMemory | None
 
 def _forward_pass(cfg: FinetuneConfig, model: nn.Module, splits: Splits, device: torch.device, precision: str):
     """(splits, forward, seconds caching): a linear probe on in-memory data trains its head on the backbone's cached
-    features (the splits become them); otherwise the model, compiled with ``cfg.compile``."""
+    features (the splits become them, ``TensorDataset``s); otherwise the model, compiled with ``cfg.compile``."""
     family = family_of(model)
     probe = not components.parse_subset(cfg.components)
     if cfg.cache_features and probe and family.cache_features and _in_memory(splits):

@@ -91,10 +91,19 @@ class HFFamily(Family):
 
     cache_features = False  # the head (pooling differs per model type) is not reproduced here: no feature cache
 
-    def __init__(self, name: str, about: str, model_types: tuple[str, ...], backbone: str, layout: Layout, **options):
+    def __init__(
+        self,
+        name: str,
+        about: str,
+        model_types: tuple[str, ...],
+        backbone: str,
+        layout: Layout,
+        *,
+        drop_path: bool = False,
+        normalisation: tuple[tuple[float, ...], tuple[float, ...]] = IMAGENET,
+    ):
         self.name, self.about, self.model_types, self.backbone, self.layout = name, about, model_types, backbone, layout
-        self.drop_path = options.get("drop_path", False)
-        self.normalisation = options.get("normalisation", IMAGENET)
+        self.drop_path, self.normalisation = drop_path, normalisation
 
     def model_classes(self) -> tuple[type, ...]:
         return (HFClassifier,)
