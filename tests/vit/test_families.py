@@ -325,3 +325,28 @@ def test_the_plasticity_cache_key_changes_with_a_local_transformers_folders_file
     assert before == key() and "config.json" in before["weights"]
     (tmp_path / "hf-vit" / "model.safetensors").write_bytes(b"new weights")
     assert key()["weights"] != before["weights"]
+
+
+def test_a_family_of_ones_own_is_registered_before_the_shipped_ones(monkeypatch):
+    from timm.models.vision_transformer import VisionTransformer
+
+    from vitplast_tune.vit.families.timm_vit import TimmViT
+
+    class Mine(VisionTransformer):
+        pass
+
+    class MyFamily(TimmViT):
+        name, about = "mine", "a VisionTransformer of my own"
+
+        def model_classes(self):
+            return (Mine,)
+
+    monkeypatch.setattr(registry, "_FAMILIES", registry.families())  # the shipped list, untouched after the test
+    registry.register(MyFamily())
+    model = Mine(img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2, num_classes=2)
+    assert registry.family_of(model).name == "mine" and registry.get_family("mine").name == "mine"
+    assert registry.family_of(build("vit", None)).name == "timm-vit"  # its class is not Mine: the shipped family
+    with pytest.raises(ValueError, match="registered already"):
+        registry.register(MyFamily())
+    with pytest.raises(UserError, match='unknown model family "yours"'):
+        registry.get_family("yours")
