@@ -26,7 +26,7 @@ from vitplast_tune.predictors.report import Predictors
 from vitplast_tune.recommend import ranking
 from vitplast_tune.records import best_trial, pareto, search_run, study, tracking, trial_runs, trials
 from vitplast_tune.records.result import SearchResult, ui_command
-from vitplast_tune.run import interrupts, measure, nodes, tuner
+from vitplast_tune.run import interrupts, measure, nodes, parallel, tuner
 from vitplast_tune.run.trainable import train_trial
 from vitplast_tune.storage import write_record
 from vitplast_tune.timings import Timings
@@ -177,7 +177,7 @@ def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predicto
         max_trainable_params=plan.max_trainable_params,
         staged=list(staged),
     )
-    trainable = tune.with_resources(trainable, plan.options.trial_resources)
+    trainable = tune.with_resources(trainable, parallel.trial_request(plan.options))  # several workers: a group
     warm_start = _warm_start(plan, predictors)
     try:
         return tuner.tuner(plan, trainable, callbacks, warm_start).fit()
