@@ -50,7 +50,7 @@ def both(ray_local, tmp_path_factory):
 
 
 def history(result, metric: str) -> list[float]:
-    client = MlflowClient(result.plan.tracking_uri)
+    client = MlflowClient(result.place.tracking_uri)
     (child,) = child_runs(client, result.parent_run_id)
     return [m.value for m in sorted(client.get_metric_history(child.info.run_id, metric), key=lambda m: m.step)]
 
@@ -58,7 +58,7 @@ def history(result, metric: str) -> list[float]:
 def test_two_workers_follow_the_loss_curve_of_one_at_the_same_batch(both):
     one, two = both
     assert len(one.trials) == len(two.trials) == 1 and two.trials["error"].isna().all()
-    client = MlflowClient(one.plan.tracking_uri)
+    client = MlflowClient(one.place.tracking_uri)
     workers = [child_runs(client, r.parent_run_id)[0].data.tags[WORKERS_TAG] for r in both]
     assert workers == ["1", "2"]  # the two-worker trial did train on two
     losses_one, losses_two = history(one, "train_loss"), history(two, "train_loss")
@@ -71,19 +71,19 @@ def test_two_workers_follow_the_loss_curve_of_one_at_the_same_batch(both):
 
 def test_two_workers_report_checkpoint_and_record_as_one(both):
     one, two = both
-    client = MlflowClient(one.plan.tracking_uri)
+    client = MlflowClient(one.place.tracking_uri)
     (run_one,) = child_runs(client, one.parent_run_id)
     (run_two,) = child_runs(client, two.parent_run_id)
     assert set(run_two.data.metrics) == set(run_one.data.metrics)
     assert {k: v for k, v in run_two.data.params.items()} == {k: v for k, v in run_one.data.params.items()}
     assert run_two.info.status == run_one.info.status == "FINISHED"
-    checkpoints = [sorted(p.parent.name for p in Path(r.plan.local_dir).rglob("state.pt")) for r in both]
+    checkpoints = [sorted(p.parent.name for p in Path(r.place.local_dir).rglob("state.pt")) for r in both]
     assert checkpoints[0] == checkpoints[1] and len(checkpoints[0]) == 2  # both evaluations, in the search's storage
-    assert all(len(list(Path(r.plan.local_dir).rglob("best.safetensors"))) == 2 for r in both)
+    assert all(len(list(Path(r.place.local_dir).rglob("best.safetensors"))) == 2 for r in both)
     from vitplast_tune.vit import best_model
 
-    model_one = best_model.load_best_model("one", one.plan.storage)
-    model_two = best_model.load_best_model("two", two.plan.storage)
+    model_one = best_model.load_best_model("one", one.place.storage)
+    model_two = best_model.load_best_model("two", two.place.storage)
     x = torch.randn(3, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(model_two(x), model_one(x), rtol=1e-3, atol=1e-4)
