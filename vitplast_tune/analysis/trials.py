@@ -153,6 +153,15 @@ def describe_correlations(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def plasticity_verdict(table: pd.DataFrame) -> str:
+    """The sentence that says whether plasticity ranked the trials better than log(trainable parameters), for the
+    first target of a correlations table ("" when the table supports no verdict)."""
+    if table.empty:
+        return ""
+    first = table["target"].iloc[0]
+    return _verdict(table[table["target"] == first])
+
+
 def _verdict(rows: pd.DataFrame) -> str:
     """Does the best plasticity score rank the trials better than log(trainable params)? Paired bootstrap; below
     ``correlation.MIN_POINTS`` trials the figures are shown without a verdict."""

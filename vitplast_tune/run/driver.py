@@ -26,7 +26,7 @@ from vitplast_tune.predictors.report import Predictors
 from vitplast_tune.recommend import ranking
 from vitplast_tune.records import best_trial, pareto, search_run, study, tracking, trial_runs, trials
 from vitplast_tune.records.result import SearchResult, ui_command
-from vitplast_tune.run import guard, interrupts, measure, nodes, tuner
+from vitplast_tune.run import guard, interrupts, measure, nodes, parallel, tuner
 from vitplast_tune.run.trainable import train_trial
 from vitplast_tune.storage import write_record
 from vitplast_tune.timings import Timings
@@ -106,10 +106,13 @@ def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings |
     if unfinished or guard.current_fault():
         _close_stopped(records)
         raise _interrupted(plan, records, f"{unfinished} trial(s) unfinished")
-    with timings.phase("results"):
-        table = trials.trial_table(grid, plan.settings, predictors)
-        result = SearchResult(plan.place, plan.spec, plan.settings, table, parent, view=view, notes=list(plan.notes))
-    return _finish(result, mlflow, grid, timings, started, plan.options)
+    with interrupts.deferred():  # every trial ended: record the results whole
+        with timings.phase("results"):
+            table = trials.trial_table(grid, plan.settings, predictors)
+            result = SearchResult(
+                plan.place, plan.spec, plan.settings, table, parent, view=view, notes=list(plan.notes)
+            )
+        return _finish(result, mlflow, grid, timings, started, plan.options)
 
 
 def _finish(
@@ -202,7 +205,7 @@ def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predicto
         max_trainable_params=plan.max_trainable_params,
         staged=list(staged),
     )
-    trainable = tune.with_resources(trainable, plan.options.trial_resources)
+    trainable = tune.with_resources(trainable, parallel.trial_request(plan.options))  # several workers: a group
     warm_start = _warm_start(plan, predictors)
     try:
         return tuner.tuner(plan, trainable, callbacks, warm_start).fit()
