@@ -131,6 +131,8 @@ SEARCH = [
         "block 7 is beyond vit_testbed_patch8_32, which has 4",
     ),
     (["--set", "lora_rank=100000"], edit("{subsets: any}", '["mha:lora"]'), "lora_rank 100000 is above the width"),
+    (["--model", "hf:{tmp}/hf-vit", "--set", "depth=2-3"], GOOD, 'depth "2-3" is out of range: the model has 2 blocks'),
+    (["--model", "hf:{tmp}/hf-vit", "--set", "lora_rank=33"], edit("{subsets: any}", '["fc2:lora"]'), "(32 at "),
     (["--resume", "--name", "deep"], GOOD, 'depth "9-12" is out of range: the model has 4 blocks'),
     (
         ["--resume", "--name", "typed"],
