@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.analysis.analyze import SearchAnalysis
-from vitplast_tune.analysis.trials import analyze_trials
+from vitplast_tune.analysis.trials import analyze_trials, plasticity_verdict
 from vitplast_tune.records.answer import answer_lines
 
 
@@ -74,7 +74,41 @@ def test_the_plasticity_line_is_the_analysis_verdict(tmp_path):
     trials["plasticity_mean"] = acc + 0.001 * rng.normal(size=n)  # ranks the trials; the parameter count does not
     analysis = SearchAnalysis(trials=analyze_trials(trials, tmp_path, n_boot=300))
     line = answer_lines(trials, analysis)[-1]
-    assert line.startswith("  Did plasticity predict it? plasticity_mean ranks these trials better than log(trainable")
+    assert line.startswith(
+        "  Did plasticity predict it? On final validation accuracy, finished trials: plasticity_mean ranks these trials "
+        "better than log(trainable"
+    )
     few = trials.head(8)
     line = answer_lines(few, SearchAnalysis(trials=analyze_trials(few, tmp_path, n_boot=300)))[-1]
     assert "too few trials to judge" in line and "better than" not in line
+
+
+def test_the_verdict_comes_from_the_target_with_the_most_trials():
+    """Ten finished trials give no verdict; the sixty at the common step do, and the answer quotes those."""
+    row = dict(note="", spearman=0.3, diff_low=-0.2, diff_high=0.3)
+    table = pd.DataFrame(
+        [
+            dict(
+                row,
+                target="val_acc",
+                predictor="plasticity_max",
+                n=10,
+                verdict="no verdict (n < 12)",
+                diff_vs_baseline=-0.5,
+            ),
+            dict(
+                row,
+                target="val_acc_common",
+                predictor="plasticity_max",
+                n=60,
+                verdict="no clear difference",
+                diff_vs_baseline=0.06,
+            ),
+        ]
+    )
+    assert plasticity_verdict(table) == (
+        "on validation accuracy at the last step every trial reached, all trials: plasticity_max is not clearly "
+        "different from log(trainable parameters): paired bootstrap of the Spearman difference +0.06 [-0.20, +0.30], "
+        "n=60."
+    )
+    assert plasticity_verdict(table[table["target"] == "val_acc"]).endswith("too few trials to judge.")

@@ -78,4 +78,8 @@ def _plasticity(analysis: SearchAnalysis | None) -> str:
     if not parts:
         return "Plasticity: not measured in this search, so no word on whether it predicted accuracy."
     verdict = plasticity_verdict(parts[-1].trials.correlations)
-    return f"Did plasticity predict it? {verdict}" if verdict else "Did plasticity predict it? Too few trials to say."
+    return (
+        f"Did plasticity predict it? {verdict[0].upper()}{verdict[1:]}"
+        if verdict
+        else "Did plasticity predict it? No verdict."
+    )
