@@ -605,8 +605,17 @@ def ui(argv: Sequence[str] | None = None) -> NoReturn:
 
 # ----------------------------------------------------------------------------- python -m vitplast_tune
 
+
+def lab(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point of ``vitplast-lab`` (``labs.main``: the criteria lab on offline tasks, pooled across them)."""
+    from vitplast_tune import labs
+
+    run_main(lambda: labs.main(argv))
+
+
 COMMANDS: dict[str, Callable[[Sequence[str] | None], NoReturn]] = {
     "search": search,
+    "lab": lab,
     "analyze": analyze,
     "plasticity": plasticity,
     "pretrain": pretrain,

@@ -1,0 +1,72 @@
+"""The verdict pooled across labs (analysis/pooled.py): the exact law of the pooled agreement against an enumeration
+of every joint ordering, the stratified bootstrap, one Holm family, and its files."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.analysis._tables import lab_trials
+from vitplast_tune.analysis import lab, pooled
+from vitplast_tune.analysis.correlation import spearman
+
+COLUMNS = ("good", "copy", "noise", "plasticity_mean", "log_trainable_params")
+
+
+def lab_data(name: str, seed: int, model: str = "m0", **changes) -> pooled.LabData:
+    trials = lab_trials(seed=seed).assign(**changes)
+    table = lab.subset_table(trials, columns=COLUMNS)
+    return pooled.LabData(name, model, f"task{seed}", f"data{seed}", table, trials)
+
+
+def test_the_pooled_agreement_law_is_every_joint_ordering_enumerated():
+    """Two labs of 4 and 5 components: the exact p of the mean Spearman by enumerating all 4! x 5! joint orderings."""
+    rng = np.random.default_rng(0)
+    pairs = [(rng.normal(size=4), rng.normal(size=4)), (rng.normal(size=5), rng.normal(size=5))]
+    observed = np.mean([spearman(x, y) for x, y in pairs])
+    joint = [
+        (spearman(pairs[0][0], pairs[0][1][list(a)]) + spearman(pairs[1][0], pairs[1][1][list(b)])) / 2
+        for a in itertools.permutations(range(4))
+        for b in itertools.permutations(range(5))
+    ]
+    by_hand = np.mean(np.abs(joint) >= abs(observed) - 1e-9)
+    values, probs = pooled.sum_law([pooled.permutation_values(x, y) for x, y in pairs])
+    assert probs.sum() == pytest.approx(1.0)
+    assert probs[np.abs(values / 2) >= abs(observed) - 1e-9].sum() == pytest.approx(by_hand)
+
+
+def test_pooling_labs_judges_the_mean_difference_under_holm():
+    from statsmodels.stats.multitest import multipletests
+
+    labs = [lab_data("lab.m0.a", 0), lab_data("lab.m0.b", 1), lab_data("lab.m1.a", 2, model="m1")]
+    result = pooled.pool(labs, n_boot=1000, columns=COLUMNS)
+    rows = result.pooled.set_index("predictor")
+    assert rows.loc["good", "verdict"] == "better" and rows.loc["good", "low"] > 0 and rows.loc["good", "labs"] == 3
+    assert rows.loc["copy", "verdict"] == "no clear difference"
+    per = result.per_lab.set_index(["lab", "predictor"])
+    assert rows.loc["good", "diff"] == pytest.approx(per.xs("good", level="predictor")["diff_vs_baseline"].mean())
+    p = [*rows["p"], result.agreement["p"]]
+    assert result.family == 5
+    np.testing.assert_allclose([*rows["p_holm"], result.agreement["p_holm"]], multipletests(p, method="holm")[1])
+    assert np.isfinite(rows.loc["good", "re"]) and rows.loc["good", "re_low"] < rows.loc["good", "re"]
+    single = pooled.pool(labs[:1], n_boot=1000, columns=COLUMNS).pooled.set_index("predictor")
+    width = lambda r: r["high"] - r["low"]
+    assert width(rows.loc["good"]) < width(single.loc["good"])  # three labs' mean: narrower than one lab's
+    sentences = pooled.conclusions(result)
+    assert sentences[0].startswith("good ranks the subsets better") and "3 labs (2 model(s): m0, m1" in sentences[0]
+
+
+def test_the_pooled_files_say_which_labs(tmp_path):
+    flat = dict(good=lambda t: t["noise"], plasticity_mean=lambda t: t["noise"])
+    labs = [lab_data("lab.m0.a", 0, **flat), lab_data("lab.m0.b", 1, **flat)]
+    result = pooled.pool(labs, n_boot=500, columns=COLUMNS)
+    files = pooled.write_pooled(result, tmp_path)
+    payload = __import__("json").loads(files[0].read_text())
+    assert [lab["lab"] for lab in payload["labs"]] == ["lab.m0.a", "lab.m0.b"] and payload["family"] == 5
+    assert payload["conclusions"][0].startswith("No predictor ranks the subsets better")
+    assert {r["predictor"] for r in payload["predictors"]} == {"good", "copy", "noise", "plasticity_mean"}
+    assert "Per lab:" in pooled.describe_pooled(result) and "random effects" in pooled.describe_pooled(result)
+    assert isinstance(pd.read_csv(files[2]), pd.DataFrame)
