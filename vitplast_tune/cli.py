@@ -610,7 +610,7 @@ def lab(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of ``vitplast-lab`` (``labs.main``: the criteria lab on offline tasks, pooled across them)."""
     from vitplast_tune import labs
 
-    run_main(lambda: labs.main(argv))
+    run_main(lambda: labs.main(argv, Parser))
 
 
 COMMANDS: dict[str, Callable[[Sequence[str] | None], NoReturn]] = {

@@ -16,6 +16,7 @@ Driver side: no torch at import; Ray and the search driver are imported where a 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -474,13 +475,9 @@ LAB_HELP = """The criteria lab on offline tasks, each task's lab a few resumable
 Running the same command again goes on where it stopped. --dry-run estimates check and run without training."""
 
 
-def lab_parser():
-    """The arguments of ``vitplast-lab``."""
-    from vitplast_tune.cli import Parser
-
-    p = Parser(
-        prog="vitplast-lab", description=LAB_HELP, formatter_class=__import__("argparse").RawDescriptionHelpFormatter
-    )
+def lab_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The arguments of ``vitplast-lab`` (``parser_class``: the command line's, whose mistakes are one line)."""
+    p = parser_class(prog="vitplast-lab", description=LAB_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("command", choices=("tasks", "check", "run", "analyze", "pooled"))
     p.add_argument("labs", nargs="*", help="run/analyze: the task; pooled: the labs (lab.<model>.<task>)")
     p.add_argument("--task", action="append", help="check: a task (repeatable; default: every task)")
@@ -498,10 +495,22 @@ def lab_parser():
     return p
 
 
-def main(argv=None) -> int:
-    """``vitplast-lab``: list the tasks, check them, run or analyze a lab, or pool labs."""
-    args = lab_parser().parse_args(argv)
-    storage = Path(args.storage).expanduser() if args.storage else default_storage()
+def main(argv=None, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> int:
+    """``vitplast-lab``: list the tasks, check them, run or analyze a lab, or pool labs. An interrupted stage says to
+    run the same command again, which resumes it."""
+    from vitplast_tune.errors import SearchInterrupted
+
+    try:
+        return _main(lab_parser(parser_class).parse_intermixed_args(argv))
+    except SearchInterrupted as exc:
+        again = "the same vitplast-lab command again continues the lab where it stopped (the stage is resumed)"
+        raise SearchInterrupted(f"{str(exc).split('; nothing is lost')[0]}; {again}", exc.exit_code) from None
+
+
+def _main(args: argparse.Namespace) -> int:
+    from vitplast_tune import outputs
+
+    storage = outputs.output_dir(args.storage, "--storage") if args.storage else default_storage()
     models = args.model or ["s0"]
     make = lambda task, model: Lab(
         task, model, storage, args.space, args.max_rounds, args.cpus_per_trial, 0 if args.quiet else 1
