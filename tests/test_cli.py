@@ -295,7 +295,7 @@ def test_address_with_nothing_listening_fails_within_the_timeout(tmp_path):
 @pytest.mark.parametrize(
     "argv, code, text",
     [
-        ([], 2, "usage: python -m vitplast_tune {search,analyze,plasticity,pretrain,recommend,ui}"),
+        ([], 2, "usage: python -m vitplast_tune {search,analyze,plasticity,pretrain,recommend,ui,lab}"),
         (["serch"], 2, "error: unknown command 'serch'"),
         (["--help"], 0, "usage: python -m vitplast_tune"),
         (["pretrain", "--steps", "0", "--out", "{tmp}/x.safetensors"], 2, "error: --steps must be at least 1, got 0"),

@@ -615,12 +615,12 @@ def lab(argv: Sequence[str] | None = None) -> NoReturn:
 
 COMMANDS: dict[str, Callable[[Sequence[str] | None], NoReturn]] = {
     "search": search,
-    "lab": lab,
     "analyze": analyze,
     "plasticity": plasticity,
     "pretrain": pretrain,
     "recommend": recommend,
     "ui": ui,
+    "lab": lab,
 }
 
 
