@@ -25,7 +25,7 @@ def lab_data(name: str, seed: int, model: str = "m0", **changes) -> pooled.LabDa
 def test_the_pooled_agreement_law_is_every_joint_ordering_enumerated():
     """Two labs of 4 and 5 components: the exact p of the mean Spearman by enumerating all 4! x 5! joint orderings."""
     rng = np.random.default_rng(0)
-    pairs = [(rng.normal(size=4), rng.normal(size=4)), (rng.normal(size=5), rng.normal(size=5))]
+    pairs = [(np.array([1.0, 1.0, 2.0, 3.0]), rng.normal(size=4)), (rng.normal(size=5), rng.normal(size=5))]  # a tie
     observed = np.mean([spearman(x, y) for x, y in pairs])
     joint = [
         (spearman(pairs[0][0], pairs[0][1][list(a)]) + spearman(pairs[1][0], pairs[1][1][list(b)])) / 2
@@ -55,6 +55,11 @@ def test_pooling_labs_judges_the_mean_difference_under_holm():
     single = pooled.pool(labs[:1], n_boot=1000, columns=COLUMNS).pooled.set_index("predictor")
     width = lambda r: r["high"] - r["low"]
     assert width(rows.loc["good"]) < width(single.loc["good"])  # three labs' mean: narrower than one lab's
+    twice = pooled.pool([labs[0], labs[0]], n_boot=1000, columns=COLUMNS).pooled.set_index("predictor")
+    p_twice = pooled.pool([labs[0]], n_boot=1000, columns=COLUMNS, alpha=0.05).pooled.set_index("predictor")
+    assert twice.loc["good", "diff"] == pytest.approx(p_twice.loc["good", "diff"])
+    spread = lambda r: r["high"] - r["low"]  # the same lab twice, resampled independently: the mean's spread shrinks
+    assert spread(twice.loc["noise"]) < 0.85 * spread(p_twice.loc["noise"])
     sentences = pooled.conclusions(result)
     assert sentences[0].startswith("good ranks the subsets better") and "3 labs (2 model(s): m0, m1" in sentences[0]
 

@@ -25,12 +25,13 @@ def test_the_bootstrap_variance_of_a_mean_is_the_two_level_formula():
     between = var of the configuration means, within = each configuration's variance over its seeds."""
     rng = np.random.default_rng(0)
     configs, seeds = 12, 3
-    targets = [rng.normal(rng.normal(0, 1.0), 0.5, size=(1, seeds)) for _ in range(configs)]
+    targets = [rng.normal(rng.normal(0, 0.3), 1.0, size=(1, seeds)) for _ in range(configs)]  # seeds' noise large
     means = np.array([t.mean() for t in targets])
     within = np.array([t.var() for t in targets])
     expected = (means.var() + within.mean() / seeds) / configs
     _, resampled = resample(runs_from(targets), 40_000, seed=1)
     assert resampled.mean(axis=1).var() == pytest.approx(expected, rel=0.03)
+    assert within.mean() / seeds > 0.15 * means.var()  # so leaving the seeds out would miss a sixth of it or more
     assert point_targets(runs_from(targets)) == pytest.approx(means)
 
 

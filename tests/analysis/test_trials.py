@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from vitplast_tune.analysis.correlation import MIN_POINTS
+from vitplast_tune.analysis.correlation import MIN_POINTS, compare_predictors
 from vitplast_tune.analysis.trials import analyze_trials, describe_correlations
 
 
@@ -34,7 +35,7 @@ def test_all_three_plasticity_scores_are_judged_under_one_holm_family(tmp_path):
     p over all of them (as statsmodels computes it), and a verdict only where the adjusted interval excludes 0."""
     from statsmodels.stats.multitest import multipletests
 
-    rng = np.random.default_rng(4)
+    rng = np.random.default_rng(8)
     n = 40
     acc = rng.uniform(0.5, 0.9, n)
     trials = pd.DataFrame(
@@ -43,7 +44,7 @@ def test_all_three_plasticity_scores_are_judged_under_one_holm_family(tmp_path):
             "lr": 0.1,
             "plasticity_mean": acc + 0.01 * rng.normal(size=n),  # ranks the trials as their accuracy
             "plasticity_max": rng.normal(size=n),
-            "plasticity_weighted": acc + 0.3 * rng.normal(size=n),
+            "plasticity_weighted": acc + 0.08 * rng.normal(size=n),  # a little better than the parameter count
             "trainable_params": np.exp(acc * 5 + rng.normal(0, 1.0, n)),
             "val_acc": acc,
             "val_acc_common": acc + 0.02 * rng.normal(size=n),
@@ -59,7 +60,18 @@ def test_all_three_plasticity_scores_are_judged_under_one_holm_family(tmp_path):
     for r in tested.itertuples():
         assert (r.verdict == "better") == (r.p_holm < 0.05 and r.diff_low > 0)
         assert (r.verdict == "worse") == (r.p_holm < 0.05 and r.diff_high < 0)
-    best = tested.set_index(["predictor", "target"]).loc[("plasticity_mean", "val_acc")]
-    assert best["verdict"] == "better"
+    rows = tested.set_index(["predictor", "target"])
+    assert rows.loc[("plasticity_mean", "val_acc"), "verdict"] == "better"
+    marginal = rows.loc[("plasticity_weighted", "val_acc_common")]  # below 5% alone, not after Holm
+    assert marginal["diff_p"] < 0.05 <= marginal["p_holm"] and marginal["verdict"] == "no clear difference"
+    assert marginal["level"] == pytest.approx(1 - 0.05 / 6) and marginal["diff_low"] < 0 < marginal["diff_high"]
+    alone = compare_predictors(
+        trials.assign(log_trainable_params=np.log(trials["trainable_params"])),
+        "plasticity_weighted",
+        "log_trainable_params",
+        "val_acc_common",
+        n_boot=500,
+    )
+    assert alone["diff_low"] > 0  # its unadjusted 95% interval excludes 0: printing that one would claim it
     text = describe_correlations(table)
     assert "adjusted for the 6 verdicts" in text and text.count("-> plasticity_") == 6  # three scores, two views
