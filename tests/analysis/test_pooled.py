@@ -75,3 +75,26 @@ def test_the_pooled_files_say_which_labs(tmp_path):
     assert {r["predictor"] for r in payload["predictors"]} == {"good", "copy", "noise", "plasticity_mean"}
     assert "Per lab:" in pooled.describe_pooled(result) and "random effects" in pooled.describe_pooled(result)
     assert isinstance(pd.read_csv(files[2]), pd.DataFrame)
+
+
+def test_labs_are_read_from_their_folders_and_the_unqualified_left_out(tmp_path):
+    """Lab folders as ``vitplast-lab`` leaves them (its record, the analysis's subsets table, every stage's trials):
+    pooled from disk, a lab whose task did not qualify named as left out."""
+    import json
+
+    for name, seed, qualifies in (("lab.m0.a", 0, True), ("lab.m0.b", 1, True), ("lab.m0.c", 2, False)):
+        trials = lab_trials(seed=seed)
+        results = lab.criteria_lab({None: trials}, n_boot=200, columns=COLUMNS)
+        lab.write_lab(results, tmp_path / name / "analysis")
+        trials.to_csv(tmp_path / name / "analysis" / "lab_trials.csv", index=False)
+        record = {"model": "m0", "task": f"t{seed}", "dataset": f"d{seed}", "qualification": {"qualifies": qualifies}}
+        (tmp_path / name / "lab.json").write_text(json.dumps(record))
+    dirs = [tmp_path / n for n in ("lab.m0.a", "lab.m0.b", "lab.m0.c")]
+    data = pooled.read_lab(dirs[0])
+    assert data.table["in_verdict"].dtype == bool and len(data.trials) == 31 * 9 and data.qualifies
+    text = pooled.pool_labs(dirs, tmp_path / "pooled", n_boot=300)
+    payload = json.loads((tmp_path / "pooled" / "pooled.json").read_text())
+    assert [lab_["lab"] for lab_ in payload["labs"]] == ["lab.m0.a", "lab.m0.b"] and payload["excluded"] == ["lab.m0.c"]
+    assert "Left out, their task did not qualify: lab.m0.c." in text
+    with pytest.raises(pooled.UserError, match="is not analyzed"):
+        pooled.read_lab(tmp_path / "lab.m0.missing")
