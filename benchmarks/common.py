@@ -31,7 +31,7 @@ from vitplast_tune.components import COMPONENTS
 if TYPE_CHECKING:
     import torch
 
-    from vitplast_tune.search.plan import SearchOptions
+    from vitplast_tune.plan import SearchOptions
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 SUBSETS = ("all", *COMPONENTS, "head")  # full finetuning, each single component, the head alone
@@ -87,7 +87,7 @@ def write_space(path: Path, space: dict) -> Path:
 
 def search_options(space: str | Path, directory: Path, **options: Any) -> SearchOptions:
     """SearchOptions of a testbed search with its results and MLflow store in ``directory``, plasticity off."""
-    from vitplast_tune.search.plan import SearchOptions
+    from vitplast_tune.plan import SearchOptions
 
     defaults = dict(
         storage=str(directory / "results"),

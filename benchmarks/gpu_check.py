@@ -48,8 +48,10 @@ from benchmarks.common import SUBSETS
 from vitplast_tune import components
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.data import transforms
+from vitplast_tune.vit import devices as vt_devices
 from vitplast_tune.vit import models
 from vitplast_tune.vit import training as vt_training
+from vitplast_tune.vit.families.registry import layout_of
 
 TRIAL_COMPONENTS = ["mha", "all"]  # the two trials sharing one GPU
 # Seconds each step may take on the GPU; together under 10 minutes. The CPU dry run gives each CPU_SLOWER times more.
@@ -131,8 +133,7 @@ def step_trials(args, device: torch.device) -> dict:
     from ray import tune
 
     from vitplast_tune.data import datasets
-    from vitplast_tune.search import cluster
-    from vitplast_tune.search.trial import train_trial
+    from vitplast_tune.run import measuring_worker, train_trial
 
     gpus = 0.5 if device.type == "cuda" else 0.0
     settings = FinetuneConfig(
@@ -155,12 +156,12 @@ def step_trials(args, device: torch.device) -> dict:
             param_space={"components": tune.grid_search(TRIAL_COMPONENTS)},
             run_config=tune.RunConfig(name="trials", storage_path=str(tmp), verbose=0),
         ).fit()
-        with cluster.measuring_worker({"cpu": 1, "gpu": gpus}, say=lambda *a, **k: None) as run:
-            task_device = run(vt_training.task_device)
+        with measuring_worker({"cpu": 1, "gpu": gpus}) as run:
+            task_device = run(vt_devices.task_device)
     trials = {r.config["components"]: _trial_facts(r) for r in grid}
     expected = {
-        "device": vt_training.device_name(torch.device("cuda", 0)) if gpus else "cpu",
-        "precision": vt_training.resolve_precision("auto", device),
+        "device": vt_devices.device_name(torch.device("cuda", 0)) if gpus else "cpu",
+        "precision": vt_devices.resolve_precision("auto", device),
         "gpu_memory_fraction": gpus or None,
     }
     checks = {f"{c} {key}": trials[c].get(key) == value for c in trials for key, value in expected.items()}
@@ -236,7 +237,7 @@ def train_speed(args, device: torch.device, subset: str, options: bool, compile_
     """Training images/s of ``subset`` and its peak GPU memory (MiB; 0 on a CPU)."""
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = options
     model = models.create_model(args.model, 10, pretrained=False)
-    components.freeze(model, subset)
+    components.freeze(model, subset, layout=layout_of(model))
     model.to(device).train()
     params = [p for p in model.parameters() if p.requires_grad]
     fused = options and device.type == "cuda"
@@ -303,7 +304,8 @@ def _full_state(args, device: torch.device) -> dict:
 
 def step_checkpoint(args, device: torch.device) -> dict:
     """A trial's checkpoint of full finetuning written to local disk (``search.trial.write_checkpoint``), read back."""
-    from vitplast_tune.search.trial import STATE_FILE, write_checkpoint
+    from vitplast_tune.run.trainable import write_checkpoint
+    from vitplast_tune.storage import STATE_FILE
 
     state = _full_state(args, device)
     common.sync(device)
@@ -441,7 +443,7 @@ def run_check(args) -> dict:
     device = torch.device(args.device)
     result: dict = {
         "model": args.model,
-        "device": vt_training.device_name(torch.device("cuda", 0)) if device.type == "cuda" else "cpu",
+        "device": vt_devices.device_name(torch.device("cuda", 0)) if device.type == "cuda" else "cpu",
         "batch_size": args.batch_size,
         "date": time.strftime("%Y-%m-%d"),
         "torch": torch.__version__,

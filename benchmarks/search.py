@@ -3,7 +3,7 @@ need to reach the accuracy of the full grid's best configuration (within --toler
 as a fraction of the grid's steps, averaged over search seeds (goal for TPE + ASHA: <= 0.2).
 
 1. The real grid: every configuration of a discrete space (default vitplast_tune/search_spaces/single_component.yaml:
-   8 subsets x 5 learning rates = 40 trials of 400 steps) runs once through ``vitplast_tune.search.driver.run``
+   8 subsets x 5 learning rates = 40 trials of 400 steps) runs once through ``vitplast_tune.run_search``
    on a Ray instance started here (--cpus CPUs, one per trial), and every trial's learning curve
    (val_acc at each evaluation) is recorded to --curves. Its best best_val_acc is the reference.
    The training seed is pinned (seed: 0 in the space's defaults) so that it does not follow the
@@ -40,9 +40,13 @@ import yaml
 from ray.tune import Callback
 
 from benchmarks import common
-from vitplast_tune import storage
-from vitplast_tune.search import distributions, driver, plan, searchers, spaces
-from vitplast_tune.search.trial import trial_subset
+from vitplast_tune import run_search, storage
+from vitplast_tune.plan import prepare
+from vitplast_tune.records.trials import trial_subset
+from vitplast_tune.run import OptunaSearcher, schedulers
+from vitplast_tune.run.optuna_search import warm_start_points
+from vitplast_tune.run.variants import tune_param_space
+from vitplast_tune.space import OptunaSpace, SearchSpec, load_space
 
 Key = tuple[str, float]
 
@@ -133,13 +137,13 @@ def _replay_flags(p: argparse.ArgumentParser) -> None:
 
 
 def variant(
-    base: spaces.SearchSpec,
+    base: SearchSpec,
     directory: Path,
     algorithm: str,
     scheduler: dict | str,
     settings: dict,
     lrs: list[float] | None = None,
-) -> spaces.SearchSpec:
+) -> SearchSpec:
     """The base space's parameters with another algorithm/scheduler (and pinned settings), as a loaded space file.
 
     ``lrs`` replaces the space's learning rate (a range in component_subsets.yaml) by a grid of choices.
@@ -150,7 +154,7 @@ def variant(
     if lrs:
         raw["parameters"]["lr"] = {"choice": lrs}
     raw["defaults"] = {**(raw.get("defaults") or {}), **settings, "seed": 0}
-    return spaces.load_space(common.write_space(directory / f"{base.name}_{algorithm}.yaml", raw))
+    return load_space(common.write_space(directory / f"{base.name}_{algorithm}.yaml", raw))
 
 
 def key(config: dict[str, Any]) -> Key:
@@ -174,18 +178,18 @@ class Curves(Callback):
         entry["results"].append({k: result[k] for k in keep if k in result})
 
 
-def run_grid(spec: spaces.SearchSpec, cpus: int, directory: Path) -> tuple[list[dict], float]:
+def run_grid(spec: SearchSpec, cpus: int, directory: Path) -> tuple[list[dict], float]:
     """Run the grid for real; return each configuration's curve and the wall time."""
     recorder = Curves()
     started = time.time()
     with common.local_ray(cpus):
-        driver.run(common.search_options(spec.path, directory, name="bench_search_grid"), callbacks=[recorder])
+        run_search(common.search_options(spec.path, directory, name="bench_search_grid"), callbacks=[recorder])
     return list(recorder.curves.values()), time.time() - started
 
 
 def check_replay(curves: dict[Key, list[dict]], settings: dict, count: int) -> list[str]:
     """Train ``count`` configurations again (the best first) and compare their val_acc curves."""
-    from vitplast_tune.search.trial import trial_config
+    from vitplast_tune.config import trial_config
     from vitplast_tune.vit.training import finetune
 
     order = sorted(curves, key=lambda k: -best_acc(curves[k]))[:count]
@@ -212,9 +216,7 @@ def best_acc(results: list[dict]) -> float:
     return max(values, default=-1.0)
 
 
-def generator_configs(
-    spec: spaces.SearchSpec, seed: int, samples: int, directory: Path
-) -> Callable[[str], dict | None]:
+def generator_configs(spec: SearchSpec, seed: int, samples: int, directory: Path) -> Callable[[str], dict | None]:
     """Ray's BasicVariantGenerator (grid order, or seeded random sampling) as a suggest function."""
     from ray.tune.search import BasicVariantGenerator
 
@@ -223,7 +225,7 @@ def generator_configs(
         {
             "replay": {
                 "run": lambda config: None,
-                "config": spaces.tune_param_space(spec),
+                "config": tune_param_space(spec),
                 "num_samples": samples,
                 "storage_path": str(directory / "ray"),
             }
@@ -298,7 +300,7 @@ class NoSearcher:
 
 
 def algorithms(
-    specs: dict[str, spaces.SearchSpec],
+    specs: dict[str, SearchSpec],
     max_steps: int,
     directory: Path,
     max_trials: int,
@@ -306,7 +308,7 @@ def algorithms(
 ):
     """name -> factory(seed) returning (suggest, searcher, scheduler), built by the search's own code.
 
-    ``warm_start``: the subsets TPE tries first (``searchers.warm_start_points``) in the "+ warm start" rows.
+    ``warm_start``: the subsets TPE tries first (``warm_start_points``) in the "+ warm start" rows.
     """
     import optuna
     from optuna.samplers import TPESampler
@@ -314,15 +316,15 @@ def algorithms(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     def scheduler(spec):
-        made = searchers.scheduler(spec, max_steps)
+        made = schedulers.scheduler(spec, max_steps)
         made.set_search_properties(spec.metric, spec.mode)  # as TuneConfig(metric, mode) does
         return made
 
     def tpe(spec, first=()):
         def make(seed):
-            points = searchers.warm_start_points(dataclasses.replace(spec, warm_start=len(first)), first) or None
-            searcher = searchers.OptunaSearcher(
-                space=distributions.OptunaSpace(spec.parameters),
+            points = warm_start_points(dataclasses.replace(spec, warm_start=len(first)), first) or None
+            searcher = OptunaSearcher(
+                space=OptunaSpace(spec.parameters),
                 metric=spec.metric,
                 mode=spec.mode,
                 sampler=TPESampler(seed=seed),
@@ -357,7 +359,7 @@ def algorithms(
 
 def asha_scheduler(args: argparse.Namespace) -> dict[str, Any]:
     """The ASHA scheduler of the "+ ASHA" searches: component_subsets.yaml's unless the flags say otherwise."""
-    reference = spaces.load_space("component_subsets").scheduler
+    reference = load_space("component_subsets").scheduler
     return {
         "name": "asha",
         "grace_period": args.grace_period or reference.grace_period,
@@ -365,9 +367,9 @@ def asha_scheduler(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def variants(args: argparse.Namespace, asha: dict[str, Any], directory: Path) -> dict[str, spaces.SearchSpec]:
+def variants(args: argparse.Namespace, asha: dict[str, Any], directory: Path) -> dict[str, SearchSpec]:
     """The --space with each search's algorithm and scheduler, the flags' settings pinned, written to ``directory``."""
-    base = spaces.load_space(args.space)
+    base = load_space(args.space)
     pinned = dict(model=args.model, pretrained=args.pretrained, max_steps=args.max_steps, **dict(args.set))
     pinned = {k: v for k, v in pinned.items() if v is not None}
     specs = {
@@ -380,7 +382,7 @@ def variants(args: argparse.Namespace, asha: dict[str, Any], directory: Path) ->
     return specs
 
 
-def grid_curves(args: argparse.Namespace, grid: spaces.SearchSpec, settings, directory: Path) -> dict:
+def grid_curves(args: argparse.Namespace, grid: SearchSpec, settings, directory: Path) -> dict:
     """The recorded grid: read from --curves, or the grid run for real and written there."""
     curves_path = Path(args.curves)
     if curves_path.is_file() and not args.rerun_grid:
@@ -414,7 +416,7 @@ def grid_curves(args: argparse.Namespace, grid: spaces.SearchSpec, settings, dir
     return recorded
 
 
-def usable_curves(recorded: dict, settings, grid: spaces.SearchSpec) -> dict[Key, list[dict]] | None:
+def usable_curves(recorded: dict, settings, grid: SearchSpec) -> dict[Key, list[dict]] | None:
     """Each grid configuration's recorded curve; None (after saying so) when the record lacks one."""
     if recorded["settings"] != json.loads(json.dumps(settings, default=str)):
         print(
@@ -429,7 +431,7 @@ def usable_curves(recorded: dict, settings, grid: spaces.SearchSpec) -> dict[Key
     return curves
 
 
-def print_grid(curves: dict[Key, list[dict]], grid: spaces.SearchSpec, tolerance: float) -> dict[str, Any]:
+def print_grid(curves: dict[Key, list[dict]], grid: SearchSpec, tolerance: float) -> dict[str, Any]:
     """Print the grid's best, the target and each configuration's best val_acc; return steps, best, target, reaching."""
     grid_steps = sum(r[-1]["step"] for r in curves.values())
     best_key = max(curves, key=lambda k: best_acc(curves[k]))
@@ -492,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     asha = asha_scheduler(args)
     with common.scratch("bench_search_") as tmp:
         specs = variants(args, asha, tmp)
-        settings = plan.prepare(common.search_options(specs["grid"].path, tmp)).settings
+        settings = prepare(common.search_options(specs["grid"].path, tmp)).settings
         recorded = grid_curves(args, specs["grid"], settings, tmp)
         curves = usable_curves(recorded, settings, specs["grid"])
         if curves is None:
@@ -507,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def recommended(settings: dict, k: int, spec: spaces.SearchSpec) -> list[str]:
+def recommended(settings: dict, k: int, spec: SearchSpec) -> list[str]:
     """recommend's ranking of the space's subsets for these settings (its criterion chosen from the evidence)."""
     from vitplast_tune.recommend import ranking
 

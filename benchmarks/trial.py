@@ -1,7 +1,7 @@
 """Trial efficiency: the fraction of a real Ray Tune trial's wall time spent in training and
 evaluation steps (goal: >= 0.9), and where the rest goes.
 
-Runs one trial through ``vitplast_tune.search.driver.run`` (a one-configuration grid written to a temp
+Runs one trial through ``vitplast_tune.run_search`` (a one-configuration grid written to a temp
 directory, plasticity off, MLflow and checkpoints as in any search) on a Ray instance started here
 with ``--cpus`` CPUs and shut down after. The trial's wall time runs from its actor start to its
 completion, both seen by a Tune callback on the driver; the time in steps and in evaluation is
@@ -22,7 +22,7 @@ from typing import Any
 from ray.tune import Callback
 
 from benchmarks import common
-from vitplast_tune.search import driver
+from vitplast_tune import run_search
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -104,8 +104,8 @@ def breakdown(timeline: Timeline) -> dict[str, float]:
 
 
 def run_trial(args: argparse.Namespace) -> tuple[Timeline, Any, dict[str, float]]:
-    """Run the trial on a Ray instance of its own; return its timeline, driver.run's result and the wall-clock
-    moments before ray.init (started), after it (ray_up), after driver.run (returned) and after ray.shutdown (finished)."""
+    """Run the trial on a Ray instance of its own; return its timeline, run's result and the wall-clock
+    moments before ray.init (started), after it (ray_up), after run (returned) and after ray.shutdown (finished)."""
     timeline = Timeline()
     with common.scratch("bench_trial_") as tmp:
         at = {"started": time.time()}
@@ -119,7 +119,7 @@ def run_trial(args: argparse.Namespace) -> tuple[Timeline, Any, dict[str, float]
                 gpus_per_trial=args.gpus,
                 verbose=0,
             )
-            result = driver.run(options, callbacks=[timeline])
+            result = run_search(options, callbacks=[timeline])
             at["returned"] = time.time()
         at["finished"] = time.time()
     return timeline, result, at
@@ -149,10 +149,9 @@ def print_outside(timeline: Timeline, at: dict[str, float]) -> tuple[dict[str, f
     last = timeline.results[-1][1]
     outside = {
         "ray.init": at["ray_up"] - at["started"],
-        "driver.run before Tune started (validation, MLflow parent run, data decoding)": timeline.setup_at
-        - at["ray_up"],
+        "run before Tune started (validation, MLflow parent run, data decoding)": timeline.setup_at - at["ray_up"],
         "Tune start -> the trial's actor started (worker process, imports)": timeline.start - timeline.setup_at,
-        "driver.run after the trial (trial table, summary)": at["returned"] - timeline.complete,
+        "run after the trial (trial table, summary)": at["returned"] - timeline.complete,
         "ray.shutdown": at["finished"] - at["returned"],
     }
     total = at["finished"] - at["started"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Analyze a finished search again (same as vitplast-analyze)."""
+"""``vitplast analyze`` as a script (same as the ``vitplast-analyze`` command)."""
 
-from vitplast_tune.cli import analyze
+from vitplast_tune.cli.analyze import entry
 
 if __name__ == "__main__":
-    analyze()
+    entry()

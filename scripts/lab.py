@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""The criteria lab on offline tasks (same as vitplast-lab)."""
+"""``vitplast lab`` as a script (same as the ``vitplast-lab`` command)."""
 
-from vitplast_tune.cli import lab
+from vitplast_tune.cli.lab import entry
 
 if __name__ == "__main__":
-    lab()
+    entry()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Measure the plasticity of every ViT component (same as vitplast-plasticity)."""
+"""``vitplast plasticity`` as a script (same as the ``vitplast-plasticity`` command)."""
 
-from vitplast_tune.cli import plasticity
+from vitplast_tune.cli.plasticity import entry
 
 if __name__ == "__main__":
-    plasticity()
+    entry()

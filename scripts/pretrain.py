@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Pretrain the offline testbed ViT on generated fractals (same as vitplast-pretrain)."""
+"""``vitplast pretrain`` as a script (same as the ``vitplast-pretrain`` command)."""
 
-from vitplast_tune.cli import pretrain
+from vitplast_tune.cli.pretrain import entry
 
 if __name__ == "__main__":
-    pretrain()
+    entry()

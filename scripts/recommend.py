@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Which component subsets to finetune, in minutes and with no search (same as vitplast-recommend)."""
+"""``vitplast recommend`` as a script (same as the ``vitplast-recommend`` command)."""
 
-from vitplast_tune.cli import recommend
+from vitplast_tune.cli.recommend import entry
 
 if __name__ == "__main__":
-    recommend()
+    entry()

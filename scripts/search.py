@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Run a Ray Tune search over which ViT components to finetune (same as vitplast-search)."""
+"""``vitplast search`` as a script (same as the ``vitplast-search`` command)."""
 
-from vitplast_tune.cli import search
+from vitplast_tune.cli.search import entry
 
 if __name__ == "__main__":
-    search()
+    entry()

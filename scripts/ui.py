@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Open a search's runs in the MLflow UI (same as vitplast-ui)."""
+"""``vitplast ui`` as a script (same as the ``vitplast-ui`` command)."""
 
-from vitplast_tune.cli import ui
+from vitplast_tune.cli.ui import entry
 
 if __name__ == "__main__":
-    ui()
+    entry()

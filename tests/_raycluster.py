@@ -18,6 +18,7 @@ stay visible. ``MotoS3`` is an S3 server on 127.0.0.1 (moto's server mode), the 
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
@@ -496,3 +497,35 @@ class MlflowServer:
 
     def stop(self) -> None:
         self.server.stop(grace_s=10, group=True)
+
+
+class OwnedRay:
+    """Processes started under one RAY_TMPDIR: everything a search subprocess spawned, and only that."""
+
+    def __init__(self):
+        self.tmp = tempfile.mkdtemp(prefix="vtr", dir="/tmp")
+        self.env = {**os.environ, "RAY_TMPDIR": self.tmp, "PYTHONUNBUFFERED": "1"}
+
+    def pids(self, title: str = "") -> list[int]:
+        mine = []
+        for environ in glob.glob("/proc/[0-9]*/environ"):
+            pid = int(environ.split("/")[2])
+            try:
+                if f"RAY_TMPDIR={self.tmp}".encode() not in Path(environ).read_bytes().split(b"\0"):
+                    continue
+                if title and title not in Path(f"/proc/{pid}/cmdline").read_text():
+                    continue
+            except OSError:
+                continue
+            mine.append(pid)
+        return [p for p in mine if p != os.getpid()]
+
+    def kill_all(self) -> None:
+        for _ in range(50):
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)

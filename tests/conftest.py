@@ -12,6 +12,7 @@ a wider scope (a module's search) get the session's own directories.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -76,6 +77,31 @@ def _isolation(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     yield
     shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+class _Messages(logging.Handler):
+    """Collects the formatted messages of the records it handles."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def library_log():
+    """The messages the library logs (``vitplast_tune`` and its children) during the test, at INFO and above."""
+    handler, logger = _Messages(), logging.getLogger("vitplast_tune")
+    level = logger.level  # a command run earlier in this worker may have quieted it (--quiet)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler.messages
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 @pytest.fixture

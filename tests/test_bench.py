@@ -7,8 +7,9 @@ from types import SimpleNamespace
 import pytest
 
 from benchmarks import budget, coverage, data, gpu_check, memory, search, training
-from vitplast_tune.search import distributions
-from vitplast_tune.search.trial import trial_subset
+from vitplast_tune.records.trials import trial_subset
+from vitplast_tune.run import OptunaSearcher
+from vitplast_tune.space import Choice, OptunaSpace, load_space
 from vitplast_tune.vit.training import FinetuneConfig, finetune
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,18 +102,16 @@ def test_replay_drives_the_search_optuna_searcher():
     import optuna
     from ray.tune.schedulers import FIFOScheduler
 
-    from vitplast_tune.search import searchers
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = SimpleNamespace(
         parameters={
-            "components": distributions.Choice("components", ("mha", "ln1")),
-            "lr": distributions.Choice("lr", (0.1,)),
+            "components": Choice("components", ("mha", "ln1")),
+            "lr": Choice("lr", (0.1,)),
         }
     )
     curves = {("mha", 0.1): _curve(0.5, 0.9), ("ln1", 0.1): _curve(0.2, 0.3)}
-    searcher = searchers.OptunaSearcher(
-        space=distributions.OptunaSpace(spec.parameters),
+    searcher = OptunaSearcher(
+        space=OptunaSpace(spec.parameters),
         metric="val_acc",
         mode="max",
         sampler=optuna.samplers.TPESampler(seed=0),
@@ -209,9 +208,8 @@ def test_bench_memory_samples_the_driver_and_its_ray_processes():
 
 
 def test_replay_of_tpe_with_warm_start_tries_the_recommended_subsets_first(tmp_path):
-    from vitplast_tune.search import spaces
 
-    spec = spaces.load_space(
+    spec = load_space(
         _write(
             tmp_path / "s.yaml", "algorithm: optuna\nparameters: {components: {subsets: any}, lr: {choice: [0.1]}}\n"
         )

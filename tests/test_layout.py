@@ -1,5 +1,6 @@
-"""The shape of the house: the torch boundary the folder tree shows, no import cycle, short functions, light
-subpackage faces."""
+"""The shape of the house: the torch boundary the folder tree shows, arrows between packages pointing only down the
+floors, no import cycle, short functions, light subpackage faces. The boundary and the floors are each checked on a
+copy of the package with a planted violation too."""
 
 from __future__ import annotations
 
@@ -22,6 +23,21 @@ TORCH_FREE_THERE = (  # what the driver uses there: a decoded dataset it unpickl
 )
 HEAVY = ("torch", "timm", "torchvision")
 MAX_FUNCTION_LINES = 60
+# The floors of the house, top down: a package imports only packages on lower floors (every import counted, those
+# inside functions and under TYPE_CHECKING too). The ground floor holds the root's modules and _compat.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("__main__",),
+    ("cli",),
+    ("labs",),  # the criteria lab: runs searches, and times them as workflows' dry run does
+    ("workflows",),
+    ("run",),
+    ("recommend",),
+    ("records", "plan"),
+    ("analysis",),
+    ("predictors",),
+    ("vit",),
+    ("data", "space"),
+)
 
 
 def module_name(path: Path) -> str:
@@ -52,7 +68,7 @@ def loaded_after_import(modules: list[str], root: Path = ROOT) -> list[str]:
 
 def test_the_driver_side_of_the_package_imports_no_torch():
     modules = driver_side_modules()
-    assert "vitplast_tune.search.driver" in modules and "vitplast_tune.cli" in modules
+    assert "vitplast_tune.run.driver" in modules and "vitplast_tune.cli" in modules
     assert not any(m.startswith("vitplast_tune.vit.") for m in modules)
     assert loaded_after_import(modules) == []
 
@@ -60,7 +76,7 @@ def test_the_driver_side_of_the_package_imports_no_torch():
 def test_the_boundary_check_fails_when_a_driver_module_imports_torch(tmp_path):
     """The same check on a copy of the package where one driver-side module imports torch at the top."""
     shutil.copytree(PACKAGE, tmp_path / "vitplast_tune", ignore=shutil.ignore_patterns("__pycache__", "weights"))
-    spaces = tmp_path / "vitplast_tune" / "search" / "spaces.py"
+    spaces = tmp_path / "vitplast_tune" / "space" / "files.py"
     spaces.write_text(spaces.read_text().replace("import yaml\n", "import torch  # planted\nimport yaml\n", 1))
     assert loaded_after_import(driver_side_modules(), root=tmp_path) == ["torch"]
 
@@ -98,12 +114,77 @@ def test_no_import_cycle():
             visit(module, [module])
 
 
-def test_subpackage_faces_import_nothing():
-    for init in PACKAGE.rglob("__init__.py"):
-        if init.parent == PACKAGE:
-            continue  # the package's own face loads names lazily (PEP 562)
+def floor_of(unit: str) -> int:
+    """The floor of a package or root module (0 is the top; the ground floor, root modules, is ``len(FLOORS)``)."""
+    return next((i for i, floor in enumerate(FLOORS) if unit in floor), len(FLOORS))
+
+
+def package_arrows(package: Path = PACKAGE) -> set[tuple[str, str]]:
+    """(importer, imported) of every import between the package's subpackages and root modules, each named by its
+    first part under ``vitplast_tune`` ("run", "config", ...)."""
+    arrows = set()
+    for path in package.rglob("*.py"):
+        here = path.relative_to(package).with_suffix("").parts[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("vitplast_tune"):
+                parts = node.module.split(".")
+                targets = [parts[1]] if len(parts) > 1 else [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name.split(".")[1] for a in node.names if a.name.startswith("vitplast_tune.")]
+            else:
+                continue
+            arrows |= {(here, t) for t in targets if t != here and t != "__version__"}
+    return arrows
+
+
+def upward(arrows: set[tuple[str, str]]) -> list[str]:
+    """The arrows that do not point to a lower floor (siblings on one floor importing each other count)."""
+    ground = len(FLOORS)
+    bad = [(a, b) for a, b in arrows if not (floor_of(b) > floor_of(a) or floor_of(a) == floor_of(b) == ground)]
+    return sorted(f"{a} -> {b}" for a, b in bad)
+
+
+def test_arrows_between_packages_point_down_the_floors():
+    arrows = package_arrows()
+    assert ("run", "records") in arrows and ("workflows", "run") in arrows  # the check reads real imports
+    assert upward(arrows) == []
+
+
+def test_the_floors_check_fails_on_a_planted_upward_import(tmp_path):
+    """records importing run (inside a function, as a lazy import would) is an arrow up a floor, and a cycle."""
+    shutil.copytree(PACKAGE, tmp_path / "vitplast_tune", ignore=shutil.ignore_patterns("__pycache__", "weights"))
+    trials = tmp_path / "vitplast_tune" / "records" / "trials.py"
+    trials.write_text(trials.read_text() + "\n\ndef planted():\n    from vitplast_tune.run import driver\n")
+    arrows = package_arrows(tmp_path / "vitplast_tune")
+    assert upward(arrows) == ["records -> run"] and ("run", "records") in arrows
+
+
+def test_subpackage_faces_load_nothing_until_asked():
+    """Each subpackage's face names its exports (``__all__``) and imports only lazy_loader; importing it loads none
+    of its modules, and each name it exports resolves."""
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        if init.parent in (PACKAGE, PACKAGE / "cli"):  # the package's own face (lazy too), and the command
+            continue
         body = ast.parse(init.read_text()).body
-        assert not [n for n in body if isinstance(n, (ast.Import, ast.ImportFrom))], init
+        imports = [n for n in body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert all(isinstance(n, ast.Import) and n.names[0].name == "lazy_loader" for n in imports), init
+    faces = sorted(module_name(p) for p in PACKAGE.rglob("__init__.py") if p.parent not in (PACKAGE, PACKAGE / "cli"))
+    code = (
+        "import importlib, json, sys\n"
+        f"faces = {faces!r}\n"
+        "loaded = {f: sorted(m for m in sys.modules if m.startswith(f + '.')) for f in faces if importlib.import_module(f)}\n"
+        "exports = {f: sorted(getattr(sys.modules[f], '__all__', [])) for f in faces}\n"
+        "print(json.dumps([loaded, exports]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    loaded, exports = json.loads(out.stdout)
+    assert {f: m for f, m in loaded.items() if m} == {}
+    for face, names in exports.items():
+        module = __import__(face, fromlist=["_"])
+        assert all(getattr(module, name) is not None for name in names), face
+        # A name that is also a submodule's would turn into that module once the submodule is imported.
+        submodules = {p.stem for p in Path(module.__file__).parent.glob("*.py")} | {"__init__"}
+        assert not submodules & set(names), (face, submodules & set(names))
 
 
 @pytest.mark.parametrize("folder", ["vitplast_tune", "benchmarks"])

@@ -5,12 +5,12 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
-from vitplast_tune.search import spaces
+from vitplast_tune.space import load_space
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -35,7 +35,7 @@ def test_dependency_floors_are_the_tested_versions():
 
 def test_readme_quickstart_trial_counts_match_the_space():
     readme = (ROOT / "README.md").read_text()
-    expected = spaces.load_space("component_subsets").num_samples
+    expected = load_space("component_subsets").num_samples
     quickstart = re.search(r"(\d+) trials of TPE \+ ASHA", readme)
     row = re.search(r"\| `component_subsets` \|[^\n]*\| (\d+) \|", readme)
     example = re.search(r"num_samples: (\d+) +# trials", readme)
@@ -66,7 +66,7 @@ def test_a_wheel_ships_the_spaces_weights_and_commands_and_searches_from_them(tm
     install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)]
     subprocess.run(install, check=True, capture_output=True, cwd=tmp_path, timeout=600)
     env = {**os.environ, "PYTHONPATH": str(target)}
-    code = "from vitplast_tune.search import spaces; print(spaces.spaces_dir())"
+    code = "from vitplast_tune.space import spaces_dir; print(spaces_dir())"
     where = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert Path(where.stdout.strip()).is_relative_to(target), where.stderr
     (dist_info,) = target.glob("vitplast_tune-*.dist-info")
@@ -84,3 +84,13 @@ def test_a_wheel_ships_the_spaces_weights_and_commands_and_searches_from_them(tm
     assert "Search component_subsets" in out.stdout and "1 trials" in out.stdout
     (record,) = (tmp_path / "results").glob("*/vitplast_search.json")
     assert Path(json.loads(record.read_text())["space_path"]).is_relative_to(target)  # the wheel's space file
+
+
+def test_every_subpackage_is_one_the_wheel_ships():
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "vitplast_tune").rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
+
+
+def test_the_hf_extra_names_transformers():
+    assert any(r.startswith("transformers>=5") for r in PYPROJECT["project"]["optional-dependencies"]["hf"])

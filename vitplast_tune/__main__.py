@@ -1,4 +1,4 @@
-"""``python -m vitplast_tune COMMAND [flags]``: the installed commands (``vitplast-search`` ...) without their scripts."""
+"""``python -m vitplast_tune COMMAND [flags]``: the ``vitplast`` command without its script."""
 
 from vitplast_tune.cli import main
 

@@ -11,12 +11,12 @@ marked and left out of the verdict. A stage whose trial table exists is done, on
 resumed, so the same command run again goes on where it stopped. The lab's own analysis (``analysis.lab``) reads every
 stage's trials; ``pooled`` judges the labs together (``analysis.pooled``).
 
-Driver side: no torch at import; Ray and the search driver are imported where a stage runs.
+Driver side: no torch at import; Ray and the search driver are imported where a stage runs. The command is
+``vitplast lab`` (``cli/lab.py``); this module sits above ``workflows`` (it runs searches and times them as a dry run).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -29,12 +29,15 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from vitplast_tune import log
 from vitplast_tune.analysis import bracket
 from vitplast_tune.analysis.protocol import best_lr_table
 from vitplast_tune.components import BLOCK_COMPONENTS, subset_name
 from vitplast_tune.config import TESTBED_MODEL, TESTBED_SEED1_MODEL
 from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.storage import SEARCH_FILE, default_storage
+
+_log = log.get_logger(__name__)
 
 CORRUPTIONS = ("contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise")
 TASKS: dict[str, str] = {  # task name (a folder name) -> dataset
@@ -97,9 +100,9 @@ class Lab:
 def base_space(space: str) -> tuple[dict[str, Any], list[str], list[float]]:
     """The lab space's raw YAML, its subsets and its learning rates; UserError unless it is a fifo grid with a choice
     of subsets, of rates (at least 3) and of at least 3 seeds, and no budgets."""
-    from vitplast_tune.search import spaces
+    from vitplast_tune.space.files import load_space
 
-    spec = spaces.load_space(space)
+    spec = load_space(space)
     raw = yaml.safe_load(Path(spec.path).read_text())
     where = f"lab space {spec.path}"
     if spec.algorithm != "grid" or spec.scheduler.name != "fifo" or spec.budgets:
@@ -131,12 +134,13 @@ def stage_space(lab: Lab, stage: str, components: list[str], lrs: list[float] | 
 def run_stage(lab: Lab, stage: str, components: list[str], lrs: list[float] | None = None) -> pd.DataFrame:
     """One stage's trials: read when its search finished, else run (a new search, or the interrupted one resumed) and
     its wall time recorded in the lab's record."""
-    from vitplast_tune.search import driver, results
-    from vitplast_tune.search.plan import SearchOptions
+    from vitplast_tune.plan.options import SearchOptions
+    from vitplast_tune.records.trials import read_trials
+    from vitplast_tune.run import driver
 
     directory = lab.dir / stage
     if (directory / "trials.csv").is_file():
-        return results.read_trials(directory)
+        return read_trials(directory)
     space = stage_space(lab, stage, components, lrs)
     options = SearchOptions(
         space=str(space),
@@ -198,17 +202,17 @@ def bracketed_stage(lab: Lab, stage: str, components: list[str]) -> pd.DataFrame
 
 
 @contextlib.contextmanager
-def ray_session(verbose: int = 1):
+def ray_session():
     """One local Ray instance for every stage search run inside (each search joins it instead of starting its own),
     shut down after; nothing when Ray is running already."""
     import ray
 
-    from vitplast_tune.search import cluster
+    from vitplast_tune.run import cluster
 
     if ray.is_initialized():
         yield
         return
-    cluster.init(None, say=print if verbose else lambda *a, **k: None)
+    cluster.init(None)
     try:
         yield
     finally:
@@ -217,7 +221,7 @@ def ray_session(verbose: int = 1):
 
 def _say(lab: Lab, text: str) -> None:
     if lab.verbose:
-        print(text, flush=True)
+        _log.info(text)
 
 
 # ----------------------------------------------------------------------------- is the task worth a lab?
@@ -344,15 +348,15 @@ def run_lab(lab: Lab, *, even_if_unqualified: bool = False):
 
 def lab_trials(lab: Lab) -> pd.DataFrame:
     """Every finished stage's trials, together (a ``stage`` column says whose)."""
-    from vitplast_tune.search import results
+    from vitplast_tune.records.trials import read_trials
 
     parts = [
-        results.read_trials(d).assign(stage=d.name)
+        read_trials(d).assign(stage=d.name)
         for d in sorted(lab.dir.iterdir())
         if d.is_dir() and (d / "trials.csv").is_file()
     ]
     if not parts:
-        raise UserError(f"lab {lab.name} in {lab.storage} has no finished stage yet: run vitplast-lab run {lab.task}")
+        raise UserError(f"lab {lab.name} in {lab.storage} has no finished stage yet: run vitplast lab run {lab.task}")
     return pd.concat(parts, ignore_index=True)
 
 
@@ -395,7 +399,7 @@ class Estimate:
 
 
 def estimate(lab: Lab, *, qualify_only: bool = False) -> Estimate:
-    """Time a few steps of each stage still to run (``search.estimate``'s own timing, in a child process), as its
+    """Time a few steps of each stage still to run (``plan.estimate``'s own timing, in a child process), as its
     dry run does; nothing trains. The extension rounds add between nothing and ``max_rounds`` times one rate's trials
     of every configuration."""
     _, components, grid = base_space(lab.space)
@@ -416,10 +420,13 @@ def estimate(lab: Lab, *, qualify_only: bool = False) -> Estimate:
 
 def _stage_seconds(lab: Lab, stage: str, components: list[str]) -> tuple[int, float]:
     """A stage's trials and its estimated wall seconds here, every trial its whole budget with as many at once as the
-    CPUs allow: the middle of ``search.estimate.wall_range``'s range (every trial as fast as the smallest subset
+    CPUs allow: the middle of ``plan.estimate.wall_range``'s range (every trial as fast as the smallest subset
     timed, or as slow as the largest)."""
-    from vitplast_tune.search import estimate as est
-    from vitplast_tune.search.plan import SearchOptions, call_in_child, prepare
+    from vitplast_tune.child import call_in_child
+    from vitplast_tune.plan import estimate as est
+    from vitplast_tune.plan.options import SearchOptions
+    from vitplast_tune.plan.planner import prepare
+    from vitplast_tune.workflows import capacity
 
     space = stage_space(lab, stage, components)
     options = SearchOptions(
@@ -438,7 +445,7 @@ def _stage_seconds(lab: Lab, stage: str, components: list[str]) -> tuple[int, fl
         "vitplast_tune.vit.training:time_steps", configs, "cpu", est.STEPS, est.BUDGET_S, plan.decoded
     )
     timings = [est.Timing(**{k: run[k] for k in est.Timing.__dataclass_fields__}) for run in timed["runs"]]
-    where, nodes = est.capacity(None, timed["gpus"])
+    where, nodes = capacity(None, timed["gpus"])
     fewest, most = est.wall_range(plan, timings, est.concurrency(plan, nodes, where))
     return plan.spec.total_trials, (fewest + most) / 2
 
@@ -460,97 +467,6 @@ def describe_estimates(found: list[Estimate]) -> str:
         )
     lines.append(f"  -> {total / 60:.1f} min in all before extensions")
     return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------- vitplast-lab
-
-LAB_HELP = """The criteria lab on offline tasks, each task's lab a few resumable searches in <storage>/lab.<model>.<task>:
-
-    vitplast-lab tasks                                  # the tasks and models
-    vitplast-lab check [--task T ...] [--model M ...]   # which tasks qualify (full finetuning and single components)
-    vitplast-lab run TASK [--model M]                   # one task's whole lab, then its analysis
-    vitplast-lab analyze TASK [--model M]               # the analysis of a lab's finished stages again
-    vitplast-lab pooled --name NAME LAB [LAB ...]       # the verdict pooled across labs (lab.<model>.<task> names)
-
-Running the same command again goes on where it stopped. --dry-run estimates check and run without training."""
-
-
-def lab_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The arguments of ``vitplast-lab`` (``parser_class``: the command line's, whose mistakes are one line)."""
-    p = parser_class(prog="vitplast-lab", description=LAB_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", choices=("tasks", "check", "run", "analyze", "pooled"))
-    p.add_argument("labs", nargs="*", help="run/analyze: the task; pooled: the labs (lab.<model>.<task>)")
-    p.add_argument("--task", action="append", help="check: a task (repeatable; default: every task)")
-    p.add_argument("--model", action="append", help="a model, s0 or s1 (repeatable for check; default: s0)")
-    p.add_argument("--name", help="pooled: the name of the pooled verdict (a folder under --storage)")
-    p.add_argument("--storage", help="where the labs live (default ~/vitplast_tune_results)")
-    p.add_argument("--space", default=DEFAULT_SPACE, help=f"the lab space (default: {DEFAULT_SPACE})")
-    p.add_argument("--max-rounds", type=int, default=2, help="extension rounds beyond the grid's rates (default: 2)")
-    p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial (default: 1)")
-    p.add_argument(
-        "--even-if-unqualified", action="store_true", help="run: the whole lab even on a task that fails the check"
-    )
-    p.add_argument("--dry-run", action="store_true", help="check/run: estimate the time, train nothing")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    return p
-
-
-def main(argv=None, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> int:
-    """``vitplast-lab``: list the tasks, check them, run or analyze a lab, or pool labs. An interrupted stage says to
-    run the same command again, which resumes it."""
-    from vitplast_tune.errors import SearchInterrupted
-
-    try:
-        return _main(lab_parser(parser_class).parse_intermixed_args(argv))
-    except SearchInterrupted as exc:
-        again = "the same vitplast-lab command again continues the lab where it stopped (the stage is resumed)"
-        raise SearchInterrupted(f"{str(exc).split('; nothing is lost')[0]}; {again}", exc.exit_code) from None
-
-
-def _main(args: argparse.Namespace) -> int:
-    from vitplast_tune import outputs
-
-    storage = outputs.output_dir(args.storage, "--storage") if args.storage else default_storage()
-    models = args.model or ["s0"]
-    make = lambda task, model: Lab(
-        task, model, storage, args.space, args.max_rounds, args.cpus_per_trial, 0 if args.quiet else 1
-    )
-    if args.command == "tasks":
-        print("\n".join([f"{t:<28} {d}" for t, d in TASKS.items()] + [f"model {k}: {v}" for k, v in MODELS.items()]))
-        return 0
-    if args.command == "pooled":
-        from vitplast_tune.analysis import pooled
-
-        if not args.name or not args.labs:
-            raise UserError("pooled needs --name NAME and the labs to pool (lab.<model>.<task> names)")
-        dirs = [storage / name for name in args.labs]
-        print(pooled.pool_labs(dirs, storage / args.name, include_unqualified=args.even_if_unqualified))
-        return 0
-    if args.command == "check":
-        labs = [make(t, m) for m in models for t in (args.task or TASKS)]
-        if args.dry_run:
-            print(describe_estimates([estimate(lab, qualify_only=True) for lab in labs]))
-            return 0
-        with ray_session(0 if args.quiet else 1):
-            found = [qualify(lab) for lab in labs]
-        print(describe_qualifications(found))
-        return 0
-    if len(args.labs) != 1:
-        raise UserError(f"{args.command} takes one task, e.g. vitplast-lab {args.command} digits_c-contrast")
-    lab = make(args.labs[0], models[0])
-    if args.dry_run:
-        print(describe_estimates([estimate(lab)]))
-        return 0
-    if args.command == "analyze":
-        results = analyze_lab(lab)
-    else:
-        with ray_session(0 if args.quiet else 1):
-            found, results = run_lab(lab, even_if_unqualified=args.even_if_unqualified)
-        if results is None:
-            print(f"{lab.name}: {found.reason}; not run further (--even-if-unqualified runs it anyway)")
-            return 0
-    print(describe_report(lab, results))
-    return 0
 
 
 def describe_report(lab: Lab, results) -> str:

@@ -1,5 +1,5 @@
 """Where a search's results live: the storage root (a local or shared path, or a URI such as s3://), the record a
-search writes there (``vitplast_search.json``) that ``--resume``, ``analyze``, ``recommend``, ``vitplast-ui`` and
+search writes there (``vitplast_search.json``) that ``--resume``, ``analyze``, ``recommend``, ``vitplast ui`` and
 ``load_best_model`` read back, and the names of the best trial's files on its MLflow runs.
 
 A URI may carry pyarrow's filesystem options as a query (``s3://bucket/dir?endpoint_override=host:9000&scheme=http``
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -28,6 +29,40 @@ WEIGHTS_DIR = "weights"
 WEIGHTS_FILE = "trainable_weights.safetensors"  # the trainable tensors of its best-validation weights
 TRIAL_FILE = "trial.json"  # its row of the trial table, and its settings (a FinetuneConfig) under "settings"
 MODEL_NAME = "best_model"  # mlflow.pytorch.load_model("runs:/<parent run>/best_model")
+# A trial's checkpoint: the trainable tensors, optimizer and step; the best-validation trainable tensors beside them.
+STATE_FILE = "state.pt"
+BEST_FILE = "best.safetensors"
+
+
+@dataclass(frozen=True)
+class SearchPlace:
+    """Where a search keeps its records: its name, storage root (a path or a URI), MLflow tracking URI and experiment,
+    and the unique id that tags its MLflow parent run."""
+
+    name: str
+    storage: str
+    tracking_uri: str
+    experiment: str
+    search_id: str = ""
+
+    @property
+    def location(self) -> str:
+        """Where Ray Tune keeps the search: its storage joined with its name (a path, or a URI)."""
+        return join(self.storage, self.name)
+
+    @property
+    def local_dir(self) -> Path | None:
+        """The search's directory when storage is a local path (None for s3:// and the like)."""
+        return None if is_uri(self.storage) else Path(self.storage) / self.name
+
+    @property
+    def results_dir(self) -> Path:
+        """Where the search's own files (trial table, analysis) go: its directory, else a local one."""
+        return self.local_dir or default_storage() / self.name
+
+    def in_default_storage(self) -> bool:
+        """Whether the search lies in ``default_storage()`` (its commands then need no ``--storage``)."""
+        return self.local_dir is not None and Path(self.storage) == default_storage().resolve()
 
 
 def default_storage() -> Path:
@@ -92,6 +127,15 @@ def read_record(directory: Path, purpose: str = "to resume") -> dict[str, Any]:
             "start a new search with another --name"
         )
     return record
+
+
+def write_record(directory: Path, record: dict[str, Any]) -> None:
+    """Write a search's record (``SEARCH_FILE``) into ``directory``, made if missing: whole or not at all (a temporary
+    file renamed over the old one)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    partial = directory / f".{SEARCH_FILE}.{os.getpid()}.tmp"
+    partial.write_text(json.dumps(record, indent=2, default=str))
+    os.replace(partial, directory / SEARCH_FILE)
 
 
 # URI schemes that pyarrow.fs.FileSystem.from_uri (what Ray Tune uses) resolves, and the pyarrow

@@ -124,9 +124,9 @@ def test_two_processes_on_one_node_build_it_once(tmp_path):
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [
-        subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE, text=True) for _ in range(2)
+        subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)
     ]
-    said = [p.communicate(timeout=120)[1] for p in procs]
+    said = [p.communicate(timeout=120)[0] for p in procs]  # the library's log, on standard output
     assert [p.returncode for p in procs] == [0, 0], said
     assert sum(s.count("decoded 6 images of folder") for s in said) == 1
     assert len([p for p in (tmp_path / "c").iterdir() if p.is_dir()]) == 1  # and no partial directory left
@@ -146,7 +146,7 @@ def test_a_trial_trains_from_the_cache(tmp_path, cache_root):
 
 
 def test_a_cache_smaller_than_the_model_input_is_refused_before_anything_starts(tmp_path, cache_root):
-    from vitplast_tune.search import plan
+    from vitplast_tune.plan import SearchOptions, prepare
 
     root = folder(tmp_path / "data")
     space = tmp_path / "s.yaml"
@@ -154,13 +154,13 @@ def test_a_cache_smaller_than_the_model_input_is_refused_before_anything_starts(
         "metric: val_acc\nmode: max\nalgorithm: grid\nparameters: {components: mha}\n"
         "defaults: {dataset: imagefolder, pretrained: false, image_cache: 24}\n"
     )
-    options = plan.SearchOptions(space=str(space), storage=str(tmp_path / "r"), settings={"data_dir": str(root)})
+    options = SearchOptions(space=str(space), storage=str(tmp_path / "r"), settings={"data_dir": str(root)})
     with pytest.raises(UserError, match="image_cache 24 is below the model's input size 32 px"):
-        plan.prepare(options)
+        prepare(options)
     assert not cache_root.exists()
     space.write_text(space.read_text().replace("image_cache: 24", "image_cache: -1"))
     with pytest.raises(UserError, match="image_cache must not be negative"):
-        plan.prepare(options)
+        prepare(options)
     space.write_text(space.read_text().replace("image_cache: -1", "image_cache: 32"))
-    plan.prepare(options)  # the driver builds the cache before Ray starts
+    prepare(options)  # the driver builds the cache before Ray starts
     assert len([p for p in cache_root.iterdir() if p.is_dir()]) == 2

@@ -144,23 +144,25 @@ def test_verification_takes_the_best_validation_lr_and_judges_the_top_subset():
 
 
 def test_verify_space_is_a_grid_of_the_top_subsets_all_and_head(tmp_path):
-    from vitplast_tune.search import spaces
+    from vitplast_tune.space import load_space
 
     rec = _rec(["fc1", "mha+fc1", "emb", "mha"])
     rec.settings = FinetuneConfig(model="vit_testbed_patch8_32.fractal", dataset="digits", batch_size=64, max_steps=400)
-    spec = spaces.load_space(verify.verify_space(rec, 3, tmp_path, max_steps=100))
+    spec = load_space(verify.verify_space(rec, 3, tmp_path, max_steps=100))
     assert spec.algorithm == "grid" and spec.defaults["max_steps"] == 100
     assert [c["components"] for c in spec.grid[::3]] == ["fc1", "mha+fc1", "emb", "all", "head"]
 
 
 def test_subset_scores_count_methods_and_depth_as_a_run_trains_them(tmp_path):
     from vitplast_tune import components
+    from vitplast_tune.config import trial_config
     from vitplast_tune.predictors import report, scores
-    from vitplast_tune.search.trial import trainable_parameters, trial_config
     from vitplast_tune.vit import models
+    from vitplast_tune.vit.families.registry import layout_of
+    from vitplast_tune.vit.methods import trainable_parameters
 
     model = models.create_model("vit_testbed_patch8_32", 0, pretrained=False)  # as measured: no head
-    counts = components.count_parameters(model)
+    counts = components.count_parameters(model, layout=layout_of(model))
     rows = [{"component": "emb", "layer": 0, "plasticity": 0.5}]
     rows += [
         {"component": c, "layer": i, "plasticity": (i + 1) * (10 if c == "fc1" else 1)}
@@ -168,7 +170,10 @@ def test_subset_scores_count_methods_and_depth_as_a_run_trains_them(tmp_path):
         for i in range(4)
     ]
     table = pd.DataFrame(rows)
-    meta = {"component_params": counts, "parameter_summary": components.parameter_summary(model)}
+    meta = {
+        "component_params": counts,
+        "parameter_summary": components.parameter_summary(model, layout=layout_of(model)),
+    }
     measured = report.PlasticityReport(table, scores.aggregate_plasticity(table), tmp_path, meta=meta)
     settings = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False, depth="last", lora_rank=4)
     subsets = ["mha:lora", "mha", "fc1:bitfit+emb", "all"]

@@ -7,31 +7,31 @@ import pytest
 import torch
 
 from vitplast_tune.config import FinetuneConfig
-from vitplast_tune.vit import training
+from vitplast_tune.vit import devices, training
 
 
 def test_outside_ray_a_run_takes_the_default_device():
-    assert training.ray_gpus() is None  # not a Ray task or trial
-    assert training.run_device() == training.default_device()
+    assert devices.ray_gpus() is None  # not a Ray task or trial
+    assert devices.run_device() == devices.default_device()
 
 
 def test_a_run_given_a_gpu_it_cannot_see_fails_with_the_reason(monkeypatch):
-    monkeypatch.setattr(training, "ray_gpus", lambda: (1.0, ["0"]))
+    monkeypatch.setattr(devices, "ray_gpus", lambda: (1.0, ["0"]))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(training.DeviceError, match=r"given 1 GPU \(Ray GPU ids \['0'\]\) but CUDA is not visible"):
-        training.run_device()
-    monkeypatch.setattr(training, "ray_gpus", lambda: (0.0, []))
-    assert training.run_device() == torch.device("cpu")  # given none: the CPU, even where a GPU is visible
+    with pytest.raises(devices.DeviceError, match=r"given 1 GPU \(Ray GPU ids \['0'\]\) but CUDA is not visible"):
+        devices.run_device()
+    monkeypatch.setattr(devices, "ray_gpus", lambda: (0.0, []))
+    assert devices.run_device() == torch.device("cpu")  # given none: the CPU, even where a GPU is visible
 
 
 def test_a_fraction_of_a_gpu_caps_the_runs_memory(monkeypatch):
     capped = []
-    monkeypatch.setattr(training, "ray_gpus", lambda: (0.5, ["0"]))
+    monkeypatch.setattr(devices, "ray_gpus", lambda: (0.5, ["0"]))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, d: capped.append((f, d)))
-    assert training.run_device() == torch.device("cuda", 0)
+    assert devices.run_device() == torch.device("cuda", 0)
     assert capped == [(0.5, torch.device("cuda", 0))]
-    assert training.memory_fraction(1.0) is None and training.memory_fraction(0.25) == 0.25
+    assert devices.memory_fraction(1.0) is None and devices.memory_fraction(0.25) == 0.25
 
 
 @pytest.mark.parametrize(
@@ -46,9 +46,9 @@ def test_a_fraction_of_a_gpu_caps_the_runs_memory(monkeypatch):
 )
 def test_auto_precision_follows_the_gpus_capability(monkeypatch, capability, precision):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    assert training.resolve_precision("auto", torch.device("cuda", 0)) == precision
-    assert training.resolve_precision("auto", torch.device("cpu")) == "fp32"
-    assert training.resolve_precision("fp32", torch.device("cuda", 0)) == "fp32"
+    assert devices.resolve_precision("auto", torch.device("cuda", 0)) == precision
+    assert devices.resolve_precision("auto", torch.device("cpu")) == "fp32"
+    assert devices.resolve_precision("fp32", torch.device("cuda", 0)) == "fp32"
 
 
 def test_a_run_reports_its_device_and_precision():

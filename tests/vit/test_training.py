@@ -140,21 +140,17 @@ def test_shared_decoded_dataset_gives_the_same_run():
     assert shared["train_loss"] == alone["train_loss"] and shared["val_acc"] == alone["val_acc"]
 
 
-def test_a_resumed_run_replays_the_same_augmented_batches():
-
-    splits = datasets.load_dataset("digits", {"input_size": (3, 32, 32), "mean": (0.5,) * 3, "std": (0.5,) * 3}, seed=0)
-    stream = batches.train_batches(splits.train, 32, seed=3)
-    first = [next(stream) for _ in range(40)]  # past the first epoch (35 batches)
-    resumed = batches.train_batches(splits.train, 32, seed=3, start_step=37)
-    for (a, la), (b, lb) in zip(first[37:], [next(resumed) for _ in range(3)]):
-        assert torch.equal(a, b) and torch.equal(la, lb)
-
-
-@pytest.mark.parametrize("path", ["per_image", "batched"])
-def test_both_cpu_training_paths_replay_on_resume(monkeypatch, path):
-
+@pytest.mark.parametrize("path", ["auto", "per_image", "batched"])
+def test_a_resumed_run_replays_the_same_augmented_batches_on_each_cpu_path(monkeypatch, path):
     monkeypatch.setattr(splits, "CPU_TRAIN_PATH", path)
-    test_a_resumed_run_replays_the_same_augmented_batches()
+    found = datasets.load_dataset("digits", {"input_size": (3, 32, 32), "mean": (0.5,) * 3, "std": (0.5,) * 3}, seed=0)
+    stream = batches.train_batches(found.train, 32, seed=3)
+    first = [next(stream) for _ in range(40)]  # past the first epoch (35 batches)
+    resumed = batches.train_batches(found.train, 32, seed=3, start_step=37)
+    replayed = [next(resumed) for _ in range(3)]
+    for (a, la), (b, lb) in zip(first[37:], replayed):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+    assert not torch.equal(first[37][0], first[38][0])  # batches differ: the replay is not of a constant
 
 
 def test_a_cpu_trial_crops_small_images_in_batches_and_large_ones_per_image(monkeypatch):
@@ -209,7 +205,7 @@ def test_gradient_checkpointing_trains_the_same_run(monkeypatch):
 
 
 def test_auto_precision_follows_the_device(monkeypatch):
-    from vitplast_tune.vit.training import resolve_precision
+    from vitplast_tune.vit.devices import resolve_precision
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert resolve_precision("auto", cpu) == "fp32"
@@ -271,9 +267,10 @@ def test_reduced_precision_trains_on_cpu(precision):
 def _trainable_model(components: str):
     from vitplast_tune import components as comp
     from vitplast_tune.vit import models
+    from vitplast_tune.vit.families.registry import layout_of
 
     model = models.create_model("vit_testbed_patch8_32", 10, pretrained=False)
-    comp.freeze(model, components)
+    comp.freeze(model, components, layout=layout_of(model))
     return model
 
 

@@ -76,7 +76,7 @@ def analyze_search(
     variant: str = "paper",
 ) -> SearchAnalysis:
     """The analyzes a search supports: which parameters matter (``parameters``: the searched parameters of each trial
-    and their Optuna distributions, see ``search.study.parameter_table``), per-trial correlations (when its trials
+    and their Optuna distributions, see ``records.study.parameter_table``), per-trial correlations (when its trials
     carry plasticity scores), the paper's protocol (a grid with seeds), the criteria lab (``criteria: true``) and the
     depth analysis (trials at several depths, with the plasticity per layer of ``variant``); files go to ``out_dir``.
 

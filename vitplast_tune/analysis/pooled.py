@@ -63,7 +63,7 @@ def read_lab(directory: Path) -> LabData:
     if missing:
         raise UserError(
             f"lab {directory.name} in {directory.parent} is not analyzed ({missing[0].name} missing): run "
-            "vitplast-lab run TASK (or analyze TASK) for it first"
+            "vitplast lab run TASK (or analyze TASK) for it first"
         )
     record = json.loads(record_path.read_text())
     table = pd.read_csv(files[1])

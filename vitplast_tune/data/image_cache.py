@@ -20,7 +20,6 @@ import hashlib
 import os
 import re
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,9 +28,12 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from vitplast_tune.config import cache_dir
+from vitplast_tune.log import get_logger
 
 VERSION = 1  # bump when the file layout changes
 PIXELS, INDEX = "pixels.u8", "index.npy"  # HWC uint8 images one after another; rows of (offset, height, width, label)
+
+log = get_logger(__name__)
 
 
 def cache_root() -> Path:
@@ -114,12 +116,9 @@ def _build(dataset: Dataset, directory: Path, short_side: int, key: str) -> None
             rows.append((offset, pixels.shape[0], pixels.shape[1], int(label)))
             offset += pixels.size
             if time.perf_counter() - said > 10:
-                print(f"decoding {key} into the image cache: {i + 1}/{len(dataset)} images", file=sys.stderr)
+                log.info(f"decoding {key} into the image cache: {i + 1}/{len(dataset)} images")
                 said = time.perf_counter()
     np.save(partial / INDEX, np.asarray(rows, dtype=np.int64).reshape(-1, 4))
     os.replace(partial, directory)
     seconds = time.perf_counter() - started
-    print(
-        f"decoded {len(rows)} images of {key} into {directory} ({offset / 1e6:.0f} MB, {seconds:.0f} s)",
-        file=sys.stderr,
-    )
+    log.info(f"decoded {len(rows)} images of {key} into {directory} ({offset / 1e6:.0f} MB, {seconds:.0f} s)")

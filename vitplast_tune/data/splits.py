@@ -103,20 +103,20 @@ class SmallImages(Dataset):
         """Images at ``positions`` transformed on ``device`` (random crops from ``seed``), and their labels."""
         idx = self.indices[positions]
         labels = torch.from_numpy(self.labels[idx].astype(np.int64)).to(device, non_blocking=True)
-        crops = self.train and transforms.augmentation(self.augment).scale is not None
+        recipe = transforms.augmentation(self.augment)
+        crops = self.train and recipe.scale is not None
         border = not crops and self.data_config.get("crop_mode") == "border"
-        if border or (crops and device.type == "cpu" and cpu_crops_per_image(self.data_config)):
+        policy = crops and recipe.auto_augment is not None  # timm's RandAugment & co. work on PIL images
+        if border or policy or (crops and device.type == "cpu" and cpu_crops_per_image(self.data_config)):
             with transforms.seeded(seed):
                 return torch.stack([self.transform(_pil(self.images[j])) for j in idx]).to(device), labels
         raw = torch.from_numpy(self.images[idx]).to(device, non_blocking=True)
         return transforms.batch_transform(raw, self.data_config, self.train, seed, self.augment), labels
 
 
-# Training batches with random crops on a CPU-only trial: "per_image", "batched", or "auto": whichever was measured
-# faster at the model's input size, batched up to ``CPU_BATCHED_UP_TO`` px a side, per image above (one core, batches
-# of 64, light recipe: batched 1.9x faster from 8 -> 32 px and from 32 -> 64 px; timm's per-image PIL transform 1.1x
-# faster at 32 -> 128 px and 1.5x at 32 -> 224 px, where ``python -m benchmarks.data`` has 423 vs 229 images/s).
-# Evaluation batches are batched everywhere (785 vs 572 images/s per image at 224 px).
+# Training batches with random crops on a CPU-only trial: "per_image", "batched", or "auto": whichever
+# ``python -m benchmarks.data`` measured faster at the model's input size (docs/benchmarks.md), batched up to
+# ``CPU_BATCHED_UP_TO`` px a side, per image (timm's PIL transform) above. Evaluation batches are batched everywhere.
 CPU_TRAIN_PATH = "auto"
 CPU_BATCHED_UP_TO = 64
 

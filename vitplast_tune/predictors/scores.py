@@ -59,8 +59,8 @@ def subset_scores(
     ``emb`` never enters them: its ratio is relative to pixels, another scale (``aggregate_plasticity`` gives it no
     rank), so ``emb+fc1`` scores as ``fc1`` and ``all`` as its five block components; a subset without a block
     component (the head alone, ``emb``) gives NaN for each score. ``param_counts`` is
-    ``components.count_parameters(model)``. ``blocks`` restricts the block components' layers to those block indices
-    (a trial's depth: the mean plasticity of the layers it trains).
+    ``components.count_parameters(model, layout=...)``. ``blocks`` restricts the block components' layers to those
+    block indices (a trial's depth: the mean plasticity of the layers it trains).
     """
     names = tuple(c for c in parse_subset(subset) if c != "emb")
     if not names:
@@ -73,7 +73,9 @@ def subset_scores(
         raise UserError(f"the plasticity table has no rows for {', '.join(missing)}")
     missing = [c for c in names if c not in param_counts]
     if missing:
-        raise UserError(f"param_counts has no count for {', '.join(missing)}; pass components.count_parameters(model)")
+        raise UserError(
+            f"param_counts has no count for {', '.join(missing)}; pass components.count_parameters(model, layout=...)"
+        )
     values = np.array([means[c] for c in names], dtype=float)
     weights = np.array([param_counts[c] for c in names], dtype=float)
     weighted = float(values @ weights / weights.sum()) if weights.sum() > 0 else math.nan

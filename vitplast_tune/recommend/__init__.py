@@ -1,1 +1,12 @@
-"""vitplast_tune.recommend."""
+"""Recommending which component subsets to finetune from measured predictors and recorded evidence, and checking
+a recommendation with a short search."""
+
+import lazy_loader as _lazy
+
+__getattr__, __dir__, __all__ = _lazy.attach(
+    __name__,
+    submod_attrs={
+        "ranking": ["Recommendation", "recommend", "describe"],
+        "verify": ["verification", "verdict", "verify_space"],
+    },
+)

@@ -2,7 +2,7 @@
 
 ``recommend`` measures the pre-training predictors of a model on a dataset (the paper plasticity, the
 in-network plasticity, the gradient criteria: ``report``), scores every non-empty subset, and ranks them by the
-parameter count unless a pooled criteria-lab verdict recorded under the storage folder (``vitplast-lab pooled``:
+parameter count unless a pooled criteria-lab verdict recorded under the storage folder (``vitplast lab pooled``:
 several tasks, and models) found a criterion better, and says which models and tasks that verdict came from. Single
 labs and per-trial correlations are shown as evidence. Checking a recommendation with a real search is ``verify``'s.
 """
@@ -20,11 +20,10 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.analysis.pooled import POOLED_FILE
-from vitplast_tune.components import HEAD, count_trainable, parse_subset, subset_name
-from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.components import HEAD, all_subsets, count_trainable, parse_subset, subset_name
+from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import BASELINE, contains_mha_or_fc, log_trainable_params
-from vitplast_tune.search import distributions
 from vitplast_tune.storage import SEARCH_FILE
 
 
@@ -51,13 +50,13 @@ def subset_scores(
     """One row per subset (default: every non-empty subset, in full; or ``subsets``, which may name methods such as
     "mha:lora+fc1"): its trainable parameters (by its methods, in the blocks of ``settings``' depth, at its LoRA rank,
     head included) and every pre-training predictor of the lab."""
-    from vitplast_tune.search.trial import trainable_parameters, trial_config
+    from vitplast_tune.vit.methods import trainable_parameters
 
     summary = predictors.plasticity.meta["parameter_summary"]  # of the model without its head
     head = trainable_parameters(trial_config({"components": HEAD}, settings))
     num_blocks = 1 + max((r["block"] for r in summary if r["block"] is not None), default=-1)
     rows = []
-    for subset in distributions.all_subsets() if subsets is None else subsets:
+    for subset in all_subsets() if subsets is None else subsets:
         cfg = settings.merged({"components": subset})
         chosen = parse_subset(subset)
         counts = count_trainable(summary, subset, cfg.block_indices(num_blocks), cfg.lora_rank)
@@ -87,9 +86,9 @@ def read_evidence(storage: Path) -> pd.DataFrame:
     """How well each criterion predicted accuracy on what is recorded under ``storage``: one row per record and
     criterion.
 
-    Pooled criteria-lab verdicts (``<name>/pooled.json``, ``vitplast-lab pooled``) have ``source`` "pooled": each
+    Pooled criteria-lab verdicts (``<name>/pooled.json``, ``vitplast lab pooled``) have ``source`` "pooled": each
     criterion's mean Spearman difference to the parameter count over the labs, its Holm-adjusted interval and verdict,
-    and the labs (model / task) it came from. Criteria labs (``lab.*/analysis/criteria.csv`` of ``vitplast-lab``, and
+    and the labs (model / task) it came from. Criteria labs (``lab.*/analysis/criteria.csv`` of ``vitplast lab``, and
     ``analysis/criteria.csv`` of a search with ``criteria: true``; of a lab at several step budgets, the longest) have
     "lab"; per-trial correlations (``analysis/correlations.csv``, final validation accuracy, confounded by lr) "trials".
     """
@@ -171,7 +170,7 @@ def choose_criterion(evidence: pd.DataFrame, model: str | None = None, dataset: 
         labs = evidence.loc[evidence["source"] == "lab", "search"].nunique()
         seen = f"; {labs} criteria lab(s) recorded, each on one task" if labs else ""
         return BASELINE, (
-            "no pooled criteria-lab verdict backs another criterion yet (vitplast-lab pooled), so the ranking is by the "
+            "no pooled criteria-lab verdict backs another criterion yet (vitplast lab pooled), so the ranking is by the "
             f"parameter count, the baseline every criterion must beat{seen}"
         )
     name = pooled.groupby("search")["n"].max().sort_values(kind="stable").index[-1]  # the verdict over the most labs
@@ -214,9 +213,7 @@ def recommend(
     s = settings
     measured = report.search_report(s, reference=reference, max_pairs=plasticity_pairs)
     gradients = report.gradient_report(s, num_batches=num_batches)
-    in_network = report.in_network_scores(
-        s, distributions.all_subsets(), reference=reference, plasticity_pairs=plasticity_pairs
-    )
+    in_network = report.in_network_scores(s, all_subsets(), reference=reference, plasticity_pairs=plasticity_pairs)
     scores = subset_scores(report.Predictors(measured, gradients), s, in_network)
     evidence = read_evidence(storage)
     criterion, _ = choose_criterion(evidence, s.model, s.dataset)
@@ -248,7 +245,7 @@ def describe(rec: Recommendation, top: int = 10) -> str:
         "final validation accuracy per trial):",
     ]
     if rec.evidence.empty:
-        lines.append("  no evidence yet: run the criteria lab on several tasks and pool it (vitplast-lab)")
+        lines.append("  no evidence yet: run the criteria lab on several tasks and pool it (vitplast lab)")
     for r in rec.evidence.sort_values(["source", "criterion", "search"], kind="stable").itertuples():
         lines.append("  " + _evidence_line(r))
     return "\n".join(lines)
@@ -267,12 +264,11 @@ def _evidence_line(r) -> str:
     )
 
 
-def warm_start_subsets(plan, predictors: report.Predictors) -> list[str]:
-    """The subsets ``recommend`` ranks best (within the parameter budget) for a space with ``warm_start``; else none."""
-    if not plan.spec.warm_start or predictors.plasticity is None:
-        return []
-    scores = subset_scores(predictors, plan.settings)
-    ranked = rank(scores, choose_criterion(read_evidence(Path(plan.storage)))[0], plan.max_trainable_params)
-    say = print if plan.options.verbose else lambda *a, **k: None
-    say(f"Warm start: TPE tries first {', '.join(ranked['components'].head(plan.spec.warm_start))}", flush=True)
+def warm_start_subsets(
+    predictors: report.Predictors, settings: FinetuneConfig, storage: str | Path, budget: int | None = None
+) -> list[str]:
+    """Every subset within ``budget`` trainable parameters, ranked best first by the criterion the evidence recorded
+    under ``storage`` backs (``choose_criterion``): the subsets a space with ``warm_start`` lets TPE try first."""
+    scores = subset_scores(predictors, settings)
+    ranked = rank(scores, choose_criterion(read_evidence(Path(storage)))[0], budget)
     return list(ranked["components"])

@@ -1,5 +1,5 @@
 """Checking a recommendation with a short real search: a grid over the top K recommended subsets, full finetuning
-and the linear probe (``verify_space``, run by ``search.driver.verify_recommendation``), and whether the
+and the linear probe (``verify_space``, run by ``workflows.verify_recommendation``), and whether the
 recommendation held (``verification``, ``verdict``).
 """
 

@@ -1,1 +1,19 @@
-"""vitplast_tune.vit."""
+"""The torch side of a ViT: building models, finetuning one run, where it computes, how each component trains,
+plasticity and the gradient criteria, the offline testbed's pretraining, and the best model of a search."""
+
+import lazy_loader as _lazy
+
+__getattr__, __dir__, __all__ = _lazy.attach(
+    __name__,
+    submod_attrs={
+        "models": ["create_model", "check_weights", "data_config", "pretrained_data_config"],
+        "training": ["finetune", "Finetuned", "DivergedError", "time_steps"],
+        "devices": ["run_device", "resolve_device", "resolve_precision", "DeviceError"],
+        "plasticity": ["compute_plasticity"],
+        "methods": ["apply_methods", "plain_model", "trainable_parameters"],
+        "best_model": ["load_best_model", "rebuild"],
+        "pretraining": ["pretrain_testbed"],
+        "gradients": ["gradient_table"],
+        "measure": ["measure_plasticity", "measure_gradients"],
+    },
+)

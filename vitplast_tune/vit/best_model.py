@@ -27,6 +27,7 @@ from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
 from vitplast_tune.storage import BEST_TRIAL_DIR, MODEL_NAME, TRIAL_FILE, WEIGHTS_FILE, read_record, search_dir
 from vitplast_tune.vit import methods, models
+from vitplast_tune.vit.families.hf import HFClassifier
 
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 
@@ -53,6 +54,10 @@ def log_model(model: nn.Module, cfg: FinetuneConfig, tracking_uri: str, run_id: 
     with torch.no_grad():
         logits = model(torch.from_numpy(example)).numpy()
     requirements = [f"torch=={torch.__version__.split('+')[0]}", f"timm=={timm.__version__}"]
+    if isinstance(model, HFClassifier):  # a transformers model inside: unpickling it needs transformers
+        import transformers
+
+        requirements.append(f"transformers=={transformers.__version__}")
     metadata = {"data_config": {k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()}}
     with _active_run(tracking_uri, run_id), _quiet("mlflow.pytorch"):
         mlflow.pytorch.log_model(

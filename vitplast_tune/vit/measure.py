@@ -20,8 +20,10 @@ from vitplast_tune.data.decoded import InMemory
 from vitplast_tune.data.splits import SmallImages
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit import gradients, models
+from vitplast_tune.vit.devices import run_device
+from vitplast_tune.vit.families.registry import layout_of
 from vitplast_tune.vit.plasticity import compute_plasticity
-from vitplast_tune.vit.training import build_run, run_device
+from vitplast_tune.vit.training import build_run
 
 
 def measure_plasticity(
@@ -44,7 +46,7 @@ def measure_plasticity(
     and per component and block (``parameter_summary``), where and how long).
 
     ``decoded``: the downstream (or reference) dataset already decoded, not read again; ``device``: default, the
-    one this task was given (``training.run_device``)."""
+    one this task was given (``devices.run_device``)."""
     datasets.check_dataset_name(dataset)  # here, where data loads: a search's plan checked them without torch
     datasets.check_dataset_name(reference)
     model = models.create_model(
@@ -65,9 +67,10 @@ def measure_plasticity(
         max_pairs=max_pairs,
     )
     where = {"seconds": round(time.perf_counter() - start, 3), "measured_on": task_context()}
-    counts = components.count_parameters(model)
+    layout = layout_of(model)
+    counts = components.count_parameters(model, layout=layout)
     parameters = {"component_params": {c: counts[c] for c in components.COMPONENTS}}
-    return table, dict(parameters, parameter_summary=components.parameter_summary(model)), where
+    return table, dict(parameters, parameter_summary=components.parameter_summary(model, layout=layout)), where
 
 
 def task_context() -> dict[str, Any]:
@@ -104,7 +107,7 @@ def measure_gradients(
     the evaluation transform: the training images without augmentation, so that the criteria do not depend on
     random crops. Each head is initialised as a trial with that seed would initialise it (the whole model built
     after ``torch.manual_seed``). ``decoded`` is the dataset already decoded. ``device``: default, the one this
-    task was given (``training.run_device``).
+    task was given (``devices.run_device``).
     """
     model, splits = build_run(cfg, decoded)
     stream = train_batches(unaugmented(splits.train, splits.val), cfg.batch_size, seed=cfg.seed)

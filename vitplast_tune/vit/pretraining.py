@@ -30,11 +30,14 @@ from safetensors.torch import save_file
 from vitplast_tune.config import PretrainConfig
 from vitplast_tune.data.fractals import fractal_dataset
 from vitplast_tune.data.transforms import prepare_images
+from vitplast_tune.log import get_logger
 from vitplast_tune.vit.models import TESTBED_WEIGHTS, data_config
 from vitplast_tune.vit.training import warmup_cosine
 
 TRAIN_INSTANCES = 1000  # instance_seed offsets: train variations, held-out variations
 HELDOUT_INSTANCES = 2000
+
+log = get_logger(__name__)
 
 
 def pretrain_testbed(
@@ -48,7 +51,7 @@ def pretrain_testbed(
     out = Path(out).expanduser()
     model = timm.create_model("vit_testbed_patch8_32", pretrained=False, num_classes=c.num_classes)
     train, held = _fractals(c, data_config(model))
-    print(f"data: {len(train[1])} train / {len(held[1])} held-out fractals in {time.time() - start:.1f}s", flush=True)
+    log.info(f"data: {len(train[1])} train / {len(held[1])} held-out fractals in {time.time() - start:.1f}s")
     final_loss = _train(model, c, train, held, start)
     held_acc = accuracy(model, *held)
     sample = len(held[1]) * 2
@@ -66,7 +69,7 @@ def pretrain_testbed(
     }
     provenance = _provenance(c, out, measured, command)
     out.with_suffix(".json").write_text(json.dumps(provenance, indent=2) + "\n")
-    print(f"held-out accuracy {held_acc:.4f}; wrote {out} ({provenance['size_bytes'] / 1e6:.2f} MB)", flush=True)
+    log.info(f"held-out accuracy {held_acc:.4f}; wrote {out} ({provenance['size_bytes'] / 1e6:.2f} MB)")
     return provenance
 
 
@@ -128,7 +131,7 @@ def _log(model: torch.nn.Module, c: PretrainConfig, step: int, loss: float, lr: 
     if done % (10 * c.log_every) == 0 or done == c.steps:
         line += f"  held-out acc {accuracy(model, *held):.4f}"
         model.train()
-    print(line, flush=True)
+    log.info(line)
 
 
 def _provenance(c: PretrainConfig, out: Path, measured: dict[str, Any], command: str | None) -> dict[str, Any]:
@@ -149,7 +152,7 @@ def _provenance(c: PretrainConfig, out: Path, measured: dict[str, Any], command:
         "timm": timm.__version__,
         "numpy": np.__version__,
         "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
 

@@ -1,0 +1,83 @@
+"""From the answer to the model, end to end: a tiny search configured only by MLflow's environment variables lands in
+that store and experiment, keeps its artifacts beside the store, tags its best trial, and its best model loads back
+(through MLflow and through ``vt.load_best_model``) with the test accuracy the trial reported."""
+
+import json
+import math
+from pathlib import Path
+
+import mlflow
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from timm.models.vision_transformer import VisionTransformer
+
+import vitplast_tune as vt
+from vitplast_tune import run_search
+from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.plan import SearchOptions
+from vitplast_tune.records import summary, top_trials
+from vitplast_tune.records.tracking import BEST_RUN_TAG, BEST_TAG, child_runs
+from vitplast_tune.vit import training
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_search_set_by_mlflow_env_vars_lands_there_and_its_best_model_loads_back(
+    ray_local, tiny_space, tmp_path, monkeypatch
+):
+    store = tmp_path / "store"
+    uri = f"sqlite:///{store / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "team runs")
+    space = tiny_space(parameters={"components": {"choice": ["mha", "fc1"]}, "lr": {"choice": [0.3]}})
+    result = run_search(SearchOptions(space=str(space), name="envs", plasticity=False, verbose=0))
+
+    client = MlflowClient(uri)  # the store and experiment the variables name, with no flag
+    experiment = client.get_experiment_by_name("team runs")
+    parent = client.get_run(result.parent_run_id)
+    assert (result.place.tracking_uri, result.place.experiment) == (uri, "team runs")
+    assert parent.info.experiment_id == experiment.experiment_id and parent.info.status == "FINISHED"
+    assert Path(experiment.artifact_location).parent == store / "mlartifacts"  # beside the store
+    assert Path(parent.info.artifact_uri).is_relative_to(store / "mlartifacts")
+    assert not Path("mlruns").exists() and not Path("mlflow.db").exists()  # nothing in the working directory
+    assert mlflow.get_tracking_uri() == uri  # the driver put the process's MLflow settings back
+
+    best = top_trials(result.trials, result.spec, 1).iloc[0]
+    children = child_runs(client, result.parent_run_id)
+    tagged = [run.info.run_id for run in children if run.data.tags.get(BEST_TAG) == "true"]
+    assert len(children) == 2 and tagged == [best["run_id"]] == [result.best_run_id]
+    assert parent.data.tags[BEST_RUN_TAG] == best["run_id"]
+    own = {a.path for a in client.list_artifacts(best["run_id"], "weights")}
+    assert own == {"weights/trainable_weights.safetensors", "weights/trial.json"}  # the best trial's own weights
+    text = summary(result)
+    link = f"/#/experiments/{experiment.experiment_id}/runs/{best['run_id']}?workflowType=machine_learning"
+    assert f"Best trial's run:   http://127.0.0.1:5000{link}" in text
+    assert f'mlflow.pytorch.load_model("runs:/{result.parent_run_id}/best_model")' in text
+
+    assert result.best_model_uri == f"runs:/{result.parent_run_id}/best_model"
+    info = mlflow.models.get_model_info(result.best_model_uri)
+    assert list(info.signature.inputs.to_dict()[0]["tensor-spec"]["shape"]) == [-1, 3, 32, 32]
+    assert info.saved_input_example_info is not None and "pytorch" in info.flavors
+    settings = json.loads(
+        (Path(client.download_artifacts(result.parent_run_id, "best_trial")) / "trial.json").read_text()
+    )
+    cfg = FinetuneConfig.from_dict(settings["settings"])
+    assert cfg.components == best["components"] and cfg.lr == 0.3 and cfg.max_steps == 16
+    logged = mlflow.pytorch.load_model(f"runs:/{result.parent_run_id}/best_model")
+    loaded = vt.load_best_model("envs")
+    assert math.isfinite(best["test_acc"])
+    for model in (logged, loaded):
+        assert isinstance(model, VisionTransformer) and not model.training
+        assert _test_accuracy(model, cfg) == best["test_acc"]  # the trial's own report
+
+
+def _test_accuracy(model, cfg: FinetuneConfig) -> float:
+    """The model's accuracy on the search's test split, computed as a trial computes it (one thread, its batches)."""
+    _, splits = training.build_run(cfg)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)
+    try:
+        return training.evaluate(model, splits.test, cfg.batch_size, torch.device("cpu"))["acc"]
+    finally:
+        torch.set_num_threads(threads)

@@ -1,0 +1,133 @@
+"""The search's Optuna study: written beside its results for every algorithm, opened by optuna.load_study, never
+duplicated by a resume; and, after a real search, the importance on the parent run."""
+
+import math
+
+import optuna
+import pandas as pd
+import pytest
+from _spaces import space_text
+from mlflow.tracking import MlflowClient
+
+from vitplast_tune import run_search
+from vitplast_tune.plan import SearchOptions
+from vitplast_tune.records import summary, write_study
+from vitplast_tune.records.study import TRIAL_ATTR, parameter_table, storage_url, study_parameters
+from vitplast_tune.records.tracking import STUDY_TAG
+from vitplast_tune.space import SearchSpec, load_space, parse_param
+from vitplast_tune.space.files import SchedulerSpec
+
+FLAGS = ["train_emb", "train_ln1", "train_mha", "train_ln2", "train_fc1", "train_fc2"]
+TPE = dict(
+    algorithm="optuna",
+    num_samples=6,
+    scheduler={"name": "asha", "grace_period": 8, "reduction_factor": 2},
+    parameters={"components": {"subsets": "any"}, "lr": {"loguniform": [0.01, 0.3]}},
+)
+
+
+def table(rows):
+    base = dict(max_steps=16, diverged=False, over_budget=False, error=None, test_acc=0.5, best_val_acc=0.6)
+    return pd.DataFrame([{**base, **row} for row in rows])
+
+
+ROWS = [
+    dict(trial_id="a", components="mha+fc1", lr=0.1, step=16, val_acc=0.6),
+    dict(trial_id="b", components="fc2", lr=0.02, step=8, val_acc=0.3),  # stopped early by the scheduler
+    dict(trial_id="c", components="all", lr=0.3, step=8, val_acc=math.nan, diverged=True),
+    dict(trial_id="d", components="ln1", lr=0.05, step=0, val_acc=math.nan, over_budget=True),
+    dict(trial_id="e", components="emb", lr=0.01, step=8, val_acc=math.nan, error="RayTaskError: boom"),
+]
+CURVES = {"a": {"val_acc": {8: 0.4, 16: 0.6}}, "b": {"val_acc": {8: 0.3}}, "c": {"val_acc": {8: 0.2}}}
+
+
+def test_each_trial_is_one_optuna_trial_with_every_flag_and_resume_adds_only_new_ones(tmp_path):
+    spec_path = tmp_path / "tpe.yaml"
+    spec_path.write_text(space_text(**TPE))
+    spec = load_space(str(spec_path))
+    first = write_study(tmp_path, "s", spec, table(ROWS[:4]), CURVES)
+    assert (first.trials, first.added) == (4, 4) and first.url == f"sqlite:///{tmp_path.resolve()}/optuna.db"
+
+    again = write_study(tmp_path, "s", spec, table(ROWS), CURVES)  # a resumed search: one trial more
+    assert (again.trials, again.added) == (5, 1)
+    loaded = optuna.load_study(study_name="s", storage=again.url)
+    by_id = {t.user_attrs[TRIAL_ATTR]: t for t in loaded.trials}
+    assert sorted(by_id) == ["a", "b", "c", "d", "e"]
+    states = {k: t.state.name for k, t in by_id.items()}
+    assert states == {"a": "COMPLETE", "b": "PRUNED", "c": "FAIL", "d": "PRUNED", "e": "FAIL"}
+    a = by_id["a"]
+    assert a.params == {**dict.fromkeys(FLAGS, False), "train_mha": True, "train_fc1": True, "lr": 0.1}
+    assert a.value == 0.6 and a.intermediate_values == {8: 0.4, 16: 0.6} and a.user_attrs["components"] == "mha+fc1"
+    assert by_id["b"].value == 0.3 and by_id["d"].value is None  # pruned at its last report; never trained
+    assert all(set(t.params) == {*FLAGS, "lr"} for t in loaded.trials)  # fc2 alone: every flag, fc2's True too
+    assert by_id["b"].params["train_fc2"] is True
+    assert loaded.direction == optuna.study.StudyDirection.MAXIMIZE and loaded.user_attrs["space"] == "tpe"
+
+
+def test_a_grid_study_has_the_grids_parameters():
+    spec = SearchSpec(
+        name="grid",
+        path=None,
+        description="",
+        metric="val_acc",
+        mode="max",
+        algorithm="grid",
+        num_samples=1,
+        scheduler=SchedulerSpec(),
+        parameters={
+            "components": parse_param("components", {"choice": ["mha", "head", "all"]}, "x"),
+            "lr": parse_param("lr", {"choice": [0.01, 0.1]}, "x"),
+            "seed": parse_param("seed", {"choice": [0, 42]}, "x"),
+            "optimizer": parse_param("optimizer", "sgd", "x"),
+        },
+    )
+    assert list(study_parameters(spec)) == [*FLAGS, "lr", "seed"]  # constants are no parameters
+    params = parameter_table(table([dict(components="head", lr=0.1, seed=42), dict(components="all")]), spec)
+    assert not params.loc[0, FLAGS].any() and params.loc[1, FLAGS].all() and params.loc[0, "seed"] == 42
+
+
+@pytest.fixture(scope="module")
+def searched(ray_local, tmp_path_factory):
+    root = tmp_path_factory.mktemp("study")
+    space = root / "tpe.yaml"
+    space.write_text(space_text(**TPE))
+    options = SearchOptions(space=str(space), name="tpe", storage=str(root / "results"), plasticity=False, verbose=0)
+    return options, run_search(options)
+
+
+@pytest.mark.slow
+def test_after_a_real_search_load_study_gives_every_trial_and_a_resume_adds_none(searched):
+    options, found = searched
+    trials = found.trials
+    loaded = optuna.load_study(study_name="tpe", storage=storage_url(found.place.local_dir))
+    assert len(loaded.trials) == len(trials) == 6 and found.study.trials == 6
+    by_id = {t.user_attrs[TRIAL_ATTR]: t for t in loaded.trials}
+    assert sorted(by_id) == sorted(trials["trial_id"])
+    for row in trials.itertuples():
+        trial = by_id[row.trial_id]
+        assert set(trial.params) == {*FLAGS, "lr"} and trial.params["lr"] == pytest.approx(row.lr)
+        assert {c for c in ("emb", "ln1", "mha", "ln2", "fc1", "fc2") if trial.params[f"train_{c}"]} == set(
+            row.components.replace("all", "emb+ln1+mha+ln2+fc1+fc2").split("+")
+        )
+        assert trial.state.name == ("COMPLETE" if row.step == 16 else "PRUNED") and trial.value == row.val_acc
+        assert max(trial.intermediate_values) == row.step and trial.user_attrs["run_id"] == row.run_id
+
+    resumed = run_search(SearchOptions(**{**vars(options), "resume": True}))
+    assert resumed.study.added == 0 and resumed.study.trials == 6
+    assert len(optuna.load_study(study_name="tpe", storage=resumed.study.url).trials) == 6
+
+
+@pytest.mark.slow
+def test_the_parent_run_holds_the_importance_and_says_which_augmentation_ran(searched):
+    _, found = searched
+    client = MlflowClient(found.place.tracking_uri)
+    parent = client.get_run(found.parent_run_id)
+    assert parent.data.params["augment"] == "light" and parent.data.params["default.augment"] == "light"
+    assert parent.data.tags[STUDY_TAG].startswith(found.study.url)
+    artifacts = {a.path for a in client.list_artifacts(found.parent_run_id, "analysis")}
+    assert {"analysis/importance.json", "analysis/importance.csv", "analysis/importance.png"} <= artifacts
+    importance = found.analysis.importance.table
+    assert set(importance["parameter"]) == {*FLAGS, "lr"} and importance["importance"].sum() == pytest.approx(1.0)
+    text = summary(found)
+    assert "on digits, augmentation light)" in text.splitlines()[0] and text.splitlines()[1].startswith("Time: ")
+    assert "Which settings matter? fANOVA importance" in text and found.study.describe() in text

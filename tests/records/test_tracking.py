@@ -1,0 +1,89 @@
+"""MLflow records from the driver, on a real SQLite store: where an experiment's artifacts go, and what a trial's run
+holds while it trains (what the view's charts plot)."""
+
+import hashlib
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+from mlflow.tracking import MlflowClient
+
+from vitplast_tune.records import MlflowTracker
+from vitplast_tune.records.best_trial import log_best_model
+from vitplast_tune.records.tracking import artifact_location, experiment_id
+from vitplast_tune.records.trial_runs import TrialRun, log_trial_finals
+
+
+def test_artifacts_go_beside_a_sqlite_store_or_under_the_storage_never_the_working_directory(tmp_path):
+    storage = str(tmp_path / "results")
+    beside = artifact_location(f"sqlite:///{tmp_path / 'db' / 'mlflow.db'}", "vitplast_tune", storage)
+    assert beside == str(tmp_path / "db" / "mlartifacts" / "vitplast_tune")
+    relative = artifact_location("sqlite:///here/mlflow.db", "vitplast_tune", storage)  # cwd: tmp_path
+    assert relative == str(tmp_path / "here" / "mlartifacts" / "vitplast_tune")
+    for server in ("http://127.0.0.1:5000", "https://mlflow.example.org", "databricks", "file:///tmp/store"):
+        assert artifact_location(server, "vitplast_tune", storage) is None  # the server's (or store's) own
+    other = artifact_location("postgresql://u@db/mlflow", "vitplast_tune", storage)
+    assert other == f"{storage}/mlartifacts/vitplast_tune"
+    assert artifact_location("mysql://db/x", "e", "s3://bucket/runs") == "s3://bucket/runs/mlartifacts/e"
+    memory = artifact_location("sqlite:///:memory:", "e", storage)
+    assert memory == f"{storage}/mlartifacts/e"
+
+
+def test_experiment_folders_are_safe_and_unique_names():
+    def digest(name):
+        return hashlib.sha256(name.encode()).hexdigest()[:8]
+
+    where = lambda name: Path(artifact_location("sqlite:////db/m.db", name, "/r")).name
+    assert where("vitplast_tune") == "vitplast_tune" and where("a.b-c_1") == "a.b-c_1"
+    assert where("team runs") == f"team-runs-{digest('team runs')}" != where("team-runs")
+    assert where("../x") == f"x-{digest('../x')}"
+    assert where("12") == f"12-{digest('12')}"  # never digits alone: an mlflow server's own folders are experiment ids
+
+
+def test_a_new_experiment_keeps_its_artifacts_where_it_was_told(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    (tmp_path / "store").mkdir()
+    client = MlflowClient(uri)
+    location = artifact_location(uri, "e", str(tmp_path / "results"))
+    experiment = experiment_id(client, "e", location)
+    assert experiment_id(client, "e", "/elsewhere") == experiment  # an existing one keeps its location
+    run = client.create_run(experiment).info.run_id
+    client.log_text(run, "hello", "note.txt")
+    assert (Path(location) / run / "artifacts" / "note.txt").read_text() == "hello"
+    assert not (tmp_path / "mlruns").exists()  # the working directory (tmp_path) holds nothing of it
+
+
+def test_a_trials_run_holds_what_the_view_plots_from_its_first_report(tmp_path):
+    """val_acc_common, trainable_params and log10_trainable_params as the trial reports (the charts fill in while it
+    runs); the search's end replaces val_acc_common by the accuracy at the common step."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    parent = client.create_run(experiment_id(client, "e", str(tmp_path / "a"))).info.run_id
+    describe = lambda config: TrialRun("mha lr=0.1", {"lr": 0.1}, {"plasticity_mean": 1.5})
+    tracker = MlflowTracker(uri, parent, describe)
+    trial = SimpleNamespace(trial_id="t1", config={})
+    for step, acc in ((8, 0.25), (16, 0.5)):
+        report = {"step": step, "val_acc": acc, "trainable_params": 1000, "train_loss": 1.0}
+        tracker.on_trial_result(0, [trial], trial, report)
+        metrics = client.get_run(tracker.runs["t1"]).data.metrics
+        assert metrics["val_acc_common"] == acc and metrics["trainable_params"] == 1000
+        assert metrics["log10_trainable_params"] == math.log10(1000) and metrics["plasticity_mean"] == 1.5
+    row = SimpleNamespace(run_id=tracker.runs["t1"], step=16, val_acc_common=0.25, common_step=8)
+    log_trial_finals(client, _frame(row))
+    assert client.get_run(tracker.runs["t1"]).data.metrics["val_acc_common"] == 0.25  # the common step's, at the end
+
+
+def _frame(row):
+    import pandas as pd
+
+    return pd.DataFrame([vars(row)])
+
+
+def test_a_best_model_this_machine_cannot_build_is_a_note_not_a_failed_search(tmp_path):
+    """E.g. a driver without the hub weights the trials' nodes had: the search's results stand, the note says why."""
+    from vitplast_tune.config import FinetuneConfig
+
+    cfg = FinetuneConfig(model="vit_testbed_patch8_32", weights=str(tmp_path / "elsewhere.safetensors"))
+    uri, note = log_best_model(SimpleNamespace(tracking_uri="unused"), "parent", cfg, {})
+    assert uri is None and note.startswith("the best model is not logged as an MLflow model: it could not be built")
+    assert "elsewhere.safetensors" in note

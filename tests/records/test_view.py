@@ -1,0 +1,95 @@
+"""The saved MLflow UI view of a search: its state, its link, and the fallback for an unknown MLflow version."""
+
+import json
+from urllib.parse import parse_qs, urlsplit
+
+from mlflow.tracking import MlflowClient
+
+from vitplast_tune._compat import mlflow as mlflow_module
+from vitplast_tune._compat.mlflow import VIEW_TAG_PREFIX, view_supported
+from vitplast_tune.names import view_key
+from vitplast_tune.records import ui_command
+from vitplast_tune.records.view import KIND_TAG, publish, run_link, search_filter, ui_base_url, view_link, view_state
+
+
+def test_ui_base_url_is_the_tracking_server_or_the_mlflow_ui_default():
+    assert ui_base_url("http://10.0.0.5:8080/") == "http://10.0.0.5:8080"
+    assert ui_base_url("https://mlflow.example.org/prefix") == "https://mlflow.example.org/prefix"
+    assert ui_base_url("sqlite:////tmp/mlflow.db") == "http://127.0.0.1:5000"
+
+
+def test_supported_versions():
+    assert view_supported("3.17.2") and view_supported("3.18.0")  # 3.18's bundle reads 3.17's format
+    assert not view_supported("2.16.0") and not view_supported("3.19.0")
+
+
+def test_run_links_open_in_model_training_mode():
+    link = run_link("http://127.0.0.1:5000/", "3", "abc")
+    assert link == "http://127.0.0.1:5000/#/experiments/3/runs/abc?workflowType=machine_learning"
+
+
+def test_view_state_without_plasticity_has_no_plasticity_chart_or_column():
+    state = view_state("s", plasticity=False)
+    assert "metrics.`plasticity_mean`" not in state["selectedColumns"]
+    axes = [c["xaxis"]["key"] for c in state["compareRunCharts"] if c["type"] == "SCATTER"]
+    assert axes == ["log10_trainable_params"]
+    assert "metrics.`plasticity_mean`" in view_state("s", plasticity=True)["selectedColumns"]
+
+
+def test_publish_saves_the_view_for_a_known_version(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    experiment = client.create_experiment("e", artifact_location=str(tmp_path / "a"))
+    view = publish(client, experiment, "my search", True, "http://127.0.0.1:5000")
+    tags = client.get_experiment(experiment).tags
+    key = view_key("my search")
+    envelope = json.loads(tags[VIEW_TAG_PREFIX + key])
+    assert envelope["name"] == "vitplast_tune: my search" and isinstance(envelope["createdAt"], int)
+    state = json.loads(envelope["state"])  # what MLflow's UI reads, written out here rather than rebuilt by the code
+    assert state["searchFilter"] == "tags.`vitplast.search` = 'my search' and tags.`vitplast.role` = 'trial'"
+    assert state["orderByKey"] == "metrics.`val_acc_common`" and state["orderByAsc"] is False
+    assert state["selectedColumns"] == [
+        "attributes.`Dataset`",
+        "params.`components`",
+        "params.`lr`",
+        "metrics.`best_val_acc`",
+        "metrics.`val_acc_common`",
+        "metrics.`plasticity_mean`",
+        "metrics.`trainable_params`",
+    ]
+    assert {c["type"] for c in state["compareRunCharts"]} >= {"SCATTER", "PARALLEL"}
+    assert tags[KIND_TAG] == "custom_model_development"
+    query = parse_qs(urlsplit(view.link).fragment.split("?", 1)[1])
+    assert view.saved and query["viewStateShareKey"] == [key] and query["workflowType"] == ["machine_learning"]
+
+
+def test_unknown_version_falls_back_to_the_plain_link_with_a_note(tmp_path, monkeypatch):
+    monkeypatch.setattr(mlflow_module, "VIEW_FORMAT_VERSIONS", ("0.1",))
+    client = MlflowClient(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    experiment = client.create_experiment("e", artifact_location=str(tmp_path / "a"))
+    view = publish(client, experiment, "s", True, "http://127.0.0.1:5000")
+    assert not view.saved and "not one this knows" in view.note and "is not supported for the saved view" in view.note
+    assert not any(k.startswith(VIEW_TAG_PREFIX) for k in client.get_experiment(experiment).tags)
+    query = parse_qs(urlsplit(view.link).fragment.split("?", 1)[1])
+    assert query["searchFilter"] == [search_filter("s")] and "viewStateShareKey" not in query
+
+
+def test_the_view_link_found_again_is_the_saved_view_or_else_the_filtered_trials(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    experiment = client.create_experiment("e", artifact_location=str(tmp_path / "a"))
+    base = "http://127.0.0.1:5001"
+    plain = parse_qs(urlsplit(view_link(client, experiment, "s", base)).fragment.split("?", 1)[1])
+    assert "viewStateShareKey" not in plain and plain["searchFilter"] == [search_filter("s")]
+    saved = publish(client, experiment, "s", True, base)
+    assert view_link(client, experiment, "s", base) == saved.link and saved.experiment_id == experiment
+
+
+def test_the_ui_command_names_the_search_and_its_storage_unless_a_server_records_it(tmp_path, monkeypatch):
+    from vitplast_tune.storage import SearchPlace
+
+    monkeypatch.setenv("VITPLAST_RESULTS_DIR", str(tmp_path / "default"))
+    plan = lambda uri, storage: SearchPlace("s", str(storage), uri, "e")
+    sqlite = f"sqlite:///{tmp_path / 'm.db'}"
+    assert ui_command(plan(sqlite, tmp_path / "default")) == "vitplast ui s"
+    assert ui_command(plan(sqlite, tmp_path / "other")) == f"vitplast ui s --storage {tmp_path / 'other'}"
+    assert ui_command(plan(sqlite, "s3://b/r")) == f"mlflow ui --backend-store-uri {sqlite} --host 127.0.0.1"
+    assert ui_command(plan("http://127.0.0.1:5000", tmp_path / "default")) is None

@@ -1,0 +1,126 @@
+"""What an interrupted search does: SIGTERM taken as Ctrl-C, its exit code, and the command that resumes it."""
+
+import os
+import shlex
+import signal
+import time
+
+import pytest
+
+from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.plan import SearchOptions, SearchPlan, resume_command
+from vitplast_tune.run import interrupts
+from vitplast_tune.run.interrupts import exit_code, handled, on_sigterm_interrupt, restore_ctrl_c
+from vitplast_tune.space import load_space
+
+
+def test_sigterm_raises_keyboard_interrupt_outside_tune_and_exits_143():
+    before = signal.getsignal(signal.SIGTERM)
+    # Outside Tune, Ctrl-C is Python's own (a Tuner fitted earlier in this test process may have left its handler).
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _sigterm_outside_tune(before)
+    finally:
+        signal.signal(signal.SIGINT, previous_int)
+
+
+def _sigterm_outside_tune(before) -> None:
+    with handled():
+        on_sigterm_interrupt()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs at once; never reached
+        assert exit_code() == 143
+    assert signal.getsignal(signal.SIGTERM) is before  # restored when the search ends
+    with handled():
+        assert exit_code() == 130  # a new search starts with no signal received
+
+
+def test_sigterm_calls_tunes_graceful_stop_while_tune_runs():
+    seen = []
+    with handled():
+        signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))  # as Tune's fit installs it
+        on_sigterm_interrupt()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        assert seen == [signal.SIGINT]  # the stop Ctrl-C asks for, no exception
+        restore_ctrl_c()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_the_resume_command_names_the_space_and_the_flags_the_record_lacks(tmp_path, tiny_space):
+    shipped = load_space("paper_grid")
+    options = SearchOptions(space="paper_grid", plasticity=False, cpus_per_trial=2, resources_per_trial={"a100": 1})
+    plan = SearchPlan(shipped, options, "grid-1", str(tmp_path), "sqlite:///x.db", FinetuneConfig())
+    words = shlex.split(resume_command(plan))
+    assert words[:8] == ["vitplast", "search", "--space", "paper_grid", "--name", "grid-1", "--storage", str(tmp_path)]
+    assert words[-1] == "--resume" and "--no-plasticity" in words
+    assert words[words.index("--cpus-per-trial") + 1] == "2" and "--gpus-per-trial" not in words
+    assert words[words.index("--resources-per-trial") + 1] == '{"a100": 1}'
+
+    tiny_space()  # tmp_path/space.yaml; the test runs in tmp_path (conftest), so the relative name finds it
+    own = load_space("space.yaml")
+    options = SearchOptions(space="space.yaml", plasticity_variant="in_network", plasticity_pairs=64)
+    words = shlex.split(resume_command(SearchPlan(own, options, "s", "/r", "sqlite:///x.db", FinetuneConfig())))
+    assert words[3] == str(tmp_path / "space.yaml")  # absolute: it resumes from any folder
+    assert words[words.index("--plasticity-variant") + 1] == "in_network" and "--no-plasticity" not in words
+    assert words[words.index("--plasticity-pairs") + 1] == "64" and "--plasticity-reference" not in words
+
+
+class SigtermReachedTheCaller(Exception):
+    """Raised by the test's own SIGTERM handler: the signal was not held back."""
+
+
+def _raise_on_sigterm(signum, frame):
+    raise SigtermReachedTheCaller
+
+
+def test_sigterm_while_the_results_are_recorded_waits_for_them_and_is_said(library_log):
+    said = library_log
+    before = signal.signal(signal.SIGTERM, _raise_on_sigterm)  # a caller's handler: what SIGTERM would do after
+    try:
+        with interrupts.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+            reached = True  # the block went on
+        assert reached and len(said) == 1 and "recorded them first" in said[0]
+        assert signal.getsignal(signal.SIGTERM) is _raise_on_sigterm  # the caller's handler is back
+        with interrupts.deferred():
+            pass
+        assert len(said) == 1  # nothing said without a signal
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@pytest.mark.slow
+def test_a_search_sent_sigterm_after_its_trials_records_its_results_and_is_complete(ray_local, tmp_path, monkeypatch):
+    """SIGTERM once the trials have ended (a batch scheduler's signal before the time limit, landing late): the trial
+    table, the analysis and the parent run are written whole, and the search returns as complete."""
+    from vitplast_tune.run import driver
+
+    finish = driver._finish
+
+    def signalled_finish(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        return finish(*args)
+
+    monkeypatch.setattr(driver, "_finish", signalled_finish)
+    before = signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        options = SearchOptions(
+            space="component_subsets",
+            name="late",
+            storage=str(tmp_path / "results"),
+            num_samples=2,
+            settings={"max_steps": 8, "eval_every": 4},
+            plasticity=False,
+            verbose=0,
+        )
+        result = driver.run(options)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert len(result.trials) == 2 and (tmp_path / "results" / "late" / "trials.csv").is_file()
+    from mlflow.tracking import MlflowClient
+
+    assert MlflowClient(result.place.tracking_uri).get_run(result.parent_run_id).info.status == "FINISHED"

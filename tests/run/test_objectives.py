@@ -1,0 +1,161 @@
+"""Searches beyond one objective: two objectives (Optuna's Pareto front), the parameter budget and TPE's warm start."""
+
+import math
+import os
+
+import optuna
+import pytest
+
+from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.errors import UserError
+from vitplast_tune.plan import SearchOptions, prepare
+from vitplast_tune.plan.checks import check_metric
+from vitplast_tune.records import pareto_front
+from vitplast_tune.records.trials import trial_subset
+from vitplast_tune.run import execute, search_algorithm, train_trial
+from vitplast_tune.run.optuna_search import objectives
+from vitplast_tune.space import load_space
+
+SPACE = """
+metric: {metric}
+mode: {mode}
+algorithm: optuna
+num_samples: 4
+scheduler: {scheduler}
+{extra}
+parameters:
+  components: {{subsets: any}}
+  lr: {{choice: [0.1]}}
+"""
+
+
+def _space(tmp_path, metric="val_acc", mode="max", scheduler="fifo", extra=""):
+    path = tmp_path / "space.yaml"
+    path.write_text(SPACE.format(metric=metric, mode=mode, scheduler=scheduler, extra=extra))
+    return load_space(path)
+
+
+def test_two_objectives_are_lists_and_refuse_early_stopping(tmp_path):
+    spec = _space(tmp_path, "[val_acc, trainable_params]", "[max, min]")
+    assert spec.multi_objective and spec.metric == "val_acc" and spec.objectives[1] == ("trainable_params", "min")
+    assert objectives(spec) == (["val_acc", "trainable_params"], ["max", "min"])
+    with pytest.raises(UserError, match="stops trials by one metric"):
+        _space(tmp_path, "[val_acc, trainable_params]", "[max, min]", scheduler="asha")
+    with pytest.raises(UserError, match="same length"):
+        _space(tmp_path, "[val_acc, trainable_params]", "max")
+
+
+def test_two_objectives_reach_optuna_as_a_pareto_study(tmp_path):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = _space(tmp_path, "[val_acc, trainable_params]", "[max, min]")
+    searcher = search_algorithm(spec, seed=0)
+    for i, (acc, params) in enumerate([(0.9, 100), (0.95, 1000), (0.8, 5000)]):
+        searcher.suggest(f"t{i}")
+        searcher.on_trial_complete(f"t{i}", {"val_acc": acc, "trainable_params": params})
+    study = searcher._ot_study
+    assert len(study.directions) == 2
+    assert sorted(t.values for t in study.best_trials) == [[0.9, 100], [0.95, 1000]]  # (0.8, 5000) is dominated
+
+
+def test_budget_and_warm_start_keys(tmp_path):
+    spec = _space(tmp_path, extra="max_trainable_params: 200000\nwarm_start: 2")
+    assert spec.max_trainable_params == 200_000 and spec.warm_start == 2
+    with pytest.raises(UserError, match="max_trainable_params must be an integer >= 1"):
+        _space(tmp_path, extra="max_trainable_params: 0")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("algorithm: grid\nwarm_start: 2\nparameters: {components: {choice: [mha]}}\n")
+    with pytest.raises(UserError, match="warm_start needs algorithm: optuna"):
+        load_space(grid)
+
+
+def test_warm_start_enqueues_the_recommended_subsets_first(tmp_path):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = _space(tmp_path, extra="warm_start: 3")
+    searcher = search_algorithm(spec, seed=0, warm_start=["fc1", "mha+fc1", "fc2", "ln1"])
+    first = [trial_subset(searcher.suggest(f"t{i}")) for i in range(4)]
+    assert first[:3] == ["fc1", "mha+fc1", "fc2"]  # fc2 alone: its flag is forced, not asked
+    assert all(config for config in first)
+
+
+def test_trainable_parameters_count_the_subset_and_the_head():
+    from vitplast_tune.config import trial_config
+    from vitplast_tune.vit.methods import trainable_parameters
+
+    settings = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False)
+    head = trainable_parameters(trial_config({"components": "head"}, settings))
+    mha = trainable_parameters(trial_config({"components": "mha"}, settings))
+    assert 0 < head < mha < trainable_parameters(trial_config({"components": "all"}, settings))
+
+
+def test_a_trial_over_the_budget_is_not_trained(monkeypatch):
+    from ray import tune
+
+    from vitplast_tune.vit import training
+    from vitplast_tune.vit.training import FinetuneConfig
+
+    reported = []
+    monkeypatch.setattr(tune, "report", lambda metrics, **kw: reported.append(metrics))
+    monkeypatch.setattr(training, "finetune", lambda *a, **kw: pytest.fail("an over-budget trial must not train"))
+    settings = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False)
+    train_trial({"components": "all", "lr": 0.1}, settings, max_trainable_params=10_000)
+    assert len(reported) == 1 and reported[0]["over_budget"] == 1 and reported[0]["trainable_params"] > 10_000
+    assert reported[0]["step"] == 0 and math.isnan(reported[0]["val_acc"])
+
+
+E2E = """
+description: two objectives, a parameter budget and a warm start, end to end
+metric: [val_acc, trainable_params]
+mode: [max, min]
+algorithm: optuna
+num_samples: 4
+scheduler: fifo
+warm_start: 2
+max_trainable_params: {budget}
+parameters:
+  components: {{subsets: any}}
+  lr: {{choice: [0.05]}}
+defaults:
+  {{model: vit_testbed_patch8_32, pretrained: false, max_steps: 8, eval_every: 4, warmup_steps: 2, batch_size: 16}}
+"""
+
+
+@pytest.mark.slow
+def test_multi_objective_search_with_budget_and_warm_start(ray_local, tmp_path):
+    from vitplast_tune.config import trial_config
+    from vitplast_tune.vit.methods import trainable_parameters
+
+    settings = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False)
+    budget = trainable_parameters(trial_config({"components": "mha"}, settings))  # one attention or feed-forward layer
+    path = tmp_path / "space.yaml"
+    path.write_text(E2E.format(budget=budget))
+    options = SearchOptions(
+        space=str(path),
+        name="mo",
+        storage=str(tmp_path / "results"),
+        plasticity_pairs=64,
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        verbose=0,
+        max_concurrent=1,
+    )
+    tune_settings = {key: value for key, value in os.environ.items() if key.startswith("TUNE_")}
+    found = execute(prepare(options))
+    assert {key: value for key, value in os.environ.items() if key.startswith("TUNE_")} == tune_settings  # restored
+    trials = found.trials  # in the order Tune created them
+    # The warm start tried first the two most plastic subsets that fit the budget: checked against every other
+    # subset that fit and was tried (pandas here, not the code's own ranking).
+    fits = trials[~trials["over_budget"]]
+    first = trials.head(2)
+    assert not first["over_budget"].any()
+    assert first["plasticity_mean"].min() >= fits.iloc[2:]["plasticity_mean"].max() - 1e-12
+    over = trials[trials["over_budget"]]
+    assert len(over) >= 1 and (over["trainable_params"] > budget).all() and over["step"].eq(0).all()
+    assert over["val_acc"].isna().all() and pareto_front(trials, "trainable_params")["trainable_params"].max() <= budget
+    assert (trials.loc[~trials["over_budget"], "step"] == 8).all()
+
+
+def test_a_second_objective_is_validated_like_the_first(tmp_path):
+
+    spec = _space(tmp_path, "[val_acc, trainable_params]", "[max, max]")
+    with pytest.raises(UserError, match='mode "max" would search for the worst trainable_params'):
+        check_metric(spec)
+    check_metric(_space(tmp_path, "[val_acc, images_per_s]", "[max, max]"))

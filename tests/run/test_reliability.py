@@ -1,0 +1,318 @@
+"""A killed driver resumes, a lost worker retries from its checkpoint, a diverging trial fails cleanly."""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from _raycluster import OwnedRay
+from _spaces import space_text
+from mlflow.tracking import MlflowClient
+
+from vitplast_tune import run_search
+from vitplast_tune.plan import SearchOptions
+from vitplast_tune.records import summary
+from vitplast_tune.records.tracking import SEARCH_ID_TAG, TRIAL_TAG, child_runs
+from vitplast_tune.run import OptunaSearcher
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_space(
+    path,
+    algorithm="optuna",
+    num_samples=5,
+    components="{subsets: any}",
+    lr="{loguniform: [0.01, 0.3]}",
+    steps=48,
+    scheduler="fifo",
+):
+    parameters = {"components": yaml.safe_load(components), "lr": yaml.safe_load(lr)}
+    path.write_text(
+        space_text(
+            algorithm=algorithm,
+            num_samples=num_samples,
+            scheduler=yaml.safe_load(scheduler),  # "fifo", or an ASHA mapping written in YAML
+            parameters=parameters,
+            defaults={"max_steps": steps, "grad_clip": 0.0},
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def owned_ray():
+    owned = OwnedRay()
+    yield owned
+    owned.kill_all()
+
+
+def start_search(owned, *args):
+    cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--no-plasticity", "--cpus-per-trial", "1", *args]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=owned.env, start_new_session=True
+    )
+
+
+def wait_for_line(proc, text, timeout=240):
+    deadline, seen = time.time() + timeout, []
+    for line in proc.stdout:
+        seen.append(line)
+        if text in line:
+            return seen
+        if time.time() > deadline:
+            break
+    raise AssertionError(f"never saw {text!r}; output:\n{''.join(seen[-40:])}")
+
+
+def child_runs_by_trial(parent_run_id, tracking_uri):
+    client = MlflowClient(tracking_uri)
+    runs = child_runs(client, parent_run_id)
+    by_trial = {}
+    for run in runs:
+        by_trial.setdefault(run.data.tags[TRIAL_TAG], []).append(run)
+    return client, by_trial
+
+
+# Where the driver is SIGKILLed: Optuna's TPE under ASHA, so that both the searcher and the scheduler are restored.
+# (A grid's resume, the basic variant generator restored from the experiment state, is the SIGTERM test's.)
+KILLED_SPACE = dict(num_samples=6, scheduler="{name: asha, grace_period: 16, reduction_factor: 2}")
+
+
+def test_sigkilled_driver_resumes_without_losing_or_repeating_trials(tmp_path, owned_ray):
+    total = KILLED_SPACE["num_samples"]
+    space = write_space(tmp_path / "space.yaml", **KILLED_SPACE)
+    args = ["--space", str(space), "--name", "crash", "--storage", str(tmp_path / "results"), "--seed", "3"]
+    proc = start_search(owned_ray, *args)
+    wait_for_line(proc, f"2/{total} trials done")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    owned_ray.kill_all()  # the orphaned raylet, GCS and workers this driver had started
+
+    resumed = start_search(
+        owned_ray,
+        "--space",
+        str(space),
+        "--name",
+        "crash",
+        "--storage",
+        str(tmp_path / "results"),
+        "--resume",
+        "--quiet",
+    )  # the recorded settings; this run's callbacks
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    assert "trials done" not in out  # --quiet reached the restored Tuner (Ray restores the pickled callbacks)
+    directory = tmp_path / "results" / "crash"
+    trials = pd.read_csv(directory / "trials.csv")
+    assert len(trials) == total and trials["trial_id"].nunique() == total and trials["error"].isna().all()
+    stopped = trials["step"] < 48
+    assert stopped.any() and (trials["step"] >= 16).all()  # ASHA stopped some at a rung, none before its first
+
+    record = json.loads((directory / "vitplast_search.json").read_text())
+    client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
+    parent = client.get_run(record["parent_run_id"])
+    assert parent.info.status == "FINISHED" and parent.data.tags[SEARCH_ID_TAG] == record["search_id"]
+    assert sorted(by_trial) == sorted(trials["trial_id"])  # one MLflow run per trial, none duplicated
+    for trial in trials.itertuples():
+        (run,) = by_trial[trial.trial_id]
+        assert run.info.status == "FINISHED"
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_acc")]
+        assert set(steps) == set(range(8, int(trial.step) + 1, 8))
+        # a resumed trial repeats at most the segments after the last checkpoint Tune's experiment state recorded
+        assert len(steps) <= len(set(steps)) + 2
+    searcher = OptunaSearcher()
+    searcher.restore_from_dir(str(directory))
+    study_trials = searcher._ot_study.trials
+    assert len(study_trials) == total
+    assert len({tuple(sorted(t.params.items())) for t in study_trials}) == total  # no repeated suggestion
+    states = sorted(t.state.name for t in study_trials)
+    assert states == sorted("PRUNED" if s else "COMPLETE" for s in stopped)  # ASHA's stopped trials are not final
+
+
+def test_a_budget_below_the_grace_period_runs_to_the_end(ray_local, tmp_path):
+    """The shipped space's ASHA (grace period 50) under --max-steps 40: one note says so (the search prints its
+    notes first), and every trial trains to 40."""
+    options = SearchOptions(
+        space="component_subsets",
+        name="short",
+        storage=str(tmp_path / "results"),
+        num_samples=3,
+        settings={"max_steps": 40},
+        plasticity=False,
+        verbose=0,
+    )
+    result = run_search(options)
+    (note,) = [n for n in result.notes if "grace_period" in n]
+    assert "grace_period 50 is above max_steps 40: using 40" in note
+    trials = pd.read_csv(tmp_path / "results" / "short" / "trials.csv")
+    assert len(trials) == 3 and (trials["step"] == 40).all() and len(result.trials) == 3
+
+
+def test_lost_worker_is_retried_from_its_checkpoint(tmp_path, owned_ray):
+    space = write_space(
+        tmp_path / "space.yaml",
+        algorithm="grid",
+        num_samples=1,
+        components="{choice: [mha, fc1]}",
+        lr="{choice: [0.05]}",
+        steps=96,
+    )
+    args = [
+        "--space",
+        str(space),
+        "--name",
+        "lost",
+        "--storage",
+        str(tmp_path / "results"),
+        "--max-concurrent",
+        "1",
+        "--max-failures",
+        "2",
+    ]
+    proc = start_search(owned_ray, *args)
+    wait_for_line(proc, "1/2 trials done")
+    deadline = time.monotonic() + 240  # until the second trial is training and has checkpointed
+    while len({p.parent for p in (tmp_path / "results" / "lost").glob("*/checkpoint_*")}) < 2:
+        assert time.monotonic() < deadline, "the second trial never checkpointed"
+        time.sleep(0.2)
+    (victim,) = owned_ray.pids("ray::ImplicitFunc")
+    os.kill(victim, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    directory = tmp_path / "results" / "lost"
+    trials = pd.read_csv(directory / "trials.csv")
+    assert len(trials) == 2 and (trials["step"] == 96).all() and trials["error"].isna().all()
+    record = json.loads((directory / "vitplast_search.json").read_text())
+    client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
+    assert len(by_trial) == 2 and all(
+        len(runs) == 1 and runs[0].info.status == "FINISHED" for runs in by_trial.values()
+    )
+    for (run,) in by_trial.values():
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_acc")]
+        assert set(steps) == set(range(8, 97, 8)) and len(steps) <= 13  # continued, not restarted from step 0
+    state = json.loads(next(directory.glob("experiment_state-*.json")).read_text())
+    failures = sorted(json.loads(runtime)["num_failures"] for _, runtime in state["trial_data"])
+    assert failures == [0, 1]  # the killed trial was retried once, from its checkpoint
+
+
+def test_diverging_trial_is_failed_in_mlflow_and_optuna(ray_local, tmp_path):
+    space = write_space(
+        tmp_path / "space.yaml",
+        num_samples=4,
+        components="{choice: [mha, fc1]}",
+        lr="{choice: [0.05, 1.0e+6]}",
+        steps=24,
+    )
+    options = SearchOptions(
+        space=str(space), name="nan", storage=str(tmp_path / "results"), seed=0, plasticity=False, verbose=0
+    )
+    result = run_search(options)
+    trials = result.trials
+    assert set(trials["lr"]) == {0.05, 1e6}
+    diverged = trials[trials["lr"] == 1e6]
+    assert diverged["diverged"].all() and (~trials[trials["lr"] == 0.05]["diverged"]).all()
+    assert (trials[trials["lr"] == 0.05]["step"] == 24).all()
+
+    client, by_trial = child_runs_by_trial(result.parent_run_id, result.place.tracking_uri)
+    for trial in trials.itertuples():
+        (run,) = by_trial[trial.trial_id]
+        if trial.diverged:
+            assert run.info.status == "FAILED"
+            assert "training loss became nan" in run.data.tags["failure_reason"]
+        else:
+            assert run.info.status == "FINISHED"
+
+    searcher = OptunaSearcher()
+    searcher.restore_from_dir(str(result.place.local_dir))
+    states = {t.params["lr"]: t.state.name for t in searcher._ot_study.trials}
+    assert states == {0.05: "COMPLETE", 1e6: "FAIL"}
+    assert "failed or diverged" in summary(result)
+
+
+def wait_until(condition, proc, log, timeout=600, what="the condition"):
+    """Poll ``condition()`` (truthy: done) every half second while ``proc`` runs; return its value."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = condition()
+        if found:
+            return found
+        if proc.poll() is not None:
+            raise AssertionError(f"the search exited ({proc.returncode}) before {what}:\n{log.read_text()}")
+        time.sleep(0.5)
+    raise AssertionError(f"no {what} within {timeout} s:\n{log.read_text()}")
+
+
+def second_trial_checkpointed(directory):
+    """Once one trial's MLflow run is FINISHED and another's is RUNNING with a checkpoint on disk: the record."""
+    record_path = directory / "vitplast_search.json"
+    if not record_path.is_file():
+        return None
+    record = json.loads(record_path.read_text())
+    client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
+    status = {trial: runs[0].info.status for trial, runs in by_trial.items()}
+    running = [t for t, s in status.items() if s == "RUNNING"]
+    if "FINISHED" in status.values() and running and list(directory.glob(f"trial_{running[0]}/checkpoint_*")):
+        return record
+    return None
+
+
+def test_sigterm_stops_like_ctrl_c_and_the_printed_command_resumes_each_trial_in_its_run(tmp_path, owned_ray):
+    """SIGTERM (kill, timeout, Kubernetes, batch schedulers) after the first of two trials: runs closed KILLED, no
+    results written, the resume command printed, exit 143; that command ends the search with exactly two trial runs,
+    none RUNNING. SIGTERM reaches the Ctrl-C handler Tune installs (test_interrupts.py): this is Ctrl-C's path too."""
+    space = write_space(
+        tmp_path / "two.yaml",
+        algorithm="grid",
+        num_samples=1,
+        components="{choice: [mha, fc1]}",
+        lr="{choice: [0.05]}",
+        steps=96,
+    )
+    directory, log = tmp_path / "results" / "term", tmp_path / "search.log"
+    args = ["--space", str(space), "--name", "term", "--storage", str(directory.parent), "--max-concurrent", "1"]
+    cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--no-plasticity", *args]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=owned_ray.env, start_new_session=True)
+        record = wait_until(lambda: second_trial_checkpointed(directory), proc, log, what="a second trial's checkpoint")
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=300)
+    out = log.read_text()
+    assert proc.returncode == 143, out
+    assert "Traceback" not in out and "core dumped" not in out.lower(), out
+    assert "trial(s) unfinished" in out  # Tune marks the pending trials TERMINATED on cleanup: not finished ones
+    assert not (directory / "trials.csv").exists() and not (directory / "analysis").exists()
+    client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
+    assert client.get_run(record["parent_run_id"]).info.status == "KILLED"
+    assert sorted(runs[0].info.status for runs in by_trial.values()) == ["FINISHED", "KILLED"], out
+    interrupted = next(t for t, runs in by_trial.items() if runs[0].info.status == "KILLED")
+
+    (line,) = [line for line in out.splitlines() if "continue the search with vitplast search" in line]
+    command = shlex.split(line.split("continue the search with ", 1)[1])
+    assert command[:4] == ["vitplast", "search", "--space", str(space)] and "--no-plasticity" in command
+    resumed = subprocess.run(  # the printed command, run as python -m vitplast_tune (the same command)
+        [sys.executable, "-m", "vitplast_tune", *command[1:]],
+        capture_output=True,
+        text=True,
+        env=owned_ray.env,
+        timeout=900,
+        cwd=ROOT,  # anywhere: the command names the space file by its absolute path
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    trials = pd.read_csv(directory / "trials.csv", dtype={"trial_id": str})
+    assert len(trials) == 2 and (trials["step"] == 96).all() and trials["error"].isna().all()
+    client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
+    assert sorted(by_trial) == sorted(trials["trial_id"]) and interrupted in by_trial  # continued under its own id
+    assert all(len(runs) == 1 and runs[0].info.status == "FINISHED" for runs in by_trial.values())
+    assert client.get_run(record["parent_run_id"]).info.status == "FINISHED"
+    (run,) = by_trial[interrupted]
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_acc")]
+    assert set(steps) == set(range(8, 97, 8)) and len(steps) <= len(set(steps)) + 2  # continued, not restarted

@@ -1,0 +1,64 @@
+"""Other projects' internals, each checked against the installed version (``vitplast_tune._compat``): an upgrade
+that moves one fails here, in one place. The versions they were read from: Ray 2.60.0, MLflow 3.17 and 3.18."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import optuna
+from ray import tune
+from ray.tune.search.optuna import OptunaSearch
+
+from vitplast_tune._compat import mlflow as mlflow_internals
+from vitplast_tune._compat import ray as ray_internals
+from vitplast_tune._compat import ray_tune
+
+
+def test_local_resources_are_this_machines_before_ray_starts():
+    found = ray_internals.local_resources()
+    cpus = len(os.sched_getaffinity(0))
+    assert found is not None and found["CPU"] == cpus and "GPU" in found
+
+
+def test_this_process_started_its_ray_and_tasks_run_in_workers(ray_local):
+    assert ray_internals.started_here() and not ray_internals.in_worker()
+    assert ray_local.get(ray_local.remote(num_cpus=0)(ray_internals.in_worker).remote())
+
+
+def test_the_autoscalers_report_names_a_fixed_instances_node_by_its_id(ray_local):
+    deadline, mapping = time.monotonic() + 30, None
+    while mapping is None and time.monotonic() < deadline:  # the monitor reports every few seconds
+        mapping = ray_internals.autoscaler_node_types()
+        time.sleep(0.5)
+    node_id = ray_local.get_runtime_context().get_node_id()
+    assert mapping is not None and mapping.get(node_id) == f"node_{node_id}"
+    assert ray_internals.cluster_node_groups() is None  # no autoscaler v2 config on a local instance
+
+
+def test_ray_tunes_optuna_search_keeps_its_study_and_trials_where_read():
+    searcher = OptunaSearch(
+        space={"x": tune.uniform(0.0, 1.0)}, metric="m", mode="max", sampler=optuna.samplers.RandomSampler(seed=0)
+    )
+    assert searcher.suggest("t1") is not None
+    live = ray_tune.optuna_trials(searcher)
+    assert isinstance(ray_tune.optuna_study(searcher), optuna.Study) and isinstance(live["t1"], optuna.trial.Trial)
+    searcher.on_trial_complete("t1", result={"m": 0.5, "training_iteration": 1})
+    assert "t1" in ray_tune.completed_trials(searcher)
+
+
+def test_a_tuners_run_config_is_renewed_in_place(tmp_path):
+    tuner = tune.Tuner(lambda config: None, run_config=tune.RunConfig(name="t", storage_path=str(tmp_path)))
+
+    def renew(run_config):
+        run_config.callbacks = ["marker"]
+        return run_config
+
+    ray_tune.renew_run_config(tuner, renew)
+    assert tuner._local_tuner.get_run_config().callbacks == ["marker"]
+
+
+def test_the_installed_mlflow_is_one_whose_ui_reads_the_saved_view():
+    assert mlflow_internals.view_supported(mlflow_internals.installed_version())
+    assert mlflow_internals.view_supported("3.18.0") and not mlflow_internals.view_supported("3.16.2")
+    assert not mlflow_internals.view_supported("4.0.0")

@@ -1,0 +1,35 @@
+"""The library's logger: its messages reach standard output by default, a level quiets them, and an application
+that configures logging itself gets them through its own handlers instead."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+SAY = "from vitplast_tune.log import get_logger; get_logger('vitplast_tune.run.driver').info('note: hello')"
+
+
+def python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+
+
+def test_a_library_message_is_one_line_on_standard_output_by_default():
+    out = python(SAY)
+    assert out.stdout == "note: hello\n" and out.stderr == ""
+
+
+def test_a_level_quiets_the_library_and_the_search_commands_quiet_sets_it():
+    assert python(f"import logging, vitplast_tune.log as log; log.set_verbosity(logging.WARNING); {SAY}").stdout == ""
+    quiet = "import logging; from vitplast_tune.cli.base import quiet_library; quiet_library(True); "
+    assert python(quiet + SAY).stdout == ""
+    loud = "import logging; from vitplast_tune.cli.base import quiet_library; quiet_library(False); "
+    assert python(loud + SAY).stdout == "note: hello\n"
+
+
+def test_an_application_gets_the_messages_through_its_own_handlers():
+    configured = "import logging, vitplast_tune.log as log; logging.basicConfig(format='APP %(name)s %(message)s'); "
+    configured += "log.disable_default_handler(); logging.getLogger('vitplast_tune').setLevel(logging.INFO); "
+    out = python(configured + SAY)
+    assert out.stdout == "" and out.stderr == "APP vitplast_tune.run.driver note: hello\n"
+    again = python(configured + "log.enable_default_handler(); " + SAY)
+    assert again.stdout == "note: hello\n" and again.stderr == ""

@@ -1,0 +1,66 @@
+"""What every command shares: a parser whose mistakes are one line, and the main that turns a UserError into one
+line on stderr and exit code 2 (an interrupted search into 130 or 143)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from vitplast_tune import log
+from vitplast_tune.errors import SearchInterrupted, UserError
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose mistakes are one line on stderr, ``error: <prog>: <message> (see --help)``, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the mistake on one line and exit with code 2 (argparse prints the whole usage first)."""
+        print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_main(main: Callable[[], int | None]) -> NoReturn:
+    """Call ``main()`` and exit with its code; a UserError prints ``error: <message>`` and exits 2, an interrupted
+    search exits 130 (Ctrl-C) or 143 (SIGTERM)."""
+    try:
+        code = main()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except SearchInterrupted as exc:
+        print(f"interrupted: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)  # 130 after Ctrl-C, 143 after SIGTERM
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code or 0)
+
+
+def quiet_library(quiet: bool) -> None:
+    """The library's messages at WARNING and above only (``--quiet``), else at INFO (``log``)."""
+    log.set_verbosity(logging.WARNING if quiet else logging.INFO)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a positive integer."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
+    return value
+
+
+def add_dataclass_flags(parser: argparse.ArgumentParser, defaults: Any) -> None:
+    """One ``--flag`` per field of a dataclass instance, typed and defaulted from it, its help from the field's
+    ``help`` metadata."""
+    for f in dataclasses.fields(defaults):
+        value = getattr(defaults, f.name)
+        parser.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            type=type(value),
+            default=value,
+            help=f"{f.metadata.get('help', f.name)} (default: {value:g})",
+        )

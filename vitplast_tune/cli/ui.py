@@ -1,0 +1,39 @@
+"""``vitplast ui NAME``: open a search's runs in the MLflow UI (started on its store, bound to 127.0.0.1)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import NoReturn
+
+from vitplast_tune.cli.base import Parser, positive_int, run_main
+
+HELP = "Open a search's runs in the MLflow UI: serve its store on 127.0.0.1 and print the link to its view."
+UI_HELP = """Open a search's runs in the MLflow UI: start the UI on the search's tracking store (bound to 127.0.0.1) and
+print the link to its view (and to its best trial's run); Ctrl-C stops it. A search that recorded to an MLflow server
+only gets its links printed.
+
+    vitplast ui quickstart --open"""
+
+
+def parser() -> Parser:
+    """The arguments of ``vitplast ui``."""
+    p = Parser(prog="vitplast ui", description=UI_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", help="the search's name (its --name)")
+    p.add_argument("--storage", help="where the search's results lie; default ~/vitplast_tune_results")
+    p.add_argument("--port", type=positive_int, default=5000, help="the UI's port on 127.0.0.1 (default: 5000)")
+    p.add_argument("--open", action="store_true", help="open the view in the default web browser")
+    return p
+
+
+def ui_main(argv: Sequence[str] | None = None) -> int:
+    """Serve a search's MLflow store and print (with --open, open) the link to its view."""
+    args = parser().parse_args(argv)
+    from vitplast_tune.records import ui
+
+    return ui.serve(args.name, args.storage, args.port, args.open)
+
+
+def entry(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point of ``vitplast ui`` (and its alias ``vitplast-ui``)."""
+    run_main(lambda: ui_main(argv))

@@ -1,0 +1,92 @@
+"""The checks of a search's flags that need no model and no data: the metric, the resources per trial, the storage
+folder, the plasticity options and what a local Ray instance would hold. Each problem is a ``UserError``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from vitplast_tune import outputs
+from vitplast_tune.config import METRICS, check_variant
+from vitplast_tune.errors import UserError, did_you_mean
+from vitplast_tune.plan import resources
+from vitplast_tune.plan.options import SearchOptions
+from vitplast_tune.space.files import SearchSpec
+
+
+def check_metric(spec: SearchSpec) -> None:
+    """Each objective's metric must be one every trial reports, and its mode the direction that is better."""
+    for metric, mode in spec.objectives or ((spec.metric, spec.mode),):
+        if metric not in METRICS:
+            raise UserError(
+                f'{spec.path}: metric "{metric}" is not reported by trials{did_you_mean(metric, METRICS)}; '
+                f"use one of {', '.join(METRICS)}"
+            )
+        if mode != METRICS[metric]:
+            worst = f'{spec.path}: mode "{mode}" would search for the worst {metric}'
+            raise UserError(f"{worst}; use mode: {METRICS[metric]}")
+
+
+def check_resources(options: SearchOptions) -> None:
+    """The per-trial resources, concurrency, retries, timeout and parameter budget must be usable numbers."""
+    if options.cpus_per_trial < 0 or options.gpus_per_trial < 0:
+        raise UserError("--cpus-per-trial and --gpus-per-trial must not be negative")
+    if options.cpus_per_trial == 0 and options.gpus_per_trial == 0 and not options.resources_per_trial:
+        raise UserError("a trial needs some resource: give --cpus-per-trial or --gpus-per-trial above 0")
+    check_workers(options)
+    if any(v < 0 for v in options.resources_per_trial.values()):
+        raise UserError("custom resources per trial must not be negative")
+    if options.max_concurrent is not None and options.max_concurrent < 1:
+        raise UserError("--max-concurrent must be at least 1")
+    if options.max_failures is not None and options.max_failures < 0:
+        raise UserError("--max-failures must not be negative")
+    if not options.connect_timeout_s > 0:
+        raise UserError(f"--connect-timeout must be positive, got {options.connect_timeout_s:g}")
+    if options.max_trainable_params is not None and options.max_trainable_params < 1:
+        raise UserError("the parameter budget (max_trainable_params) must be a positive number of parameters")
+
+
+def check_workers(options: SearchOptions) -> None:
+    """Each data-parallel worker of a trial trains on one GPU (or a share of one when there is one worker), or CPUs."""
+    gpus, workers = options.gpus_per_trial, options.workers_per_trial or max(1, int(options.gpus_per_trial))
+    if options.workers_per_trial < 0:
+        raise UserError(f"--workers-per-trial must not be negative, got {options.workers_per_trial} (0: one per GPU)")
+    if gpus > 1 and gpus != workers:
+        raise UserError(
+            f"--gpus-per-trial {gpus:g} with {workers} worker(s): each data-parallel worker trains on one GPU; give a "
+            "whole number of GPUs and as many --workers-per-trial (the default), or 1 GPU or less to one worker"
+        )
+    if workers > 1 and 0 < gpus < workers:
+        raise UserError(f"--workers-per-trial {workers} needs a whole GPU each: --gpus-per-trial {workers}, or 0")
+
+
+def check_writable(path: Path) -> None:
+    """The storage folder ``path`` must be a folder this process can write (made if missing)."""
+    outputs.output_dir(path, "--storage")  # a file, or a path under one
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"storage path {path} is not writable ({exc.strerror}); pass --storage DIR") from None
+
+
+def check_plasticity(options: SearchOptions, dataset: str) -> None:
+    """The plasticity variant must be known, its reference another dataset, its pair count positive."""
+    if options.plasticity:
+        check_variant(options.plasticity_variant)
+        if options.plasticity_reference == dataset:
+            raise UserError(
+                f'--plasticity-reference is "{dataset}", the dataset itself: plasticity compares the dataset with '
+                f"another distribution; give another reference (--plasticity-reference NAME) or --no-plasticity"
+            )
+    if options.plasticity_pairs is not None and options.plasticity_pairs < 1:
+        raise UserError(f"--plasticity-pairs must be at least 1, got {options.plasticity_pairs}")
+
+
+def check_local_resources(options: SearchOptions) -> None:
+    """A search that starts its own Ray instance (no --address, Ray not started in this process): one trial's
+    request must fit this machine, known before Ray starts (``resources.check_local_fits``)."""
+    if resources.address(options.address) is None and not resources.ray_running_here():
+        resources.check_local_fits(options.trial_resources)

@@ -1,0 +1,191 @@
+"""A plan's dry run in words (trials, parameters, scheduler, resources per trial, concurrency) and its estimated wall
+time, from a few training steps timed on this machine (``vit.training.time_steps``, run by ``workflows.dry_run``):
+the default trial (the space's first configuration) and the largest subset the space allows, each with its setup
+(model, data, first step), seconds per step and per evaluation. Then:
+
+* the most: every trial trains its whole budget, in waves of as many trials as run at once;
+* the fewest: the scheduler stops every trial it can (ASHA: only a 1/reduction_factor share of the trials goes on at
+  each rung; median stopping: half the trials stop after the grace period), the steps shared by the trials that run
+  at once, and never less than one whole trial.
+
+What it leaves out is printed with it (``CAVEATS``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from vitplast_tune.components import ALL, parse_subset
+from vitplast_tune.config import FinetuneConfig, trial_config
+from vitplast_tune.errors import UserError
+from vitplast_tune.plan.options import SearchPlan
+from vitplast_tune.plan.resources import LOWER, ray_request, show_resources
+from vitplast_tune.space.distributions import Choice, Constant, Subsets
+from vitplast_tune.space.files import SearchSpec
+
+STEPS, BUDGET_S = 5, 4.0  # timed steps per configuration after a warm-up step, and the most seconds they take
+GRID_LINES = 12  # a grid's configurations listed before "... and N more"
+CAVEATS = (
+    "timed alone: trials side by side share memory bandwidth and caches, and cluster nodes may be faster or slower",
+    "not counted: starting Ray, the plasticity and gradient measurements before the trials (a cached plasticity "
+    "report is reused), and the analysis at the end",
+    "linear-probe trials (head) train on cached features, far faster than the timed configurations",
+)
+
+
+@dataclass
+class Timing:
+    """Seconds a trial of one configuration takes here: setup (model, data, first step), per step, per evaluation."""
+
+    components: str
+    precision: str
+    setup_s: float
+    step_s: float
+    val_eval_s: float
+    test_eval_s: float
+    steps_timed: int
+
+    def trial_s(self, steps: float, eval_every: int) -> float:
+        """A trial of ``steps`` training steps: setup, steps, an evaluation every ``eval_every``, the test at the end."""
+        evaluations = math.ceil(steps / eval_every)
+        return self.setup_s + steps * self.step_s + evaluations * self.val_eval_s + self.test_eval_s
+
+
+def timed_configs(plan: SearchPlan) -> list[FinetuneConfig]:
+    """The default trial (the space's first configuration) and, when it differs, the same with the largest subset."""
+    first = trial_config(plan.spec.example(), plan.settings)
+    largest = replace(first, components=largest_subset(plan.spec, plan.settings))
+    return [first] if largest == first else [first, largest]
+
+
+def largest_subset(spec: SearchSpec, settings: FinetuneConfig) -> str:
+    """The subset with the most components a trial of ``spec`` may train."""
+    p = spec.parameters.get("components")
+    if isinstance(p, Subsets):
+        return ALL
+    if isinstance(p, Choice):
+        return max(p.values, key=lambda subset: len(parse_subset(subset)))
+    return p.value if isinstance(p, Constant) else settings.components
+
+
+def concurrency(plan: SearchPlan, nodes: list[dict[str, float]], where: str) -> int:
+    """Trials that run at once: as many as the nodes hold, at most ``--max-concurrent`` and the trial count; a
+    UserError when no node holds one trial (as the search would say once Ray is up)."""
+    request = ray_request(plan.options.trial_resources)
+    fit = sum(min(int(node.get(k, 0.0) / v + 1e-9) for k, v in request.items()) for node in nodes)
+    if fit == 0:
+        have = "; ".join(show_resources(node) for node in nodes) or "no node"
+        raise UserError(
+            f"a trial asks for {show_resources(request)}, more than {where} has ({have}); {LOWER}, or join a "
+            "cluster with --address"
+        )
+    limit = plan.max_concurrent or fit
+    return max(min(fit, limit, plan.spec.total_trials), 1)
+
+
+def describe_trials(plan: SearchPlan) -> list[str]:
+    """The trials: how many, the search algorithm and scheduler, the parameters (or the grid), what every trial does."""
+    spec, s = plan.spec, plan.settings
+    sched = spec.scheduler
+    stop = {
+        "asha": f"ASHA early stopping (grace period {sched.grace_period} steps, reduction factor {sched.reduction_factor})",
+        "median": f"median stopping (grace period {sched.grace_period} steps)",
+        "fifo": "no early stopping",
+    }[sched.name]
+    metric = ", ".join(f"{m} ({d})" for m, d in spec.objectives) or f"{spec.metric} ({spec.mode})"
+    lines = [f"space:      {spec.path}" + (f": {spec.description}" if spec.description else "")]
+    lines.append(f"trials:     {spec.total_trials}, {spec.algorithm} (seed {plan.seed}), {stop}; metric {metric}")
+    if spec.algorithm == "grid":
+        grid = spec.grid
+        lines.append(f"grid:       {len(grid)} configurations x {spec.num_samples} repeat(s):")
+        lines += [f"            {' '.join(f'{k}={v}' for k, v in c.items())}" for c in grid[:GRID_LINES]]
+        if len(grid) > GRID_LINES:
+            lines.append(f"            ... and {len(grid) - GRID_LINES} more")
+    else:
+        lines += [
+            f"{'parameters:' if i == 0 else '':<12}{n}: {p.describe()}"
+            for i, (n, p) in enumerate(spec.parameters.items())
+        ]
+    decay = f", layer decay {s.layer_decay}" if s.layer_decay else ""
+    steps = " or ".join(map(str, spec.budget_steps)) if spec.budgets else s.max_steps  # each budget sets max_steps
+    lines.append(
+        f"each trial: {s.model} on {s.dataset}, {steps} steps at batch {s.batch_size}, evaluated every "
+        f"{s.eval_every}; {s.optimizer}, weight decay {s.weight_decay:g}{decay}; precision {s.precision}"
+    )
+    if plan.max_trainable_params:
+        lines.append(f"budget:     trials over {plan.max_trainable_params:,} trainable parameters are not trained")
+    return lines + [f"note:       {note}" for note in plan.notes]
+
+
+def describe_resources(plan: SearchPlan, where: str, nodes: list[dict[str, Any]], at_once: int) -> list[str]:
+    """Resources per trial, what ``where`` has, and how many trials run at once."""
+    have = "; ".join(show_resources(node) for node in nodes)
+    limit = f", --max-concurrent {plan.max_concurrent}" if plan.max_concurrent else ""
+    return [
+        f"resources:  {show_resources(ray_request(plan.options.trial_resources))} per trial; {where}: {have}",
+        f"at once:    {at_once} trial(s){limit}",
+    ]
+
+
+def step_budget(spec: SearchSpec, max_steps: int, eval_every: int) -> tuple[float, float]:
+    """(fewest, most) training steps all trials of ``spec`` take together (see the module's docstring)."""
+    n, s = spec.total_trials, spec.scheduler
+    most = float(n * max_steps)
+    at_report = lambda step: min(math.ceil(step / eval_every) * eval_every, max_steps)  # a trial stops at a report
+    if s.name == "median":
+        return n / 2 * at_report(s.grace_period) + n / 2 * max_steps, most
+    if s.name != "asha":
+        return most, most
+    fewest, going, rung = 0.0, float(n), s.grace_period
+    while rung < max_steps:
+        stays = going / s.reduction_factor
+        fewest += (going - stays) * at_report(rung)
+        going, rung = stays, rung * s.reduction_factor
+    return max(fewest + going * max_steps, float(max_steps)), most
+
+
+def wall_range(plan: SearchPlan, timings: list[Timing], at_once: int) -> tuple[float, float]:
+    """(fewest, most) seconds of the search's trials: see the module's docstring."""
+    s, n = plan.settings, plan.spec.total_trials
+    fast, slow = min(timings, key=lambda t: t.step_s), max(timings, key=lambda t: t.step_s)
+    fewest_steps, _ = step_budget(plan.spec, s.max_steps, s.eval_every)
+    most = math.ceil(n / at_once) * slow.trial_s(s.max_steps, s.eval_every)
+    per_step = fast.step_s + fast.val_eval_s / s.eval_every
+    fewest = (fewest_steps * per_step + n * (fast.setup_s + fast.test_eval_s)) / at_once
+    return max(fewest, fast.trial_s(s.max_steps, s.eval_every)), most
+
+
+def describe_estimate(plan: SearchPlan, timings: list[Timing], device: str, at_once: int) -> list[str]:
+    """The timed steps, the estimated wall time (a range under early stopping) and its caveats."""
+    lines = [f"timed here: {device}, one trial alone, {plan.settings.threads} torch thread(s):"]
+    for t in timings:
+        lines.append(
+            f"            {t.components} ({t.precision}): {t.step_s * 1000:.0f} ms/step (median of {t.steps_timed}), "
+            f"setup {t.setup_s:.1f} s, evaluation {t.val_eval_s:.1f} s, test {t.test_eval_s:.1f} s"
+        )
+    fewest, most = wall_range(plan, timings, at_once)
+    if plan.spec.scheduler.name == "fifo" and math.isclose(fewest, most, rel_tol=0.05):
+        lines.append(f"estimate:   about {minutes(most)} for the trials ({at_once} at a time)")
+    else:
+        lines.append(
+            f"estimate:   {minutes(fewest)} to {minutes(most)} for the trials ({at_once} at a time): the least if "
+            f"{plan.spec.scheduler.name} stops every trial it can and trials take the faster time per step, the most "
+            "if every trial trains its whole budget at the slower one"
+        )
+    caveats = list(CAVEATS)
+    if plan.options.gpus_per_trial > 0 and device == "cpu":
+        caveats.insert(0, "trials ask for GPUs but this machine has none: timed on the CPU, far slower than a GPU")
+    return lines + [f"{'caveats:' if i == 0 else '':<12}{c}" for i, c in enumerate(caveats)]
+
+
+def minutes(seconds: float) -> str:
+    """Seconds as a person reads them; tenths of a minute under 10 min (95 s is 1.6 min, not "2 min")."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

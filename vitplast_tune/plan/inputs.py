@@ -1,0 +1,94 @@
+"""The checks of a search that need its model and data: the model and its weights file, the dataset, the plasticity
+reference, the augmentation recipes, and that some subset fits the parameter budget; and the small dataset decoded
+once for every trial.
+
+That takes torch, timm and torchvision, memory a process keeps once it has imported them, and after this only
+trials and measurements (Ray workers) need them. So when this process has not imported torch (the command line),
+the checks run in a short-lived Python process (``child.call_in_child``): the driver holds none of it while trials
+run.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from vitplast_tune.child import call_in_child
+from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.errors import UserError
+
+if TYPE_CHECKING:
+    from vitplast_tune.data.decoded import InMemory
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A parameter budget (None: none) and the subsets a search may train, checked against each other before Ray."""
+
+    max_trainable_params: int | None
+    subsets: tuple[str, ...]
+
+
+def check_inputs(
+    settings: FinetuneConfig, reference: str | None, budget: Budget | None = None, augmentations: list[str] = ()
+) -> tuple[InMemory | None, str]:
+    """Check the model, its weights file, the dataset, the plasticity reference (None: none), that some subset fits
+    the parameter budget and the augmentation recipes (the settings' and ``augmentations``, a space's searched ones);
+    return a small dataset decoded once and the settings' recipe, the dataset's default when unset. In this process
+    when it holds torch already, else in a child process (see the module's docstring)."""
+    if "torch" in sys.modules:
+        return inspect_inputs(settings, reference, budget, list(augmentations))
+    return call_in_child("vitplast_tune.plan.inputs:inspect_inputs", settings, reference, budget, list(augmentations))
+
+
+def inspect_inputs(
+    settings: FinetuneConfig, reference: str | None, budget: Budget | None, augmentations: list[str]
+) -> tuple[InMemory | None, str]:
+    """``check_inputs`` in this process. The decoded dataset (None for datasets read lazily from disk) is shared with
+    every trial through the object store, so it is decoded here and nowhere else on the driver."""
+    from vitplast_tune.data import datasets
+    from vitplast_tune.vit import models, recipe
+
+    config = models.pretrained_data_config(settings.model)
+    models.check_weights(settings.model, settings.weights, settings.pretrained)
+    recipe.check(settings)  # what the recipe's settings need timm or the model's family for
+    classes = datasets.num_classes(settings.dataset, settings.data_dir, settings.download)
+    augment = datasets.resolve_augmentation(settings.dataset, settings.augment)
+    for name in augmentations:
+        datasets.resolve_augmentation(settings.dataset, name)
+    image_cache = settings.image_cache
+    if 0 < image_cache < max(config["input_size"][1:]):
+        raise UserError(
+            f"image_cache {image_cache} is below the model's input size {config['input_size'][-1]} px, so every image "
+            f"would be enlarged again; use at least {round(config['input_size'][-1] / config.get('crop_pct', 1.0))} "
+            "(the model's resize size), or 0 to decode the JPEGs each time"
+        )
+    if reference is not None:
+        datasets.check_dataset_name(reference)
+    if budget is not None and budget.max_trainable_params is not None:
+        check_budget(settings, classes, budget)
+    decoded = datasets.decode_dataset(
+        settings.dataset, config, data_dir=settings.data_dir, download=settings.download, image_cache=image_cache
+    )
+    return decoded, augment
+
+
+def check_budget(settings: FinetuneConfig, classes: int, budget: Budget) -> None:
+    """UserError when every subset the search may train is over the parameter budget (counted on an untrained model
+    with the dataset's head and the settings' blocks): the search could train nothing."""
+    from vitplast_tune import components
+    from vitplast_tune.vit import models
+    from vitplast_tune.vit.families.registry import layout_of
+
+    model = models.create_model(settings.model, classes, pretrained=False)
+    layout = layout_of(model)
+    counts = {s: sum(components.freeze(model, s, settings.blocks, layout=layout).values()) for s in budget.subsets}
+    smallest = min(counts, key=counts.get)
+    if counts[smallest] > budget.max_trainable_params:
+        head = sum(components.freeze(model, "head", layout=layout).values())
+        raise UserError(
+            f"no trial fits the parameter budget max_trainable_params {budget.max_trainable_params:,}: the smallest "
+            f"subset the search may train, {smallest}, trains {counts[smallest]:,} parameters (the head alone "
+            f"{head:,}); raise the budget, or let components include smaller subsets"
+        )

@@ -1,0 +1,127 @@
+"""Resuming a search: the record of the search to continue, the plan its recorded settings make (a flag that would
+change them refused), and the command that resumes an interrupted one."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.errors import UserError
+from vitplast_tune.plan.options import DEFAULT_MAX_FAILURES, DEFAULT_SEED, EXPERIMENT, SearchOptions, SearchPlan
+from vitplast_tune.space.files import SearchSpec, spaces_dir
+from vitplast_tune.storage import SEARCH_FILE, is_uri, read_record
+
+# Settings a resumed search may change: where the data comes from, not what the trials do.
+RESUMABLE_SETTINGS = ("download",)
+# What trials of a search recorded before ``augment`` existed trained with: the paper's crop + flip on every dataset.
+RECORDED_AUGMENTATION = "paper"
+
+
+def resume_record(spec: SearchSpec, options: SearchOptions, storage: str, name: str) -> dict[str, Any] | None:
+    """The record of the search to resume (None for a new search); UserError when resuming is impossible, or when a
+    new search would take the name of a recorded one."""
+    directory = None if is_uri(storage) else Path(storage) / name
+    if directory is None:
+        return None
+    if not options.resume:
+        if (directory / SEARCH_FILE).exists():
+            raise UserError(
+                f'search "{name}" already exists in {storage}; pass --resume to continue it, or another --name'
+            )
+        return None
+    record = read_record(directory)
+    if record["fingerprint"] != spec.fingerprint:
+        raise UserError(
+            f'search "{name}" was started with a different space file ({record["space_path"]}); '
+            "resume it with that file, or start a new search with another --name"
+        )
+    return record
+
+
+def resumed_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str, record: dict) -> SearchPlan:
+    """The plan of a resumed search: its recorded settings; a flag that would change them is refused.
+
+    ``--max-failures`` applies to the remaining trials; ``--num-samples``, ``--max-concurrent``, ``--seed``,
+    ``--tracking-uri`` and ``--experiment`` are fixed when the search starts, so a different value is refused (MLflow's
+    environment variables do not apply: the search goes on where it started).
+    """
+    saved = record["settings"]
+    for key, value in options.settings.items():
+        if key not in RESUMABLE_SETTINGS and value != saved.get(key):
+            refuse(f"--{key.replace('_', '-')} {value}", saved.get(key), name)
+    fixed = {
+        "num-samples": (options.num_samples, record.get("num_samples", spec.num_samples)),
+        "budgets": (_listed(options.budgets), record.get("budgets", _listed(spec.budget_steps))),
+        "max-concurrent": (options.max_concurrent, record.get("max_concurrent")),
+        "seed": (options.seed, record.get("seed", DEFAULT_SEED)),
+        "tracking-uri": (options.tracking_uri, record["tracking_uri"]),
+        "experiment": (options.experiment, record.get("experiment", EXPERIMENT)),
+    }
+    for flag, (given, recorded) in fixed.items():
+        if given is not None and given != recorded:
+            refuse(f"--{flag} {given}", recorded, name)
+    changed = {k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}
+    settings = FinetuneConfig.from_dict({"augment": RECORDED_AUGMENTATION, **saved, **changed})
+    spec = replace(spec, num_samples=fixed["num-samples"][1])
+    if fixed["budgets"][1] is not None:
+        spec = spec.with_overrides(budgets=fixed["budgets"][1])
+    max_failures = (
+        record.get("max_failures", DEFAULT_MAX_FAILURES) if options.max_failures is None else options.max_failures
+    )
+    return SearchPlan(
+        spec,
+        options,
+        name,
+        storage,
+        record["tracking_uri"],
+        settings,
+        search_id=record.get("search_id", ""),
+        seed=fixed["seed"][1],
+        max_failures=max_failures,
+        max_concurrent=record.get("max_concurrent"),
+        experiment=fixed["experiment"][1],
+    )
+
+
+def refuse(given: str, recorded: Any, name: str) -> None:
+    """UserError: a flag ``given`` on resume differs from the ``recorded`` value search ``name`` started with."""
+    raise UserError(
+        f'{given} differs from the {recorded!r} search "{name}" was started with, and would make its trials '
+        "inconsistent; resume without it, or start a new search with another --name"
+    )
+
+
+def _listed(steps) -> list[int] | None:
+    return list(steps) if steps else None
+
+
+def resume_command(plan: SearchPlan) -> str:
+    """The command that continues an interrupted search: its space file, name and storage, and the flags it ran with
+    that its record does not hold (resources per trial, plasticity, the cluster)."""
+    o, default = plan.options, SearchOptions()
+    path = Path(plan.spec.path).resolve()
+    space = path.stem if path.parent == spaces_dir().resolve() else str(path)  # a shipped space by its name
+    words = ["vitplast", "search", "--space", space, "--name", plan.name, "--storage", plan.storage]
+    flags = {
+        "--cpus-per-trial": (o.cpus_per_trial, default.cpus_per_trial),
+        "--gpus-per-trial": (o.gpus_per_trial, default.gpus_per_trial),
+        "--workers-per-trial": (o.workers_per_trial, default.workers_per_trial),
+        "--address": (o.address, default.address),
+        "--connect-timeout": (o.connect_timeout_s, default.connect_timeout_s),
+    }
+    if o.resources_per_trial:
+        flags["--resources-per-trial"] = (json.dumps(o.resources_per_trial), None)
+    if o.plasticity:
+        flags["--plasticity-variant"] = (o.plasticity_variant, default.plasticity_variant)
+        flags["--plasticity-reference"] = (o.plasticity_reference, default.plasticity_reference)
+        flags["--plasticity-pairs"] = (o.plasticity_pairs, default.plasticity_pairs)
+    else:
+        words.append("--no-plasticity")
+    for flag, (value, usual) in flags.items():
+        if value != usual:
+            words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return shlex.join([*words, "--resume"])

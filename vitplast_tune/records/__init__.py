@@ -1,0 +1,17 @@
+"""What a search records and returns: its MLflow parent and child runs, the saved UI view, the Optuna study, the
+trial table, the Pareto fronts, the summary, and the MLflow UI command; they take plain values, not the plan."""
+
+import lazy_loader as _lazy
+
+__getattr__, __dir__, __all__ = _lazy.attach(
+    __name__,
+    submod_attrs={
+        "result": ["SearchResult", "summary", "ui_command"],
+        "trials": ["trial_table", "read_trials", "write_trials", "top_trials"],
+        "study": ["StudyRecord", "write_study"],
+        "trial_runs": ["MlflowTracker"],
+        "view": ["View"],
+        "pareto": ["pareto_front", "describe_pareto"],
+        "ui": ["serve"],
+    },
+)

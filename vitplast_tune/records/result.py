@@ -1,0 +1,110 @@
+"""What a finished search returns (``SearchResult``: its trials and where everything lies) and the text a person
+reads at the end: the top trials, the Pareto fronts, the analysis, and where the results, MLflow runs, Optuna study
+and best model are."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from vitplast_tune.analysis.analyze import SearchAnalysis
+from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.records.pareto import describe_pareto
+from vitplast_tune.records.study import StudyRecord
+from vitplast_tune.records.trials import display_table, top_trials
+from vitplast_tune.records.view import View, run_link, ui_base_url
+from vitplast_tune.space.files import SearchSpec, searched_augmentations
+from vitplast_tune.storage import SearchPlace
+from vitplast_tune.timings import Timings
+
+
+@dataclass
+class SearchResult:
+    """The finished search: its trials (one row each) and where everything lies."""
+
+    place: SearchPlace  # its name, storage, MLflow tracking URI and experiment
+    spec: SearchSpec
+    settings: FinetuneConfig  # what every trial did, before its sampled parameters
+    trials: pd.DataFrame
+    parent_run_id: str
+    elapsed_s: float = 0.0
+    analysis: SearchAnalysis | None = None
+    view: View | None = None  # the search's MLflow UI view and its link
+    timings: Timings | None = None  # seconds per phase
+    study: StudyRecord | None = None  # the search's Optuna study
+    best_model_uri: str | None = None  # runs:/<parent>/best_model: the best trial's model (mlflow.pytorch.load_model)
+    best_run_id: str | None = None  # the best trial's MLflow run (tagged vitplast.best)
+    notes: list[str] = field(default_factory=list)  # adjustments the search made and said (e.g. a clamped grace period)
+
+
+def summary(result: SearchResult, k: int = 10) -> str:
+    """The text a person reads at the end: top trials, where results lie, how to open MLflow."""
+    place, spec, settings = result.place, result.spec, result.settings
+    top = top_trials(result.trials, spec, k)
+    lines = [
+        f"Search {place.name}: {len(result.trials)} trials in {result.elapsed_s / 60:.1f} min "
+        f"({spec.algorithm}, scheduler {spec.scheduler.name}, {settings.model} on {settings.dataset}, "
+        f"{augmentation_text(spec, settings)})"
+    ]
+    if result.timings is not None:
+        lines.append(result.timings.describe())
+    failed = (
+        int(result.trials["diverged"].sum() + result.trials["error"].notna().sum()) if not result.trials.empty else 0
+    )
+    if failed:
+        lines.append(f"{failed} trial(s) failed or diverged; see their MLflow runs for the reason")
+    if not top.empty:
+        lines += [
+            "",
+            f"Top {len(top)} trials (best validation accuracy; test accuracy of its best-validation weights):",
+            display_table(top).to_string(index=False),
+        ]
+        lines += ["", text] if (text := describe_pareto(result.trials)) else []
+    if result.analysis is not None and (text := result.analysis.describe()):
+        lines += ["", text]
+    lines += ["", f"Results (Ray Tune): {place.location}"]
+    if place.local_dir is not None:
+        lines.append(f"Trial table:        {place.local_dir / 'trials.csv'}")
+    if result.study is not None:
+        lines.append(result.study.describe())
+    return "\n".join(lines + _mlflow_lines(result))
+
+
+def _mlflow_lines(result: SearchResult) -> list[str]:
+    """Where the runs are, the command that opens them in the MLflow UI, the view's link, the best trial's run and the
+    lines that load the best model."""
+    place = result.place
+    lines = [f"MLflow runs:        {place.tracking_uri}   (experiment '{place.experiment}', parent run '{place.name}')"]
+    if command := ui_command(place):
+        lines.append(f"MLflow UI:          {command}" + ("   (serves the view below)" if place.local_dir else ""))
+    if result.view is not None:
+        lines.append(f"MLflow view:        {result.view.link}")
+        if result.view.note:
+            lines.append(f"                    ({result.view.note})")
+    if result.best_run_id and result.view is not None:
+        link = run_link(ui_base_url(place.tracking_uri), result.view.experiment_id, result.best_run_id)
+        lines.append(f"Best trial's run:   {link}")
+    loaders = [f'mlflow.pytorch.load_model("{result.best_model_uri}")'] if result.best_model_uri else []
+    if result.best_run_id and place.local_dir is not None:  # the record that load_best_model finds it by
+        storage = "" if place.in_default_storage() else f', storage="{place.storage}"'
+        loaders.append(f'vitplast_tune.load_best_model("{place.name}"{storage})')
+    return lines + [f"{'Best model:' if i == 0 else '':<20}{loader}" for i, loader in enumerate(loaders)]
+
+
+def ui_command(place: SearchPlace) -> str | None:
+    """The command that starts the MLflow UI on the search's store (None when it records to a server):
+    ``vitplast ui NAME``, or ``mlflow ui`` when the search keeps no record (remote storage)."""
+    if place.tracking_uri.startswith(("http://", "https://")):
+        return None
+    if place.local_dir is None:
+        return f"mlflow ui --backend-store-uri {place.tracking_uri} --host 127.0.0.1"
+    return f"vitplast ui {place.name}" + ("" if place.in_default_storage() else f" --storage {place.storage}")
+
+
+def augmentation_text(spec: SearchSpec, settings: FinetuneConfig) -> str:
+    """Which training augmentation the trials used: the settings' recipe, or the recipes the space searches."""
+    searched = searched_augmentations(spec)
+    if len(set(searched)) > 1:
+        return f"augmentation searched: {', '.join(map(str, dict.fromkeys(searched)))}"
+    return f"augmentation {searched[0] if searched else settings.augment}"

@@ -1,0 +1,163 @@
+"""The MLflow parent run of a search: opened (or found again on resume) with the space, the settings and the
+plasticity, described for the UI, linked to the saved view, and given the search's results and analysis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+from mlflow.entities import RunTag
+from mlflow.tracking import MlflowClient
+
+from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.predictors import report
+from vitplast_tune.predictors.scores import criteria_summary
+from vitplast_tune.records import view as saved_view
+from vitplast_tune.records.result import augmentation_text
+from vitplast_tune.records.tracking import (
+    BEST_TAG,
+    BEST_WEIGHTS,
+    NOTE_TAG,
+    ROLE_TAG,
+    SEARCH_ID_TAG,
+    STORAGE_TAG,
+    VIEW_LINK_TAG,
+    artifact_location,
+    find_search_run,
+    log_artifacts,
+    log_metrics,
+    start_search_run,
+)
+from vitplast_tune.records.trials import read_trials
+from vitplast_tune.space.files import SearchSpec
+from vitplast_tune.storage import BEST_TRIAL_DIR, MODEL_NAME, TRIAL_FILE, SearchPlace
+
+
+def open_search_run(
+    mlflow: MlflowClient,
+    place: SearchPlace,
+    spec: SearchSpec,
+    settings: FinetuneConfig,
+    predictors: report.Predictors,
+    *,
+    seed: int,
+    resume: bool = False,
+) -> str:
+    """The parent run of a search: found again when ``resume``, else created with the space, settings and plasticity."""
+    if resume:
+        existing = find_search_run(
+            mlflow,
+            place.experiment,
+            place.name,
+            search_id=place.search_id or None,
+            storage=None if place.search_id else place.location,
+        )
+        if existing:
+            mlflow.update_run(existing, status="RUNNING")
+            return existing
+    params = {
+        "space": spec.name,
+        "algorithm": spec.algorithm,
+        "scheduler": spec.scheduler.name,
+        "num_samples": spec.num_samples,
+        "metric": spec.metric,
+        "mode": spec.mode,
+        "search_seed": seed,
+        "augment": augmentation_text(spec, settings).removeprefix("augmentation "),
+        **{f"default.{k}": v for k, v in settings.to_dict().items()},
+    }
+    tags = {
+        "vitplast.space_fingerprint": spec.fingerprint,
+        STORAGE_TAG: place.location,
+        SEARCH_ID_TAG: place.search_id,
+        NOTE_TAG: search_note(place.name),
+    }
+    plasticity = predictors.plasticity
+    if plasticity is not None:
+        meta = plasticity.meta
+        params.update(
+            plasticity_variant=meta["variant"], plasticity_reference=meta["reference"], plasticity_pairs=meta["n_pairs"]
+        )
+    artifacts = artifact_location(place.tracking_uri, place.experiment, place.storage)
+    run_id = start_search_run(mlflow, place.experiment, place.name, params, tags, artifacts)
+    mlflow.log_text(run_id, spec.text, f"space/{spec.path.name}")
+    if predictors.gradients is not None:
+        mlflow.log_text(run_id, predictors.gradients.to_csv(index=False), "criteria/gradients.csv")
+        summary = criteria_summary(predictors.gradients)
+        mlflow.log_text(run_id, summary.to_csv(index=False), "criteria/gradients_summary.csv")
+    if plasticity is not None:
+        log_artifacts(mlflow, run_id, plasticity.files.values(), "plasticity")
+        mlflow.log_table(run_id, plasticity.ranking, "plasticity/ranking.json")
+    return run_id
+
+
+def search_note(search: str, link: str | None = None, note: str = "") -> str:
+    """The parent run's description (Markdown): what the search's runs and metrics are, and the view's link."""
+    lines = [
+        f"**Search `{search}`**: one child run per trial (tag `{ROLE_TAG}` = `trial`); this run (`search`) holds "
+        "the search-wide settings (params `default.*`), the plasticity table and the analysis."
+    ]
+    if link:
+        lines += ["", f"[Open the trials view]({link}) (trials sorted by accuracy at the common step, with charts)."]
+    if note:
+        lines += ["", note]
+    lines += [
+        "",
+        "Metrics: `best_val_acc` (best validation accuracy of the best trial), `best_test_acc` (test accuracy "
+        "of that trial's best-validation weights), `num_trials`. Trials: `val_acc_common` is the validation "
+        "accuracy at `common_step`, the last evaluation every trial reached (the fair comparison under early "
+        "stopping); `plasticity_mean` is the subset's mean plasticity; `trainable_params` and its log10.",
+        "",
+        "Artifacts: `analysis/correlations.json` (Spearman and Kendall of plasticity and of log trainable "
+        "parameters with accuracy, bootstrap 95% intervals), plots, `trials.csv`, "
+        f"`{BEST_WEIGHTS}` (the best trial's trained parameters, beside its settings in "
+        f"`{BEST_TRIAL_DIR}/{TRIAL_FILE}`; its own run is tagged `{BEST_TAG}` = `true`).",
+        "",
+        f'The best model: `mlflow.pytorch.load_model("runs:/<this run\'s id>/{MODEL_NAME}")`, or '
+        f'`vitplast_tune.load_best_model("{search}", storage=...)`.',
+    ]
+    return "\n".join(lines)
+
+
+def publish_view(mlflow: MlflowClient, place: SearchPlace, run_id: str, plasticity: bool) -> saved_view.View:
+    """Save the search's MLflow UI view, and its link on the parent run (tag and description)."""
+    experiment = mlflow.get_run(run_id).info.experiment_id
+    base_url = saved_view.ui_base_url(place.tracking_uri)
+    view = saved_view.publish(mlflow, experiment, place.name, plasticity, base_url)
+    tags = {VIEW_LINK_TAG: view.link, NOTE_TAG: search_note(place.name, view.link, view.note)}
+    mlflow.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+    return view
+
+
+def log_results(mlflow: MlflowClient, run_id: str, trials_csv: Path, best: pd.DataFrame, num_trials: int) -> None:
+    """The trial table (CSV, and a table the UI shows with ids as text) and the headline metrics on the parent run."""
+    log_artifacts(mlflow, run_id, [trials_csv])
+    mlflow.log_table(run_id, read_trials(trials_csv.parent), "trials.json")
+    if not best.empty:
+        top = best.iloc[0]
+        log_metrics(
+            mlflow,
+            run_id,
+            {"best_val_acc": top["best_val_acc"], "best_test_acc": top.get("test_acc"), "num_trials": num_trials},
+        )
+
+
+def log_analysis(mlflow: MlflowClient, run_id: str, found) -> None:
+    """An ``analysis.SearchAnalysis`` on the parent run: its tables (every column) and its files."""
+    if found.trials is not None:
+        mlflow.log_table(run_id, found.trials.correlations, "analysis/correlations.json")
+    if found.paper is not None:
+        mlflow.log_table(run_id, found.paper.table, "analysis/paper_table.json")
+    if found.criteria is not None:
+        mlflow.log_table(run_id, found.criteria, "analysis/criteria.json")
+    if found.importance is not None and not found.importance.table.empty:
+        mlflow.log_table(run_id, found.importance.table, "analysis/importance.json")
+    if found.depth is not None:
+        mlflow.log_table(run_id, found.depth.table, "analysis/depth_table.json")
+    log_artifacts(mlflow, run_id, found.files, "analysis")
+
+
+def log_pareto(mlflow: MlflowClient, run_id: str, files: Iterable[Path]) -> None:
+    """The Pareto fronts (``pareto.write_pareto``: CSV and PNG per axis) on the parent run, under ``pareto/``."""
+    log_artifacts(mlflow, run_id, files, "pareto")

@@ -1,0 +1,166 @@
+"""A search's trials as an Optuna study in an SQLite file beside its results (``<search directory>/optuna.db``, the
+study named as the search), so that ``optuna.load_study`` and ``optuna-dashboard`` open it for any algorithm.
+
+The study's parameters are one boolean per component (``train_emb`` ... ``train_fc2``, when the subset varies) and
+every other parameter the space searches (``lr``, ...), with their Optuna distributions. Each Ray Tune trial is one
+Optuna trial: COMPLETE when it trained its whole budget, PRUNED when the scheduler stopped it earlier (or it was over
+the parameter budget), FAIL when it errored or diverged; its value is the search's metric at its last report (one
+value per objective), its intermediate values the metric at each evaluation step, and its user attributes the Ray
+trial id, the subset, the test accuracy and the MLflow run. A resumed search adds only the trials the study lacks.
+
+TPE's own study stays in Ray's searcher (in memory, pickled with the experiment): written from the trial table
+instead, the study has every component flag in every trial (TPE forces ``train_fc2`` without asking it when no
+other flag is set) and no trial a killed driver left RUNNING.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from vitplast_tune.components import COMPONENT_FLAGS, component_flags
+from vitplast_tune.space import distributions as dist
+from vitplast_tune.space.files import SearchSpec
+
+STUDY_FILE = "optuna.db"
+TRIAL_ATTR = "ray_trial_id"  # the user attribute that ties an Optuna trial to its Ray Tune trial
+USER_ATTRS = ("components", "best_val_acc", "test_acc", "val_acc_common", "step", "trainable_params", "run_id")
+
+
+@dataclass
+class StudyRecord:
+    """Where a search's study lies and how many trials it holds (``added`` by this write)."""
+
+    url: str
+    name: str
+    trials: int
+    added: int
+
+    def describe(self) -> str:
+        """The summary's line: the study's storage and how to open it."""
+        return f"Optuna study:       optuna-dashboard {self.url}   (study '{self.name}', {self.trials} trials)"
+
+
+def storage_url(directory: Path) -> str:
+    """The SQLite URL of the study file in a search's directory."""
+    return f"sqlite:///{Path(directory).resolve() / STUDY_FILE}"
+
+
+def study_parameters(spec: SearchSpec) -> dict[str, Any]:
+    """The study's parameters and their Optuna distributions: the component flags when the subset varies, then every
+    other parameter the space searches (constants are not parameters)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    found: dict[str, Any] = {}
+    for name, p in spec.parameters.items():
+        if isinstance(p, dist.Constant):
+            continue
+        if name == "components":
+            found.update({flag: CategoricalDistribution([False, True]) for flag in COMPONENT_FLAGS})
+        elif isinstance(p, dist.Choice):
+            found[name] = CategoricalDistribution([_categorical(v) for v in p.values])
+        elif isinstance(p, dist.RandInt):
+            found[name] = IntDistribution(p.low, p.high)
+        elif isinstance(p, dist.Uniform):
+            found[name] = FloatDistribution(p.low, p.high, log=isinstance(p, dist.LogUniform))
+    return found
+
+
+def parameter_table(trials: pd.DataFrame, spec: SearchSpec) -> pd.DataFrame:
+    """The study's parameters of each trial (``study_parameters``), one column each, rows as in ``trials``."""
+    columns: dict[str, Any] = {}
+    for name in study_parameters(spec):
+        if name in COMPONENT_FLAGS:
+            flags = trials["components"].map(component_flags)
+            columns[name] = flags.map(lambda f, n=name: f[n]).astype(bool)
+        elif name in trials:
+            columns[name] = trials[name].map(_categorical) if trials[name].dtype == object else trials[name]
+    return pd.DataFrame(columns, index=trials.index)
+
+
+def frozen_trials(trials: pd.DataFrame, spec: SearchSpec, curves: dict[str, dict[str, dict[int, float]]]) -> list:
+    """One Optuna ``FrozenTrial`` per row of the trial table; ``curves``: trial id -> metric -> {step: value}."""
+    from optuna.trial import create_trial
+
+    distributions = study_parameters(spec)
+    params = parameter_table(trials, spec)
+    objectives = [m for m, _ in spec.objectives] or [spec.metric]
+    made = []
+    for (_, row), (_, values) in zip(trials.iterrows(), params.iterrows()):
+        curve = curves.get(str(row["trial_id"]), {})
+        state, finals = _state_and_values(row, [_last(curve.get(m)) for m in objectives])
+        steps = {} if len(objectives) > 1 else {s: v for s, v in (curve.get(spec.metric) or {}).items() if _finite(v)}
+        made.append(
+            create_trial(
+                state=state,
+                values=finals,
+                params={k: _plain(v) for k, v in values.items()},
+                distributions=distributions,
+                user_attrs={TRIAL_ATTR: str(row["trial_id"]), **_user_attrs(row)},
+                intermediate_values=steps,
+            )
+        )
+    return made
+
+
+def write_study(directory: Path, name: str, spec: SearchSpec, trials: pd.DataFrame, curves) -> StudyRecord:
+    """Add the trials of the table that the study ``name`` in ``directory/optuna.db`` lacks (created when missing)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    url = storage_url(directory)
+    directions = ["maximize" if mode == "max" else "minimize" for _, mode in spec.objectives or [(None, spec.mode)]]
+    study = optuna.create_study(storage=url, study_name=name, directions=directions, load_if_exists=True)
+    known = {t.user_attrs.get(TRIAL_ATTR) for t in study.get_trials(deepcopy=False)}
+    new = trials[~trials["trial_id"].astype(str).isin(known)]
+    study.add_trials(frozen_trials(new, spec, curves))
+    for key, value in (("space", spec.name), ("algorithm", spec.algorithm), ("metric", spec.metric)):
+        study.set_user_attr(key, value)
+    return StudyRecord(url, name, len(study.get_trials(deepcopy=False)), len(new))
+
+
+def _state_and_values(row: pd.Series, finals: list[float | None]):
+    """A trial's Optuna state and values: FAIL (error, divergence, no finite value at the end of its budget), PRUNED
+    (stopped before its budget, or over the parameter budget) or COMPLETE."""
+    from optuna.trial import TrialState
+
+    failed = bool(row.get("diverged")) or isinstance(row.get("error"), str)
+    finite = all(_finite(v) for v in finals)
+    if failed:
+        return TrialState.FAIL, None
+    if bool(row.get("over_budget")) or not (row.get("step", 0) or 0) >= (row.get("max_steps", 0) or 0):
+        return TrialState.PRUNED, finals if finite else None
+    return (TrialState.COMPLETE, finals) if finite else (TrialState.FAIL, None)
+
+
+def _user_attrs(row: pd.Series) -> dict[str, Any]:
+    attrs = {}
+    for key in USER_ATTRS:
+        value = row.get(key)
+        if isinstance(value, str) or _finite(value):
+            attrs[key] = _plain(value)
+    return attrs
+
+
+def _last(curve: dict[int, float] | None) -> float | None:
+    return curve[max(curve)] if curve else None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars as Python values (Optuna stores JSON)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _categorical(value: Any) -> Any:
+    """A choice as Optuna stores it: None, bool, int, float and str as they are, anything else as JSON text."""
+    return value if value is None or isinstance(value, (bool, int, float, str)) else json.dumps(value)

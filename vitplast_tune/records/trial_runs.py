@@ -1,0 +1,212 @@
+"""The MLflow child run of each trial: made as it starts (``MlflowTracker``, a Tune callback on the driver), named and
+described by its settings and pre-training scores (``trial_describer``), its curves logged at every report, closed
+as it ends, and its values known only after the search logged once (``log_trial_finals``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from mlflow.entities import Dataset, DatasetInput, InputTag, RunTag
+from mlflow.tracking import MlflowClient
+from ray.tune import Callback
+
+from vitplast_tune.components import component_flags, component_methods, method_label, subset_name
+from vitplast_tune.config import FinetuneConfig, trial_config
+from vitplast_tune.predictors import report
+from vitplast_tune.records.tracking import (
+    CURVE_METRICS,
+    DEVICE_TAG,
+    FAILURE_TAG,
+    FINAL_METRICS,
+    PARENT_TAG,
+    PRECISION_TAG,
+    ROLE_TAG,
+    RUN_NAME_TAG,
+    SEARCH_TAG,
+    TRIAL_TAG,
+    WORKERS_TAG,
+    client,
+    is_number,
+    log_metrics,
+    log_params,
+    number_or,
+    source_tags,
+)
+from vitplast_tune.records.trials import trial_label
+
+
+@dataclass
+class TrialRun:
+    """What a trial's child run starts with: its name, params, start metrics, tags and dataset inputs."""
+
+    name: str
+    params: dict[str, Any]
+    metrics: dict[str, float]
+    tags: dict[str, str] = field(default_factory=dict)
+    inputs: list[DatasetInput] = field(default_factory=list)
+
+
+def dataset_inputs(cfg: FinetuneConfig) -> list[DatasetInput]:
+    """The training and validation splits a trial uses, as MLflow dataset inputs (the UI's Dataset column)."""
+    name, seed, fraction = cfg.dataset, cfg.seed, cfg.val_fraction
+    source = json.dumps({"dataset": name, "data_dir": cfg.data_dir})
+    inputs = []
+    for context, split in (("training", "train"), ("validation", "val")):
+        identity = f"{name}:{split}:seed={seed}:val_fraction={fraction}"
+        digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
+        profile = json.dumps({"split": split, "seed": seed, "val_fraction": fraction})
+        dataset = Dataset(
+            name=f"{name}-{split}", digest=digest, source_type="vitplast_tune", source=source, profile=profile
+        )
+        inputs.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)]))
+    return inputs
+
+
+class MlflowTracker(Callback):
+    """Tune callback: one MLflow child run per trial under the search's parent run.
+
+    ``describe(config)`` returns the ``TrialRun`` of a trial (name, params, start metrics such as the
+    subset's plasticity scores, tags, dataset inputs; see ``trial_describer``), so this class knows
+    nothing of training.
+    """
+
+    def __init__(self, tracking_uri: str, parent_run_id: str, describe: Callable[[dict[str, Any]], TrialRun]):
+        self.tracking_uri = tracking_uri
+        self.parent_run_id = parent_run_id
+        self.describe = describe
+        self.runs: dict[str, str] = {}
+        self._mlflow: MlflowClient | None = None
+        self._tagged_node: dict[str, tuple] = {}  # trial id -> (node ip, node id, device, precision) last tagged
+
+    @property
+    def mlflow(self) -> MlflowClient:
+        if self._mlflow is None:
+            self._mlflow = client(self.tracking_uri)
+        return self._mlflow
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_mlflow": None}
+
+    def run_id(self, trial, number: int | None = None) -> str:
+        """The trial's child run: the one already made (also by an earlier driver), else a new one."""
+        if trial.trial_id in self.runs:
+            return self.runs[trial.trial_id]
+        parent = self.mlflow.get_run(self.parent_run_id)
+        found = self.mlflow.search_runs(
+            [parent.info.experiment_id],
+            filter_string=f"tags.`{TRIAL_TAG}` = '{trial.trial_id}' and tags.`{PARENT_TAG}` = '{self.parent_run_id}'",
+            max_results=1,
+        )
+        if found:
+            run_id = found[0].info.run_id
+            self.mlflow.update_run(run_id, status="RUNNING")
+        else:
+            described = self.describe(trial.config)
+            tags = {
+                **described.tags,
+                PARENT_TAG: self.parent_run_id,
+                TRIAL_TAG: trial.trial_id,
+                RUN_NAME_TAG: f"{described.name} #{number or trial.trial_id}",
+            }
+            run_id = self.mlflow.create_run(parent.info.experiment_id, tags=tags).info.run_id
+            log_params(self.mlflow, run_id, described.params)
+            log_metrics(self.mlflow, run_id, described.metrics)
+            if described.inputs:
+                self.mlflow.log_inputs(run_id, datasets=described.inputs)
+        self.runs[trial.trial_id] = run_id
+        return run_id
+
+    def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
+        self.run_id(trial, number=trials.index(trial) + 1 if trial in trials else None)
+
+    def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
+        run_id = self.run_id(trial)
+        step = int(result.get("step", result.get("training_iteration", 0)))
+        log_metrics(self.mlflow, run_id, {**{k: result.get(k) for k in CURVE_METRICS}, **live_metrics(result)}, step)
+        node = tuple(result.get(k) for k in ("node_ip", "node_id", "device", "precision", "workers"))
+        if result.get("node_ip") and self._tagged_node.get(trial.trial_id) != node:  # again when a retry moved it
+            keys = ("ray.node_ip", "ray.node_id", DEVICE_TAG, PRECISION_TAG, WORKERS_TAG)
+            tags = {**dict(zip(keys, node)), "ray.hostname": result.get("hostname")}
+            self.mlflow.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items() if v])
+            self._tagged_node[trial.trial_id] = node
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        run_id = self.run_id(trial)
+        last = trial.last_result or {}
+        if last.get("diverged"):
+            self.mlflow.set_tag(run_id, "failure_reason", str(last.get("error", "diverged")))
+            self.mlflow.set_terminated(run_id, status="FAILED")
+            return
+        final = {"final_val_acc": last.get("val_acc"), "test_acc": last.get("test_acc"), "final_step": last.get("step")}
+        log_metrics(self.mlflow, run_id, final, int(last.get("step", 0)))
+        self.mlflow.set_tag(run_id, "stopped_early", str(int(last.get("step", 0)) < int(last.get("max_steps", 0))))
+        self.mlflow.set_terminated(run_id, status="FINISHED")
+
+    def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
+        run_id = self.run_id(trial)
+        reason = _error_text(trial)
+        self.mlflow.set_tag(run_id, FAILURE_TAG, reason)
+        self.mlflow.set_terminated(run_id, status="FAILED")
+
+    def get_state(self) -> dict:
+        return {"runs": dict(self.runs)}
+
+    def set_state(self, state: dict) -> None:
+        self.runs.update(state.get("runs", {}))
+
+
+def live_metrics(result: dict[str, Any]) -> dict[str, Any]:
+    """What the search's view plots, from one report, so that its charts fill in while trials run: the trial's
+    latest ``val_acc`` as ``val_acc_common`` (replaced by the accuracy at the common step when the search ends, see
+    ``log_trial_finals``), ``trainable_params`` and its log10."""
+    params = result.get("trainable_params")
+    log10 = math.log10(params) if is_number(params) and params > 0 else None
+    return {"val_acc_common": result.get("val_acc"), "trainable_params": params, "log10_trainable_params": log10}
+
+
+def trial_describer(search: str, settings: FinetuneConfig, predictors: report.Predictors):
+    """The function that names a trial's child run and gives its params and predictor scores (see MlflowTracker)."""
+    source = source_tags()
+
+    def describe(config: dict[str, Any]) -> TrialRun:
+        cfg = trial_config(config, settings)
+        subset = subset_name(cfg.components)
+        params = {
+            **cfg.to_dict(),
+            "components": subset,
+            "method": method_label(subset),
+            **component_flags(subset),
+            **component_methods(subset),
+        }
+        label = trial_label({"components": subset, "depth": cfg.depth, "lr": cfg.lr})
+        name = label + (f" seed={cfg.seed}" if "seed" in config else "")
+        name += f" steps={cfg.max_steps}" if "max_steps" in config else ""
+        n_components = sum(component_flags(subset).values())
+        metrics = {**predictors.trial_scores(cfg), "n_components": n_components, "log10_lr": math.log10(cfg.lr)}
+        tags = {**source, SEARCH_TAG: search, ROLE_TAG: "trial"}
+        return TrialRun(name, params, metrics, tags, dataset_inputs(cfg))
+
+    return describe
+
+
+def log_trial_finals(mlflow: MlflowClient, trials: pd.DataFrame) -> None:
+    """The values known only after the search (``FINAL_METRICS`` of the trial table) on each trial's run, once."""
+    for row in trials.itertuples(index=False):
+        run_id = getattr(row, "run_id", None)
+        if isinstance(run_id, str) and run_id:
+            log_metrics(mlflow, run_id, {k: getattr(row, k, None) for k in FINAL_METRICS}, int(number_or(row.step, 0)))
+
+
+def _error_text(trial) -> str:
+    path = getattr(trial, "error_file", None)
+    if path and Path(path).is_file():
+        lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+        return lines[-1][:500] if lines else "error"
+    return "error"

@@ -1,0 +1,183 @@
+"""The trial table of a search: one row per trial (its subset, parameters, final and best metrics, status and
+pre-training predictors), read from Ray Tune's result grid and kept as ``trials.csv`` in the search's directory; and
+each trial's curves.
+
+The grid is duck-typed (each result's config, metrics, error and metrics dataframe), so this module needs no Ray.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from vitplast_tune.components import ALL, ENCODING_KEYS, method_label, subset_name
+from vitplast_tune.config import FinetuneConfig, trial_config
+from vitplast_tune.predictors import report
+from vitplast_tune.space.files import SearchSpec
+
+# Where a trial's time went (training.finetune's cumulative timing metrics at its last report).
+TRIAL_TIMES = ("time_setup_s", "time_in_steps_s", "time_in_eval_s")
+
+
+def trial_table(grid, settings: FinetuneConfig, predictors: report.Predictors | None = None) -> pd.DataFrame:
+    """One row per trial: its subset, parameters, final and best metrics, status and pre-training predictors.
+
+    ``val_acc_common`` is each trial's validation accuracy at ``common_step``, the last evaluation
+    every trial reached: with early stopping, the one budget all trials share. ``best_val_loss`` is
+    the lowest validation loss it reported (a tie-break between equal accuracies).
+    """
+    rows, curves = [], []
+    for result in grid:
+        config, metrics = result.config or {}, result.metrics or {}
+        cfg = trial_config(config, settings)
+        subset = subset_name(cfg.components)
+        rows.append(
+            {
+                "trial_id": metrics.get("trial_id", ""),
+                "components": subset,
+                "method": method_label(subset),
+                **{k: v for k, v in config.items() if k != "components" and k not in ENCODING_KEYS},
+                "val_acc": metrics.get("val_acc"),
+                "best_val_acc": metrics.get("best_val_acc"),
+                "test_acc": metrics.get("test_acc"),
+                "step": metrics.get("step"),
+                "trainable_params": metrics.get("trainable_params"),
+                "images_per_s": images_per_s(result, cfg.batch_size * cfg.grad_accum_steps),  # the effective batch
+                "log10_trainable_params": _log10(metrics.get("trainable_params")),
+                "best_val_loss": _lowest(result, "val_loss"),
+                **{k: metrics.get(k) for k in TRIAL_TIMES},
+                "max_steps": config.get("max_steps", settings.max_steps),
+                "diverged": bool(metrics.get("diverged", 0)),
+                "over_budget": bool(metrics.get("over_budget", 0)),
+                "error": None if result.error is None else str(result.error).splitlines()[0][:200],
+                **(predictors.trial_scores(cfg) if predictors is not None else {}),
+            }
+        )
+        curves.append(val_curve(result))
+    reached = [max(curve) for curve, row in zip(curves, rows) if curve and not row["diverged"] and row["error"] is None]
+    common = min(reached) if reached else None
+    for row, curve in zip(rows, curves):
+        row["common_step"], row["val_acc_common"] = common, curve.get(common)
+    return pd.DataFrame(rows)
+
+
+def write_trials(trials: pd.DataFrame, directory: Path | None) -> Path | None:
+    """Write the trial table as ``trials.csv`` in the search's ``directory`` (None: remote storage) unless empty.
+
+    Read it back with ``read_trials`` (ids as text); the parent run also holds it as ``trials.json``, a
+    table the MLflow UI shows with the ids as text (its CSV preview reads "00012" as 12).
+    """
+    if directory is None or trials.empty:
+        return None
+    path = directory / "trials.csv"
+    trials.to_csv(path, index=False)
+    return path
+
+
+def read_trials(directory: Path) -> pd.DataFrame:
+    """The trial table a finished search wrote in ``directory`` (``write_trials``), trial and run ids as text."""
+    from vitplast_tune.errors import UserError
+
+    path = directory / "trials.csv"
+    if not path.is_file():
+        raise UserError(f'search "{directory.name}" in {directory.parent} has not finished: no trial table to analyze')
+    return pd.read_csv(path, dtype={"trial_id": str, "run_id": str})
+
+
+def trial_result(grid, trial_id: str):
+    """The result of trial ``trial_id`` in a result grid (its config, metrics and last checkpoint), or None."""
+    for result in grid:
+        if (result.metrics or {}).get("trial_id") == trial_id:
+            return result
+    return None
+
+
+def val_curve(result, metric: str = "val_acc") -> dict[int, float]:
+    """Validation accuracy (or another reported ``metric``) by step, from every report of a trial."""
+    frame = result.metrics_dataframe
+    if frame is None or metric not in frame or "step" not in frame:
+        return {}
+    frame = frame.dropna(subset=["step", metric])
+    return dict(zip(frame["step"].astype(int), frame[metric].astype(float)))
+
+
+def metric_curves(grid, metrics: list[str]) -> dict[str, dict[str, dict[int, float]]]:
+    """Each trial's curve of each of ``metrics``: trial id -> metric -> {step: value}."""
+    return {
+        str((result.metrics or {}).get("trial_id", "")): {m: val_curve(result, m) for m in metrics} for result in grid
+    }
+
+
+def images_per_s(result, batch_size: int) -> float | None:
+    """A trial's training throughput: the median over its reports of steps/s (training steps only) times the batch
+    size."""
+    frame = result.metrics_dataframe
+    if frame is None or "steps_per_s" not in frame or frame["steps_per_s"].dropna().empty:
+        return None
+    return float(frame["steps_per_s"].dropna().median() * batch_size)
+
+
+def _lowest(result, column: str) -> float | None:
+    frame = result.metrics_dataframe
+    if frame is None or column not in frame or frame[column].dropna().empty:
+        return None
+    return float(frame[column].min())
+
+
+def _log10(value: Any) -> float | None:
+    return math.log10(value) if isinstance(value, (int, float)) and not pd.isna(value) and value > 0 else None
+
+
+def top_trials(trials: pd.DataFrame, spec: SearchSpec, k: int = 10) -> pd.DataFrame:
+    """The ``k`` best trials by best validation accuracy (or the space's metric when it is not accuracy)."""
+    if trials.empty:
+        return trials
+    column = "best_val_acc" if spec.metric == "val_acc" else spec.metric
+    if column not in trials:
+        column = "val_acc"
+    ok = trials[~trials["diverged"] & trials[column].notna()]
+    return ok.sort_values(column, ascending=spec.mode == "min").head(k)
+
+
+def trial_label(config: dict[str, Any]) -> str:
+    """A trial's short name: its subset (and methods), depth and learning rate, e.g. "mha:lora+fc1 @last lr=0.0312"."""
+    lr, depth = config.get("lr"), config.get("depth", "all")
+    where = "" if depth == "all" else f" @{depth}"
+    return (
+        subset_name(config.get("components", ALL)) + where + (f" lr={lr:.3g}" if isinstance(lr, (int, float)) else "")
+    )
+
+
+def trial_subset(config: dict[str, Any]) -> str:
+    """The subset a trial's config trains, by its canonical name ("all" when the space names none)."""
+    return subset_name(config.get("components", ALL))
+
+
+def pct(value: Any) -> str:
+    """An accuracy as a percentage with two decimals ("" for a missing value)."""
+    return "" if value is None or pd.isna(value) else f"{100 * float(value):.2f}%"
+
+
+def display_table(top: pd.DataFrame) -> pd.DataFrame:
+    """The columns a person reads per trial; the method and depth when some trial trains otherwise than in full (or
+    as the linear probe), in every block."""
+    where_and_how = {}
+    if "method" in top and (~top["method"].fillna("full").isin(["full", "head"])).any():
+        where_and_how["method"] = top["method"]
+    if "depth" in top and (top["depth"].fillna("all") != "all").any():
+        where_and_how["depth"] = top["depth"]
+    return pd.DataFrame(
+        {
+            "components": top["components"],
+            **where_and_how,
+            "lr": top["lr"].map(lambda v: f"{v:.3g}") if "lr" in top else "",
+            "val_acc": top["val_acc"].map(pct),
+            "best_val_acc": top["best_val_acc"].map(pct),
+            "test_acc": top["test_acc"].map(pct),
+            "steps": top["step"].map(lambda v: "" if pd.isna(v) else int(v)),
+            "trainable": top["trainable_params"].map(lambda v: "" if pd.isna(v) else f"{int(v):,}"),
+        }
+    )

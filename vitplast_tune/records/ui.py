@@ -1,0 +1,118 @@
+"""The MLflow UI of a search, one command away (``vitplast ui NAME``): found through the search's record, started on
+its tracking store (bound to 127.0.0.1, artifacts served from beside the store), and the link to its view printed
+(and opened in a browser on request). A search that records to an MLflow server needs no new UI: its link is printed.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import webbrowser
+from pathlib import Path
+
+from vitplast_tune.errors import UserError
+from vitplast_tune.records import view as mlflow_view
+from vitplast_tune.records.tracking import ARTIFACTS_DIR, BEST_RUN_TAG, client
+from vitplast_tune.storage import read_record, search_dir
+
+HOST = "127.0.0.1"
+READY_TIMEOUT_S = 300.0  # mlflow ui takes a minute or more to start on a busy machine
+
+
+def links(name: str, record: dict, base_url: str | None = None) -> list[str]:
+    """The links a person opens for search ``name`` (its ``record``): its view, then its best trial's run when known.
+    ``base_url``: the UI serving the search's store (asked through it), default its tracking server."""
+    uri = record["tracking_uri"]
+    mlflow = client(base_url or uri)
+    try:
+        parent = mlflow.get_run(record["parent_run_id"])
+    except Exception as exc:  # the store moved, or the server is not running
+        raise UserError(
+            f'search "{name}": its MLflow run {record["parent_run_id"]} is not in {uri} ({str(exc).splitlines()[0]})'
+        ) from None
+    base = base_url or mlflow_view.ui_base_url(uri)
+    experiment = parent.info.experiment_id
+    found = [mlflow_view.view_link(mlflow, experiment, name, base)]
+    if best := parent.data.tags.get(BEST_RUN_TAG):
+        found.append(mlflow_view.run_link(base, experiment, best))
+    return found
+
+
+def serve(name: str, storage: str | None = None, port: int = 5000, open_browser: bool = False) -> int:
+    """Start the MLflow UI on search ``name``'s store (unless it records to a server), print its links (open the view
+    with ``open_browser``), and keep the UI running until Ctrl-C (or SIGTERM)."""
+    record = read_record(search_dir(name, storage), purpose="recorded")
+    record_uri, server = record["tracking_uri"], None
+    previous = signal.signal(signal.SIGTERM, _exit)  # a terminated command stops its UI too
+    try:
+        if not record_uri.startswith(("http://", "https://")):
+            server = start_ui(record_uri, port)
+        found = links(name, record, None if server is None else f"http://{HOST}:{port}")
+        print(f"MLflow view:      {found[0]}", flush=True)
+        if len(found) > 1:
+            print(f"Best trial's run: {found[1]}", flush=True)
+        if open_browser:
+            webbrowser.open(found[0])
+        if server is not None:
+            print(f"MLflow UI on http://{HOST}:{port} ({record_uri}); Ctrl-C stops it", flush=True)
+            server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if server is not None:
+            stop(server)
+    return 0
+
+
+def _exit(signum, frame) -> None:
+    raise SystemExit(0)
+
+
+def start_ui(tracking_uri: str, port: int) -> subprocess.Popen:
+    """``mlflow ui`` on ``tracking_uri`` at 127.0.0.1:``port``, once it answers; UserError when the port is taken or
+    the UI does not start."""
+    with socket.socket() as probe:
+        if probe.connect_ex((HOST, port)) == 0:
+            raise UserError(f"port {port} on {HOST} is in use (another MLflow UI?); pass --port N")
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri]
+    cmd += ["--host", HOST, "--port", str(port), "--workers", "1"]
+    if tracking_uri.startswith("sqlite:///"):  # what the UI itself creates goes beside the store too
+        database = Path(tracking_uri.split(":///", 1)[1].split("?")[0]).expanduser().resolve()
+        cmd += ["--artifacts-destination", str(database.parent / ARTIFACTS_DIR)]
+    server = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    try:
+        _wait_ready(server, f"http://{HOST}:{port}/health")
+    except BaseException:  # not ready, Ctrl-C or SIGTERM: stopped here, as nobody else holds it yet
+        stop(server)
+        raise
+    return server
+
+
+def _wait_ready(server: subprocess.Popen, health: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise UserError(f"the MLflow UI exited (code {server.returncode}); see its messages above")
+        try:
+            with urllib.request.urlopen(health, timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise UserError(f"the MLflow UI did not answer at {health} within {READY_TIMEOUT_S:.0f} s")
+
+
+def stop(server: subprocess.Popen) -> None:
+    """Stop the UI this command started (it passes the signal on to its server), by its pid."""
+    if server.poll() is None:
+        server.terminate()
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(10)

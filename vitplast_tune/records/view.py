@@ -1,0 +1,223 @@
+"""The MLflow UI view of a search: a saved runs view (its trials, columns, sort and charts) and the deep link
+that opens it.
+
+The MLflow UI keeps a shared runs view as the experiment tag ``mlflow.sharedViewState.<key>``: a JSON
+envelope ``{name, createdAt, updatedAt, state}`` whose ``state`` is the JSON text of the runs page's
+search facets (filter, sort) and UI state (columns, charts, visible runs). The page opens it from
+``viewStateShareKey=<key>`` in the URL. That format is internal to the UI (``_compat.mlflow`` lists the versions it
+was read from); for any other version no view is written and the link opens the runs page filtered and sorted
+through the URL instead.
+
+The UI opens in GenAI or model-training mode from the URL's ``workflowType`` (else the browser's choice, kept in
+its localStorage as ``mlflow.workflowType_v1``, else GenAI): every link made here says
+``workflowType=machine_learning``. Links inside the UI drop it, so a run opened from the table follows the
+browser's setting (the sidebar's "Model training" switch sets it once per browser).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from vitplast_tune._compat import mlflow as mlflow_internals
+from vitplast_tune.components import COMPONENT_FLAGS
+from vitplast_tune.names import view_key
+
+# The experiment's kind: model training, not GenAI (MLflow 3's ExperimentKind). Read only by MLflow UIs whose
+# workflow-type flag is off: 3.17 and 3.18 ignore it and take the mode from ``workflowType`` (see above).
+KIND_TAG = "mlflow.experimentKind"
+KIND = "custom_model_development"
+DEFAULT_UI = "http://127.0.0.1:5000"  # what ``mlflow ui --host 127.0.0.1`` serves
+SORT_METRIC = "val_acc_common"
+ROLE_TAG = "vitplast.role"
+SEARCH_TAG = "vitplast.search"
+PARALLEL_HEIGHT = 480  # px: the parallel coordinates chart spans the charts' width, one row of its own
+
+
+@dataclass
+class View:
+    """A search's view: the link that opens it, and why it is a plain link when no view could be saved."""
+
+    link: str
+    saved: bool
+    note: str = ""
+    experiment_id: str = ""
+
+
+def ui_base_url(tracking_uri: str) -> str:
+    """The MLflow UI's address: the tracking server for an http(s) URI, else what ``mlflow ui`` serves by default."""
+    parts = urlsplit(tracking_uri)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+    return DEFAULT_UI
+
+
+def search_filter(search: str) -> str:
+    """The runs filter that shows the trials of one search and not its parent run."""
+    return f"tags.`{SEARCH_TAG}` = '{search}' and tags.`{ROLE_TAG}` = 'trial'"
+
+
+SECTION, WIDE = "vitplast_tune", "vitplast_tune-parallel"  # the parallel coordinates get a row of their own
+
+
+def view_state(search: str, plasticity: bool) -> dict[str, Any]:
+    """The runs page state of a search's view: its trials sorted by accuracy at the common step, all shown,
+    the comparison columns, and the charts of ``view_charts``."""
+    metrics = ["best_val_acc", SORT_METRIC, *(["plasticity_mean"] if plasticity else []), "trainable_params"]
+    columns = [
+        _column("attributes", "Dataset"),
+        _column("params", "components"),
+        _column("params", "lr"),
+        *(_column("metrics", m) for m in metrics),
+    ]
+    return {
+        "searchFilter": search_filter(search),
+        "orderByKey": _column("metrics", SORT_METRIC),
+        "orderByAsc": False,
+        "startTime": "ALL",
+        "lifecycleFilter": "Active",
+        "datasetsFilter": [],
+        "modelVersionFilter": "All Runs",
+        "selectedColumns": columns,
+        "columnOrder": [],
+        "runsHiddenMode": "SHOW_ALL",
+        "compareRunCharts": view_charts(plasticity),
+        "compareRunSections": [
+            _section(SECTION, "vitplast_tune"),
+            _section(WIDE, "vitplast_tune: component flags and lr", columns=1, cardHeight=PARALLEL_HEIGHT),
+        ],
+        "isAccordionReordered": True,
+        "hideEmptyCharts": True,
+        "useGroupedValuesInCharts": True,
+        "groupBy": None,
+        "viewMaximized": False,
+        "runListHidden": False,
+    }
+
+
+def view_charts(plasticity: bool) -> list[dict[str, Any]]:
+    """Accuracy vs plasticity and vs trainable parameters, parallel coordinates of the component flags and log10 lr
+    to accuracy (a row of its own), and the val_acc curves overlaid."""
+    parallel = _chart(
+        "PARALLEL",
+        WIDE,
+        displayName="component flags and log10 lr to accuracy",
+        selectedParams=list(COMPONENT_FLAGS),
+        selectedMetrics=["log10_lr", SORT_METRIC],
+        showAllRuns=True,
+    )
+    curves = _chart(
+        "LINE",
+        SECTION,
+        displayName="val_acc curves",
+        metricKey="val_acc",
+        selectedMetricKeys=["val_acc"],
+        lineSmoothness=0,
+        xAxisKey="step",
+        xAxisScaleType="linear",
+        scaleType="linear",
+        selectedXAxisMetricKey="",
+        range={},
+        yAxisKey="metric",
+        yAxisExpressions=[],
+        ignoreOutliers=False,
+        useGlobalXaxisKey=False,
+        useGlobalLineSmoothing=False,
+    )
+    return [
+        *([_scatter("plasticity_mean", "accuracy vs plasticity", SECTION)] if plasticity else []),
+        _scatter("log10_trainable_params", "accuracy vs log10 trainable parameters", SECTION),
+        parallel,
+        curves,
+    ]
+
+
+def save_view(client, experiment_id: str, key: str, name: str, state: dict[str, Any]) -> None:
+    """Store ``state`` as the experiment's shared view ``key`` (the tag the UI reads for ``viewStateShareKey``)."""
+    now = int(time.time() * 1000)
+    envelope = {"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}
+    client.set_experiment_tag(experiment_id, mlflow_internals.VIEW_TAG_PREFIX + key, json.dumps(envelope))
+
+
+def runs_link(
+    base_url: str, experiment_id: str, share_key: str | None = None, search: str | None = None, mode: str = "CHART"
+) -> str:
+    """The runs page in model-training mode: the saved view ``share_key``, else the search's trials via the URL."""
+    query: dict[str, str] = {"workflowType": "machine_learning", "compareRunsMode": mode}
+    if share_key:
+        query["viewStateShareKey"] = share_key
+    elif search:
+        query.update(searchFilter=search_filter(search), orderByKey=_column("metrics", SORT_METRIC), orderByAsc="false")
+    return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{urlencode(query)}"
+
+
+def run_link(base_url: str, experiment_id: str, run_id: str) -> str:
+    """A run's page in model-training mode."""
+    return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
+
+
+def publish(client, experiment_id: str, search: str, plasticity: bool, base_url: str) -> View:
+    """Save the search's view (when this MLflow's format is known) and mark the experiment as model training."""
+    client.set_experiment_tag(experiment_id, KIND_TAG, KIND)
+    if not mlflow_internals.view_supported():
+        note = (
+            f"MLflow {mlflow_internals.installed_version()} is not supported for the saved view (supported: "
+            f"{', '.join(mlflow_internals.VIEW_FORMAT_VERSIONS)}; its format is not one this knows): the link opens "
+            "the trials without the saved columns and charts"
+        )
+        return View(runs_link(base_url, experiment_id, search=search), False, note, experiment_id)
+    key = view_key(search)
+    save_view(client, experiment_id, key, f"vitplast_tune: {search}", view_state(search, plasticity))
+    return View(runs_link(base_url, experiment_id, share_key=key), True, "", experiment_id)
+
+
+def view_link(client, experiment_id: str, search: str, base_url: str) -> str:
+    """The link to a search's view as stored: the saved view when its tag is there, else the trials via the URL."""
+    key = view_key(search)
+    saved = mlflow_internals.VIEW_TAG_PREFIX + key in client.get_experiment(experiment_id).tags
+    return runs_link(base_url, experiment_id, share_key=key if saved else None, search=search)
+
+
+def _column(group: str, name: str) -> str:
+    return f"{group}.`{name}`"
+
+
+def _section(uuid: str, name: str, **grid: Any) -> dict[str, Any]:
+    """A chart section of the view; ``grid``: the UI's ``columns`` per row and ``cardHeight`` in pixels."""
+    return {
+        "uuid": uuid,
+        "name": name,
+        "display": True,
+        "isReordered": True,
+        "deleted": False,
+        "isGenerated": False,
+        **grid,
+    }
+
+
+def _chart(kind: str, section: str, **fields: Any) -> dict[str, Any]:
+    uuid = f"vitplast-{kind.lower()}-{fields.get('metricKey') or len(fields)}"
+    return {
+        "uuid": uuid,
+        "type": kind,
+        "runsCountToCompare": 1000,
+        "metricSectionId": section,
+        "deleted": False,
+        "isGenerated": False,
+        **fields,
+    }
+
+
+def _scatter(x_metric: str, title: str, section: str) -> dict[str, Any]:
+    chart = _chart(
+        "SCATTER",
+        section,
+        displayName=title,
+        xaxis={"key": x_metric, "type": "METRIC"},
+        yaxis={"key": SORT_METRIC, "type": "METRIC"},
+    )
+    chart["uuid"] = f"vitplast-scatter-{x_metric}"
+    return chart

@@ -1,0 +1,17 @@
+"""Running a search on Ray: the driver, the trainable, the search algorithms and schedulers, the cluster and its
+nodes, the measurements before the trials, interrupts and progress."""
+
+import lazy_loader as _lazy
+
+__getattr__, __dir__, __all__ = _lazy.attach(
+    __name__,
+    submod_attrs={
+        "driver": ["run", "execute", "analyze"],
+        "trainable": ["train_trial"],
+        "tuner": ["search_algorithm"],
+        "optuna_search": ["OptunaSearcher"],
+        "schedulers": ["scheduler"],
+        "measure": ["measure_predictors", "measuring_worker"],
+        "progress": ["Progress"],
+    },
+)

@@ -1,0 +1,97 @@
+"""The measurements a search makes before its trials (plasticity, the gradient criteria), run in one Ray worker with
+a trial's resources, where the trials' accelerators are: the driver never imports torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from vitplast_tune.data import staging
+from vitplast_tune.log import get_logger
+from vitplast_tune.plan import resources
+from vitplast_tune.plan.options import SearchPlan
+from vitplast_tune.predictors.report import Predictors, describe_gradients, gradient_report, search_report
+from vitplast_tune.timings import Timings
+
+log = get_logger(__name__)
+
+
+def worker_options(trial: dict[str, float]) -> dict[str, Any]:
+    """``ray.remote`` options of the measuring worker: a trial's resources (one whole GPU if the trial uses any)."""
+    request = resources.ray_request(trial)
+    cpus, gpus = request.pop("CPU", 0.0), request.pop("GPU", 0.0)
+    return {"num_cpus": cpus, "num_gpus": 1 if gpus else 0, "resources": request, "max_restarts": 0}
+
+
+class _Worker:
+    """The measuring worker's actor: runs the functions it is sent."""
+
+    def call(self, fn, kwargs):
+        return fn(**kwargs)
+
+
+@contextlib.contextmanager
+def measuring_worker(trial: dict[str, float], every_s: float = 30.0) -> Iterator[Callable[..., Any]]:
+    """A runner (``runner(fn, **kwargs) -> fn(**kwargs)``) backed by one Ray worker with a trial's resources.
+
+    The measurements before the trials (plasticity, gradient criteria) share its imports (torch, timm) instead of
+    each starting a worker; the worker ends with the block, else it would hold torch, the model and what its
+    allocator kept through the search. ``trial``: the resources as ``--*-per-trial`` give them
+    ({"cpu": 2, "gpu": 0.5, "a100": 1}). The driver waits, saying every ``every_s`` seconds that a call still runs.
+    """
+    import ray
+
+    shown = resources.show_resources(resources.ray_request(trial))
+    worker = ray.remote(**worker_options(trial))(_Worker).remote()
+
+    def run(fn, **kwargs):
+        ref = worker.call.remote(fn, kwargs)
+        started = time.monotonic()
+        while not ray.wait([ref], timeout=every_s)[0]:
+            log.info(f"  ... still measuring ({time.monotonic() - started:.0f} s, a Ray worker with {shown})")
+        return ray.get(ref)
+
+    try:
+        yield run
+    finally:
+        ray.kill(worker, no_restart=True)
+
+
+def measure_predictors(
+    plan: SearchPlan, staged: Sequence[staging.Staged] = (), timings: Timings | None = None
+) -> Predictors:
+    """The predictors a search measures before training (plasticity, gradient table), in one Ray worker with a
+    trial's resources (``measuring_worker``), on the dataset the driver decoded and the files it staged;
+    plasticity measured before is read from its cache instead (``timings``: their seconds)."""
+    if not plan.options.plasticity:
+        return Predictors()
+    timings = timings or Timings()
+    s, o = plan.settings, plan.options
+    with measuring_worker(o.trial_resources) as run:  # one worker, one import of torch, for both
+        log.info(
+            f"Plasticity of {s.model} ({o.plasticity_variant} variant): {s.dataset} test split vs {o.plasticity_reference} ..."
+        )
+        with timings.phase("plasticity"):
+            measured = search_report(
+                s,
+                reference=o.plasticity_reference,
+                variant=o.plasticity_variant,
+                max_pairs=o.plasticity_pairs,
+                runner=run,
+                decoded=plan.decoded,
+                staged=list(staged),
+            )
+        ranked = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
+        order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranked.itertuples())
+        log.info(f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})")
+        with timings.phase("gradients"):
+            gradients = gradient_report(s, decoded=plan.decoded, runner=run, staged=list(staged))
+        log.info(
+            f"Gradient criteria of {s.model} on {gradients.attrs.get('num_batches')} unaugmented training batches, "
+            f"mean ± std over {gradients['head_seed'].nunique()} head initialisations:\n"
+            + describe_gradients(gradients)
+        )
+    return Predictors(measured, gradients)

@@ -1,0 +1,149 @@
+"""Progress of a running search: one line per finished trial (trials done / total, the trial, the best so far, the
+ETA), and on a terminal or in a notebook a tqdm bar under those lines; output that is not a terminal (a log file, CI)
+gets the lines and a heartbeat only, no bar.
+
+The ETA is the work left, estimated from the finished trials' mean duration (a running trial's elapsed time
+deducted), shared by the trials that run at once; early stopping is in the mean, since the finished trials include
+the stopped ones.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TextIO
+
+from ray.tune import Callback
+
+from vitplast_tune.records.trials import pct, trial_label
+
+ENDED = ("TERMINATED", "ERROR")
+
+
+def clock(seconds: float) -> str:
+    """A duration as ``MM:SS`` under an hour and ``H:MM:SS`` from one hour on (3,912 s is ``1:05:12``)."""
+    whole = max(int(seconds), 0)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+def eta_s(remaining: int, durations: Sequence[float], running_for: Sequence[float], concurrency: int) -> float | None:
+    """Seconds until the last of ``remaining`` trials (running ones included) ends: each takes the mean of the
+    finished ``durations`` (a running one less its ``running_for`` time), ``concurrency`` at a time; None before any
+    trial finished."""
+    if not durations:
+        return None
+    mean = sum(durations) / len(durations)
+    work = remaining * mean - sum(min(elapsed, mean) for elapsed in running_for)
+    return max(work, 0.0) / max(min(concurrency, remaining), 1)
+
+
+def interactive(stream: TextIO) -> bool:
+    """Whether ``stream`` shows a live bar: a terminal, or a Jupyter kernel's output (IPython already loaded)."""
+    if getattr(stream, "isatty", lambda: False)():
+        return True
+    if "IPython" not in sys.modules:
+        return False
+    shell = sys.modules["IPython"].get_ipython()
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+class Progress(Callback):
+    """One line per finished trial, with a tqdm bar (``bar``: default when ``stream`` is interactive) or a heartbeat
+    line every ``every_s`` seconds; ``clock`` gives the time (tests pass a fake one)."""
+
+    def __init__(
+        self,
+        total: int,
+        every_s: float = 30.0,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        bar: bool | None = None,
+    ):
+        self.total, self.every_s, self.clock = total, every_s, clock
+        self.stream = stream or sys.stdout
+        self.done, self.best, self.started, self.last = 0, None, clock(), clock()
+        self.began: dict[str, float] = {}  # trial id -> when it started (or was restored) in this run
+        self.durations: list[float] = []
+        self.peak = 0  # most trials seen running at once: the search's concurrency
+        self.use_bar = interactive(self.stream) if bar is None else bar
+        self.bar = None
+
+    def setup(self, **info) -> None:
+        self.started = self.last = self.clock()
+        if self.use_bar:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                total=self.total,
+                desc="trials",
+                file=self.stream,
+                dynamic_ncols=True,
+                bar_format="{desc} {n_fmt}/{total_fmt} |{bar}| {elapsed} elapsed{postfix}",
+            )
+
+    def on_trial_start(self, iteration, trials, trial, **info) -> None:
+        self.began[trial.trial_id] = self.clock()
+        self.peak = max(self.peak, sum(t.status == "RUNNING" for t in trials), 1)
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        self._ended(trials, trial)
+        r = trial.last_result or {}
+        name = trial_label(trial.config)
+        if r.get("diverged"):
+            return self._print(f"{name}: diverged ({r.get('error', '')})", trials)
+        acc = r.get("best_val_acc")
+        if acc is not None and (self.best is None or acc > self.best[0]):
+            self.best = (acc, name)
+        early = " (stopped early)" if r.get("step", 0) < r.get("max_steps", 0) else ""
+        self._print(f"{name}: best val_acc {pct(acc)} at step {r.get('best_step')}{early}", trials)
+
+    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+        self._ended(trials, trial)
+        self._print(f"{trial_label(trial.config)}: failed; see its MLflow run", trials)
+
+    def on_step(self, iteration, trials, **info) -> None:
+        running = sum(t.status == "RUNNING" for t in trials)
+        self.peak = max(self.peak, running)
+        if self.bar is not None:
+            self.bar.set_postfix_str(self._status(trials), refresh=False)
+            self.bar.refresh()  # elapsed time and ETA move between trials
+        elif self.clock() - self.last >= self.every_s:
+            self._print(f"{running} running", trials)
+
+    def on_experiment_end(self, trials, **info) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def eta(self, trials) -> float | None:
+        """Seconds until the search ends (see ``eta_s``), from this run's finished and running trials."""
+        now = self.clock()
+        running = [now - self.began[t.trial_id] for t in trials if t.status == "RUNNING" and t.trial_id in self.began]
+        return eta_s(self.total - self.done, self.durations, running, self.peak)
+
+    def _ended(self, trials, trial) -> None:
+        self.done = 1 + sum(t.status in ENDED for t in trials if t is not trial)
+        if trial.trial_id in self.began:
+            self.durations.append(self.clock() - self.began.pop(trial.trial_id))
+
+    def _status(self, trials) -> str:
+        """The bar's postfix: best so far and the ETA."""
+        best = f"best {pct(self.best[0])} ({self.best[1]})" if self.best else ""
+        eta = self.eta(trials) if self.done < self.total else None
+        return " | ".join(p for p in (best, f"ETA {clock(eta)}" if eta is not None else "") if p)
+
+    def _print(self, text: str, trials=()) -> None:
+        self.last = self.clock()
+        best = f" | best so far {pct(self.best[0])} ({self.best[1]})" if self.best else ""
+        eta = self.eta(trials)
+        left = f" | ETA {clock(eta)}" if eta is not None and self.done < self.total else ""
+        line = f"[{clock(self.last - self.started)}] {self.done}/{self.total} trials done | {text}{best}{left}"
+        if self.bar is None:
+            print(line, file=self.stream, flush=True)
+            return
+        self.bar.update(self.done - self.bar.n)
+        self.bar.set_postfix_str(self._status(trials), refresh=False)
+        self.bar.write(line, file=self.stream)

@@ -1,0 +1,150 @@
+"""The Ray Tune ``Tuner`` of a plan: its search algorithm (``optuna_search`` or ``variants``) and scheduler
+(``schedulers``), the trials Tune keeps pending for an autoscaler, Tune's settings while it runs, and what an
+interrupted search left unfinished.
+
+``tuner(plan, trainable, callbacks)`` builds a new Tuner, or restores one for ``--resume``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ray import tune
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+from vitplast_tune._compat import ray_tune
+from vitplast_tune.plan.options import SearchPlan
+from vitplast_tune.run import optuna_search, schedulers, variants
+from vitplast_tune.space.files import SearchSpec
+
+
+def search_algorithm(spec: SearchSpec, seed: int, max_concurrent: int | None = None, warm_start: Sequence[str] = ()):
+    """Optuna TPE over the space (``optuna_search``), or Tune's variant generator for grid and random spaces.
+
+    ``warm_start``: subsets ranked best first (``recommend``), of which TPE tries ``spec.warm_start`` first.
+    """
+    if spec.algorithm != "optuna":
+        return variants.variant_generator(spec, seed, max_concurrent)
+    searcher = optuna_search.optuna_searcher(spec, seed, warm_start)
+    if max_concurrent:
+        from ray.tune.search import ConcurrencyLimiter
+
+        return ConcurrencyLimiter(searcher, max_concurrent=max_concurrent)
+    return searcher
+
+
+PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
+
+
+def pending_trials(plan: SearchPlan, cluster_grows: bool) -> int | None:
+    """How many trials Tune may keep waiting for resources at once, or None to leave Tune's default.
+
+    Ray Tune 2.60 lets a searcher other than its variant generator keep one trial pending (or a
+    ConcurrencyLimiter's ``max_concurrent``; ray-project/ray#43451), so an autoscaler sees one request at
+    a time and adds one node per trial. On a cluster that can grow, the search's concurrency is pending
+    at once: ``--max-concurrent``, else every trial of the search. On a fixed cluster (a local Ray
+    instance) one pending trial starts at once, and TPE keeps learning from the freshest results.
+    """
+    if not cluster_grows or plan.spec.algorithm != "optuna":
+        return None
+    return plan.max_concurrent or plan.spec.total_trials
+
+
+@contextlib.contextmanager
+def tune_environment(plan: SearchPlan, cluster_grows: bool) -> Iterator[dict[str, str]]:
+    """Ray Tune's settings for this search, set while it runs and restored after (a value the user set wins).
+
+    ``TUNE_MAX_PENDING_TRIALS_PG``: ``pending_trials``; ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS``: the Tuner's own
+    CSV and JSON loggers replace Tune's defaults, whose TensorBoard logger imports torch into the driver (for
+    nothing: MLflow is this tool's record); no warning about syncing the experiment's state, which a
+    search on local disk does at every trial's report. Yields the values it set.
+    """
+    wanted = {
+        "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+        "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    }
+    if (pending := pending_trials(plan, cluster_grows)) is not None:
+        wanted[PENDING_ENV] = str(pending)
+    wanted = {key: value for key, value in wanted.items() if key not in os.environ}
+    os.environ.update(wanted)
+    try:
+        yield wanted
+    finally:
+        for key in wanted:
+            os.environ.pop(key, None)
+
+
+def unfinished(location: str, total: int) -> int:
+    """How many of a search's ``total`` trials have not ended (never created or started, or stopped by Ctrl-C).
+
+    Tune's cleanup marks the pending and running trials of an interrupted search TERMINATED in the grid it
+    returns; the experiment state it saved just before says what they were. Counting the trials that ended
+    there (TERMINATED or ERROR) ignores a trial a killed driver created but never started. ``location`` is the
+    search's (``SearchPlan.location``), not the grid's path, which drops a URI's scheme and query.
+    """
+    import logging
+
+    from ray.tune import ExperimentAnalysis
+
+    quiet = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    level, quiet.level = quiet.level, logging.ERROR  # "failed to fetch metrics" of trials that never ran
+    try:
+        statuses = [t.status for t in ExperimentAnalysis(location).trials]
+    finally:
+        quiet.setLevel(level)
+    return max(total - sum(status in ("TERMINATED", "ERROR") for status in statuses), 0)
+
+
+def trial_dirname(trial) -> str:
+    """Short trial folder names ("trial_<id>") instead of Tune's config-laden ones."""
+    return f"trial_{trial.trial_id}"
+
+
+def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str] = ()) -> tune.Tuner:
+    """The Tuner of a plan: restored from storage with ``--resume`` (with this run's callbacks), else new
+    (``warm_start``: see search_algorithm)."""
+    spec, options = plan.spec, plan.options
+    # Ray Tune's default loggers (each trial's progress.csv and result.json) without its TensorBoard logger: fit
+    # the Tuner inside tune_environment.
+    callbacks = [*callbacks, CSVLoggerCallback(), JsonLoggerCallback()]
+    path = plan.location
+    if options.resume and tune.Tuner.can_restore(path):
+        restored = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True)
+        renew_run_config(restored, callbacks, plan.max_failures)
+        return restored
+    param_space: dict[str, Any] = {} if spec.algorithm == "optuna" else variants.tune_param_space(spec)
+    return tune.Tuner(
+        trainable,
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            metric=spec.metric,
+            mode=spec.mode,
+            num_samples=spec.total_trials if variants.grid_points(spec) else spec.num_samples,
+            reuse_actors=True,
+            search_alg=search_algorithm(spec, plan.seed, plan.max_concurrent, warm_start),
+            scheduler=schedulers.scheduler(spec, plan.settings.max_steps),
+            trial_dirname_creator=trial_dirname,
+        ),
+        run_config=tune.RunConfig(
+            name=plan.name,
+            storage_path=plan.storage,
+            callbacks=callbacks,
+            verbose=0,
+            failure_config=tune.FailureConfig(max_failures=plan.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+        ),
+    )
+
+
+def renew_run_config(restored: tune.Tuner, callbacks: list, max_failures: int) -> None:
+    """Give a restored Tuner this driver's callbacks and failure budget (Ray restores the pickled ones)."""
+
+    def renew(run_config: tune.RunConfig) -> tune.RunConfig:
+        run_config.callbacks = list(callbacks)
+        run_config.failure_config = tune.FailureConfig(max_failures=max_failures)
+        return run_config
+
+    ray_tune.renew_run_config(restored, renew)

@@ -1,1 +1,0 @@
-"""vitplast_tune.search."""

@@ -1,0 +1,325 @@
+"""The typed parameter distributions of a space file, in the manner of Optuna's: each kind knows its Optuna suggestion
+(define-by-run), its grid values and the values that probe its corners.
+
+What trains is encoded for Optuna as one boolean ``train_<name>`` per component (a subset) or one categorical
+``method_<name>`` per component (a method each): ``components.component_flag`` and ``components.method_flag``.
+Nothing here knows Ray: its search-space forms are ``run.variants``'s.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from vitplast_tune.components import (
+    ALL,
+    COMPONENTS,
+    FROZEN,
+    all_subsets,
+    check_depth,
+    component_flag,
+    contiguous_depths,
+    method_flag,
+    parse_methods,
+    parse_subset,
+    subset_name,
+)
+from vitplast_tune.errors import UserError, did_you_mean
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One parameter of a space, in the manner of Optuna's distributions: each kind knows its Optuna
+    suggestion, its Ray Tune and grid forms, and the values that probe its corners."""
+
+    name: str
+    discrete: ClassVar[bool] = True
+
+    def suggest(self, trial) -> dict[str, Any]:
+        """Ask an Optuna trial for this parameter; return the constants it adds to the config (often none)."""
+        raise NotImplementedError
+
+    def grid_values(self) -> list:
+        """Every value, for a grid; a range raises UserError."""
+        raise UserError(f'parameter "{self.name}" is a range; a grid needs {{choice: [...]}}')
+
+    def corners(self) -> list:
+        """Values that touch every choice and both ends of a range, to validate settings before a search."""
+        return self.grid_values()
+
+    def describe(self) -> str:
+        """The distribution in words, as a dry run prints it (``log-uniform [0.001, 1]``)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Constant(Distribution):
+    """A plain value, the same in every trial."""
+
+    value: Any = None
+
+    def suggest(self, trial) -> dict[str, Any]:
+        return {self.name: self.value}
+
+    def describe(self) -> str:
+        return f"{self.value} (fixed)"
+
+    def grid_values(self) -> list:
+        return [self.value]
+
+
+@dataclass(frozen=True)
+class Choice(Distribution):
+    """``{choice: [a, b, ...]}``: one of the listed values."""
+
+    values: tuple = ()
+
+    def suggest(self, trial) -> dict[str, Any]:
+        trial.suggest_categorical(self.name, list(self.values))
+        return {}
+
+    def describe(self) -> str:
+        return f"one of {', '.join(map(str, self.values))}"
+
+    def grid_values(self) -> list:
+        return list(self.values)
+
+
+@dataclass(frozen=True)
+class Uniform(Distribution):
+    """``{uniform: [low, high]}``: a float drawn uniformly."""
+
+    low: float = 0.0
+    high: float = 1.0
+    discrete: ClassVar[bool] = False
+
+    def suggest(self, trial) -> dict[str, Any]:
+        trial.suggest_float(self.name, self.low, self.high)
+        return {}
+
+    def describe(self) -> str:
+        return f"uniform [{self.low:g}, {self.high:g}]"
+
+    def corners(self) -> list:
+        return [self.low, self.high]
+
+
+@dataclass(frozen=True)
+class LogUniform(Uniform):
+    """``{loguniform: [low, high]}``: a positive float drawn uniformly in log space."""
+
+    def suggest(self, trial) -> dict[str, Any]:
+        trial.suggest_float(self.name, self.low, self.high, log=True)
+        return {}
+
+    def describe(self) -> str:
+        return f"log-uniform [{self.low:g}, {self.high:g}]"
+
+
+@dataclass(frozen=True)
+class RandInt(Distribution):
+    """``{randint: [low, high]}``: an integer in [low, high], both ends included."""
+
+    low: int = 0
+    high: int = 1
+    discrete: ClassVar[bool] = False
+
+    def suggest(self, trial) -> dict[str, Any]:
+        trial.suggest_int(self.name, self.low, self.high)
+        return {}
+
+    def describe(self) -> str:
+        return f"an integer in [{self.low}, {self.high}]"
+
+    def corners(self) -> list:
+        return [self.low, self.high]
+
+
+@dataclass(frozen=True)
+class Subsets(Distribution):
+    """``{subsets: any}`` (any non-empty subset) or ``{subsets: any_or_head}`` (also the linear probe).
+
+    For Optuna a subset is one boolean per component. For a non-empty subset, the last flag is only
+    asked when an earlier one is set; otherwise fc2 is forced on (and recorded as a constant).
+    """
+
+    allow_head: bool = False
+
+    def suggest(self, trial) -> dict[str, Any]:
+        flags = {c: trial.suggest_categorical(component_flag(c), [True, False]) for c in COMPONENTS[:-1]}
+        last, constants = COMPONENTS[-1], {}
+        if any(flags.values()) or self.allow_head:
+            flags[last] = trial.suggest_categorical(component_flag(last), [True, False])
+        else:
+            flags[last] = constants[component_flag(last)] = True
+        return {**constants, self.name: subset_name(c for c, on in flags.items() if on)}
+
+    def grid_values(self) -> list:
+        return all_subsets(allow_head=self.allow_head)
+
+    def corners(self) -> list:
+        return [ALL]
+
+    def describe(self) -> str:
+        what = "any subset or the linear probe" if self.allow_head else "any non-empty subset"
+        return f"{what} of {', '.join(COMPONENTS)} ({len(self.grid_values())})"
+
+
+@dataclass(frozen=True)
+class Methods(Distribution):
+    """``{methods: {mha: [lora, full], fc1: full, ln2: [bitfit, frozen]}}``: a method per component (one listed
+    method is a constant; components left out are frozen), written as the subset ``mha:lora+fc1+ln2:bitfit``.
+
+    For Optuna each listed choice is one categorical ``method_<name>``. Never all frozen (unless nothing listed
+    can train): when no constant trains and every earlier component came out frozen, the last one with a choice
+    is not asked but takes its first trained method (recorded as a constant), as ``Subsets`` does with fc2.
+    """
+
+    choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def suggest(self, trial) -> dict[str, Any]:
+        picked: dict[str, str] = {}
+        constants: dict[str, Any] = {}
+        searched = [c for c, options in self.choices if len(options) > 1]
+        constant_trains = any(options != (FROZEN,) for _, options in self.choices if len(options) == 1)
+        for component, options in self.choices:
+            trained = [m for m in options if m != FROZEN]
+            if len(options) == 1:
+                picked[component] = options[0]
+            elif component == searched[-1] and not constant_trains and trained and set(picked.values()) <= {FROZEN}:
+                picked[component] = constants[method_flag(component)] = trained[0]
+            else:
+                picked[component] = trial.suggest_categorical(method_flag(component), list(options))
+        return {**constants, self.name: subset_name(picked)}
+
+    def grid_values(self) -> list:
+        names = [c for c, _ in self.choices]
+        combos = [dict(zip(names, methods)) for methods in itertools.product(*(o for _, o in self.choices))]
+        values = list(dict.fromkeys(subset_name(m) for m in combos))
+        return [v for v in values if parse_subset(v)] or values  # the linear probe only when nothing else is listed
+
+
+_DISTRIBUTIONS: dict[str, type[Distribution]] = {
+    "choice": Choice,
+    "uniform": Uniform,
+    "loguniform": LogUniform,
+    "randint": RandInt,
+    "subsets": Subsets,
+    "methods": Methods,
+    "contiguous": Choice,
+}
+
+
+def _subset(value: Any, where: str) -> str:
+    """A component subset named in a space file; an empty list is a mistake ("head" is explicit)."""
+    if not isinstance(value, (str, list)) or (isinstance(value, list) and not value) or value == "":
+        raise UserError(
+            f"{where}: empty or malformed component subset {value!r}; name components such as "
+            '[mha, fc1], or "head" to train only the classification head (linear probe)'
+        )
+    return subset_name(value)
+
+
+def parse_param(name: str, raw: Any, where: str) -> Distribution:
+    """The distribution of parameter ``name`` written as ``raw`` in a space file (``where``); UserError when malformed."""
+    if not isinstance(raw, dict):
+        if name == "components":
+            return Constant(name, _subset(raw, where))
+        if name == "depth":
+            return Constant(name, str(_where(check_depth, raw, where)))
+        if isinstance(raw, (list, tuple)):
+            raise UserError(f'{where}: parameter "{name}" is a list; write {{choice: [...]}} to search over it')
+        return Constant(name, raw)
+    if len(raw) != 1:
+        raise UserError(
+            f'{where}: parameter "{name}" needs exactly one of {", ".join(_DISTRIBUTIONS)}, got {sorted(raw)}'
+        )
+    kind, arg = next(iter(raw.items()))
+    if kind not in _DISTRIBUTIONS:
+        raise UserError(
+            f'{where}: parameter "{name}" has unknown distribution "{kind}"{did_you_mean(kind, _DISTRIBUTIONS)}'
+        )
+    if kind == "subsets":
+        if name != "components":
+            raise UserError(f'{where}: {{subsets: ...}} only applies to "components", not "{name}"')
+        if arg not in ("any", "any_or_head"):
+            raise UserError(f'{where}: components {{subsets: {arg}}} must be "any" (non-empty) or "any_or_head"')
+        return Subsets(name, allow_head=arg == "any_or_head")
+    if kind in ("methods", "contiguous"):
+        return _components_or_depth(name, kind, arg, where)
+    if kind == "choice":
+        if not isinstance(arg, list) or not arg:
+            raise UserError(f'{where}: parameter "{name}" {{choice: ...}} needs a non-empty list')
+        if name == "components":
+            return Choice(name, tuple(dict.fromkeys(_subset(v, where) for v in arg)))
+        if name == "depth":
+            return Choice(name, tuple(_where(check_depth, str(v), where) for v in arg))
+        return Choice(name, tuple(arg))
+    if not (isinstance(arg, list) and len(arg) == 2 and all(isinstance(v, (int, float)) for v in arg)):
+        raise UserError(f'{where}: parameter "{name}" {{{kind}: ...}} needs [low, high] numbers, got {arg!r}')
+    low, high = float(arg[0]), float(arg[1])
+    if not low < high:
+        raise UserError(
+            f'{where}: parameter "{name}" range [{arg[0]}, {arg[1]}] is empty or inverted; write [low, high] with low < high'
+        )
+    if kind == "loguniform" and low <= 0:
+        raise UserError(f'{where}: parameter "{name}" loguniform range must be positive, got [{arg[0]}, {arg[1]}]')
+    if kind == "randint":
+        if not (low.is_integer() and high.is_integer()):
+            raise UserError(f'{where}: parameter "{name}" randint bounds must be integers')
+        return RandInt(name, int(low), int(high))
+    return _DISTRIBUTIONS[kind](name, low, high)
+
+
+def _components_or_depth(name: str, kind: str, arg: Any, where: str) -> Distribution:
+    """``components: {methods: {...}}`` (a method per component) or ``depth: {contiguous: N}`` (every contiguous
+    block range of an N-block model, a choice)."""
+    if kind == "contiguous":
+        if name != "depth":
+            raise UserError(f'{where}: {{contiguous: N}} only applies to "depth", not "{name}"')
+        if isinstance(arg, bool) or not isinstance(arg, int) or arg < 1:
+            raise UserError(f"{where}: depth {{contiguous: N}} needs the model's number of blocks N, got {arg!r}")
+        return Choice(name, tuple(contiguous_depths(arg)))
+    if name != "components":
+        raise UserError(f'{where}: {{methods: ...}} only applies to "components", not "{name}"')
+    if not isinstance(arg, dict) or not arg:
+        raise UserError(
+            f"{where}: components {{methods: ...}} needs a mapping of component to method(s), "
+            "e.g. {mha: [lora, full], fc1: full}"
+        )
+    choices = []
+    for component, raw in arg.items():
+        if str(component).lower() not in COMPONENTS:
+            _where(parse_subset, str(component), where)  # the unknown-component message
+            raise UserError(f'{where}: components {{methods: ...}} names each component, not "{component}"')
+        options = tuple(dict.fromkeys(str(m) for m in (raw if isinstance(raw, list) else [raw])))
+        if not options:
+            raise UserError(f"{where}: components {{methods: ...}}: {component} lists no method")
+        for method in options:
+            _where(parse_methods, {component: method}, where)
+        choices.append((str(component).lower(), options))
+    order = {c: i for i, c in enumerate(COMPONENTS)}
+    return Methods(name, tuple(sorted(choices, key=lambda item: order[item[0]])))
+
+
+def _where(check, value: Any, where: str) -> Any:
+    """``check(value)``, its UserError prefixed by the file it came from; the value."""
+    try:
+        check(value)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
+    return value
+
+
+class OptunaSpace:
+    """Define-by-run function for Ray Tune's OptunaSearch (picklable, so the searcher can be saved)."""
+
+    def __init__(self, parameters: dict[str, Distribution]):
+        self.parameters = parameters
+
+    def __call__(self, trial) -> dict[str, Any]:
+        constants: dict[str, Any] = {}
+        for p in self.parameters.values():
+            constants.update(p.suggest(trial))
+        return constants

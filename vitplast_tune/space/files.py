@@ -1,0 +1,385 @@
+"""Search-space files: reading and validating them into a ``SearchSpec`` (nothing here knows Ray or MLflow).
+
+A space file is YAML (see ``search_spaces/component_subsets.yaml``)::
+
+    description: Any non-empty subset of the six components, and the learning rate.
+    metric: val_acc            # what to optimise, reported by every trial
+    mode: max                  # max | min
+    algorithm: optuna          # optuna (TPE) | grid | random
+    num_samples: 20            # trials (grid: repeats of the whole grid)
+    scheduler: {name: asha, grace_period: 100, reduction_factor: 3}   # asha | median | fifo
+    parameters:                # what each trial gets; a plain value is a constant
+      components: {subsets: any}          # or {choice: [[mha], [fc1], all, head]} or "mha+fc1"
+      lr: {loguniform: [1.0e-3, 1.0]}     # also {uniform: [a, b]}, {randint: [a, b]}, {choice: [...]}
+      optimizer: sgd
+    defaults: {max_steps: 400, batch_size: 64}   # experiment settings; command-line flags override
+
+Optional keys: ``metric: [val_acc, trainable_params]`` with ``mode: [max, min]`` asks Optuna for two
+objectives (its Pareto front; no early stopping then: schedulers take one metric);
+``max_trainable_params: N`` is a parameter budget (trials over it are not trained);
+``warm_start: K`` enqueues the K subsets ``recommend`` ranks best as TPE's first trials;
+``budgets: [150, {steps: 600, lr: [0.1]}]`` runs a grid at several step budgets (each trial's ``max_steps``),
+an entry with ``steps`` narrowing some parameters to fewer of their choices at that budget.
+
+A subset is encoded for Optuna as one boolean per component (``train_emb`` ... ``train_fc2``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vitplast_tune.errors import UserError, did_you_mean
+from vitplast_tune.space.distributions import Constant, Distribution, Subsets, parse_param
+
+SHIPPED = "vitplast_tune.search_spaces"  # the repository's search_spaces/, installed under this name (pyproject.toml)
+
+
+def spaces_dir() -> Path:
+    """The folder of the shipped space files: ``search_spaces/`` at the repository's top, in the wheel as ``SHIPPED``."""
+    try:
+        return Path(str(importlib.resources.files(SHIPPED)))
+    except ModuleNotFoundError:  # a source checkout on sys.path without an install
+        return Path(__file__).resolve().parents[2] / "search_spaces"
+
+
+ALGORITHMS = ("optuna", "grid", "random")
+SCHEDULERS = ("asha", "median", "fifo")
+MODES = ("max", "min")
+_TOP_KEYS = (
+    "description",
+    "metric",
+    "mode",
+    "algorithm",
+    "num_samples",
+    "scheduler",
+    "criteria",
+    "max_trainable_params",
+    "warm_start",
+    "budgets",
+    "parameters",
+    "defaults",
+)
+_SCHEDULER_KEYS = ("name", "grace_period", "reduction_factor")
+
+
+@dataclass(frozen=True)
+class SchedulerSpec:
+    """Early stopping: ``asha`` (grace period and reduction factor in steps), ``median`` or ``fifo`` (none)."""
+
+    name: str = "fifo"
+    grace_period: int = 100
+    reduction_factor: int = 3
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One step budget of a grid with ``budgets``: its steps, and the parameters it narrows to fewer choices."""
+
+    steps: int
+    narrowed: dict[str, Distribution] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """A validated space file."""
+
+    name: str
+    path: Path
+    description: str
+    metric: str
+    mode: str
+    algorithm: str
+    num_samples: int
+    scheduler: SchedulerSpec
+    parameters: dict[str, Distribution]
+    defaults: dict[str, Any] = field(default_factory=dict)
+    text: str = ""
+    criteria: bool = False  # the criteria lab: compare pre-training predictors per subset at the end
+    objectives: tuple[tuple[str, str], ...] = ()  # (metric, mode) of each objective; two or more: multi-objective
+    max_trainable_params: int | None = None  # the parameter budget: trials over it are not trained
+    warm_start: int = 0  # the recommended subsets TPE tries first
+    budgets: tuple[Budget, ...] = ()  # a grid at several step budgets (each trial's max_steps)
+
+    @property
+    def multi_objective(self) -> bool:
+        """Whether Optuna optimises several objectives (``metric`` and ``mode`` given as lists)."""
+        return len(self.objectives) > 1
+
+    @property
+    def has_seeds(self) -> bool:
+        """Whether trials repeat over seeds (a ``seed`` parameter that varies): the paper's protocol applies."""
+        seed = self.parameters.get("seed")
+        return seed is not None and not isinstance(seed, Constant)
+
+    @property
+    def budget_steps(self) -> tuple[int, ...]:
+        """The step count of each budget (empty without budgets)."""
+        return tuple(b.steps for b in self.budgets)
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of the file's content: a resumed search must use the same space."""
+        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+
+    @property
+    def grid(self) -> list[dict[str, Any]]:
+        """Every configuration of a grid space (one repeat), in file order; with budgets, each budget's grid in turn
+        (its narrowed parameters, and ``max_steps``)."""
+        names = list(self.parameters)
+        if not self.budgets:
+            return [dict(zip(names, combo)) for combo in itertools.product(*self._axes(self.parameters))]
+        grid = []
+        for budget in self.budgets:
+            axes = self._axes({**self.parameters, **budget.narrowed})
+            grid += [{**dict(zip(names, combo)), "max_steps": budget.steps} for combo in itertools.product(*axes)]
+        return grid
+
+    @staticmethod
+    def _axes(parameters: dict[str, Distribution]) -> list[list]:
+        return [p.grid_values() for p in parameters.values()]
+
+    @property
+    def total_trials(self) -> int:
+        """Trials this space runs: num_samples, or grid size times num_samples for a grid."""
+        return len(self.grid) * self.num_samples if self.algorithm == "grid" else self.num_samples
+
+    def example(self) -> dict[str, Any]:
+        """One representative configuration (the first corner of each parameter), for validating settings."""
+        steps = {"max_steps": self.budgets[0].steps} if self.budgets else {}
+        return {**{name: p.corners()[0] for name, p in self.parameters.items()}, **steps}
+
+    def corner_configs(self) -> list[dict[str, Any]]:
+        """Configurations that touch every choice and both ends of every range (and every budget)."""
+        base = self.example()
+        budgets = [{**base, "max_steps": b.steps} for b in self.budgets[1:]]
+        return [base] + [{**base, name: v} for name, p in self.parameters.items() for v in p.corners()[1:]] + budgets
+
+    def with_overrides(self, num_samples: int | None = None, budgets: Sequence[int] | None = None) -> SearchSpec:
+        """A copy with the command line's ``--num-samples`` and ``--budgets`` applied (and validated).
+
+        ``budgets``: step counts; the i-th replaces the steps of the space's i-th budget and keeps the parameters
+        it narrows, one beyond the space's budgets trains the whole grid (a grid space without budgets gets them).
+        """
+        spec = self
+        if num_samples is not None:
+            if num_samples < 1:
+                raise UserError(f"--num-samples must be at least 1, got {num_samples}")
+            spec = replace(spec, num_samples=num_samples)
+        if budgets is not None:
+            narrowed = [b.narrowed for b in self.budgets]
+            entries = [{"steps": s, **(narrowed[i] if i < len(narrowed) else {})} for i, s in enumerate(budgets)]
+            entries = [{k: v.grid_values() if k != "steps" else v for k, v in e.items()} for e in entries]
+            spec = replace(spec, budgets=parse_budgets(entries, self.parameters, f"{self.path} with --budgets"))
+        if spec is not self:
+            _check_algorithm(spec)
+        return spec
+
+
+def resolve_space_path(name_or_path: str | Path) -> Path:
+    """A space file by path, else by name among the shipped ones (``spaces_dir``) (.yaml optional)."""
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path
+    for candidate in (
+        spaces_dir() / f"{name_or_path}.yaml",
+        spaces_dir() / f"{name_or_path}.yml",
+        spaces_dir() / str(name_or_path),
+    ):
+        if candidate.is_file():
+            return candidate
+    known = list_spaces()
+    raise UserError(
+        f'search space "{name_or_path}" not found{did_you_mean(str(name_or_path), known)}; known: {", ".join(known)}, or a path to a .yaml file'
+    )
+
+
+def list_spaces() -> list[str]:
+    """Names of the space files shipped with the package (``spaces_dir``)."""
+    return sorted(p.stem for p in spaces_dir().glob("*.yaml"))
+
+
+def load_space(name_or_path: str | Path) -> SearchSpec:
+    """Read and validate a space file; raise UserError naming the file and the problem."""
+    path = resolve_space_path(name_or_path)
+    text = path.read_text()
+    where = str(path)
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{where}: malformed YAML{at}: {getattr(exc, 'problem', exc)}") from exc
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: a space file is a YAML mapping with keys {', '.join(_TOP_KEYS)}")
+    _check_keys(raw, _TOP_KEYS, where, "key")
+    parameters = raw.get("parameters") or {}
+    if not isinstance(parameters, dict) or not parameters:
+        raise UserError(f"{where}: needs a non-empty 'parameters' mapping")
+    defaults = raw.get("defaults") or {}
+    objectives = _parse_objectives(raw, where)
+    if not isinstance(defaults, dict):
+        raise UserError(f"{where}: 'defaults' must be a mapping of settings")
+    spec = SearchSpec(
+        name=path.stem,
+        path=path,
+        description=str(raw.get("description", "")).strip(),
+        metric=objectives[0][0],
+        mode=objectives[0][1],
+        algorithm=_one_of(raw.get("algorithm", "optuna"), ALGORITHMS, where, "algorithm"),
+        num_samples=_positive_int(raw.get("num_samples", 1), where, "num_samples"),
+        scheduler=_parse_scheduler(raw.get("scheduler", "fifo"), where),
+        parameters={str(k): parse_param(str(k), v, where) for k, v in parameters.items()},
+        defaults=dict(defaults),
+        text=text,
+        criteria=_flag(raw.get("criteria", False), where, "criteria"),
+        objectives=objectives,
+        max_trainable_params=_optional_int(raw.get("max_trainable_params"), where, "max_trainable_params"),
+        warm_start=_positive_int(raw.get("warm_start", 0), where, "warm_start", minimum=0),
+    )
+    spec = replace(spec, budgets=parse_budgets(raw.get("budgets"), spec.parameters, where))
+    _check_algorithm(spec)
+    return spec
+
+
+def _parse_objectives(raw: dict, where: str) -> tuple[tuple[str, str], ...]:
+    """``metric``/``mode``: one name and one mode, or two lists of the same length (Optuna multi-objective)."""
+    metric, mode = raw.get("metric", "val_acc"), raw.get("mode", "max")
+    if not isinstance(metric, list):
+        return ((str(metric), _one_of(mode, MODES, where, "mode")),)
+    if not isinstance(mode, list) or len(mode) != len(metric) or len(metric) < 2:
+        raise UserError(
+            f"{where}: two or more objectives need metric and mode lists of the same length, "
+            f"e.g. metric: [val_acc, trainable_params] and mode: [max, min]"
+        )
+    if len(set(map(str, metric))) < len(metric):
+        raise UserError(f"{where}: metric lists an objective twice ({', '.join(map(str, metric))}); name each once")
+    return tuple((str(m), _one_of(d, MODES, where, "mode")) for m, d in zip(metric, mode))
+
+
+_BUDGETS_FORM = "a list of step counts, or of {steps: N, PARAMETER: [fewer of its choices]}"
+
+
+def parse_budgets(raw: Any, parameters: dict[str, Distribution], where: str) -> tuple[Budget, ...]:
+    """``budgets`` of a space file (``where``): step counts, each with the parameters it narrows; () when absent."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        raise UserError(f"{where}: budgets must be {_BUDGETS_FORM}, e.g. [150, {{steps: 600, lr: [0.1]}}]")
+    if "max_steps" in parameters:
+        raise UserError(f"{where}: budgets set each trial's max_steps; remove max_steps from parameters")
+    budgets = [_parse_budget(entry, parameters, where) for entry in raw]
+    steps = [b.steps for b in budgets]
+    if len(set(steps)) != len(steps):
+        raise UserError(f"{where}: budgets {steps} repeat a step count; give each budget once")
+    return tuple(budgets)
+
+
+def _parse_budget(entry: Any, parameters: dict[str, Distribution], where: str) -> Budget:
+    if not isinstance(entry, dict):
+        return Budget(_positive_int(entry, where, "a budget's steps"))
+    if "steps" not in entry:
+        raise UserError(f"{where}: budget {entry} has no steps; write {_BUDGETS_FORM}")
+    narrowed = {}
+    for name, values in entry.items():
+        if name == "steps":
+            continue
+        if name not in parameters:
+            raise UserError(
+                f'{where}: budget {entry["steps"]} narrows "{name}", which is not a parameter'
+                f"{did_you_mean(str(name), parameters)}; parameters: {', '.join(parameters)}"
+            )
+        narrowed[name] = parse_param(name, {"choice": values}, where)
+        extra = [v for v in narrowed[name].grid_values() if v not in parameters[name].grid_values()]
+        if extra:
+            raise UserError(
+                f'{where}: budget {entry["steps"]} gives "{name}" {extra}, not among its choices '
+                f"{parameters[name].grid_values()}; a budget only narrows a parameter"
+            )
+    return Budget(_positive_int(entry["steps"], where, "a budget's steps"), narrowed)
+
+
+def _check_algorithm(spec: SearchSpec) -> None:
+    if spec.multi_objective and spec.algorithm != "optuna":
+        raise UserError(f"{spec.path}: several objectives need algorithm: optuna (its multi-objective TPE)")
+    if spec.multi_objective and spec.scheduler.name != "fifo":
+        raise UserError(
+            f"{spec.path}: scheduler {spec.scheduler.name} stops trials by one metric; with several "
+            "objectives use scheduler: fifo (every trial trains its whole budget)"
+        )
+    if spec.warm_start and not (spec.algorithm == "optuna" and isinstance(spec.parameters.get("components"), Subsets)):
+        raise UserError(f"{spec.path}: warm_start needs algorithm: optuna and components: {{subsets: ...}}")
+    if spec.budgets and (spec.algorithm != "grid" or spec.scheduler.name != "fifo"):
+        raise UserError(
+            f"{spec.path}: budgets need algorithm: grid and scheduler: fifo (every trial trains its budget's steps)"
+        )
+    if spec.algorithm == "grid":
+        for p in spec.parameters.values():
+            if not p.discrete:
+                raise UserError(
+                    f'{spec.path}: a grid needs discrete parameters; "{p.name}" is a range, write {{choice: [...]}}'
+                )
+    if spec.warm_start > spec.total_trials:
+        raise UserError(
+            f"{spec.path}: warm_start {spec.warm_start} is more than the search's {spec.total_trials} trial(s); "
+            "lower warm_start or raise num_samples (--num-samples)"
+        )
+
+
+def _parse_scheduler(raw: Any, where: str) -> SchedulerSpec:
+    if isinstance(raw, str):
+        raw = {"name": raw}
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: scheduler must be a name ({', '.join(SCHEDULERS)}) or a mapping")
+    _check_keys(raw, _SCHEDULER_KEYS, where, "scheduler key")
+    name = _one_of(raw.get("name", "fifo"), SCHEDULERS, where, "scheduler")
+    return SchedulerSpec(
+        name=name,
+        grace_period=_positive_int(raw.get("grace_period", 100), where, "scheduler grace_period"),
+        reduction_factor=_positive_int(raw.get("reduction_factor", 3), where, "scheduler reduction_factor", minimum=2),
+    )
+
+
+def _check_keys(raw: dict, allowed: Iterable[str], where: str, what: str) -> None:
+    for key in raw:
+        if key not in allowed:
+            raise UserError(
+                f'{where}: unknown {what} "{key}"{did_you_mean(str(key), allowed)}; allowed: {", ".join(allowed)}'
+            )
+
+
+def _one_of(value: Any, options: tuple[str, ...], where: str, what: str) -> str:
+    if value not in options:
+        raise UserError(
+            f'{where}: unknown {what} "{value}"{did_you_mean(str(value), options)}; use one of {", ".join(options)}'
+        )
+    return str(value)
+
+
+def _flag(value: Any, where: str, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise UserError(f"{where}: {what} must be true or false, got {value!r}")
+    return value
+
+
+def _optional_int(value: Any, where: str, what: str) -> int | None:
+    return None if value is None else _positive_int(value, where, what)
+
+
+def _positive_int(value: Any, where: str, what: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(f"{where}: {what} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def searched_augmentations(spec: SearchSpec) -> list[str]:
+    """The augmentation recipes a space's ``augment`` parameter may take (none when it does not vary)."""
+    augment = spec.parameters.get("augment")
+    return [] if augment is None else [v for v in augment.corners() if v is not None]
