@@ -88,6 +88,7 @@ def test_labs_are_read_from_their_folders_and_the_unqualified_left_out(tmp_path)
         lab.write_lab(results, tmp_path / name / "analysis")
         trials.to_csv(tmp_path / name / "analysis" / "lab_trials.csv", index=False)
         record = {"model": "m0", "task": f"t{seed}", "dataset": f"d{seed}", "qualification": {"qualifies": qualifies}}
+        record["stages"] = {"full": {"seconds": 60.0 * (seed + 1)}, "single": {"seconds": 30.0}}
         (tmp_path / name / "lab.json").write_text(json.dumps(record))
     dirs = [tmp_path / n for n in ("lab.m0.a", "lab.m0.b", "lab.m0.c")]
     data = pooled.read_lab(dirs[0])
@@ -96,5 +97,8 @@ def test_labs_are_read_from_their_folders_and_the_unqualified_left_out(tmp_path)
     payload = json.loads((tmp_path / "pooled" / "pooled.json").read_text())
     assert [lab_["lab"] for lab_ in payload["labs"]] == ["lab.m0.a", "lab.m0.b"] and payload["excluded"] == ["lab.m0.c"]
     assert "Left out, their task did not qualify: lab.m0.c." in text
+    # each lab's time: its stages' recorded seconds summed (60 + 30 s, 120 + 30 s), in the sentences and the file
+    assert "Each lab's searches took (wall time as recorded): lab.m0.a 1.5 min (2 searches); lab.m0.b 2.5 min" in text
+    assert [lab_["minutes"] for lab_ in payload["labs"]] == [1.5, 2.5]
     with pytest.raises(pooled.UserError, match="is not analyzed"):
         pooled.read_lab(tmp_path / "lab.m0.missing")

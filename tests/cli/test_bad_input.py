@@ -326,7 +326,15 @@ def test_vitplast_help_lists_each_command_with_its_sentence():
 
     proc = run(sys.executable, "-m", "vitplast_tune", "--help")
     text = " ".join(proc.stdout.split())  # argparse wraps the sentences
-    assert proc.returncode == 0 and set(COMMANDS) == {"search", "analyze", "plasticity", "pretrain", "recommend", "ui"}
+    assert proc.returncode == 0 and set(COMMANDS) == {
+        "search",
+        "analyze",
+        "plasticity",
+        "pretrain",
+        "recommend",
+        "ui",
+        "lab",
+    }
     for name, module in _MODULES.items():
         assert f"{name} {module.HELP}" in text, name
 

@@ -42,7 +42,7 @@ POOLED_FILE = "pooled.json"
 @dataclass
 class LabData:
     """What the pooled verdict reads of one lab: its name, model, task and dataset, its subsets' table (with the
-    predictors and ``in_verdict``) and every stage's trials."""
+    predictors and ``in_verdict``), every stage's trials, and the wall minutes its searches took (as recorded)."""
 
     name: str
     model: str
@@ -51,6 +51,8 @@ class LabData:
     table: pd.DataFrame
     trials: pd.DataFrame
     qualifies: bool = True
+    minutes: float = math.nan  # the wall minutes of the lab's searches, summed over its stages (``lab.json``)
+    searches: int = 0
 
 
 def read_lab(directory: Path) -> LabData:
@@ -70,7 +72,10 @@ def read_lab(directory: Path) -> LabData:
     table["in_verdict"] = table["in_verdict"].astype(bool)
     trials = pd.read_csv(files[2], dtype={"trial_id": str, "run_id": str})
     qualifies = bool(record.get("qualification", {}).get("qualifies", False))
-    return LabData(directory.name, record["model"], record["task"], record["dataset"], table, trials, qualifies)
+    stages = record.get("stages", {})
+    minutes = sum(s["seconds"] for s in stages.values()) / 60 if stages else math.nan
+    where = (directory.name, record["model"], record["task"], record["dataset"])
+    return LabData(*where, table, trials, qualifies, minutes, len(stages))
 
 
 @dataclass
@@ -229,6 +234,9 @@ def conclusions(result: PooledResult) -> list[str]:
         )
     if result.excluded:
         out.append(f"Left out, their task did not qualify: {', '.join(result.excluded)}.")
+    timed = [f"{lab.name} {lab.minutes:.1f} min ({lab.searches} searches)" for lab in result.labs if lab.searches]
+    if timed:
+        out.append(f"Each lab's searches took (wall time as recorded): {'; '.join(timed)}.")
     return out
 
 
@@ -273,7 +281,10 @@ def write_pooled(result: PooledResult, out: Path) -> list[Path]:
     ``pooled.csv`` and ``pooled_per_lab.csv`` into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     files = [out / POOLED_FILE, out / "pooled.csv", out / "pooled_per_lab.csv"]
-    labs = [{"lab": lab.name, "model": lab.model, "task": lab.task, "dataset": lab.dataset} for lab in result.labs]
+    labs = [
+        {"lab": lab.name, "model": lab.model, "task": lab.task, "dataset": lab.dataset, "minutes": lab.minutes}
+        for lab in result.labs
+    ]
     payload = {
         "labs": labs,
         "excluded": result.excluded,
