@@ -198,6 +198,20 @@ def describe_correlations(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def plasticity_verdict(table: pd.DataFrame) -> str:
+    """The sentences that say whether each plasticity score ranked the trials better than log(trainable parameters)
+    (their verdicts adjusted together, Holm), on the target with the most trials ("" when the table supports no
+    verdict), prefixed by that target's name."""
+    if table.empty:
+        return ""
+    scored = table[(table["note"] == "") & table["predictor"].isin(SCORES)]
+    if scored.empty:
+        return ""
+    target = scored.groupby("target", sort=False)["n"].max().idxmax()
+    sentences = _verdicts(table[table["target"] == target])
+    return f"on {TARGET_LABELS.get(target, target)}: {' '.join(sentences)}" if sentences else ""
+
+
 def _verdicts(rows: pd.DataFrame) -> list[str]:
     """Each plasticity score against log(trainable params), paired bootstrap, its interval and verdict adjusted for
     every verdict of the analysis (Holm); below ``correlation.MIN_POINTS`` trials the figures without a verdict."""
