@@ -28,6 +28,7 @@ MAX_FUNCTION_LINES = 60
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("__main__",),
     ("cli",),
+    ("labs",),  # the criteria lab: runs searches, and times them as workflows' dry run does
     ("workflows",),
     ("run",),
     ("recommend",),

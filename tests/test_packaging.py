@@ -77,7 +77,7 @@ def test_a_wheel_ships_the_spaces_weights_and_commands_and_searches_from_them(tm
     assert "License-Expression: MIT" in (dist_info / "METADATA").read_text()
     assert (dist_info / "licenses" / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
     commands = ("vitplast-search", "vitplast-analyze", "vitplast-plasticity", "vitplast-pretrain", "vitplast-recommend")
-    commands += ("vitplast-ui",)
+    commands += ("vitplast-ui", "vitplast-lab")
     for command in commands:
         assert (target / "bin" / command).is_file()
     search = [sys.executable, str(target / "bin" / "vitplast-search"), "--space", "component_subsets"]

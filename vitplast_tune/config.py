@@ -22,6 +22,9 @@ TESTBED_MODEL = "vit_testbed_patch8_32.fractal"  # the offline default (vit/mode
 PAPER_MODEL = "vit_base_patch16_224.orig_in21k"
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"  # shipped with the package
 TESTBED_WEIGHTS = WEIGHTS_DIR / "vit_testbed_patch8_32.fractal.safetensors"
+# The second testbed: the same architecture and recipe, pretrained from seed 1 (vitplast-pretrain --seed 1).
+TESTBED_SEED1_MODEL = "vit_testbed_patch8_32.fractal_seed1"
+TESTBED_SEED1_WEIGHTS = WEIGHTS_DIR / "vit_testbed_patch8_32.fractal_seed1.safetensors"
 
 
 CACHE_ENV = "VITPLAST_CACHE_DIR"  # overrides the cache root

@@ -176,6 +176,18 @@ OTHERS = [
     ("recommend", ["--plasticity-pairs", "0"], "--plasticity-pairs: must be a positive integer"),
     ("recommend", ["--budget-params", "0"], "--budget-params: must be a positive integer"),
     ("recommend", ["--weights", "{tmp}/nope.safetensors"], "nope.safetensors does not exist"),
+    ("lab", ["run", "digit"], 'unknown task "digit" (did you mean "digits"?); tasks: digits, digits_c-contrast'),
+    ("lab", ["run", "digits", "--model", "s9"], 'unknown model "s9"; models: s0'),
+    ("lab", ["run", "digits", "fractals_novel"], "run takes one task"),
+    ("lab", ["check", "--max-rounds", "-1"], "--max-rounds must not be negative"),
+    ("lab", ["check", "--storage", "{tmp}/a-file"], "--storage {tmp}/a-file is a file"),
+    ("lab", ["pooled", "lab.s0.digits"], "pooled needs --name NAME"),
+    (
+        "lab",
+        ["pooled", "--name", "p", "lab.s0.digits", "--storage", "{tmp}"],
+        "lab lab.s0.digits in {tmp} is not analyzed",
+    ),
+    ("lab", ["walk"], "argument command: invalid choice: 'walk'"),
 ]
 if NO_GPU:
     OTHERS.append(("plasticity", ["--device", "cuda"], 'device "cuda": no CUDA GPU is visible here'))
@@ -316,7 +328,15 @@ def test_vitplast_help_lists_each_command_with_its_sentence():
 
     proc = run(sys.executable, "-m", "vitplast_tune", "--help")
     text = " ".join(proc.stdout.split())  # argparse wraps the sentences
-    assert proc.returncode == 0 and set(COMMANDS) == {"search", "analyze", "plasticity", "pretrain", "recommend", "ui"}
+    assert proc.returncode == 0 and set(COMMANDS) == {
+        "search",
+        "analyze",
+        "plasticity",
+        "pretrain",
+        "recommend",
+        "ui",
+        "lab",
+    }
     for name, module in _MODULES.items():
         assert f"{name} {module.HELP}" in text, name
 

@@ -239,10 +239,12 @@ def test_model_data_config_drives_the_transforms():
 def test_each_dataset_has_its_default_augmentation_and_a_run_overrides_it(tmp_path):
     from timm.data.transforms import RandomResizedCropAndInterpolation
 
-    named = {name: "cifar10c:snow" if name == "cifar10c" else name for name in datasets.list_datasets()}
+    optioned = ("cifar10c", "digits_c", "fractals_novel_c")
+    named = {name: f"{name}:snow" if name in optioned else name for name in datasets.list_datasets()}
     defaults = {name: datasets.resolve_augmentation(full, None) for name, full in named.items()}
     natural = ("cifar10", "cifar100", "cifar10c", "flowers102", "imagefolder", "pets")
-    assert defaults == {**dict.fromkeys(natural, "paper"), "digits": "light", "fractals": "light"}
+    small = ("digits", "digits_c", "fractals", "fractals_novel", "fractals_novel_c")
+    assert defaults == {**dict.fromkeys(natural, "paper"), **dict.fromkeys(small, "light")}
     assert datasets.resolve_augmentation("digits", "auto") == "light"
     assert datasets.resolve_augmentation("digits", "none") == "none"
     assert datasets.load_dataset("digits", CONFIG).train.augment == "light"

@@ -85,7 +85,7 @@ def test_the_plasticity_line_is_the_analysis_verdict(tmp_path):
 
 def test_the_verdict_comes_from_the_target_with_the_most_trials():
     """Ten finished trials give no verdict; the sixty at the common step do, and the answer quotes those."""
-    row = dict(note="", spearman=0.3, diff_low=-0.2, diff_high=0.3)
+    row = dict(note="", spearman=0.3, diff_low=-0.2, diff_high=0.3, p_holm=float("nan"), level=float("nan"))
     table = pd.DataFrame(
         [
             dict(
@@ -103,12 +103,13 @@ def test_the_verdict_comes_from_the_target_with_the_most_trials():
                 n=60,
                 verdict="no clear difference",
                 diff_vs_baseline=0.06,
+                p_holm=0.62,
+                level=0.975,
             ),
         ]
     )
     assert plasticity_verdict(table) == (
         "on validation accuracy at the last step every trial reached, all trials: plasticity_max is not clearly "
-        "different from log(trainable parameters): paired bootstrap of the Spearman difference +0.06 [-0.20, +0.30], "
-        "n=60."
+        "different from log(trainable parameters): Spearman difference +0.06 [-0.20, +0.30] (97.5%, Holm p=0.62), n=60."
     )
     assert plasticity_verdict(table[table["target"] == "val_acc"]).endswith("too few trials to judge.")

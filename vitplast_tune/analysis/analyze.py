@@ -19,8 +19,8 @@ from vitplast_tune.analysis.plots import plot_importance
 from vitplast_tune.analysis.protocol import PaperResults, describe_paper, paper_results
 from vitplast_tune.analysis.trials import TrialAnalysis, analyze_trials, describe_correlations
 from vitplast_tune.config import FinetuneConfig
-from vitplast_tune.predictors.report import in_network_scores, search_report
-from vitplast_tune.predictors.scores import layer_table
+from vitplast_tune.predictors.report import in_network_depth_scores, in_network_scores, search_report
+from vitplast_tune.predictors.scores import layer_table, num_blocks
 
 
 @dataclass
@@ -30,7 +30,8 @@ class SearchAnalysis:
 
     trials: TrialAnalysis | None = None  # plasticity vs accuracy per trial (when plasticity was measured)
     paper: PaperResults | None = None  # the paper's protocol (a grid with seeds)
-    criteria: pd.DataFrame | None = None  # the criteria lab (a space with ``criteria: true``)
+    criteria: pd.DataFrame | None = None  # the criteria lab's comparison at every budget (``criteria: true``)
+    lab: list[lab.LabResult] = field(default_factory=list)  # the criteria lab, one result per budget
     importance: Importance | None = None  # which searched parameters matter (when the space searches any)
     depth: DepthAnalysis | None = None  # where to finetune (trials at several depths)
     files: list[Path] = field(default_factory=list)
@@ -42,8 +43,10 @@ class SearchAnalysis:
         verdict held across them)."""
         if self.budgets:
             parts = [f"=== Budget {part.budget} steps ===\n{part.describe()}" for part in self.budgets]
-            if self.criteria is not None:
-                parts.append(lab.describe_budgets(self.criteria))
+            if self.lab:
+                parts.append(
+                    "=== The criteria lab, every budget in one family of verdicts ===\n" + lab.describe_lab(self.lab)
+                )
             return "\n\n".join(parts)
         parts = [describe_importance(self.importance)] if self.importance is not None else []
         if self.trials is not None:
@@ -54,8 +57,8 @@ class SearchAnalysis:
             )
         if self.paper is not None:
             parts.append(describe_paper(self.paper))
-        if self.criteria is not None:
-            parts.append(lab.describe_criteria(self.criteria))
+        if self.lab:
+            parts.append(lab.describe_lab(self.lab))
         if self.depth is not None:
             parts.append(describe_depth(self.depth))
         return "\n\n".join(parts)
@@ -77,26 +80,32 @@ def analyze_search(
     carry plasticity scores), the paper's protocol (a grid with seeds), the criteria lab (``criteria: true``) and the
     depth analysis (trials at several depths, with the plasticity per layer of ``variant``); files go to ``out_dir``.
 
-    Trials of several step budgets (``max_steps``) are analyzed apart, each into ``out_dir/steps-N``; the lab's
-    tables of every budget go together into ``out_dir/criteria.csv`` (a ``budget`` column).
+    Trials of several step budgets (``max_steps``) are analyzed apart, each into ``out_dir/steps-N``; the criteria
+    lab judges every budget's verdicts in one family, its tables in ``out_dir/criteria.csv`` (a ``budget`` column) and
+    ``out_dir/criteria_subsets.csv``.
     """
     out = Path(out_dir).expanduser()
     steps = sorted(pd.to_numeric(trials["max_steps"], errors="coerce").dropna().unique()) if len(trials) else []
     options = dict(reference=reference, plasticity_pairs=plasticity_pairs, parameters=parameters, variant=variant)
     if len(steps) < 2:
-        return _analyze_one(trials, spec, settings, out, **options)
-    found = SearchAnalysis()
-    for budget in steps:
-        part = _analyze_one(
-            trials[trials["max_steps"] == budget], spec, settings, out / f"steps-{int(budget)}", **options
+        found = _analyze_one(trials, spec, settings, out, **options)
+        parts = {None: trials}
+    else:
+        found, parts = SearchAnalysis(), {}
+        for budget in steps:
+            parts[int(budget)] = trials[trials["max_steps"] == budget]
+            part = _analyze_one(parts[int(budget)], spec, settings, out / f"steps-{int(budget)}", **options)
+            part.budget = int(budget)
+            found.budgets.append(part)
+            found.files += part.files
+    if spec.criteria and len(trials):
+        grid_lrs = spec.parameters["lr"].grid_values() if "lr" in spec.parameters else None
+        extra = in_network_scores(
+            settings, trials["components"].unique(), reference=reference, plasticity_pairs=plasticity_pairs
         )
-        part.budget = int(budget)
-        found.budgets.append(part)
-        found.files += part.files
-    if spec.criteria:
-        found.criteria = pd.concat([p.criteria.assign(budget=p.budget) for p in found.budgets], ignore_index=True)
-        found.files.append(out / "criteria.csv")
-        found.criteria.to_csv(found.files[-1], index=False)
+        found.lab = lab.criteria_lab(parts, extra, grid_lrs=grid_lrs)
+        found.criteria = pd.concat([r.comparison for r in found.lab], ignore_index=True)
+        found.files += lab.write_lab(found.lab, out)
     return found
 
 
@@ -123,24 +132,24 @@ def _analyze_one(
     if spec.algorithm == "grid" and spec.has_seeds and len(whole):  # the paper's protocol trains every block
         found.paper = paper_results(whole, out)
         found.files += found.paper.files
-    if spec.criteria:
-        subsets = lab.subset_table(trials)
-        extra = in_network_scores(
-            settings, subsets["components"], reference=reference, plasticity_pairs=plasticity_pairs
-        )
-        table = lab.subset_table(trials, extra)
-        found.criteria = lab.criteria_comparison(table)
-        found.files += [out / "criteria_subsets.csv", out / "criteria.csv"]
-        table.to_csv(found.files[-2], index=False)
-        found.criteria.to_csv(found.files[-1], index=False)
     if varies_depth(trials):
-        layers = None
-        if "plasticity_mean" in trials:
-            measured = search_report(settings, reference=reference, variant=variant, max_pairs=plasticity_pairs)
-            layers = layer_table(measured.table)
-        found.depth = analyze_depth(trials, out, layers=layers)
+        found.depth = _depth(trials, settings, out, reference=reference, plasticity_pairs=plasticity_pairs)
         found.files += found.depth.files
     return found
+
+
+def _depth(
+    trials: pd.DataFrame, settings: FinetuneConfig, out: Path, *, reference: str, plasticity_pairs
+) -> DepthAnalysis:
+    """The depth analysis, per layer on in-network plasticity (each layer on its real input: its report measured once,
+    cached) when the trials carry plasticity scores."""
+    if "plasticity_mean" not in trials:
+        return analyze_depth(trials, out, num_blocks=0)
+    measured = search_report(settings, reference=reference, variant="in_network", max_pairs=plasticity_pairs)
+    configs = list(dict.fromkeys(zip(trials["components"], trials["depth"].fillna("all").astype(str))))
+    scores = in_network_depth_scores(measured, settings, configs)
+    blocks = num_blocks(measured.table)
+    return analyze_depth(trials, out, num_blocks=blocks, layers=layer_table(measured.table), predictors=scores)
 
 
 def importance_of(trials: pd.DataFrame, params: pd.DataFrame, distributions: dict) -> Importance:

@@ -10,6 +10,7 @@ than ``MAX_DEGENERATE`` of them are. Below ``MIN_POINTS`` rows a comparison give
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from collections.abc import Callable
@@ -112,23 +113,70 @@ def bca_from_resamples(
     """Efron's BCa interval from given bootstrap values ``boot`` of ``statistic`` on paired ``data``, with the
     formulas of ``scipy.stats.bootstrap`` (bias from the share of values below the estimate, acceleration from
     the leave-one-out jackknife, whose undefined values are left out); NaN when it cannot be formed."""
-    theta = float(statistic(*data))
-    n = len(data[0])
-    jack = np.array([statistic(*(d[np.arange(n) != i] for d in data)) for i in range(n)], dtype=float)
-    jack = jack[np.isfinite(jack)]
-    if not np.isfinite(theta) or len(boot) == 0 or len(jack) < 2:
+    parts = _bias_and_acceleration(data, statistic, boot)
+    if parts is None:
         return math.nan, math.nan
-    share = (np.sum(boot < theta) + np.sum(boot <= theta)) / (2 * len(boot))
-    z0 = special.ndtri(share)
-    spread = jack.mean() - jack
-    den = 6 * np.sum(spread**2) ** 1.5
-    accel = np.sum(spread**3) / den if den > 0 else 0.0
+    z0, accel = parts
     z = special.ndtri((1 - level) / 2)
     ends = [special.ndtr(z0 + (z0 + q) / (1 - accel * (z0 + q))) for q in (z, -z)]
     if not all(np.isfinite(ends)):
         return math.nan, math.nan
     low, high = np.percentile(boot, [100 * ends[0], 100 * ends[1]])
     return float(low), float(high)
+
+
+def _bias_and_acceleration(
+    data: tuple[np.ndarray, ...], statistic: Callable[..., Any], boot: np.ndarray
+) -> tuple[float, float] | None:
+    """BCa's bias correction z0 and acceleration of ``boot`` (finite values), or None when they cannot be formed."""
+    theta = float(statistic(*data))
+    n = len(data[0])
+    jack = np.array([statistic(*(d[np.arange(n) != i] for d in data)) for i in range(n)], dtype=float)
+    jack = jack[np.isfinite(jack)]
+    if not np.isfinite(theta) or len(boot) == 0 or len(jack) < 2:
+        return None
+    share = (np.sum(boot < theta) + np.sum(boot <= theta)) / (2 * len(boot))
+    spread = jack.mean() - jack
+    den = 6 * np.sum(spread**2) ** 1.5
+    return float(special.ndtri(share)), float(np.sum(spread**3) / den if den > 0 else 0.0)
+
+
+def bca_p(
+    data: tuple[np.ndarray, ...],
+    statistic: Callable[..., Any],
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    null: float = 0.0,
+    vectorized: bool = False,
+) -> float:
+    """The two-sided p-value of ``null`` that matches ``bca_interval`` (the same seeded resamples): the smallest
+    ``1 - level`` whose BCa interval reaches ``null``, found by inverting the BCa percentile formula at the share of
+    bootstrap values below ``null``. NaN where the interval would be undetermined."""
+    if n_boot <= 0:
+        return math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = stats.bootstrap(
+            data,
+            statistic,
+            paired=True,
+            vectorized=vectorized,
+            n_resamples=n_boot,
+            method="percentile",
+            rng=np.random.default_rng(seed),
+        )
+    boot = np.asarray(res.bootstrap_distribution, dtype=float)
+    finite = boot[np.isfinite(boot)]
+    parts = _bias_and_acceleration(data, statistic, finite) if len(finite) >= (1 - MAX_DEGENERATE) * len(boot) else None
+    if parts is None:
+        return math.nan
+    z0, accel = parts
+    share = (np.sum(finite < null) + np.sum(finite <= null)) / (2 * len(finite))
+    share = min(max(share, 0.5 / len(finite)), 1 - 0.5 / len(finite))
+    w = special.ndtri(share) - z0
+    tail = float(special.ndtr(w / (1 + accel * w) - z0))
+    return min(1.0, 2 * min(tail, 1 - tail))
 
 
 def spearman(x: np.ndarray, y: np.ndarray, axis: int = -1):
@@ -190,12 +238,14 @@ def compare_predictors(
     n_boot: int = 1000,
     seed: int = 0,
     min_points: int = MIN_POINTS,
+    level: float = 0.95,
 ) -> dict[str, Any]:
     """Is ``predictor`` a better rank predictor of ``target`` than ``baseline``? A paired bootstrap of the difference.
 
-    Returns n, diff = stat(predictor) - stat(baseline) on the rows where all three are finite, its BCa 95%
-    interval, and ``verdict``: "better" (interval above 0), "worse" (below 0), "no clear difference",
-    "undetermined" (the interval could not be formed), or "no verdict (n < min_points)".
+    Returns n, diff = stat(predictor) - stat(baseline) on the rows where all three are finite, its BCa interval at
+    ``level``, the matching two-sided p-value of 0 (``bca_p``), and ``verdict``: "better" (interval above 0), "worse"
+    (below 0), "no clear difference", "undetermined" (the interval could not be formed), or "no verdict (n <
+    min_points)". A family of such comparisons adjusts ``p`` and ``level`` (``multiple``).
     """
     require_columns(trials, [predictor, baseline, target])
     x1, x2, y = (numeric(trials[c]) for c in (predictor, baseline, target))
@@ -215,16 +265,19 @@ def compare_predictors(
         "diff": math.nan,
         "diff_low": math.nan,
         "diff_high": math.nan,
+        "p": math.nan,
         "verdict": "too few rows",
     }
     if len(y) < 3 or is_constant(y):
         return out
-    low, high = bca_interval((x1, x2, y), diff, n_boot=n_boot, seed=seed, vectorized=True)
+    options = dict(n_boot=n_boot, seed=seed, vectorized=True)
+    low, high = bca_interval((x1, x2, y), diff, level=level, **options)
     return {
         **out,
         "diff": float(diff(x1, x2, y)),
         "diff_low": low,
         "diff_high": high,
+        "p": bca_p((x1, x2, y), diff, **options) if np.isfinite(low) else math.nan,
         "verdict": verdict(low, high, len(y), min_points),
     }
 
@@ -329,15 +382,41 @@ def is_constant(values: np.ndarray) -> bool:
     return len(values) == 0 or bool(np.all(values == values[0]))
 
 
+EXACT_BELOW = 10  # fewer points: p-values by enumerating every pairing (at most 9! = 362,880), not an approximation
+
+
 def point_stats(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    """Spearman and Kendall of two samples with their p-values."""
-    spearman, kendall = stats.spearmanr(x, y), stats.kendalltau(x, y)
+    """Spearman and Kendall of two samples with their two-sided p-values: exact permutation p-values below
+    ``EXACT_BELOW`` points (``permutation_p``), scipy's approximations from there on."""
+    rho, tau = stats.spearmanr(x, y), stats.kendalltau(x, y)
+    small = len(x) < EXACT_BELOW
     return {
-        "spearman": spearman.statistic,
-        "spearman_p": spearman.pvalue,
-        "kendall": kendall.statistic,
-        "kendall_p": kendall.pvalue,
+        "spearman": rho.statistic,
+        "spearman_p": permutation_p(x, y, spearman) if small else rho.pvalue,
+        "kendall": tau.statistic,
+        "kendall_p": permutation_p(x, y, kendall) if small else tau.pvalue,
     }
+
+
+def permutation_p(x: np.ndarray, y: np.ndarray, statistic: Callable[..., Any] | None = None) -> float:
+    """The exact two-sided permutation p-value of a rank correlation (default Spearman) of ``x`` and ``y``: the share of
+    all ``n!`` pairings of ``y``'s values with ``x``'s whose statistic is at least as far from 0 as the observed one
+    (ties in the data kept as they are). Every pairing is enumerated, in chunks: meant for ``n < EXACT_BELOW``."""
+    statistic = statistic or spearman
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    observed = abs(float(statistic(x, y)))
+    if not np.isfinite(observed):
+        return math.nan
+    pairings = itertools.permutations(range(len(y)))
+    extreme = total = 0
+    while chunk := list(itertools.islice(pairings, _PERMUTATION_CHUNK)):
+        values = np.abs(statistic(np.broadcast_to(x, (len(chunk), len(x))), y[np.array(chunk)], -1))
+        extreme += int(np.sum(values >= observed - 1e-12))
+        total += len(chunk)
+    return extreme / total
+
+
+_PERMUTATION_CHUNK = 40_320  # pairings per vectorized call (8!)
 
 
 def compare_with_baseline(
@@ -367,14 +446,13 @@ def compare_with_baseline(
         row = correlations(common, [predictor], target, n_boot=n_boot, seed=seed, min_trials=min_trials).iloc[0]
         row = row.to_dict()
         row.update(baseline_spearman=math.nan, diff_vs_baseline=math.nan, diff_low=math.nan, diff_high=math.nan)
-        row["verdict"] = ""
+        row.update(diff_p=math.nan, verdict="")
         if predictor != baseline and not row["note"]:
             y = numeric(common[target])
             kept = common[np.isfinite(y)]
             row["baseline_spearman"] = spearman(numeric(kept[baseline]), numeric(kept[target]))
             c = compare_predictors(common, predictor, baseline, target, n_boot=n_boot, seed=seed, min_points=min_points)
-            row.update(
-                diff_vs_baseline=c["diff"], diff_low=c["diff_low"], diff_high=c["diff_high"], verdict=c["verdict"]
-            )
+            row.update(diff_vs_baseline=c["diff"], diff_low=c["diff_low"], diff_high=c["diff_high"])
+            row.update(diff_p=c["p"], verdict=c["verdict"])
         rows.append(row)
     return pd.DataFrame(rows)

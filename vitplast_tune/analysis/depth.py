@@ -1,10 +1,15 @@
 """Where to finetune: depth as a dimension of a search. Per configuration (a subset with its methods, at a depth) at
 its best learning rate, does the plasticity of the layers it trains predict its test accuracy, beside the naive
-baseline log(#trainable parameters)? Within each subset, is its most plastic depth its best one? With the
-plasticity per component and layer beside the answer.
+baseline log(#trainable parameters)? Within each subset, is its most plastic depth its best one?
 
-Pure functions on pandas objects: the trials' ``plasticity_mean`` is already the mean over the layers each trial
-trains (``predictors.report.Predictors.trial_scores``).
+A per-layer question asks for each layer's plasticity on its real input: the in-network variant
+(``in_network_mean``, the mean over the layers a configuration trains) when the analysis has it, the trials'
+paper-variant score (every layer fed the embedding output, which only block 0 sees) otherwise, and the text says which.
+The depths compared within a subset are those no other depth of it contains (``all`` contains the thirds, and its mean
+over every layer can never be the most plastic): under the null that accuracy and plasticity order them
+independently, each subset's chance of agreement is one over their number, and the count of agreements is tested
+exactly against that Poisson-binomial law. The comparison over configurations is the lab's (hierarchical bootstrap,
+``lab.predictor_statistics``), judged with the agreement test in one family (Holm).
 """
 
 from __future__ import annotations
@@ -16,13 +21,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vitplast_tune.analysis.correlation import is_constant, point_stats
-from vitplast_tune.analysis.lab import criteria_comparison, describe_criteria
+from vitplast_tune.analysis import multiple
+from vitplast_tune.analysis.correlation import MIN_POINTS, is_constant, spearman
+from vitplast_tune.analysis.lab import (
+    N_BOOT,
+    Statistics,
+    comparison_frame,
+    fill_verdicts,
+    mean_std,
+    predictor_statistics,
+)
 from vitplast_tune.analysis.protocol import best_lr_table
-from vitplast_tune.components import subset_name
+from vitplast_tune.analysis.resampling import runs_of
+from vitplast_tune.components import depth_blocks, subset_name
 from vitplast_tune.predictors.scores import BASELINE, log_trainable_params
 
-DEPTH_PREDICTORS: tuple[str, ...] = ("plasticity_mean", "plasticity_max", BASELINE)
+DEPTH_PREDICTORS: tuple[str, ...] = ("in_network_mean", "plasticity_mean", "plasticity_max", BASELINE)
 
 
 @dataclass
@@ -30,10 +44,13 @@ class DepthAnalysis:
     """The depth analysis of a search whose trials vary their depth, and the files written."""
 
     table: pd.DataFrame  # per (components, depth) at its best lr: test accuracy and the predictors
-    agreement: pd.DataFrame  # per subset: its best depth by accuracy and its most plastic depth
+    agreement: pd.DataFrame  # per subset: its best depth by accuracy and its most plastic depth, among comparable ones
+    score: str = "plasticity_mean"  # the per-layer score the agreement uses
+    test: dict = field(default_factory=dict)  # the count of agreements against its chance law
     comparison: pd.DataFrame | None = None  # each predictor's rank correlation with accuracy over configurations
     layers: pd.DataFrame | None = None  # plasticity per block component (rows) and layer (columns)
     files: list[Path] = field(default_factory=list)
+    family: int = 0
 
 
 def varies_depth(trials: pd.DataFrame) -> bool:
@@ -41,9 +58,10 @@ def varies_depth(trials: pd.DataFrame) -> bool:
     return "depth" in trials and trials["depth"].fillna("all").nunique() > 1
 
 
-def depth_table(trials: pd.DataFrame) -> pd.DataFrame:
+def depth_table(trials: pd.DataFrame, predictors: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (components, depth) at its best lr (mean validation accuracy over seeds): test accuracy there (mean, std,
-    seeds), the plasticity of the layers it trains (mean and max) and log(#trainable parameters)."""
+    seeds), the plasticity of the layers it trains (the trials' mean and max; ``predictors``, indexed by (components,
+    depth), adds e.g. ``in_network_mean``) and log(#trainable parameters)."""
     select = "best_val_acc" if "best_val_acc" in trials else "val_acc"
     table = best_lr_table(trials, "test_acc", select_by=select)
     keys = pd.MultiIndex.from_arrays(
@@ -54,60 +72,126 @@ def depth_table(trials: pd.DataFrame) -> pd.DataFrame:
     for column in ("plasticity_mean", "plasticity_max", "trainable_params"):
         if column in first:
             table[column] = pd.to_numeric(first[column], errors="coerce").reindex(at).to_numpy()
+    if predictors is not None:
+        for column in predictors.columns:
+            table[column] = pd.to_numeric(predictors[column], errors="coerce").reindex(at).to_numpy()
     if "trainable_params" in table:
         table[BASELINE] = log_trainable_params(table["trainable_params"])
     return table
 
 
-def depth_agreement(table: pd.DataFrame) -> pd.DataFrame:
-    """Per subset trained at two or more depths: its depths by accuracy and by plasticity, whether its best depth is
-    its most plastic one, and the Spearman between the two over its depths (three or more)."""
+def comparable_depths(depths: list[str], num_blocks: int) -> list[str]:
+    """The depths of ``depths`` whose blocks contain no other's (``all`` contains every third): those whose mean
+    plasticity can be the largest."""
+    blocks = {d: set(depth_blocks(d, num_blocks) or range(num_blocks)) for d in depths}
+    return [d for d in depths if not any(o != d and blocks[o] < blocks[d] for o in depths)]
+
+
+def depth_agreement(table: pd.DataFrame, score: str, num_blocks: int) -> pd.DataFrame:
+    """Per subset trained at two or more comparable depths: those depths by accuracy and by ``score``, whether its best
+    one is its most plastic one, the chance of that (one over their number) and the Spearman between the two orders."""
     rows = []
-    for components, runs in table.groupby("components", sort=False):
+    for components, runs in table.groupby("components", sort=False) if score in table and num_blocks else []:
         runs = runs.dropna(subset=["mean"])
-        if len(runs) < 2 or "plasticity_mean" not in runs or runs["plasticity_mean"].isna().any():
+        runs = runs[runs["depth"].isin(comparable_depths(list(runs["depth"]), num_blocks))]
+        if len(runs) < 2 or score not in runs or runs[score].isna().any():
             continue
         by_acc = runs.sort_values("mean", ascending=False)
-        by_plasticity = runs.sort_values("plasticity_mean", ascending=False)
-        x, y = runs["plasticity_mean"].to_numpy(float), runs["mean"].to_numpy(float)
-        rho = point_stats(x, y)["spearman"] if len(runs) >= 3 and not (is_constant(x) or is_constant(y)) else math.nan
+        by_score = runs.sort_values(score, ascending=False)
+        x, y = runs[score].to_numpy(float), runs["mean"].to_numpy(float)
+        rho = spearman(x, y) if len(runs) >= 3 and not (is_constant(x) or is_constant(y)) else math.nan
         rows.append(
             {
                 "components": components,
                 "depths": len(runs),
                 "by_accuracy": " > ".join(by_acc["depth"]),
-                "by_plasticity": " > ".join(by_plasticity["depth"]),
+                "by_plasticity": " > ".join(by_score["depth"]),
                 "best_depth": by_acc["depth"].iloc[0],
-                "most_plastic_depth": by_plasticity["depth"].iloc[0],
-                "agree": by_acc["depth"].iloc[0] == by_plasticity["depth"].iloc[0],
+                "most_plastic_depth": by_score["depth"].iloc[0],
+                "agree": by_acc["depth"].iloc[0] == by_score["depth"].iloc[0],
+                "chance": 1.0 / len(runs),
                 "spearman": rho,
             }
         )
     columns = ["components", "depths", "by_accuracy", "by_plasticity", "best_depth", "most_plastic_depth"]
-    return pd.DataFrame(rows, columns=[*columns, "agree", "spearman"])
+    return pd.DataFrame(rows, columns=[*columns, "agree", "chance", "spearman"])
+
+
+def agreement_test(agreement: pd.DataFrame) -> dict:
+    """The count of subsets whose most plastic depth was their best, its expectation by chance, and the exact one-sided
+    p-value of at least that many under independent chances (the Poisson-binomial law of ``agreement["chance"]``)."""
+    chances = agreement["chance"].to_numpy(float)
+    law = np.array([1.0])
+    for q in chances:  # the distribution of the count, one subset at a time
+        law = np.convolve(law, [1 - q, q])
+    observed = int(agreement["agree"].sum())
+    p = float(law[observed:].sum()) if len(chances) else math.nan
+    return {"agree": observed, "subsets": len(chances), "expected": float(chances.sum()), "p": min(p, 1.0)}
 
 
 def analyze_depth(
-    trials: pd.DataFrame, out_dir: str | Path, *, layers: pd.DataFrame | None = None, n_boot: int = 2000
+    trials: pd.DataFrame,
+    out_dir: str | Path,
+    *,
+    num_blocks: int,
+    layers: pd.DataFrame | None = None,
+    predictors: pd.DataFrame | None = None,
+    n_boot: int = N_BOOT,
+    alpha: float = multiple.ALPHA,
 ) -> DepthAnalysis:
-    """The depth analysis of a trial table (``depth_table``, ``depth_agreement``, and over every configuration each
-    predictor's Spearman with test accuracy against the baseline's); written as CSV into ``out_dir``."""
-    out = Path(out_dir).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
-    table = depth_table(trials)
-    found = DepthAnalysis(table, depth_agreement(table), layers=layers)
-    if any(p in table for p in DEPTH_PREDICTORS[:-1]) and BASELINE in table:
-        found.comparison = criteria_comparison(table, list(DEPTH_PREDICTORS), n_boot=n_boot)
-    found.files = [out / "depth_table.csv", out / "depth_agreement.csv"]
-    table.to_csv(found.files[0], index=False)
-    found.agreement.to_csv(found.files[1], index=False)
-    if found.comparison is not None:
-        found.files.append(out / "depth_criteria.csv")
-        found.comparison.to_csv(found.files[-1], index=False)
-    if layers is not None:
-        found.files.append(out / "plasticity_per_layer.csv")
-        layers.to_csv(found.files[-1])
+    """The depth analysis of a trial table: ``depth_table``, the agreement of best and most plastic depths with its
+    exact test, and over every configuration each predictor against the baseline (hierarchical bootstrap), all judged
+    in one family; written as CSV into ``out_dir``. ``predictors``: per-(components, depth) columns such as
+    ``in_network_mean``; ``layers``: the per-layer plasticity shown beside."""
+    trials = trials.assign(depth=trials["depth"].fillna("all").astype(str))
+    table = depth_table(trials, predictors)
+    score = (
+        "in_network_mean"
+        if "in_network_mean" in table and table["in_network_mean"].notna().any()
+        else "plasticity_mean"
+    )
+    found = DepthAnalysis(table, depth_agreement(table, score, num_blocks), score=score, layers=layers)
+    found.test = agreement_test(found.agreement)
+    statistics: list[Statistics] = []
+    if BASELINE in table:
+        runs = runs_of(trials, list(zip(table["components"], table["depth"])), ("components", "depth"))
+        options = dict(n_boot=n_boot, seed=0, min_points=MIN_POINTS)
+        statistics = [predictor_statistics(table, runs, p, **options) for p in DEPTH_PREDICTORS if p in table]
+    found.family = _judge(found, statistics, alpha)
+    if statistics:
+        found.comparison = comparison_frame(statistics)
+    found.files = _write(found, Path(out_dir).expanduser())
     return found
+
+
+def _judge(found: DepthAnalysis, statistics: list[Statistics], alpha: float) -> int:
+    """Holm over the depth analysis's verdicts: each predictor's difference and the agreement count."""
+    flat = [s for s in statistics if s.row["predictor"] != BASELINE]
+    test = found.test
+    estimates = [s.row["diff_vs_baseline"] for s in flat] + [test["agree"] - test["expected"]]
+    given = [None] * len(flat) + [test["p"] if test["subsets"] else None]
+    judged = multiple.judge(estimates, [s.samples for s in flat] + [None], given, alpha=alpha)
+    fill_verdicts(flat, judged.iloc[: len(flat)])
+    last = judged.iloc[-1]
+    test.update(
+        p_holm=last["p_holm"],
+        verdict={"above 0": "more often than chance"}.get(last["verdict"], "not more often than chance"),
+    )
+    return int(judged.attrs["family"])
+
+
+def _write(found: DepthAnalysis, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    files = [out / "depth_table.csv", out / "depth_agreement.csv"]
+    found.table.to_csv(files[0], index=False)
+    found.agreement.to_csv(files[1], index=False)
+    if found.comparison is not None:
+        files.append(out / "depth_criteria.csv")
+        found.comparison.to_csv(files[-1], index=False)
+    if found.layers is not None:
+        files.append(out / "plasticity_per_layer.csv")
+        found.layers.to_csv(files[-1])
+    return files
 
 
 def describe_depth(found: DepthAnalysis) -> str:
@@ -115,7 +199,7 @@ def describe_depth(found: DepthAnalysis) -> str:
     lines = []
     if found.layers is not None:
         lines += [
-            "Plasticity per component (rows) and layer (columns: block index):",
+            f"Plasticity per component (rows) and layer (columns: block index), {_variant(found.score)}:",
             found.layers.to_string(float_format=lambda v: f"{v:.3g}"),
             "",
         ]
@@ -125,40 +209,76 @@ def describe_depth(found: DepthAnalysis) -> str:
             "components": t["components"],
             "depth": t["depth"],
             "best lr": t["lr"].map(lambda v: f"{v:.3g}"),
-            "test acc": [_mean_std(m, s) for m, s in zip(t["mean"], t["std"])],
+            "test acc": [mean_std(m, s) for m, s in zip(t["mean"], t["std"])],
             "seeds": t["n_seeds"],
         }
     )
-    if "plasticity_mean" in t:
-        shown["plasticity of its layers"] = t["plasticity_mean"].map(lambda v: "" if pd.isna(v) else f"{v:.3g}")
+    for column in ("in_network_mean", "plasticity_mean"):
+        if column in t:
+            shown[column] = t[column].map(lambda v: "" if pd.isna(v) else f"{v:.3g}")
     if "trainable_params" in t:
         shown["trainable"] = t["trainable_params"].map(lambda v: "" if pd.isna(v) else f"{int(v):,}")
     lines += ["Where to finetune: each subset at each depth, test accuracy at its best lr (mean ± std over seeds):"]
     lines += [shown.to_string(index=False)]
-    lines += _agreement_lines(found.agreement)
+    lines += _agreement_lines(found)
     if found.comparison is not None:
-        lines += ["", describe_criteria(found.comparison, "configurations (subset x depth)")]
+        lines += ["", _comparison_text(found)]
     return "\n".join(lines)
 
 
-def _agreement_lines(agreement: pd.DataFrame) -> list[str]:
-    """Per subset, its best and most plastic depths; and how often they were the same, against chance."""
+def _variant(score: str) -> str:
+    return "in-network (each layer on its real input)" if score == "in_network_mean" else "paper variant"
+
+
+def _agreement_lines(found: DepthAnalysis) -> list[str]:
+    """Per subset, its best and most plastic comparable depths; the count against its computed chance."""
+    agreement, test = found.agreement, found.test
     if agreement.empty:
-        return []
-    lines = ["", "Is a subset's most plastic depth its best one?"]
+        return ["", "No subset was trained at two depths of which neither contains the other: no depth to compare."]
+    lines = [
+        "",
+        f"Is a subset's most plastic depth ({found.score}) its best one, among depths none of which contains another?",
+    ]
     for r in agreement.itertuples():
         rho = "" if not np.isfinite(r.spearman) else f", Spearman over depths {r.spearman:+.2f}"
         lines.append(
             f"  {r.components:<24} best {r.best_depth:<7} most plastic {r.most_plastic_depth:<7} "
             f"{'yes' if r.agree else 'no '}  (by accuracy {r.by_accuracy}{rho})"
         )
-    chance = float(np.mean(1.0 / agreement["depths"]))
     lines.append(
-        f"  -> the most plastic depth was the best one for {int(agreement['agree'].sum())} of {len(agreement)} "
-        f"subsets (by chance: {chance * len(agreement):.1f} of {len(agreement)})."
+        f"  -> the most plastic depth was the best one for {test['agree']} of {test['subsets']} subsets; by chance "
+        f"{test['expected']:.2f} (one over the depths compared, per subset); exact p={test['p']:.3g} of at least "
+        f"{test['agree']}, Holm p={test['p_holm']:.3g} over the {found.family} verdicts: {test['verdict']}."
     )
     return lines
 
 
-def _mean_std(mean: float, std: float) -> str:
-    return f"{100 * mean:.2f} ± {100 * std:.2f}%" if np.isfinite(std) else f"{100 * mean:.2f}%"
+def _comparison_text(found: DepthAnalysis) -> str:
+    lines = [
+        f"Which predictor ranks the configurations (subset x depth) by test accuracy at their best rate? Hierarchical "
+        f"bootstrap; difference to log(#trainable params) with its interval adjusted for the {found.family} verdicts "
+        "(Holm, family-wise 5%):"
+    ]
+    for r in found.comparison.itertuples():
+        if r.note:
+            lines.append(f"  {r.predictor:<22} n={r.n}: {r.note}")
+            continue
+        line = (
+            f"  {r.predictor:<22} n={r.n:<3} Spearman {r.spearman:+.2f} [{r.spearman_low:+.2f}, {r.spearman_high:+.2f}]"
+        )
+        if r.predictor != BASELINE:
+            line += f"  diff {r.diff_vs_baseline:+.2f}"
+            if np.isfinite(r.p):
+                line += f" [{r.diff_low:+.2f}, {r.diff_high:+.2f}] ({multiple.describe_level(r.level)}) Holm p={r.p_holm:.2g}"
+            line += f" {r.verdict}"
+        lines.append(line)
+    better = found.comparison[found.comparison["verdict"] == "better"]
+    lines.append(
+        "  -> "
+        + (
+            f"{', '.join(better['predictor'])} rank(s) the configurations better than the parameter count after Holm."
+            if len(better)
+            else "No predictor ranks the configurations better than the parameter count after Holm."
+        )
+    )
+    return "\n".join(lines)

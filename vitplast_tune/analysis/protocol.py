@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.analysis.correlation import (
+    EXACT_BELOW,
     is_constant,
     numeric,
     point_stats,
@@ -172,9 +173,10 @@ def describe_paper(results: PaperResults) -> str:
     ]
     if a["n"] >= 3 and np.isfinite(a["spearman"]):
         lines.append(f"  ranked by {a['value']}: {a['by_value']};  by plasticity: {a['by_plasticity']}")
+        kind = "exact permutation p" if a["n"] < EXACT_BELOW else "p"
         lines.append(
-            f"  agreement over {a['n']} components: Spearman {a['spearman']:+.2f} (p={a['spearman_p']:.2g}), "
-            f"Kendall {a['kendall']:+.2f} (p={a['kendall_p']:.2g})"
+            f"  agreement over {a['n']} components: Spearman {a['spearman']:+.2f} ({kind}={a['spearman_p']:.2g}), "
+            f"Kendall {a['kendall']:+.2f} ({kind}={a['kendall_p']:.2g}); unadjusted figures, not a verdict"
         )
     return "\n".join(lines)
 

@@ -13,7 +13,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vitplast_tune.analysis.correlation import compare_with_baseline, interval, numeric, partial_correlations
+from vitplast_tune.analysis import multiple
+from vitplast_tune.analysis.correlation import (
+    compare_predictors,
+    compare_with_baseline,
+    interval,
+    numeric,
+    partial_correlations,
+)
 from vitplast_tune.analysis.plots import plot_score_vs_accuracy
 from vitplast_tune.analysis.protocol import (
     relative_gain,
@@ -87,6 +94,7 @@ def analyze_trials(
         ],
         ignore_index=True,
     )
+    table = adjust_verdicts(table, dict(views), n_boot=n_boot, seed=seed)
     files = [out / "correlations.csv", out / "single_components.csv", out / "finished_trials.csv"]
     table.to_csv(files[0], index=False)
     single.to_csv(files[1], index=False)
@@ -96,6 +104,38 @@ def analyze_trials(
             if t != "relative_gain" and predictor in frame and frame[predictor].notna().any():
                 files.append(plot_score_vs_accuracy(frame, predictor, t, out / f"{predictor}_vs_{t}.png"))
     return TrialAnalysis(table, single, files, len(done))
+
+
+JUDGED = ("better", "worse", "no clear difference")
+
+
+def adjust_verdicts(
+    table: pd.DataFrame, frames: dict[str, pd.DataFrame], *, n_boot: int, seed: int, alpha: float = multiple.ALPHA
+) -> pd.DataFrame:
+    """Holm over every verdict the per-trial analysis prints (each plasticity score against the baseline, in each
+    view): ``p_holm``, the adjusted interval of the difference (``diff_low``/``diff_high`` at ``level``: the BCa
+    interval again at the Holm step of a rejected hypothesis, Bonferroni's level otherwise) and the verdict, "better"
+    or "worse" only where Holm's p is below ``alpha`` and that interval excludes 0."""
+    table = table.assign(p_holm=math.nan, level=math.nan)
+    same_ranks = table["target"] == "relative_gain"  # a monotone function of the accuracy: its ranks, its verdicts
+    table.loc[same_ranks, "verdict"] = ""
+    tested = table.index[table["predictor"].isin(SCORES) & table["verdict"].isin(JUDGED) & table["diff_p"].notna()]
+    p = table.loc[tested, "diff_p"].to_numpy(float)
+    table.loc[tested, "p_holm"], table.loc[tested, "level"] = multiple.holm(p), multiple.interval_levels(p, alpha)
+    for i in tested:
+        row = table.loc[i]
+        frame = frames[row["target"]]
+        base = numeric(frame[BASELINE])
+        common = frame[np.isfinite(base) & np.isfinite(numeric(frame[row["predictor"]]))]
+        c = compare_predictors(
+            common, row["predictor"], BASELINE, row["target"], n_boot=n_boot, seed=seed, level=row["level"]
+        )
+        low, high = c["diff_low"], c["diff_high"]
+        word = "no clear difference"
+        if row["p_holm"] < alpha and (low > 0 or high < 0):
+            word = "better" if low > 0 else "worse"
+        table.loc[i, ["diff_low", "diff_high", "verdict"]] = [low, high, word]
+    return table
 
 
 def _with_partials(
@@ -136,6 +176,11 @@ CONFOUND_NOTE = (
 def describe_correlations(table: pd.DataFrame) -> str:
     """Plain lines per target: each predictor's Spearman with its interval, then plasticity vs the baseline."""
     lines = [f"  ({CONFOUND_NOTE})"] if "partial_spearman" in table and table["partial_spearman"].notna().any() else []
+    if "p_holm" in table and table["p_holm"].notna().any():
+        lines.append(
+            f"  (each plasticity score's verdict is adjusted for the {int(table['p_holm'].notna().sum())} verdicts below: "
+            "Holm, family-wise 5%; the relative gain ranks the trials as the accuracy does and is not judged again)"
+        )
     for target, rows in table.groupby("target", sort=False):
         lines.append(f"  {TARGET_LABELS.get(target, target)}:")
         for row in rows.itertuples():
@@ -149,40 +194,44 @@ def describe_correlations(table: pd.DataFrame) -> str:
             if np.isfinite(getattr(row, "partial_spearman", math.nan)):
                 line += f"; given lr {row.partial_spearman:+.2f} {interval(row.partial_low, row.partial_high)}"
             lines.append(line)
-        lines += [f"    -> {line}" for line in [_verdict(rows)] if line]
+        lines += [f"    -> {line}" for line in _verdicts(rows)]
     return "\n".join(lines)
 
 
 def plasticity_verdict(table: pd.DataFrame) -> str:
-    """The sentence that says whether plasticity ranked the trials better than log(trainable parameters), on the
-    target with the most trials ("" when the table supports no verdict), prefixed by that target's name."""
+    """The sentences that say whether each plasticity score ranked the trials better than log(trainable parameters)
+    (their verdicts adjusted together, Holm), on the target with the most trials ("" when the table supports no
+    verdict), prefixed by that target's name."""
     if table.empty:
         return ""
     scored = table[(table["note"] == "") & table["predictor"].isin(SCORES)]
     if scored.empty:
         return ""
     target = scored.groupby("target", sort=False)["n"].max().idxmax()
-    verdict = _verdict(table[table["target"] == target])
-    return f"on {TARGET_LABELS.get(target, target)}: {verdict}" if verdict else ""
+    sentences = _verdicts(table[table["target"] == target])
+    return f"on {TARGET_LABELS.get(target, target)}: {' '.join(sentences)}" if sentences else ""
 
 
-def _verdict(rows: pd.DataFrame) -> str:
-    """Does the best plasticity score rank the trials better than log(trainable params)? Paired bootstrap; below
-    ``correlation.MIN_POINTS`` trials the figures are shown without a verdict."""
+def _verdicts(rows: pd.DataFrame) -> list[str]:
+    """Each plasticity score against log(trainable params), paired bootstrap, its interval and verdict adjusted for
+    every verdict of the analysis (Holm); below ``correlation.MIN_POINTS`` trials the figures without a verdict."""
     valid = rows[(rows["note"] == "") & rows["predictor"].isin(SCORES)]
     if valid.empty or "verdict" not in valid or not (valid["verdict"] != "").any():
-        return ""
-    p = valid.loc[valid["spearman"].idxmax()]
+        return []
     words = {
         "better": "ranks these trials better than",
         "worse": "ranks these trials worse than",
         "no clear difference": "is not clearly different from",
         "undetermined": "cannot be compared (the interval of the difference is undetermined) with",
     }
-    figures = (
-        f"paired bootstrap of the Spearman difference {p['diff_vs_baseline']:+.2f} "
-        f"{interval(p['diff_low'], p['diff_high'])}, n={p['n']}"
-    )
-    if p["verdict"] not in words:  # no verdict: too few trials
-        return f"{p['predictor']} vs log(trainable parameters): {figures}; {p['verdict']}: too few trials to judge."
-    return f"{p['predictor']} {words[p['verdict']]} log(trainable parameters): {figures}."
+    out = []
+    for p in valid.itertuples():
+        figures = f"Spearman difference {p.diff_vs_baseline:+.2f} {interval(p.diff_low, p.diff_high)}"
+        if np.isfinite(p.p_holm):
+            figures += f" ({multiple.describe_level(p.level)}, Holm p={p.p_holm:.2g})"
+        figures += f", n={p.n}"
+        if p.verdict not in words:  # no verdict: too few trials
+            out.append(f"{p.predictor} vs log(trainable parameters): {figures}; {p.verdict}: too few trials to judge.")
+        else:
+            out.append(f"{p.predictor} {words[p.verdict]} log(trainable parameters): {figures}.")
+    return out

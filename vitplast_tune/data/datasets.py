@@ -10,7 +10,8 @@ RandomResizedCrop + horizontal flip for natural images, a light crop for digits 
 Names: ``digits`` (scikit-learn's digits, offline, the default), ``fractals`` (the generated
 pretraining / plasticity-reference distribution, offline), ``cifar10``, ``cifar100``, ``pets``,
 ``flowers102`` (torchvision, ``download=True`` fetches them), ``cifar10c:<corruption>`` (the
-published .npy files in ``data_dir``), and ``imagefolder`` (``data_dir`` with ``train/`` and
+published .npy files in ``data_dir``), ``digits_c:<corruption>``, ``fractals_novel`` and ``fractals_novel_c:<corruption>``
+(generated offline into the cache, ``generated.py``), and ``imagefolder`` (``data_dir`` with ``train/`` and
 optionally ``test/`` class folders; DomainNet fits this shape).
 
 A name the registry does not know, with one of timm's prefixes (``torch/cifar10``, ``torch/folder``,
@@ -33,7 +34,7 @@ import torch
 from torch.utils.data import Dataset, Subset
 
 from vitplast_tune.config import default_data_dir  # re-exported: data.default_data_dir
-from vitplast_tune.data import transforms
+from vitplast_tune.data import generated, transforms
 from vitplast_tune.data.decoded import InMemory  # re-exported: data.InMemory
 from vitplast_tune.data.splits import Splits, split_in_memory, split_indices, three_way_split
 from vitplast_tune.errors import UserError, did_you_mean
@@ -66,10 +67,15 @@ _DATASETS: dict[str, Loader] = {}
 _NUM_CLASSES: dict[str, int] = {}
 _FROM_FILES: set[str] = set()  # loaders that read image files lazily, and take ``image_cache`` and ``augment``
 _AUGMENT: dict[str, str] = {}  # each dataset's default training augmentation (transforms.AUGMENTATIONS)
+_OPTIONS: dict[str, tuple[str, ...]] = {}  # families named with ":<option>" (a corruption) and the options they take
 
 
 def register_dataset(
-    name: str, num_classes: int | None = None, from_files: bool = False, augment: str = transforms.DEFAULT_AUGMENTATION
+    name: str,
+    num_classes: int | None = None,
+    from_files: bool = False,
+    augment: str = transforms.DEFAULT_AUGMENTATION,
+    options: tuple[str, ...] = (),
 ) -> Callable[[Loader], Loader]:
     """Decorator adding a loader ``fn(data_config, root, download, seed, val_fraction)``.
 
@@ -78,7 +84,8 @@ def register_dataset(
     ``num_classes`` lets a model get its head before the data is loaded (None: read from disk).
     ``from_files``: the loader reads image files lazily and also takes ``image_cache`` (see image_cache.py) and
     ``augment`` (the recipe of its training transform). ``augment``: the dataset's default training augmentation
-    (a name in ``transforms.AUGMENTATIONS``), used when a run leaves ``FinetuneConfig.augment`` unset.
+    (a name in ``transforms.AUGMENTATIONS``), used when a run leaves ``FinetuneConfig.augment`` unset. ``options``: the
+    family is named ``<name>:<option>`` with one of them (a corruption), passed to the loader as ``option``.
     """
     transforms.augmentation(augment)
 
@@ -89,6 +96,8 @@ def register_dataset(
             _NUM_CLASSES[name] = num_classes
         if from_files:
             _FROM_FILES.add(name)
+        if options:
+            _OPTIONS[name] = tuple(options)
         return fn
 
     return add
@@ -129,9 +138,9 @@ def check_dataset_name(name: str) -> None:
             f'unknown dataset "{name}"{did_you_mean(family, _DATASETS)}; known: {", ".join(list_datasets())}, '
             "or a timm.data.create_dataset name such as torch/cifar10, torch/folder or hfds/<name>"
         )
-    if family == "cifar10c" and option not in CIFAR10C_CORRUPTIONS:
+    if family in _OPTIONS and option not in _OPTIONS[family]:
         raise UserError(
-            f'dataset "{name}" needs a corruption, e.g. "cifar10c:snow"; one of {", ".join(CIFAR10C_CORRUPTIONS)}'
+            f'dataset "{name}" needs a corruption, e.g. "{family}:snow"; one of {", ".join(_OPTIONS[family])}'
         )
 
 
@@ -215,6 +224,26 @@ def _fractals(data_config, root, download, seed, val_fraction) -> InMemory:
 
     images, labels = fractal_dataset(image_size=data_config["input_size"][-1])
     return InMemory(_to_uint8(images), labels.numpy().astype(np.int64))
+
+
+@register_dataset("digits_c", num_classes=10, augment="light", options=generated.CORRUPTIONS)
+def _digits_c(data_config, root, download, seed, val_fraction, option: str = "") -> InMemory:
+    """Digits upscaled to 32 px under a CIFAR-10-C corruption at severity 5, generated once into the cache."""
+    return generated.digits_c(option)
+
+
+@register_dataset("fractals_novel", num_classes=generated.NOVEL_CLASSES, augment="light")
+def _fractals_novel(data_config, root, download, seed, val_fraction) -> InMemory:
+    """Fractal classes the testbed never saw in pretraining (class seed 1), generated once into the cache."""
+    return generated.fractals_novel()
+
+
+@register_dataset(
+    "fractals_novel_c", num_classes=generated.NOVEL_CLASSES, augment="light", options=generated.CORRUPTIONS
+)
+def _fractals_novel_c(data_config, root, download, seed, val_fraction, option: str = "") -> InMemory:
+    """``fractals_novel`` under a CIFAR-10-C corruption at severity 5, generated once into the cache."""
+    return generated.fractals_novel_c(option)
 
 
 def _to_uint8(images: torch.Tensor) -> np.ndarray:
@@ -421,7 +450,7 @@ def _timm_dataset(name, data_config, root, download, seed, val_fraction, image_c
     return Splits(pick(full_train, train_idx), pick(full_eval, val_idx), pick(full_eval, test_idx), classes)
 
 
-@register_dataset("cifar10c", num_classes=10)
+@register_dataset("cifar10c", num_classes=10, options=CIFAR10C_CORRUPTIONS)
 def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "", severity: int = 5) -> InMemory:
     """CIFAR-10-C ``<corruption>.npy`` + ``labels.npy`` (severity 5) from ``data_dir`` or ``data_dir/CIFAR-10-C``.
 

@@ -352,6 +352,22 @@ def in_network_scores(
     return pd.DataFrame({"in_network_mean": pd.Series(rows, dtype=float)})
 
 
+def in_network_depth_scores(
+    found: PlasticityReport, settings: FinetuneConfig, configs: Iterable[tuple[str, str]]
+) -> pd.DataFrame:
+    """Per (components, depth) (index): the mean in-network plasticity of the layers it trains (``in_network_mean``),
+    from an in-network report (``search_report(..., variant="in_network")``)."""
+    counts = found.meta["component_params"]
+    blocks = scores.num_blocks(found.table)
+    rows = {}
+    for components, depth in configs:
+        cfg = settings.merged({"components": components, "depth": depth})
+        subset = scores.subset_scores(found.table, components, counts, blocks=cfg.block_indices(blocks))
+        rows[(components, depth)] = subset["plasticity_mean"]
+    index = pd.MultiIndex.from_tuples(list(rows), names=["components", "depth"])
+    return pd.DataFrame({"in_network_mean": list(rows.values())}, index=index)
+
+
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """JSON-safe records: NaN and <NA> become null."""
     return json.loads(frame.to_json(orient="records"))

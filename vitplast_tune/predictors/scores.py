@@ -53,13 +53,16 @@ def aggregate_plasticity(table: pd.DataFrame) -> pd.DataFrame:
 def subset_scores(
     table: pd.DataFrame, subset: str | Iterable[str], param_counts: dict[str, int], blocks: Iterable[int] | None = None
 ) -> dict[str, float]:
-    """Plasticity scores of a subset of components: mean, max, and parameter-weighted mean of the per-component means.
+    """Plasticity scores of a subset of components: mean, max, and parameter-weighted mean of the per-component means
+    of its block components.
 
-    ``param_counts`` is ``components.count_parameters(model, layout=...)``; the head-only subset gives NaN for each score.
-    ``blocks`` restricts the block components' layers to those block indices (a trial's depth: the mean
-    plasticity of the layers it trains); ``emb`` is model level.
+    ``emb`` never enters them: its ratio is relative to pixels, another scale (``aggregate_plasticity`` gives it no
+    rank), so ``emb+fc1`` scores as ``fc1`` and ``all`` as its five block components; a subset without a block
+    component (the head alone, ``emb``) gives NaN for each score. ``param_counts`` is
+    ``components.count_parameters(model, layout=...)``. ``blocks`` restricts the block components' layers to those
+    block indices (a trial's depth: the mean plasticity of the layers it trains).
     """
-    names = parse_subset(subset)
+    names = tuple(c for c in parse_subset(subset) if c != "emb")
     if not names:
         return {"plasticity_mean": math.nan, "plasticity_max": math.nan, "plasticity_weighted": math.nan}
     if blocks is not None:

@@ -1,10 +1,10 @@
 """Recommending which component subsets to finetune before any search, with the evidence behind the ranking.
 
 ``recommend`` measures the pre-training predictors of a model on a dataset (the paper plasticity, the
-in-network plasticity, the gradient criteria: ``report``), scores every non-empty subset, and ranks them by
-the criterion that predicted accuracy best on the searches recorded under the storage folder (criteria-lab
-tables ``analysis/criteria.csv`` first, per-trial ``analysis/correlations.csv`` otherwise), or by the paper's
-mean plasticity when there is no evidence yet. Checking a recommendation with a real search is ``verify``'s.
+in-network plasticity, the gradient criteria: ``report``), scores every non-empty subset, and ranks them by the
+parameter count unless a pooled criteria-lab verdict recorded under the storage folder (``vitplast lab pooled``:
+several tasks, and models) found a criterion better, and says which models and tasks that verdict came from. Single
+labs and per-trial correlations are shown as evidence. Checking a recommendation with a real search is ``verify``'s.
 """
 
 from __future__ import annotations
@@ -19,14 +19,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vitplast_tune.analysis.lab import LAB_PREDICTORS
+from vitplast_tune.analysis.pooled import POOLED_FILE
 from vitplast_tune.components import HEAD, all_subsets, count_trainable, parse_subset, subset_name
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import BASELINE, contains_mha_or_fc, log_trainable_params
 from vitplast_tune.storage import SEARCH_FILE
-
-DEFAULT_CRITERION = "plasticity_mean"  # the paper's: without evidence, rank by the mean plasticity of the subset
 
 
 @dataclass
@@ -78,16 +76,32 @@ def subset_scores(
     return table
 
 
+EVIDENCE_COLUMNS = (
+    *("search", "model", "dataset", "source", "criterion"),
+    *("spearman", "spearman_low", "spearman_high", "n", "verdict", "diff", "diff_low", "diff_high", "labs"),
+)
+
+
 def read_evidence(storage: Path) -> pd.DataFrame:
-    """How well each criterion predicted accuracy on the searches stored under ``storage``: one row per search and
+    """How well each criterion predicted accuracy on what is recorded under ``storage``: one row per record and
     criterion.
 
-    Criteria-lab tables (``analysis/criteria.csv``: test accuracy per subset at its best lr; of a lab at several step
-    budgets, the longest) have ``source`` "lab";
-    per-trial correlations (``analysis/correlations.csv``, final validation accuracy, confounded by lr) "trials".
+    Pooled criteria-lab verdicts (``<name>/pooled.json``, ``vitplast lab pooled``) have ``source`` "pooled": each
+    criterion's mean Spearman difference to the parameter count over the labs, its Holm-adjusted interval and verdict,
+    and the labs (model / task) it came from. Criteria labs (``lab.*/analysis/criteria.csv`` of ``vitplast lab``, and
+    ``analysis/criteria.csv`` of a search with ``criteria: true``; of a lab at several step budgets, the longest) have
+    "lab"; per-trial correlations (``analysis/correlations.csv``, final validation accuracy, confounded by lr) "trials".
     """
+    root = Path(storage).expanduser()
     rows = []
-    for record_path in sorted(Path(storage).expanduser().glob(f"*/{SEARCH_FILE}")):
+    for path in sorted(root.glob(f"*/{POOLED_FILE}")):
+        rows += _pooled_rows(path)
+    for path in sorted(root.glob("*/lab.json")):
+        record, lab = json.loads(path.read_text()), path.parent / "analysis" / "criteria.csv"
+        if lab.is_file():
+            where = {"search": path.parent.name, "model": record.get("model"), "dataset": record.get("dataset")}
+            rows += [dict(where, source="lab", **r) for r in _evidence_rows(_longest_budget(pd.read_csv(lab)))]
+    for record_path in sorted(root.glob(f"*/{SEARCH_FILE}")):
         directory = record_path.parent
         settings = json.loads(record_path.read_text()).get("settings", {})
         where = {"search": directory.name, "model": settings.get("model"), "dataset": settings.get("dataset")}
@@ -97,19 +111,32 @@ def read_evidence(storage: Path) -> pd.DataFrame:
         elif trials.is_file():
             table = pd.read_csv(trials)
             rows += [dict(where, source="trials", **r) for r in _evidence_rows(table[table["target"] == "val_acc"])]
-    return pd.DataFrame(
-        rows,
-        columns=[
-            *("search", "model", "dataset", "source", "criterion"),
-            *("spearman", "spearman_low", "spearman_high", "n", "verdict"),
-        ],
-    )
+    return pd.DataFrame(rows, columns=list(EVIDENCE_COLUMNS))
+
+
+def _pooled_rows(path: Path) -> list[dict[str, Any]]:
+    """A pooled verdict's rows: per criterion its pooled difference and verdict, and the labs it pooled."""
+    pooled = json.loads(path.read_text())
+    labs = pooled.get("labs", [])
+    where = {
+        "search": path.parent.name,
+        "model": ", ".join(sorted({lab["model"] for lab in labs})),
+        "dataset": ", ".join(sorted({lab["dataset"] for lab in labs})),
+        "source": "pooled",
+        "labs": "; ".join(f"{lab['model']} / {lab['dataset']}" for lab in labs),
+        "n": len(labs),
+    }
+    return [
+        dict(where, criterion=r["predictor"], verdict=r.get("verdict") or None)
+        | {"diff": r.get("diff"), "diff_low": r.get("low"), "diff_high": r.get("high")}
+        for r in pooled.get("predictors", [])
+    ]
 
 
 def _longest_budget(table: pd.DataFrame) -> pd.DataFrame:
     """A lab table at several step budgets (a ``budget`` column) as the rows of its longest: where the subsets end,
     not how fast they start."""
-    if "budget" not in table:
+    if "budget" not in table or table["budget"].isna().all():
         return table
     return table[table["budget"] == table["budget"].max()]
 
@@ -124,63 +151,43 @@ def _evidence_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
             "spearman_low": r.spearman_low,
             "spearman_high": r.spearman_high,
             "n": int(r.n),
-            "verdict": verdict if isinstance(verdict, str) else None,  # a lab's, against the parameter count
+            "verdict": verdict
+            if isinstance(verdict, str) and verdict
+            else None,  # a lab's, against the parameter count
         }
         for r, verdict in zip(ok.itertuples(), verdicts)
     ]
 
 
 def choose_criterion(evidence: pd.DataFrame, model: str | None = None, dataset: str | None = None) -> tuple[str, str]:
-    """The criterion to rank by, and why: on the best evidence there is (criteria labs on this model and dataset,
-    then any lab, then per-trial correlations), the highest mean Spearman; where labs judged their predictors
-    against the parameter count, one they found clearly better, else the parameter count. Without evidence, the
-    paper's mean plasticity."""
-    usable = evidence[evidence["criterion"].isin(LAB_PREDICTORS)]
-    same = (usable["model"] == model) & (usable["dataset"] == dataset)
-    for rows, what in (
-        (usable[same & (usable["source"] == "lab")], f"criteria labs on {model} / {dataset}"),
-        (usable[usable["source"] == "lab"], "criteria labs (other models or datasets)"),
-        (usable[same], f"per-trial correlations on {model} / {dataset} (confounded by lr)"),
-        (usable, "per-trial correlations (other models or datasets; confounded by lr)"),
-    ):
-        if rows.empty:
-            continue
-        judged = _lab_judgement(rows)
-        if judged is not None:
-            return judged
-        mean = rows.groupby("criterion")["spearman"].mean().sort_values(ascending=False)
-        best, rho = mean.index[0], mean.iloc[0]
-        chosen = rows[rows["criterion"] == best]
-        why = (
-            f"best mean Spearman {rho:+.2f} with accuracy over {chosen['search'].nunique()} search(es) "
-            f"(n={int(chosen['n'].sum())}): {what}"
+    """The criterion to rank by, and why. Only a pooled criteria-lab verdict (several tasks, and models) backs a
+    criterion: one it found better than the parameter count (the largest pooled difference of those), said with the
+    models and tasks it came from and whether ``model`` / ``dataset`` are among them. Otherwise, and without any
+    evidence, the parameter count: the baseline every criterion must beat (a lab on one task, or per-trial
+    correlations confounded by the learning rate, back none on their own)."""
+    pooled = evidence[evidence["source"] == "pooled"]
+    if pooled.empty:
+        labs = evidence.loc[evidence["source"] == "lab", "search"].nunique()
+        seen = f"; {labs} criteria lab(s) recorded, each on one task" if labs else ""
+        return BASELINE, (
+            "no pooled criteria-lab verdict backs another criterion yet (vitplast lab pooled), so the ranking is by the "
+            f"parameter count, the baseline every criterion must beat{seen}"
         )
-        return best, why + (
-            "" if rho > 0 else "; no criterion predicted accuracy positively, treat the ranking as a guess"
-        )
-    return DEFAULT_CRITERION, "the paper's criterion; no evidence yet (no criteria lab or search results recorded)"
-
-
-def _lab_judgement(rows: pd.DataFrame) -> tuple[str, str] | None:
-    """Labs that judged their predictors against the parameter count (a ``verdict`` per row) decide by it: the
-    criterion every lab found clearly better (the highest mean Spearman of those), else the parameter count itself.
-    None when the rows carry no verdicts (per-trial correlations, older labs)."""
-    if rows["verdict"].isna().all() or BASELINE not in set(rows["criterion"]):
-        return None
-    labs = rows["search"].nunique()
-    verdicts = rows[rows["criterion"] != BASELINE].groupby("criterion")["verdict"]
-    better = [c for c, v in verdicts if (v == "better").sum() == labs]  # judged better by each lab
-    if better:
-        mean = rows[rows["criterion"].isin(better)].groupby("criterion")["spearman"].mean().sort_values()
-        return mean.index[-1], (
-            f"clearly better than log(#trainable params) in every criteria lab ({labs}), mean Spearman "
-            f"{mean.iloc[-1]:+.2f}"
-        )
-    rho = rows.loc[rows["criterion"] == BASELINE, "spearman"].mean()
-    return BASELINE, (
-        f"no criterion ranked the subsets clearly better than the parameter count in the criteria lab(s) ({labs}; "
-        f"its mean Spearman {rho:+.2f}), so the ranking is by the parameter count"
+    name = pooled.groupby("search")["n"].max().sort_values(kind="stable").index[-1]  # the verdict over the most labs
+    rows = pooled[pooled["search"] == name]
+    first = rows.iloc[0]
+    here = model in str(first["model"]).split(", ") and dataset in str(first["dataset"]).split(", ")
+    source = f"the pooled verdict {name} over {int(first['n'])} labs ({first['labs']}); " + (
+        "this model and dataset are among them" if here else "this model or dataset is not among them"
     )
+    better = rows[rows["verdict"] == "better"].sort_values("diff", ascending=False)
+    if len(better):
+        b = better.iloc[0]
+        return b["criterion"], (
+            f"it ranks the subsets better than log(#trainable params) in {source}: mean Spearman difference "
+            f"{b['diff']:+.2f} [{b['diff_low']:+.2f}, {b['diff_high']:+.2f}] after Holm"
+        )
+    return BASELINE, f"no criterion ranked the subsets better than the parameter count in {source}"
 
 
 def rank(scores: pd.DataFrame, criterion: str, budget: int | None = None) -> pd.DataFrame:
@@ -233,17 +240,28 @@ def describe(rec: Recommendation, top: int = 10) -> str:
     lines.append(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     lines += [
         "",
-        "Evidence: Spearman of each criterion with accuracy on the searches recorded so far "
-        "(lab: test accuracy per subset at its best lr; trials: final validation accuracy per trial):",
+        "Evidence recorded so far (pooled: each criterion's mean Spearman difference to the parameter count over the "
+        "labs, Holm-adjusted; lab: Spearman with test accuracy per subset at its best lr, on one task; trials: with "
+        "final validation accuracy per trial):",
     ]
     if rec.evidence.empty:
-        lines.append("  no evidence yet: run a criteria lab (vitplast search --space criteria_lab) or --verify")
-    for r in rec.evidence.sort_values(["criterion", "search"]).itertuples():
-        lines.append(
-            f"  {r.criterion:<22} {r.spearman:+.2f} [{r.spearman_low:+.2f}, {r.spearman_high:+.2f}] n={r.n:<3} "
-            f"{r.source} {r.search} ({r.model} / {r.dataset})"
-        )
+        lines.append("  no evidence yet: run the criteria lab on several tasks and pool it (vitplast lab)")
+    for r in rec.evidence.sort_values(["source", "criterion", "search"], kind="stable").itertuples():
+        lines.append("  " + _evidence_line(r))
     return "\n".join(lines)
+
+
+def _evidence_line(r) -> str:
+    if r.source == "pooled":
+        return (
+            f"{r.criterion:<22} diff {r.diff:+.2f} [{r.diff_low:+.2f}, {r.diff_high:+.2f}] {r.verdict or '':<20} "
+            f"pooled {r.search} over {r.n} labs ({r.labs})"
+        )
+    verdict = f" {r.verdict}" if isinstance(r.verdict, str) else ""
+    return (
+        f"{r.criterion:<22} {r.spearman:+.2f} [{r.spearman_low:+.2f}, {r.spearman_high:+.2f}] n={r.n:<3} "
+        f"{r.source} {r.search} ({r.model} / {r.dataset}){verdict}"
+    )
 
 
 def warm_start_subsets(

@@ -19,7 +19,7 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
 from torch import nn
 
-from vitplast_tune.config import TESTBED_MODEL, TESTBED_WEIGHTS
+from vitplast_tune.config import TESTBED_MODEL, TESTBED_SEED1_MODEL, TESTBED_SEED1_WEIGHTS, TESTBED_WEIGHTS
 from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.vit import tiny  # noqa: F401  (registers the tiny models of every family with timm)
 from vitplast_tune.vit.families import hf
@@ -28,21 +28,23 @@ from vitplast_tune.vit.families.registry import family_of, unsupported
 
 TESTBED_ARGS: dict[str, Any] = dict(img_size=32, patch_size=8, embed_dim=96, depth=4, num_heads=3)
 
-# timm's register_model reads the pretrained configs from this module-level name.
+_TESTBED_CFG: dict[str, Any] = {
+    "num_classes": 64,
+    "input_size": (3, 32, 32),
+    "crop_pct": 1.0,
+    "interpolation": "bilinear",
+    "mean": (0.5, 0.5, 0.5),
+    "std": (0.5, 0.5, 0.5),
+    "first_conv": "patch_embed.proj",
+    "classifier": "head",
+    "license": "mit",
+}
+# timm's register_model reads the pretrained configs from this module-level name: the testbed pretrained from seed 0
+# (the default) and from seed 1, two models of one architecture.
 default_cfgs = generate_default_cfgs(
     {
-        TESTBED_MODEL: {
-            "file": str(TESTBED_WEIGHTS),
-            "num_classes": 64,
-            "input_size": (3, 32, 32),
-            "crop_pct": 1.0,
-            "interpolation": "bilinear",
-            "mean": (0.5, 0.5, 0.5),
-            "std": (0.5, 0.5, 0.5),
-            "first_conv": "patch_embed.proj",
-            "classifier": "head",
-            "license": "mit",
-        }
+        TESTBED_MODEL: {"file": str(TESTBED_WEIGHTS), **_TESTBED_CFG},
+        TESTBED_SEED1_MODEL: {"file": str(TESTBED_SEED1_WEIGHTS), **_TESTBED_CFG},
     }
 )
 

@@ -1,0 +1,67 @@
+"""CIFAR-10-C's corruptions at their 32-px parameters (data/corruptions.py) and the offline tasks generated from them
+(data/generated.py), checked against what each corruption must do."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vitplast_tune.data import corruptions, datasets, generated
+from vitplast_tune.errors import UserError
+
+
+def images(n: int = 4, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (n, 3, 32, 32), dtype=np.uint8)
+
+
+def test_contrast_pulls_each_channel_to_its_mean_by_the_severity_factor():
+    x = images(2)
+    out = corruptions.corrupt(x, "contrast", 5).astype(float)
+    f = x.astype(float) / 255
+    mean = f.mean(axis=(2, 3), keepdims=True)
+    np.testing.assert_allclose(out, np.round(np.clip((f - mean) * 0.15 + mean, 0, 1) * 255), atol=0)
+
+
+def test_noise_has_the_severitys_standard_deviation():
+    grey = np.full((8, 3, 32, 32), 128, np.uint8)
+    gauss = (corruptions.corrupt(grey, "gaussian_noise", 5).astype(float) - 128) / 255
+    assert gauss.std() == pytest.approx(0.10, rel=0.05) and abs(gauss.mean()) < 0.01
+    speckle = (corruptions.corrupt(grey, "speckle_noise", 5).astype(float) - 128) / 255
+    assert speckle.std() == pytest.approx(0.20 * 128 / 255, rel=0.05)  # x * N(0, 0.2) at x = 128/255
+
+
+def test_motion_blur_is_a_normalised_one_sided_line_kernel():
+    x = np.zeros((1, 32, 32))
+    x[0, 16, 16] = 1.0
+    blurred = corruptions.line_blur(x, radius=9, sigma=2.5, angle=0.0)  # along the rows: the spot trails to the left
+    assert blurred.sum() == pytest.approx(1.0) and blurred[0, 16].sum() == pytest.approx(1.0)
+    weights = np.exp(-(np.arange(19) ** 2) / (2 * 2.5**2))
+    np.testing.assert_allclose(blurred[0, 16, 16::-1][:17], (weights / weights.sum())[:17], atol=1e-12)
+    flat = np.ones((3, 32, 32))
+    np.testing.assert_allclose(corruptions.line_blur(flat, 9, 2.5, 30.0), flat)  # edges repeat: constant stays
+
+
+def test_snow_brightens_and_each_image_has_its_own_reproducible_draw():
+    x = images(3)
+    once, again = corruptions.corrupt(x, "snow", 5, seed=0), corruptions.corrupt(x, "snow", 5, seed=0)
+    assert np.array_equal(once, again) and not np.array_equal(once, corruptions.corrupt(x, "snow", 5, seed=1))
+    assert once.astype(float).mean() > x.astype(float).mean()
+    assert not np.array_equal(once[0], corruptions.corrupt(x[1:2], "snow", 5)[0])  # image 0's draw, not image 1's
+    with pytest.raises(ValueError, match="unknown corruption"):
+        corruptions.corrupt(x, "fog")
+
+
+def test_generated_tasks_are_cached_and_registered(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITPLAST_CACHE_DIR", str(tmp_path))
+    data = generated.digits_c("contrast")
+    assert data.images.shape == (1797, 3, 32, 32) and data.images.dtype == np.uint8 and data.labels.max() == 9
+    cached = list((tmp_path / "datasets").glob("digits_c-contrast-s5-*.npz"))
+    assert len(cached) == 1 and np.array_equal(generated.digits_c("contrast").images, data.images)
+    clean, _ = generated.upscaled_digits(32)
+    assert data.images.std() < 0.3 * clean.std()  # contrast at severity 5: 0.15 of the distances to the mean
+    assert datasets.num_classes("fractals_novel") == generated.NOVEL_CLASSES
+    assert datasets.resolve_augmentation("digits_c:snow", None) == "light"
+    with pytest.raises(UserError, match='needs a corruption, e.g. "digits_c:snow"'):
+        datasets.check_dataset_name("digits_c:fog")
+    with pytest.raises(UserError, match="fractals_novel_c:snow"):
+        datasets.check_dataset_name("fractals_novel_c")

@@ -1,0 +1,126 @@
+"""``vitplast lab``: the criteria lab on offline tasks (``labs``): list the tasks, check which qualify, run or analyze
+one task's lab, and pool labs into one verdict; every stage resumes when the same command runs again."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import NoReturn
+
+from vitplast_tune.cli.base import Parser, quiet_library, run_main
+from vitplast_tune.errors import SearchInterrupted, UserError
+
+COMMANDS = ("tasks", "check", "run", "analyze", "pooled")
+HELP = "The criteria lab on offline tasks: which tasks qualify, each task's lab, the verdict pooled across them."
+LAB_HELP = """The criteria lab on offline tasks, each task's lab a few resumable searches in <storage>/lab.<model>.<task>:
+
+    vitplast lab tasks                                  # the tasks and models
+    vitplast lab check [--task T ...] [--model M ...]   # which tasks qualify (full finetuning and single components)
+    vitplast lab run TASK [--model M]                   # one task's whole lab, then its analysis
+    vitplast lab analyze TASK [--model M]               # the analysis of a lab's finished stages again
+    vitplast lab pooled --name NAME LAB [LAB ...]       # the verdict pooled across labs (lab.<model>.<task> names)
+
+Running the same command again goes on where it stopped. --dry-run estimates check and run without training."""
+
+
+def parser() -> Parser:
+    """The arguments of ``vitplast lab``."""
+    from vitplast_tune.labs import DEFAULT_SPACE
+
+    p = Parser(prog="vitplast lab", description=LAB_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", choices=COMMANDS, help="what to do: " + ", ".join(COMMANDS))
+    p.add_argument("labs", nargs="*", help="run/analyze: the task; pooled: the labs (lab.<model>.<task>)")
+    p.add_argument("--task", action="append", help="check: a task (repeatable; default: every task)")
+    p.add_argument("--model", action="append", help="a model, s0 or s1 (repeatable for check; default: s0)")
+    p.add_argument("--name", help="pooled: the name of the pooled verdict (a folder under --storage)")
+    p.add_argument("--storage", help="where the labs live (default ~/vitplast_tune_results)")
+    p.add_argument("--space", default=DEFAULT_SPACE, help=f"the lab space (default: {DEFAULT_SPACE})")
+    p.add_argument("--max-rounds", type=int, default=2, help="extension rounds beyond the grid's rates (default: 2)")
+    p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial (default: 1)")
+    p.add_argument(
+        "--even-if-unqualified", action="store_true", help="run: the whole lab even on a task that fails the check"
+    )
+    p.add_argument("--dry-run", action="store_true", help="check/run: estimate the time, train nothing")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def lab_main(argv: Sequence[str] | None = None) -> int:
+    """List the tasks, check them, run or analyze a lab, or pool labs. An interrupted stage says to run the same
+    command again, which resumes it."""
+    args = parser().parse_intermixed_args(argv)
+    quiet_library(args.quiet)
+    try:
+        return _dispatch(args)
+    except SearchInterrupted as exc:
+        again = "the same vitplast lab command again continues the lab where it stopped (the stage is resumed)"
+        raise SearchInterrupted(f"{str(exc).split('; nothing is lost')[0]}; {again}", exc.exit_code) from None
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from vitplast_tune import labs, outputs
+    from vitplast_tune.storage import default_storage
+
+    storage = outputs.output_dir(args.storage, "--storage") if args.storage else default_storage()
+    models = args.model or ["s0"]
+
+    def make(task: str, model: str) -> labs.Lab:
+        return labs.Lab(task, model, storage, args.space, args.max_rounds, args.cpus_per_trial, 0 if args.quiet else 1)
+
+    if args.command == "tasks":
+        print(
+            "\n".join(
+                [f"{t:<28} {d}" for t, d in labs.TASKS.items()] + [f"model {k}: {v}" for k, v in labs.MODELS.items()]
+            )
+        )
+        return 0
+    if args.command == "pooled":
+        from vitplast_tune.analysis import pooled
+
+        if not args.name or not args.labs:
+            raise UserError("pooled needs --name NAME and the labs to pool (lab.<model>.<task> names)")
+        dirs = [storage / name for name in args.labs]
+        print(pooled.pool_labs(dirs, storage / args.name, include_unqualified=args.even_if_unqualified))
+        return 0
+    if args.command == "check":
+        return _check(args, [make(t, m) for m in models for t in (args.task or labs.TASKS)])
+    if len(args.labs) != 1:
+        raise UserError(f"{args.command} takes one task, e.g. vitplast lab {args.command} digits_c-contrast")
+    return _run(args, make(args.labs[0], models[0]))
+
+
+def _check(args: argparse.Namespace, found: list) -> int:
+    """``check``: each lab's qualification stages (or, with --dry-run, their estimated time) and the table."""
+    from vitplast_tune import labs
+
+    if args.dry_run:
+        print(labs.describe_estimates([labs.estimate(lab, qualify_only=True) for lab in found]))
+        return 0
+    with labs.ray_session():
+        checked = [labs.qualify(lab) for lab in found]
+    print(labs.describe_qualifications(checked))
+    return 0
+
+
+def _run(args: argparse.Namespace, lab) -> int:
+    """``run`` and ``analyze``: one task's lab (or, with --dry-run, its estimated time), then its report."""
+    from vitplast_tune import labs
+
+    if args.dry_run:
+        print(labs.describe_estimates([labs.estimate(lab)]))
+        return 0
+    if args.command == "analyze":
+        results = labs.analyze_lab(lab)
+    else:
+        with labs.ray_session():
+            found, results = labs.run_lab(lab, even_if_unqualified=args.even_if_unqualified)
+        if results is None:
+            print(f"{lab.name}: {found.reason}; not run further (--even-if-unqualified runs it anyway)")
+            return 0
+    print(labs.describe_report(lab, results))
+    return 0
+
+
+def entry(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point of ``vitplast lab`` (and its alias ``vitplast-lab``)."""
+    run_main(lambda: lab_main(argv))

@@ -1,0 +1,126 @@
+"""Image corruptions of CIFAR-10-C (Hendrycks & Dietterich, ICLR 2019) at their 32-px parameters, in numpy and scipy.
+
+Five of the paper's corruptions, at any of the five severities, on uint8 RGB images shaped (N, 3, 32, 32):
+``contrast``, ``gaussian_noise``, ``speckle_noise``, ``motion_blur`` and ``snow``. The parameters per severity are
+those of CIFAR-10-C's generator (``make_cifar_c.py``); its motion blur is ImageMagick's, here the same one-sided,
+Gaussian-weighted line kernel computed directly. Each image draws from its own generator
+(``np.random.default_rng([seed, index])``), so a corrupted dataset is the same bytes for a seed on any machine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+from scipy import ndimage
+
+SEVERITIES = (1, 2, 3, 4, 5)
+
+# Per severity 1..5, as CIFAR-10-C's generator has them for 32-px images.
+_CONTRAST = (0.75, 0.5, 0.4, 0.3, 0.15)  # factor on the distance to each channel's mean
+_GAUSSIAN = (0.04, 0.06, 0.08, 0.09, 0.10)  # noise std on [0, 1]
+_SPECKLE = (0.06, 0.1, 0.12, 0.16, 0.2)  # multiplicative noise std
+_MOTION = ((6, 1.0), (6, 1.5), (6, 2.0), (8, 2.0), (9, 2.5))  # kernel radius, sigma (pixels)
+# snow: layer mean, layer std, zoom, threshold, blur radius, blur sigma, weight of the image
+_SNOW = (
+    (0.1, 0.2, 1.0, 0.6, 8, 3, 0.95),
+    (0.1, 0.2, 1.0, 0.5, 10, 4, 0.9),
+    (0.15, 0.3, 1.75, 0.55, 10, 4, 0.9),
+    (0.25, 0.3, 2.25, 0.6, 12, 6, 0.85),
+    (0.3, 0.3, 1.25, 0.65, 14, 12, 0.8),
+)
+
+
+def contrast(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """Contrast loss: each channel pulled toward its mean over the image. ``x``: (3, H, W) floats in [0, 1]."""
+    means = x.mean(axis=(1, 2), keepdims=True)
+    return (x - means) * _CONTRAST[severity - 1] + means
+
+
+def gaussian_noise(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """Additive Gaussian noise of std 0.04 to 0.10 (severity 1 to 5)."""
+    return x + rng.normal(scale=_GAUSSIAN[severity - 1], size=x.shape)
+
+
+def speckle_noise(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """Multiplicative (speckle) noise: x + x * N(0, std)."""
+    return x + x * rng.normal(scale=_SPECKLE[severity - 1], size=x.shape)
+
+
+def motion_blur(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """A motion blur along a random angle in [-45, 45] degrees (ImageMagick's kernel, as CIFAR-10-C)."""
+    radius, sigma = _MOTION[severity - 1]
+    return line_blur(x, radius, sigma, rng.uniform(-45, 45))
+
+
+def snow(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """Snow: a thresholded, zoomed noise layer, motion-blurred at a random angle in [-135, -45] degrees, added twice
+    (as drawn and turned by 180 degrees) to the image, itself brightened toward 1.5 times its grey level + 0.5."""
+    mean, std, zoom, threshold, radius, sigma, keep = _SNOW[severity - 1]
+    height, width = x.shape[1:]
+    layer = clipped_zoom(rng.normal(loc=mean, scale=std, size=(height, width)), zoom)
+    layer[layer < threshold] = 0
+    layer = np.round(np.clip(layer, 0, 1) * 255) / 255  # the generator passes the layer through an 8-bit image
+    layer = np.clip(line_blur(layer[None], radius, sigma, rng.uniform(-135, -45))[0], 0, 1)
+    grey = 0.299 * x[0] + 0.587 * x[1] + 0.114 * x[2]
+    x = keep * x + (1 - keep) * np.maximum(x, grey * 1.5 + 0.5)
+    return x + layer + np.rot90(layer, k=2)
+
+
+CORRUPTIONS: dict[str, Callable[[np.ndarray, int, np.random.Generator], np.ndarray]] = {
+    "contrast": contrast,
+    "gaussian_noise": gaussian_noise,
+    "motion_blur": motion_blur,
+    "snow": snow,
+    "speckle_noise": speckle_noise,
+}
+
+
+def corrupt(images: np.ndarray, name: str, severity: int = 5, seed: int = 0) -> np.ndarray:
+    """The uint8 images (N, 3, H, W) under corruption ``name`` at ``severity``; image i draws from
+    ``default_rng([seed, i])``. Rounded back to uint8 as CIFAR-10-C's files are."""
+    if name not in CORRUPTIONS:
+        raise ValueError(f"unknown corruption {name!r}; known: {', '.join(CORRUPTIONS)}")
+    if severity not in SEVERITIES:
+        raise ValueError(f"severity must be one of {SEVERITIES}, not {severity}")
+    fn = CORRUPTIONS[name]
+    out = np.empty_like(images)
+    for i, image in enumerate(images):
+        x = fn(image.astype(np.float64) / 255.0, severity, np.random.default_rng([seed, i]))
+        out[i] = np.clip(np.round(np.clip(x, 0, 1) * 255), 0, 255).astype(np.uint8)
+    return out
+
+
+def line_blur(x: np.ndarray, radius: int, sigma: float, angle: float) -> np.ndarray:
+    """ImageMagick's motion blur of (C, H, W) images: the image shifted 0 .. 2 * radius pixels along ``angle``
+    (degrees; the edge pixels repeat), weighted by a one-sided Gaussian of ``sigma`` pixels, summed."""
+    width = 2 * radius + 1
+    weights = np.exp(-(np.arange(width) ** 2) / (2 * sigma**2))
+    weights /= weights.sum()
+    dy_unit, dx_unit = math.sin(math.radians(angle)), math.cos(math.radians(angle))
+    out = np.zeros_like(x, dtype=np.float64)
+    for i, weight in enumerate(weights):
+        dy, dx = -math.ceil(i * dy_unit - 0.5), -math.ceil(i * dx_unit - 0.5)
+        if abs(dy) >= x.shape[1] or abs(dx) >= x.shape[2]:
+            break
+        out += weight * shifted(x, dy, dx)
+    return out
+
+
+def shifted(x: np.ndarray, dy: int, dx: int) -> np.ndarray:
+    """(C, H, W) images moved by (dy, dx) pixels, the vacated rows and columns filled with the nearest edge pixels."""
+    height, width = x.shape[1:]
+    rows = np.clip(np.arange(height) - dy, 0, height - 1)
+    cols = np.clip(np.arange(width) - dx, 0, width - 1)
+    return x[:, rows][:, :, cols]
+
+
+def clipped_zoom(layer: np.ndarray, factor: float) -> np.ndarray:
+    """A (H, W) array's centre, ``1 / factor`` of its side, zoomed back to its size (linear interpolation)."""
+    side = layer.shape[0]
+    crop = int(np.ceil(side / factor))
+    top = (side - crop) // 2
+    zoomed = ndimage.zoom(layer[top : top + crop, top : top + crop], factor, order=1)
+    trim = (zoomed.shape[0] - side) // 2
+    return zoomed[trim : trim + side, trim : trim + side]
