@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from vitplast_tune._compat import mlflow as mlflow_internals
 from vitplast_tune.analysis import protocol
 from vitplast_tune.child import call_in_child
 from vitplast_tune.config import FinetuneConfig
@@ -79,7 +80,8 @@ def reanalyze(
         name, str(directory.parent), uri, record.get("experiment", EXPERIMENT), record.get("search_id", "")
     )
     result = SearchResult(place, spec, FinetuneConfig.from_dict(record["settings"]), table, record["parent_run_id"])
-    driver.analyze(result, tracking.client(uri))
+    with mlflow_internals.no_artifact_progress_bar():
+        driver.analyze(result, tracking.client(uri))
     return result
 
 

@@ -101,6 +101,11 @@ def test_a_random_search_with_median_stopping_then_analyze_on_its_record(tmp_pat
     again = command("analyze", "--name", "rnd", "--storage", str(storage))
     best = trials.sort_values("best_val_acc", ascending=False).iloc[0]
     assert f"Results (Ray Tune): {storage}/rnd" in again.stdout and best["components"] in again.stdout
+    top = trials[trials["best_val_acc"] == trials["best_val_acc"].max()]
+    answer = again.stdout.splitlines()[0]  # the answer first: one of the best trials, as an instruction
+    assert any(answer.startswith(f"Answer: finetune {c} at lr ") for c in top["components"]), answer
+    assert "Search rnd: 4 trials (random" in again.stdout  # no elapsed time: analyze did not time the search
+    assert "Downloading artifacts" not in again.stdout + again.stderr  # no progress bar of MLflow's
 
 
 def test_recommend_then_verify_with_a_short_grid(tmp_path):

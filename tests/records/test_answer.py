@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.analysis.analyze import SearchAnalysis
-from vitplast_tune.analysis.trials import analyze_trials, plasticity_verdict
+from vitplast_tune.analysis.trials import TrialAnalysis, analyze_trials, plasticity_verdict
 from vitplast_tune.records.answer import answer_lines
 
 
@@ -75,12 +75,12 @@ def test_the_plasticity_line_is_the_analysis_verdict(tmp_path):
     analysis = SearchAnalysis(trials=analyze_trials(trials, tmp_path, n_boot=300))
     line = answer_lines(trials, analysis)[-1]
     assert line.startswith(
-        "  Did plasticity predict it? On final validation accuracy, finished trials: plasticity_mean ranks these trials "
-        "better than log(trainable"
+        "  Did plasticity predict it? On final validation accuracy, finished trials, n=40: plasticity_mean: better "
+        "than log(trainable parameters) at ranking the trials (Spearman difference +"
     )
     few = trials.head(8)
     line = answer_lines(few, SearchAnalysis(trials=analyze_trials(few, tmp_path, n_boot=300)))[-1]
-    assert "too few trials to judge" in line and "better than" not in line
+    assert "too few trials to judge" in line and "better than" not in line and "n=8" in line
 
 
 def test_the_verdict_comes_from_the_target_with_the_most_trials():
@@ -113,3 +113,26 @@ def test_the_verdict_comes_from_the_target_with_the_most_trials():
         "different from log(trainable parameters): Spearman difference +0.06 [-0.20, +0.30] (97.5%, Holm p=0.62), n=60."
     )
     assert plasticity_verdict(table[table["target"] == "val_acc"]).endswith("too few trials to judge.")
+
+
+def test_scores_of_one_verdict_are_said_once_with_their_figures():
+    row = dict(note="", target="val_acc_common", n=60, verdict="no clear difference", diff_low=-0.3, diff_high=0.3)
+    table = pd.DataFrame(
+        [
+            dict(row, predictor="plasticity_mean", diff_vs_baseline=-0.16, p_holm=0.56),
+            dict(row, predictor="plasticity_max", diff_vs_baseline=0.06, p_holm=1.0),
+            dict(row, predictor="plasticity_weighted", diff_vs_baseline=0.4, p_holm=0.01, verdict="better"),
+            dict(row, predictor="log_trainable_params", diff_vs_baseline=float("nan"), p_holm=float("nan"), verdict=""),
+        ]
+    )
+    analysis = SearchAnalysis(trials=TrialAnalysis(table, pd.DataFrame(), [], 60))
+    assert answer_lines(table_of_one(), analysis)[-1] == (
+        "  Did plasticity predict it? On validation accuracy at the last step every trial reached, all trials, n=60: "
+        "plasticity_mean, plasticity_max: not clearly different from log(trainable parameters) at ranking the trials "
+        "(Spearman differences -0.16, +0.06; Holm p 0.56, 1); plasticity_weighted: better than log(trainable "
+        "parameters) at ranking the trials (Spearman difference +0.40; Holm p 0.01)."
+    )
+
+
+def table_of_one():
+    return table(trial("mha", 0.1, 0.9, 10))

@@ -7,6 +7,10 @@ installed version (``tests/records/test_mlflow_ui.py``).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import mlflow as _mlflow
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # + the view's key: a JSON envelope {name, createdAt, updatedAt, state}
@@ -44,3 +48,18 @@ def ask_server(uri: str, endpoint: str, timeout_s: float, params: dict | None = 
     return http_request(
         creds, endpoint, "GET", max_retries=0, timeout=timeout_s, raise_on_status=False, params=params or {}
     )
+
+
+@contextmanager
+def no_artifact_progress_bar() -> Iterator[None]:
+    """MLflow's artifact progress bar off while in the block (a library's call prints nothing of its own)."""
+    key = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    saved = os.environ.get(key)
+    os.environ[key] = "false"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = saved

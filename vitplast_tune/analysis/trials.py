@@ -202,14 +202,20 @@ def plasticity_verdict(table: pd.DataFrame) -> str:
     """The sentences that say whether each plasticity score ranked the trials better than log(trainable parameters)
     (their verdicts adjusted together, Holm), on the target with the most trials ("" when the table supports no
     verdict), prefixed by that target's name."""
-    if table.empty:
-        return ""
-    scored = table[(table["note"] == "") & table["predictor"].isin(SCORES)]
-    if scored.empty:
-        return ""
-    target = scored.groupby("target", sort=False)["n"].max().idxmax()
-    sentences = _verdicts(table[table["target"] == target])
+    target, rows = judged_scores(table)
+    sentences = _verdicts(rows) if target else []
     return f"on {TARGET_LABELS.get(target, target)}: {' '.join(sentences)}" if sentences else ""
+
+
+def judged_scores(table: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    """The target with the most trials and its plasticity scores' rows that carry a verdict (or its "no verdict");
+    ("", empty) when none does."""
+    scored = table[(table["note"] == "") & table["predictor"].isin(SCORES)] if not table.empty else table
+    if scored.empty or "verdict" not in scored:
+        return "", scored.head(0)
+    target = scored.groupby("target", sort=False)["n"].max().idxmax()
+    rows = scored[(scored["target"] == target) & (scored["verdict"] != "")]
+    return (target, rows) if not rows.empty else ("", rows)
 
 
 def _verdicts(rows: pd.DataFrame) -> list[str]:

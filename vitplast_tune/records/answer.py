@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from vitplast_tune.analysis.analyze import SearchAnalysis
-from vitplast_tune.analysis.trials import finished_trials, plasticity_verdict
+from vitplast_tune.analysis.trials import TARGET_LABELS, finished_trials, judged_scores
 from vitplast_tune.records.trials import pct
 
 CLOSE_POINTS = 1.0  # "close to the best": within this many points of its best validation accuracy
@@ -72,14 +72,33 @@ def _against(ok: pd.DataFrame, best: pd.Series) -> str:
 
 
 def _plasticity(analysis: SearchAnalysis | None) -> str:
-    """Whether plasticity predicted the trials' accuracy better than their parameter count, as the analysis says."""
+    """Whether plasticity predicted the trials' accuracy better than their parameter count, as the analysis says: its
+    scores grouped by verdict on the target with the most trials, with their differences and Holm p-values."""
     parts = [analysis] if analysis is not None else []
     parts = [a for a in parts + [b for a in parts for b in a.budgets] if a.trials is not None]
     if not parts:
         return "Plasticity: not measured in this search, so no word on whether it predicted accuracy."
-    verdict = plasticity_verdict(parts[-1].trials.correlations)
-    return (
-        f"Did plasticity predict it? {verdict[0].upper()}{verdict[1:]}"
-        if verdict
-        else "Did plasticity predict it? No verdict."
-    )
+    target, rows = judged_scores(parts[-1].trials.correlations)
+    if rows.empty:
+        return "Did plasticity predict it? No verdict: no plasticity score could be compared with the parameter count."
+    groups = [_verdict_group(verdict, group) for verdict, group in rows.groupby("verdict", sort=False)]
+    where = f"{TARGET_LABELS.get(target, target)}, n={int(rows['n'].max())}"
+    return f"Did plasticity predict it? On {where}: " + "; ".join(groups) + "."
+
+
+def _verdict_group(verdict: str, rows: pd.DataFrame) -> str:
+    """Scores of one verdict: ``names: the verdict (their differences; their Holm p-values)``."""
+    diffs = ", ".join(f"{d:+.2f}" for d in rows["diff_vs_baseline"])
+    figures = f"Spearman difference{'s' if len(rows) > 1 else ''} {diffs}"
+    if "p_holm" in rows and rows["p_holm"].notna().any():
+        figures += "; Holm p " + ", ".join(f"{p:.2g}" for p in rows["p_holm"].dropna())
+    said = VERDICTS.get(verdict, f"{verdict}, too few trials to judge")
+    return f"{', '.join(rows['predictor'])}: {said} ({figures})"
+
+
+VERDICTS = {  # a verdict of analysis.correlation, as the answer words it
+    "better": "better than log(trainable parameters) at ranking the trials",
+    "worse": "worse than log(trainable parameters) at ranking the trials",
+    "no clear difference": "not clearly different from log(trainable parameters) at ranking the trials",
+    "undetermined": "undetermined against log(trainable parameters) (the interval of the difference is undetermined)",
+}

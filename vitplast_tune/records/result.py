@@ -49,7 +49,7 @@ def summary(result: SearchResult, k: int = 10) -> str:
         answer
         + ([""] if answer else [])
         + [
-            f"Search {place.name}: {len(result.trials)} trials in {result.elapsed_s / 60:.1f} min "
+            f"Search {place.name}: {len(result.trials)} trials{_elapsed(result.elapsed_s)} "
             f"({spec.algorithm}, scheduler {spec.scheduler.name}, {settings.model} on {settings.dataset}, "
             f"{augmentation_text(spec, settings)})"
         ]
@@ -76,6 +76,11 @@ def summary(result: SearchResult, k: int = 10) -> str:
     if result.study is not None:
         lines.append(result.study.describe())
     return "\n".join(lines + _mlflow_lines(result))
+
+
+def _elapsed(seconds: float) -> str:
+    """ " in 2.1 min", or "" for a search this process did not time (analyzed again from its records)."""
+    return f" in {seconds / 60:.1f} min" if seconds > 0 else ""
 
 
 def _mlflow_lines(result: SearchResult) -> list[str]:

@@ -23,6 +23,7 @@ import timm
 import torch
 from torch import Tensor, nn
 
+from vitplast_tune._compat.mlflow import no_artifact_progress_bar
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
 from vitplast_tune.storage import (
@@ -94,7 +95,7 @@ def load_best_model(
     record = read_record(search_dir(name, storage), purpose="recorded")
     uri = tracking_uri or record["tracking_uri"]
     _check_finished(name, record["parent_run_id"], uri)
-    with tempfile.TemporaryDirectory(prefix="vitplast-best-") as tmp, _no_progress_bar():
+    with tempfile.TemporaryDirectory(prefix="vitplast-best-") as tmp, no_artifact_progress_bar():
         try:
             folder = mlflow.artifacts.download_artifacts(
                 run_id=record["parent_run_id"], artifact_path=BEST_TRIAL_DIR, dst_path=tmp, tracking_uri=uri
@@ -133,20 +134,6 @@ def _check_finished(name: str, run_id: str, tracking_uri: str) -> None:
     }
     if run.info.status != "FINISHED" or not best:
         raise UserError(f'search "{name}" has no best model: it {why.get(run.info.status, run.info.status)}')
-
-
-@contextmanager
-def _no_progress_bar() -> Iterator[None]:
-    """MLflow's artifact progress bar off (a library's call prints nothing of its own)."""
-    key, saved = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
-    os.environ[key] = "false"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = saved
 
 
 @contextmanager
