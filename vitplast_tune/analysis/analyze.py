@@ -71,18 +71,27 @@ def analyze_search(
     plasticity_pairs: int | None = None,
     parameters: tuple[pd.DataFrame, dict] | None = None,
     variant: str = "paper",
+    measuring: dict | None = None,
 ) -> SearchAnalysis:
     """The analyzes a search supports: which parameters matter (``parameters``: the searched parameters of each trial
     and their Optuna distributions, see ``records.study.parameter_table``), per-trial correlations (when its trials
     carry plasticity scores), the paper's protocol (a grid with seeds), the criteria lab (``criteria: true``) and the
     depth analysis (trials at several depths, with the plasticity per layer of ``variant``); files go to ``out_dir``.
+    ``measuring``: where the measurements it makes run (``runner``, ``decoded``, ``staged``: see
+    ``predictors.report.plasticity_report``; default: here).
 
     Trials of several step budgets (``max_steps``) are analyzed apart, each into ``out_dir/steps-N``; the lab's
     tables of every budget go together into ``out_dir/criteria.csv`` (a ``budget`` column).
     """
     out = Path(out_dir).expanduser()
     steps = sorted(pd.to_numeric(trials["max_steps"], errors="coerce").dropna().unique()) if len(trials) else []
-    options = dict(reference=reference, plasticity_pairs=plasticity_pairs, parameters=parameters, variant=variant)
+    options = dict(
+        reference=reference,
+        plasticity_pairs=plasticity_pairs,
+        parameters=parameters,
+        variant=variant,
+        measuring=measuring or {},
+    )
     if len(steps) < 2:
         return _analyze_one(trials, spec, settings, out, **options)
     found = SearchAnalysis()
@@ -110,6 +119,7 @@ def _analyze_one(
     plasticity_pairs: int | None,
     parameters: tuple[pd.DataFrame, dict] | None,
     variant: str,
+    measuring: dict,
 ) -> SearchAnalysis:
     """The analyzes of trials of one step budget (see ``analyze_search``)."""
     found = SearchAnalysis()
@@ -126,7 +136,7 @@ def _analyze_one(
     if spec.criteria:
         subsets = lab.subset_table(trials)
         extra = in_network_scores(
-            settings, subsets["components"], reference=reference, plasticity_pairs=plasticity_pairs
+            settings, subsets["components"], reference=reference, plasticity_pairs=plasticity_pairs, **measuring
         )
         table = lab.subset_table(trials, extra)
         found.criteria = lab.criteria_comparison(table)
@@ -136,7 +146,9 @@ def _analyze_one(
     if varies_depth(trials):
         layers = None
         if "plasticity_mean" in trials:
-            measured = search_report(settings, reference=reference, variant=variant, max_pairs=plasticity_pairs)
+            measured = search_report(
+                settings, reference=reference, variant=variant, max_pairs=plasticity_pairs, **measuring
+            )
             layers = layer_table(measured.table)
         found.depth = analyze_depth(trials, out, layers=layers)
         found.files += found.depth.files
