@@ -118,16 +118,21 @@ class _Saved:
 
 def log_prepared_model(tracking_uri: str, run_id: str, folder: Path) -> str:
     """Log the MLflow model saved in ``folder`` as the model ``best_model`` of run ``run_id`` (MLflow's own
-    ``Model.log``: a logged model linked to the run, as ``mlflow.pytorch.log_model`` makes, without loading it:
-    its serving example is not validated here, where torch is not); return ``runs:/<run_id>/best_model``."""
+    ``Model.log`` of a logged model made in the run's experiment: linked to the run, as ``mlflow.pytorch.log_model``
+    makes it, without loading it: its serving example is not validated here, where torch is not); return
+    ``runs:/<run_id>/best_model``."""
     from mlflow.models import Model
 
+    mlflow = MlflowClient(tracking_uri)
+    experiment = mlflow.get_run(run_id).info.experiment_id
+    made = mlflow.create_logged_model(experiment, name=MODEL_NAME, source_run_id=run_id)
     with _tracking(tracking_uri):
         Model.log(
             artifact_path=None,
             flavor=_Saved(folder),
             name=MODEL_NAME,
             run_id=run_id,
+            model_id=made.model_id,
             flavor_name="pytorch",
             serialization_format="pickle",
             validate_serving_input=False,
