@@ -100,4 +100,3 @@ def _child_main(path: str) -> None:
     except UserError as exc:
         result = (False, exc)
     exchange.write_bytes(pickle.dumps(result))
-
