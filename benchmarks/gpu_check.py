@@ -51,6 +51,7 @@ from vitplast_tune.data import transforms
 from vitplast_tune.vit import devices as vt_devices
 from vitplast_tune.vit import models
 from vitplast_tune.vit import training as vt_training
+from vitplast_tune.vit.families.registry import layout_of
 
 TRIAL_COMPONENTS = ["mha", "all"]  # the two trials sharing one GPU
 # Seconds each step may take on the GPU; together under 10 minutes. The CPU dry run gives each CPU_SLOWER times more.
@@ -236,7 +237,7 @@ def train_speed(args, device: torch.device, subset: str, options: bool, compile_
     """Training images/s of ``subset`` and its peak GPU memory (MiB; 0 on a CPU)."""
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = options
     model = models.create_model(args.model, 10, pretrained=False)
-    components.freeze(model, subset)
+    components.freeze(model, subset, layout=layout_of(model))
     model.to(device).train()
     params = [p for p in model.parameters() if p.requires_grad]
     fused = options and device.type == "cuda"

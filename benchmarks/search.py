@@ -3,7 +3,7 @@ need to reach the accuracy of the full grid's best configuration (within --toler
 as a fraction of the grid's steps, averaged over search seeds (goal for TPE + ASHA: <= 0.2).
 
 1. The real grid: every configuration of a discrete space (default vitplast_tune/search_spaces/single_component.yaml:
-   8 subsets x 5 learning rates = 40 trials of 400 steps) runs once through ``vitplast_tune.search.driver.run``
+   8 subsets x 5 learning rates = 40 trials of 400 steps) runs once through ``vitplast_tune.run_search``
    on a Ray instance started here (--cpus CPUs, one per trial), and every trial's learning curve
    (val_acc at each evaluation) is recorded to --curves. Its best best_val_acc is the reference.
    The training seed is pinned (seed: 0 in the space's defaults) so that it does not follow the

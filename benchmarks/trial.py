@@ -1,7 +1,7 @@
 """Trial efficiency: the fraction of a real Ray Tune trial's wall time spent in training and
 evaluation steps (goal: >= 0.9), and where the rest goes.
 
-Runs one trial through ``vitplast_tune.search.driver.run`` (a one-configuration grid written to a temp
+Runs one trial through ``vitplast_tune.run_search`` (a one-configuration grid written to a temp
 directory, plasticity off, MLflow and checkpoints as in any search) on a Ray instance started here
 with ``--cpus`` CPUs and shut down after. The trial's wall time runs from its actor start to its
 completion, both seen by a Tune callback on the driver; the time in steps and in evaluation is

@@ -94,11 +94,14 @@ class _Messages(logging.Handler):
 def library_log():
     """The messages the library logs (``vitplast_tune`` and its children) during the test, at INFO and above."""
     handler, logger = _Messages(), logging.getLogger("vitplast_tune")
+    level = logger.level  # a command run earlier in this worker may have quieted it (--quiet)
     logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
     try:
         yield handler.messages
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 @pytest.fixture

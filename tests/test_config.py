@@ -47,3 +47,21 @@ def test_messages_name_the_type_in_words():
         FinetuneConfig(seed="forty-two").validate()
     with pytest.raises(UserError, match=r"^lr must be a finite number, got True \(a boolean\)$"):
         FinetuneConfig(lr=True).validate()
+
+
+def test_the_paper_scale_commands_name_the_papers_checkpoint():
+    """Every ViT-B/16 that the docs, the space files and the help name is the paper's checkpoint (orig_in21k)."""
+    import re
+
+    from vitplast_tune import cli
+    from vitplast_tune.config import PAPER_MODEL
+
+    root = Path(__file__).resolve().parents[1]
+    files = [
+        root / "README.md",
+        *sorted((root / "docs").glob("*.md")),
+        *sorted((root / "search_spaces").glob("*.yaml")),
+    ]
+    named = {m for f in files for m in re.findall(r"vit_base_patch16_224\.[a-z0-9_]+", f.read_text())}
+    assert named == {PAPER_MODEL}
+    assert PAPER_MODEL in cli.search.parser().format_help().replace("\n", " ").replace("  ", "")

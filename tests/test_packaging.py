@@ -84,3 +84,13 @@ def test_a_wheel_ships_the_spaces_weights_and_commands_and_searches_from_them(tm
     assert "Search component_subsets" in out.stdout and "1 trials" in out.stdout
     (record,) = (tmp_path / "results").glob("*/vitplast_search.json")
     assert Path(json.loads(record.read_text())["space_path"]).is_relative_to(target)  # the wheel's space file
+
+
+def test_every_subpackage_is_one_the_wheel_ships():
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "vitplast_tune").rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
+
+
+def test_the_hf_extra_names_transformers():
+    assert any(r.startswith("transformers>=5") for r in PYPROJECT["project"]["optional-dependencies"]["hf"])

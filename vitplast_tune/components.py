@@ -1,21 +1,24 @@
-"""The six finetunable components of a timm Vision Transformer, and freezing all but a subset.
+"""The six finetunable components of a Vision Transformer, and freezing all but a subset.
 
-A component is a named group of parameters (the paper's components, Odonnat et al., ICML 2026):
+A component is a named group of parameters (the paper's components, Odonnat et al., ICML 2026); in timm's
+VisionTransformer:
 
     emb  patch_embed, cls/register tokens, pos_embed (model level)
     ln1  blocks[i].norm1           mha  blocks[i].attn (+ layer scale ls1)
     ln2  blocks[i].norm2           fc1  blocks[i].mlp.fc1
                                    fc2  blocks[i].mlp.fc2 (+ mlp.norm, layer scale ls2)
 
-The classification head and the final norm ("head") always train.
-A subset is written as a tuple of names in the canonical order above, or as a string:
+Other model families keep them under other names; a ``Layout`` says where (``vit/families/`` declares one per family,
+and ``vit.families.registry.layout_of(model)`` finds a model's). The classification head and the final norm ("head")
+always train. A subset is written as a tuple of names in the canonical order above, or as a string:
 "mha+fc1", "all" (full finetuning) or "head" (the linear probe: no component).
 
 How a component trains is its *method* (``METHODS``): ``full`` (every parameter, the default), ``lora`` (low-rank
-adapters on its linear layers: mha's qkv and proj, fc1, fc2; injected with peft by ``vit/methods.py``), ``bitfit``
-(its biases only) or ``frozen``. A subset names a method after a colon, "full" left out: "mha:lora+fc1" trains
-mha's LoRA adapters and fc1 in full; "all:bitfit" every bias. ``depth`` says in which blocks the block components
-train: "all", "first", "middle" or "last" (thirds), or a contiguous range "i-j" of block indices.
+adapters on its linear layers: mha's projections, fc1, fc2, as the layout's ``lora`` names them; injected with peft by
+``vit/methods.py``), ``bitfit`` (its biases only) or ``frozen``. A subset names a method after a colon, "full" left
+out: "mha:lora+fc1" trains mha's LoRA adapters and fc1 in full; "all:bitfit" every bias. ``depth`` says in which
+blocks the block components train: "all", "first", "middle" or "last" (thirds), or a contiguous range "i-j" of block
+indices.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from vitplast_tune.errors import UserError, did_you_mean
@@ -37,25 +42,58 @@ ALL = "all"
 # The paper's order of single components (by plasticity), then the embedding, full finetuning, linear probe.
 TABLE_ORDER: tuple[str, ...] = ("mha", "fc1", "fc2", "ln2", "ln1", "emb", ALL, HEAD)
 
-# The timm submodule of block i that each block component names (its input and output define plasticity).
-BLOCK_MODULES: dict[str, str] = {"ln1": "norm1", "mha": "attn", "ln2": "norm2", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
-# Parameters of a block that belong to a component besides its module's own (layer scales, the MLP's norm).
-_EXTRA_PREFIXES: dict[str, tuple[str, ...]] = {"mha": ("ls1.",), "fc2": ("mlp.norm.", "ls2.")}
-# Parameter-name prefixes inside a block, per component ("mlp.fc1" also matches fc1_g / fc1_x of gated MLPs).
-_BLOCK_PREFIXES: dict[str, tuple[str, ...]] = {
-    c: (m if "." in m else f"{m}.", *_EXTRA_PREFIXES.get(c, ())) for c, m in BLOCK_MODULES.items()
-}
-_EMB_PREFIXES = ("patch_embed.", "cls_token", "reg_token", "pos_embed", "norm_pre.")
-_HEAD_PREFIXES = ("head.", "norm.", "fc_norm.", "attn_pool.")
-_BLOCK_PARAM = re.compile(r"^blocks\.(\d+)\.(.+)$")
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a model family keeps each component, by parameter and module names (plain names, no torch).
+
+    A name matches a parameter when it is the parameter's name or a module path above it (``"norm1"`` matches
+    ``norm1.weight``, not ``norm10.weight``). ``blocks`` is the module path of the block list; ``emb`` and ``head``
+    name model-level parameters; per block component, ``modules`` names the submodules of a block that compute it (the
+    first one present, or several whose outputs join: a gated MLP's ``fc1_g`` and ``fc1_x``), ``extras`` other
+    parameters it owns (an MLP's inner norm), ``layer_scales`` its layer-scale tensors, and ``lora`` the linear layers
+    LoRA adapts in it (those present). Names that a block does not have are skipped: one layout covers a family's
+    variants.
+    """
+
+    family: str
+    blocks: str = "blocks"
+    emb: tuple[str, ...] = ("patch_embed", "cls_token", "reg_token", "pos_embed", "norm_pre")
+    head: tuple[str, ...] = ("head", "norm", "fc_norm", "attn_pool")
+    modules: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: {
+            "ln1": ("norm1",),
+            "mha": ("attn",),
+            "ln2": ("norm2",),
+            "fc1": ("mlp.fc1", "mlp.fc1_g", "mlp.fc1_x"),
+            "fc2": ("mlp.fc2",),
+        }
+    )
+    extras: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: {"fc2": ("mlp.norm",)})
+    layer_scales: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: {"mha": ("ls1",), "fc2": ("ls2",)})
+    lora: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: {
+            "mha": ("attn.qkv", "attn.proj"),
+            "fc1": ("mlp.fc1", "mlp.fc1_g", "mlp.fc1_x"),
+            "fc2": ("mlp.fc2",),
+        }
+    )
+
+    def block_names(self, component: str) -> tuple[str, ...]:
+        """Every name inside a block that belongs to a block component (modules, extras, layer scales)."""
+        return (*self.modules[component], *self.extras.get(component, ()), *self.layer_scales.get(component, ()))
+
+
+def _under(name: str, prefixes: Iterable[str]) -> bool:
+    """Whether ``name`` is one of ``prefixes`` or lies under one as a module path."""
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
 FULL, FROZEN, LORA, BITFIT = "full", "frozen", "lora", "bitfit"
 METHODS: tuple[str, ...] = (FROZEN, FULL, LORA, BITFIT)
-# The nn.Linear layers of block i that LoRA adapts, per component (names relative to blocks.<i>).
-LORA_LINEARS: dict[str, tuple[str, ...]] = {"mha": ("attn.qkv", "attn.proj"), "fc1": ("mlp.fc1",), "fc2": ("mlp.fc2",)}
+LORA_COMPONENTS: tuple[str, ...] = ("mha", "fc1", "fc2")  # the components made of linear layers, which LoRA adapts
 ALLOWED_METHODS: dict[str, tuple[str, ...]] = {
-    c: (FROZEN, FULL, LORA, BITFIT) if c in LORA_LINEARS else (FROZEN, FULL, BITFIT) for c in COMPONENTS
+    c: (FROZEN, FULL, LORA, BITFIT) if c in LORA_COMPONENTS else (FROZEN, FULL, BITFIT) for c in COMPONENTS
 }
 _LORA_PARAM = re.compile(r"\.lora_(A|B)\.")
 DEPTHS: tuple[str, ...] = ("all", "first", "middle", "last")  # thirds of the blocks; or a range "i-j"
@@ -169,40 +207,50 @@ def contiguous_depths(num_blocks: int) -> list[str]:
     ]
 
 
-def parameter_component(name: str) -> tuple[str, int | None]:
-    """Classify a parameter name of a timm ViT as (component or "head", block index or None).
+def parameter_component(name: str, layout: Layout) -> tuple[str, int | None]:
+    """Classify a parameter name as (component or "head", block index or None) by the model family's ``layout``.
 
-    Raises UserError for a parameter this mapping does not know, so that an unsupported
-    architecture fails loudly instead of silently staying frozen.
+    Raises UserError for a parameter the layout does not place, so that an unsupported architecture fails loudly
+    instead of silently staying frozen.
     """
-    if name.startswith(_EMB_PREFIXES):
+    if _under(name, layout.emb):
         return "emb", None
-    if name.startswith(_HEAD_PREFIXES):
+    if _under(name, layout.head):
         return HEAD, None
-    match = _BLOCK_PARAM.match(name)
+    match = _block_pattern(layout.blocks).match(name)
     if match:
         block, rest = int(match.group(1)), match.group(2)
-        for component, prefixes in _BLOCK_PREFIXES.items():
-            if rest.startswith(prefixes):
+        for component in BLOCK_COMPONENTS:
+            if _under(rest, layout.block_names(component)):
                 return component, block
     raise UserError(
-        f'parameter "{name}" belongs to no known ViT component; vitplast_tune supports '
-        "timm VisionTransformer models (ViT, DeiT, ...)"
+        f'parameter "{name}" belongs to no component of the {layout.family} family\'s layout; the model is not one '
+        "this family supports (vit/families/ declares the supported ones)"
     )
 
 
-def component_parameters(model: nn.Module, component: str) -> dict[str, nn.Parameter]:
+@cache
+def _block_pattern(blocks: str) -> re.Pattern[str]:
+    return re.compile(rf"^{re.escape(blocks)}\.(\d+)\.(.+)$")
+
+
+def num_blocks(model: nn.Module, layout: Layout) -> int:
+    """How many blocks the model has (the length of its module ``layout.blocks``)."""
+    return len(model.get_submodule(layout.blocks))
+
+
+def component_parameters(model: nn.Module, component: str, *, layout: Layout) -> dict[str, nn.Parameter]:
     """All parameters of one component (or "head") across every block, by name."""
     if component != HEAD:
         parse_subset([component])
-    return {name: p for name, p in model.named_parameters() if parameter_component(name)[0] == component}
+    return {name: p for name, p in model.named_parameters() if parameter_component(name, layout)[0] == component}
 
 
-def count_parameters(model: nn.Module) -> dict[str, int]:
+def count_parameters(model: nn.Module, *, layout: Layout) -> dict[str, int]:
     """Number of parameters per component and for the head, in canonical order."""
     counts = {c: 0 for c in (*COMPONENTS, HEAD)}
     for name, p in model.named_parameters():
-        counts[parameter_component(name)[0]] += p.numel()
+        counts[parameter_component(name, layout)[0]] += p.numel()
     return counts
 
 
@@ -210,22 +258,25 @@ def freeze(
     model: nn.Module,
     subset: str | Iterable[str] | Mapping[str, str],
     blocks: Sequence[int] | range | None = None,
+    *,
+    layout: Layout,
 ) -> dict[str, int]:
     """Train only the subset's components by their methods, and the head; freeze the rest; return trainable counts.
 
     ``full`` trains a component's parameters, ``bitfit`` its biases, ``lora`` its LoRA adapters, which must be in
     the model already (``vit.methods.apply_methods`` injects them first; the base weights they wrap stay frozen).
     ``blocks`` restricts the block components (ln1 ... fc2) to those block indices; ``emb`` and the head are
-    unaffected. The result maps each component and "head" to its trainable count.
+    unaffected. ``layout`` is the model family's (``vit.families.registry.layout_of(model)``). The result maps each
+    component and "head" to its trainable count.
     """
     methods = parse_methods(subset)
     allowed_blocks = None if blocks is None else set(blocks)
-    num_blocks = len(getattr(model, "blocks", ()))
-    if allowed_blocks is not None and any(not 0 <= b < num_blocks for b in allowed_blocks):
-        raise UserError(f"blocks {sorted(allowed_blocks)} out of range: the model has {num_blocks}")
+    depth = num_blocks(model, layout)
+    if allowed_blocks is not None and any(not 0 <= b < depth for b in allowed_blocks):
+        raise UserError(f"blocks {sorted(allowed_blocks)} out of range: the model has {depth}")
     trainable = {c: 0 for c in (*COMPONENTS, HEAD)}
     for name, p in model.named_parameters():
-        component, block = parameter_component(name)
+        component, block = parameter_component(name, layout)
         method = FULL if component == HEAD else methods.get(component, FROZEN)
         in_scope = block is None or allowed_blocks is None or block in allowed_blocks
         train = in_scope and trains(name, method)
@@ -247,8 +298,14 @@ def trains(name: str, method: str) -> bool:
     if method == FULL:
         return not adapter
     if method == BITFIT:
-        return name.endswith(".bias") and not adapter
+        return is_bias(name) and not adapter
     return method == LORA and adapter
+
+
+def is_bias(name: str) -> bool:
+    """Whether a parameter is a bias, what BitFit trains: ``*.bias``, or a separate ``q_bias`` / ``v_bias`` (BEiT, EVA)."""
+    last = name.rsplit(".", 1)[-1]
+    return last == "bias" or last.endswith("_bias")
 
 
 def is_adapter(name: str) -> bool:
@@ -256,20 +313,36 @@ def is_adapter(name: str) -> bool:
     return _LORA_PARAM.search(name) is not None
 
 
-def parameter_summary(model: nn.Module) -> list[dict[str, Any]]:
+def lora_layers(model: nn.Module, component: str, block: int, layout: Layout) -> list[str]:
+    """The full names of the layers of ``block`` that LoRA adapts in ``component`` (those of ``layout.lora`` the block
+    has), in the layout's order."""
+    names = [f"{layout.blocks}.{block}.{rel}" for rel in layout.lora.get(component, ())]
+    return [name for name in names if _has_module(model, name)]
+
+
+def _has_module(model: nn.Module, name: str) -> bool:
+    try:
+        return model.get_submodule(name) is not None
+    except AttributeError:
+        return False
+
+
+def parameter_summary(model: nn.Module, *, layout: Layout) -> list[dict[str, Any]]:
     """Per component and block (None: model level): its parameters, its bias parameters, and the summed in + out
-    widths of its LoRA layers (``LORA_LINEARS``); what ``count_trainable`` counts any method from, without torch."""
+    widths of its LoRA layers (``lora_layers``); what ``count_trainable`` counts any method from, without torch."""
     rows: dict[tuple[str, int | None], dict[str, Any]] = {}
     for name, p in model.named_parameters():
         if is_adapter(name):
             continue
-        component, block = parameter_component(name)
+        component, block = parameter_component(name, layout)
         row = rows.setdefault((component, block), {"component": component, "block": block, "params": 0, "bias": 0})
         row["params"] += p.numel()
-        row["bias"] += p.numel() if name.endswith(".bias") else 0
+        row["bias"] += p.numel() if is_bias(name) else 0
     for (component, block), row in rows.items():
-        layers = [model.get_submodule(f"blocks.{block}.{rel}") for rel in LORA_LINEARS.get(component, ())]
-        row["lora_width"] = sum(m.in_features + m.out_features for m in layers) if block is not None else 0
+        layers = (
+            [model.get_submodule(n) for n in lora_layers(model, component, block, layout)] if block is not None else []
+        )
+        row["lora_width"] = sum(m.in_features + m.out_features for m in layers)
     return list(rows.values())
 
 

@@ -17,6 +17,9 @@ from vitplast_tune import components
 from vitplast_tune.errors import UserError, did_you_mean
 
 TESTBED_MODEL = "vit_testbed_patch8_32.fractal"  # the offline default (vit/models.py registers it with timm)
+# The paper's checkpoint: Google's ViT-B/16 trained on ImageNet-21k, as timm converted it (what the paper's reference
+# code loads as google/vit-base-patch16-224-in21k); augreg_in21k is another training of it.
+PAPER_MODEL = "vit_base_patch16_224.orig_in21k"
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"  # shipped with the package
 TESTBED_WEIGHTS = WEIGHTS_DIR / "vit_testbed_patch8_32.fractal.safetensors"
 
@@ -38,6 +41,8 @@ def default_data_dir() -> Path:
 OPTIMIZERS = ("sgd", "adamw")  # SGD with classical momentum, AdamW; both built by timm.optim.create_optimizer_v2
 # Mixed precision of training and evaluation: auto picks by device (vit/devices.py resolve_precision).
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+# The policies of timm's transform factory (create_transform(auto_augment=...)), by the first word of their string.
+AUTO_AUGMENT_KINDS = ("rand", "augmix", "original", "originalr", "v0", "v0r", "3a")
 # How plasticity is measured (vit/plasticity.py): the paper's definition (every component applied to the embedding
 # output), or each component on its real input inside the forward pass.
 PLASTICITY_VARIANTS = ("paper", "in_network")
@@ -78,13 +83,23 @@ class FinetuneConfig:
     momentum: float = 0.9
     weight_decay: float = 0.0  # never on biases, norms and position/class tokens (timm's parameter groups)
     layer_decay: float | None = None  # layer-wise lr decay (timm's, as BEiT): block i's lr x layer_decay^(depth - i)
-    batch_size: int = 64
-    max_steps: int = 400
+    batch_size: int = 64  # images per micro-batch, over all of a trial's data-parallel workers together
+    grad_accum_steps: int = 1  # micro-batches per optimizer step: the effective batch is batch_size x grad_accum_steps
+    max_steps: int = 400  # optimizer steps
     warmup_steps: int = 40
     warmup_fraction: float | None = None  # when set, warm up for this fraction of max_steps instead of warmup_steps
     eval_every: int = 50
     checkpoint_every: int = 1  # a checkpoint every this many evaluations, and whenever the best accuracy improves
     grad_clip: float = 1.0
+    # The recipe (vit/recipe.py; timm's pieces): each left at its default changes nothing.
+    label_smoothing: float = 0.0  # of the cross-entropy's targets (with mixup or cutmix: of their soft targets)
+    mixup: float = 0.0  # mixup's Beta(alpha, alpha) (timm.data.Mixup); 0: off
+    cutmix: float = 0.0  # cutmix's Beta(alpha, alpha); 0: off
+    mixup_prob: float = 1.0  # with mixup or cutmix on: the probability that a batch is mixed at all
+    mixup_switch_prob: float = 0.5  # with both on: the probability that a mixed batch is cut, not blended
+    ema_decay: float | None = None  # an EMA of the weights (timm.utils.ModelEmaV3), evaluated and kept as the best
+    drop_path: float = 0.0  # stochastic depth: timm's drop_path_rate, rising linearly to this over the blocks
+    auto_augment: str | None = None  # a timm policy after the augment recipe's crop: rand-m9-mstd0.5-inc1, original
     seed: int = 0
     threads: int = 0
     num_workers: int = -1
@@ -151,7 +166,35 @@ class FinetuneConfig:
             raise UserError(f"warmup_fraction must lie in [0, 1), got {self.warmup_fraction}")
         if not 0 < self.val_fraction < 1:
             raise UserError(f"val_fraction must lie in (0, 1), got {self.val_fraction}")
+        self._validate_recipe()
         return self
+
+    def _validate_recipe(self) -> None:
+        """The recipe's settings (``validate``): accumulation, smoothing, mixup / cutmix, EMA, drop_path, policy."""
+        if self.grad_accum_steps < 1:
+            raise UserError(f"grad_accum_steps must be at least 1, got {self.grad_accum_steps}")
+        for name in ("label_smoothing", "drop_path"):
+            if not 0 <= getattr(self, name) < 1:
+                raise UserError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
+        for name in ("mixup", "cutmix"):
+            if getattr(self, name) < 0:
+                raise UserError(f"{name} (its Beta alpha) must not be negative, got {getattr(self, name)}; 0 is off")
+        for name in ("mixup_prob", "mixup_switch_prob"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise UserError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+        if (self.mixup > 0 or self.cutmix > 0) and self.batch_size % 2:
+            raise UserError(
+                f"mixup and cutmix pair each image with another: batch_size must be even, got {self.batch_size}"
+            )
+        if self.ema_decay is not None and not 0 < self.ema_decay < 1:
+            raise UserError(f"ema_decay must lie in (0, 1) (e.g. 0.999), or be null for no EMA; got {self.ema_decay}")
+        if self.auto_augment is not None:
+            kind = self.auto_augment.split("-", 1)[0]
+            if kind not in AUTO_AUGMENT_KINDS:
+                raise UserError(
+                    f'unknown auto_augment policy "{self.auto_augment}"{did_you_mean(kind, AUTO_AUGMENT_KINDS)}; timm '
+                    'reads e.g. "rand-m9-mstd0.5-inc1" (RandAugment), "original" (AutoAugment), "augmix-m5-w4-d2"'
+                )
 
     @property
     def warmup(self) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _families import hf_folder
 
 from vitplast_tune import cli
 from vitplast_tune.space import load_space
@@ -61,6 +62,14 @@ SEARCH = [
     (["--dataset", "imagefolder", "--data-dir", "{tmp}/nothing"], GOOD, "image folder"),
     (["--weights", "{tmp}/nope.safetensors"], GOOD, "nope.safetensors does not exist"),
     (["--augment", "paprr"], GOOD, 'unknown augmentation "paprr" (did you mean "paper"?)'),
+    (["--model", "convnext_atto"], GOOD, '"convnext_atto" is a ConvNeXt, of no supported model family; supported:'),
+    (["--model", "hf:{tmp}/nothing"], GOOD, "nothing has no config.json"),
+    (["--model", "hf:{tmp}/hf-vit", "--set", "drop_path=0.1"], GOOD, "hf-vit models have no stochastic depth"),
+    (["--set", "auto_augment=randd-m9"], GOOD, 'unknown auto_augment policy "randd-m9" (did you mean "rand"?)'),
+    (["--set", "auto_augment=rand-zz9"], GOOD, 'auto_augment "rand-zz9" is not a policy timm understands'),
+    (["--set", "mixup=0.8", "--set", "batch_size=7"], GOOD, "batch_size must be even, got 7"),
+    (["--gpus-per-trial", "2.5"], GOOD, "each data-parallel worker trains on one GPU"),
+    (["--workers-per-trial", "2", "--gpus-per-trial", "1"], GOOD, "--workers-per-trial 2 needs a whole GPU each"),
     (["--weights", "{tmp}/space.yaml"], GOOD, "space.yaml is unreadable or corrupt"),
     (["--cpus-per-trial", "-1"], GOOD, "must not be negative"),
     (["--max-steps", "0"], GOOD, "max_steps must be positive"),
@@ -165,6 +174,7 @@ def world(tmp_path, monkeypatch):
     (tmp_path / "a-file").write_text("not a folder")
     (tmp_path / "old.safetensors").write_bytes(b"weights")
     (tmp_path / "one-class" / "train" / "cat").mkdir(parents=True)
+    hf_folder(tmp_path, "hf-vit")  # a tiny transformers ViT's config
     for name, text in (("started", None), ("corrupt", "{")):
         folder = tmp_path / "results" / name
         folder.mkdir(parents=True)

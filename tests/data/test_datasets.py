@@ -225,7 +225,7 @@ def test_local_weights_load_through_timms_pretrained_path(tmp_path):
 
 
 def test_model_data_config_drives_the_transforms():
-    config = models.pretrained_data_config("vit_base_patch16_224.augreg_in21k")
+    config = models.pretrained_data_config("vit_base_patch16_224.orig_in21k")
     assert config["input_size"] == (3, 224, 224) and config["interpolation"] == "bicubic"
     assert models.pretrained_data_config("deit_small_patch16_224")["mean"] == pytest.approx((0.485, 0.456, 0.406))
     decoded = datasets.decode_dataset("digits", models.pretrained_data_config("vit_small_patch16_224"))

@@ -234,9 +234,11 @@ def test_budgets_come_from_the_flag_are_recorded_and_exclude_max_steps(tmp_path)
         prepare(SearchOptions(**{**base, "name": "other"}, settings={"max_steps": 40}))
 
 
-def test_more_than_one_gpu_per_trial_is_refused(tmp_path):
-    with pytest.raises(UserError, match=r"--gpus-per-trial 2: a trial trains on one GPU .* a fraction such as 0.5"):
-        prepare(options(tmp_path, gpus_per_trial=2))
+def test_more_than_one_gpu_per_trial_is_one_worker_per_whole_gpu(tmp_path):
+    with pytest.raises(
+        UserError, match=r"--gpus-per-trial 2.5 with 2 worker\(s\): each data-parallel worker trains on"
+    ):
+        prepare(options(tmp_path, gpus_per_trial=2.5))
 
 
 def test_relative_weights_and_data_paths_are_resolved_before_trials(tmp_path, monkeypatch):

@@ -128,10 +128,11 @@ def test_subset_scores_count_methods_and_depth_as_a_run_trains_them(tmp_path):
     from vitplast_tune.config import trial_config
     from vitplast_tune.predictors import report, scores
     from vitplast_tune.vit import models
+    from vitplast_tune.vit.families.registry import layout_of
     from vitplast_tune.vit.methods import trainable_parameters
 
     model = models.create_model("vit_testbed_patch8_32", 0, pretrained=False)  # as measured: no head
-    counts = components.count_parameters(model)
+    counts = components.count_parameters(model, layout=layout_of(model))
     rows = [{"component": "emb", "layer": 0, "plasticity": 0.5}]
     rows += [
         {"component": c, "layer": i, "plasticity": (i + 1) * (10 if c == "fc1" else 1)}
@@ -139,7 +140,10 @@ def test_subset_scores_count_methods_and_depth_as_a_run_trains_them(tmp_path):
         for i in range(4)
     ]
     table = pd.DataFrame(rows)
-    meta = {"component_params": counts, "parameter_summary": components.parameter_summary(model)}
+    meta = {
+        "component_params": counts,
+        "parameter_summary": components.parameter_summary(model, layout=layout_of(model)),
+    }
     measured = report.PlasticityReport(table, scores.aggregate_plasticity(table), tmp_path, meta=meta)
     settings = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False, depth="last", lora_rank=4)
     subsets = ["mha:lora", "mha", "fc1:bitfit+emb", "all"]

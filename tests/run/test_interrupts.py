@@ -9,6 +9,7 @@ import pytest
 
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.plan import SearchOptions, SearchPlan, resume_command
+from vitplast_tune.run import interrupts
 from vitplast_tune.run.interrupts import exit_code, handled, on_sigterm_interrupt, restore_ctrl_c
 from vitplast_tune.space import load_space
 
@@ -64,3 +65,62 @@ def test_the_resume_command_names_the_space_and_the_flags_the_record_lacks(tmp_p
     assert words[3] == str(tmp_path / "space.yaml")  # absolute: it resumes from any folder
     assert words[words.index("--plasticity-variant") + 1] == "in_network" and "--no-plasticity" not in words
     assert words[words.index("--plasticity-pairs") + 1] == "64" and "--plasticity-reference" not in words
+
+
+class SigtermReachedTheCaller(Exception):
+    """Raised by the test's own SIGTERM handler: the signal was not held back."""
+
+
+def _raise_on_sigterm(signum, frame):
+    raise SigtermReachedTheCaller
+
+
+def test_sigterm_while_the_results_are_recorded_waits_for_them_and_is_said(library_log):
+    said = library_log
+    before = signal.signal(signal.SIGTERM, _raise_on_sigterm)  # a caller's handler: what SIGTERM would do after
+    try:
+        with interrupts.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+            reached = True  # the block went on
+        assert reached and len(said) == 1 and "recorded them first" in said[0]
+        assert signal.getsignal(signal.SIGTERM) is _raise_on_sigterm  # the caller's handler is back
+        with interrupts.deferred():
+            pass
+        assert len(said) == 1  # nothing said without a signal
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@pytest.mark.slow
+def test_a_search_sent_sigterm_after_its_trials_records_its_results_and_is_complete(ray_local, tmp_path, monkeypatch):
+    """SIGTERM once the trials have ended (a batch scheduler's signal before the time limit, landing late): the trial
+    table, the analysis and the parent run are written whole, and the search returns as complete."""
+    from vitplast_tune.run import driver
+
+    finish = driver._finish
+
+    def signalled_finish(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        return finish(*args)
+
+    monkeypatch.setattr(driver, "_finish", signalled_finish)
+    before = signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        options = SearchOptions(
+            space="component_subsets",
+            name="late",
+            storage=str(tmp_path / "results"),
+            num_samples=2,
+            settings={"max_steps": 8, "eval_every": 4},
+            plasticity=False,
+            verbose=0,
+        )
+        result = driver.run(options)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert len(result.trials) == 2 and (tmp_path / "results" / "late" / "trials.csv").is_file()
+    from mlflow.tracking import MlflowClient
+
+    assert MlflowClient(result.place.tracking_uri).get_run(result.parent_run_id).info.status == "FINISHED"

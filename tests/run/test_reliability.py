@@ -335,10 +335,10 @@ def study_while_running(study_url, directory):
 
 def test_the_study_is_live_and_a_signal_in_the_end_phase_is_finished_by_resume(tmp_path, owned_ray):
     """Two trials (the second pruned by ASHA at its first rung): the Optuna study holds the first while the second
-    runs, both (COMPLETE, PRUNED) before the end phase; SIGTERM as the end phase writes the results stops it with the
-    command that finishes it (exit 143, the parent run KILLED, the trial runs FINISHED); that command runs no trial
-    again, writes what was missing once (the trial table on the parent run, each trial's final metrics, the best
-    model) and ends the parent run FINISHED."""
+    runs, both (COMPLETE, PRUNED) before the end phase; Ctrl-C as the end phase writes the results (SIGTERM waits for
+    them there: test_interrupts) stops it with the command that finishes it (exit 130, the parent run KILLED, the
+    trial runs FINISHED); that command runs no trial again, writes what was missing once (the trial table on the
+    parent run, each trial's final metrics, the best model) and ends the parent run FINISHED."""
     import mlflow
     import optuna
 
@@ -363,13 +363,13 @@ def test_the_study_is_live_and_a_signal_in_the_end_phase_is_finished_by_resume(t
             (t.state.name, sorted(t.intermediate_values))
             for t in optuna.load_study(study_name="end", storage=url).trials
         ]
-        os.kill(proc.pid, signal.SIGTERM)
+        os.kill(proc.pid, signal.SIGINT)
         proc.wait(timeout=300)
     out = log.read_text()
     assert live[0] == ("COMPLETE", pytest.approx(live[0][1]), [8, 16, 24, 32, 40, 48]), live  # the first, as it ended
     assert ended == [("COMPLETE", [8, 16, 24, 32, 40, 48]), ("PRUNED", [8, 16])]  # both, before the end phase
     assert f"Optuna study (fills in as trials end): optuna-dashboard {url}" in out
-    assert proc.returncode == 143, out
+    assert proc.returncode == 130, out
     assert "Traceback" not in out, out
     (line,) = [line for line in out.splitlines() if "finish it with vitplast search" in line]
     assert "every trial had ended" in line and "no trial runs again" in line

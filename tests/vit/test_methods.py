@@ -14,6 +14,7 @@ from vitplast_tune.data import datasets
 from vitplast_tune.data.batches import eval_batches
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit import methods, models, training
+from vitplast_tune.vit.families.registry import layout_of
 
 # The testbed ViT: 4 blocks of width 96, MLP width 384 (4 x 96), qkv 96 -> 288; digits has 10 classes.
 WIDTH, HIDDEN, BLOCKS, CLASSES = 96, 384, 4, 10
@@ -117,7 +118,7 @@ def test_a_bitfit_trial_trains_biases_only(monkeypatch):
 def test_counts_from_the_parameter_summary_match_a_real_run(recipe, depth, rank):
     torch.manual_seed(0)
     model = models.create_model("vit_testbed_patch8_32", CLASSES, pretrained=False)
-    summary = components.parameter_summary(model)
+    summary = components.parameter_summary(model, layout=layout_of(model))
     cfg = FinetuneConfig(model="vit_testbed_patch8_32", components=recipe, depth=depth, lora_rank=rank)
     counts = methods.apply_methods(model, cfg)
     assert counts == components.count_trainable(summary, recipe, cfg.block_indices(BLOCKS), rank)
@@ -133,4 +134,5 @@ def test_lora_goes_only_where_the_depth_says_and_only_on_linear_components(tiny_
     with pytest.raises(UserError, match='cannot train by "lora"'):
         components.parse_methods("ln2:lora")
     with pytest.raises(UserError, match="no adapters there"):
-        components.freeze(models.create_model("vit_testbed_patch8_32", 3, pretrained=False), "fc1:lora")
+        model = models.create_model("vit_testbed_patch8_32", 3, pretrained=False)
+        components.freeze(model, "fc1:lora", layout=layout_of(model))

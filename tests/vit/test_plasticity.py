@@ -14,6 +14,7 @@ from timm.models.vision_transformer import VisionTransformer
 from vitplast_tune.components import BLOCK_COMPONENTS, count_parameters
 from vitplast_tune.errors import UserError
 from vitplast_tune.predictors.scores import aggregate_plasticity, subset_scores
+from vitplast_tune.vit.families.timm_vit import LAYOUT as VIT
 from vitplast_tune.vit.plasticity import compute_plasticity
 
 
@@ -179,7 +180,7 @@ def test_identical_pairs_are_skipped():
 def test_subset_scores_follow_from_the_table():
     model = tiny_vit()
     table = compute_plasticity(model, images(4, 15), images(4, 16), device="cpu")
-    counts = count_parameters(model)
+    counts = count_parameters(model, layout=VIT)
     means = table.groupby("component")["plasticity"].mean()
     scores = subset_scores(table, "fc1+mha", counts)
     assert scores["plasticity_mean"] == pytest.approx((means["mha"] + means["fc1"]) / 2)
@@ -194,7 +195,7 @@ def test_subset_scores_follow_from_the_table():
 def test_errors():
     model = tiny_vit()
     table = compute_plasticity(model, images(3, 17), images(3, 18), device="cpu")
-    counts = count_parameters(model)
+    counts = count_parameters(model, layout=VIT)
     with pytest.raises(UserError, match='unknown component "mhaa"'):
         subset_scores(table, "mhaa+fc1", counts)
     with pytest.raises(UserError, match="no rows for emb"):
@@ -205,7 +206,9 @@ def test_errors():
         compute_plasticity(model, images(3, 17), images(3, 18), variant="papr")
     with pytest.raises(UserError, match=r"\(N, C, H, W\)"):
         compute_plasticity(model, images(3, 17)[0], images(3, 18))
-    with pytest.raises(UserError, match="not a timm VisionTransformer"):
+    with pytest.raises(
+        UserError, match="the model is a Linear, of no supported model family; supported: timm-vit, timm-eva"
+    ):
         compute_plasticity(torch.nn.Linear(2, 2), images(3, 17), images(3, 18))
 
 

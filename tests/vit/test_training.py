@@ -267,9 +267,10 @@ def test_reduced_precision_trains_on_cpu(precision):
 def _trainable_model(components: str):
     from vitplast_tune import components as comp
     from vitplast_tune.vit import models
+    from vitplast_tune.vit.families.registry import layout_of
 
     model = models.create_model("vit_testbed_patch8_32", 10, pretrained=False)
-    comp.freeze(model, components)
+    comp.freeze(model, components, layout=layout_of(model))
     return model
 
 

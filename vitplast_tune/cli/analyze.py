@@ -12,15 +12,20 @@ from vitplast_tune.cli.base import Parser, run_main
 HELP = "Analyze finished searches again: correlations and plots logged to MLflow, or a cross-dataset table."
 
 
-def analyze_main(argv: Sequence[str] | None = None) -> int:
-    """Analyze finished searches again and print the summary (one --name) or the cross-dataset table (several)."""
+def parser() -> Parser:
+    """The arguments of ``vitplast analyze``."""
     p = Parser(prog="vitplast analyze", description=HELP)
     p.add_argument("--name", action="append", required=True, help="a search's name; repeat for several datasets")
     p.add_argument("--storage", help="where the searches' results lie; default ~/vitplast_tune_results")
     p.add_argument("--tracking-uri", help="MLflow tracking URI; default: the one the search used")
     p.add_argument("--criteria", action="store_true", help="also the criteria lab: pre-training predictors per subset")
     p.add_argument("--out", help="where the cross-dataset files go; default <storage>/cross-<names>")
-    args = p.parse_args(argv)
+    return p
+
+
+def analyze_main(argv: Sequence[str] | None = None) -> int:
+    """Analyze finished searches again and print the summary (one --name) or the cross-dataset table (several)."""
+    args = parser().parse_args(argv)
     from vitplast_tune import workflows
     from vitplast_tune.records.result import summary
 

@@ -20,7 +20,7 @@ project's fractal distribution (the testbed's pretraining data).
 """
 
 
-def plasticity_parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     """The arguments of ``vitplast plasticity``."""
 
     p = Parser(
@@ -83,7 +83,7 @@ def plasticity_parser() -> argparse.ArgumentParser:
 
 def plasticity_main(argv: Sequence[str] | None = None) -> int:
     """Measure plasticity from command-line arguments; print the ranking and the files written."""
-    args = plasticity_parser().parse_args(argv)
+    args = parser().parse_args(argv)
     from vitplast_tune.predictors.report import plasticity_report
     from vitplast_tune.vit.devices import resolve_device
 

@@ -21,8 +21,8 @@ PRETRAIN_HELP = """Pretrain the offline testbed ViT on generated fractals and wr
 """
 
 
-def pretrain_main(argv: Sequence[str] | None = None) -> int:
-    """Pretrain the testbed ViT from command-line arguments (every field of ``PretrainConfig`` is a flag)."""
+def parser() -> Parser:
+    """The arguments of ``vitplast pretrain``: the output file and every field of ``PretrainConfig``."""
     p = Parser(
         prog="vitplast pretrain", description=PRETRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -35,7 +35,12 @@ def pretrain_main(argv: Sequence[str] | None = None) -> int:
         "--overwrite", action="store_true", help="write over an existing --out file (such as the shipped weights)"
     )
     add_dataclass_flags(p, PretrainConfig())
-    args = p.parse_args(argv)
+    return p
+
+
+def pretrain_main(argv: Sequence[str] | None = None) -> int:
+    """Pretrain the testbed ViT from command-line arguments (every field of ``PretrainConfig`` is a flag)."""
+    args = parser().parse_args(argv)
     config = PretrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PretrainConfig)}).validate()
     out = outputs.output_file(args.out, "--out", suffix=".safetensors", overwrite=args.overwrite)
     outputs.output_file(out.with_suffix(".json"), "--out's provenance file", overwrite=True)

@@ -20,10 +20,8 @@ and the linear probe, and says whether the recommendation held.
     vitplast recommend --model vit_testbed_patch8_32.fractal --dataset digits --verify 3"""
 
 
-def recommend_main(argv: Sequence[str] | None = None) -> int:
-    """Rank the subsets of --model on --dataset with their evidence; --verify K: check the top K by a short driver."""
-    from pathlib import Path
-
+def parser() -> Parser:
+    """The arguments of ``vitplast recommend``; defaults read from ``FinetuneConfig``."""
     from vitplast_tune.config import FinetuneConfig
 
     train = FinetuneConfig()
@@ -42,7 +40,16 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--verify-steps", type=positive_int, help=f"steps per verification trial (default: {train.max_steps})"
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def recommend_main(argv: Sequence[str] | None = None) -> int:
+    """Rank the subsets of --model on --dataset with their evidence; --verify K: check the top K by a short driver."""
+    from pathlib import Path
+
+    from vitplast_tune.config import FinetuneConfig
+
+    args = parser().parse_args(argv)
     from vitplast_tune import workflows
     from vitplast_tune.recommend import ranking, verify
     from vitplast_tune.vit import models

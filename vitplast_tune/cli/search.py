@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from vitplast_tune.cli.base import Parser, quiet_library, run_main
-from vitplast_tune.config import PLASTICITY_VARIANTS, PRECISIONS
+from vitplast_tune.config import PAPER_MODEL, PLASTICITY_VARIANTS, PRECISIONS
 from vitplast_tune.errors import UserError
 
 HELP = "Run a Ray Tune search over which ViT components to finetune (e.g. --space component_subsets)."
 
 
-def search_parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     """The arguments of ``vitplast search``; defaults read from SearchOptions and FinetuneConfig."""
     from vitplast_tune.config import FinetuneConfig
     from vitplast_tune.plan.options import SearchOptions
@@ -86,7 +86,8 @@ def _trial_flags(parser: argparse.ArgumentParser, train) -> None:
     )
     p.add_argument(
         "--model",
-        help=f"timm model name, e.g. vit_base_patch16_224.augreg_in21k; default: {space_default.format(train.model)}",
+        help=f"timm model name, e.g. {PAPER_MODEL} (the paper's), or hf:<hub id or folder> (transformers; "
+        f"docs/models.md); default: {space_default.format(train.model)}",
     )
     p.add_argument("--weights", help="local weights for --model (safetensors or torch state dict), instead of the hub")
     p.add_argument(
@@ -147,6 +148,19 @@ def _where_flags(parser: argparse.ArgumentParser, run) -> None:
         metavar="SECONDS",
         help=f"with --address: how long to wait for the cluster's head to answer (default: {run.connect_timeout_s:g})",
     )
+    _resource_flags(p, run)
+    p.add_argument(
+        "--max-concurrent", type=int, help="most trials running at once; default: as many as resources allow"
+    )
+    p.add_argument(
+        "--max-failures",
+        type=int,
+        help=f"retries of a trial that crashes, from its last checkpoint; applies to a resumed search's remaining trials (default: {DEFAULT_MAX_FAILURES})",
+    )
+
+
+def _resource_flags(p, run) -> None:
+    """The resources of one trial: CPUs, GPUs, data-parallel workers, custom Ray resources."""
     p.add_argument(
         "--cpus-per-trial",
         type=float,
@@ -157,21 +171,21 @@ def _where_flags(parser: argparse.ArgumentParser, run) -> None:
         "--gpus-per-trial",
         type=float,
         default=run.gpus_per_trial,
-        help=f"GPUs per trial; fractions such as 0.5 share a GPU (default: {run.gpus_per_trial:g})",
+        help=f"GPUs per trial; fractions such as 0.5 share a GPU, 2 or more train data-parallel, one worker per GPU "
+        f"(default: {run.gpus_per_trial:g})",
+    )
+    p.add_argument(
+        "--workers-per-trial",
+        type=int,
+        default=run.workers_per_trial,
+        help="data-parallel workers per trial, each with its share of the trial's CPUs and GPUs, all on one node "
+        "(default: one per GPU of --gpus-per-trial; docs/models.md)",
     )
     p.add_argument(
         "--resources-per-trial",
         type=json.loads,
         default={},
         help="custom Ray resources per trial, as JSON, e.g. '{\"a100\": 1}'",
-    )
-    p.add_argument(
-        "--max-concurrent", type=int, help="most trials running at once; default: as many as resources allow"
-    )
-    p.add_argument(
-        "--max-failures",
-        type=int,
-        help=f"retries of a trial that crashes, from its last checkpoint; applies to a resumed search's remaining trials (default: {DEFAULT_MAX_FAILURES})",
     )
 
 
@@ -200,7 +214,7 @@ def _plasticity_flags(parser: argparse.ArgumentParser, run) -> None:
 def search_main(argv: Sequence[str] | None = None) -> int:
     """Run (or resume) a search from command-line arguments and print its summary."""
     started = time.perf_counter()
-    args = search_parser().parse_args(argv)
+    args = parser().parse_args(argv)
     from vitplast_tune.plan.options import SearchOptions
     from vitplast_tune.timings import Timings
 
@@ -221,6 +235,7 @@ def search_main(argv: Sequence[str] | None = None) -> int:
         budgets=tuple(args.budgets) if args.budgets else None,
         cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=args.gpus_per_trial,
+        workers_per_trial=args.workers_per_trial,
         resources_per_trial=args.resources_per_trial,
         max_concurrent=args.max_concurrent,
         seed=args.seed,

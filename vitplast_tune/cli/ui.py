@@ -16,14 +16,19 @@ only gets its links printed.
     vitplast ui quickstart --open"""
 
 
-def ui_main(argv: Sequence[str] | None = None) -> int:
-    """Serve a search's MLflow store and print (with --open, open) the link to its view."""
+def parser() -> Parser:
+    """The arguments of ``vitplast ui``."""
     p = Parser(prog="vitplast ui", description=UI_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", help="the search's name (its --name)")
     p.add_argument("--storage", help="where the search's results lie; default ~/vitplast_tune_results")
     p.add_argument("--port", type=positive_int, default=5000, help="the UI's port on 127.0.0.1 (default: 5000)")
     p.add_argument("--open", action="store_true", help="open the view in the default web browser")
-    args = p.parse_args(argv)
+    return p
+
+
+def ui_main(argv: Sequence[str] | None = None) -> int:
+    """Serve a search's MLflow store and print (with --open, open) the link to its view."""
+    args = parser().parse_args(argv)
     from vitplast_tune.records import ui
 
     return ui.serve(args.name, args.storage, args.port, args.open)

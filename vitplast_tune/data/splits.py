@@ -103,9 +103,11 @@ class SmallImages(Dataset):
         """Images at ``positions`` transformed on ``device`` (random crops from ``seed``), and their labels."""
         idx = self.indices[positions]
         labels = torch.from_numpy(self.labels[idx].astype(np.int64)).to(device, non_blocking=True)
-        crops = self.train and transforms.augmentation(self.augment).scale is not None
+        recipe = transforms.augmentation(self.augment)
+        crops = self.train and recipe.scale is not None
         border = not crops and self.data_config.get("crop_mode") == "border"
-        if border or (crops and device.type == "cpu" and cpu_crops_per_image(self.data_config)):
+        policy = crops and recipe.auto_augment is not None  # timm's RandAugment & co. work on PIL images
+        if border or policy or (crops and device.type == "cpu" and cpu_crops_per_image(self.data_config)):
             with transforms.seeded(seed):
                 return torch.stack([self.transform(_pil(self.images[j])) for j in idx]).to(device), labels
         raw = torch.from_numpy(self.images[idx]).to(device, non_blocking=True)

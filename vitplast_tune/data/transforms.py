@@ -18,7 +18,7 @@ import contextlib
 import math
 import random
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -35,13 +35,16 @@ _GRID_MODES = {"bilinear": "bilinear", "bicubic": "bicubic", "nearest": "nearest
 @dataclass(frozen=True)
 class Augmentation:
     """A training augmentation recipe: a RandomResizedCrop of ``scale`` (fraction of the area) and ``ratio`` (aspect)
-    then a horizontal flip with probability ``hflip``; ``scale`` None trains on the evaluation transform."""
+    then a horizontal flip with probability ``hflip``; ``scale`` None trains on the evaluation transform.
+    ``auto_augment``: a RandAugment / AutoAugment / AugMix policy of timm's transform factory after the crop and flip
+    (``with_auto_augment``), applied per image."""
 
     name: str
     scale: tuple[float, float] | None
     ratio: tuple[float, float] = RATIO
     hflip: float = 0.0
     about: str = ""
+    auto_augment: str | None = None
 
 
 AUGMENTATIONS: dict[str, Augmentation] = {}
@@ -61,8 +64,25 @@ register_augmentation(Augmentation("light", (0.8, 1.0), RATIO, 0.0, "RandomResiz
 register_augmentation(Augmentation("none", None, about="none: the evaluation transform"))
 
 
+def with_auto_augment(name: str, policy: str | None) -> str:
+    """The name of recipe ``name`` followed by the timm policy ``policy`` (``light+rand-m9-mstd0.5``; ``name`` itself
+    for no policy), which ``augmentation`` reads back; UserError for a recipe that does not crop (``none``)."""
+    if policy is None:
+        return name
+    if augmentation(name).scale is None:
+        raise UserError(f'auto_augment "{policy}" needs a training crop: augment paper or light, not {name}')
+    return f"{name}{AUTO_AUGMENT_JOIN}{policy}"
+
+
+AUTO_AUGMENT_JOIN = "+"  # between a recipe's name and a timm policy (policies are written with - and digits)
+
+
 def augmentation(name: str) -> Augmentation:
-    """The registered recipe ``name``; UserError naming the known ones otherwise."""
+    """The registered recipe ``name`` (followed by a timm policy: ``with_auto_augment``); UserError naming the known
+    ones otherwise."""
+    base, join, policy = name.partition(AUTO_AUGMENT_JOIN)
+    if join and policy:
+        return replace(augmentation(base), name=name, auto_augment=policy)
     if name not in AUGMENTATIONS:
         raise UserError(
             f'unknown augmentation "{name}"{did_you_mean(name, AUGMENTATIONS)}; use one of {", ".join(AUGMENTATIONS)}'
@@ -92,6 +112,7 @@ def per_image(data_config: dict[str, Any], train: bool, augment: str = DEFAULT_A
         hflip=recipe.hflip,
         vflip=0.0,
         color_jitter=None,
+        auto_augment=recipe.auto_augment if crops else None,
         interpolation=data_config.get("interpolation", "bilinear"),
         mean=data_config["mean"],
         std=data_config["std"],
@@ -102,23 +123,27 @@ def per_image(data_config: dict[str, Any], train: bool, augment: str = DEFAULT_A
 
 @contextlib.contextmanager
 def seeded(seed: int | None) -> Iterator[None]:
-    """Run the block with torch's CPU and Python's random generators seeded (restored afterwards); None: as is."""
+    """Run the block with torch's CPU, Python's and numpy's global random generators seeded (restored afterwards;
+    timm's RandAugment and Mixup draw from the last two); None: as is."""
     if seed is None:
         yield
         return
-    state = random.getstate()
+    state, np_state = random.getstate(), np.random.get_state()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         random.seed(seed)
+        np.random.seed(seed % 2**32)
         try:
             yield
         finally:
             random.setstate(state)
+            np.random.set_state(np_state)
 
 
-def batch_seed(seed: int, epoch: int, batch: int) -> int:
-    """The augmentation seed of batch ``batch`` of ``epoch`` for a run seeded ``seed``."""
-    return int(np.random.SeedSequence([seed, epoch, batch]).generate_state(1)[0])
+def batch_seed(seed: int, epoch: int, batch: int, rank: int = 0) -> int:
+    """The augmentation seed of batch ``batch`` of ``epoch`` for a run seeded ``seed`` (on data-parallel worker
+    ``rank``: the first worker's is the one-worker run's)."""
+    return int(np.random.SeedSequence([seed, epoch, batch, *([rank] if rank else [])]).generate_state(1)[0])
 
 
 def crop_boxes(

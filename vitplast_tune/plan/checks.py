@@ -33,11 +33,7 @@ def check_resources(options: SearchOptions) -> None:
         raise UserError("--cpus-per-trial and --gpus-per-trial must not be negative")
     if options.cpus_per_trial == 0 and options.gpus_per_trial == 0 and not options.resources_per_trial:
         raise UserError("a trial needs some resource: give --cpus-per-trial or --gpus-per-trial above 0")
-    if options.gpus_per_trial > 1:
-        raise UserError(
-            f"--gpus-per-trial {options.gpus_per_trial:g}: a trial trains on one GPU (no data parallelism), so more "
-            "would sit idle; give 1, or a fraction such as 0.5 to share a GPU, and run more trials at once instead"
-        )
+    check_workers(options)
     if any(v < 0 for v in options.resources_per_trial.values()):
         raise UserError("custom resources per trial must not be negative")
     if options.max_concurrent is not None and options.max_concurrent < 1:
@@ -48,6 +44,20 @@ def check_resources(options: SearchOptions) -> None:
         raise UserError(f"--connect-timeout must be positive, got {options.connect_timeout_s:g}")
     if options.max_trainable_params is not None and options.max_trainable_params < 1:
         raise UserError("the parameter budget (max_trainable_params) must be a positive number of parameters")
+
+
+def check_workers(options: SearchOptions) -> None:
+    """Each data-parallel worker of a trial trains on one GPU (or a share of one when there is one worker), or CPUs."""
+    gpus, workers = options.gpus_per_trial, options.workers_per_trial or max(1, int(options.gpus_per_trial))
+    if options.workers_per_trial < 0:
+        raise UserError(f"--workers-per-trial must not be negative, got {options.workers_per_trial} (0: one per GPU)")
+    if gpus > 1 and gpus != workers:
+        raise UserError(
+            f"--gpus-per-trial {gpus:g} with {workers} worker(s): each data-parallel worker trains on one GPU; give a "
+            "whole number of GPUs and as many --workers-per-trial (the default), or 1 GPU or less to one worker"
+        )
+    if workers > 1 and 0 < gpus < workers:
+        raise UserError(f"--workers-per-trial {workers} needs a whole GPU each: --gpus-per-trial {workers}, or 0")
 
 
 def check_writable(path: Path) -> None:

@@ -48,10 +48,11 @@ def inspect_inputs(
     """``check_inputs`` in this process. The decoded dataset (None for datasets read lazily from disk) is shared with
     every trial through the object store, so it is decoded here and nowhere else on the driver."""
     from vitplast_tune.data import datasets
-    from vitplast_tune.vit import models
+    from vitplast_tune.vit import models, recipe
 
     config = models.pretrained_data_config(settings.model)
     models.check_weights(settings.model, settings.weights, settings.pretrained)
+    recipe.check(settings)  # what the recipe's settings need timm or the model's family for
     classes = datasets.num_classes(settings.dataset, settings.data_dir, settings.download)
     augment = datasets.resolve_augmentation(settings.dataset, settings.augment)
     for name in augmentations:
@@ -78,12 +79,14 @@ def check_budget(settings: FinetuneConfig, classes: int, budget: Budget) -> None
     with the dataset's head and the settings' blocks): the search could train nothing."""
     from vitplast_tune import components
     from vitplast_tune.vit import models
+    from vitplast_tune.vit.families.registry import layout_of
 
     model = models.create_model(settings.model, classes, pretrained=False)
-    counts = {s: sum(components.freeze(model, s, settings.blocks).values()) for s in budget.subsets}
+    layout = layout_of(model)
+    counts = {s: sum(components.freeze(model, s, settings.blocks, layout=layout).values()) for s in budget.subsets}
     smallest = min(counts, key=counts.get)
     if counts[smallest] > budget.max_trainable_params:
-        head = sum(components.freeze(model, "head").values())
+        head = sum(components.freeze(model, "head", layout=layout).values())
         raise UserError(
             f"no trial fits the parameter budget max_trainable_params {budget.max_trainable_params:,}: the smallest "
             f"subset the search may train, {smallest}, trains {counts[smallest]:,} parameters (the head alone "

@@ -46,6 +46,7 @@ class SearchOptions:
     num_samples: int | None = None
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
+    workers_per_trial: int = 0  # data-parallel workers of a trial (run/parallel.py); 0: one per GPU, at least one
     resources_per_trial: dict[str, float] = field(default_factory=dict)
     max_concurrent: int | None = None
     seed: int | None = None

@@ -238,7 +238,7 @@ def cache_key(
     """Everything that changes a plasticity report: model and weights, both image sets, settings and the code's version."""
     return dict(
         model=model_name,
-        weights=_file_identity(weights),
+        weights=_file_identity(weights) or _folder_identity(model_name),
         pretrained=pretrained or weights is not None,
         dataset=dataset,
         reference=reference,
@@ -257,13 +257,9 @@ def code_version() -> str:
 
     digest = hashlib.sha256()
     package = Path(__file__).resolve().parents[1]
-    for module in (
-        "vit/plasticity",
-        "vit/models",
-        "data/datasets",
-        "data/transforms",
-        "data/fractals",
-    ):  # read, not imported (no torch)
+    modules = ["vit/plasticity", "vit/models", "data/datasets", "data/transforms", "data/fractals"]
+    modules += sorted(f"vit/families/{p.stem}" for p in (package / "vit" / "families").glob("*.py"))
+    for module in modules:  # read, not imported (no torch)
         digest.update((package / f"{module}.py").read_bytes())
     return f"{__version__}+{digest.hexdigest()[:12]}"
 
@@ -300,6 +296,16 @@ def _file_identity(path: str | Path | None) -> str | None:
         return str(p)
     stat = p.stat()
     return f"{p}:{stat.st_size}:{int(stat.st_mtime)}"
+
+
+def _folder_identity(model_name: str) -> str | None:
+    """A transformers model in a local folder (``hf:/path``) named by its files' names, sizes and modification times
+    (for cache keys); None for any other model."""
+    folder = Path(model_name.removeprefix("hf:")).expanduser()
+    if not model_name.startswith("hf:") or not folder.is_dir():
+        return None
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return ";".join(f"{p.relative_to(folder)}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
 
 
 @dataclass

@@ -55,7 +55,7 @@ def subset_scores(
 ) -> dict[str, float]:
     """Plasticity scores of a subset of components: mean, max, and parameter-weighted mean of the per-component means.
 
-    ``param_counts`` is ``components.count_parameters(model)``; the head-only subset gives NaN for each score.
+    ``param_counts`` is ``components.count_parameters(model, layout=...)``; the head-only subset gives NaN for each score.
     ``blocks`` restricts the block components' layers to those block indices (a trial's depth: the mean
     plasticity of the layers it trains); ``emb`` is model level.
     """
@@ -70,7 +70,9 @@ def subset_scores(
         raise UserError(f"the plasticity table has no rows for {', '.join(missing)}")
     missing = [c for c in names if c not in param_counts]
     if missing:
-        raise UserError(f"param_counts has no count for {', '.join(missing)}; pass components.count_parameters(model)")
+        raise UserError(
+            f"param_counts has no count for {', '.join(missing)}; pass components.count_parameters(model, layout=...)"
+        )
     values = np.array([means[c] for c in names], dtype=float)
     weights = np.array([param_counts[c] for c in names], dtype=float)
     weighted = float(values @ weights / weights.sum()) if weights.sum() > 0 else math.nan

@@ -32,6 +32,7 @@ SEARCH_ID_TAG = "vitplast.search_id"  # unique per search: a shared server may h
 STORAGE_TAG = "vitplast.storage"
 DEVICE_TAG = "vitplast.device"  # where a trial trained: "cpu" or "cuda:0 <the GPU's name>"
 PRECISION_TAG = "vitplast.precision"  # what it computed in: fp32, bf16 or fp16
+WORKERS_TAG = "vitplast.workers"  # how many data-parallel workers trained it (run/parallel.py)
 FAILURE_TAG = "failure_reason"
 TRIAL_TAG = "ray.trial_id"
 PARENT_TAG = "mlflow.parentRunId"

@@ -45,7 +45,7 @@ def trial_table(grid, settings: FinetuneConfig, predictors: report.Predictors | 
                 "test_acc": metrics.get("test_acc"),
                 "step": metrics.get("step"),
                 "trainable_params": metrics.get("trainable_params"),
-                "images_per_s": images_per_s(result, config.get("batch_size", settings.batch_size)),
+                "images_per_s": images_per_s(result, cfg.batch_size * cfg.grad_accum_steps),  # the effective batch
                 "log10_trainable_params": _log10(metrics.get("trainable_params")),
                 "best_val_loss": _lowest(result, "val_loss"),
                 **{k: metrics.get(k) for k in TRIAL_TIMES},

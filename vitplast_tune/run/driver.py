@@ -27,7 +27,7 @@ from vitplast_tune.predictors.report import Predictors
 from vitplast_tune.recommend import ranking
 from vitplast_tune.records import best_trial, pareto, search_run, study, tracking, trial_runs, trials
 from vitplast_tune.records.result import SearchResult, ui_command
-from vitplast_tune.run import interrupts, measure, nodes, tuner
+from vitplast_tune.run import interrupts, measure, nodes, parallel, tuner
 from vitplast_tune.run.live_study import LiveStudy
 from vitplast_tune.run.trainable import train_trial
 from vitplast_tune.storage import write_record
@@ -102,7 +102,8 @@ def execute(
             interrupts.on_sigterm_interrupt()  # after ray.init, which installs its own SIGTERM handler
             tuned = _record_and_tune(plan, callbacks, records, timings, trainable)
             _check_ended(plan, records)
-            result = _finish(plan, tuned, records, timings)
+            with interrupts.deferred():  # every trial ended: SIGTERM waits for the results (Ctrl-C still stops)
+                result = _finish(plan, tuned, records, timings)
         except KeyboardInterrupt:
             if records.parent is not None:
                 tracking.close_search(records.mlflow, records.parent, "KILLED")
@@ -227,7 +228,7 @@ def _tune(
             max_trainable_params=plan.max_trainable_params,
             staged=list(staged),
         )
-    trainable = tune.with_resources(trainable, plan.options.trial_resources)
+    trainable = tune.with_resources(trainable, parallel.trial_request(plan.options))  # several workers: a group
     warm_start = _warm_start(plan, predictors)
     try:
         return tuner.tuner(plan, trainable, callbacks, warm_start).fit()

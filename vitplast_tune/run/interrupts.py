@@ -3,7 +3,8 @@ ends a search the way Ctrl-C does (Ray Tune's own graceful stop, runs closed, th
 code 143 instead of 130.
 
 ``ray.init`` installs its own SIGTERM handler (it kills the Ray processes and exits at once), so ``handled()`` is
-entered before Ray starts and ``on_sigterm_interrupt()`` called after it; both are no-ops off the main thread.
+entered before Ray starts and ``on_sigterm_interrupt()`` called after it; both are no-ops off the main thread. Once
+every trial has ended, ``deferred()`` holds SIGTERM back while the results are recorded, so that they are whole.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ import contextlib
 import signal
 import threading
 from collections.abc import Iterator
+
+from vitplast_tune.log import get_logger
+
+log = get_logger(__name__)
 
 _received: list[int] = []  # the signals that interrupted the current search, in order
 
@@ -55,6 +60,23 @@ def _interrupt(signum: int, frame) -> None:
         handler(signal.SIGINT, frame)
     else:  # SIGINT ignored (a background job) or left to the default: interrupt all the same
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """SIGTERM waits for the block to end (the results of a search whose trials all ended, recorded whole rather than
+    cut off), then is only said: the search is complete, nothing is left to resume. Ctrl-C still interrupts."""
+    if not _main_thread():
+        yield
+        return
+    received: list[int] = []
+    saved = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, saved if saved is not None else signal.SIG_DFL)
+        if received:
+            log.info("SIGTERM came while the search recorded its results: it recorded them first, and is complete")
 
 
 def exit_code() -> int:

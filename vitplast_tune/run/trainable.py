@@ -43,8 +43,9 @@ def train_trial(
     from ray import tune
 
     from vitplast_tune.data import staging
+    from vitplast_tune.run import parallel
     from vitplast_tune.vit.methods import trainable_parameters
-    from vitplast_tune.vit.training import DivergedError, finetune
+    from vitplast_tune.vit.training import DivergedError
 
     cfg = staging.localize(trial_config(config, settings), staged)
     if max_trainable_params is not None and (count := trainable_parameters(cfg)) > max_trainable_params:
@@ -63,7 +64,7 @@ def train_trial(
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
 
     try:
-        finetune(cfg, report=report, resume=resume, decoded=decoded)
+        parallel.finetune(cfg, report=report, resume=resume, decoded=decoded)  # one worker, or data-parallel
     except DivergedError as exc:
         # The metrics are NaN so that Optuna records the trial as failed; no checkpoint, no retry.
         nan = {metric: float("nan") for metric in METRICS}
@@ -80,12 +81,13 @@ def checkpoint_due(metrics: dict[str, Any], eval_every: int, every: int) -> bool
 
 def write_checkpoint(directory: Path, state: dict[str, Any]) -> None:
     """A run's ``finetune`` state as checkpoint files in ``directory``: ``state.pt`` (step, trainable tensors,
-    optimizer) and ``best.safetensors`` (the best-validation trainable tensors; its step and accuracy as metadata)."""
+    optimizer, the EMA's tensors when the recipe has one) and ``best.safetensors`` (the best-validation trainable
+    tensors; its step and accuracy as metadata)."""
     import torch
     from safetensors.torch import save_file
 
     best = state["best"]
-    torch.save({k: state[k] for k in ("step", "trainable", "optimizer")}, directory / STATE_FILE)
+    torch.save({k: state[k] for k in ("step", "trainable", "optimizer", "ema") if k in state}, directory / STATE_FILE)
     tensors = best["trainable"] if best["trainable"] is not None else state["trainable"]
     about = {"step": str(best["step"]), "val_acc": repr(float(best["val_acc"]))}
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(directory / BEST_FILE), metadata=about)

@@ -37,6 +37,7 @@ from vitplast_tune.storage import (
     upload,
 )
 from vitplast_tune.vit import methods, models
+from vitplast_tune.vit.families.hf import HFClassifier
 
 
 def rebuild(cfg: FinetuneConfig, trainable: dict[str, Tensor]) -> nn.Module:
@@ -106,6 +107,10 @@ def save_model(model: nn.Module, cfg: FinetuneConfig, path: Path) -> Path:
     with torch.no_grad():
         logits = model(torch.from_numpy(example)).numpy()
     requirements = [f"torch=={torch.__version__.split('+')[0]}", f"timm=={timm.__version__}"]
+    if isinstance(model, HFClassifier):  # a transformers model inside: unpickling it needs transformers
+        import transformers
+
+        requirements.append(f"transformers=={transformers.__version__}")
     metadata = {"data_config": {k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()}}
     with _quiet("mlflow.pytorch"):
         mlflow.pytorch.save_model(

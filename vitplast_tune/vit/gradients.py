@@ -20,7 +20,8 @@ mean), ``torch.autograd.grad`` and ``torch.norm(grad) / torch.norm(param)`` per 
 ``bn`` tensors); a ViT's LayerNorms are components here and keep their tensors. The model is measured in
 eval mode (no dropout, deterministic); the testbed has no dropout, so train mode would give the same.
 
-The component -> parameter mapping is ``components.parameter_component``; nothing here needs Ray or MLflow.
+The component -> parameter mapping is ``components.parameter_component`` with the model family's layout; nothing here
+needs Ray or MLflow.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from torch import nn
 
 from vitplast_tune.components import COMPONENTS, HEAD, parameter_component
 from vitplast_tune.errors import UserError
+from vitplast_tune.vit.families.registry import layout_of
 
 _EMB_LAYER = -1  # the embedding's row in the per-layer table, as in plasticity tables
 COLUMNS = [
@@ -107,8 +109,9 @@ def _component_rows(
 ) -> dict[tuple[str, int], list[float]]:
     """Per (component, layer): [tensors, params, grad_sq, weight_sq, sum of the tensors' Auto-RGN ratios]."""
     rows: dict[tuple[str, int], list[float]] = {}
+    layout = layout_of(model)
     for name, p in model.named_parameters():
-        component, block = parameter_component(name)
+        component, block = parameter_component(name, layout)
         if component == HEAD:
             continue
         row = rows.setdefault((component, _EMB_LAYER if block is None else block), [0, 0, 0.0, 0.0, 0.0])

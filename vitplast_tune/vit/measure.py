@@ -21,6 +21,7 @@ from vitplast_tune.data.splits import SmallImages
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit import gradients, models
 from vitplast_tune.vit.devices import run_device
+from vitplast_tune.vit.families.registry import layout_of
 from vitplast_tune.vit.plasticity import compute_plasticity
 from vitplast_tune.vit.training import build_run
 
@@ -66,9 +67,10 @@ def measure_plasticity(
         max_pairs=max_pairs,
     )
     where = {"seconds": round(time.perf_counter() - start, 3), "measured_on": task_context()}
-    counts = components.count_parameters(model)
+    layout = layout_of(model)
+    counts = components.count_parameters(model, layout=layout)
     parameters = {"component_params": {c: counts[c] for c in components.COMPONENTS}}
-    return table, dict(parameters, parameter_summary=components.parameter_summary(model)), where
+    return table, dict(parameters, parameter_summary=components.parameter_summary(model, layout=layout)), where
 
 
 def task_context() -> dict[str, Any]:

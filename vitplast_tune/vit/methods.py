@@ -3,7 +3,8 @@ not at all; and the way back from any method's trained weights to a plain timm m
 
 LoRA comes from Hugging Face peft: ``inject_adapter_in_model`` replaces the chosen ``nn.Linear`` layers of the timm
 ViT in place (``blocks.0.attn.qkv`` becomes a ``lora.Linear`` holding the original as ``base_layer`` and the
-adapters ``lora_A`` / ``lora_B``); the model stays a timm ``VisionTransformer``. Merging folds ``(alpha / r) * B @ A``
+adapters ``lora_A`` / ``lora_B``); the model stays what it was (a timm model, or a transformers one), and its family's
+layout says which layers LoRA adapts. Merging folds ``(alpha / r) * B @ A``
 into each base weight and puts the base layer back: the state dict then loads strictly into ``timm.create_model``.
 peft imports transformers (seconds of imports), so it is imported only where a run trains by LoRA, never on the driver.
 """
@@ -21,6 +22,7 @@ from vitplast_tune import components
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit import models
+from vitplast_tune.vit.families.registry import family_of
 
 ADAPTER = "default"  # peft's adapter name: parameters are named blocks.0.attn.qkv.lora_A.default.weight
 
@@ -29,27 +31,31 @@ def apply_methods(model: nn.Module, cfg: FinetuneConfig) -> dict[str, int]:
     """Inject LoRA adapters where ``cfg.components`` asks for them (rank ``cfg.lora_rank``, ``cfg.lora_alpha``, in the
     blocks of ``cfg.depth`` or ``cfg.blocks``), then freeze everything else (``components.freeze``); return the
     trainable counts per component and head."""
-    blocks = cfg.block_indices(len(model.blocks))
+    family = family_of(model)
+    blocks = cfg.block_indices(components.num_blocks(model, family.layout))
     targets = lora_targets(model, cfg.components, blocks)
     if targets:
+        family.prepare_lora(model)
         inject_lora(model, targets, cfg.lora_rank, cfg.lora_alpha)
-    return components.freeze(model, cfg.components, blocks)  # after injection, which freezes every other parameter
+    return components.freeze(model, cfg.components, blocks, layout=family.layout)  # after injection (which freezes)
 
 
 def lora_targets(model: nn.Module, subset: str | Mapping[str, str], blocks: Sequence[int] | None) -> list[str]:
-    """The full names of the linear layers LoRA adapts (``blocks.2.attn.qkv``, ...), in model order."""
+    """The full names of the linear layers LoRA adapts (``blocks.2.attn.qkv``, ...: the family layout's ``lora``
+    layers of each LoRA component, in the chosen blocks), in model order."""
+    layout = family_of(model).layout
     chosen = [c for c, m in components.parse_methods(subset).items() if m == components.LORA]
-    wanted = {
-        f"blocks.{i}.{rel}"
-        for i in range(len(model.blocks))
-        if blocks is None or i in blocks
-        for c in chosen
-        for rel in components.LORA_LINEARS[c]
-    }
-    found = [name for name, module in model.named_modules() if name in wanted]
+    wanted: set[str] = set()
+    for i in range(components.num_blocks(model, layout)):
+        for c in chosen if blocks is None or i in blocks else ():
+            layers = components.lora_layers(model, c, i, layout)
+            if not layers:
+                raise UserError(f"LoRA on {c}: block {i} has none of {', '.join(layout.lora[c])} ({layout.family})")
+            wanted.update(layers)
+    found = [name for name, _ in model.named_modules() if name in wanted]
     odd = [name for name in found if not isinstance(model.get_submodule(name), nn.Linear)]
-    if odd or len(found) != len(wanted):
-        raise UserError(f"LoRA needs nn.Linear layers at {', '.join(sorted(set(odd) | (wanted - set(found))))}")
+    if odd:
+        raise UserError(f"LoRA needs nn.Linear layers at {', '.join(odd)}")
     return found
 
 
@@ -87,7 +93,7 @@ def plain_model(cfg: FinetuneConfig, trained: Mapping[str, torch.Tensor]) -> nn.
     Its state dict loads strictly into ``timm.create_model(cfg.model, num_classes=...)``. Raises UserError when
     ``trained`` does not match the run's trainable tensors.
     """
-    num_classes = trained["head.weight"].shape[0] if "head.weight" in trained else _num_classes(cfg)
+    num_classes = _head_classes(trained, models.family_of_name(cfg.model).layout) or _num_classes(cfg)
     torch.manual_seed(cfg.seed)  # as the run built it (``training.build_run``): the same weights where none are loaded
     model = models.create_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
     apply_methods(model, cfg)
@@ -104,6 +110,20 @@ def plain_model(cfg: FinetuneConfig, trained: Mapping[str, torch.Tensor]) -> nn.
             params[name].copy_(tensor)
     model = merge_lora(model).requires_grad_(True)
     return model.eval()
+
+
+def _head_classes(trained: Mapping[str, torch.Tensor], layout: components.Layout) -> int | None:
+    """The classes of a trained head: the rows of its last weight matrix (the classifier, after any attention pooling;
+    None when the tensors hold no head)."""
+    rows = None
+    for name, tensor in trained.items():
+        try:
+            head = components.parameter_component(name, layout)[0] == components.HEAD
+        except UserError:  # not this model's: the check of every name below says so
+            continue
+        if head and tensor.ndim == 2 and not components.is_adapter(name):
+            rows = tensor.shape[0]
+    return rows
 
 
 def _num_classes(cfg: FinetuneConfig) -> int:

@@ -1,10 +1,11 @@
-"""timm Vision Transformers: building them (by timm name, from a local weights file, or the shipped
-testbed), and the one place that knows timm's ViT internals (the embedding path, the block layout).
+"""Building the models a run finetunes: timm models by name (from the hub, a local weights file, or the shipped
+testbed) and transformers models by ``hf:<hub id or folder>``, each of a supported family (``vit/families/``).
 
-Every model goes through ``timm.create_model``. The offline testbed ViT is registered with timm
+Every timm model goes through ``timm.create_model``. The offline testbed ViT is registered with timm
 here (``vit_testbed_patch8_32.fractal``), and its pretrained config points at the safetensors
 file committed in ``vitplast_tune/weights/``, so it loads through the same path a user's
-``vit_base_patch16_224.augreg_in21k`` does, with no network.
+``vit_base_patch16_224.orig_in21k`` does, with no network; ``vit/tiny.py`` registers a tiny random model of every
+other timm family.
 """
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import timm
+import torch
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
-from torch import Tensor, nn
+from torch import nn
 
-from vitplast_tune.components import BLOCK_MODULES
 from vitplast_tune.config import TESTBED_MODEL, TESTBED_WEIGHTS
 from vitplast_tune.errors import UserError, did_you_mean
+from vitplast_tune.vit import tiny  # noqa: F401  (registers the tiny models of every family with timm)
+from vitplast_tune.vit.families import hf
+from vitplast_tune.vit.families.base import Family
+from vitplast_tune.vit.families.registry import family_of, unsupported
 
 TESTBED_ARGS: dict[str, Any] = dict(img_size=32, patch_size=8, embed_dim=96, depth=4, num_heads=3)
 
@@ -60,16 +65,24 @@ def create_model(
     *,
     pretrained: bool = True,
     weights: str | Path | None = None,
+    drop_path_rate: float = 0.0,
     **kwargs: Any,
-) -> VisionTransformer:
-    """Build a timm ViT by name with a new ``num_classes`` head.
+) -> nn.Module:
+    """Build a model by name with a new ``num_classes`` head (0: none): a timm name, or ``hf:<hub id or folder>``.
 
     ``pretrained`` loads the weights named by the timm tag (from the hub, or the shipped file for
-    the testbed); ``weights`` loads a local safetensors file or torch state dict instead
-    (``weights_only=True``). Raises UserError for an unknown name or a non-ViT model.
+    the testbed) or the transformers model's; ``weights`` loads a local safetensors file or torch state dict instead
+    (``weights_only=True``; timm models). ``drop_path_rate``: stochastic depth. Raises UserError for an unknown
+    name or a model of no supported family (``vit.families.registry``).
     """
     check_weights(name, weights, pretrained)
+    if hf.is_hf(name):
+        model = hf.create(name, num_classes, pretrained=pretrained, drop_path_rate=drop_path_rate)
+        family_of(model).check(model)
+        return model
     create_kwargs: dict[str, Any] = dict(num_classes=num_classes, **kwargs)
+    if drop_path_rate:
+        create_kwargs["drop_path_rate"] = drop_path_rate
     if weights is not None:
         create_kwargs["pretrained_cfg_overlay"] = dict(file=str(Path(weights).expanduser()))
         pretrained = True
@@ -81,14 +94,15 @@ def create_model(
             "with no network, pass --weights PATH to a local file, or use the offline default "
             f'"{TESTBED_MODEL}"'
         ) from exc
-    if not isinstance(model, VisionTransformer):
-        raise UserError(f'"{name}" is a {type(model).__name__}, not a timm VisionTransformer')
+    family_of(model).check(model)
     return model
 
 
 def check_weights(name: str, weights: str | Path | None, pretrained: bool) -> None:
     """Raise UserError when the model is unknown, or a local weights file it needs is missing or unreadable."""
     check_model_name(name)
+    if weights is not None and hf.is_hf(name):
+        raise UserError(f'--weights is for timm models; "{name}" loads its weights from its hub id or folder')
     if weights is not None:
         path = Path(weights).expanduser()
         if not path.is_file():
@@ -121,69 +135,55 @@ def check_weights_file(path: Path) -> None:
 
 
 def check_model_name(name: str) -> None:
-    """Raise UserError unless ``name`` (with an optional ".tag") is a timm model, suggesting near names."""
+    """Raise UserError unless ``name`` is a model of a supported family: a timm name (with an optional ".tag"),
+    suggesting near names, or ``hf:`` and a transformers config that can be read."""
+    family_of_name(name)
+
+
+def family_of_name(name: str) -> Family:
+    """The family of the model ``name`` names, without building it (a timm model's class on the meta device, a
+    transformers model's type from its config); UserError for an unknown name or an unsupported family."""
+    if hf.is_hf(name):
+        return hf.MODEL_TYPES[hf.load_config(name).model_type]
     arch = name.split(".", 1)[0]
     if not timm.is_model(arch):
-        options = timm.list_models("vit_*") + timm.list_models("deit*")
+        options = timm.list_models("vit_*") + timm.list_models("deit*") + timm.list_models("eva*")
         raise UserError(f'unknown timm model "{name}"{did_you_mean(arch, options)}')
+    with torch.device("meta"):  # the class alone, without weights or initialisation costs
+        model = timm.create_model(arch, pretrained=False)
+    try:
+        return family_of(model)
+    except UserError:
+        raise UserError(f'"{name}" is {unsupported(type(model).__name__)}') from None
 
 
-def data_config(model: VisionTransformer) -> dict[str, Any]:
+def data_config(model: nn.Module) -> dict[str, Any]:
     """The model's own timm data config: input_size, mean, std, interpolation, crop_pct."""
     return timm.data.resolve_data_config({}, model=model)
 
 
 def pretrained_data_config(name: str) -> dict[str, Any]:
-    """The data config of a timm model name without building it (from its pretrained config)."""
+    """The data config of a model name without building it (from its pretrained config, or the transformers one)."""
     check_model_name(name)
+    if hf.is_hf(name):
+        return hf.data_config(name)
     cfg = timm.models.get_pretrained_cfg(name)
     if cfg is None:
         return timm.data.resolve_data_config({}, model=timm.create_model(name, pretrained=False))
     return timm.data.resolve_data_config(pretrained_cfg=cfg.to_dict())
 
 
-def embed(model: nn.Module, pixels: Tensor) -> Tensor:
-    """The input of block 0: patch_embed -> _pos_embed (prefix tokens + pos embed) -> patch_drop -> norm_pre."""
-    return model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(pixels))))
-
-
-def block_module(block: nn.Module, component: str) -> nn.Module | None:
-    """The submodule of a ViT block that a block component names (``BLOCK_MODULES``), or None."""
-    module: Any = block
-    for name in BLOCK_MODULES[component].split("."):
-        module = getattr(module, name, None)
-        if not isinstance(module, nn.Module):
-            return None
-    return module
-
-
-def vit_blocks(model: nn.Module) -> list[nn.Module]:
-    """The model's blocks, after checking it has the timm VisionTransformer layout (UserError otherwise)."""
-    needed = ("patch_embed", "_pos_embed", "patch_drop", "norm_pre", "blocks")
-    if not all(hasattr(model, name) for name in needed):
-        raise UserError(f"{type(model).__name__} is not a timm VisionTransformer (needs {', '.join(needed)})")
-    blocks = list(model.blocks)
-    if not blocks:
-        raise UserError("the model has no blocks")
-    for i, block in enumerate(blocks):
-        for component, path in BLOCK_MODULES.items():
-            if block_module(block, component) is None:
-                raise UserError(
-                    f"block {i} has no {path}: only the standard ViT block "
-                    "(norm1, attn, norm2, mlp.fc1, mlp.fc2) is supported"
-                )
-        fc2 = block.mlp.fc2
-        if not isinstance(fc2, nn.Linear) or fc2.in_features < fc2.out_features:
-            raise UserError(f"block {i}: mlp.fc2 must be an nn.Linear from the hidden width to the model width")
-    return blocks
-
-
 def _check_shipped_file(name: str) -> None:
-    """A pretrained config that names a local file (the testbed) must find it; say how to make it."""
+    """A pretrained config that names a local file (the testbed) must find it, saying how to make it; one that names
+    no weights anywhere (the tiny models) cannot be pretrained."""
+    if hf.is_hf(name):
+        return
     cfg = timm.models.get_pretrained_cfg(name)
     file = getattr(cfg, "file", None) if cfg is not None else None
     if file and not Path(file).is_file():
         raise UserError(f'weights of "{name}" not found at {file}; make them with: vitplast pretrain')
+    if cfg is not None and not (file or cfg.url or cfg.hf_hub_id):
+        raise UserError(f'"{name}" has no pretrained weights; train it from scratch with pretrained=false')
 
 
 def _one_line(exc: BaseException) -> str:

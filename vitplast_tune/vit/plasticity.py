@@ -10,7 +10,10 @@ Two variants (the paper's definition, Odonnat et al., ICML 2026, and the in-netw
     in_network  each component is fed its real input inside a normal forward pass (forward hooks),
                 and the ratio divides by the distance between those real inputs.
 
-MHA is ``blocks[i].attn`` alone (qkv + proj), as in the paper; a layer scale ``ls1``, if any, is not applied.
+MHA is ``blocks[i].attn`` alone (qkv + proj), as in the paper; a layer scale ``ls1``, if any, is not applied. Where
+components live, and what the embedding output is, the model's family says (``vit/families/``): the attention gets
+what its block passes it (rotary embeddings, relative position biases), and a gated MLP's FC1 is its two input
+projections joined (their outputs concatenated, as a fused gated FC1 computes them).
 
 Both add an ``emb`` row (layer 0), this project's extension, not in the paper: the embedding's rate
 of change from pixels to the embedding output, ||e_x - e_y|| / ||x_pixels - y_pixels||.
@@ -27,14 +30,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vitplast_tune.components import BLOCK_COMPONENTS
 from vitplast_tune.config import check_variant
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit.devices import resolve_device
-from vitplast_tune.vit.models import block_module, embed, vit_blocks
+from vitplast_tune.vit.families.base import Family, first_tensor
+from vitplast_tune.vit.families.registry import family_of
 
 Images = Tensor | Iterable[Any]  # (N, C, H, W), or batches of it (or of (images, labels) tuples)
 
@@ -49,7 +52,7 @@ def compute_plasticity(
     device: str | torch.device | None = None,
     max_pairs: int | None = None,
 ) -> pd.DataFrame:
-    """Plasticity of every component of every block of a timm ViT over pairs (reference[i], downstream[i]).
+    """Plasticity of every component of every block of a ViT (of any supported family) over pairs (reference[i], downstream[i]).
 
     Returns one row per (component, layer) with columns component, layer, plasticity, std, sem and
     n_pairs (the ``emb`` row first, this project's extension, then ln1, mha, ln2, fc1, fc2 by layer);
@@ -61,7 +64,8 @@ def compute_plasticity(
         raise UserError(f"batch_size must be a positive integer, not {batch_size}")
     if max_pairs is not None and max_pairs < 1:
         raise UserError(f"max_pairs must be a positive integer, not {max_pairs}")
-    blocks = vit_blocks(model)
+    family = family_of(model)
+    blocks = family.check(model)
     device = resolve_device(device)
     first = next(model.parameters())
     home, dtype = first.device, first.dtype
@@ -76,7 +80,7 @@ def compute_plasticity(
             ratios_of = _paper_ratios if variant == "paper" else _in_network_ratios
             for x, y in _pairs(reference, downstream, batch_size, max_pairs):
                 pixels = torch.cat([x, y]).to(device=device, dtype=dtype, non_blocking=True)
-                num, den = ratios_of(model, blocks, pixels)
+                num, den = ratios_of(family, model, blocks, pixels)
                 _accumulate(sums, num, den)
             totals = sums.cpu().numpy()  # the one synchronisation
     finally:
@@ -102,41 +106,43 @@ def _pair_dist(stacked: Tensor) -> Tensor:
     return torch.linalg.vector_norm((a - b).flatten(1), dim=1, dtype=dtype)
 
 
-def _paper_ratios(model: nn.Module, blocks: list[nn.Module], pixels: Tensor) -> tuple[Tensor, Tensor]:
+def _paper_ratios(family: Family, model: nn.Module, blocks: list[nn.Module], pixels: Tensor) -> tuple[Tensor, Tensor]:
     """(numerators, denominators), each (rows, pairs): every component applied to the embedding output."""
-    e = embed(model, pixels)
+    embedded = family.embed(model, pixels)
+    e = embedded.tokens
     e_dist = _pair_dist(e)
-    width = e.shape[-1]
     per_block = []
-    for block in blocks:
-        fc2 = block.mlp.fc2
-        # fc2 of e zero-padded to the hidden width only sees the first `width` input columns.
-        fc2_out = F.linear(e, fc2.weight[:, :width], fc2.bias)
-        outputs = (block.norm1(e), block.attn(e), block.norm2(e), block.mlp.fc1(e), fc2_out)  # BLOCK_COMPONENTS order
+    for i, block in enumerate(blocks):
+        modules = family.component_modules(block)
+        outputs = [family.apply(c, modules[c], e, embedded.kwargs(i)) for c in BLOCK_COMPONENTS]
         per_block.append([_pair_dist(out) for out in outputs])
     num = torch.stack([e_dist] + [dists[c] for c in range(len(BLOCK_COMPONENTS)) for dists in per_block])
     den = torch.cat([_pair_dist(pixels)[None], e_dist.expand(num.shape[0] - 1, -1)])
     return num, den
 
 
-def _in_network_ratios(model: nn.Module, blocks: list[nn.Module], pixels: Tensor) -> tuple[Tensor, Tensor]:
-    """(numerators, denominators), each (rows, pairs): every component on its real input in the forward pass."""
-    captured: dict[tuple[int, str], tuple[Tensor, Tensor]] = {}
+def _in_network_ratios(
+    family: Family, model: nn.Module, blocks: list[nn.Module], pixels: Tensor
+) -> tuple[Tensor, Tensor]:
+    """(numerators, denominators), each (rows, pairs): every component on its real input in the forward pass (a
+    component of several modules, a gated FC1, on their shared input with their outputs joined)."""
+    captured: dict[tuple[int, str], list[tuple[Tensor, Tensor]]] = {}
 
     def hook_for(key):
         def hook(module, args, output):
-            captured[key] = (_pair_dist(output), _pair_dist(args[0]))
+            captured.setdefault(key, []).append((_pair_dist(first_tensor(output)), _pair_dist(args[0])))
 
         return hook
 
     handles = [
-        block_module(block, name).register_forward_hook(hook_for((i, name)))
+        module.register_forward_hook(hook_for((i, name)))
         for i, block in enumerate(blocks)
-        for name in BLOCK_COMPONENTS
+        for name, modules in family.component_modules(block).items()
+        for module in modules
     ]
     try:
-        e = embed(model, pixels)
-        model.blocks(e)
+        embedded = family.embed(model, pixels)
+        family.run_blocks(model, embedded)
     finally:
         for handle in handles:
             handle.remove()
@@ -145,8 +151,9 @@ def _in_network_ratios(model: nn.Module, blocks: list[nn.Module], pixels: Tensor
     if missing:
         block, name = missing[0]
         raise UserError(f"the forward pass never called {name} of block {block}: unsupported block layout")
-    num = torch.stack([_pair_dist(e)] + [captured[k][0] for k in keys])
-    den = torch.stack([_pair_dist(pixels)] + [captured[k][1] for k in keys])
+    outputs = [torch.stack([d for d, _ in captured[k]]).square().sum(0).sqrt() for k in keys]
+    num = torch.stack([_pair_dist(embedded.tokens)] + outputs)
+    den = torch.stack([_pair_dist(pixels)] + [captured[k][0][1] for k in keys])
     return num, den
 
 

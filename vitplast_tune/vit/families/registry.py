@@ -1,0 +1,64 @@
+"""The registry of model families: every adapter, most specific first, and the one that fits a model (by its class).
+
+``family_of(model)`` is the adapter of the family whose model class is nearest the model's own in its class
+hierarchy; a model of no supported family is a UserError naming the supported ones. ``register(family)`` adds an
+adapter of your own (a ``base.Family``); it wins over the shipped ones for the classes it names.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from vitplast_tune.components import Layout
+from vitplast_tune.errors import UserError
+from vitplast_tune.vit.families import hf, timm_beit, timm_eva, timm_naflex, timm_relpos, timm_vit
+from vitplast_tune.vit.families.base import Family
+
+_FAMILIES: list[Family] = [
+    timm_vit.FAMILY,
+    timm_eva.FAMILY,
+    timm_beit.FAMILY,
+    timm_relpos.FAMILY,
+    timm_naflex.FAMILY,
+    *hf.FAMILIES,
+]
+
+
+def families() -> list[Family]:
+    """Every registered family, in the order they are tried."""
+    return list(_FAMILIES)
+
+
+def register(family: Family) -> Family:
+    """Add ``family`` (tried before the others, so that it can take over a class they adapt); return it."""
+    if any(f.name == family.name for f in _FAMILIES):
+        raise ValueError(f"a family named {family.name!r} is registered already")
+    _FAMILIES.insert(0, family)
+    return family
+
+
+def get_family(name: str) -> Family:
+    """The registered family called ``name``."""
+    for family in _FAMILIES:
+        if family.name == name:
+            return family
+    raise UserError(f'unknown model family "{name}"; the families are {", ".join(f.name for f in _FAMILIES)}')
+
+
+def family_of(model: nn.Module) -> Family:
+    """The adapter of ``model``'s family: the one whose model class is nearest its own (UserError for none)."""
+    ranked = [(rank, i, f) for i, f in enumerate(_FAMILIES) if (rank := f.rank(model)) is not None]
+    if not ranked:
+        raise UserError(f"the model is {unsupported(type(model).__name__)}")
+    return min(ranked, key=lambda item: item[:2])[2]
+
+
+def layout_of(model: nn.Module) -> Layout:
+    """Where ``model``'s components live (its family's ``components.Layout``)."""
+    return family_of(model).layout
+
+
+def unsupported(kind: str) -> str:
+    """The one line for a model of no supported family: what it is, and the families that are."""
+    names = ", ".join(f.name for f in _FAMILIES)
+    return f"a {kind}, of no supported model family; supported: {names} (docs/models.md says which models each covers)"

@@ -1,0 +1,61 @@
+"""timm's ``Eva``: EVA and EVA-02 (rotary embeddings, SwiGLU ``fc1_g`` / ``fc1_x``, separate q/k/v projections, a
+sub-norm in the MLP), DINOv3 and the ``vit_*_rope_*`` ViTs (rotary embeddings, per block in the mixed variants, layer
+scales ``gamma_1`` / ``gamma_2``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from timm.models.eva import Eva
+from torch import Tensor, nn
+
+from vitplast_tune.components import Layout
+from vitplast_tune.vit.families.base import Embedded, Family
+
+MHA_LINEARS = ("attn.qkv", "attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.proj")
+LAYOUT = replace(
+    Layout("timm-eva"),
+    emb=(*Layout("timm-eva").emb, "rope"),
+    layer_scales={"mha": ("gamma_1", "ls1"), "fc2": ("gamma_2", "ls2")},
+    lora={**Layout("timm-eva").lora, "mha": MHA_LINEARS},
+)
+
+
+def rope_kwargs(rope, num_blocks: int, mixed: bool) -> list[dict]:
+    """Each block's rotary embedding: none, the same one, or (mixed) its own."""
+    if rope is None:
+        return [{} for _ in range(num_blocks)]
+    if mixed:
+        return [{"rope": r} for r in list(rope)[:num_blocks]]
+    return [{"rope": rope} for _ in range(num_blocks)]
+
+
+def separate_qkv_bias(model: nn.Module) -> None:
+    """Attention that adds separate q / v biases to a bias-free fused qkv through ``F.linear(x, qkv.weight, ...)``
+    calls ``qkv`` as a module instead (``qkv_bias_separate``: the same sum), so that a LoRA adapter on it acts."""
+    for module in model.modules():
+        if getattr(module, "q_bias", None) is not None and hasattr(module, "qkv_bias_separate"):
+            module.qkv_bias_separate = True
+
+
+class TimmEva(Family):
+    """``patch_embed -> _pos_embed (prefix tokens, positions; rotary embedding) -> norm_pre`` is the embedding output;
+    every block takes its rotary embedding."""
+
+    name = "timm-eva"
+    about = "timm Eva: EVA, EVA-02, DINOv3, rotary ViTs (eva02_*, vit_*_dinov3*, vit_*_rope_*)"
+    layout = LAYOUT
+
+    def model_classes(self) -> tuple[type, ...]:
+        return (Eva,)
+
+    def embed(self, model: nn.Module, pixels: Tensor) -> Embedded:
+        x, rope = model._pos_embed(model.patch_embed(pixels))
+        kwargs = rope_kwargs(rope, len(model.blocks), getattr(model, "rope_mixed", False))
+        return Embedded(model.norm_pre(x), kwargs)
+
+    def prepare_lora(self, model: nn.Module) -> None:
+        separate_qkv_bias(model)
+
+
+FAMILY = TimmEva()

@@ -1,0 +1,37 @@
+"""timm's ``VisionTransformerRelPos``: ViTs with relative position biases (an MLP or a table per block, or one shared by
+every block) instead of a position embedding, pre-norm or res-post-norm blocks (``vit_relpos_*``, ``vit_srelpos_*``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from timm.models.vision_transformer_relpos import VisionTransformerRelPos
+from torch import Tensor, nn
+
+from vitplast_tune.components import Layout
+from vitplast_tune.vit.families.base import Embedded, Family
+
+LAYOUT = replace(Layout("timm-relpos"), emb=(*Layout("timm-relpos").emb, "shared_rel_pos"))
+
+
+class TimmRelPos(Family):
+    """``patch_embed -> class token`` is the embedding output; every block takes the shared relative position bias,
+    when the model has one."""
+
+    name = "timm-relpos"
+    about = "timm VisionTransformerRelPos: ViTs with relative position biases (vit_relpos_*, vit_srelpos_*)"
+    layout = LAYOUT
+
+    def model_classes(self) -> tuple[type, ...]:
+        return (VisionTransformerRelPos,)
+
+    def embed(self, model: nn.Module, pixels: Tensor) -> Embedded:
+        x = model.patch_embed(pixels)
+        if model.cls_token is not None:
+            x = torch.cat((model.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
+        shared = model.shared_rel_pos.get_bias() if model.shared_rel_pos is not None else None
+        return Embedded(x, [{"shared_rel_pos": shared} for _ in model.blocks] if shared is not None else [])
+
+
+FAMILY = TimmRelPos()

@@ -1,0 +1,35 @@
+"""timm's ``VisionTransformer`` and its subclasses: ViT, DeiT (the distilled ones too, with their distillation token
+and second head), hybrids (a CNN stem inside ``patch_embed``), register tokens, layer scales, gated MLPs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from timm.models.vision_transformer import VisionTransformer
+from torch import Tensor, nn
+
+from vitplast_tune.components import Layout
+from vitplast_tune.vit.families.base import Embedded, Family
+
+LAYOUT = replace(
+    Layout("timm-vit"),
+    emb=(*Layout("timm-vit").emb, "dist_token"),
+    head=(*Layout("timm-vit").head, "head_dist"),
+)
+
+
+class TimmViT(Family):
+    """``patch_embed -> _pos_embed (prefix tokens + positions) -> patch_drop -> norm_pre`` is the embedding output."""
+
+    name = "timm-vit"
+    about = "timm VisionTransformer and subclasses: ViT, DeiT (distilled too), hybrids (vit_*, deit*, vit_*_r50_*)"
+    layout = LAYOUT
+
+    def model_classes(self) -> tuple[type, ...]:
+        return (VisionTransformer,)
+
+    def embed(self, model: nn.Module, pixels: Tensor) -> Embedded:
+        return Embedded(model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(pixels)))))
+
+
+FAMILY = TimmViT()
