@@ -59,7 +59,7 @@ def test_the_paper_scale_commands_name_the_papers_checkpoint():
     root = Path(__file__).resolve().parents[1]
     files = [
         root / "README.md",
-        *sorted((root / "docs").glob("*.md")),
+        *sorted((root / "docs").rglob("*.md")),
         *sorted((root / "search_spaces").glob("*.yaml")),
     ]
     named = {m for f in files for m in re.findall(r"vit_base_patch16_224\.[a-z0-9_]+", f.read_text())}

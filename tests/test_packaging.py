@@ -33,12 +33,12 @@ def test_dependency_floors_are_the_tested_versions():
     assert (2,) <= found["torch"] <= (2, 14, 1)
 
 
-def test_readme_quickstart_trial_counts_match_the_space():
-    readme = (ROOT / "README.md").read_text()
+def test_the_quickstarts_trial_counts_in_the_readme_and_the_guide_match_the_space():
+    readme, guide = (ROOT / "README.md").read_text(), (ROOT / "docs" / "guide" / "spaces.md").read_text()
     expected = load_space("component_subsets").num_samples
     quickstart = re.search(r"(\d+) trials of TPE \+ ASHA", readme)
-    row = re.search(r"\| `component_subsets` \|[^\n]*\| (\d+) \|", readme)
-    example = re.search(r"num_samples: (\d+) +# trials", readme)
+    row = re.search(r"\| `component_subsets` \|[^\n]*\| (\d+) \|", guide)
+    example = re.search(r"num_samples: (\d+) +# trials", guide)
     assert [int(m.group(1)) for m in (quickstart, row, example)] == [expected] * 3
 
 
@@ -50,10 +50,14 @@ def test_the_license_file_is_the_one_pyproject_declares():
 
 def test_the_quickstart_installs_without_dev_tools_and_the_tests_with_them():
     readme = (ROOT / "README.md").read_text()
-    quickstart = readme.split("## Quickstart", 1)[1]
-    commands = re.findall(r"```bash\n(.*?)```", quickstart, re.S)
-    assert commands[0].startswith("pip install -e . && "), commands[0]  # a user who only searches
-    assert commands[1].startswith('pip install -e ".[dev]" && python -m pytest'), commands[1]
+    quickstart = re.findall(r"```bash\n(.*?)```", readme.split("## Quickstart", 1)[1], re.S)
+    tests = re.findall(r"```bash\n(.*?)```", readme.split("## Tests", 1)[1], re.S)
+    assert quickstart[0] == "pip install -e . && python scripts/search.py --space component_subsets\n"  # searches only
+    assert tests[0].startswith('pip install -e ".[dev]" && python -m pytest'), tests[0]
+    ci = (ROOT / ".ci" / "run").read_text()  # CI runs the README's test command
+    assert 'python -m pip install -e ".[dev,docs]"' in ci and re.search(
+        r"^VITPLAST_STRICT_SKIPS=1 python -m pytest", ci, re.M
+    )
 
 
 @pytest.mark.slow

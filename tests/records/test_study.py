@@ -129,5 +129,8 @@ def test_the_parent_run_holds_the_importance_and_says_which_augmentation_ran(sea
     importance = found.analysis.importance.table
     assert set(importance["parameter"]) == {*FLAGS, "lr"} and importance["importance"].sum() == pytest.approx(1.0)
     text = summary(found)
-    assert "on digits, augmentation light)" in text.splitlines()[0] and text.splitlines()[1].startswith("Time: ")
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("Search "))
+    assert lines[0].startswith("Answer: finetune ") and head > 0  # the answer first, then the search's line
+    assert "on digits, augmentation light)" in lines[head] and lines[head + 1].startswith("Time: ")
     assert "Which settings matter? fANOVA importance" in text and found.study.describe() in text

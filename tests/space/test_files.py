@@ -212,8 +212,8 @@ def test_component_flags_and_config_components():
     assert trial_subset({}) == "all"
 
 
-def test_the_readmes_complete_example_is_a_valid_space(tmp_path):
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_the_guides_complete_example_is_a_valid_space(tmp_path):
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "spaces.md").read_text()
     block = readme.split("A complete example, every key explained:", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "example.yaml"
     path.write_text(block)

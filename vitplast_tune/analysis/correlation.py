@@ -173,7 +173,7 @@ def _pairwise_tau(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where(den > 0, both / np.where(den > 0, den, 1.0), np.nan)
 
 
-_PAIRWISE_MAX = 100  # points; the crossover with scipy's per-row call measured at about 100 (1000 rows, 2 cores)
+_PAIRWISE_MAX = 100  # points; above it scipy's per-row call is faster than the pairwise one
 _PAIRWISE_CHUNK = 1 << 22  # pairwise signs per chunk of rows: 16 MB per float32 array
 _RANK_STATS: dict[str, Callable[..., Any]] = {"spearman": spearman, "kendall": kendall}
 MIN_POINTS = 12  # fewer rows: figures without a verdict (the BCa coverage by n: python -m benchmarks.coverage)

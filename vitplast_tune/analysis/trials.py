@@ -153,6 +153,19 @@ def describe_correlations(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def plasticity_verdict(table: pd.DataFrame) -> str:
+    """The sentence that says whether plasticity ranked the trials better than log(trainable parameters), on the
+    target with the most trials ("" when the table supports no verdict), prefixed by that target's name."""
+    if table.empty:
+        return ""
+    scored = table[(table["note"] == "") & table["predictor"].isin(SCORES)]
+    if scored.empty:
+        return ""
+    target = scored.groupby("target", sort=False)["n"].max().idxmax()
+    verdict = _verdict(table[table["target"] == target])
+    return f"on {TARGET_LABELS.get(target, target)}: {verdict}" if verdict else ""
+
+
 def _verdict(rows: pd.DataFrame) -> str:
     """Does the best plasticity score rank the trials better than log(trainable params)? Paired bootstrap; below
     ``correlation.MIN_POINTS`` trials the figures are shown without a verdict."""

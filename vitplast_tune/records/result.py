@@ -10,6 +10,7 @@ import pandas as pd
 
 from vitplast_tune.analysis.analyze import SearchAnalysis
 from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.records.answer import answer_lines
 from vitplast_tune.records.pareto import describe_pareto
 from vitplast_tune.records.study import StudyRecord
 from vitplast_tune.records.trials import display_table, top_trials
@@ -39,14 +40,20 @@ class SearchResult:
 
 
 def summary(result: SearchResult, k: int = 10) -> str:
-    """The text a person reads at the end: top trials, where results lie, how to open MLflow."""
+    """The text a person reads at the end: the answer first, then where the time went, the top trials, the
+    analysis, where results lie and how to open MLflow."""
     place, spec, settings = result.place, result.spec, result.settings
     top = top_trials(result.trials, spec, k)
-    lines = [
-        f"Search {place.name}: {len(result.trials)} trials in {result.elapsed_s / 60:.1f} min "
-        f"({spec.algorithm}, scheduler {spec.scheduler.name}, {settings.model} on {settings.dataset}, "
-        f"{augmentation_text(spec, settings)})"
-    ]
+    answer = answer_lines(result.trials, result.analysis) if spec.metric == "val_acc" else []
+    lines = (
+        answer
+        + ([""] if answer else [])
+        + [
+            f"Search {place.name}: {len(result.trials)} trials in {result.elapsed_s / 60:.1f} min "
+            f"({spec.algorithm}, scheduler {spec.scheduler.name}, {settings.model} on {settings.dataset}, "
+            f"{augmentation_text(spec, settings)})"
+        ]
+    )
     if result.timings is not None:
         lines.append(result.timings.describe())
     failed = (

@@ -139,7 +139,7 @@ def top_trials(trials: pd.DataFrame, spec: SearchSpec, k: int = 10) -> pd.DataFr
     if column not in trials:
         column = "val_acc"
     ok = trials[~trials["diverged"] & trials[column].notna()]
-    return ok.sort_values(column, ascending=spec.mode == "min").head(k)
+    return ok.sort_values(column, ascending=spec.mode == "min", kind="stable").head(k)
 
 
 def trial_label(config: dict[str, Any]) -> str:

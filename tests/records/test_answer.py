@@ -1,0 +1,114 @@
+"""The answer a search's summary opens with: the instruction, the cheaper close trial, the baselines and the
+plasticity verdict, each from the numbers."""
+
+import numpy as np
+import pandas as pd
+
+from vitplast_tune.analysis.analyze import SearchAnalysis
+from vitplast_tune.analysis.trials import analyze_trials, plasticity_verdict
+from vitplast_tune.records.answer import answer_lines
+
+
+def trial(components, lr, best, params, step=100, depth="all", test=None):
+    return {
+        "components": components,
+        "lr": lr,
+        "depth": depth,
+        "best_val_acc": best,
+        "val_acc": best,
+        "test_acc": best - 0.01 if test is None else test,
+        "trainable_params": params,
+        "step": step,
+        "max_steps": 100,
+        "diverged": False,
+        "error": None,
+    }
+
+
+def table(*rows):
+    return pd.DataFrame(list(rows))
+
+
+def test_the_answer_names_the_best_trial_the_cheap_close_one_and_both_baselines():
+    trials = table(
+        trial("all", 0.03, 0.990, 400_000, test=0.975),
+        trial("mha+fc1", 0.05, 0.985, 200_000),  # within one point, half the parameters
+        trial("fc1", 0.1, 0.970, 100_000),  # 2 points below: not close
+        trial("ln1", 0.3, 0.995, 50_000, step=30),  # early-stopped: the best, but not a full-budget trial
+        trial("head", 0.3, 0.930, 1_000),
+    )
+    lines = answer_lines(trials)
+    assert lines[0] == (
+        "Answer: finetune ln1 at lr 0.3 (99.50% best validation accuracy, test 98.50%, 50,000 trainable parameters), "
+        "the best of 5 trials."
+    )
+    assert len(lines) == 3  # no cheaper close full-budget trial than the best's 50,000
+    assert lines[1] == (
+        "  Against the baselines (validation accuracy): +6.50 points over the linear probe's best trial (93.00%); "
+        "+0.50 points over full finetuning's best trial (99.00%)."
+    )
+    assert lines[2].startswith("  Plasticity: not measured")
+    trials = trials[trials["components"] != "ln1"]
+    lines = answer_lines(trials)
+    assert lines[0].startswith("Answer: finetune all at lr 0.03 (99.00% best validation accuracy, test 97.50%, 400,000")
+    assert lines[1] == (
+        "  Within 1 point of it, fewest parameters: mha+fc1 at lr 0.05 (98.50%, 200,000 trainable, 0.5x the best's)."
+    )
+    assert "it is full finetuning" in lines[2] and "+6.00 points over the linear probe" in lines[2]
+
+
+def test_a_search_without_baselines_or_trials_says_so():
+    lines = answer_lines(table(trial("mha", 0.1, 0.9, 10, depth="last"), trial("fc1", 0.1, 0.8, 20)))
+    assert lines[0].startswith("Answer: finetune mha in the last blocks at lr 0.1 (90.00%")
+    assert "no linear probe trial in this search; no full finetuning trial in this search." in lines[1]
+    assert answer_lines(table(trial("mha", 0.1, np.nan, 10))) == [
+        "Answer: none yet (no trial reported a validation accuracy)."
+    ]
+
+
+def test_the_plasticity_line_is_the_analysis_verdict(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 40
+    acc = np.linspace(0.5, 0.95, n)
+    trials = pd.DataFrame([trial("mha", 0.1, a, int(p)) for a, p in zip(acc, rng.permutation(np.arange(1, n + 1)))])
+    trials["plasticity_mean"] = acc + 0.001 * rng.normal(size=n)  # ranks the trials; the parameter count does not
+    analysis = SearchAnalysis(trials=analyze_trials(trials, tmp_path, n_boot=300))
+    line = answer_lines(trials, analysis)[-1]
+    assert line.startswith(
+        "  Did plasticity predict it? On final validation accuracy, finished trials: plasticity_mean ranks these trials "
+        "better than log(trainable"
+    )
+    few = trials.head(8)
+    line = answer_lines(few, SearchAnalysis(trials=analyze_trials(few, tmp_path, n_boot=300)))[-1]
+    assert "too few trials to judge" in line and "better than" not in line
+
+
+def test_the_verdict_comes_from_the_target_with_the_most_trials():
+    """Ten finished trials give no verdict; the sixty at the common step do, and the answer quotes those."""
+    row = dict(note="", spearman=0.3, diff_low=-0.2, diff_high=0.3)
+    table = pd.DataFrame(
+        [
+            dict(
+                row,
+                target="val_acc",
+                predictor="plasticity_max",
+                n=10,
+                verdict="no verdict (n < 12)",
+                diff_vs_baseline=-0.5,
+            ),
+            dict(
+                row,
+                target="val_acc_common",
+                predictor="plasticity_max",
+                n=60,
+                verdict="no clear difference",
+                diff_vs_baseline=0.06,
+            ),
+        ]
+    )
+    assert plasticity_verdict(table) == (
+        "on validation accuracy at the last step every trial reached, all trials: plasticity_max is not clearly "
+        "different from log(trainable parameters): paired bootstrap of the Spearman difference +0.06 [-0.20, +0.30], "
+        "n=60."
+    )
+    assert plasticity_verdict(table[table["target"] == "val_acc"]).endswith("too few trials to judge.")
