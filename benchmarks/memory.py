@@ -7,8 +7,10 @@ pages between the processes that map them, so the tree's PSS is the extra memory
 anonymous part (heap, tensors, shared memory) leaves out the mapped library files, which the page cache can
 drop. The machine's figure is the rise of its used memory (MemTotal - MemAvailable) over the moment before
 the search started: what `free` would show, so run it on an otherwise idle machine. At the tree's peak it
-also says how much the driver, the trial and Ray's own processes held. ``--plasticity PAIRS`` measures
-plasticity first (a Ray task), as a default search does.
+also says how much the driver, the trial and Ray's own processes held. The end of the search is covered too: the
+driver's peak RSS once the trial has ended (the results, the best model built in a Ray worker, the study, the
+analysis), that worker's peak PSS, and whether the driver ever mapped torch's library. ``--plasticity PAIRS``
+measures plasticity first (a Ray task, in that worker), as a default search does.
 
     python -m benchmarks.memory                         # vit_base_patch16_224 and the testbed ViT
     python -m benchmarks.memory --models vit_base_patch16_224
@@ -75,12 +77,26 @@ def _tree(tmp: str) -> list[int]:
     return pids
 
 
+WORKER = "worker"  # the Ray worker with a trial's resources that measures and builds the best model (run.measure)
+
+
 def _group(pid: int, driver: int) -> str:
-    """Which part of the search a process is: the driver, a trial (Tune's function trainable) or Ray's own."""
+    """Which part of the search a process is: the driver, a trial (Tune's function trainable), the measuring worker
+    or Ray's own."""
     if pid == driver:
         return "driver"
     title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-    return "trial" if title.startswith(b"ray::ImplicitFunc") else "Ray's processes"
+    if title.startswith(b"ray::ImplicitFunc"):
+        return "trial"
+    return WORKER if title.startswith(b"ray::_Worker") else "Ray's processes"
+
+
+def _holds_torch(pid: int) -> bool:
+    """Whether the process maps torch's shared library (it imported torch)."""
+    try:
+        return b"libtorch" in Path(f"/proc/{pid}/maps").read_bytes()
+    except OSError:
+        return False
 
 
 def _sample(tmp: str, driver: int) -> dict[str, dict[str, int]]:
@@ -113,20 +129,28 @@ def space_file(directory: Path, model: str, dataset: str, settings: list[str] | 
 
 
 def _watch(proc: subprocess.Popen, tmp: str, baseline: int) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
-    """Sample the tree every 0.1 s until ``proc`` ends: the peaks (bytes; the machine's above ``baseline``) and
-    each group's share at the tree's peak."""
+    """Sample the tree every 0.1 s until ``proc`` ends: the peaks (bytes; the machine's above ``baseline``), the
+    driver's once the trial has ended, the measuring worker's, whether the driver ever held torch, and each group's
+    share at the tree's peak."""
     peak = {"driver_rss": 0, "tree_pss": 0, "tree_anon": 0, "tree_rss": 0, "machine": 0, "training_pss": 0}
+    peak.update(end_driver_rss=0, worker_pss=0, driver_torch=False)
     at_peak: dict[str, dict[str, int]] = {}
+    trained = False
     while proc.poll() is None:
         groups = _sample(tmp, proc.pid)
         total = {key: sum(g[key] for g in groups.values()) for key in ("pss", "anon", "rss")}
         if total["pss"] > peak["tree_pss"]:
             at_peak = groups
+        driver = groups.get("driver", {}).get("rss", 0)
+        trained = trained or "trial" in groups
         peak = {
-            "driver_rss": max(peak["driver_rss"], groups.get("driver", {}).get("rss", 0)),
+            "driver_rss": max(peak["driver_rss"], driver),
             **{f"tree_{key}": max(peak[f"tree_{key}"], value) for key, value in total.items()},
             "machine": max(peak["machine"], _used() - baseline),
             "training_pss": max(peak["training_pss"], total["pss"] if "trial" in groups else 0),
+            "end_driver_rss": max(peak["end_driver_rss"], driver if trained and "trial" not in groups else 0),
+            "worker_pss": max(peak["worker_pss"], groups.get(WORKER, {}).get("pss", 0)),
+            "driver_torch": peak["driver_torch"] or _holds_torch(proc.pid),
         }
         time.sleep(0.1)
     return peak, at_peak
@@ -134,8 +158,9 @@ def _watch(proc: subprocess.Popen, tmp: str, baseline: int) -> tuple[dict[str, i
 
 def measure(model: str, dataset: str, settings: list[str] = (), plasticity_pairs: int = 0) -> dict[str, Any]:
     """Run the one-trial search for ``model``; return peak driver RSS, tree PSS (and its anonymous part),
-    summed RSS and the machine's rise in used memory, the tree's PSS while the trial ran (bytes), each group's
-    PSS and anonymous PSS at the tree's peak, and seconds."""
+    summed RSS and the machine's rise in used memory, the tree's PSS while the trial ran (bytes), the driver's peak
+    RSS after the trial and the measuring worker's peak PSS, whether the driver mapped torch, each group's PSS and
+    anonymous PSS at the tree's peak, and seconds."""
     with common.scratch("vtm", dir="/tmp") as tmp:
         plasticity = ["--plasticity-pairs", str(plasticity_pairs)] if plasticity_pairs else ["--no-plasticity"]
         cmd = common.search_command(space_file(tmp, model, dataset, settings), tmp / "results", "memory", *plasticity)
@@ -167,6 +192,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['tree_rss'] / gib:6.2f} GB {r['machine'] / gib:5.2f} GB {r['training_pss'] / gib:6.2f} GB"
         )
     print("(training: the tree's PSS while the trial ran; machine: the rise of the machine's used memory)")
+    print("The end of the search (after the trial: results, the best model built in a Ray worker, analysis):")
+    for model, r in found.items():
+        torch_text = "mapped torch" if r["driver_torch"] else "never mapped torch"
+        print(
+            f"  {model}: driver RSS {r['end_driver_rss'] / gib:.2f} GB at most, the best model's worker "
+            f"{r['worker_pss'] / gib:.2f} GB PSS; the driver {torch_text}"
+        )
     print("PSS at the tree's peak, per part (anonymous memory in brackets):")
     for model, r in found.items():
         parts = sorted(r["at_peak"].items(), key=lambda kv: -kv[1]["pss"])

@@ -147,10 +147,14 @@ def terminate(pids: set[int], grace_s: float = 15.0) -> None:
 class Owned:
     """A subprocess this test started, stopped with everything it started (by pid)."""
 
-    def __init__(self, cmd: list[str], env: dict[str, str], log: Path, marker: str | None = None):
+    def __init__(
+        self, cmd: list[str], env: dict[str, str], log: Path, marker: str | None = None, user: str | None = None
+    ):
         self.cmd, self.log, self.marker = cmd, log, marker
         self._log = open(log, "ab")  # noqa: SIM115 - held open while the process runs, closed in stop()
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, user=user
+        )
         self._seen: set[int] = set()
         self.stopped = False
 

@@ -1,40 +1,98 @@
 """A function called in a short-lived Python process, its result returned: what needs torch (checking a model,
-decoding a dataset, timing steps) runs there, so a search's driver never holds it."""
+decoding a dataset, timing steps) runs there, so a search's driver never holds it. Inside a ``session()`` the calls
+share one such process, which imports torch once (the dry run's checks and its timed steps)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import pickle
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from vitplast_tune.errors import UserError
 
+_sessions: list[_Child] = []  # the child processes of the open sessions, the innermost last
+
 
 def call_in_child(target: str, *args: Any, timeout_s: float | None = None) -> Any:
-    """``module:function(*args)`` run in a short-lived Python process with this one's imports, its result returned
-    here (arguments and result pickled through a temporary file). A UserError there is raised here; any other
-    failure prints its traceback and raises RuntimeError; a child still running after ``timeout_s`` is killed and
-    TimeoutError raised."""
+    """``module:function(*args)`` run in a short-lived Python process with this one's imports (the session's when
+    one is open and no ``timeout_s`` is given), its result returned here (arguments and result pickled through a
+    temporary file). A UserError there is raised here; any other failure prints its traceback and raises
+    RuntimeError; a child still running after ``timeout_s`` is killed and TimeoutError raised."""
     with tempfile.TemporaryDirectory(prefix="vitplast-child-") as tmp:
         exchange = Path(tmp) / "call.pkl"  # in: (target, args); out: (ok, result or UserError)
         exchange.write_bytes(pickle.dumps((target, args)))
-        code = "import sys; from vitplast_tune.child import _child_main; _child_main(sys.argv[1])"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this process's imports
-        try:
-            child = subprocess.run([sys.executable, "-c", code, str(exchange)], env=env, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise TimeoutError(f"{target} took more than {timeout_s:g} s in a child process") from None
-        if child.returncode != 0:
-            raise RuntimeError(f"{target} failed in a child process (exit {child.returncode})")
+        if _sessions and timeout_s is None:
+            returncode = _sessions[-1].call(exchange)
+        else:
+            code = "import sys; from vitplast_tune.child import _child_main; _child_main(sys.argv[1])"
+            try:
+                child = subprocess.run([sys.executable, "-c", code, str(exchange)], env=_env(), timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                raise TimeoutError(f"{target} took more than {timeout_s:g} s in a child process") from None
+            returncode = child.returncode
+        if returncode != 0:
+            raise RuntimeError(f"{target} failed in a child process (exit {returncode})")
         ok, value = pickle.loads(exchange.read_bytes())
     if not ok:
         raise value
     return value
+
+
+@contextlib.contextmanager
+def session() -> Iterator[None]:
+    """The block's ``call_in_child`` calls share one child process (started at the block's start, ended with it)."""
+    child = _Child()
+    _sessions.append(child)
+    try:
+        yield
+    finally:
+        _sessions.remove(child)
+        child.close()
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this process's imports
+
+
+class _Child:
+    """A child process that runs the calls it is sent (``_serve``): the path of each call's exchange file down one
+    pipe, its end up another; its output goes where this process's goes."""
+
+    def __init__(self):
+        calls, self._calls = os.pipe()
+        self._ends, ends = os.pipe()
+        code = "import sys; from vitplast_tune.child import _serve; _serve(int(sys.argv[1]), int(sys.argv[2]))"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(calls), str(ends)], env=_env(), pass_fds=(calls, ends)
+        )
+        os.close(calls)
+        os.close(ends)
+
+    def call(self, exchange: Path) -> int:
+        """Run the call in ``exchange``; 0 once it has ended, else the child's exit code."""
+        os.write(self._calls, f"{exchange}\n".encode())
+        done = os.read(self._ends, 1)
+        return 0 if done == b"." else self.proc.wait()
+
+    def close(self) -> None:
+        os.close(self._calls)  # the child's loop ends with its input
+        self.proc.wait()
+        os.close(self._ends)
+
+
+def _serve(calls: int, ends: int) -> None:
+    """The child of a ``session``: each exchange file named on ``calls`` run (``_child_main``), "." on ``ends``."""
+    with os.fdopen(calls) as lines:
+        for line in lines:
+            _child_main(line.strip())
+            os.write(ends, b".")
 
 
 def _child_main(path: str) -> None:

@@ -104,6 +104,37 @@ def download(fs, path: str, into: Path) -> Path:
     return target
 
 
+def upload(folder: Path, location: str) -> None:
+    """Copy the local ``folder``'s files into ``location`` (a path or a URI with its query options), made if missing."""
+    import pyarrow.fs
+
+    fs, path = filesystem(location)
+    fs.create_dir(path, recursive=True)
+    pyarrow.fs.copy_files(str(folder), path, source_filesystem=pyarrow.fs.LocalFileSystem(), destination_filesystem=fs)
+
+
+def fetch(location: str, into: Path) -> bool:
+    """Copy the files of the folder ``location`` (a path or a URI) into the local folder ``into``; False when there is
+    no such folder."""
+    import pyarrow.fs
+
+    fs, path = filesystem(location)
+    if fs.get_file_info(path).type != pyarrow.fs.FileType.Directory:
+        return False
+    Path(into).mkdir(parents=True, exist_ok=True)
+    pyarrow.fs.copy_files(path, str(into), source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem())
+    return True
+
+
+def remove(location: str) -> None:
+    """Delete the folder ``location`` (a path or a URI) and what it holds, if it is there."""
+    import pyarrow.fs
+
+    fs, path = filesystem(location)
+    if fs.get_file_info(path).type == pyarrow.fs.FileType.Directory:
+        fs.delete_dir(path)
+
+
 def search_dir(name: str, storage: str | Path | None = None) -> Path:
     """The directory of search ``name`` under ``storage`` (default: ``default_storage()``)."""
     return Path(storage or default_storage()).expanduser() / name

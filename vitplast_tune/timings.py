@@ -1,5 +1,6 @@
 """Where a search's wall-clock time goes: seconds per phase (checks and data, Ray, measurements before the trials,
-records, trials, results, analysis), printed in the summary and logged to the parent run (``timings.json``)."""
+records, trials, results, the best model, the study, analysis), printed in the summary and logged to the parent run
+(``timings.json``)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ PHASES = {
     "trials": "trials",
     "ray_stop": "Ray stop",
     "results": "results",
+    "best_model": "best model",
+    "study": "Optuna study",
     "analysis": "analysis",
 }
 

@@ -11,9 +11,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from vitplast_tune import child
 from vitplast_tune._compat import mlflow as mlflow_internals
 from vitplast_tune.analysis import protocol
-from vitplast_tune.child import call_in_child
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.plan import estimate, resources
 from vitplast_tune.plan.options import EXPERIMENT, SearchOptions
@@ -22,7 +22,6 @@ from vitplast_tune.recommend import verify
 from vitplast_tune.recommend.ranking import Recommendation
 from vitplast_tune.records import tracking, trials
 from vitplast_tune.records.result import SearchResult
-from vitplast_tune.run import driver
 from vitplast_tune.space.files import load_space
 from vitplast_tune.storage import SearchPlace, default_storage, read_record
 
@@ -31,11 +30,14 @@ def dry_run(options: SearchOptions) -> str:
     """Validate ``options`` exactly as a search does (``plan.prepare``), time a few steps here, and describe the plan
     and its estimated wall time (``plan.estimate``); start nothing."""
     started = time.perf_counter()
-    plan = prepare(options)
-    configs = estimate.timed_configs(plan)
-    device = "cuda" if options.gpus_per_trial > 0 else "cpu"  # a trial without GPUs sees none (Ray hides them)
-    steps, budget_s = estimate.STEPS, estimate.BUDGET_S
-    timed = call_in_child("vitplast_tune.vit.training:time_steps", configs, device, steps, budget_s, plan.decoded)
+    with child.session():  # the checks and the timed steps in one child process: torch imported once
+        plan = prepare(options)
+        configs = estimate.timed_configs(plan)
+        device = "cuda" if options.gpus_per_trial > 0 else "cpu"  # a trial without GPUs sees none (Ray hides them)
+        steps, budget_s = estimate.STEPS, estimate.BUDGET_S
+        timed = child.call_in_child(
+            "vitplast_tune.vit.training:time_steps", configs, device, steps, budget_s, plan.decoded
+        )
     timings = [estimate.Timing(**{k: run[k] for k in estimate.Timing.__dataclass_fields__}) for run in timed["runs"]]
     where, nodes = capacity(options.address, timed["gpus"])
     at_once = estimate.concurrency(plan, nodes, where)
@@ -80,6 +82,8 @@ def reanalyze(
         name, str(directory.parent), uri, record.get("experiment", EXPERIMENT), record.get("search_id", "")
     )
     result = SearchResult(place, spec, FinetuneConfig.from_dict(record["settings"]), table, record["parent_run_id"])
+    from vitplast_tune.run import driver  # Ray Tune: imported by the jobs that run or record a search
+
     with mlflow_internals.no_artifact_progress_bar():
         driver.analyze(result, tracking.client(uri))
     return result
@@ -117,5 +121,7 @@ def verify_recommendation(
         verbose=verbose,
         settings={"seed": rec.settings.seed},
     )
+    from vitplast_tune.run import driver
+
     result = driver.run(options)
     return verify.verification(rec, result.trials, k), result

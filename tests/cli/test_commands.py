@@ -57,21 +57,29 @@ def test_pretrain_writes_weights_the_model_loads_and_their_provenance(tmp_path):
 
 
 LEAN_PROBE = """
-import json, os, sys
+import atexit, json, os, sys
 from ray import tune
+
+
+def heavy(when):
+    with open(os.environ["LEAN_PROBE_OUT"], "a") as out:
+        out.write(json.dumps([when, [m for m in ("torch", "timm", "torchvision") if m in sys.modules]]) + "\\n")
+
+
+atexit.register(heavy, "exit")  # once the command has done everything: results, best model, study, analysis
 
 
 class Probe(tune.Callback):  # named in RAY_TUNE_CALLBACKS: Ray Tune adds it to the search's own
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        with open(os.environ["LEAN_PROBE_OUT"], "a") as out:
-            out.write(json.dumps([m for m in ("torch", "timm", "torchvision") if m in sys.modules]) + "\\n")
+        heavy("report")
 """
 
 
 def test_a_random_search_with_median_stopping_then_analyze_on_its_record(tmp_path):
     """The search command: a random search under median stopping, its plasticity measured; its driver holds no
-    torch, timm or torchvision (0.4 GB) while trials train (it validates and decodes in a child process, measures
-    and trains in Ray workers: a callback in the driver looks at each report); then analyze on its record."""
+    torch, timm or torchvision (0.4 GB) while trials train nor at its end (it validates and decodes in a child
+    process, measures, trains and builds the best model in Ray workers: a callback in the driver looks at each report,
+    an exit hook at the end); then analyze on its record."""
     space = tmp_path / "random.yaml"
     space.write_text(
         space_text(
@@ -94,9 +102,10 @@ def test_a_random_search_with_median_stopping_then_analyze_on_its_record(tmp_pat
     assert len(trials) == 4 and trials["step"].between(4, 16).all() and trials["val_acc"].between(0, 1).all()
     assert set(trials["components"]) <= {"mha", "fc1", "ln1+ln2", "head"}
     assert trials["lr"].between(0.01, 1).all() and trials["lr"].nunique() == 4  # random: four different draws
-    reports = [json.loads(line) for line in seen.read_text().splitlines()]
-    assert len(reports) == (trials["step"] // 4).sum()  # every evaluation of every trial
-    assert all(heavy == [] for heavy in reports), reports
+    probed = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert [when for when, _ in probed] == ["report"] * (trials["step"] // 4).sum() + ["exit"]  # every evaluation, then
+    assert all(heavy == [] for _, heavy in probed), probed
+    assert "Best model:         mlflow.pytorch.load_model(" in proc.stdout  # built, in a worker
 
     again = command("analyze", "--name", "rnd", "--storage", str(storage))
     best = trials.sort_values("best_val_acc", ascending=False).iloc[0]

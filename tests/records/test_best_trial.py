@@ -83,3 +83,46 @@ def _test_accuracy(model, cfg: FinetuneConfig) -> float:
         return training.evaluate(model, splits.test, cfg.batch_size, torch.device("cpu"))["acc"]
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_saved_model_is_logged_to_its_runs_experiment_once_without_loading_it(tmp_path, monkeypatch):
+    """The driver's half of the best model: a model saved elsewhere (here a plain pyfunc model) logged as the run's
+    ``best_model`` in the run's own experiment (not MLflow's default one in the working directory), found again so
+    that a resumed search does not log it twice, and loadable from ``runs:/``."""
+    from vitplast_tune.records.best_trial import log_prepared_model, logged_model
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("e", artifact_location=str(tmp_path / "artifacts"))
+    run_id = client.create_run(experiment).info.run_id
+
+    class Echo(mlflow.pyfunc.PythonModel):
+        def predict(self, context, model_input):
+            return model_input
+
+    mlflow.pyfunc.save_model(str(tmp_path / "saved"), python_model=Echo())
+    assert logged_model(client, run_id) is None
+    assert log_prepared_model(uri, run_id, tmp_path / "saved") == f"runs:/{run_id}/best_model"
+    assert logged_model(client, run_id) == f"runs:/{run_id}/best_model"
+    (output,) = client.get_run(run_id).outputs.model_outputs
+    model = client.get_logged_model(output.model_id)
+    assert model.experiment_id == experiment and Path(model.artifact_location).is_relative_to(tmp_path / "artifacts")
+    assert not (tmp_path / "mlruns").exists()
+    with mlflow_uri(uri):
+        assert mlflow.pyfunc.load_model(f"runs:/{run_id}/best_model").predict([3]) == [3]
+
+
+def mlflow_uri(uri):
+    import contextlib
+
+    @contextlib.contextmanager
+    def block():
+        previous = mlflow.get_tracking_uri()
+        mlflow.set_tracking_uri(uri)
+        try:
+            yield
+        finally:
+            mlflow.set_tracking_uri(previous)
+
+    return block()

@@ -3,6 +3,7 @@
 import json
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from vitplast_tune._compat import mlflow as mlflow_module
@@ -93,3 +94,38 @@ def test_the_ui_command_names_the_search_and_its_storage_unless_a_server_records
     assert ui_command(plan(sqlite, tmp_path / "other")) == f"vitplast ui s --storage {tmp_path / 'other'}"
     assert ui_command(plan(sqlite, "s3://b/r")) == f"mlflow ui --backend-store-uri {sqlite} --host 127.0.0.1"
     assert ui_command(plan("http://127.0.0.1:5000", tmp_path / "default")) is None
+
+
+@pytest.mark.slow
+def test_a_search_on_an_mlflow_whose_ui_format_is_unknown_says_so_and_links_the_filtered_trials(
+    ray_local, tiny_space, tmp_path, monkeypatch, library_log
+):
+    """End to end, pretending another MLflow: no view is written, the search says why as it starts and in its
+    summary, and every link it gives (the log line, the parent run's tag and description, the summary) is the runs
+    page filtered to the search's trials and sorted by accuracy."""
+    from vitplast_tune import run_search
+    from vitplast_tune.plan import SearchOptions
+    from vitplast_tune.records import summary
+    from vitplast_tune.records.tracking import NOTE_TAG, VIEW_LINK_TAG
+
+    monkeypatch.setattr(mlflow_module, "installed_version", lambda: "3.19.0")
+    space = tiny_space(parameters={"components": {"choice": ["fc1"]}}, defaults={"max_steps": 8, "eval_every": 8})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    options = SearchOptions(
+        space=str(space), name="other", storage=str(tmp_path / "r"), tracking_uri=uri, plasticity=False, verbose=0
+    )
+    result = run_search(options)
+    client = MlflowClient(uri)
+    parent = client.get_run(result.parent_run_id)
+    assert not any(k.startswith(VIEW_TAG_PREFIX) for k in client.get_experiment(parent.info.experiment_id).tags)
+    link = result.view.link
+    query = parse_qs(urlsplit(link).fragment.split("?", 1)[1])
+    assert query["searchFilter"] == [search_filter("other")] and "viewStateShareKey" not in query
+    assert query["orderByKey"] == ["metrics.`val_acc_common`"] and query["orderByAsc"] == ["false"]
+    note = "MLflow 3.19.0 is not supported for the saved view (supported: 3.17, 3.18"
+    said = [m for m in library_log if "MLflow 3.19.0 is not supported" in m]
+    assert len(said) == 1 and note in said[0]
+    assert any(m.startswith("MLflow view (fills in as trials report") and m.endswith(link) for m in library_log)
+    assert parent.data.tags[VIEW_LINK_TAG] == link and link in parent.data.tags[NOTE_TAG]
+    text = summary(result)
+    assert f"MLflow view:        {link}" in text and note in text

@@ -15,6 +15,7 @@ import pytest
 import torch
 from _spaces import space_text
 from mlflow.tracking import MlflowClient
+from ray.tune import Callback
 from safetensors.torch import load_file
 
 from vitplast_tune import run_search
@@ -356,3 +357,41 @@ def test_pareto_fronts_printed_logged_and_throughput_on_child_runs(finished):
     assert pareto_front(trials, "trainable_params")["components"].iloc[0] == "head"  # the cheapest trial
     for run in child_runs(client, finished.parent_run_id):
         assert run.data.metrics["images_per_s"] > 0
+
+
+class Reports(Callback):
+    def __init__(self):
+        self.seen = []
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.seen.append(result.get("stand_in"))
+
+
+def test_a_search_runs_the_trainable_it_is_given(ray_local, tmp_path):
+    """The driver's seam for another trainable (benchmarks.scale measures the driver alone with one): every record
+    of the search as usual (MLflow runs, the study, the trial table), no best model where no checkpoint was made."""
+    import optuna
+
+    from vitplast_tune.plan import prepare
+    from vitplast_tune.run import execute
+
+    def stand_in(config):  # defined here, so that Ray pickles it by value (the workers cannot import the tests)
+        from ray import tune
+
+        for step in (8, 16):
+            tune.report({"step": step, "max_steps": 16, "val_acc": 0.5, "best_val_acc": 0.5, "stand_in": 1})
+
+    space = tmp_path / "two.yaml"
+    space.write_text(space_text(parameters={"components": {"choice": ["mha", "fc1"]}}))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    options = SearchOptions(space=str(space), name="cheap", storage=str(tmp_path), tracking_uri=uri, verbose=0)
+    reports = Reports()
+    result = execute(prepare(SearchOptions(**{**vars(options), "plasticity": False})), [reports], trainable=stand_in)
+    assert reports.seen == [1] * 4  # two trials, two reports each, all the stand-in's
+    assert sorted(result.trials["components"]) == ["fc1", "mha"] and (result.trials["step"] == 16).all()
+    client = MlflowClient(uri)
+    assert client.get_run(result.parent_run_id).info.status == "FINISHED"
+    assert [r.info.status for r in child_runs(client, result.parent_run_id)] == ["FINISHED"] * 2
+    assert result.best_model_uri is None and result.best_run_id is None  # no checkpoint: nothing to build
+    study = optuna.load_study(study_name="cheap", storage=result.study.url)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2

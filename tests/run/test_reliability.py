@@ -316,3 +316,108 @@ def test_sigterm_stops_like_ctrl_c_and_the_printed_command_resumes_each_trial_in
     (run,) = by_trial[interrupted]
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_acc")]
     assert set(steps) == set(range(8, 97, 8)) and len(steps) <= len(set(steps)) + 2  # continued, not restarted
+
+
+def study_while_running(study_url, directory):
+    """The live study's trials (state, value, steps) once one trial has ended in it and the search has not yet
+    reached its end phase (no trial table yet): what optuna-dashboard would show then."""
+    import optuna
+
+    if (directory / "trials.csv").exists() or not (directory / "optuna.db").exists():
+        return None
+    try:
+        trials = optuna.load_study(study_name="end", storage=study_url).trials
+    except KeyError:  # the study not made yet
+        return None
+    ended = [t for t in trials if t.state.is_finished()]
+    return [(t.state.name, t.value, sorted(t.intermediate_values)) for t in ended] or None
+
+
+def test_the_study_is_live_and_a_signal_in_the_end_phase_is_finished_by_resume(tmp_path, owned_ray):
+    """Three trials one at a time (the second pruned by ASHA at its first rung; the third, as bad, pruned or not by
+    where it falls among the first two): the Optuna study holds the first while the others run (two trials after it,
+    so that a loaded machine's polls see that), all of them (COMPLETE, PRUNED, ...) before the end phase; Ctrl-C as
+    the end phase writes the results (SIGTERM waits for them there: test_interrupts) stops it with the command that
+    finishes it (exit 130, the parent run KILLED, the trial runs FINISHED); that command runs no trial again, writes
+    what was missing once (the trial table on the parent run, each trial's final metrics, the best model) and ends
+    the parent run FINISHED."""
+    import mlflow
+    import optuna
+
+    space = write_space(
+        tmp_path / "end.yaml",
+        algorithm="grid",
+        num_samples=1,
+        components="{choice: [fc1]}",
+        lr="{choice: [0.05, 0.00001, 0.000001]}",
+        steps=48,
+        scheduler="{name: asha, grace_period: 16, reduction_factor: 2}",
+    )
+    directory, log = tmp_path / "results" / "end", tmp_path / "search.log"
+    args = ["--space", str(space), "--name", "end", "--storage", str(directory.parent), "--max-concurrent", "1"]
+    cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--no-plasticity", *args]
+    url = f"sqlite:///{directory / 'optuna.db'}"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=owned_ray.env, start_new_session=True)
+        live = wait_until(lambda: study_while_running(url, directory), proc, log, what="a trial in the live study")
+        wait_until(lambda: (directory / "trials.csv").exists(), proc, log, what="the trial table")
+        ended = [
+            (t.state.name, sorted(t.intermediate_values))
+            for t in optuna.load_study(study_name="end", storage=url).trials
+        ]
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(timeout=300)
+    out = log.read_text()
+    assert live[0] == ("COMPLETE", pytest.approx(live[0][1]), [8, 16, 24, 32, 40, 48]), live  # the first, as it ended
+    full, rung = ("COMPLETE", [8, 16, 24, 32, 40, 48]), ("PRUNED", [8, 16])
+    assert ended[:2] == [full, rung] and ended[2] in (full, rung), ended  # all three, before the end phase
+    assert f"Optuna study (fills in as trials end): optuna-dashboard {url}" in out
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out, out
+    (line,) = [line for line in out.splitlines() if "finish it with vitplast search" in line]
+    assert "every trial had ended" in line and "no trial runs again" in line
+    record = json.loads((directory / "vitplast_search.json").read_text())
+    client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
+    assert client.get_run(record["parent_run_id"]).info.status == "KILLED"
+    assert [runs[0].info.status for runs in by_trial.values()] == ["FINISHED"] * 3
+    reports = {t: len(client.get_metric_history(runs[0].info.run_id, "val_acc")) for t, runs in by_trial.items()}
+
+    command = shlex.split(line.split("finish it with ", 1)[1])
+    resumed = subprocess.run(
+        [sys.executable, "-m", "vitplast_tune", *command[1:]], capture_output=True, text=True, env=owned_ray.env
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    parent = client.get_run(record["parent_run_id"])
+    assert parent.info.status == "FINISHED" and parent.data.metrics["num_trials"] == 3
+    client, again = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
+    assert sorted(again) == sorted(by_trial) and all(len(runs) == 1 for runs in again.values())  # no trial again
+    for trial, (run,) in again.items():
+        assert run.info.status == "FINISHED"
+        assert len(client.get_metric_history(run.info.run_id, "val_acc")) == reports[trial]
+        assert len(client.get_metric_history(run.info.run_id, "best_val_loss")) == 1  # the finals, once
+    table = Path(client.download_artifacts(record["parent_run_id"], "trials.json")).read_text()
+    assert len(json.loads(table)["data"]) == 3  # the parent's trial table once, not appended to
+    models = [o.model_id for o in parent.outputs.model_outputs]
+    assert [client.get_logged_model(m).name for m in models] == ["best_model"]
+    with mlflow_tracking(record["tracking_uri"]):
+        model = mlflow.pytorch.load_model(f"runs:/{record['parent_run_id']}/best_model")
+    assert type(model).__name__ == "VisionTransformer"
+    assert len(optuna.load_study(study_name="end", storage=url).trials) == 3
+
+
+def mlflow_tracking(uri):
+    """``uri`` as MLflow's tracking URI in a block, put back after."""
+    import contextlib
+
+    import mlflow
+
+    @contextlib.contextmanager
+    def block():
+        previous = mlflow.get_tracking_uri()
+        mlflow.set_tracking_uri(uri)
+        try:
+            yield
+        finally:
+            mlflow.set_tracking_uri(previous)
+
+    return block()

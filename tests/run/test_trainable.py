@@ -12,10 +12,10 @@ from ray import tune
 from safetensors.torch import load_file
 
 from vitplast_tune.config import FinetuneConfig
-from vitplast_tune.records.best_trial import best_weights
 from vitplast_tune.run import train_trial
 from vitplast_tune.run.trainable import checkpoint_due, read_checkpoint, write_checkpoint
 from vitplast_tune.storage import BEST_FILE, STATE_FILE
+from vitplast_tune.vit.best_model import best_weights
 from vitplast_tune.vit.training import finetune
 
 TINY = dict(components="mha", pretrained=False, batch_size=8, warmup_steps=1)
@@ -64,13 +64,13 @@ def test_a_checkpoint_holds_the_state_and_the_best_weights_apart(tmp_path):
 
 
 @pytest.mark.parametrize("layout", ["best file", "state only"])  # the second: checkpoints written before best files
-def test_the_driver_logs_the_best_weights_from_the_checkpoint(tmp_path, layout):
+def test_the_best_model_step_reads_the_best_weights_from_the_checkpoint(tmp_path, layout):
     _, state = states()[-1]
     checkpoint_dir = tmp_path / "checkpoint_000001"
     checkpoint_dir.mkdir()
     if layout == "best file":
         write_checkpoint(checkpoint_dir, state)
-        (checkpoint_dir / STATE_FILE).unlink()  # the driver reads the best file alone
+        (checkpoint_dir / STATE_FILE).unlink()  # the best file alone is read
     else:
         torch.save(state, checkpoint_dir / STATE_FILE)
     out = tmp_path / "out" / "weights.safetensors"

@@ -46,3 +46,23 @@ def test_rebuild_refuses_tensors_of_another_model():
         best_model.rebuild(CFG, {"blocks.0.mlp.fc1.weight": torch.zeros(3, 3)})
     with pytest.raises(UserError, match="unknown names or other shapes"):
         best_model.rebuild(CFG, {"encoder.layer.0.weight": torch.zeros(3)})
+
+
+def test_a_best_model_its_node_cannot_build_is_a_note_and_its_weights_are_still_written(tmp_path):
+    """E.g. a node without the weights file the search names: ``prepare`` (in the best model's worker) says why in
+    its note, writes the best weights all the same and no MLflow model; the search's results stand."""
+    from ray.tune import Checkpoint
+    from safetensors.torch import load_file, save_file
+
+    from vitplast_tune.storage import BEST_FILE, MODEL_NAME, WEIGHTS_FILE
+
+    trained = {"head.weight": torch.zeros(5, 32), "head.bias": torch.ones(5)}
+    (tmp_path / "checkpoint").mkdir()
+    save_file(trained, str(tmp_path / "checkpoint" / BEST_FILE))
+    cfg = FinetuneConfig(model="vit_testbed_patch8_32", weights=str(tmp_path / "elsewhere.safetensors"))
+    target = tmp_path / "staged"
+    note = best_model.prepare(cfg, Checkpoint.from_directory(str(tmp_path / "checkpoint")), str(target))
+    assert note.startswith("the best model is not logged as an MLflow model: it could not be built on its node")
+    assert "elsewhere.safetensors" in note
+    assert not (target / MODEL_NAME).exists()
+    assert torch.equal(load_file(str(target / WEIGHTS_FILE))["head.bias"], torch.ones(5))

@@ -74,11 +74,14 @@ def analyze_search(
     plasticity_pairs: int | None = None,
     parameters: tuple[pd.DataFrame, dict] | None = None,
     variant: str = "paper",
+    measuring: dict | None = None,
 ) -> SearchAnalysis:
     """The analyzes a search supports: which parameters matter (``parameters``: the searched parameters of each trial
     and their Optuna distributions, see ``records.study.parameter_table``), per-trial correlations (when its trials
     carry plasticity scores), the paper's protocol (a grid with seeds), the criteria lab (``criteria: true``) and the
     depth analysis (trials at several depths, with the plasticity per layer of ``variant``); files go to ``out_dir``.
+    ``measuring``: where the measurements it makes run (``runner``, ``decoded``, ``staged``: see
+    ``predictors.report.plasticity_report``; default: here).
 
     Trials of several step budgets (``max_steps``) are analyzed apart, each into ``out_dir/steps-N``; the criteria
     lab judges every budget's verdicts in one family, its tables in ``out_dir/criteria.csv`` (a ``budget`` column) and
@@ -86,7 +89,13 @@ def analyze_search(
     """
     out = Path(out_dir).expanduser()
     steps = sorted(pd.to_numeric(trials["max_steps"], errors="coerce").dropna().unique()) if len(trials) else []
-    options = dict(reference=reference, plasticity_pairs=plasticity_pairs, parameters=parameters, variant=variant)
+    options = dict(
+        reference=reference,
+        plasticity_pairs=plasticity_pairs,
+        parameters=parameters,
+        variant=variant,
+        measuring=measuring or {},
+    )
     if len(steps) < 2:
         found = _analyze_one(trials, spec, settings, out, **options)
         parts = {None: trials}
@@ -101,7 +110,11 @@ def analyze_search(
     if spec.criteria and len(trials):
         grid_lrs = spec.parameters["lr"].grid_values() if "lr" in spec.parameters else None
         extra = in_network_scores(
-            settings, trials["components"].unique(), reference=reference, plasticity_pairs=plasticity_pairs
+            settings,
+            trials["components"].unique(),
+            reference=reference,
+            plasticity_pairs=plasticity_pairs,
+            **(measuring or {}),
         )
         found.lab = lab.criteria_lab(parts, extra, grid_lrs=grid_lrs)
         found.criteria = pd.concat([r.comparison for r in found.lab], ignore_index=True)
@@ -119,6 +132,7 @@ def _analyze_one(
     plasticity_pairs: int | None,
     parameters: tuple[pd.DataFrame, dict] | None,
     variant: str,
+    measuring: dict,
 ) -> SearchAnalysis:
     """The analyzes of trials of one step budget (see ``analyze_search``)."""
     found = SearchAnalysis()
@@ -133,19 +147,23 @@ def _analyze_one(
         found.paper = paper_results(whole, out)
         found.files += found.paper.files
     if varies_depth(trials):
-        found.depth = _depth(trials, settings, out, reference=reference, plasticity_pairs=plasticity_pairs)
+        found.depth = _depth(
+            trials, settings, out, reference=reference, plasticity_pairs=plasticity_pairs, measuring=measuring
+        )
         found.files += found.depth.files
     return found
 
 
 def _depth(
-    trials: pd.DataFrame, settings: FinetuneConfig, out: Path, *, reference: str, plasticity_pairs
+    trials: pd.DataFrame, settings: FinetuneConfig, out: Path, *, reference: str, plasticity_pairs, measuring: dict
 ) -> DepthAnalysis:
     """The depth analysis, per layer on in-network plasticity (each layer on its real input: its report measured once,
-    cached) when the trials carry plasticity scores."""
+    cached, where ``measuring`` says) when the trials carry plasticity scores."""
     if "plasticity_mean" not in trials:
         return analyze_depth(trials, out, num_blocks=0)
-    measured = search_report(settings, reference=reference, variant="in_network", max_pairs=plasticity_pairs)
+    measured = search_report(
+        settings, reference=reference, variant="in_network", max_pairs=plasticity_pairs, **measuring
+    )
     configs = list(dict.fromkeys(zip(trials["components"], trials["depth"].fillna("all").astype(str))))
     scores = in_network_depth_scores(measured, settings, configs)
     blocks = num_blocks(measured.table)

@@ -341,12 +341,14 @@ def in_network_scores(
     *,
     reference: str = "fractals",
     plasticity_pairs: int | None = None,
+    **measuring: Any,
 ) -> pd.DataFrame:
     """Per subset (index): the mean in-network plasticity of its components (``in_network_mean``), for the criteria lab.
 
-    ``settings`` are a search's; the report is measured once and cached.
+    ``settings`` are a search's; the report is measured once and cached; ``measuring``: where (``runner``,
+    ``decoded``, ``staged``: see ``plasticity_report``).
     """
-    found = search_report(settings, reference=reference, variant="in_network", max_pairs=plasticity_pairs)
+    found = search_report(settings, reference=reference, variant="in_network", max_pairs=plasticity_pairs, **measuring)
     counts = found.meta["component_params"]
     rows = {subset: scores.subset_scores(found.table, subset, counts)["plasticity_mean"] for subset in subsets}
     return pd.DataFrame({"in_network_mean": pd.Series(rows, dtype=float)})

@@ -1,81 +1,159 @@
 """The best trial of a finished search on MLflow: its best-validation weights and settings on the parent run and its
-own run, and the model rebuilt with them as the parent's MLflow model."""
+own run, and the model rebuilt with them as the parent's MLflow model.
+
+The model is built where the trials ran (``vit.best_model.prepare``, sent by the caller's ``runner`` to a Ray worker
+with a trial's resources) and reaches the driver as files through the search's storage, which every node reaches;
+the driver logs those files to MLflow and never imports torch. Each part is written once: a resumed search whose end
+was interrupted logs what is missing.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from mlflow.entities import LoggedModelStatus
 from mlflow.tracking import MlflowClient
 
-from vitplast_tune import storage
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.records.tracking import BEST_RUN_TAG, BEST_TAG, log_artifacts
-from vitplast_tune.storage import BEST_FILE, BEST_TRIAL_DIR, STATE_FILE, TRIAL_FILE, WEIGHTS_DIR, WEIGHTS_FILE
+from vitplast_tune.storage import (
+    BEST_TRIAL_DIR,
+    MODEL_NAME,
+    TRIAL_FILE,
+    WEIGHTS_DIR,
+    WEIGHTS_FILE,
+    SearchPlace,
+    fetch,
+    join,
+    remove,
+)
+
+STAGING_DIR = ".best_model"  # in Tune's folder of the search: what the worker made, removed once it is logged
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+# What the saved model's MLmodel says about the model (the rest says where it was logged, which Model.log decides).
+MODEL_FIELDS = ("flavors", "signature", "saved_input_example_info", "mlflow_version", "model_size_bytes", "metadata")
 
 
 def log_best_trial(
-    mlflow: MlflowClient, settings: FinetuneConfig, tracking_uri: str, parent_run_id: str, result, row: dict[str, Any]
+    mlflow: MlflowClient,
+    settings: FinetuneConfig,
+    place: SearchPlace,
+    parent_run_id: str,
+    result,
+    row: dict[str, Any],
+    runner: Callable[..., Any],
+    staged: Sequence = (),
 ) -> tuple[str | None, str]:
     """The best trial of a finished search on MLflow; return its model's URI (``runs:/<parent>/best_model``, None
-    when the model could not be rebuilt here) and a note saying why not.
+    when the model could not be built where the trials ran) and a note saying why not.
 
-    ``result`` is its Tune result (config, last checkpoint), ``row`` its row of the trial table. Its best-validation
-    weights (the trainable tensors, safetensors) and settings (``trial.json``) go to the parent run (``best_trial/``)
-    and to the trial's own run (``weights/``, tagged ``vitplast.best``); the model rebuilt with them is logged as the
-    parent's MLflow model. The weights are read from the trial's last checkpoint through the checkpoint's own
-    filesystem (the search's storage: a local path or s3://...), wherever the trial ran: only that file, not the
-    optimizer state. Torch loads here, on the driver, after every trial has finished.
+    ``result`` is its Tune result (config, last checkpoint), ``row`` its row of the trial table; ``runner`` runs a
+    function where the trials ran (``runner(fn, **kwargs)``), ``staged`` the driver's files the model reads there.
+    Its best-validation weights (the trainable tensors, safetensors) and settings (``trial.json``) go to the parent
+    run (``best_trial/``) and to the trial's own run (``weights/``, tagged ``vitplast.best``); the model rebuilt with
+    them is logged as the parent's MLflow model. Nothing is done again once the model is logged.
     """
-    from safetensors.torch import load_file
-
+    if (uri := logged_model(mlflow, parent_run_id)) is not None:
+        return uri, ""
     cfg = trial_config(result.config or {}, settings)
     run_id = row.get("run_id") if isinstance(row.get("run_id"), str) else None
-    with tempfile.TemporaryDirectory() as directory:
-        files = [Path(directory) / WEIGHTS_FILE, Path(directory) / TRIAL_FILE]
-        best_weights(result.checkpoint, files[0])
-        weights = load_file(str(files[0]))
-        files[1].write_text(json.dumps({**row, "settings": cfg.to_dict()}, indent=2, default=str))
+    target = join(place.location, STAGING_DIR)
+    note = runner(_prepare, cfg=cfg, checkpoint=result.checkpoint, target=target, staged=list(staged))
+    with tempfile.TemporaryDirectory(prefix="vitplast-best-") as directory:
+        folder = Path(directory)
+        fetch(target, folder)
+        (folder / TRIAL_FILE).write_text(json.dumps({**row, "settings": cfg.to_dict()}, indent=2, default=str))
+        files = [folder / WEIGHTS_FILE, folder / TRIAL_FILE]
         log_artifacts(mlflow, parent_run_id, files, BEST_TRIAL_DIR)
         if run_id:
             log_artifacts(mlflow, run_id, files, WEIGHTS_DIR)
             mlflow.set_tag(run_id, BEST_TAG, "true")
             mlflow.set_tag(parent_run_id, BEST_RUN_TAG, run_id)
-    return log_best_model(tracking_uri, parent_run_id, cfg, weights)
+        model = folder / MODEL_NAME
+        uri = log_prepared_model(place.tracking_uri, parent_run_id, model) if (model / "MLmodel").is_file() else None
+    remove(target)
+    return uri, note
 
 
-def best_weights(checkpoint, path: Path) -> None:
-    """The best-validation trainable weights of a trial's checkpoint as the safetensors file ``path``."""
+def _prepare(**kwargs: Any) -> str:
+    """``vit.best_model.prepare``, imported where it runs (a Ray worker): the driver stays torch-free."""
+    from vitplast_tune.vit.best_model import prepare
+
+    return prepare(**kwargs)
+
+
+def logged_model(mlflow: MlflowClient, run_id: str) -> str | None:
+    """``runs:/<run_id>/best_model`` when the run already holds that MLflow model, whole (READY), else None."""
+    outputs = mlflow.get_run(run_id).outputs
+    for output in outputs.model_outputs if outputs is not None else []:
+        model = mlflow.get_logged_model(output.model_id)
+        if model.name == MODEL_NAME and model.status == LoggedModelStatus.READY:
+            return f"runs:/{run_id}/{MODEL_NAME}"
+    return None
+
+
+class _Saved:
+    """A flavour for ``mlflow.models.Model.log`` whose model is already saved in ``folder`` (by
+    ``vit.best_model.save_model``, where the trials ran): its files and what its MLmodel says about the model."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def save_model(self, path: str, mlflow_model, **kwargs: Any) -> None:
+        from mlflow.models import Model
+
+        shutil.copytree(self.folder, path, dirs_exist_ok=True)
+        saved = Model.load(os.path.join(path, "MLmodel"))
+        for field in MODEL_FIELDS:
+            setattr(mlflow_model, field, getattr(saved, field))
+        mlflow_model.save(os.path.join(path, "MLmodel"))
+
+
+def log_prepared_model(tracking_uri: str, run_id: str, folder: Path) -> str:
+    """Log the MLflow model saved in ``folder`` as the model ``best_model`` of run ``run_id`` (MLflow's own
+    ``Model.log`` of a logged model made in the run's experiment: linked to the run, as ``mlflow.pytorch.log_model``
+    makes it, without loading it: its serving example is not validated here, where torch is not); return
+    ``runs:/<run_id>/best_model``."""
+    from mlflow.models import Model
+
+    mlflow = MlflowClient(tracking_uri)
+    experiment = mlflow.get_run(run_id).info.experiment_id
+    made = mlflow.create_logged_model(experiment, name=MODEL_NAME, source_run_id=run_id)
+    with _tracking(tracking_uri):
+        Model.log(
+            artifact_path=None,
+            flavor=_Saved(folder),
+            name=MODEL_NAME,
+            run_id=run_id,
+            model_id=made.model_id,
+            flavor_name="pytorch",
+            serialization_format="pickle",
+            validate_serving_input=False,
+        )
+    return f"runs:/{run_id}/{MODEL_NAME}"
+
+
+@contextlib.contextmanager
+def _tracking(tracking_uri: str) -> Iterator[None]:
+    """``tracking_uri`` as MLflow's tracking URI in the block (what ``Model.log`` logs to); the process's own put
+    back afterwards, and ``$MLFLOW_TRACKING_URI`` too (``mlflow.set_tracking_uri`` writes it)."""
+    import mlflow
+
+    env = os.environ.get(TRACKING_URI_ENV)
+    previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+    mlflow.set_tracking_uri(tracking_uri)
     try:
-        storage.download(checkpoint.filesystem, f"{checkpoint.path}/{BEST_FILE}", path.parent).rename(path)
-    except FileNotFoundError:  # a checkpoint written before best.safetensors: the best weights in state.pt
-        _best_from_state(checkpoint, path)
-
-
-def _best_from_state(checkpoint, path: Path) -> None:
-    import torch
-    from safetensors.torch import save_file
-
-    with checkpoint.as_directory() as source:
-        # Memory-mapped: only the best weights are read, not the optimizer state and the last weights beside them.
-        state = torch.load(Path(source) / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
-        best = state.get("best", {}).get("trainable") or state["trainable"]
-        save_file({k: v.contiguous() for k, v in best.items()}, str(path))
-
-
-def log_best_model(tracking_uri: str, parent_run_id: str, cfg: FinetuneConfig, weights: dict) -> tuple[str | None, str]:
-    """The model of ``cfg`` with the trained tensors ``weights`` as the parent run's MLflow model; its URI and "", or
-    None and why not when this machine cannot build it (e.g. a driver without the hub weights the trials' nodes had):
-    the search's results stand, and the tensors on the parent run rebuild it where the weights are."""
-    from vitplast_tune.errors import UserError
-    from vitplast_tune.vit import best_model
-
-    try:
-        model = best_model.rebuild(cfg, weights)
-    except (UserError, OSError, RuntimeError) as exc:
-        reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        note = f"the best model is not logged as an MLflow model: it could not be built on this machine ({reason})"
-        return None, note
-    return best_model.log_model(model, cfg, tracking_uri, parent_run_id), ""
+        yield
+    finally:
+        mlflow.set_tracking_uri(None if previous == env else previous)
+        if env is None:
+            os.environ.pop(TRACKING_URI_ENV, None)
+        else:
+            os.environ[TRACKING_URI_ENV] = env

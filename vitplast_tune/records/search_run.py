@@ -27,6 +27,8 @@ from vitplast_tune.records.tracking import (
     find_search_run,
     log_artifacts,
     log_metrics,
+    log_table_once,
+    start_ms,
     start_search_run,
 )
 from vitplast_tune.records.trials import read_trials
@@ -131,30 +133,33 @@ def publish_view(mlflow: MlflowClient, place: SearchPlace, run_id: str, plastici
 
 
 def log_results(mlflow: MlflowClient, run_id: str, trials_csv: Path, best: pd.DataFrame, num_trials: int) -> None:
-    """The trial table (CSV, and a table the UI shows with ids as text) and the headline metrics on the parent run."""
+    """The trial table (CSV, and a table the UI shows with ids as text) and the headline metrics on the parent run,
+    once: a resumed search's end logs only what is missing."""
     log_artifacts(mlflow, run_id, [trials_csv])
-    mlflow.log_table(run_id, read_trials(trials_csv.parent), "trials.json")
+    log_table_once(mlflow, run_id, read_trials(trials_csv.parent), "trials.json")
     if not best.empty:
         top = best.iloc[0]
-        log_metrics(
-            mlflow,
-            run_id,
-            {"best_val_acc": top["best_val_acc"], "best_test_acc": top.get("test_acc"), "num_trials": num_trials},
-        )
+        headline = {"best_val_acc": top["best_val_acc"], "best_test_acc": top.get("test_acc"), "num_trials": num_trials}
+        log_metrics(mlflow, run_id, headline, timestamp_ms=start_ms(mlflow, run_id))
 
 
-def log_analysis(mlflow: MlflowClient, run_id: str, found) -> None:
-    """An ``analysis.SearchAnalysis`` on the parent run: its tables (every column) and its files."""
-    if found.trials is not None:
-        mlflow.log_table(run_id, found.trials.correlations, "analysis/correlations.json")
-    if found.paper is not None:
-        mlflow.log_table(run_id, found.paper.table, "analysis/paper_table.json")
-    if found.criteria is not None:
-        mlflow.log_table(run_id, found.criteria, "analysis/criteria.json")
-    if found.importance is not None and not found.importance.table.empty:
-        mlflow.log_table(run_id, found.importance.table, "analysis/importance.json")
-    if found.depth is not None:
-        mlflow.log_table(run_id, found.depth.table, "analysis/depth_table.json")
+def log_analysis(mlflow: MlflowClient, run_id: str, found, once: bool = False) -> None:
+    """An ``analysis.SearchAnalysis`` on the parent run: its tables (every column) and its files; ``once``: a table
+    the run already holds is not logged again (a resumed search's end)."""
+    tables = {
+        "analysis/correlations.json": found.trials.correlations if found.trials is not None else None,
+        "analysis/paper_table.json": found.paper.table if found.paper is not None else None,
+        "analysis/criteria.json": found.criteria,
+        "analysis/importance.json": found.importance.table
+        if found.importance is not None and not found.importance.table.empty
+        else None,
+        "analysis/depth_table.json": found.depth.table if found.depth is not None else None,
+    }
+    for path, table in tables.items():
+        if table is not None and once:
+            log_table_once(mlflow, run_id, table, path)
+        elif table is not None:
+            mlflow.log_table(run_id, table, path)
     log_artifacts(mlflow, run_id, found.files, "analysis")
 
 

@@ -1,12 +1,16 @@
 """A search's trials as an Optuna study in an SQLite file beside its results (``<search directory>/optuna.db``, the
-study named as the search), so that ``optuna.load_study`` and ``optuna-dashboard`` open it for any algorithm.
+study named as the search), so that ``optuna.load_study`` and ``optuna-dashboard`` open it for any algorithm, while
+the search runs (``run.live_study`` creates it before the first trial and adds each trial as it ends) and after it
+(``write_study`` adds any trial the study lacks).
 
 The study's parameters are one boolean per component (``train_emb`` ... ``train_fc2``, when the subset varies) and
 every other parameter the space searches (``lr``, ...), with their Optuna distributions. Each Ray Tune trial is one
 Optuna trial: COMPLETE when it trained its whole budget, PRUNED when the scheduler stopped it earlier (or it was over
 the parameter budget), FAIL when it errored or diverged; its value is the search's metric at its last report (one
 value per objective), its intermediate values the metric at each evaluation step, and its user attributes the Ray
-trial id, the subset, the test accuracy and the MLflow run. A resumed search adds only the trials the study lacks.
+trial id, the subset, the test accuracy and the MLflow run (an Optuna trial is fixed once it ends, so what is known
+only when the whole search has ended, such as the accuracy at the common step, is in the trial table and MLflow
+instead). A resumed search adds to the same study only the trials it lacks.
 
 TPE's own study stays in Ray's searcher (in memory, pickled with the experiment): written from the trial table
 instead, the study has every component flag in every trial (TPE forces ``train_fc2`` without asking it when no
@@ -29,7 +33,7 @@ from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.storage import STUDY_FILE
 
 TRIAL_ATTR = "ray_trial_id"  # the user attribute that ties an Optuna trial to its Ray Tune trial
-USER_ATTRS = ("components", "best_val_acc", "test_acc", "val_acc_common", "step", "trainable_params", "run_id")
+USER_ATTRS = ("components", "best_val_acc", "test_acc", "step", "trainable_params", "run_id")
 
 
 @dataclass
@@ -108,21 +112,34 @@ def frozen_trials(trials: pd.DataFrame, spec: SearchSpec, curves: dict[str, dict
     return made
 
 
-def write_study(directory: Path, name: str, spec: SearchSpec, trials: pd.DataFrame, curves) -> StudyRecord:
-    """Add the trials of the table that the study ``name`` in ``directory/optuna.db`` lacks (created when missing)."""
+def open_study(directory: Path, name: str, spec: SearchSpec):
+    """The study ``name`` in ``directory/optuna.db``, created (with the space's name, algorithm and metric as its user
+    attributes) when missing."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     Path(directory).mkdir(parents=True, exist_ok=True)
-    url = storage_url(directory)
     directions = ["maximize" if mode == "max" else "minimize" for _, mode in spec.objectives or [(None, spec.mode)]]
-    study = optuna.create_study(storage=url, study_name=name, directions=directions, load_if_exists=True)
-    known = {t.user_attrs.get(TRIAL_ATTR) for t in study.get_trials(deepcopy=False)}
-    new = trials[~trials["trial_id"].astype(str).isin(known)]
-    study.add_trials(frozen_trials(new, spec, curves))
+    study = optuna.create_study(
+        storage=storage_url(directory), study_name=name, directions=directions, load_if_exists=True
+    )
     for key, value in (("space", spec.name), ("algorithm", spec.algorithm), ("metric", spec.metric)):
-        study.set_user_attr(key, value)
-    return StudyRecord(url, name, len(study.get_trials(deepcopy=False)), len(new))
+        if study.user_attrs.get(key) != value:
+            study.set_user_attr(key, value)
+    return study
+
+
+def known_trials(study) -> set[str]:
+    """The Ray trial ids of the trials a study holds."""
+    return {t.user_attrs.get(TRIAL_ATTR) for t in study.get_trials(deepcopy=False)}
+
+
+def write_study(directory: Path, name: str, spec: SearchSpec, trials: pd.DataFrame, curves) -> StudyRecord:
+    """Add the trials of the table that the study ``name`` in ``directory/optuna.db`` lacks (created when missing)."""
+    study = open_study(directory, name, spec)
+    new = trials[~trials["trial_id"].astype(str).isin(known_trials(study))]
+    study.add_trials(frozen_trials(new, spec, curves))
+    return StudyRecord(storage_url(directory), name, len(study.get_trials(deepcopy=False)), len(new))
 
 
 def _state_and_values(row: pd.Series, finals: list[float | None]):

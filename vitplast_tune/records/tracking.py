@@ -158,9 +158,12 @@ def log_params(mlflow: MlflowClient, run_id: str, params: dict[str, Any]) -> Non
         mlflow.log_batch(run_id, params=batch[i : i + 100])
 
 
-def log_metrics(mlflow: MlflowClient, run_id: str, metrics: dict[str, Any], step: int = 0) -> None:
-    """Log the finite numeric values of ``metrics`` at ``step`` in one batch."""
-    now = _now_ms()
+def log_metrics(
+    mlflow: MlflowClient, run_id: str, metrics: dict[str, Any], step: int = 0, timestamp_ms: int | None = None
+) -> None:
+    """Log the finite numeric values of ``metrics`` at ``step`` in one batch (at ``timestamp_ms``, default now: a
+    metric logged again with the same step, value and time is stored once by MLflow's database stores)."""
+    now = _now_ms() if timestamp_ms is None else timestamp_ms
     batch = [Metric(k, float(v), now, step) for k, v in metrics.items() if is_number(v)]
     if batch:
         mlflow.log_batch(run_id, metrics=batch)
@@ -173,11 +176,34 @@ def trial_runs(mlflow: MlflowClient, parent_run_id: str) -> dict[str, str]:
 
 
 def child_runs(mlflow: MlflowClient, parent_run_id: str) -> list:
-    """Every child run of a parent run."""
+    """Every child run of a parent run (page after page)."""
     parent = mlflow.get_run(parent_run_id)
-    return mlflow.search_runs(
-        [parent.info.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{parent_run_id}'", max_results=10_000
-    )
+    found, token = [], None
+    while True:
+        page = mlflow.search_runs(
+            [parent.info.experiment_id],
+            filter_string=f"tags.`{PARENT_TAG}` = '{parent_run_id}'",
+            max_results=10_000,
+            page_token=token,
+        )
+        found += list(page)
+        token = page.token
+        if not token:
+            return found
+
+
+def start_ms(mlflow: MlflowClient, run_id: str) -> int:
+    """When a run started (ms since the epoch): the time of the values a search logs once at its end, so that a
+    resumed end logs the same ones again (stored once, see ``log_metrics``)."""
+    return int(mlflow.get_run(run_id).info.start_time)
+
+
+def log_table_once(mlflow: MlflowClient, run_id: str, table, path: str) -> None:
+    """``MlflowClient.log_table`` unless the run already holds ``path`` (log_table appends to a table it finds)."""
+    folder = path.rsplit("/", 1)[0] if "/" in path else None
+    if any(a.path == path for a in mlflow.list_artifacts(run_id, folder)):
+        return
+    mlflow.log_table(run_id, table, path)
 
 
 def log_artifacts(mlflow: MlflowClient, run_id: str, paths: Iterable[Path], artifact_path: str | None = None) -> None:

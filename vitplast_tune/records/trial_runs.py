@@ -38,6 +38,7 @@ from vitplast_tune.records.tracking import (
     log_params,
     number_or,
     source_tags,
+    trial_runs,
 )
 from vitplast_tune.records.trials import trial_label
 
@@ -83,6 +84,7 @@ class MlflowTracker(Callback):
         self.describe = describe
         self.runs: dict[str, str] = {}
         self._mlflow: MlflowClient | None = None
+        self._experiment: str | None = None  # the parent's experiment, read with the runs made before
         self._tagged_node: dict[str, tuple] = {}  # trial id -> (node ip, node id, device, precision) last tagged
 
     @property
@@ -92,20 +94,19 @@ class MlflowTracker(Callback):
         return self._mlflow
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_mlflow": None}
+        return {**self.__dict__, "_mlflow": None, "_experiment": None}
 
     def run_id(self, trial, number: int | None = None) -> str:
-        """The trial's child run: the one already made (also by an earlier driver), else a new one."""
+        """The trial's child run: the one already made (also by an earlier driver: all looked up once), else a new
+        one."""
         if trial.trial_id in self.runs:
             return self.runs[trial.trial_id]
-        parent = self.mlflow.get_run(self.parent_run_id)
-        found = self.mlflow.search_runs(
-            [parent.info.experiment_id],
-            filter_string=f"tags.`{TRIAL_TAG}` = '{trial.trial_id}' and tags.`{PARENT_TAG}` = '{self.parent_run_id}'",
-            max_results=1,
-        )
-        if found:
-            run_id = found[0].info.run_id
+        if self._experiment is None:
+            self._experiment = self.mlflow.get_run(self.parent_run_id).info.experiment_id
+            for trial_id, found in trial_runs(self.mlflow, self.parent_run_id).items():
+                self.runs.setdefault(trial_id, found)  # the same dict: others read it (run.live_study)
+        run_id = self.runs.get(trial.trial_id)
+        if run_id is not None:
             self.mlflow.update_run(run_id, status="RUNNING")
         else:
             described = self.describe(trial.config)
@@ -115,7 +116,7 @@ class MlflowTracker(Callback):
                 TRIAL_TAG: trial.trial_id,
                 RUN_NAME_TAG: f"{described.name} #{number or trial.trial_id}",
             }
-            run_id = self.mlflow.create_run(parent.info.experiment_id, tags=tags).info.run_id
+            run_id = self.mlflow.create_run(self._experiment, tags=tags).info.run_id
             log_params(self.mlflow, run_id, described.params)
             log_metrics(self.mlflow, run_id, described.metrics)
             if described.inputs:
@@ -196,12 +197,14 @@ def trial_describer(search: str, settings: FinetuneConfig, predictors: report.Pr
     return describe
 
 
-def log_trial_finals(mlflow: MlflowClient, trials: pd.DataFrame) -> None:
-    """The values known only after the search (``FINAL_METRICS`` of the trial table) on each trial's run, once."""
+def log_trial_finals(mlflow: MlflowClient, trials: pd.DataFrame, timestamp_ms: int | None = None) -> None:
+    """The values known only after the search (``FINAL_METRICS`` of the trial table) on each trial's run, once (at
+    ``timestamp_ms``: the same time when a resumed end logs them again)."""
     for row in trials.itertuples(index=False):
         run_id = getattr(row, "run_id", None)
         if isinstance(run_id, str) and run_id:
-            log_metrics(mlflow, run_id, {k: getattr(row, k, None) for k in FINAL_METRICS}, int(number_or(row.step, 0)))
+            finals = {k: getattr(row, k, None) for k in FINAL_METRICS}
+            log_metrics(mlflow, run_id, finals, int(number_or(row.step, 0)), timestamp_ms)
 
 
 def _error_text(trial) -> str:

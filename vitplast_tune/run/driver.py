@@ -1,5 +1,6 @@
 """The search's driver, top to bottom: validate -> start or join Ray -> measure the predictors -> record -> tune ->
-results -> analyze. It never imports torch: trials and measurements run in Ray workers.
+results -> the best model -> the Optuna study -> analyze, Ray up until the end. It never imports torch: trials, the
+measurements and the best model run in Ray workers.
 
 ``run(options)`` is the whole job; ``execute(plan)`` runs a prepared plan. Each step is one call into the module that
 owns it: ``plan`` (validation), ``run.cluster`` and ``run.nodes`` (Ray), ``run.measure`` (plasticity, gradient
@@ -27,6 +28,7 @@ from vitplast_tune.recommend import ranking
 from vitplast_tune.records import best_trial, pareto, search_run, study, tracking, trial_runs, trials
 from vitplast_tune.records.result import SearchResult, ui_command
 from vitplast_tune.run import guard, interrupts, measure, nodes, parallel, tuner
+from vitplast_tune.run.live_study import LiveStudy
 from vitplast_tune.run.trainable import train_trial
 from vitplast_tune.storage import write_record
 from vitplast_tune.timings import Timings
@@ -34,40 +36,61 @@ from vitplast_tune.timings import Timings
 log = get_logger(__name__)
 
 
-def run(options: SearchOptions, callbacks: Sequence[Callback] = (), timings: Timings | None = None) -> SearchResult:
+def run(
+    options: SearchOptions, callbacks: Sequence[Callback] = (), timings: Timings | None = None, trainable=None
+) -> SearchResult:
     """Validate the options into a plan, then run (or resume) the search and return its trials.
 
-    ``timings``: phases timed before this call (e.g. the command line's imports), continued here.
+    ``timings``: phases timed before this call (e.g. the command line's imports), continued here; ``trainable``: see
+    ``execute``.
     """
     timings = timings or Timings()
     with timings.phase("checks"):
         plan = prepare(options)
-    return execute(plan, callbacks, timings)
+    return execute(plan, callbacks, timings, trainable)
 
 
 @dataclass
 class _Records:
-    """What a running search has recorded so far: the MLflow client, its parent run, whether its record is written."""
+    """What a running search has recorded so far: the MLflow client, its parent run, whether its record is written,
+    whether every trial has ended (what is left: the end phase)."""
 
     mlflow: Any = None
     parent: str | None = None
     written: bool = False
+    ended: bool = False
 
 
-def execute(plan: SearchPlan, callbacks: Sequence[Callback] = (), timings: Timings | None = None) -> SearchResult:
-    """Run a prepared search: Ray, the predictors, the MLflow parent run, the Tuner, then results and trials.
+@dataclass
+class _Tuned:
+    """What the trials left for the end phase: Tune's result grid, the predictors, the view, the staged files."""
+
+    grid: Any
+    predictors: Predictors
+    view: Any
+    staged: list
+
+
+def execute(
+    plan: SearchPlan, callbacks: Sequence[Callback] = (), timings: Timings | None = None, trainable=None
+) -> SearchResult:
+    """Run a prepared search: Ray, the predictors, the MLflow parent run, the Tuner, then its end phase (results, the
+    best model, the Optuna study, the analysis), Ray shut down after.
 
     ``callbacks``: extra Ray Tune callbacks (e.g. the trial timeline of ``python -m benchmarks.trial``);
-    ``timings``: where the seconds of each phase are added (the result's ``timings``).
+    ``timings``: where the seconds of each phase are added (the result's ``timings``); ``trainable``: the Ray Tune
+    trainable each trial runs instead of ``run.trainable.train_trial`` with the plan's settings (e.g. the cheap
+    stand-in with which ``benchmarks.scale`` measures the driver alone).
     Ctrl-C or SIGTERM (``interrupts``) stops it as Tune's graceful stop does, closes its runs as KILLED and raises
-    SearchInterrupted with the command that resumes it; so does an OS error such as a full disk (``guard``). Its lock
-    is held while it runs: a second driver of the search is refused.
+    SearchInterrupted with the command that resumes it; so does an OS error such as a full disk (``guard``), and in
+    the end phase too, which that command then finishes without running a trial again. Its lock is held while it
+    runs: a second driver of the search is refused.
     """
     with guard.guarded(plan):
-        return _execute(plan, callbacks, timings)
+        return _execute(plan, callbacks, timings, trainable)
 
 
-def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings | None) -> SearchResult:
+def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings | None, trainable) -> SearchResult:
     """``execute`` with the search's lock held and its OS faults watched."""
     import ray
 
@@ -77,18 +100,23 @@ def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings |
     records = _Records(written=plan.options.resume)
     with interrupts.handled():
         owns_ray = not ray.is_initialized()
-        try:  # start or join Ray, check the trial request, measure, record, tune; Ray shut down after
+        try:  # start or join Ray, check the trial request, measure, record, tune, end; Ray shut down after
             if owns_ray:
                 from vitplast_tune.run import cluster
 
                 with timings.phase("ray_start"):
                     cluster.init(plan.options.address, plan.options.connect_timeout_s)
             interrupts.on_sigterm_interrupt()  # after ray.init, which installs its own SIGTERM handler
-            grid, predictors, view = _record_and_tune(plan, callbacks, records, timings)
+            tuned = _record_and_tune(plan, callbacks, records, timings, trainable)
+            _check_ended(plan, records)
+            with interrupts.deferred():  # every trial ended: SIGTERM waits for the results (Ctrl-C still stops)
+                result = _finish(plan, tuned, records, timings)
         except KeyboardInterrupt:
             if records.parent is not None:
                 tracking.close_search(records.mlflow, records.parent, "KILLED")
-            raise _interrupted(plan, records, "stopped before its trials ended") from None
+            raise _interrupted(plan, records) from None
+        except SearchInterrupted:
+            raise
         except Exception as exc:
             if guard.stopped_by(exc, "the driver recorded the search"):  # a full disk, a read-only filesystem, ...
                 _close_stopped(records)
@@ -101,44 +129,50 @@ def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings |
             if owns_ray:
                 with timings.phase("ray_stop"):
                     ray.shutdown()
-    mlflow, parent = records.mlflow, records.parent
+    result.elapsed_s = time.perf_counter() - started
+    return result
+
+
+def _check_ended(plan: SearchPlan, records: _Records) -> None:
+    """Every trial ended (Tune's saved state says so), else the search was stopped: runs closed KILLED and
+    SearchInterrupted raised."""
     unfinished = tuner.unfinished(plan.location, plan.spec.total_trials)
     if unfinished or guard.current_fault():
         _close_stopped(records)
         raise _interrupted(plan, records, f"{unfinished} trial(s) unfinished")
-    with interrupts.deferred():  # every trial ended: record the results whole
-        with timings.phase("results"):
-            table = trials.trial_table(grid, plan.settings, predictors)
-            result = SearchResult(
-                plan.place, plan.spec, plan.settings, table, parent, view=view, notes=list(plan.notes)
-            )
-        return _finish(result, mlflow, grid, timings, started, plan.options)
+    records.ended = True
 
 
-def _finish(
-    result: SearchResult, mlflow, grid, timings: Timings, started: float, options: SearchOptions
-) -> SearchResult:
-    """After the trials: the results recorded (MLflow, trial table, Optuna study), the analyses (with the plasticity
-    ``options`` the search measured with), the parent run ended."""
-    parent = result.parent_run_id
-    try:
-        with timings.phase("results"):
-            _record_results(result, mlflow, grid)
-            result.study = record_study(result, mlflow, grid)
+def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings) -> SearchResult:
+    """The end phase, every trial ended: the results recorded (MLflow, trial table, Pareto fronts), the best model
+    built in a Ray worker with a trial's resources and logged, the Optuna study completed, the analyses (that worker
+    makes their measurements), then the parent run ended FINISHED. Each step writes what a resumed search lacks."""
+    mlflow, parent = records.mlflow, records.parent
+    with timings.phase("results"):
+        table = trials.trial_table(tuned.grid, plan.settings, tuned.predictors)
+        result = SearchResult(plan.place, plan.spec, plan.settings, table, parent, view=tuned.view)
+        result.notes = list(plan.notes)
+        _record_results(result, mlflow, tuned.grid)
+    o = plan.options
+    with measure.measuring_worker(o.trial_resources, doing="building the best model") as runner:
+        with timings.phase("best_model"):
+            _record_best(result, mlflow, tuned.grid, runner, tuned.staged)
+        with timings.phase("study"):
+            result.study = record_study(result, mlflow, tuned.grid)
         with timings.phase("analysis"):
-            analyze(result, mlflow, options)
-        result.elapsed_s, result.timings = time.perf_counter() - started, timings
-        mlflow.log_dict(parent, timings.seconds, "timings.json")
-    except Exception as exc:
-        tracking.mark_failed(mlflow, parent, exc)
-        raise
+            measuring = {"runner": runner, "decoded": plan.decoded, "staged": tuned.staged}
+            analyze(result, mlflow, o, measuring=measuring, once=True)
+    result.timings = timings
+    mlflow.log_dict(parent, timings.seconds, "timings.json")
     mlflow.set_terminated(parent, status="FINISHED")
     return result
 
 
-def _record_and_tune(plan: SearchPlan, callbacks: Sequence[Callback], records: _Records, timings: Timings):
+def _record_and_tune(
+    plan: SearchPlan, callbacks: Sequence[Callback], records: _Records, timings: Timings, trainable=None
+) -> _Tuned:
     """Check the trial request on the cluster, measure the predictors, open the MLflow parent run and write the
-    search's record (into ``records`` as they happen), then tune; return (Tune's result grid, predictors, view)."""
+    search's record (into ``records`` as they happen), then tune."""
     with timings.phase("ray_start"):
         grows, staged = nodes.stage_inputs(plan)
     # The predictors, in one Ray worker with a trial's resources (a GPU when trials use GPUs); cached plasticity reused.
@@ -152,25 +186,35 @@ def _record_and_tune(plan: SearchPlan, callbacks: Sequence[Callback], records: _
         view = search_run.publish_view(records.mlflow, place, records.parent, predictors.plasticity is not None)
         serves = f"; {command} serves it" if (command := ui_command(place)) else ""
         log.info(f"MLflow view (fills in as trials report{serves}): {view.link}")
+        if view.note:
+            log.info(f"  ({view.note})")
         if plan.local_dir is not None:
             write_record(plan.local_dir, plan.record(records.parent))
         records.written = True
     with tuner.tune_environment(plan, grows), timings.phase("trials"):
-        grid = _tune(plan, callbacks, records.parent, predictors, staged)
-    return grid, predictors, view
+        grid = _tune(plan, callbacks, records.parent, predictors, staged, trainable)
+    return _Tuned(grid, predictors, view, list(staged))
 
 
-def _interrupted(plan: SearchPlan, records: _Records, what: str) -> SearchInterrupted:
-    """The SearchInterrupted of a search stopped by Ctrl-C or SIGTERM: how to resume it, or that nothing was recorded."""
+def _interrupted(
+    plan: SearchPlan, records: _Records, what: str = "stopped before its trials ended"
+) -> SearchInterrupted:
+    """The SearchInterrupted of a search stopped by Ctrl-C, SIGTERM or an OS fault: how to resume (or finish) it, or
+    that nothing was recorded."""
     fault = guard.current_fault()
     if fault:
         what, fix = f"{fault}: {what}", "free space (or fix the filesystem), then "
     else:
         fix = ""
-    if records.written:
-        text = f"{what}; nothing is lost: {fix}continue the search with {resume_command(plan)}"
-    else:
+    if not records.written:
         text = f"{what}, before anything was recorded: nothing to resume; {fix}run the same command again"
+    elif records.ended:
+        text = (
+            "stopped while it recorded its results (every trial had ended); nothing is lost and no trial runs again: "
+            f"{fix}finish it with {resume_command(plan)}"
+        )
+    else:
+        text = f"{what}; nothing is lost: {fix}continue the search with {resume_command(plan)}"
     return SearchInterrupted(text, guard.EXIT_CODE if fault else interrupts.exit_code())
 
 
@@ -187,24 +231,31 @@ def _close_stopped(records: _Records) -> None:
             log.warning(f"warning: the MLflow runs stay RUNNING ({guard.fault_of(exc)}): --resume closes them")
 
 
-def _tune(plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predictors: Predictors, staged=()):
-    """Run the trials (the MLflow tracker, progress lines and ``callbacks`` attached); return Tune's result grid.
-    ``staged``: the driver's files the trials read, sent to their nodes (``data.staging``)."""
+def _tune(
+    plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predictors: Predictors, staged=(), trainable=None
+):
+    """Run the trials (the MLflow tracker, the live Optuna study, progress lines and ``callbacks`` attached); return
+    Tune's result grid. ``staged``: the driver's files the trials read, sent to their nodes (``data.staging``);
+    ``trainable``: what each trial runs (default: ``train_trial`` with the plan's settings)."""
     from ray import tune
 
     describe = trial_runs.trial_describer(plan.name, plan.settings, predictors)
-    callbacks = [trial_runs.MlflowTracker(plan.tracking_uri, parent, describe), *callbacks]
+    tracker = trial_runs.MlflowTracker(plan.tracking_uri, parent, describe)
+    live = LiveStudy(plan.results_dir, plan.name, plan.spec, plan.settings, run_of=tracker.runs.get)
+    log.info(f"Optuna study (fills in as trials end): optuna-dashboard {live.url}   (study '{plan.name}')")
+    callbacks = [tracker, live, *callbacks]
     if plan.options.verbose:
         from vitplast_tune.run.progress import Progress
 
         callbacks.append(Progress(plan.spec.total_trials))
-    trainable = tune.with_parameters(
-        train_trial,
-        settings=plan.settings,
-        decoded=plan.decoded,
-        max_trainable_params=plan.max_trainable_params,
-        staged=list(staged),
-    )
+    if trainable is None:
+        trainable = tune.with_parameters(
+            train_trial,
+            settings=plan.settings,
+            decoded=plan.decoded,
+            max_trainable_params=plan.max_trainable_params,
+            staged=list(staged),
+        )
     trainable = tune.with_resources(trainable, parallel.trial_request(plan.options))  # several workers: a group
     warm_start = _warm_start(plan, predictors)
     try:
@@ -222,9 +273,17 @@ def _warm_start(plan: SearchPlan, predictors: Predictors) -> list[str]:
     return ranked
 
 
-def analyze(result: SearchResult, mlflow, options: SearchOptions | None = None) -> None:
+def analyze(
+    result: SearchResult,
+    mlflow,
+    options: SearchOptions | None = None,
+    measuring: dict | None = None,
+    once: bool = False,
+) -> None:
     """Every analysis the search supports (see ``analysis.analyze.analyze_search``), logged to the parent run;
-    ``options``: the plasticity reference, variant and pairs to measure with (default: ``SearchOptions``')."""
+    ``options``: the plasticity reference, variant and pairs to measure with (default: ``SearchOptions``');
+    ``measuring``: where its measurements run (``runner``, ``decoded``, ``staged``: see ``predictors.report``);
+    ``once``: a table the parent run already holds is not logged again (a resumed search's end)."""
     spec, found, o = result.spec, result.trials, options or SearchOptions()
     parameters = None if found.empty else (study.parameter_table(found, spec), study.study_parameters(spec))
     result.analysis = analyze_search(
@@ -236,8 +295,9 @@ def analyze(result: SearchResult, mlflow, options: SearchOptions | None = None) 
         plasticity_pairs=o.plasticity_pairs,
         parameters=parameters,
         variant=o.plasticity_variant,
+        measuring=measuring,
     )
-    search_run.log_analysis(mlflow, result.parent_run_id, result.analysis)
+    search_run.log_analysis(mlflow, result.parent_run_id, result.analysis, once=once)
 
 
 def record_study(result: SearchResult, mlflow, grid) -> study.StudyRecord | None:
@@ -255,12 +315,11 @@ def record_study(result: SearchResult, mlflow, grid) -> study.StudyRecord | None
 
 def _record_results(result: SearchResult, mlflow, grid) -> None:
     """Each trial's run id and final metrics on its run; the trial table as CSV in the search's directory, the
-    headline metrics on the parent run; the best trial's weights on its run and the parent's, its model on the
-    parent's (``records.best_trial``)."""
+    headline metrics and the Pareto fronts on the parent run."""
     table = result.trials
     if not table.empty:
         table["run_id"] = table["trial_id"].map(tracking.trial_runs(mlflow, result.parent_run_id))
-        trial_runs.log_trial_finals(mlflow, table)
+        trial_runs.log_trial_finals(mlflow, table, tracking.start_ms(mlflow, result.parent_run_id))
     best = trials.top_trials(table, result.spec, 1)
     path = trials.write_trials(table, result.place.local_dir)
     if path is not None:
@@ -268,16 +327,23 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
     search_run.log_pareto(
         mlflow, result.parent_run_id, pareto.write_pareto(table, result.place.results_dir / "analysis")
     )
+
+
+def _record_best(result: SearchResult, mlflow, grid, runner, staged=()) -> None:
+    """The best trial's weights on its run and the parent's, its model on the parent's (``records.best_trial``),
+    built by ``runner`` (a Ray worker with a trial's resources)."""
+    best = trials.top_trials(result.trials, result.spec, 1)
     found = trials.trial_result(grid, best.iloc[0]["trial_id"]) if not best.empty else None
-    if found is not None and found.checkpoint is not None:
-        row = best.iloc[0].to_dict()
-        uri, note = best_trial.log_best_trial(
-            mlflow, result.settings, result.place.tracking_uri, result.parent_run_id, found, row
-        )
-        result.best_model_uri = uri
-        result.best_run_id = row.get("run_id") if isinstance(row.get("run_id"), str) else None
-        if note:
-            log.info(f"note: {note}")
+    if found is None or found.checkpoint is None:
+        return
+    row = best.iloc[0].to_dict()
+    uri, note = best_trial.log_best_trial(
+        mlflow, result.settings, result.place, result.parent_run_id, found, row, runner, staged
+    )
+    result.best_model_uri = uri
+    result.best_run_id = row.get("run_id") if isinstance(row.get("run_id"), str) else None
+    if note:
+        log.info(f"note: {note}")
 
 
 run_search = run  # the package's public name for it: vitplast_tune.run_search

@@ -34,30 +34,36 @@ class _Worker:
 
 
 @contextlib.contextmanager
-def measuring_worker(trial: dict[str, float], every_s: float = 30.0) -> Iterator[Callable[..., Any]]:
+def measuring_worker(
+    trial: dict[str, float], every_s: float = 30.0, doing: str = "measuring"
+) -> Iterator[Callable[..., Any]]:
     """A runner (``runner(fn, **kwargs) -> fn(**kwargs)``) backed by one Ray worker with a trial's resources.
 
-    The measurements before the trials (plasticity, gradient criteria) share its imports (torch, timm) instead of
-    each starting a worker; the worker ends with the block, else it would hold torch, the model and what its
-    allocator kept through the search. ``trial``: the resources as ``--*-per-trial`` give them
-    ({"cpu": 2, "gpu": 0.5, "a100": 1}). The driver waits, saying every ``every_s`` seconds that a call still runs.
+    The measurements before the trials (plasticity, gradient criteria), and after them the best model and the
+    analysis's measurements, share its imports (torch, timm) instead of each starting a worker; the worker starts at
+    the first call and ends with the block, else it would hold torch, the model and what its allocator kept through
+    the search. ``trial``: the resources as ``--*-per-trial`` give them ({"cpu": 2, "gpu": 0.5, "a100": 1}). The
+    driver waits, saying every ``every_s`` seconds that a call still runs (``doing``: what it says it does).
     """
     import ray
 
     shown = resources.show_resources(resources.ray_request(trial))
-    worker = ray.remote(**worker_options(trial))(_Worker).remote()
+    workers: list[Any] = []
 
     def run(fn, **kwargs):
-        ref = worker.call.remote(fn, kwargs)
+        if not workers:
+            workers.append(ray.remote(**worker_options(trial))(_Worker).remote())
+        ref = workers[0].call.remote(fn, kwargs)
         started = time.monotonic()
         while not ray.wait([ref], timeout=every_s)[0]:
-            log.info(f"  ... still measuring ({time.monotonic() - started:.0f} s, a Ray worker with {shown})")
+            log.info(f"  ... still {doing} ({time.monotonic() - started:.0f} s, a Ray worker with {shown})")
         return ray.get(ref)
 
     try:
         yield run
     finally:
-        ray.kill(worker, no_restart=True)
+        for worker in workers:
+            ray.kill(worker, no_restart=True)
 
 
 def measure_predictors(

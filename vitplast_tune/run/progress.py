@@ -65,7 +65,8 @@ class Progress(Callback):
         self.total, self.every_s, self.clock = total, every_s, clock
         self.stream = stream or sys.stdout
         self.done, self.best, self.started, self.last = 0, None, clock(), clock()
-        self.began: dict[str, float] = {}  # trial id -> when it started (or was restored) in this run
+        self.began: dict[str, float] = {}  # trial id -> when it started (or was restored) in this run: the running
+        self.ended: set[str] | None = None  # the trials that ended, counted from Tune's list once, then kept
         self.durations: list[float] = []
         self.peak = 0  # most trials seen running at once: the search's concurrency
         self.use_bar = interactive(self.stream) if bar is None else bar
@@ -86,7 +87,7 @@ class Progress(Callback):
 
     def on_trial_start(self, iteration, trials, trial, **info) -> None:
         self.began[trial.trial_id] = self.clock()
-        self.peak = max(self.peak, sum(t.status == "RUNNING" for t in trials), 1)
+        self.peak = max(self.peak, len(self.began), 1)
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         self._ended(trials, trial)
@@ -105,8 +106,7 @@ class Progress(Callback):
         self._print(f"{trial_label(trial.config)}: failed; see its MLflow run", trials)
 
     def on_step(self, iteration, trials, **info) -> None:
-        running = sum(t.status == "RUNNING" for t in trials)
-        self.peak = max(self.peak, running)
+        running = len(self.began)  # Tune steps many times a second: nothing here goes over every trial
         if self.bar is not None:
             self.bar.set_postfix_str(self._status(trials), refresh=False)
             self.bar.refresh()  # elapsed time and ETA move between trials
@@ -121,11 +121,14 @@ class Progress(Callback):
     def eta(self, trials) -> float | None:
         """Seconds until the search ends (see ``eta_s``), from this run's finished and running trials."""
         now = self.clock()
-        running = [now - self.began[t.trial_id] for t in trials if t.status == "RUNNING" and t.trial_id in self.began]
+        running = [now - began for began in self.began.values()]
         return eta_s(self.total - self.done, self.durations, running, self.peak)
 
     def _ended(self, trials, trial) -> None:
-        self.done = 1 + sum(t.status in ENDED for t in trials if t is not trial)
+        if self.ended is None:  # once: the trials an earlier driver saw end (a resumed search)
+            self.ended = {t.trial_id for t in trials if t.status in ENDED and t is not trial}
+        self.ended.add(trial.trial_id)
+        self.done = len(self.ended)
         if trial.trial_id in self.began:
             self.durations.append(self.clock() - self.began.pop(trial.trial_id))
 

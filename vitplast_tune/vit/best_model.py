@@ -1,6 +1,6 @@
 """The best model of a search, back as a timm model: rebuilt from the best trial's settings and its trained tensors
-(``rebuild``), logged as an MLflow model on the search's parent run (``log_model``), and loaded in one line
-(``load_best_model``).
+(``rebuild``), saved as an MLflow model where the trials ran for the driver to log on the search's parent run
+(``prepare``, ``save_model``), and loaded in one line (``load_best_model``).
 
 A trial saves only what it trains (its subset and the head); the rest of the model is what the run started from
 (``vit.methods.plain_model``: the pretrained weights, the head and any untrained part seeded by the trial's seed, LoRA merged).
@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,18 +26,20 @@ from vitplast_tune._compat.mlflow import no_artifact_progress_bar
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
 from vitplast_tune.storage import (
+    BEST_FILE,
     BEST_TRIAL_DIR,
     FAILURE_TAG,
     MODEL_NAME,
+    STATE_FILE,
     TRIAL_FILE,
     WEIGHTS_FILE,
+    download,
     read_record,
     search_dir,
+    upload,
 )
 from vitplast_tune.vit import methods, models
 from vitplast_tune.vit.families.hf import HFClassifier
-
-TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 
 
 def rebuild(cfg: FinetuneConfig, trainable: dict[str, Tensor]) -> nn.Module:
@@ -47,8 +48,53 @@ def rebuild(cfg: FinetuneConfig, trainable: dict[str, Tensor]) -> nn.Module:
     return methods.plain_model(cfg, trainable)
 
 
-def log_model(model: nn.Module, cfg: FinetuneConfig, tracking_uri: str, run_id: str) -> str:
-    """Log ``model`` as the MLflow model ``best_model`` of run ``run_id``; return its URI ``runs:/<run_id>/best_model``.
+def prepare(cfg: FinetuneConfig, checkpoint, target: str, staged: Sequence = ()) -> str:
+    """The best trial's files, made where its trials ran (a Ray worker with a trial's resources) and written to
+    ``target`` (a folder of the search's storage: a path or a URI): its best-validation trainable tensors
+    (``WEIGHTS_FILE``) read from its Tune ``checkpoint``, and the model rebuilt with them as a saved MLflow model
+    (``MODEL_NAME/``, see ``save_model``); return "" or, when the model cannot be built on that node (e.g. no hub
+    weights there), why not: the tensors are written all the same. ``staged``: the driver's files the model reads
+    (``data.staging``), used there in place of its paths."""
+    from safetensors.torch import load_file
+
+    from vitplast_tune.data import staging
+
+    cfg = staging.localize(cfg, staged)
+    with tempfile.TemporaryDirectory(prefix="vitplast-best-") as tmp:
+        weights = Path(tmp) / WEIGHTS_FILE
+        best_weights(checkpoint, weights)
+        note = ""
+        try:
+            save_model(rebuild(cfg, load_file(str(weights))), cfg, Path(tmp) / MODEL_NAME)
+        except (UserError, OSError, RuntimeError) as exc:
+            reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            note = f"the best model is not logged as an MLflow model: it could not be built on its node ({reason})"
+        upload(Path(tmp), target)
+    return note
+
+
+def best_weights(checkpoint, path: Path) -> None:
+    """The best-validation trainable weights of a trial's checkpoint as the safetensors file ``path``, read through
+    the checkpoint's own filesystem (the search's storage), only that file, not the optimizer state."""
+    try:
+        download(checkpoint.filesystem, f"{checkpoint.path}/{BEST_FILE}", path.parent).rename(path)
+    except FileNotFoundError:  # a checkpoint written before best.safetensors: the best weights in state.pt
+        _best_from_state(checkpoint, path)
+
+
+def _best_from_state(checkpoint, path: Path) -> None:
+    from safetensors.torch import save_file
+
+    with checkpoint.as_directory() as source:
+        # Memory-mapped: only the best weights are read, not the optimizer state and the last weights beside them.
+        state = torch.load(Path(source) / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
+        best = state.get("best", {}).get("trainable") or state["trainable"]
+        save_file({k: v.contiguous() for k, v in best.items()}, str(path))
+
+
+def save_model(model: nn.Module, cfg: FinetuneConfig, path: Path) -> Path:
+    """Save ``model`` as an MLflow model in the folder ``path``, which the driver logs as ``best_model`` of the
+    search's parent run (``records.best_trial``).
 
     The pytorch flavour, pickled (MLflow 3's default, pt2, loads back as an inference-only graph, not the timm
     module); its signature is a float32 batch of the model's input size (the model's own normalisation applied, see
@@ -68,17 +114,17 @@ def log_model(model: nn.Module, cfg: FinetuneConfig, tracking_uri: str, run_id: 
 
         requirements.append(f"transformers=={transformers.__version__}")
     metadata = {"data_config": {k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()}}
-    with _active_run(tracking_uri, run_id), _quiet("mlflow.pytorch"):
-        mlflow.pytorch.log_model(
+    with _quiet("mlflow.pytorch"):
+        mlflow.pytorch.save_model(
             model,
-            name=MODEL_NAME,
+            str(path),
             signature=infer_signature(example, logits),
             input_example=example,
             serialization_format="pickle",
             pip_requirements=requirements,
             metadata={**metadata, "settings": json.loads(json.dumps(cfg.to_dict(), default=str))},
         )
-    return f"runs:/{run_id}/{MODEL_NAME}"
+    return path
 
 
 def load_best_model(
@@ -134,27 +180,6 @@ def _check_finished(name: str, run_id: str, tracking_uri: str) -> None:
     }
     if run.info.status != "FINISHED" or not best:
         raise UserError(f'search "{name}" has no best model: it {why.get(run.info.status, run.info.status)}')
-
-
-@contextmanager
-def _active_run(tracking_uri: str, run_id: str) -> Iterator[None]:
-    """The run ``run_id`` of ``tracking_uri`` as MLflow's active run (what its ``log_model`` logs to); nested, so that
-    a run the caller has active stays as it was. The process's tracking URI is put back afterwards, and
-    ``$MLFLOW_TRACKING_URI`` too (``mlflow.set_tracking_uri`` writes it)."""
-    import mlflow
-
-    env = os.environ.get(TRACKING_URI_ENV)
-    previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
-    mlflow.set_tracking_uri(tracking_uri)
-    try:
-        with mlflow.start_run(run_id=run_id, nested=True):
-            yield
-    finally:
-        mlflow.set_tracking_uri(None if previous == env else previous)
-        if env is None:
-            os.environ.pop(TRACKING_URI_ENV, None)
-        else:
-            os.environ[TRACKING_URI_ENV] = env
 
 
 @contextmanager
