@@ -105,11 +105,13 @@ def download(fs, path: str, into: Path) -> Path:
 
 
 def upload(folder: Path, location: str) -> None:
-    """Copy the local ``folder``'s files into ``location`` (a path or a URI with its query options), made if missing."""
+    """Copy the local ``folder``'s files into ``location`` (a path or a URI with its query options), made if missing
+    (an object store has no folders to make: its keys are written directly)."""
     import pyarrow.fs
 
     fs, path = filesystem(location)
-    fs.create_dir(path, recursive=True)
+    if isinstance(fs, pyarrow.fs.LocalFileSystem):
+        fs.create_dir(path, recursive=True)
     pyarrow.fs.copy_files(str(folder), path, source_filesystem=pyarrow.fs.LocalFileSystem(), destination_filesystem=fs)
 
 

@@ -129,3 +129,39 @@ def test_a_search_on_an_mlflow_whose_ui_format_is_unknown_says_so_and_links_the_
     assert parent.data.tags[VIEW_LINK_TAG] == link and link in parent.data.tags[NOTE_TAG]
     text = summary(result)
     assert f"MLflow view:        {link}" in text and note in text
+
+
+def test_the_experiment_kind_set_by_another_search_at_once_is_not_an_error():
+    """Two searches starting at once on one server: the second's insert of the tag is refused (a unique key), the tag
+    is read again and found set."""
+    from types import SimpleNamespace
+
+    from mlflow.exceptions import MlflowException
+
+    from vitplast_tune.records.view import KIND, KIND_TAG, mark_model_training
+
+    class Racing:
+        tags: dict = {}
+        calls = 0
+
+        def get_experiment(self, experiment_id):
+            return SimpleNamespace(tags=dict(self.tags))
+
+        def set_experiment_tag(self, experiment_id, key, value):
+            self.calls += 1
+            self.tags = {key: value}  # the other search's insert landed first
+            raise MlflowException("duplicate key value violates unique constraint experiment_tag_pk")
+
+    client = Racing()
+    mark_model_training(client, "1")
+    assert client.tags == {KIND_TAG: KIND} and client.calls == 1
+
+    class Refusing(Racing):
+        def set_experiment_tag(self, experiment_id, key, value):
+            self.calls += 1
+            raise MlflowException("refused")
+
+    client = Refusing()
+    with pytest.raises(MlflowException):
+        mark_model_training(client, "1", tries=2)
+    assert client.calls == 2

@@ -82,7 +82,7 @@ def test_a_lora_grid_at_two_depths_and_its_best_weights_as_a_plain_timm_model(ra
     assert by.loc[("mha:lora", "first")].tolist() == by.loc[("mha:lora", "last")].tolist() == [head + mha] * 2
     assert by.loc[("ln2+fc1:lora", "last")].tolist() == [head + ln2_fc1] * 2
     assert result.analysis.depth is not None and len(result.analysis.depth.agreement) == 2
-    assert "Is a subset's most plastic depth its best one?" in summary(result)
+    assert "Is a subset's most plastic depth (" in summary(result)
 
     client = MlflowClient(result.place.tracking_uri)
     directory = Path(client.download_artifacts(result.parent_run_id, "best_trial"))

@@ -159,9 +159,26 @@ def run_link(base_url: str, experiment_id: str, run_id: str) -> str:
     return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
 
 
+def mark_model_training(client, experiment_id: str, tries: int = 3) -> None:
+    """Tag the experiment as model training, unless it is already; two searches starting at once on one tracking
+    server may both set it, and the server refuses the second insert (a unique key): the tag is then read again."""
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(tries):
+        if client.get_experiment(experiment_id).tags.get(KIND_TAG) == KIND:
+            return
+        try:
+            client.set_experiment_tag(experiment_id, KIND_TAG, KIND)
+            return
+        except MlflowException:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+
+
 def publish(client, experiment_id: str, search: str, plasticity: bool, base_url: str) -> View:
     """Save the search's view (when this MLflow's format is known) and mark the experiment as model training."""
-    client.set_experiment_tag(experiment_id, KIND_TAG, KIND)
+    mark_model_training(client, experiment_id)
     if not mlflow_internals.view_supported():
         note = (
             f"MLflow {mlflow_internals.installed_version()} is not supported for the saved view (supported: "

@@ -242,6 +242,7 @@ def _tune(
     describe = trial_runs.trial_describer(plan.name, plan.settings, predictors)
     tracker = trial_runs.MlflowTracker(plan.tracking_uri, parent, describe)
     live = LiveStudy(plan.results_dir, plan.name, plan.spec, plan.settings, run_of=tracker.runs.get)
+    live.setup()  # the study made before its command is printed: a dashboard opened then must not race its making
     log.info(f"Optuna study (fills in as trials end): optuna-dashboard {live.url}   (study '{plan.name}')")
     callbacks = [tracker, live, *callbacks]
     if plan.options.verbose:
