@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from mlflow.entities import LoggedModelStatus
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from vitplast_tune.config import FinetuneConfig, trial_config
@@ -31,6 +33,7 @@ from vitplast_tune.storage import (
     WEIGHTS_FILE,
     SearchPlace,
     fetch,
+    is_uri,
     join,
     remove,
 )
@@ -65,10 +68,14 @@ def log_best_trial(
     cfg = trial_config(result.config or {}, settings)
     run_id = row.get("run_id") if isinstance(row.get("run_id"), str) else None
     target = join(place.location, STAGING_DIR)
-    note = runner(_prepare, cfg=cfg, checkpoint=result.checkpoint, target=target, staged=list(staged))
+    note, sent = runner(_prepare, cfg=cfg, checkpoint=result.checkpoint, target=target, staged=list(staged))
     with tempfile.TemporaryDirectory(prefix="vitplast-best-") as directory:
         folder = Path(directory)
-        fetch(target, folder)
+        for name, data in sent.items():  # an object store's files come back through Ray (see _prepare)
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(data)
+        if not sent:
+            fetch(target, folder)
         (folder / TRIAL_FILE).write_text(json.dumps({**row, "settings": cfg.to_dict()}, indent=2, default=str))
         files = [folder / WEIGHTS_FILE, folder / TRIAL_FILE]
         log_artifacts(mlflow, parent_run_id, files, BEST_TRIAL_DIR)
@@ -77,16 +84,29 @@ def log_best_trial(
             mlflow.set_tag(run_id, BEST_TAG, "true")
             mlflow.set_tag(parent_run_id, BEST_RUN_TAG, run_id)
         model = folder / MODEL_NAME
-        uri = log_prepared_model(place.tracking_uri, parent_run_id, model) if (model / "MLmodel").is_file() else None
-    remove(target)
+        uri = None
+        if (model / "MLmodel").is_file():
+            try:
+                uri = log_prepared_model(place.tracking_uri, parent_run_id, model)
+            except (MlflowException, OSError, ValueError, yaml.YAMLError) as exc:  # the weights are logged already
+                reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+                note = f"the best model is not logged as an MLflow model: its files did not log ({reason})"
+    if not sent:
+        remove(target)
     return uri, note
 
 
-def _prepare(**kwargs: Any) -> str:
-    """``vit.best_model.prepare``, imported where it runs (a Ray worker): the driver stays torch-free."""
+def _prepare(**kwargs: Any) -> tuple[str, dict[str, bytes]]:
+    """``vit.best_model.prepare``, imported where it runs (a Ray worker): the driver stays torch-free. A storage path
+    gets the files there; for an object store they are made in the worker's own folder and sent back as bytes
+    (relative path -> content) through Ray, which reaches the driver however the store's clients are configured."""
     from vitplast_tune.vit.best_model import prepare
 
-    return prepare(**kwargs)
+    if not is_uri(kwargs["target"]):
+        return prepare(**kwargs), {}
+    with tempfile.TemporaryDirectory(prefix="vitplast-best-") as tmp:
+        note = prepare(**{**kwargs, "target": tmp})
+        return note, {p.relative_to(tmp).as_posix(): p.read_bytes() for p in Path(tmp).rglob("*") if p.is_file()}
 
 
 def logged_model(mlflow: MlflowClient, run_id: str) -> str | None:
