@@ -57,3 +57,25 @@ def test_too_few_trials_or_a_constant_target_give_a_note_not_numbers():
     nan = accuracy.copy()
     nan[:57] = np.nan  # trials without a value at the target do not count
     assert parameter_importance(params, DISTRIBUTIONS, nan).n == 3
+
+
+def test_over_the_cap_fanova_fits_a_seeded_sample_and_says_so_while_directions_use_every_trial():
+    params, accuracy = synthetic(n=80, seed=3)
+    capped = parameter_importance(params, DISTRIBUTIONS, accuracy, seed=0, max_trials=50)
+    again = parameter_importance(params, DISTRIBUTIONS, accuracy, seed=0, max_trials=50)
+    full = parameter_importance(params, DISTRIBUTIONS, accuracy, seed=0, max_trials=80)
+    assert (capped.n, capped.fitted, full.fitted) == (80, 50, None)
+    assert capped.table.equals(again.table)  # the sample is seeded
+    table = capped.table.set_index("parameter")
+    assert table.index[0] == "train_fc1" and table["importance"].sum() == pytest.approx(1.0)
+    assert not np.isclose(
+        table.loc["train_fc1", "importance"], full.table.set_index("parameter").loc["train_fc1", "importance"]
+    )
+    expected = accuracy[params["train_fc1"]].mean() - accuracy[~params["train_fc1"]].mean()  # over all 80 trials
+    assert table.loc["train_fc1", "effect"] == pytest.approx(expected)
+    assert (
+        table.loc["train_fc1", "detail"]
+        == f"{int(params['train_fc1'].sum())} with, {int((~params['train_fc1']).sum())} without"
+    )
+    assert "of val_acc_common, 50 of 80 trials (a seeded sample);" in describe_importance(capped)
+    assert "of val_acc_common, 80 trials;" in describe_importance(full)

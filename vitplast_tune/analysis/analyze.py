@@ -184,8 +184,10 @@ def importance_of(trials: pd.DataFrame, params: pd.DataFrame, distributions: dic
 def write_importance(found: Importance, out: Path) -> list[Path]:
     """The importance table as ``importance.csv`` and its bar chart ``importance.png`` in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    found.table.assign(target=found.target, n=found.n).to_csv(out / "importance.csv", index=False)
+    fitted = found.n if found.fitted is None else found.fitted
+    found.table.assign(target=found.target, n=found.n, fitted=fitted).to_csv(out / "importance.csv", index=False)
     if found.table.empty:
         return [out / "importance.csv"]
-    title = f"fANOVA importance of {found.target} ({found.n} trials)"
+    sample = f"{found.fitted:,} of {found.n:,} trials" if found.fitted is not None else f"{found.n} trials"
+    title = f"fANOVA importance of {found.target} ({sample})"
     return [out / "importance.csv", plot_importance(found.table, title, out / "importance.png")]
