@@ -9,10 +9,10 @@ only the COMPLETE trials, those ASHA let finish: the best ones). The direction o
 the mean target with it minus without it; of a number (the learning rate), Spearman's rank correlation with the
 target; of another choice, the best mean minus the worst.
 
-fANOVA's forest grows faster than linearly with the trials on a noisy target (its trees' leaves, each marginalized
-over every subspace): measured on the scale benchmark's parameters, 8 ms of CPU per trial at 300 trials and 31 ms at
-3,000. Above ``MAX_FANOVA_TRIALS`` it is fitted on a seeded random sample of that many trials, which the summary
-states; the directions are always over every trial.
+fANOVA's cost grows faster than linearly with the trials on a noisy target (its trees' leaves, each marginalized
+over every subspace): per trial, 3.8 times as much CPU at 3,000 trials as at 300 on the scale benchmark's parameters
+(docs/results/scale-2026-12-01.md). Above ``MAX_FANOVA_TRIALS`` it is fitted on a seeded random sample of that many
+trials, which the summary states; the directions are always over every trial.
 
 Pure functions on pandas objects and Optuna; nothing here needs Ray, MLflow or torch.
 """
