@@ -126,3 +126,35 @@ def mlflow_uri(uri):
             mlflow.set_tracking_uri(previous)
 
     return block()
+
+
+def test_a_best_model_made_in_a_worker_comes_to_the_driver_a_chunk_at_a_time_and_the_workers_folder_goes(
+    ray_local, tmp_path
+):
+    """The object-store path: what the worker made is copied through Ray in calls of at most ``chunk_bytes``, whole,
+    and the worker's folder is removed after."""
+    from vitplast_tune.records.best_trial import fetch_from_worker
+    from vitplast_tune.run.measure import measuring_worker
+
+    made = tmp_path / "worker"  # one machine here: the worker's folder is on this disk too
+    (made / "best_model" / "data").mkdir(parents=True)
+    files = {
+        "weights.safetensors": bytes(range(256)) * 41,
+        "best_model/data/model.pth": b"m" * 5000,
+        "best_model/MLmodel": b"",
+    }
+    for name, data in files.items():
+        (made / name).write_bytes(data)
+    calls = []
+    with measuring_worker({"cpu": 1}) as runner:
+
+        def counting(fn, **kwargs):
+            out = runner(fn, **kwargs)
+            calls.append((getattr(fn, "__name__", ""), len(out) if isinstance(out, bytes) else None))
+            return out
+
+        fetch_from_worker(counting, str(made), {n: len(d) for n, d in files.items()}, tmp_path / "driver", 4096)
+    assert {n: (tmp_path / "driver" / n).read_bytes() for n in files} == files
+    chunks = [size for name, size in calls if name == "_read_chunk"]
+    assert chunks == [4096, 4096, 2304, 4096, 904]  # 10,496 and 5,000 bytes in 4 KiB chunks, an empty file in none
+    assert calls[-1][0] == "rmtree" and not made.exists()

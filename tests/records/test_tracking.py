@@ -52,6 +52,23 @@ def test_a_new_experiment_keeps_its_artifacts_where_it_was_told(tmp_path):
     assert not (tmp_path / "mlruns").exists()  # the working directory (tmp_path) holds nothing of it
 
 
+def test_an_experiment_another_driver_made_between_the_lookup_and_the_create_is_used(tmp_path, monkeypatch):
+    """Two searches starting at once on one store: the second's create meets the first's experiment, and uses it."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = MlflowClient(uri).create_experiment("team")
+    second = MlflowClient(uri)
+    looked = []
+    real = second.get_experiment_by_name
+
+    def raced(name):  # the lookup ran before the other driver's create
+        looked.append(name)
+        return None if len(looked) == 1 else real(name)
+
+    monkeypatch.setattr(second, "get_experiment_by_name", raced)
+    assert experiment_id(second, "team") == first and looked == ["team", "team"]
+    assert [e.name for e in MlflowClient(uri).search_experiments()].count("team") == 1
+
+
 def test_a_trials_run_holds_what_the_view_plots_from_its_first_report(tmp_path):
     """val_acc_common, trainable_params and log10_trainable_params as the trial reports (the charts fill in while it
     runs); the search's end replaces val_acc_common by the accuracy at the common step."""

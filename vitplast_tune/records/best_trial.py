@@ -2,8 +2,9 @@
 own run, and the model rebuilt with them as the parent's MLflow model.
 
 The model is built where the trials ran (``vit.best_model.prepare``, sent by the caller's ``runner`` to a Ray worker
-with a trial's resources) and reaches the driver as files through the search's storage, which every node reaches;
-the driver logs those files to MLflow and never imports torch. Each part is written once: a resumed search whose end
+with a trial's resources) and reaches the driver as files through the search's storage, which every node reaches
+(or, when the storage is an object store, through Ray from the worker's folder, a chunk at a time); the driver logs
+those files to MLflow and never imports torch. Each part is written once: a resumed search whose end
 was interrupted logs what is missing.
 """
 
@@ -38,6 +39,7 @@ from vitplast_tune.storage import (
     remove,
 )
 
+CHUNK_BYTES = 64 * 2**20  # the best model's files from a worker to the driver, this much at a time
 STAGING_DIR = ".best_model"  # in Tune's folder of the search: what the worker made, removed once it is logged
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 # What the saved model's MLmodel says about the model (the rest says where it was logged, which Model.log decides).
@@ -68,14 +70,13 @@ def log_best_trial(
     cfg = trial_config(result.config or {}, settings)
     run_id = row.get("run_id") if isinstance(row.get("run_id"), str) else None
     target = join(place.location, STAGING_DIR)
-    note, sent = runner(_prepare, cfg=cfg, checkpoint=result.checkpoint, target=target, staged=list(staged))
+    note, sizes, made = runner(_prepare, cfg=cfg, checkpoint=result.checkpoint, target=target, staged=list(staged))
     with tempfile.TemporaryDirectory(prefix="vitplast-best-") as directory:
         folder = Path(directory)
-        for name, data in sent.items():  # an object store's files come back through Ray (see _prepare)
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_bytes(data)
-        if not sent:
+        if made is None:
             fetch(target, folder)
+        else:  # an object store's files come from the worker's folder, a chunk at a time (see _prepare)
+            fetch_from_worker(runner, made, sizes, folder)
         (folder / TRIAL_FILE).write_text(json.dumps({**row, "settings": cfg.to_dict()}, indent=2, default=str))
         files = [folder / WEIGHTS_FILE, folder / TRIAL_FILE]
         log_artifacts(mlflow, parent_run_id, files, BEST_TRIAL_DIR)
@@ -91,22 +92,48 @@ def log_best_trial(
             except (MlflowException, OSError, ValueError, yaml.YAMLError) as exc:  # the weights are logged already
                 reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
                 note = f"the best model is not logged as an MLflow model: its files did not log ({reason})"
-    if not sent:
+    if made is None:
         remove(target)
     return uri, note
 
 
-def _prepare(**kwargs: Any) -> tuple[str, dict[str, bytes]]:
-    """``vit.best_model.prepare``, imported where it runs (a Ray worker): the driver stays torch-free. A storage path
-    gets the files there; for an object store they are made in the worker's own folder and sent back as bytes
-    (relative path -> content) through Ray, which reaches the driver however the store's clients are configured."""
+def fetch_from_worker(
+    runner: Callable[..., Any], made: str, sizes: dict[str, int], folder: Path, chunk_bytes: int = CHUNK_BYTES
+) -> None:
+    """Copy the files ``_prepare`` made in the worker's folder ``made`` (relative path -> size) into ``folder``,
+    ``chunk_bytes`` per call of ``runner``, so that the driver never holds a whole model; the worker's folder is
+    removed afterwards, also when a copy fails."""
+    try:
+        for name, size in sizes.items():
+            path = folder / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as out:
+                for offset in range(0, size, chunk_bytes):
+                    out.write(runner(_read_chunk, path=os.path.join(made, name), offset=offset, size=chunk_bytes))
+    finally:
+        runner(shutil.rmtree, path=made, ignore_errors=True)
+
+
+def _prepare(**kwargs: Any) -> tuple[str, dict[str, int], str | None]:
+    """``vit.best_model.prepare``, imported where it runs (a Ray worker): the driver stays torch-free; its note, and
+    for an object store the files' sizes and the worker's folder that holds them. A storage path gets the files
+    there; for an object store they are made in a folder of the worker's own, which the driver copies through Ray
+    (``fetch_from_worker``): that reaches the driver however the store's clients are configured."""
     from vitplast_tune.vit.best_model import prepare
 
     if not is_uri(kwargs["target"]):
-        return prepare(**kwargs), {}
-    with tempfile.TemporaryDirectory(prefix="vitplast-best-") as tmp:
-        note = prepare(**{**kwargs, "target": tmp})
-        return note, {p.relative_to(tmp).as_posix(): p.read_bytes() for p in Path(tmp).rglob("*") if p.is_file()}
+        return prepare(**kwargs), {}, None
+    made = tempfile.mkdtemp(prefix="vitplast-best-")
+    note = prepare(**{**kwargs, "target": made})
+    sizes = {p.relative_to(made).as_posix(): p.stat().st_size for p in Path(made).rglob("*") if p.is_file()}
+    return note, sizes, made
+
+
+def _read_chunk(path: str, offset: int, size: int) -> bytes:
+    """At most ``size`` bytes of the file ``path`` from ``offset`` (where it is: the worker's node)."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(size)
 
 
 def logged_model(mlflow: MlflowClient, run_id: str) -> str | None:

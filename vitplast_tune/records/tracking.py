@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from mlflow.entities import Metric, Param
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.tracking.context.registry import resolve_tags
 
@@ -62,7 +63,12 @@ def experiment_id(mlflow: MlflowClient, name: str, artifact_location: str | None
     experiment = mlflow.get_experiment_by_name(name)
     if experiment:
         return experiment.experiment_id
-    return mlflow.create_experiment(name, artifact_location=artifact_location)
+    try:
+        return mlflow.create_experiment(name, artifact_location=artifact_location)
+    except MlflowException as exc:  # another driver made it since (two searches starting at once on one server)
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS" or (experiment := mlflow.get_experiment_by_name(name)) is None:
+            raise
+        return experiment.experiment_id
 
 
 def artifact_location(tracking_uri: str, experiment: str, storage: str) -> str | None:
