@@ -188,6 +188,5 @@ def write_importance(found: Importance, out: Path) -> list[Path]:
     found.table.assign(target=found.target, n=found.n, fitted=fitted).to_csv(out / "importance.csv", index=False)
     if found.table.empty:
         return [out / "importance.csv"]
-    sample = f"{found.fitted:,} of {found.n:,} trials" if found.fitted is not None else f"{found.n} trials"
-    title = f"fANOVA importance of {found.target} ({sample})"
+    title = f"fANOVA importance of {found.target} ({found.trials})"
     return [out / "importance.csv", plot_importance(found.table, title, out / "importance.png")]

@@ -41,6 +41,11 @@ class Importance:
     note: str = ""
     fitted: int | None = None  # the trials fANOVA was fitted on, when a sample of the ``n``
 
+    @property
+    def trials(self) -> str:
+        """The trials it counts, in words: ``60 trials`` or ``1,000 of 3,000 trials`` (a sample)."""
+        return f"{self.n} trials" if self.fitted is None else f"{self.fitted:,} of {self.n:,} trials"
+
 
 def parameter_importance(
     params: pd.DataFrame,
@@ -109,9 +114,7 @@ def _direction(values: pd.Series, y: pd.Series) -> dict:
 
 def describe_importance(found: Importance) -> str:
     """The importance block of a search's summary: one line per parameter, most important first."""
-    trials = (
-        f"{found.n} trials" if found.fitted is None else f"{found.fitted:,} of {found.n:,} trials (a seeded sample)"
-    )
+    trials = found.trials + ("" if found.fitted is None else " (a seeded sample)")
     head = (
         f"Which settings matter? fANOVA importance (Optuna, seed {found.seed}; shares of the variance, summing to 1) "
         f"of {found.target}, {trials}; direction: mean accuracy with minus without a component, Spearman for "
