@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import optuna
 from ray import tune
@@ -80,6 +81,20 @@ def test_tunes_failure_loggers_are_the_modules_own():
 
     for name in ray_tune.FAILURE_LOGGERS:  # each module logs through the logger of its own name
         assert importlib.import_module(name).logger is logging.getLogger(name)
+
+
+def test_tunes_temporary_state_files_are_named_as_read(tmp_path, monkeypatch):
+    """The names Tune's own saves give their temporary files are those ``renamed_while_uploaded`` knows."""
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    renamed, replace = [], os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (renamed.append(src), replace(src, dst)))
+    BasicVariantGenerator().save_to_dir(str(tmp_path), session_str="x")
+    assert renamed and all(Path(src).parent == tmp_path for src in renamed)
+    for src in renamed:
+        error = FileNotFoundError(2, f"[Errno 2] Failed to open local file '{src}'. Detail: [errno 2] No such file")
+        assert ray_tune.renamed_while_uploaded(error) and not ray_tune.renamed_while_uploaded(OSError(str(error)))
+    assert not ray_tune.renamed_while_uploaded(FileNotFoundError(f"Failed to open local file '{tmp_path}/state.json'"))
 
 
 def test_a_trials_experiment_paths_and_error_text_are_where_read(tmp_path):

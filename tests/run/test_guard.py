@@ -100,6 +100,47 @@ def test_tunes_failed_save_of_its_state_is_taken_and_not_shown(monkeypatch, tune
     assert tune_stop == [signal.SIGINT]
 
 
+def missing_copy_error(path) -> FileNotFoundError:
+    """pyarrow's error, for real, when a file its upload listed is gone as it opens it (as Ray's upload copies)."""
+    import pyarrow.fs
+
+    local = pyarrow.fs.LocalFileSystem()
+    try:
+        pyarrow.fs.copy_files(str(path), str(path) + ".copy", source_filesystem=local, destination_filesystem=local)
+    except FileNotFoundError as exc:
+        return exc
+    raise AssertionError(f"{path} was copied")
+
+
+def test_an_upload_that_raced_tunes_next_save_is_not_shown(tmp_path, tune_stop):
+    """Tune saves its state to a temporary file and renames it while the previous save's upload may still copy the
+    folder: that upload's failure on the renamed file is not shown, as Tune logs it (the exception attached) and as
+    Ray's syncer does (the traceback as text); a missing file of another name still is, and neither is a fault."""
+    import traceback
+
+    watch, seen = guard.Watch(), []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    temporary = tmp_path / "driver_artifacts" / ".e95105d2-2c7c-497d-beb1-9576df8ba059-tmp-basic-variant-state-x.json"
+    raced, other = missing_copy_error(temporary), missing_copy_error(tmp_path / "experiment_state-x.json")
+    try:
+        raise raced
+    except FileNotFoundError:
+        as_text = f"Last sync command failed with the following error:\n{traceback.format_exc()}"
+    loggers = [logging.getLogger(name) for name in (ray_tune.FAILURE_LOGGERS[0], "ray.train._internal.syncer")]
+    for logger in loggers:
+        logger.addHandler(handler), logger.addFilter(watch)
+    try:
+        loggers[0].error("Saving experiment state to storage failed with exception: ", exc_info=raced)
+        loggers[1].warning(as_text)
+        loggers[0].error("Saving experiment state to storage failed with exception: ", exc_info=other)
+    finally:
+        for logger in loggers:
+            logger.removeFilter(watch), logger.removeHandler(handler)
+    assert [r.exc_info[1] if r.exc_info else r.getMessage() for r in seen] == [other]
+    assert watch.fault is None and tune_stop == []
+
+
 def test_the_space_held_back_is_there_until_freed(tmp_path):
     reserve = guard.Reserve([tmp_path, tmp_path], size=2**20)  # one file per filesystem
     assert (

@@ -1,11 +1,12 @@
 """Ray Tune internals (read from Ray 2.60.0): ``OptunaSearch``'s live Optuna study and trials, a restored
 ``Tuner``'s run config (Ray restores the pickled callbacks and failure budget, with no public way to renew them),
-where a trial's experiment keeps its state, a trial's error text, and the loggers that report failed saves of the
-experiment state (Tune logs them instead of raising) and failed trials.
+where a trial's experiment keeps its state, a trial's error text, the loggers that report failed saves of the
+experiment state (Tune logs them instead of raising) and failed trials, and the temporary files of those saves.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,8 +40,28 @@ def renew_run_config(restored, renew: Callable[[Any], Any]) -> None:
 
 
 # The loggers whose records report, with the exception attached, that Tune's save of its experiment state failed
-# (which Tune logs instead of raising) or that a trial failed.
-FAILURE_LOGGERS = ("ray.tune.execution.experiment_state", "ray.tune.tune", "ray.tune.execution.tune_controller")
+# (which Tune logs instead of raising) or that a trial failed; and Ray's syncer, whose record of a failed upload
+# holds the traceback as text.
+FAILURE_LOGGERS = (
+    "ray.tune.execution.experiment_state",
+    "ray.tune.tune",
+    "ray.tune.execution.tune_controller",
+    "ray.train._internal.syncer",
+)
+
+
+# Tune writes each state file of a save to ".<uuid4>-tmp-<name>" beside it, then renames it (``_atomic_save``,
+# ``Searcher.save_to_dir``), while the upload of the previous save may still be listing and copying that folder.
+_TEMPORARY_STATE_FILE = re.compile(r"/\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-tmp-[^/']+'")
+
+
+def renamed_while_uploaded(error: BaseException | str | None) -> bool:
+    """Whether ``error`` (an exception, or a traceback's text) is an upload of Tune's state that listed a temporary
+    file of the next save and found it renamed before it opened it: the state is whole, and Tune starts the next
+    upload as it reports the failed one."""
+    if isinstance(error, BaseException):
+        return isinstance(error, FileNotFoundError) and _TEMPORARY_STATE_FILE.search(str(error)) is not None
+    return isinstance(error, str) and "FileNotFoundError" in error and _TEMPORARY_STATE_FILE.search(error) is not None
 
 
 def experiment_paths(trial) -> tuple[Path, tuple[Any, str]]:

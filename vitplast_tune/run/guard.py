@@ -146,8 +146,11 @@ class Watch(Callback):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """A logging filter on Tune's loggers of failures (a save of its state, a trial): one that is an OS fault is
-        taken, and not shown."""
+        taken, and not shown; nor is an upload that raced Tune's next save (``ray_tune.renamed_while_uploaded``)."""
         error = record.exc_info[1] if record.exc_info else None
+        if ray_tune.renamed_while_uploaded(error or record.getMessage()):
+            log.debug("Tune's upload of its state met a file its next save had renamed; the next upload carries it")
+            return False
         what = record.getMessage().splitlines()[0][:100].rstrip(": ") if error is not None else ""
         return error is None or not self.report(error, f"Tune reported: {what}")
 
