@@ -79,7 +79,7 @@ def test_tunes_failure_loggers_are_the_modules_own():
     import importlib
     import logging
 
-    for name in ray_tune.FAILURE_LOGGERS:  # each module logs through the logger of its own name
+    for name in (*ray_tune.FAILURE_LOGGERS, ray_tune.EXPERIMENT_ANALYSIS_LOGGER):  # each module's own logger
         assert importlib.import_module(name).logger is logging.getLogger(name)
 
 

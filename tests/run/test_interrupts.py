@@ -124,3 +124,42 @@ def test_a_search_sent_sigterm_after_its_trials_records_its_results_and_is_compl
     from mlflow.tracking import MlflowClient
 
     assert MlflowClient(result.place.tracking_uri).get_run(result.parent_run_id).info.status == "FINISHED"
+
+
+def test_the_resume_of_a_search_with_trials_that_never_ran_warns_of_none(tmp_path, ray_local):
+    """A stopped search's trials that never ran are what its resume runs: Tune's restore warns that it failed to
+    fetch their metrics, the search's restore does not."""
+    import logging
+
+    from ray import tune
+    from ray.tune.stopper import Stopper
+
+    from vitplast_tune._compat import ray_tune
+    from vitplast_tune.run import tuner
+
+    def reports(config):  # defined here: Ray's workers cannot import a test module
+        tune.report({"a": float(config["x"])})
+
+    class FirstResult(Stopper):  # the whole search stops at its first result, the second trial still pending
+        def __call__(self, trial_id, result):
+            return False
+
+        def stop_all(self):
+            return True
+
+    run_config = tune.RunConfig(name="e", storage_path=str(tmp_path), stop=FirstResult(), verbose=0)
+    tune.Tuner(reports, param_space={"x": tune.grid_search([0, 1])}, run_config=run_config).fit()
+    seen, handler = [], logging.Handler()
+    handler.emit = seen.append
+    logger = logging.getLogger(ray_tune.EXPERIMENT_ANALYSIS_LOGGER)
+    logger.addHandler(handler)
+    try:
+        tune.Tuner.restore(str(tmp_path / "e"), trainable=reports)
+        tunes = [r.getMessage() for r in seen]
+        seen.clear()
+        restored = tuner.restore(str(tmp_path / "e"), reports)
+    finally:
+        logger.removeHandler(handler)
+    assert len(tunes) == 1 and tunes[0].startswith("Failed to fetch metrics for "), tunes
+    assert seen == [] and logger.getEffectiveLevel() <= logging.WARNING  # and the level as it was
+    assert isinstance(restored, tune.Tuner)

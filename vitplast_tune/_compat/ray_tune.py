@@ -49,6 +49,10 @@ FAILURE_LOGGERS = (
     "ray.train._internal.syncer",
 )
 
+# The logger of Tune's ``ExperimentAnalysis``, which warns of each trial with no results to read (one that had not
+# reported when its search stopped), as a restored Tuner reads the experiment.
+EXPERIMENT_ANALYSIS_LOGGER = "ray.tune.analysis.experiment_analysis"
+
 
 # Tune writes each state file of a save to ".<uuid4>-tmp-<name>" beside it, then renames it (``_atomic_save``,
 # ``Searcher.save_to_dir``), while the upload of the previous save may still be listing and copying that folder.

@@ -85,17 +85,32 @@ def unfinished(location: str, total: int) -> int:
     there (TERMINATED or ERROR) ignores a trial a killed driver created but never started. ``location`` is the
     search's (``SearchPlan.location``), not the grid's path, which drops a URI's scheme and query.
     """
-    import logging
-
     from ray.tune import ExperimentAnalysis
 
-    quiet = logging.getLogger("ray.tune.analysis.experiment_analysis")
-    level, quiet.level = quiet.level, logging.ERROR  # "failed to fetch metrics" of trials that never ran
-    try:
+    with _no_missing_metrics_warning():
         statuses = [t.status for t in ExperimentAnalysis(location).trials]
+    return max(total - sum(status in ("TERMINATED", "ERROR") for status in statuses), 0)
+
+
+def restore(location: str, trainable) -> tune.Tuner:
+    """The Tuner of an interrupted search at ``location``, to run its unfinished and errored trials."""
+    with _no_missing_metrics_warning():
+        return tune.Tuner.restore(location, trainable=trainable, resume_unfinished=True, resume_errored=True)
+
+
+@contextlib.contextmanager
+def _no_missing_metrics_warning() -> Iterator[None]:
+    """Tune's warning that it "failed to fetch metrics" of trials held back while the block reads a stopped
+    search's state: those are the trials that had not reported when it stopped, which the resume runs."""
+    import logging
+
+    quiet = logging.getLogger(ray_tune.EXPERIMENT_ANALYSIS_LOGGER)
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # setLevel, not .level: it clears the cache of what each logger lets through
+    try:
+        yield
     finally:
         quiet.setLevel(level)
-    return max(total - sum(status in ("TERMINATED", "ERROR") for status in statuses), 0)
 
 
 def trial_dirname(trial) -> str:
@@ -112,7 +127,7 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
     callbacks = guard.watched([*callbacks, CSVLoggerCallback(), JsonLoggerCallback()])  # OS errors stop the search
     path = plan.location
     if options.resume and tune.Tuner.can_restore(path):
-        restored = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True)
+        restored = restore(path, trainable)
         renew_run_config(restored, callbacks, plan.max_failures)
         return restored
     param_space: dict[str, Any] = {} if spec.algorithm == "optuna" else variants.tune_param_space(spec)
