@@ -16,9 +16,9 @@ from vitplast_tune.analysis.correlation import spearman
 COLUMNS = ("good", "copy", "noise", "plasticity_mean", "log_trainable_params")
 
 
-def lab_data(name: str, seed: int, model: str = "m0", **changes) -> pooled.LabData:
+def lab_data(name: str, seed: int, model: str = "m0", columns=COLUMNS, **changes) -> pooled.LabData:
     trials = lab_trials(seed=seed).assign(**changes)
-    table = lab.subset_table(trials, columns=COLUMNS)
+    table = lab.subset_table(trials, columns=columns)
     return pooled.LabData(name, model, f"task{seed}", f"data{seed}", table, trials)
 
 
@@ -62,6 +62,23 @@ def test_pooling_labs_judges_the_mean_difference_under_holm():
     assert spread(twice.loc["noise"]) < 0.85 * spread(p_twice.loc["noise"])
     sentences = pooled.conclusions(result)
     assert sentences[0].startswith("good ranks the subsets better") and "3 labs (2 model(s): m0, m1" in sentences[0]
+
+
+def test_a_predictor_undefined_on_some_resamples_is_pooled_over_the_others():
+    """contains_mha_or_fc is 0 on three subsets only and constant, its Spearman undefined, on each resample that misses
+    them all: each lab's standard error, the pooled difference and the random effects come from the resamples where
+    it is defined, as its intervals do (an undefined resample made them all NaN, and the labs 0)."""
+    columns, binary = (*COLUMNS, "contains_mha_or_fc"), "contains_mha_or_fc"
+    labs = [lab_data(f"lab.m0.{k}", k, columns=columns) for k in range(3)]
+    _, samples = pooled.per_lab_statistics(labs, 2000, 0, columns)
+    undefined = [np.isnan(s).mean() for s in samples[binary]]
+    assert all(0.01 < u < 0.1 for u in undefined), undefined  # about (28/31)**31 of the resamples miss all three
+    result = pooled.pool(labs, n_boot=2000, columns=columns)
+    per = result.per_lab[result.per_lab["predictor"] == binary]
+    assert [float(x) for x in per["se"]] == pytest.approx([np.nanstd(s) for s in samples[binary]])
+    row = result.pooled.set_index("predictor").loc[binary]
+    assert row["labs"] == 3 and row["diff"] == pytest.approx(per["diff_vs_baseline"].mean())
+    assert np.isfinite(row["re"]) and row["low"] < row["diff"] < row["high"]
 
 
 def test_the_pooled_files_say_which_labs(tmp_path):

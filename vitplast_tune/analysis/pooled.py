@@ -107,12 +107,20 @@ def per_lab_statistics(
             rows.append(
                 {"lab": lab.name, "model": lab.model, "task": lab.task, "predictor": p, "n": s.row["n"]}
                 | {k2: s.row.get(k2, math.nan) for k2 in ("spearman", "baseline_spearman", "diff_vs_baseline")}
-                | {"low": low, "high": high, "se": float(np.std(s.samples)) if s.samples is not None else math.nan}
+                | {"low": low, "high": high, "se": _spread(s.samples)}
                 | {"note": s.row.get("note") or ("" if s.samples is not None else str(s.row.get("verdict", "")))}
             )
             if s.samples is not None:
                 samples.setdefault(p, []).append(s.samples)
     return pd.DataFrame(rows), samples
+
+
+def _spread(samples: np.ndarray | None) -> float:
+    """The standard deviation of a lab's bootstrap differences over the resamples where they are defined (a binary
+    predictor is constant on some), as its interval is taken; NaN with fewer than two."""
+    values = np.asarray(samples if samples is not None else [], dtype=float)
+    values = values[np.isfinite(values)]
+    return float(np.std(values)) if len(values) > 1 else math.nan
 
 
 def pooled_agreement(labs: list[LabData], score: str = AGREEMENT_SCORE) -> dict:
