@@ -127,16 +127,18 @@ def test_an_upload_that_raced_tunes_next_save_is_not_shown(tmp_path, tune_stop):
         raise raced
     except FileNotFoundError:
         as_text = f"Last sync command failed with the following error:\n{traceback.format_exc()}"
-    loggers = [logging.getLogger(name) for name in (ray_tune.FAILURE_LOGGERS[0], "ray.train._internal.syncer")]
-    for logger in loggers:
-        logger.addHandler(handler), logger.addFilter(watch)
+    loggers = [logging.getLogger(name) for name in (ray_tune.FAILURE_LOGGERS[0], ray_tune.FAILURE_LOGGERS[-1])]
+    for logger in loggers:  # Tune's save of its state, Ray's syncer
+        logger.addHandler(handler)
+        logger.addFilter(watch)
     try:
         loggers[0].error("Saving experiment state to storage failed with exception: ", exc_info=raced)
         loggers[1].warning(as_text)
         loggers[0].error("Saving experiment state to storage failed with exception: ", exc_info=other)
     finally:
         for logger in loggers:
-            logger.removeFilter(watch), logger.removeHandler(handler)
+            logger.removeFilter(watch)
+            logger.removeHandler(handler)
     assert [r.exc_info[1] if r.exc_info else r.getMessage() for r in seen] == [other]
     assert watch.fault is None and tune_stop == []
 
