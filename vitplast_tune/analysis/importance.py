@@ -10,8 +10,9 @@ the mean target with it minus without it; of a number (the learning rate), Spear
 target; of another choice, the best mean minus the worst.
 
 fANOVA's cost grows faster than linearly with the trials on a noisy target (its trees' leaves, each marginalized
-over every subspace; measured on the dated scale page of the docs' results). Above ``MAX_FANOVA_TRIALS`` it is fitted on a seeded random sample of that many
-trials, which the summary states; the directions are always over every trial.
+over every subspace; measured on the dated scale page of the docs' results). Above ``MAX_FANOVA_TRIALS`` it is
+fitted on a seeded random sample of that many trials, which the summary states; the directions are always over
+every trial.
 
 Pure functions on pandas objects and Optuna; nothing here needs Ray, MLflow or torch.
 """

@@ -20,11 +20,17 @@ import pandas as pd
 ALPHA = 0.05  # the family-wise error rate of every report's verdicts
 
 
+def defined(samples) -> np.ndarray:
+    """The finite bootstrap values of ``samples``: a statistic is undefined (NaN) on a resample where it has no value,
+    a Spearman on a constant predictor say, and every figure of the resamples is taken over the others."""
+    values = np.asarray(samples if samples is not None else [], dtype=float)
+    return values[np.isfinite(values)]
+
+
 def bootstrap_p(samples: np.ndarray, null: float = 0.0) -> float:
     """Two-sided bootstrap p-value of ``null``: twice the smaller share of the bootstrap values on either side of it
     (ties on both), at most 1; NaN without finite values."""
-    values = np.asarray(samples, dtype=float)
-    values = values[np.isfinite(values)]
+    values = defined(samples)
     if len(values) == 0:
         return math.nan
     return float(min(1.0, 2 * min(np.mean(values <= null), np.mean(values >= null))))
@@ -62,8 +68,7 @@ def interval_levels(p_values, alpha: float = ALPHA) -> np.ndarray:
 def percentile_interval(samples: np.ndarray, level: float) -> tuple[float, float]:
     """The percentile interval of bootstrap values at ``level`` (``inverted_cdf``: the interval excludes a value
     exactly when ``bootstrap_p`` of it is below ``1 - level``); NaN when there are none or no level."""
-    values = np.asarray(samples, dtype=float)
-    values = values[np.isfinite(values)]
+    values = defined(samples)
     if len(values) == 0 or not np.isfinite(level):
         return math.nan, math.nan
     tail = (1 - level) / 2

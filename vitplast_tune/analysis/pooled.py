@@ -118,8 +118,7 @@ def per_lab_statistics(
 def _spread(samples: np.ndarray | None) -> float:
     """The standard deviation of a lab's bootstrap differences over the resamples where they are defined (a binary
     predictor is constant on some), as its interval is taken; NaN with fewer than two."""
-    values = np.asarray(samples if samples is not None else [], dtype=float)
-    values = values[np.isfinite(values)]
+    values = multiple.defined(samples)
     return float(np.std(values)) if len(values) > 1 else math.nan
 
 
