@@ -4,6 +4,7 @@ of every joint ordering, the stratified bootstrap, one Holm family, and its file
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -119,3 +120,18 @@ def test_labs_are_read_from_their_folders_and_the_unqualified_left_out(tmp_path)
     assert [lab_["minutes"] for lab_ in payload["labs"]] == [1.5, 2.5]
     with pytest.raises(pooled.UserError, match="is not analyzed"):
         pooled.read_lab(tmp_path / "lab.m0.missing")
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+EVIDENCE = RESULTS / "data" / "lab-2026-12-02"  # each finished lab's three files that pooling reads, kept with its page
+
+
+def test_the_results_page_quotes_what_its_committed_labs_pool_to(tmp_path):
+    """The labs kept beside the dated results page, pooled again here, print the closing sentences the page quotes
+    for them, word for word: the page's words are the numbers' and anyone can check them without rerunning a trial."""
+    labs = sorted(EVIDENCE.glob("lab.*"))
+    assert [d.name for d in labs if (d / "lab.json").is_file()] == [d.name for d in labs] and labs
+    text = pooled.pool_labs(labs, tmp_path / "pooled")
+    said = text.split("What it says (generated from the figures above):\n")[1].split("\nfiles:")[0].splitlines()
+    page = (RESULTS / "lab-2026-12-01.md").read_text()
+    assert len(said) >= 3 and all(line.strip() in page for line in said), "requote the page from the command's output"
