@@ -77,7 +77,7 @@ def _tree(tmp: str) -> list[int]:
     return pids
 
 
-WORKER = "worker"  # the Ray worker with a trial's resources that measures and builds the best model (run.measure)
+WORKER = "worker"  # the Ray worker with a trial's resources that measures and builds the best model (run.before_trials)
 
 
 def _group(pid: int, driver: int) -> str:

@@ -42,7 +42,7 @@ from ray.tune import Callback
 from benchmarks import common
 from vitplast_tune import run_search, storage
 from vitplast_tune.plan import prepare
-from vitplast_tune.records.trials import trial_subset
+from vitplast_tune.records.table import trial_subset
 from vitplast_tune.run import OptunaSearcher, schedulers
 from vitplast_tune.run.optuna_search import warm_start_points
 from vitplast_tune.run.variants import tune_param_space

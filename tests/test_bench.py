@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from benchmarks import budget, coverage, data, gpu_check, memory, search, training
-from vitplast_tune.records.trials import trial_subset
+from vitplast_tune.records.table import trial_subset
 from vitplast_tune.run import OptunaSearcher
 from vitplast_tune.space import Choice, OptunaSpace, load_space
 from vitplast_tune.vit.training import FinetuneConfig, finetune

@@ -153,7 +153,7 @@ def test_arrows_between_packages_point_down_the_floors():
 def test_the_floors_check_fails_on_a_planted_upward_import(tmp_path):
     """records importing run (inside a function, as a lazy import would) is an arrow up a floor, and a cycle."""
     shutil.copytree(PACKAGE, tmp_path / "vitplast_tune", ignore=shutil.ignore_patterns("__pycache__", "weights"))
-    trials = tmp_path / "vitplast_tune" / "records" / "trials.py"
+    trials = tmp_path / "vitplast_tune" / "records" / "table.py"
     trials.write_text(trials.read_text() + "\n\ndef planted():\n    from vitplast_tune.run import driver\n")
     arrows = package_arrows(tmp_path / "vitplast_tune")
     assert upward(arrows) == ["records -> run"] and ("run", "records") in arrows

@@ -135,7 +135,7 @@ def run_stage(lab: Lab, stage: str, components: list[str], lrs: list[float] | No
     """One stage's trials: read when its search finished, else run (a new search, or the interrupted one resumed) and
     its wall time recorded in the lab's record."""
     from vitplast_tune.plan.options import SearchOptions
-    from vitplast_tune.records.trials import read_trials
+    from vitplast_tune.records.table import read_trials
     from vitplast_tune.run import driver
 
     directory = lab.dir / stage
@@ -348,7 +348,7 @@ def run_lab(lab: Lab, *, even_if_unqualified: bool = False):
 
 def lab_trials(lab: Lab) -> pd.DataFrame:
     """Every finished stage's trials, together (a ``stage`` column says whose)."""
-    from vitplast_tune.records.trials import read_trials
+    from vitplast_tune.records.table import read_trials
 
     parts = [
         read_trials(d).assign(stage=d.name)
@@ -426,7 +426,7 @@ def _stage_seconds(lab: Lab, stage: str, components: list[str]) -> tuple[int, fl
     from vitplast_tune.plan import estimate as est
     from vitplast_tune.plan.options import SearchOptions
     from vitplast_tune.plan.planner import prepare
-    from vitplast_tune.workflows import capacity
+    from vitplast_tune.workflows.preview import capacity
 
     space = stage_space(lab, stage, components)
     options = SearchOptions(

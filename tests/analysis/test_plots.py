@@ -20,7 +20,7 @@ def test_plots_write_png_files(tmp_path):
 
 def test_importing_the_library_selects_no_backend_and_needs_no_ray_or_mlflow():
     code = (
-        "import sys, vitplast_tune.analysis.trials, vitplast_tune.vit.plasticity\n"
+        "import sys, vitplast_tune.analysis.prediction, vitplast_tune.vit.plasticity\n"
         "bad = [m for m in ('matplotlib.pyplot', 'ray', 'mlflow') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

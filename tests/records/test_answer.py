@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.analysis.analyze import SearchAnalysis
-from vitplast_tune.analysis.trials import TrialAnalysis, analyze_trials, plasticity_verdict
+from vitplast_tune.analysis.prediction import TrialAnalysis, analyze_trials, plasticity_verdict
 from vitplast_tune.records.answer import answer_lines
 
 

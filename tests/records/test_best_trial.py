@@ -134,7 +134,7 @@ def test_a_best_model_made_in_a_worker_comes_to_the_driver_a_chunk_at_a_time_and
     """The object-store path: what the worker made is copied through Ray in calls of at most ``chunk_bytes``, whole,
     and the worker's folder is removed after."""
     from vitplast_tune.records.best_trial import fetch_from_worker
-    from vitplast_tune.run.measure import measuring_worker
+    from vitplast_tune.run.before_trials import measuring_worker
 
     made = tmp_path / "worker"  # one machine here: the worker's folder is on this disk too
     (made / "best_model" / "data").mkdir(parents=True)

@@ -26,7 +26,7 @@ from vitplast_tune.records import pareto_front, read_trials, summary, top_trials
 from vitplast_tune.records.tracking import NOTE_TAG, ROLE_TAG, SEARCH_TAG, VIEW_LINK_TAG, child_runs
 from vitplast_tune.records.view import DEFAULT_UI, KIND, KIND_TAG
 from vitplast_tune.run import measuring_worker
-from vitplast_tune.run.measure import worker_options
+from vitplast_tune.run.before_trials import worker_options
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from vitplast_tune.errors import UserError
 from vitplast_tune.plan import SearchOptions, prepare
 from vitplast_tune.plan.checks import check_metric
 from vitplast_tune.records import pareto_front
-from vitplast_tune.records.trials import trial_subset
+from vitplast_tune.records.table import trial_subset
 from vitplast_tune.run import execute, search_algorithm, train_trial
 from vitplast_tune.run.optuna_search import objectives
 from vitplast_tune.space import load_space

@@ -12,7 +12,7 @@ from vitplast_tune.components import (
     parse_subset,
 )
 from vitplast_tune.errors import UserError
-from vitplast_tune.records.trials import trial_subset
+from vitplast_tune.records.table import trial_subset
 from vitplast_tune.run.variants import grid_points, tune_param_space
 from vitplast_tune.space import LogUniform, Methods, OptunaSpace, RandInt, Subsets, load_space
 

@@ -16,8 +16,8 @@ from vitplast_tune.analysis import lab
 from vitplast_tune.analysis.depth import DepthAnalysis, analyze_depth, describe_depth, varies_depth
 from vitplast_tune.analysis.importance import Importance, describe_importance, parameter_importance
 from vitplast_tune.analysis.plots import plot_importance
+from vitplast_tune.analysis.prediction import TrialAnalysis, analyze_trials, describe_correlations
 from vitplast_tune.analysis.protocol import PaperResults, describe_paper, paper_results
-from vitplast_tune.analysis.trials import TrialAnalysis, analyze_trials, describe_correlations
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.predictors.report import in_network_depth_scores, in_network_scores, search_report
 from vitplast_tune.predictors.scores import layer_table, num_blocks

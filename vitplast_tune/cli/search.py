@@ -250,7 +250,7 @@ def search_main(argv: Sequence[str] | None = None) -> int:
     )
     quiet_library(args.quiet)
     if args.dry_run:
-        from vitplast_tune.workflows import dry_run
+        from vitplast_tune.workflows.preview import dry_run
 
         print(dry_run(options))
         return 0

@@ -7,7 +7,7 @@ __getattr__, __dir__, __all__ = _lazy.attach(
     __name__,
     submod_attrs={
         "result": ["SearchResult", "summary", "ui_command"],
-        "trials": ["trial_table", "read_trials", "write_trials", "top_trials"],
+        "table": ["trial_table", "read_trials", "write_trials", "top_trials"],
         "study": ["StudyRecord", "write_study"],
         "trial_runs": ["MlflowTracker"],
         "view": ["View"],

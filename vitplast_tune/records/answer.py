@@ -7,8 +7,8 @@ from __future__ import annotations
 import pandas as pd
 
 from vitplast_tune.analysis.analyze import SearchAnalysis
-from vitplast_tune.analysis.trials import TARGET_LABELS, finished_trials, judged_scores
-from vitplast_tune.records.trials import pct
+from vitplast_tune.analysis.prediction import TARGET_LABELS, finished_trials, judged_scores
+from vitplast_tune.records.table import pct
 
 CLOSE_POINTS = 1.0  # "close to the best": within this many points of its best validation accuracy
 

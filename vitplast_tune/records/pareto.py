@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitplast_tune.analysis.trials import finished_trials
-from vitplast_tune.records.trials import display_table
+from vitplast_tune.analysis.prediction import finished_trials
+from vitplast_tune.records.table import display_table
 
 # What each Pareto front trades accuracy against: (column, "min" when less is better, label).
 PARETO_AXES: tuple[tuple[str, str, str], ...] = (

@@ -13,7 +13,7 @@ from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.records.answer import answer_lines
 from vitplast_tune.records.pareto import describe_pareto
 from vitplast_tune.records.study import StudyRecord
-from vitplast_tune.records.trials import display_table, top_trials
+from vitplast_tune.records.table import display_table, top_trials
 from vitplast_tune.records.view import View, run_link, ui_base_url
 from vitplast_tune.space.files import SearchSpec, searched_augmentations
 from vitplast_tune.storage import SearchPlace

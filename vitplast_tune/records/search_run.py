@@ -15,6 +15,7 @@ from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import criteria_summary
 from vitplast_tune.records import view as saved_view
 from vitplast_tune.records.result import augmentation_text
+from vitplast_tune.records.table import read_trials
 from vitplast_tune.records.tracking import (
     BEST_TAG,
     BEST_WEIGHTS,
@@ -31,7 +32,6 @@ from vitplast_tune.records.tracking import (
     start_ms,
     start_search_run,
 )
-from vitplast_tune.records.trials import read_trials
 from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.storage import BEST_TRIAL_DIR, MODEL_NAME, TRIAL_FILE, SearchPlace
 

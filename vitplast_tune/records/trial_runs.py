@@ -20,6 +20,7 @@ from ray.tune import Callback
 from vitplast_tune.components import component_flags, component_methods, method_label, subset_name
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.predictors import report
+from vitplast_tune.records.table import trial_label
 from vitplast_tune.records.tracking import (
     CURVE_METRICS,
     DEVICE_TAG,
@@ -40,7 +41,6 @@ from vitplast_tune.records.tracking import (
     source_tags,
     trial_runs,
 )
-from vitplast_tune.records.trials import trial_label
 
 
 @dataclass

@@ -11,7 +11,7 @@ __getattr__, __dir__, __all__ = _lazy.attach(
         "tuner": ["search_algorithm"],
         "optuna_search": ["OptunaSearcher"],
         "schedulers": ["scheduler"],
-        "measure": ["measure_predictors", "measuring_worker"],
+        "before_trials": ["measure_predictors", "measuring_worker"],
         "progress": ["Progress"],
     },
 )

@@ -3,7 +3,7 @@ results -> the best model -> the Optuna study -> analyze, Ray up until the end. 
 measurements and the best model run in Ray workers.
 
 ``run(options)`` is the whole job; ``execute(plan)`` runs a prepared plan. Each step is one call into the module that
-owns it: ``plan`` (validation), ``run.cluster`` and ``run.nodes`` (Ray), ``run.measure`` (plasticity, gradient
+owns it: ``plan`` (validation), ``run.cluster`` and ``run.nodes`` (Ray), ``run.before_trials`` (plasticity, gradient
 table), ``records`` (MLflow, the trial table, the Optuna study, the summary), ``run.tuner`` (the Tuner) and
 ``analysis`` (statistics, plots).
 """
@@ -25,9 +25,10 @@ from vitplast_tune.plan.planner import prepare
 from vitplast_tune.plan.resume import resume_command
 from vitplast_tune.predictors.report import Predictors
 from vitplast_tune.recommend import ranking
-from vitplast_tune.records import best_trial, pareto, search_run, study, tracking, trial_runs, trials
+from vitplast_tune.records import best_trial, pareto, search_run, study, tracking, trial_runs
 from vitplast_tune.records.result import SearchResult, ui_command
-from vitplast_tune.run import guard, interrupts, measure, nodes, parallel, tuner
+from vitplast_tune.records.table import metric_curves, top_trials, trial_result, trial_table, write_trials
+from vitplast_tune.run import before_trials, guard, interrupts, nodes, parallel, tuner
 from vitplast_tune.run.live_study import LiveStudy
 from vitplast_tune.run.trainable import train_trial
 from vitplast_tune.storage import write_record
@@ -149,12 +150,12 @@ def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings
     makes their measurements), then the parent run ended FINISHED. Each step writes what a resumed search lacks."""
     mlflow, parent = records.mlflow, records.parent
     with timings.phase("results"):
-        table = trials.trial_table(tuned.grid, plan.settings, tuned.predictors)
+        table = trial_table(tuned.grid, plan.settings, tuned.predictors)
         result = SearchResult(plan.place, plan.spec, plan.settings, table, parent, view=tuned.view)
         result.notes = list(plan.notes)
         _record_results(result, mlflow, tuned.grid)
     o = plan.options
-    with measure.measuring_worker(o.trial_resources, doing="building the best model") as runner:
+    with before_trials.measuring_worker(o.trial_resources, doing="building the best model") as runner:
         with timings.phase("best_model"):
             _record_best(result, mlflow, tuned.grid, runner, tuned.staged)
         with timings.phase("study"):
@@ -176,7 +177,7 @@ def _record_and_tune(
     with timings.phase("ray_start"):
         grows, staged = nodes.stage_inputs(plan)
     # The predictors, in one Ray worker with a trial's resources (a GPU when trials use GPUs); cached plasticity reused.
-    predictors = measure.measure_predictors(plan, staged, timings)
+    predictors = before_trials.measure_predictors(plan, staged, timings)
     with timings.phase("records"):
         place = plan.place
         records.mlflow = tracking.client(plan.tracking_uri)
@@ -308,7 +309,7 @@ def record_study(result: SearchResult, mlflow, grid) -> study.StudyRecord | None
         return None
     spec = result.spec
     metrics = [m for m, _ in spec.objectives] or [spec.metric]
-    curves = trials.metric_curves(grid, metrics)
+    curves = metric_curves(grid, metrics)
     found = study.write_study(result.place.results_dir, result.place.name, spec, result.trials, curves)
     mlflow.set_tag(result.parent_run_id, tracking.STUDY_TAG, f"{found.url} (study {found.name})")
     return found
@@ -321,8 +322,8 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
     if not table.empty:
         table["run_id"] = table["trial_id"].map(tracking.trial_runs(mlflow, result.parent_run_id))
         trial_runs.log_trial_finals(mlflow, table, tracking.start_ms(mlflow, result.parent_run_id))
-    best = trials.top_trials(table, result.spec, 1)
-    path = trials.write_trials(table, result.place.local_dir)
+    best = top_trials(table, result.spec, 1)
+    path = write_trials(table, result.place.local_dir)
     if path is not None:
         search_run.log_results(mlflow, result.parent_run_id, path, best, len(table))
     search_run.log_pareto(
@@ -333,8 +334,8 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
 def _record_best(result: SearchResult, mlflow, grid, runner, staged=()) -> None:
     """The best trial's weights on its run and the parent's, its model on the parent's (``records.best_trial``),
     built by ``runner`` (a Ray worker with a trial's resources)."""
-    best = trials.top_trials(result.trials, result.spec, 1)
-    found = trials.trial_result(grid, best.iloc[0]["trial_id"]) if not best.empty else None
+    best = top_trials(result.trials, result.spec, 1)
+    found = trial_result(grid, best.iloc[0]["trial_id"]) if not best.empty else None
     if found is None or found.checkpoint is None:
         return
     row = best.iloc[0].to_dict()

@@ -15,8 +15,8 @@ from ray.tune import Callback
 
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.records.study import frozen_trials, known_trials, open_study, storage_url
+from vitplast_tune.records.table import trial_table
 from vitplast_tune.records.tracking import is_number
-from vitplast_tune.records.trials import trial_table
 from vitplast_tune.space.files import SearchSpec
 
 

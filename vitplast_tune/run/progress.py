@@ -16,7 +16,7 @@ from typing import TextIO
 
 from ray.tune import Callback
 
-from vitplast_tune.records.trials import pct, trial_label
+from vitplast_tune.records.table import pct, trial_label
 
 ENDED = ("TERMINATED", "ERROR")
 

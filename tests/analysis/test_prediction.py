@@ -1,4 +1,4 @@
-"""The per-trial analysis (analysis/trials.py): every plasticity score against the parameter count, its verdict
+"""The per-trial analysis (analysis/prediction.py): every plasticity score against the parameter count, its verdict
 adjusted for all those the analysis prints."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from vitplast_tune.analysis.correlation import MIN_POINTS, compare_predictors
-from vitplast_tune.analysis.trials import analyze_trials, describe_correlations
+from vitplast_tune.analysis.prediction import analyze_trials, describe_correlations
 
 
 def test_the_per_trial_verdict_waits_for_enough_trials(tmp_path):
