@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from vitplast_tune.config import FinetuneConfig, cache_dir
-from vitplast_tune.data import datasets, staging
+from vitplast_tune.data import datasets, image_files, staging
 
 
 def tree(root: Path) -> Path:
@@ -68,7 +68,7 @@ def test_staged_files_are_unpacked_once_per_node_and_the_run_points_at_them(ray_
     local = results[0]
     assert Path(local.data_dir).parent == cache_dir() / "staged" and not local.download
     assert Path(local.weights).read_bytes() == b"w" * 7
-    assert datasets.imagefolder_classes(Path(local.data_dir)) == ["cat", "dog"]
+    assert image_files.imagefolder_classes(Path(local.data_dir)) == ["cat", "dog"]
     assert sorted(str(p.relative_to(local.data_dir)) for p in Path(local.data_dir).rglob("*.png")) == sorted(
         staged[1].files.paths
     )
@@ -101,5 +101,5 @@ def test_trials_sharing_a_node_do_not_race_a_download(tmp_path, monkeypatch):
 
 
 def test_no_lock_without_a_download(tmp_path):
-    with datasets.download_lock(tmp_path / "data", "cifar10", False):
+    with image_files.download_lock(tmp_path / "data", "cifar10", False):
         assert not (tmp_path / "data").exists()

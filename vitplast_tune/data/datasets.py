@@ -22,21 +22,17 @@ none. Such data is not downloaded unless ``download`` is on; a failure is one Us
 
 from __future__ import annotations
 
-import contextlib
-import io
-import urllib.error
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Subset
 
 from vitplast_tune.config import default_data_dir  # re-exported: data.default_data_dir
-from vitplast_tune.data import generated, transforms
+from vitplast_tune.data import generated, image_files, transforms
 from vitplast_tune.data.decoded import InMemory  # re-exported: data.InMemory
-from vitplast_tune.data.splits import Splits, split_in_memory, split_indices, three_way_split
+from vitplast_tune.data.splits import Splits, split_in_memory
 from vitplast_tune.errors import UserError, did_you_mean
 
 CIFAR10C_CORRUPTIONS = (
@@ -108,19 +104,19 @@ def resolve_augmentation(name: str, augment: str | None) -> str:
     dataset's default; "auto" is the same as None."""
     if augment is None or augment == "auto":
         check_dataset_name(name)  # a timm.data.create_dataset name: natural images, the paper's recipe
-        return transforms.DEFAULT_AUGMENTATION if is_timm_name(name) else _AUGMENT[name.partition(":")[0]]
+        return transforms.DEFAULT_AUGMENTATION if image_files.is_timm_name(name) else _AUGMENT[name.partition(":")[0]]
     return transforms.augmentation(augment).name
 
 
 def num_classes(name: str, data_dir: str | Path | None = None, download: bool = False) -> int:
     """Number of classes of dataset ``name`` without loading its images (a timm name reads its index)."""
     check_dataset_name(name)
-    if is_timm_name(name):
-        return _timm_num_classes(name, _root(data_dir), download)
+    if image_files.is_timm_name(name):
+        return image_files.timm_num_classes(name, _root(data_dir), download)
     family = name.partition(":")[0]
     if family in _NUM_CLASSES:
         return _NUM_CLASSES[family]
-    return len(imagefolder_classes(_root(data_dir)))
+    return len(image_files.imagefolder_classes(_root(data_dir)))
 
 
 def list_datasets() -> list[str]:
@@ -130,7 +126,7 @@ def list_datasets() -> list[str]:
 
 def check_dataset_name(name: str) -> None:
     """Raise UserError unless ``name`` is a registered dataset (with a valid CIFAR-10-C corruption)."""
-    if is_timm_name(name):
+    if image_files.is_timm_name(name):
         return
     family, _, option = name.partition(":")
     if family not in _DATASETS:
@@ -184,8 +180,10 @@ def _load(
     name, data_config, data_dir, download, seed, val_fraction, image_cache=0, augment="paper"
 ) -> Splits | InMemory:
     check_dataset_name(name)
-    if is_timm_name(name):
-        return _timm_dataset(name, data_config, _root(data_dir), download, seed, val_fraction, image_cache, augment)
+    if image_files.is_timm_name(name):
+        return image_files.timm_dataset(
+            name, data_config, _root(data_dir), download, seed, val_fraction, image_cache, augment
+        )
     family, _, option = name.partition(":")
     kwargs = dict(
         data_config=data_config, root=_root(data_dir), download=download, seed=seed, val_fraction=val_fraction
@@ -254,22 +252,12 @@ def _to_uint8(images: torch.Tensor) -> np.ndarray:
 # ----------------------------------------------------------------------------- image datasets
 
 
-def _train_val(
-    make: Callable[[Callable], Dataset], data_config, seed, val_fraction, augment
-) -> tuple[Dataset, Dataset]:
-    """The seeded train/val split of a train set, each half with its own transform (training: the recipe ``augment``)."""
-    train_set = make(transforms.per_image(data_config, True, augment))
-    eval_set = make(transforms.per_image(data_config, train=False))
-    train_idx, val_idx = split_indices(len(train_set), val_fraction, seed)
-    return Subset(train_set, train_idx.tolist()), Subset(eval_set, val_idx.tolist())
-
-
 def _torchvision_cifar(name: str, cls_name: str) -> Loader:
     def load(data_config, root, download, seed, val_fraction) -> InMemory:
         import torchvision.datasets as tvd
 
         cls = getattr(tvd, cls_name)
-        with download_lock(root, name, download), _friendly_data_errors(name, root, download):
+        with image_files.download_lock(root, name, download), image_files.friendly_data_errors(name, root, download):
             train, test = (cls(str(root), train=flag, download=download) for flag in (True, False))
         images = np.concatenate([train.data, test.data]).transpose(0, 3, 1, 2)
         labels = np.asarray(list(train.targets) + list(test.targets), dtype=np.int64)
@@ -279,175 +267,15 @@ def _torchvision_cifar(name: str, cls_name: str) -> Loader:
     return load
 
 
-def _torchvision(name: str, cls_name: str, train_kw: dict, test_kw: dict, classes: int) -> Loader:
-    def load(data_config, root, download, seed, val_fraction, image_cache=0, augment="paper") -> Splits:
-        import torchvision.datasets as tvd
-
-        cls = getattr(tvd, cls_name)
-        with download_lock(root, name, download), _friendly_data_errors(name, root, download):
-            source = lambda kw: lambda tf=None: cls(str(root), download=download, transform=tf, **kw)
-            make_train = _cached(source(train_kw), f"{name}-{train_kw['split']}", image_cache)
-            make_test = _cached(source(test_kw), f"{name}-{test_kw['split']}", image_cache)
-            train, val = _train_val(make_train, data_config, seed, val_fraction, augment)
-            test = make_test(transforms.per_image(data_config, False))
-        return Splits(train, val, test, classes)
-
-    load.__doc__ = f"torchvision {cls_name} in data_dir (download=True fetches it)."
-    return load
-
-
-def _cached(make: Callable[..., Dataset], key: str, image_cache: int) -> Callable[[Callable], Dataset]:
-    """``make(transform)`` itself, or with ``image_cache`` > 0 a maker of the same items read from the image cache
-    of ``make()`` (the images untransformed), built first when missing."""
-    if not image_cache:
-        return make
-    from vitplast_tune.data import image_cache as cache
-
-    directory = cache.ensure(make, key, image_cache)
-    return lambda transform: cache.CachedImages(directory, transform)
-
-
 register_dataset("cifar10", 10)(_torchvision_cifar("cifar10", "CIFAR10"))
 register_dataset("cifar100", 100)(_torchvision_cifar("cifar100", "CIFAR100"))
 register_dataset("pets", 37, from_files=True)(
-    _torchvision("pets", "OxfordIIITPet", {"split": "trainval"}, {"split": "test"}, 37)
+    image_files.torchvision_loader("pets", "OxfordIIITPet", {"split": "trainval"}, {"split": "test"}, 37)
 )
 register_dataset("flowers102", 102, from_files=True)(
-    _torchvision("flowers102", "Flowers102", {"split": "train"}, {"split": "test"}, 102)
+    image_files.torchvision_loader("flowers102", "Flowers102", {"split": "train"}, {"split": "test"}, 102)
 )
-
-
-_IMAGEFOLDER_HELP = (
-    "image folder {train_dir} does not exist; point --data-dir at a directory with "
-    "train/<class>/<images> (and optionally test/<class>/<images>)"
-)
-
-
-def imagefolder_classes(root: Path) -> list[str]:
-    """The class names of ``root/train`` (sorted, as ImageFolder indexes them); a ``root/test`` must have the same."""
-    train_dir, test_dir = root / "train", root / "test"
-    if not train_dir.is_dir():
-        raise UserError(_IMAGEFOLDER_HELP.format(train_dir=train_dir))
-    classes = sorted(d.name for d in train_dir.iterdir() if d.is_dir())
-    if len(classes) < 2:
-        raise UserError(
-            f"image folder {train_dir} has {len(classes)} class folder(s) ({', '.join(classes) or 'none'}); a classifier "
-            "needs at least 2: put each class's images in a folder of its own, train/<class>/<images>"
-        )
-    if test_dir.is_dir():
-        test = {d.name for d in test_dir.iterdir() if d.is_dir()}
-        missing, extra = sorted(set(classes) - test), sorted(test - set(classes))
-        if missing or extra:
-            found = (("missing", missing), ("extra", extra))
-            problem = "; ".join(f"{what} {', '.join(names)}" for what, names in found if names)
-            raise UserError(
-                f"the test folder {test_dir} must have the classes of {train_dir} ({problem}); "
-                "add or remove class folders so both match, or remove test/ to split one off train"
-            )
-    return classes
-
-
-@register_dataset("imagefolder", from_files=True)
-def _imagefolder(data_config, root, download, seed, val_fraction, image_cache=0, augment="paper") -> Splits:
-    """``root/train/<class>/*`` (and ``root/test/<class>/*``, else a seeded 20% test split)."""
-    from torchvision.datasets import ImageFolder
-
-    train_dir, test_dir = root / "train", root / "test"
-    classes = imagefolder_classes(root)  # test/ has train's classes, so both index them alike (sorted names)
-    make = _cached(lambda tf=None: ImageFolder(str(train_dir), transform=tf), "imagefolder-train", image_cache)
-    if test_dir.is_dir():
-        if ImageFolder(str(test_dir)).class_to_idx != {name: i for i, name in enumerate(classes)}:  # an empty class
-            raise UserError(f"the test folder {test_dir} has no images for some classes of {train_dir}; add them")
-        train, val = _train_val(make, data_config, seed, val_fraction, augment)
-        make_test = lambda tf=None: ImageFolder(str(test_dir), transform=tf)
-        test = _cached(make_test, "imagefolder-test", image_cache)(transforms.per_image(data_config, False))
-    else:
-        full_train, full_eval = (
-            make(transforms.per_image(data_config, True, augment)),
-            make(transforms.per_image(data_config, False)),
-        )
-        train_idx, val_idx, test_idx = three_way_split(len(full_train), val_fraction, seed)
-        train, val = Subset(full_train, train_idx.tolist()), Subset(full_eval, val_idx.tolist())
-        test = Subset(full_eval, test_idx.tolist())
-    return Splits(train, val, test, len(classes))
-
-
-# ----------------------------------------------------------------------------- timm's dataset factory, the fallback
-
-TIMM_PREFIXES = ("torch", "hfds")  # timm.data.create_dataset's map-style datasets (torchvision, Hugging Face)
-_FOLDER_NAMES = ("folder", "image_folder")  # torch/folder: torchvision's ImageFolder on data_dir's split folders
-_EVAL_FOLDERS = ("test", "validation", "val", "valid", "eval", "evaluation")
-
-
-def is_timm_name(name: str) -> bool:
-    """Whether ``name`` goes to ``timm.data.create_dataset``: ``<prefix>/<name>`` with a prefix in TIMM_PREFIXES."""
-    prefix, sep, rest = name.partition("/")
-    return bool(sep and rest) and prefix.lower() in TIMM_PREFIXES
-
-
-def _timm_create(name: str, root: Path, split: str, download: bool, transform=None) -> Dataset:
-    """``timm.data.create_dataset`` of one split, its images as RGB; any failure (no network, missing files, a
-    missing package) one UserError line."""
-    from timm.data import create_dataset
-
-    rgb = None if transform is None else lambda image: transform(image.convert("RGB"))
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # timm prints install hints of its own
-            return create_dataset(name, root=str(root), split=split, download=download, transform=rgb)
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0]
-        if isinstance(exc, ImportError):
-            todo = f"install the package it needs (pip install {exc.name or 'the missing module'})"
-        elif download:
-            todo = "with no network, fetch it elsewhere and point --data-dir at it"
-        else:
-            todo = "pass --download to fetch it (needs a network), or --data-dir to where it lies"
-        raise UserError(
-            f'dataset "{name}" (timm.data.create_dataset, split {split}, root {root}) could not be loaded: '
-            f"{type(exc).__name__}: {first}; {todo}"
-        ) from None
-
-
-def _timm_num_classes(name: str, root: Path, download: bool) -> int:
-    """The class count of a timm dataset's train split (torchvision's ``classes``, timm's reader's ``class_to_idx``)."""
-    train = _timm_create(name, root, "train", download)
-    classes = getattr(train, "classes", None) or getattr(getattr(train, "reader", None), "class_to_idx", None)
-    if not classes:
-        raise UserError(f'dataset "{name}" names no classes, so a classification head cannot be sized for it')
-    return len(classes)
-
-
-def _timm_eval_split(name: str, root: Path, download: bool) -> str | None:
-    """The split a timm dataset is tested on: ``test``, else ``validation`` (for a folder: the first of
-    ``_EVAL_FOLDERS`` present in ``root``); None when it has none."""
-    if name.partition("/")[2].lower() in _FOLDER_NAMES:
-        return next((d for d in _EVAL_FOLDERS if (root / d).is_dir()), None)
-    for split in ("test", "validation"):
-        with contextlib.suppress(UserError):
-            _timm_create(name, root, split, download)
-            return split
-    return None
-
-
-def _timm_dataset(name, data_config, root, download, seed, val_fraction, image_cache=0, augment="paper") -> Splits:
-    """A dataset by ``timm.data.create_dataset``: its train split divided into train/validation (seeded), its test
-    split (``_timm_eval_split``) or else a seeded test split of train; ``image_cache`` and ``augment`` as for image
-    folders."""
-    classes = _timm_num_classes(name, root, download)
-    key = f"timm-{name}"
-    make = lambda split: _cached(
-        lambda tf=None: _timm_create(name, root, split, download, tf), f"{key}-{split}", image_cache
-    )
-    eval_split = _timm_eval_split(name, root, download)
-    if eval_split is not None:
-        train, val = _train_val(make("train"), data_config, seed, val_fraction, augment)
-        test = make(eval_split)(transforms.per_image(data_config, False))
-        return Splits(train, val, test, classes)
-    full_train = make("train")(transforms.per_image(data_config, True, augment))
-    full_eval = make("train")(transforms.per_image(data_config, False))
-    train_idx, val_idx, test_idx = three_way_split(len(full_train), val_fraction, seed)
-    pick = lambda dataset, idx: Subset(dataset, idx.tolist())
-    return Splits(pick(full_train, train_idx), pick(full_eval, val_idx), pick(full_eval, test_idx), classes)
+register_dataset("imagefolder", from_files=True)(image_files.imagefolder)
 
 
 @register_dataset("cifar10c", num_classes=10, options=CIFAR10C_CORRUPTIONS)
@@ -469,39 +297,3 @@ def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "",
     block = slice((severity - 1) * per, severity * per)
     images = np.ascontiguousarray(np.asarray(images[block]).transpose(0, 3, 1, 2))
     return InMemory(images, labels[block].astype(np.int64))
-
-
-def download_lock(root: Path, name: str, download: bool):
-    """With ``download``, a file lock per dataset and data directory: trials sharing a node do not race the same
-    download (the first downloads, the others wait, then find the files); without, nothing."""
-    if not download:
-        return contextlib.nullcontext()
-    from filelock import FileLock
-
-    root.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(root / f".{name}.download.lock"))
-
-
-class _friendly_data_errors:
-    """Turn torchvision's missing-data and download failures into one UserError line."""
-
-    def __init__(self, name: str, root: Path, download: bool):
-        self.name, self.root, self.download = name, root, download
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc is None:
-            return False
-        if isinstance(exc, (urllib.error.URLError, OSError, ConnectionError)) and self.download:
-            raise UserError(
-                f'downloading dataset "{self.name}" to {self.root} failed ({exc}); with no network, '
-                "download it elsewhere and point --data-dir at it"
-            ) from exc
-        if isinstance(exc, RuntimeError) and not self.download:
-            raise UserError(
-                f'dataset "{self.name}" not found in {self.root}; pass --download to fetch it, '
-                "or --data-dir to where it lies"
-            ) from exc
-        return False
