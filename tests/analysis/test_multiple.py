@@ -48,3 +48,24 @@ def test_judge_prints_each_verdict_with_an_interval_that_agrees_with_it():
     assert given["verdict"].tolist() == ["above 0", "above 0"] and np.isnan(given.loc[1, "low"])
     untested = multiple.judge([0.6, 0.1], [samples[0], None])
     assert untested.attrs["family"] == 1 and untested.loc[1, "verdict"] == ""
+
+
+def test_holm_comes_from_statsmodels(monkeypatch):
+    """The adjustment is statsmodels' own: a stand-in for ``multipletests`` is what ``holm`` and the levels read."""
+    calls = []
+
+    def stand_in(p, alpha=0.05, method="holm"):
+        calls.append((method, len(p)))
+        return np.zeros(len(p), dtype=bool), np.full(len(p), 0.5), None, None
+
+    monkeypatch.setattr(multiple, "multipletests", stand_in)
+    assert multiple.holm([0.01, np.nan, 0.2]).tolist()[::2] == [0.5, 0.5] and calls == [("holm", 2)]
+    assert multiple.interval_levels([0.001, 0.04]).tolist() == pytest.approx([1 - 0.05 / 2] * 2)  # none rejected
+
+
+def test_interval_levels_step_with_the_rank_and_ties_keep_their_order():
+    """Three rejected at their Holm steps (the smallest p at 1 - alpha/m), a tie at the same p stepping in order, and
+    the last, not rejected, at Bonferroni's level."""
+    levels = multiple.interval_levels([0.002, 0.0001, 0.002, 0.9, np.nan])
+    assert levels[:4].tolist() == pytest.approx([1 - 0.05 / 3, 1 - 0.05 / 4, 1 - 0.05 / 2, 1 - 0.05 / 4])
+    assert np.isnan(levels[4])

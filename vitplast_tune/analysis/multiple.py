@@ -1,5 +1,5 @@
 """Verdicts that control their family-wise error: bootstrap p-values, Holm's step-down adjustment over every verdict a
-report prints, and the adjusted interval each verdict is printed with.
+report prints (statsmodels' ``multipletests``), and the adjusted interval each verdict is printed with.
 
 Holm (1979) keeps the chance of any false verdict in the family at ``alpha`` whatever the dependence between the
 tests (the lab's comparisons share the same subsets and accuracies, so they are far from independent), and it rejects
@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from statsmodels.stats.multitest import multipletests
 
 ALPHA = 0.05  # the family-wise error rate of every report's verdicts
 
@@ -37,31 +38,43 @@ def bootstrap_p(samples: np.ndarray, null: float = 0.0) -> float:
 
 
 def holm(p_values) -> np.ndarray:
-    """Holm's step-down adjusted p-values (as ``statsmodels.stats.multitest.multipletests(method="holm")``); NaN
-    entries are not tested: they neither count in the family nor get an adjusted value."""
+    """Holm's step-down adjusted p-values, from ``statsmodels.stats.multitest.multipletests(method="holm")``; NaN
+    entries are not tested: they neither count in the family nor get an adjusted value.
+
+    Args:
+        p_values: one p-value per hypothesis, NaN for one not tested.
+
+    Returns:
+        The adjusted p-values, NaN where untested.
+    """
     p = np.asarray(p_values, dtype=float)
     out = np.full(p.shape, np.nan)
-    tested = np.flatnonzero(np.isfinite(p))
-    m = len(tested)
-    if m == 0:
-        return out
-    order = tested[np.argsort(p[tested], kind="stable")]
-    stepped = np.maximum.accumulate((m - np.arange(m)) * p[order])
-    out[order] = np.minimum(stepped, 1.0)
+    tested = np.isfinite(p)
+    if tested.any():
+        out[tested] = multipletests(p[tested], method="holm")[1]
     return out
 
 
 def interval_levels(p_values, alpha: float = ALPHA) -> np.ndarray:
     """The confidence level each hypothesis's interval is printed at: its Holm step ``1 - alpha / (m - rank + 1)`` when
-    Holm rejects it, else Bonferroni's ``1 - alpha / m`` (NaN where untested)."""
+    Holm rejects it (its adjusted p below ``alpha``, as ``judge`` words it), else Bonferroni's ``1 - alpha / m``.
+
+    Args:
+        p_values: one p-value per hypothesis, NaN for one not tested.
+        alpha: the family-wise error rate.
+
+    Returns:
+        The levels, NaN where untested.
+    """
     p = np.asarray(p_values, dtype=float)
-    adjusted = holm(p)
     levels = np.full(p.shape, np.nan)
     tested = np.flatnonzero(np.isfinite(p))
     m = len(tested)
-    order = tested[np.argsort(p[tested], kind="stable")]
-    for rank, i in enumerate(order):
-        levels[i] = 1 - alpha / (m - rank) if adjusted[i] < alpha else 1 - alpha / m
+    if m == 0:
+        return levels
+    steps = np.empty(m)
+    steps[np.argsort(p[tested], kind="stable")] = m - np.arange(m)  # m - rank + 1, the rank counted from 1
+    levels[tested] = np.where(holm(p)[tested] < alpha, 1 - alpha / steps, 1 - alpha / m)
     return levels
 
 
