@@ -337,9 +337,7 @@ def test_a_family_of_ones_own_is_registered_before_the_shipped_ones(monkeypatch)
 
     class MyFamily(TimmViT):
         name, about = "mine", "a VisionTransformer of my own"
-
-        def model_classes(self):
-            return (Mine,)
+        model_classes = (Mine,)
 
     monkeypatch.setattr(registry, "_FAMILIES", registry.families())  # the shipped list, untouched after the test
     registry.register(MyFamily())

@@ -40,15 +40,12 @@ class Family:
     layout: Layout
     drop_path: bool = True  # whether the family's models take a stochastic depth rate (``drop_path_rate``)
     cache_features: bool = True  # whether ``head`` computes the logits from cached backbone features
-
-    def model_classes(self) -> tuple[type, ...]:
-        """The model classes (and their subclasses) this family adapts."""
-        raise NotImplementedError
+    model_classes: tuple[type, ...] = ()  # the model classes (and their subclasses) this family adapts
 
     def rank(self, model: nn.Module) -> int | None:
         """How closely the family fits ``model``: the position of its nearest class in the model's MRO (0: exactly
         the model's class), None when it does not fit."""
-        classes = self.model_classes()
+        classes = self.model_classes
         return next((i for i, cls in enumerate(type(model).__mro__) if cls in classes), None)
 
     def blocks(self, model: nn.Module) -> list[nn.Module]:

@@ -105,8 +105,7 @@ class HFFamily(Family):
         self.name, self.about, self.model_types, self.backbone, self.layout = name, about, model_types, backbone, layout
         self.drop_path, self.normalisation = drop_path, normalisation
 
-    def model_classes(self) -> tuple[type, ...]:
-        return (HFClassifier,)
+    model_classes = (HFClassifier,)
 
     def rank(self, model: nn.Module) -> int | None:
         if isinstance(model, HFClassifier) and model.model.config.model_type in self.model_types:

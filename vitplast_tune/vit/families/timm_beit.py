@@ -29,8 +29,7 @@ class TimmBeit(Family):
     about = "timm Beit: BEiT, BEiT v2 (beit_*, beitv2_*)"
     layout = LAYOUT
 
-    def model_classes(self) -> tuple[type, ...]:
-        return (Beit,)
+    model_classes = (Beit,)
 
     def embed(self, model: nn.Module, pixels: Tensor) -> Embedded:
         x = model.patch_embed(pixels)

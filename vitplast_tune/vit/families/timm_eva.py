@@ -46,8 +46,7 @@ class TimmEva(Family):
     about = "timm Eva: EVA, EVA-02, DINOv3, rotary ViTs (eva02_*, vit_*_dinov3*, vit_*_rope_*)"
     layout = LAYOUT
 
-    def model_classes(self) -> tuple[type, ...]:
-        return (Eva,)
+    model_classes = (Eva,)
 
     def embed(self, model: nn.Module, pixels: Tensor) -> Embedded:
         x, rope = model._pos_embed(model.patch_embed(pixels))

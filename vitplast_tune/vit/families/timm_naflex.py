@@ -29,8 +29,7 @@ class TimmNaFlex(Family):
     about = "timm NaFlexVit: flexible-resolution ViTs (naflexvit_*)"
     layout = LAYOUT
 
-    def model_classes(self) -> tuple[type, ...]:
-        return (NaFlexVit,)
+    model_classes = (NaFlexVit,)
 
     def embed(self, model: nn.Module, pixels: Tensor) -> Embedded:
         embeds = model._forward_embeds(pixels, patch_coord=None, patch_valid=None, attn_mask=None)

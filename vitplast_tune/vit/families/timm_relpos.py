@@ -23,8 +23,7 @@ class TimmRelPos(Family):
     about = "timm VisionTransformerRelPos: ViTs with relative position biases (vit_relpos_*, vit_srelpos_*)"
     layout = LAYOUT
 
-    def model_classes(self) -> tuple[type, ...]:
-        return (VisionTransformerRelPos,)
+    model_classes = (VisionTransformerRelPos,)
 
     def embed(self, model: nn.Module, pixels: Tensor) -> Embedded:
         x = model.patch_embed(pixels)

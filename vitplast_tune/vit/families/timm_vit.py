@@ -25,8 +25,7 @@ class TimmViT(Family):
     about = "timm VisionTransformer and subclasses: ViT, DeiT (distilled too), hybrids (vit_*, deit*, vit_*_r50_*)"
     layout = LAYOUT
 
-    def model_classes(self) -> tuple[type, ...]:
-        return (VisionTransformer,)
+    model_classes = (VisionTransformer,)
 
     def embed(self, model: nn.Module, pixels: Tensor) -> Embedded:
         return Embedded(model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(pixels)))))
