@@ -121,6 +121,7 @@ def check_fits_model(settings: FinetuneConfig, classes: int, trials: tuple[Finet
         targets = methods.lora_targets(model, cfg.components, blocks)
         if not targets:
             continue
+        methods.require_peft(cfg.components)  # a LoRA trial without the lora extra: one line, before Ray starts
         width, layer = min(
             (min(model.get_submodule(t).in_features, model.get_submodule(t).out_features), t) for t in targets
         )

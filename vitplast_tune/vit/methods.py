@@ -11,6 +11,7 @@ peft imports transformers (seconds of imports), so it is imported only where a r
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -59,8 +60,23 @@ def lora_targets(model: nn.Module, subset: str | Mapping[str, str], blocks: Sequ
     return found
 
 
+def require_peft(subset: str | Mapping[str, str] = "") -> None:
+    """Check that peft, which LoRA needs, is installed (it comes in the ``lora`` extra, not the base install).
+
+    Args:
+        subset: the subset that trains by LoRA, named in the message.
+
+    Raises:
+        UserError: naming the extra to install, when peft is not there.
+    """
+    if importlib.util.find_spec("peft") is None:
+        what = f"{components.subset_name(subset)}: " if subset else ""
+        raise UserError(f'{what}LoRA needs peft, in the lora extra: pip install "vitplast_tune[lora]" (-e ".[lora]")')
+
+
 def inject_lora(model: nn.Module, targets: Iterable[str], rank: int, alpha: float) -> None:
     """Replace each named ``nn.Linear`` by peft's LoRA layer in place (adapter B starts at zero: the model is unchanged)."""
+    require_peft()
     from peft import LoraConfig, inject_adapter_in_model
 
     # A regex is matched with re.fullmatch against each full module name: exactly these layers (a list would also
