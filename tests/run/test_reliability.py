@@ -16,7 +16,7 @@ from _raycluster import OwnedRay
 from _spaces import space_text
 from mlflow.tracking import MlflowClient
 
-from vitplast_tune import run_search
+from vitplast_tune import holds, run_search
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import summary
 from vitplast_tune.records.tracking import SEARCH_ID_TAG, TRIAL_TAG, child_runs
@@ -357,10 +357,13 @@ def test_the_study_is_live_and_a_signal_in_the_end_phase_is_finished_by_resume(t
     args = ["--space", str(space), "--name", "end", "--storage", str(directory.parent), "--max-concurrent", "1"]
     cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--no-plasticity", *args]
     url = f"sqlite:///{directory / 'optuna.db'}"
+    held = tmp_path / "holds"  # the end phase waits there for the signal (vitplast_tune.holds): it cannot end first
+    env = {**owned_ray.env, holds.HOLD_ENV: f"end:{held}"}
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=owned_ray.env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         live = wait_until(lambda: study_while_running(url, directory), proc, log, what="a trial in the live study")
-        wait_until(lambda: (directory / "trials.csv").exists(), proc, log, what="the trial table")
+        wait_until(lambda: (held / "end.held").exists(), proc, log, what="the end phase")
+        assert (directory / "trials.csv").exists()  # the phase held: its trial table written, the rest not yet
         ended = [
             (t.state.name, sorted(t.intermediate_values))
             for t in optuna.load_study(study_name="end", storage=url).trials
