@@ -33,3 +33,19 @@ def test_an_application_gets_the_messages_through_its_own_handlers():
     assert out.stdout == "" and out.stderr == "APP vitplast_tune.run.driver note: hello\n"
     again = python(configured + "log.enable_default_handler(); " + SAY)
     assert again.stdout == "note: hello\n" and again.stderr == ""
+
+
+def test_another_librarys_logger_is_quieted_for_a_block_and_restored_after(caplog):
+    import logging
+
+    from vitplast_tune.log import quieted
+
+    other = logging.getLogger("some_library")
+    other.setLevel(logging.INFO)
+    other.warning("before")  # a record passed once is cached as let through: the block must clear that
+    with caplog.at_level(logging.INFO, logger="some_library"), quieted("some_library"):
+        other.warning("inside")
+        other.error("an error still")
+    other.warning("after")
+    assert [r.getMessage() for r in caplog.records if r.name == "some_library"] == ["before", "an error still", "after"]
+    assert other.level == logging.INFO

@@ -9,9 +9,11 @@ By default the library's messages at INFO and above go to standard output, one l
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import threading
+from collections.abc import Iterator
 
 ROOT = "vitplast_tune"
 _lock = threading.Lock()
@@ -76,3 +78,20 @@ def enable_default_handler() -> None:
     if _handler not in root.handlers:
         root.addHandler(_handler)
     root.propagate = False
+
+
+@contextlib.contextmanager
+def quieted(name: str, level: int = logging.ERROR) -> Iterator[None]:
+    """Let only records at ``level`` and above through the logger ``name`` (another library's) while the block runs.
+
+    Args:
+        name: the logger to quiet, e.g. ``"transformers"``.
+        level: the lowest level let through meanwhile.
+    """
+    logger = logging.getLogger(name)
+    before = logger.level
+    logger.setLevel(level)  # setLevel, not .level: it clears the cache of what each logger lets through
+    try:
+        yield
+    finally:
+        logger.setLevel(before)

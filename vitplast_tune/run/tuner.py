@@ -16,6 +16,7 @@ from ray import tune
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 from vitplast_tune._compat import ray_tune
+from vitplast_tune.log import quieted
 from vitplast_tune.plan.options import SearchPlan
 from vitplast_tune.run import guard, optuna_search, schedulers, variants
 from vitplast_tune.space.files import SearchSpec
@@ -87,30 +88,15 @@ def unfinished(location: str, total: int) -> int:
     """
     from ray.tune import ExperimentAnalysis
 
-    with _no_missing_metrics_warning():
+    with quieted(ray_tune.EXPERIMENT_ANALYSIS_LOGGER):  # not "failed to fetch metrics" of held-back trials
         statuses = [t.status for t in ExperimentAnalysis(location).trials]
     return max(total - sum(status in ("TERMINATED", "ERROR") for status in statuses), 0)
 
 
 def restore(location: str, trainable) -> tune.Tuner:
     """The Tuner of an interrupted search at ``location``, to run its unfinished and errored trials."""
-    with _no_missing_metrics_warning():
+    with quieted(ray_tune.EXPERIMENT_ANALYSIS_LOGGER):  # not "failed to fetch metrics" of held-back trials
         return tune.Tuner.restore(location, trainable=trainable, resume_unfinished=True, resume_errored=True)
-
-
-@contextlib.contextmanager
-def _no_missing_metrics_warning() -> Iterator[None]:
-    """Tune's warning that it "failed to fetch metrics" of trials held back while the block reads a stopped
-    search's state: those are the trials that had not reported when it stopped, which the resume runs."""
-    import logging
-
-    quiet = logging.getLogger(ray_tune.EXPERIMENT_ANALYSIS_LOGGER)
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # setLevel, not .level: it clears the cache of what each logger lets through
-    try:
-        yield
-    finally:
-        quiet.setLevel(level)
 
 
 def trial_dirname(trial) -> str:

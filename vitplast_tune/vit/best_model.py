@@ -11,10 +11,8 @@ is pickled instead (MLflow's pytorch flavour), so that ``mlflow.pytorch.load_mod
 from __future__ import annotations
 
 import json
-import logging
 import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +23,7 @@ from torch import Tensor, nn
 from vitplast_tune._compat.mlflow import no_artifact_progress_bar
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
+from vitplast_tune.log import quieted
 from vitplast_tune.storage import (
     BEST_FILE,
     BEST_TRIAL_DIR,
@@ -114,7 +113,7 @@ def save_model(model: nn.Module, cfg: FinetuneConfig, path: Path) -> Path:
 
         requirements.append(f"transformers=={transformers.__version__}")
     metadata = {"data_config": {k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()}}
-    with _quiet("mlflow.pytorch"):
+    with quieted("mlflow.pytorch"):
         mlflow.pytorch.save_model(
             model,
             str(path),
@@ -180,16 +179,3 @@ def _check_finished(name: str, run_id: str, tracking_uri: str) -> None:
     }
     if run.info.status != "FINISHED" or not best:
         raise UserError(f'search "{name}" has no best model: it {why.get(run.info.status, run.info.status)}')
-
-
-@contextmanager
-def _quiet(logger: str) -> Iterator[None]:
-    """Only errors from ``logger``: MLflow warns that a pickled model runs code when loaded, which is this choice
-    (``load_best_model`` reads safetensors instead)."""
-    log = logging.getLogger(logger)
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        log.setLevel(level)

@@ -10,9 +10,6 @@ image size) and the model type's usual normalisation, or from ``preprocessor_con
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +17,7 @@ from torch import Tensor, nn
 
 from vitplast_tune.components import Layout
 from vitplast_tune.errors import UserError
+from vitplast_tune.log import quieted
 from vitplast_tune.vit.families.base import Embedded, Family
 
 PREFIX = "hf:"
@@ -214,7 +212,7 @@ def create(name: str, num_classes: int, *, pretrained: bool, drop_path_rate: flo
             raise UserError(f"drop_path: {family.name} models have no stochastic depth; leave drop_path at 0")
         extra["drop_path_rate"] = drop_path_rate
     cls = classifier_class(config)
-    with _quiet():
+    with quieted("transformers"):
         if pretrained:
             try:
                 model = cls.from_pretrained(source(name), ignore_mismatched_sizes=True, **extra)
@@ -273,18 +271,6 @@ def _transformers():
     except ImportError:
         raise UserError('hf: models need transformers: pip install -e ".[hf]"') from None
     return transformers
-
-
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """transformers' warnings (newly initialised heads) down to errors while a model loads."""
-    log = logging.getLogger("transformers")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
 
 
 def _one_line(exc: BaseException) -> str:
