@@ -42,11 +42,11 @@ def one_run(job: dict) -> dict:
     """``finetune`` of one (optimizer, lr, weight decay, layer decay, seed, variant) on the quickstart's settings."""
     import torch
 
-    from vitplast_tune.vit import training
+    from vitplast_tune.vit import loop, training
 
     torch.set_num_threads(1)
-    factory = one_run.__dict__.setdefault("factory", training.build_optimizer)  # a worker runs several jobs
-    training.build_optimizer = plain_optimizer if job["variant"] == "torch" else factory
+    factory = one_run.__dict__.setdefault("factory", loop.build_optimizer)  # a worker runs several jobs
+    loop.build_optimizer = plain_optimizer if job["variant"] == "torch" else factory
     keys = ("optimizer", "lr", "weight_decay", "layer_decay", "seed", "max_steps")
     cfg = training.FinetuneConfig(components="all", threads=1, precision="fp32", **{k: job[k] for k in keys})
     _, final = training.finetune(cfg, device=torch.device("cpu"))

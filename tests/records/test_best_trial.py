@@ -80,7 +80,7 @@ def _test_accuracy(model, cfg: FinetuneConfig) -> float:
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
     try:
-        return training.evaluate(model, splits.test, cfg.batch_size, torch.device("cpu"))["acc"]
+        return training.evaluate(model, splits.test, batch_size=cfg.batch_size, device=torch.device("cpu"))["acc"]
     finally:
         torch.set_num_threads(threads)
 

@@ -98,7 +98,7 @@ def test_a_lora_grid_at_two_depths_and_its_best_weights_as_a_plain_timm_model(ra
     plain = timm.create_model("vit_testbed_patch8_32", pretrained=False, num_classes=10)
     plain.load_state_dict(model.state_dict(), strict=True)
     splits = datasets.load_dataset(cfg.dataset, models.data_config(plain), seed=cfg.seed)
-    test = training.evaluate(plain, splits.test, cfg.batch_size, torch.device("cpu"))
+    test = training.evaluate(plain, splits.test, batch_size=cfg.batch_size, device=torch.device("cpu"))
     assert test["acc"] == pytest.approx(about["test_acc"])  # the trial's own test accuracy, from a plain timm model
     table = pd.read_csv(result.place.local_dir / "analysis" / "depth_table.csv")
     assert sorted(zip(table["components"], table["depth"])) == sorted(by.index)  # each subset at each depth once

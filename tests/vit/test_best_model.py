@@ -29,7 +29,7 @@ def test_finetune_returns_the_model_with_its_best_validation_weights_and_rebuild
     model, metrics = finetune(CFG, report=lambda m, state: reports.append((m, copy.deepcopy(state))))
     assert not model.training and metrics["step"] == 12
     _, splits = training.build_run(CFG)
-    test = training.evaluate(model, splits.test, CFG.batch_size, torch.device("cpu"))["acc"]
+    test = training.evaluate(model, splits.test, batch_size=CFG.batch_size, device=torch.device("cpu"))["acc"]
     assert test == metrics["test_acc"]  # the model returned is the one tested: its best-validation weights
     best = reports[-1][1]["best"]
     assert best["val_acc"] == metrics["best_val_acc"]
@@ -38,7 +38,10 @@ def test_finetune_returns_the_model_with_its_best_validation_weights_and_rebuild
     images = torch.stack([splits.test[i][0] for i in range(8)])
     with torch.no_grad():
         assert torch.equal(rebuilt(images), model(images))
-    assert training.evaluate(rebuilt, splits.test, CFG.batch_size, torch.device("cpu"))["acc"] == metrics["test_acc"]
+    assert (
+        training.evaluate(rebuilt, splits.test, batch_size=CFG.batch_size, device=torch.device("cpu"))["acc"]
+        == metrics["test_acc"]
+    )
 
 
 def test_rebuild_refuses_tensors_of_another_model():

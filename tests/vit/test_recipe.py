@@ -126,7 +126,9 @@ def test_the_ema_is_evaluated_and_is_what_the_best_checkpoint_holds(tmp_path):
     _, splits = training.build_run(cfg)
 
     def val_acc(tensors):
-        return training.evaluate(best_model.rebuild(cfg, tensors), splits.val, 32, torch.device("cpu"))["acc"]
+        return training.evaluate(
+            best_model.rebuild(cfg, tensors), splits.val, batch_size=32, device=torch.device("cpu")
+        )["acc"]
 
     for reported, state in reports[:-1]:  # the last state's weights are the best ones put back
         assert set(state["ema"]) == set(state["trainable"])
@@ -228,5 +230,5 @@ def test_the_ema_is_scored_through_the_runs_own_path_probe_or_compiled(setting, 
     _, splits = training.build_run(cfg)
     rebuilt = best_model.rebuild(cfg, reports[0][1]["ema"])
     assert reports[0][0]["val_acc"] == pytest.approx(
-        training.evaluate(rebuilt, splits.val, 32, torch.device("cpu"))["acc"]
+        training.evaluate(rebuilt, splits.val, batch_size=32, device=torch.device("cpu"))["acc"]
     )

@@ -7,7 +7,8 @@ import torch
 
 from vitplast_tune.data import batches, datasets, splits
 from vitplast_tune.errors import UserError
-from vitplast_tune.vit.training import DivergedError, FinetuneConfig, finetune, warmup_cosine
+from vitplast_tune.vit.optim import warmup_cosine
+from vitplast_tune.vit.training import DivergedError, FinetuneConfig, finetune
 
 FAST = dict(
     model="vit_testbed_patch8_32",
@@ -169,9 +170,9 @@ def test_a_cpu_trial_crops_small_images_in_batches_and_large_ones_per_image(monk
 def test_no_stale_gradients_sit_beside_a_forward_pass(monkeypatch):
     """Gradients are freed right after each optimizer step, so neither the next step's forward pass
     (its activations) nor an evaluation holds a whole set of them beside it (0.34 GB at ViT-B)."""
-    from vitplast_tune.vit import training
+    from vitplast_tune.vit import building
 
-    build = training.build_run
+    build = building.build_run
     held = []  # per forward pass: how many trainable parameters still had a gradient
 
     def build_and_watch(cfg, decoded=None):
@@ -181,7 +182,7 @@ def test_no_stale_gradients_sit_beside_a_forward_pass(monkeypatch):
         )
         return model, splits
 
-    monkeypatch.setattr(training, "build_run", build_and_watch)
+    monkeypatch.setattr(building, "build_run", build_and_watch)
     run(components="mha", max_steps=6, eval_every=3, eval_test=False)
     assert len(held) > 6  # the training steps and the evaluation batches
     assert held == [0] * len(held)
@@ -189,11 +190,11 @@ def test_no_stale_gradients_sit_beside_a_forward_pass(monkeypatch):
 
 def test_gradient_checkpointing_trains_the_same_run(monkeypatch):
     """Recomputing each block's activations in the backward pass changes memory, not the run."""
-    from vitplast_tune.vit import training
+    from vitplast_tune.vit import building
 
     built = []
-    build = training.build_run
-    monkeypatch.setattr(training, "build_run", lambda cfg, decoded=None: built.append(build(cfg, decoded)) or built[-1])
+    build = building.build_run
+    monkeypatch.setattr(building, "build_run", lambda cfg, decoded=None: built.append(build(cfg, decoded)) or built[-1])
     plain, _ = run(components="mha+fc2", max_steps=4, eval_every=2)
     recomputed, _ = run(components="mha+fc2", max_steps=4, eval_every=2, grad_checkpointing=True)
     assert [model.grad_checkpointing for model, _ in built] == [False, True]
@@ -221,14 +222,14 @@ def test_auto_precision_follows_the_device(monkeypatch):
 
 def _tiny_step(scaler, loss_factor: float, grad_clip: float = 0.5):
     """One ``amp_step`` of a seeded linear layer under SGD; returns (stepped, weight before, weight after)."""
-    from vitplast_tune.vit.training import amp_step
+    from vitplast_tune.vit.optim import amp_step
 
     torch.manual_seed(0)
     layer = torch.nn.Linear(4, 3)
     optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
     before = layer.weight.detach().clone()
     loss = layer(torch.randn(8, 4)).pow(2).mean() * loss_factor
-    stepped = amp_step(optimizer, loss, list(layer.parameters()), grad_clip, scaler)
+    stepped = amp_step(optimizer, loss, list(layer.parameters()), grad_clip=grad_clip, scaler=scaler)
     assert all(p.grad is None for p in layer.parameters())  # freed either way
     return stepped, before, layer.weight.detach()
 
@@ -276,7 +277,7 @@ def _trainable_model(components: str):
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 def test_no_weight_decay_on_biases_norms_and_position_embeddings(optimizer):
-    from vitplast_tune.vit.training import build_optimizer
+    from vitplast_tune.vit.optim import build_optimizer
 
     model = _trainable_model("emb+ln1+mha")
     cfg = FinetuneConfig(optimizer=optimizer, weight_decay=0.05)
@@ -302,7 +303,7 @@ def test_no_weight_decay_on_biases_norms_and_position_embeddings(optimizer):
 
 def test_without_weight_decay_the_factory_steps_as_plain_sgd():
     """At weight_decay 0 (the quickstart's) timm's optimizer takes exactly torch's SGD steps: the change is free."""
-    from vitplast_tune.vit.training import build_optimizer
+    from vitplast_tune.vit.optim import build_optimizer
 
     model = _trainable_model("mha+fc2")
     twin = copy.deepcopy(model)

@@ -20,10 +20,10 @@ from vitplast_tune.data.decoded import InMemory
 from vitplast_tune.data.splits import SmallImages
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit import gradients, models
+from vitplast_tune.vit.building import build_run
 from vitplast_tune.vit.devices import run_device
 from vitplast_tune.vit.families.registry import layout_of
 from vitplast_tune.vit.plasticity import compute_plasticity
-from vitplast_tune.vit.training import build_run
 
 
 def measure_plasticity(

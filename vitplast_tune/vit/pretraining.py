@@ -32,7 +32,7 @@ from vitplast_tune.data.fractals import fractal_dataset
 from vitplast_tune.data.transforms import prepare_images
 from vitplast_tune.log import get_logger
 from vitplast_tune.vit.models import TESTBED_WEIGHTS, data_config
-from vitplast_tune.vit.training import warmup_cosine
+from vitplast_tune.vit.optim import warmup_cosine
 
 TRAIN_INSTANCES = 1000  # instance_seed offsets: train variations, held-out variations
 HELDOUT_INSTANCES = 2000

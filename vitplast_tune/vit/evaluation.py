@@ -1,0 +1,92 @@
+"""Scoring a model: accuracy and mean cross-entropy over a split (or a worker's share of it), under autocast."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import Dataset
+
+from vitplast_tune.data.batches import eval_batches
+from vitplast_tune.vit.distributed import SINGLE, World, shard
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast(device: torch.device, precision: str):
+    """Autocast to ``precision``'s dtype, or nothing for fp32.
+
+    Args:
+        device: where the forward pass runs.
+        precision: bf16, fp16 or fp32 (resolved on the device).
+
+    Returns:
+        The ``torch.autocast`` context (disabled for fp32).
+    """
+    return torch.autocast(device.type, dtype=_DTYPES.get(precision, torch.float32), enabled=precision in _DTYPES)
+
+
+def eval_batch_size(batch_size: int) -> int:
+    """The evaluation batch size: the training batch size, at least 64 (no gradients, so memory allows it).
+
+    Args:
+        batch_size: the training batch size.
+
+    Returns:
+        The evaluation batch size.
+    """
+    return max(batch_size, 64)
+
+
+@torch.inference_mode()
+def evaluate(
+    model: nn.Module,
+    dataset: Dataset | Iterable[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    batch_size: int,
+    device: torch.device,
+    num_workers: int = 0,
+    forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    precision: str = "fp32",
+    world: World = SINGLE,
+) -> dict[str, float]:
+    """The accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset``.
+
+    With data-parallel workers (``world``) each scores its share of a dataset (batches given: this worker's share of
+    them) and the result is the whole's.
+
+    Args:
+        model: the model (put in eval mode while scoring, then back).
+        dataset: a split, or its ``eval_batches``.
+        batch_size: the training batch size (see ``eval_batch_size``).
+        device: where it scores.
+        num_workers: DataLoader workers.
+        forward: the forward pass to score (default: the model's).
+        precision: bf16, fp16 or fp32, resolved on ``device``.
+        world: this process's place among the run's data-parallel workers.
+
+    Returns:
+        ``{"acc": ..., "loss": ...}`` over the whole split.
+    """
+    forward = model if forward is None else forward  # not `or`: a compiled module has no truth value
+    was_training = model.training
+    model.eval()
+    dtype = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+    sums = torch.zeros(3, device=device, dtype=dtype)  # correct, summed loss, images
+    batches = (
+        eval_batches(shard(dataset, world), eval_batch_size(batch_size), num_workers, device)
+        if isinstance(dataset, Dataset)
+        else dataset
+    )
+    for images, labels in batches:
+        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        with autocast(device, precision):
+            logits = forward(images)
+        sums[0] += (logits.argmax(-1) == labels).sum()
+        sums[1] += F.cross_entropy(logits.float(), labels, reduction="sum")
+        sums[2] += len(labels)
+    model.train(was_training)
+    correct, loss_sum, count = world.sum(sums).tolist()
+    return {"acc": correct / max(count, 1), "loss": loss_sum / max(count, 1)}

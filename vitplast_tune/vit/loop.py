@@ -1,0 +1,345 @@
+"""The training loop of one finetuning run: its state in named parts (where it computes, what it trains, how far it
+got), the optimizer step over its micro-batches, and the evaluations between steps with their metrics."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.data.batches import eval_batches, train_batches
+from vitplast_tune.data.decoded import InMemory
+from vitplast_tune.data.splits import Splits
+from vitplast_tune.vit import building, methods, recipe
+from vitplast_tune.vit.devices import device_facts, resolve_precision
+from vitplast_tune.vit.distributed import SINGLE, World, check_batch, shard
+from vitplast_tune.vit.evaluation import autocast, eval_batch_size, evaluate
+from vitplast_tune.vit.families.registry import family_of
+from vitplast_tune.vit.optim import backward, build_optimizer, optimizer_step, set_lr, warmup_cosine
+
+Forward = Callable[[torch.Tensor], torch.Tensor]
+
+
+class DivergedError(RuntimeError):
+    """The training loss became NaN or infinite at ``step``."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+
+@dataclass
+class Place:
+    """Where a run computes: its device, its precision (resolved there: bf16, fp16 or fp32), its data-parallel
+    ``world`` and its DataLoader workers."""
+
+    device: torch.device
+    precision: str
+    world: World = SINGLE
+    loader_workers: int = 0
+
+
+@dataclass
+class Learner:
+    """What a run trains and trains it with: the model, its forward pass (the model, compiled, or the head on cached
+    features), the trainable parameters, the optimizer, the loss, the fp16 gradient scaler and the recipe's EMA."""
+
+    model: nn.Module
+    forward: Forward
+    trainable: dict[str, nn.Parameter]
+    trainable_params: int
+    optimizer: torch.optim.Optimizer
+    loss: recipe.Loss
+    scaler: torch.amp.GradScaler | None = None  # fp16 only
+    ema: Any = None  # timm's ModelEmaV3 of the model when the recipe has one
+    ema_forward: Forward | None = None  # the EMA's forward (as ``forward`` is)
+
+    def evaluated(self) -> tuple[nn.Module, Forward]:
+        """The model that evaluations score and its forward pass: the EMA when the recipe has one, else the model."""
+        return (self.ema.module, self.ema_forward) if self.ema is not None else (self.model, self.forward)
+
+    def ema_tensors(self) -> dict[str, torch.Tensor]:
+        """The EMA's values of the trainable tensors, by name (none without an EMA)."""
+        if self.ema is None:
+            return {}
+        params = dict(self.ema.module.named_parameters())
+        return {name: params[name].detach() for name in self.trainable}
+
+
+@dataclass
+class Progress:
+    """How far a run got: its optimizer steps, the fp16 steps the scaler skipped, the best validation so far (its
+    accuracy, step and trainable tensors) and the cumulative seconds of setup, steps and evaluations."""
+
+    step: int = 0
+    skipped_steps: int = 0
+    best: dict[str, Any] = field(default_factory=lambda: {"val_acc": -1.0, "step": 0, "trainable": None})
+    timing: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Run:
+    """A run being finetuned: its settings, place, learner, splits and progress (built by ``prepare``)."""
+
+    cfg: FinetuneConfig
+    place: Place
+    learner: Learner
+    splits: Splits
+    progress: Progress = field(default_factory=Progress)
+
+    def lr(self, step: int) -> float:
+        """The learning rate at ``step``: warm-up, then cosine decay."""
+        return self.cfg.lr * warmup_cosine(step, self.cfg.max_steps, self.cfg.warmup)
+
+    def state(self) -> dict[str, Any]:
+        """What resumes the run: the live tensors, not copies (a copy of a large model's weights and momentum is
+        large), so the receiver saves or copies them before training goes on."""
+        learner, progress = self.learner, self.progress
+        trainable = {n: p.detach() for n, p in learner.trainable.items()}
+        state = {
+            "step": progress.step,
+            "trainable": trainable,
+            "optimizer": learner.optimizer.state_dict(),
+            "best": progress.best,
+        }
+        if learner.scaler is not None:
+            state["scaler"] = learner.scaler.state_dict()
+        if learner.ema is not None:
+            state["ema"] = learner.ema_tensors()
+        return state
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Go on from a ``state`` a run of the same settings reported (a state without an EMA resumes it from the
+        trainable weights)."""
+        learner = self.learner
+        with torch.no_grad():
+            for name, tensor in state["trainable"].items():
+                learner.trainable[name].copy_(tensor)
+            for name, tensor in learner.ema_tensors().items():
+                tensor.copy_(state.get("ema", state["trainable"])[name])
+        learner.optimizer.load_state_dict(state["optimizer"])
+        if learner.scaler is not None and "scaler" in state:
+            learner.scaler.load_state_dict(state["scaler"])
+        self.progress.step, self.progress.best = int(state["step"]), state["best"]
+
+
+def prepare(cfg: FinetuneConfig, device: torch.device, *, decoded: InMemory | None, world: World = SINGLE) -> Run:
+    """Build a run: model and splits, frozen but for the subset, on ``device``, with its forward pass, optimizer,
+    loss and EMA.
+
+    Args:
+        cfg: the run's settings.
+        device: where it trains.
+        decoded: the dataset already decoded, or None.
+        world: this process's place among the run's data-parallel workers.
+
+    Returns:
+        The run at step 0.
+
+    Raises:
+        UserError: when the batch does not divide among the workers.
+    """
+    building.use_hardware(cfg, device)
+    check_batch(cfg.batch_size, world, cfg.mixup > 0 or cfg.cutmix > 0)
+    precision = resolve_precision(cfg.precision, device)
+    model, splits = building.build_run(cfg, decoded)
+    counts = methods.apply_methods(model, cfg)  # LoRA adapters injected where asked, the rest frozen
+    trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    family_of(model).set_grad_checkpointing(model, cfg.grad_checkpointing)
+    model.to(device).train()
+    splits, forward, feature_cache_s = building.forward_pass(cfg, model, splits, device=device, precision=precision)
+    ema = recipe.weight_average(cfg, model)
+    cached = isinstance(splits.train, TensorDataset)  # the backbone's features: the EMA's head reads them too
+    learner = Learner(
+        model,
+        forward,
+        trainable,
+        sum(counts.values()),
+        build_optimizer(cfg, model, device),
+        recipe.training_loss(cfg, splits.num_classes),
+        scaler=torch.amp.GradScaler(device.type) if precision == "fp16" else None,
+        ema=ema,
+        ema_forward=None if ema is None else building.HeadOnTokens(ema.module) if cached else ema.module,
+    )
+    place = Place(device, precision, world, building.loader_workers(cfg, splits))
+    return Run(cfg, place, learner, splits, Progress(timing={"time_feature_cache_s": feature_cache_s}))
+
+
+def batches(run: Run) -> tuple[Iterator, Iterator]:
+    """The run's training batches from where it stands (this worker's share of each) and its validation batches
+    (this worker's share of the split).
+
+    Args:
+        run: the run.
+
+    Returns:
+        (training batches, validation batches).
+    """
+    cfg, place, world = run.cfg, run.place, run.place.world
+    train = train_batches(
+        run.splits.train,
+        cfg.batch_size,
+        seed=cfg.seed,
+        start_step=run.progress.step * cfg.grad_accum_steps,  # in micro-batches
+        num_workers=place.loader_workers,
+        device=place.device,
+        part=(world.rank, world.size),
+    )
+    val = eval_batches(
+        shard(run.splits.val, world), eval_batch_size(cfg.batch_size), place.loader_workers, place.device
+    )
+    return train, val
+
+
+def train_until_evaluation(run: Run, batches: Iterator) -> tuple[torch.Tensor, int]:
+    """Training steps up to the next evaluation (every ``eval_every`` steps and the last).
+
+    Args:
+        run: the run.
+        batches: its training batches, from where it stands.
+
+    Returns:
+        (the steps' summed loss, not synchronised; how many steps).
+    """
+    loss_sum, count = torch.zeros((), device=run.place.device), 0
+    while True:
+        loss_sum += train_step(run, batches)
+        count += 1
+        step = run.progress.step
+        if step % run.cfg.eval_every == 0 or step == run.cfg.max_steps:
+            return loss_sum, count
+
+
+def train_step(run: Run, batches: Iterator) -> torch.Tensor:
+    """One optimizer step over ``grad_accum_steps`` micro-batches.
+
+    The scheduled lr, then each micro-batch mixed as the recipe says, its forward pass under autocast and its share
+    of the loss backward; the gradients averaged over the workers, clipping and the optimizer step
+    (``optimizer_step``), the EMA's update.
+
+    Args:
+        run: the run.
+        batches: its training batches.
+
+    Returns:
+        The step's mean loss over its micro-batches (not synchronised).
+    """
+    cfg, place, learner, progress = run.cfg, run.place, run.learner, run.progress
+    set_lr(learner.optimizer, run.lr(progress.step))
+    total = torch.zeros((), device=place.device)
+    for micro in range(cfg.grad_accum_steps):
+        images, labels = (t.to(place.device, non_blocking=True) for t in next(batches))
+        seed = recipe.mix_seed(cfg.seed, progress.step, micro, place.world.rank)
+        images, targets = learner.loss.targets(images, labels, seed)
+        with autocast(place.device, place.precision):
+            loss = learner.loss(learner.forward(images).float(), targets)
+        backward(recipe.accumulate_micro(loss, cfg.grad_accum_steps), learner.scaler)
+        total += loss.detach()
+    place.world.average_gradients(learner.trainable.values())
+    if not optimizer_step(
+        learner.optimizer, learner.trainable.values(), grad_clip=cfg.grad_clip, scaler=learner.scaler
+    ):
+        progress.skipped_steps += 1
+    if learner.ema is not None:
+        learner.ema.update(learner.model, step=progress.step + 1)  # updates so far, as timm's train.py counts them
+    progress.step += 1
+    return total / cfg.grad_accum_steps
+
+
+def evaluate_run(run: Run, val_batches, *, train_loss: float, count: int, started: float) -> dict[str, Any]:
+    """Validate (and test the best weights after the last step); the metrics a report carries.
+
+    Args:
+        run: the run, just after a training step.
+        val_batches: this worker's validation batches.
+        train_loss: the mean training loss since the last evaluation, over every worker.
+        count: the steps since the last evaluation.
+        started: when those steps started (``time.perf_counter``).
+
+    Returns:
+        The metrics and the cumulative timing.
+
+    Raises:
+        DivergedError: when ``train_loss`` is NaN or infinite.
+    """
+    cfg, place, learner, progress = run.cfg, run.place, run.learner, run.progress
+    step, evaluating = progress.step, time.perf_counter()
+    progress.timing["time_in_steps_s"] += evaluating - started
+    if not math.isfinite(train_loss):
+        raise DivergedError(f"training loss became {train_loss} before step {step}", step)
+    scored, forward = learner.evaluated()
+    val = evaluate(
+        scored,
+        val_batches,
+        batch_size=cfg.batch_size,
+        device=place.device,
+        num_workers=place.loader_workers,
+        forward=forward,
+        precision=place.precision,
+        world=place.world,
+    )
+    if val["acc"] > progress.best["val_acc"]:
+        kept = learner.ema_tensors() or learner.trainable
+        progress.best = {"val_acc": val["acc"], "step": step, "trainable": _snapshot(kept)}
+    steps_per_s = count / (evaluating - started)
+    metrics = {
+        "step": step,
+        "train_loss": train_loss,
+        "val_acc": val["acc"],
+        "val_loss": val["loss"],
+        "best_val_acc": progress.best["val_acc"],
+        "best_step": progress.best["step"],
+        "current_lr": run.lr(step - 1),
+        "trainable_params": learner.trainable_params,
+        "max_steps": cfg.max_steps,
+        "steps_per_s": steps_per_s,
+        "images_per_s": steps_per_s * cfg.batch_size * cfg.grad_accum_steps,  # throughput, the Pareto front's axis
+        "amp_skipped_steps": progress.skipped_steps,  # fp16: steps skipped for overflowed gradients (0 otherwise)
+        "workers": place.world.size,  # data-parallel workers (vit.distributed)
+        **device_facts(place.device),
+        "precision": place.precision,
+    }
+    if step == cfg.max_steps and cfg.eval_test:
+        metrics["test_acc"] = _test_best(run)
+    progress.timing["time_in_eval_s"] += time.perf_counter() - evaluating
+    return {**metrics, **progress.timing}
+
+
+def restore_best(run: Run) -> None:
+    """Put the best-validation weights (when there are any) into the run's trainable parameters.
+
+    Args:
+        run: the run.
+    """
+    best, trainable = run.progress.best, run.learner.trainable
+    if best["trainable"] is not None:
+        with torch.no_grad():
+            for name, tensor in best["trainable"].items():
+                trainable[name].copy_(tensor)
+
+
+def _test_best(run: Run) -> float:
+    """Test accuracy of the best-validation weights (the model keeps them afterwards)."""
+    restore_best(run)
+    place, learner = run.place, run.learner
+    test = evaluate(
+        learner.model,
+        run.splits.test,
+        batch_size=run.cfg.batch_size,
+        device=place.device,
+        forward=learner.forward,
+        precision=place.precision,
+        world=place.world,
+    )
+    return test["acc"]
+
+
+def _snapshot(params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in params.items()}
