@@ -1,6 +1,8 @@
-"""The shape of the house: the torch boundary the folder tree shows, arrows between packages pointing only down the
-floors, no import cycle, short functions, light subpackage faces. The boundary and the floors are each checked on a
-copy of the package with a planted violation too."""
+"""The shape of the house: the floors (arrows between packages only down), the torch boundary the folder tree shows and
+no import cycle inside a package, as import-linter contracts (pyproject.toml's tool.importlinter), each also broken
+on a copy of the package with a planted violation; that importing the driver side loads no torch (which no static
+check sees: a module may import torch at run time through another), checked in a fresh interpreter; short
+functions; light subpackage faces."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -23,21 +26,7 @@ TORCH_FREE_THERE = (  # what the driver uses there: a decoded dataset it unpickl
 )
 HEAVY = ("torch", "timm", "torchvision")
 MAX_FUNCTION_LINES = 60
-# The floors of the house, top down: a package imports only packages on lower floors (every import counted, those
-# inside functions and under TYPE_CHECKING too). The ground floor holds the root's modules and _compat.
-FLOORS: tuple[tuple[str, ...], ...] = (
-    ("__main__",),
-    ("cli",),
-    ("labs",),  # the criteria lab: runs searches, and times them as workflows' dry run does
-    ("workflows",),
-    ("run",),
-    ("recommend",),
-    ("records", "plan"),
-    ("analysis",),
-    ("predictors",),
-    ("vit",),
-    ("data", "space"),
-)
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def module_name(path: Path) -> str:
@@ -81,82 +70,90 @@ def test_the_boundary_check_fails_when_a_driver_module_imports_torch(tmp_path):
     assert loaded_after_import(driver_side_modules(), root=tmp_path) == ["torch"]
 
 
-def imports_of(path: Path) -> set[str]:
-    """The package modules that a file imports (at any depth of its code), resolved to module names."""
-    names = set(package_modules())
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("vitplast_tune"):
-            for alias in node.names:
-                sub = f"{node.module}.{alias.name}"
-                found.add(sub if sub in names else node.module)
-        elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name in names)
-    return found & names
+def lint_imports(root: Path = ROOT, *contracts: str) -> subprocess.CompletedProcess:
+    """``lint-imports`` (import-linter) with the contracts of pyproject.toml, on the package found in ``root``; only
+    ``contracts`` (their ids) when given."""
+    command = [str(Path(sys.executable).parent / "lint-imports"), str(ROOT / "pyproject.toml"), "--no-cache"]
+    command += [a for c in contracts for a in ("--contract", c)]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run(command, capture_output=True, text=True, cwd=root, env=env)
 
 
-def test_no_import_cycle():
-    graph = {module_name(p): imports_of(p) - {module_name(p)} for p in PACKAGE.rglob("*.py")}
-    graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in graph.items()}  # a package's face
-    state: dict[str, int] = {}
-
-    def visit(module: str, path: list[str]) -> None:
-        state[module] = 1
-        for dep in sorted(graph.get(module, ())):
-            if state.get(dep) == 1:
-                pytest.fail("import cycle: " + " -> ".join([*path[path.index(dep) :], dep]))
-            if dep not in state:
-                visit(dep, [*path, dep])
-        state[module] = 2
-
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [module])
+def contracts() -> dict[str, dict]:
+    """The import-linter contracts of pyproject.toml, by id."""
+    return {c["id"]: c for c in PYPROJECT["tool"]["importlinter"]["contracts"]}
 
 
-def floor_of(unit: str) -> int:
-    """The floor of a package or root module (0 is the top; the ground floor, root modules, is ``len(FLOORS)``)."""
-    return next((i for i, floor in enumerate(FLOORS) if unit in floor), len(FLOORS))
+def test_the_import_contracts_hold():
+    """The floors (arrows only down, siblings on a floor apart), the torch boundary and no cycle inside a package,
+    as import-linter reads every import (those in functions and under TYPE_CHECKING too)."""
+    floors = contracts()["floors"]
+    assert floors["exhaustive"] and floors["layers"][:2] == ["__main__", "cli"]  # every package declares its floor
+    found = lint_imports()
+    assert found.returncode == 0, found.stdout[-3000:]
+    assert f"Contracts: {len(contracts())} kept, 0 broken." in found.stdout
 
 
-def package_arrows(package: Path = PACKAGE) -> set[tuple[str, str]]:
-    """(importer, imported) of every import between the package's subpackages and root modules, each named by its
-    first part under ``vitplast_tune`` ("run", "config", ...)."""
-    arrows = set()
-    for path in package.rglob("*.py"):
-        here = path.relative_to(package).with_suffix("").parts[0]
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("vitplast_tune"):
-                parts = node.module.split(".")
-                targets = [parts[1]] if len(parts) > 1 else [a.name for a in node.names]
-            elif isinstance(node, ast.Import):
-                targets = [a.name.split(".")[1] for a in node.names if a.name.startswith("vitplast_tune.")]
-            else:
-                continue
-            arrows |= {(here, t) for t in targets if t != here and t != "__version__"}
-    return arrows
+PLANTED = {  # what is planted: (file, text appended, the contracts it breaks, what they name)
+    "an arrow up": (
+        "records/study.py",
+        "\n\ndef planted():\n    from vitplast_tune.run import driver\n",
+        {"floors", "acyclic"},  # run imports records: an arrow up a floor is a cycle too
+        "vitplast_tune.records.study -> vitplast_tune.run.driver",
+    ),
+    "siblings on a floor": (
+        "plan/state.py",
+        "\n\ndef planted():\n    from vitplast_tune.records import table\n",
+        {"floors"},
+        "vitplast_tune.plan.state -> vitplast_tune.records.table",
+    ),
+    "torch on the driver side": (
+        "space/files.py",
+        "\n\ndef planted():\n    import torch\n",
+        {"torch-boundary"},
+        "vitplast_tune.space.files -> torch",
+    ),
+    "timm in what the driver uses of data": (
+        "data/decoded.py",
+        "\nimport timm  # planted\n",
+        {"torch-free-data"},
+        "vitplast_tune.data.decoded -> timm",
+    ),
+    "a cycle in a package": (
+        "records/pareto.py",
+        "\n\ndef planted():\n    from vitplast_tune.records import study\n",
+        {"acyclic"},
+        "vitplast_tune.records",
+    ),
+}
 
 
-def upward(arrows: set[tuple[str, str]]) -> list[str]:
-    """The arrows that do not point to a lower floor (siblings on one floor importing each other count)."""
-    ground = len(FLOORS)
-    bad = [(a, b) for a, b in arrows if not (floor_of(b) > floor_of(a) or floor_of(a) == floor_of(b) == ground)]
-    return sorted(f"{a} -> {b}" for a, b in bad)
-
-
-def test_arrows_between_packages_point_down_the_floors():
-    arrows = package_arrows()
-    assert ("run", "records") in arrows and ("workflows", "run") in arrows  # the check reads real imports
-    assert upward(arrows) == []
-
-
-def test_the_floors_check_fails_on_a_planted_upward_import(tmp_path):
-    """records importing run (inside a function, as a lazy import would) is an arrow up a floor, and a cycle."""
+@pytest.mark.parametrize("planted", sorted(PLANTED))
+def test_each_import_contract_fails_on_a_planted_violation(tmp_path, planted):
+    """The contracts on a copy of the package with one planted violation: the contracts it breaks, and only those,
+    break, naming the import."""
     shutil.copytree(PACKAGE, tmp_path / "vitplast_tune", ignore=shutil.ignore_patterns("__pycache__", "weights"))
-    trials = tmp_path / "vitplast_tune" / "records" / "table.py"
-    trials.write_text(trials.read_text() + "\n\ndef planted():\n    from vitplast_tune.run import driver\n")
-    arrows = package_arrows(tmp_path / "vitplast_tune")
-    assert upward(arrows) == ["records -> run"] and ("run", "records") in arrows
+    relative, text, broken, named = PLANTED[planted]
+    path = tmp_path / "vitplast_tune" / relative
+    path.write_text(path.read_text() + text)
+    if planted == "a cycle in a package":  # the way back
+        study = tmp_path / "vitplast_tune" / "records" / "study.py"
+        study.write_text(study.read_text() + "\n\ndef planted():\n    from vitplast_tune.records import pareto\n")
+    found = lint_imports(tmp_path)
+    said = " ".join(found.stdout.split())  # its lines wrapped at 80 columns
+    assert found.returncode == 1, found.stdout[-3000:]
+    assert f"Contracts: {len(contracts()) - len(broken)} kept, {len(broken)} broken." in said
+    report = said.split("Broken contracts", 1)[1]
+    assert {i for i, c in contracts().items() if c["name"] in report} == broken and named in report
+
+
+def test_a_package_without_a_floor_breaks_the_floors(tmp_path):
+    """A new package (here ``extra/``) must declare its floor in the one list of floors (``exhaustive``)."""
+    shutil.copytree(PACKAGE, tmp_path / "vitplast_tune", ignore=shutil.ignore_patterns("__pycache__", "weights"))
+    (tmp_path / "vitplast_tune" / "extra").mkdir()
+    (tmp_path / "vitplast_tune" / "extra" / "__init__.py").write_text("")
+    found = lint_imports(tmp_path, "floors")
+    assert found.returncode == 1 and "vitplast_tune.extra" in found.stdout, found.stdout[-3000:]
 
 
 def test_subpackage_faces_load_nothing_until_asked():
