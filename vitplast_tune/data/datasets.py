@@ -73,15 +73,26 @@ def register_dataset(
     augment: str = transforms.DEFAULT_AUGMENTATION,
     options: tuple[str, ...] = (),
 ) -> Callable[[Loader], Loader]:
-    """Decorator adding a loader ``fn(data_config, root, download, seed, val_fraction)``.
+    """Make a decorator that registers a dataset loader under ``name``.
 
-    A loader returns ``Splits``, or ``InMemory`` for a small dataset that is decoded once.
+    The loader is called as ``fn(data_config, root, download, seed, val_fraction)`` and returns ``Splits``, or
+    ``InMemory`` for a small dataset that is decoded once.
 
-    ``num_classes`` lets a model get its head before the data is loaded (None: read from disk).
-    ``from_files``: the loader reads image files lazily and also takes ``image_cache`` (see image_cache.py) and
-    ``augment`` (the recipe of its training transform). ``augment``: the dataset's default training augmentation
-    (a name in ``transforms.AUGMENTATIONS``), used when a run leaves ``FinetuneConfig.augment`` unset. ``options``: the
-    family is named ``<name>:<option>`` with one of them (a corruption), passed to the loader as ``option``.
+    Args:
+        name: The dataset's name (the family's, for a dataset named with options).
+        num_classes: The class count, so that a model gets its head before the data loads; None reads it from disk.
+        from_files: Whether the loader reads image files lazily; it then also takes ``image_cache`` (see
+            image_cache.py) and ``augment`` (the recipe of its training transform).
+        augment: The dataset's default training augmentation, a name in ``transforms.AUGMENTATIONS``, used when a
+            run leaves ``FinetuneConfig.augment`` unset.
+        options: The options of a family named ``<name>:<option>`` (a corruption), passed to the loader as
+            ``option``.
+
+    Returns:
+        The decorator, which registers the loader and returns it unchanged.
+
+    Raises:
+        UserError: If ``augment`` is not a known recipe.
     """
     transforms.augmentation(augment)
 
@@ -100,8 +111,18 @@ def register_dataset(
 
 
 def resolve_augmentation(name: str, augment: str | None) -> str:
-    """The training augmentation a run of dataset ``name`` uses: ``augment`` when given (checked), else the
-    dataset's default; "auto" is the same as None."""
+    """Name the training augmentation that a run of a dataset uses.
+
+    Args:
+        name: The dataset's name.
+        augment: The recipe asked for; None or "auto" for the dataset's default.
+
+    Returns:
+        The name of the recipe: ``augment`` once checked, else the dataset's default.
+
+    Raises:
+        UserError: If the dataset or the recipe is unknown.
+    """
     if augment is None or augment == "auto":
         check_dataset_name(name)  # a timm.data.create_dataset name: natural images, the paper's recipe
         return transforms.DEFAULT_AUGMENTATION if image_files.is_timm_name(name) else _AUGMENT[name.partition(":")[0]]
@@ -109,7 +130,19 @@ def resolve_augmentation(name: str, augment: str | None) -> str:
 
 
 def num_classes(name: str, data_dir: str | Path | None = None, download: bool = False) -> int:
-    """Number of classes of dataset ``name`` without loading its images (a timm name reads its index)."""
+    """Count the classes of a dataset without loading its images.
+
+    Args:
+        name: The dataset's name; a timm name reads the dataset's index.
+        data_dir: The data's root (None: the default data directory).
+        download: Whether a timm dataset may be downloaded to read its index.
+
+    Returns:
+        The number of classes.
+
+    Raises:
+        UserError: If the dataset is unknown.
+    """
     check_dataset_name(name)
     if image_files.is_timm_name(name):
         return image_files.timm_num_classes(name, _root(data_dir), download)
@@ -120,12 +153,23 @@ def num_classes(name: str, data_dir: str | Path | None = None, download: bool = 
 
 
 def list_datasets() -> list[str]:
-    """Registered dataset names (``cifar10c`` takes ``:<corruption>``)."""
+    """List the registered dataset names, sorted (families such as ``cifar10c`` take ``:<corruption>``).
+
+    Returns:
+        The names.
+    """
     return sorted(_DATASETS)
 
 
 def check_dataset_name(name: str) -> None:
-    """Raise UserError unless ``name`` is a registered dataset (with a valid CIFAR-10-C corruption)."""
+    """Check that a name is a registered dataset, or a timm dataset name.
+
+    Args:
+        name: The dataset's name, with ``:<option>`` for a family that takes one (a corruption).
+
+    Raises:
+        UserError: If the name is unknown, or a family's option is missing or unknown.
+    """
     if image_files.is_timm_name(name):
         return
     family, _, option = name.partition(":")
@@ -152,12 +196,25 @@ def load_dataset(
     image_cache: int = 0,
     augment: str | None = None,
 ) -> Splits:
-    """Load dataset ``name`` with transforms for ``data_config`` (see ``models.data_config``).
+    """Load a dataset's splits with the transforms of a model's data config.
 
-    ``decoded`` (from ``decode_dataset``) skips decoding a small dataset again. ``image_cache`` > 0 reads
-    a JPEG dataset from a one-time decode resized to that shorter side (image_cache.py; built when missing).
-    ``augment``: the training split's augmentation recipe (None: the dataset's default, ``resolve_augmentation``).
-    Raises UserError with what to do when the data is missing and ``download`` is off, or when a download fails.
+    Args:
+        name: The dataset's name.
+        data_config: The model's timm data config (see ``models.data_config``).
+        data_dir: The data's root (None: the default data directory).
+        download: Whether missing data may be downloaded.
+        seed: The seed of the train/validation split.
+        val_fraction: The fraction of the train set held out for validation.
+        decoded: The same dataset from ``decode_dataset``, which skips decoding a small dataset again.
+        image_cache: When above 0, read a JPEG dataset from a one-time decode resized to this shorter side
+            (image_cache.py; built when missing).
+        augment: The training split's augmentation recipe (None: the dataset's default, ``resolve_augmentation``).
+
+    Returns:
+        The train, validation and test datasets.
+
+    Raises:
+        UserError: If the dataset is unknown, its data is missing and ``download`` is off, or a download fails.
     """
     augment = resolve_augmentation(name, augment)
     fits = decoded is not None and decoded.name == name
@@ -168,10 +225,29 @@ def load_dataset(
 
 
 def decode_dataset(
-    name: str, data_config: dict[str, Any], *, data_dir=None, download: bool = False, image_cache: int = 0
+    name: str,
+    data_config: dict[str, Any],
+    *,
+    data_dir: str | Path | None = None,
+    download: bool = False,
+    image_cache: int = 0,
 ) -> InMemory | None:
-    """Decode a small dataset once, uint8 at native resolution; None for datasets read lazily from disk
-    (whose image cache, with ``image_cache`` > 0, is built here when missing)."""
+    """Decode a small dataset once, as uint8 images at native resolution.
+
+    Args:
+        name: The dataset's name.
+        data_config: The model's timm data config.
+        data_dir: The data's root (None: the default data directory).
+        download: Whether missing data may be downloaded.
+        image_cache: When above 0, the shorter side of a file dataset's image cache, built here when missing.
+
+    Returns:
+        The decoded dataset, or None for a dataset read lazily from disk.
+
+    Raises:
+        UserError: If the dataset is unknown, or its data is missing and ``download`` is off.
+    """
+
     loaded = _load(name, data_config, data_dir, download, 0, 0.2, image_cache)
     return loaded if isinstance(loaded, InMemory) else None
 

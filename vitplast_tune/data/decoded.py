@@ -12,12 +12,19 @@ import numpy as np
 
 @dataclass
 class InMemory:
-    """A small dataset decoded once: uint8 images (N, C, h, w) at native resolution and labels.
+    """A small dataset decoded once: uint8 images at native resolution and their labels.
 
     The search decodes it once before Ray starts, and its driver shares it with every trial through Ray's object
     store (numpy arrays: read zero-copy on each node); each trial draws its seeded train/validation
     split (the test split never moves) and transforms batches on its own device (``data.split_in_memory``).
-    ``test_indices`` fixes a published test split; otherwise a seeded ``test_fraction`` is held out.
+
+    Attributes:
+        images: uint8 images, (N, C, h, w).
+        labels: Integer labels, (N,).
+        name: The dataset's name.
+        num_classes: The class count; 0 for one more than the largest label.
+        test_indices: The indices of a published test split, if the dataset has one.
+        test_fraction: The fraction held out, seeded, as the test split when there is no published one.
     """
 
     images: np.ndarray

@@ -30,12 +30,21 @@ def fractal_dataset(
     *,
     instance_seed: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fractal images, float in [0, 1] shaped (N, 3, S, S), and long labels (N,), class-major.
+    """Render a dataset of formula-driven fractal images, class by class.
 
-    ``seed`` fixes the class systems (class c is the same for any ``num_classes`` > c and any
-    ``images_per_class``); ``instance_seed`` (default: ``seed``) draws other variations of those
-    same classes, e.g. a held-out set.
+    Args:
+        num_classes: How many classes (IFS systems).
+        images_per_class: How many varied instances of each class.
+        image_size: The side S of each image, in pixels.
+        seed: The seed of the class systems: class c is the same for any ``num_classes`` > c and any
+            ``images_per_class``.
+        instance_seed: The seed of the variations (None: ``seed``); another draws other instances of the same
+            classes, e.g. a held-out set.
+
+    Returns:
+        The images, float in [0, 1] shaped (N, 3, S, S), and their long labels (N,), class-major.
     """
+
     systems = class_systems(num_classes, seed)
     labels = np.repeat(np.arange(num_classes), images_per_class)
     rng = np.random.default_rng([seed, 1, seed if instance_seed is None else instance_seed])

@@ -20,7 +20,14 @@ TEST_SEED = 10_007  # the held-out test split of a dataset without one never mov
 
 @dataclass
 class Splits:
-    """Train / validation / test datasets yielding (image tensor, label) and the class count."""
+    """Train, validation and test datasets, each yielding (image tensor, label), and the class count.
+
+    Attributes:
+        train: The training split.
+        val: The validation split.
+        test: The test split.
+        num_classes: The number of classes.
+    """
 
     train: Dataset
     val: Dataset
@@ -63,11 +70,18 @@ def split_indices(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.nd
 
 
 class SmallImages(Dataset):
-    """Part (``indices``) of an in-memory uint8 dataset, with the model's training (the recipe ``augment``, see
-    transforms.py) or evaluation transform.
+    """Part of an in-memory uint8 dataset, with the model's training or evaluation transform.
 
     Items go through the per-image (timm) transform; ``batch`` transforms a whole batch on its
     device, except training batches with random crops on a CPU at large input sizes (``cpu_crops_per_image``).
+
+    Args:
+        images: uint8 images of the whole dataset, (N, C, h, w).
+        labels: Their labels, (N,).
+        indices: The indices of this part.
+        data_config: The model's timm data config.
+        train: Whether this is a training part (random crops and flips) rather than an evaluation one.
+        augment: The training augmentation recipe (see transforms.py).
     """
 
     def __init__(
@@ -78,7 +92,7 @@ class SmallImages(Dataset):
         data_config: dict,
         train: bool,
         augment: str = "paper",
-    ):
+    ) -> None:
         self.images, self.labels, self.indices = images, labels, np.asarray(indices)
         self.data_config, self.train, self.augment = dict(data_config), train, augment
         self._per_image: Callable | None = None
@@ -100,7 +114,17 @@ class SmallImages(Dataset):
     def batch(
         self, positions: np.ndarray, device: torch.device, seed: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Images at ``positions`` transformed on ``device`` (random crops from ``seed``), and their labels."""
+        """Transform a batch of this part's images on a device.
+
+        Args:
+            positions: The batch's positions in this part.
+            device: The device the batch is transformed on and returned to.
+            seed: The seed of the batch's random crops and flips (None: unseeded).
+
+        Returns:
+            The transformed images and their labels, on ``device``.
+        """
+
         idx = self.indices[positions]
         labels = torch.from_numpy(self.labels[idx].astype(np.int64)).to(device, non_blocking=True)
         recipe = transforms.augmentation(self.augment)

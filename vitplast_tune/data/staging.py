@@ -36,8 +36,15 @@ ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")  # downloads torchvision has alre
 
 @dataclass(frozen=True)
 class Files:
-    """Files a run reads from the driver's disk: ``role`` ("data": the dataset root, or "weights": the file), the
-    absolute ``root`` they lie under, their paths under it and sizes, and a key that names this set of files."""
+    """Files a run reads from the driver's disk.
+
+    Attributes:
+        role: "data" for a dataset's root, "weights" for a weights file.
+        root: The absolute folder they lie under.
+        paths: Their paths under ``root``.
+        sizes: Their sizes in bytes, path by path.
+        key: A digest that names this set of files (roots, paths, sizes and modification times).
+    """
 
     role: str
     root: str
@@ -51,22 +58,38 @@ class Files:
         return sum(self.sizes)
 
     def describe(self) -> str:
-        """What these files are, for messages: the weights file, or the dataset folder and its size."""
+        """Say what these files are, for messages.
+
+        Returns:
+            The weights file or the dataset folder, with the number of files and their size.
+        """
         what = f"weights file {Path(self.root, self.paths[0])}" if self.role == "weights" else f"dataset {self.root}"
         return f"{what} ({len(self.paths)} files, {self.nbytes / 2**20:.1f} MiB)"
 
 
 @dataclass
 class Staged:
-    """``Files`` sent through the object store: the parts of a tar archive of them (Ray object refs)."""
+    """``Files`` sent through the object store as a tar archive in parts.
+
+    Attributes:
+        files: The files.
+        parts: The Ray object refs of the archive's parts, in order.
+    """
 
     files: Files
     parts: list[Any] = field(default_factory=list)
 
 
 def needed(settings: FinetuneConfig, reference: str | None = None) -> list[Files]:
-    """The files of the driver's disk that runs of ``settings`` (and a plasticity ``reference`` dataset) read:
-    a ``weights`` file, and the folders of a file dataset under ``data_dir``."""
+    """List the files on the driver's disk that runs of these settings read.
+
+    Args:
+        settings: The runs' settings: their ``weights`` file, and the folders of a file dataset under ``data_dir``.
+        reference: The name of a plasticity reference dataset that the runs read too, if any.
+
+    Returns:
+        One ``Files`` for the weights file and one for the dataset folders, where there are such files.
+    """
     found = []
     if settings.weights is not None:
         path = Path(settings.weights).expanduser().resolve()
@@ -104,7 +127,14 @@ def present(files: Files) -> bool:
 
 
 def stage(files: Sequence[Files]) -> list[Staged]:
-    """Put each set of ``files`` in Ray's object store as a tar archive in parts (on the driver, Ray running)."""
+    """Put each set of files in Ray's object store as a tar archive in parts (on the driver, Ray running).
+
+    Args:
+        files: The sets of files, from ``needed``.
+
+    Returns:
+        One ``Staged`` per set, holding the object refs of its parts.
+    """
     import numpy as np
     import ray
 
@@ -123,7 +153,18 @@ def stage(files: Sequence[Files]) -> list[Staged]:
 
 
 def localize(cfg: FinetuneConfig, staged: Sequence[Staged]) -> FinetuneConfig:
-    """``cfg`` with its weights and data directory on this node: the staged copies (unpacked here once); no download."""
+    """Point a run's settings at this node's copies of the staged files.
+
+    Copies missing here are unpacked first (once per node); a staged dataset turns ``download`` off.
+
+    Args:
+        cfg: The run's settings.
+        staged: The staged files, from ``stage``.
+
+    Returns:
+        ``cfg`` with its ``weights`` and ``data_dir`` on this node (``cfg`` itself when nothing was staged).
+    """
+
     paths = local_paths(staged)
     if not paths:
         return cfg

@@ -52,7 +52,14 @@ DEFAULT_AUGMENTATION = "paper"  # a dataset's default unless it registers anothe
 
 
 def register_augmentation(recipe: Augmentation) -> Augmentation:
-    """Add a recipe to the registry under its name (``FinetuneConfig.augment`` and space files use the name)."""
+    """Add a recipe to the registry under its name, which ``FinetuneConfig.augment`` and space files use.
+
+    Args:
+        recipe: The recipe.
+
+    Returns:
+        The same recipe.
+    """
     AUGMENTATIONS[recipe.name] = recipe
     return recipe
 
@@ -78,8 +85,17 @@ AUTO_AUGMENT_JOIN = "+"  # between a recipe's name and a timm policy (policies a
 
 
 def augmentation(name: str) -> Augmentation:
-    """The registered recipe ``name`` (followed by a timm policy: ``with_auto_augment``); UserError naming the known
-    ones otherwise."""
+    """Look up a registered training augmentation recipe by name.
+
+    Args:
+        name: The recipe's name, optionally followed by a timm policy (see ``with_auto_augment``).
+
+    Returns:
+        The recipe, carrying the policy when the name has one.
+
+    Raises:
+        UserError: If no recipe has that name; the message names the known ones.
+    """
     base, join, policy = name.partition(AUTO_AUGMENT_JOIN)
     if join and policy:
         return replace(augmentation(base), name=name, auto_augment=policy)
@@ -213,8 +229,17 @@ def _resize_center_crop(x: torch.Tensor, data_config: dict[str, Any]) -> torch.T
     return TF.center_crop(x, [out_h, out_w])
 
 
-def prepare_images(images: torch.Tensor, data_config: dict) -> torch.Tensor:
-    """Float images in [0, 1], (N, C, h, w), resized to the model's input size and normalized."""
+def prepare_images(images: torch.Tensor, data_config: dict[str, Any]) -> torch.Tensor:
+    """Resize float images to the model's input size and normalize them.
+
+    Args:
+        images: Float images in [0, 1], shaped (N, C, h, w), with one or three channels.
+        data_config: The model's timm data config (input size, interpolation, mean and std).
+
+    Returns:
+        The normalized images, (N, 3, H, W).
+    """
+
     _, height, width = data_config["input_size"]
     images = images.float()
     if images.shape[1] == 1:

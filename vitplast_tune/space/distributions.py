@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from vitplast_tune.components import (
     ALL,
@@ -27,89 +27,132 @@ from vitplast_tune.components import (
 )
 from vitplast_tune.errors import UserError, did_you_mean
 
+if TYPE_CHECKING:
+    from optuna.trial import Trial
+
 
 @dataclass(frozen=True)
 class Distribution:
-    """One parameter of a space, in the manner of Optuna's distributions: each kind knows its Optuna
-    suggestion, its Ray Tune and grid forms, and the values that probe its corners."""
+    """One parameter of a space, in the manner of Optuna's distributions.
+
+    Each kind knows its Optuna suggestion, its grid values and the values that probe its corners.
+
+    Attributes:
+        name: The parameter's name in the space file and in a trial's config.
+    """
 
     name: str
     discrete: ClassVar[bool] = True
 
-    def suggest(self, trial) -> dict[str, Any]:
-        """Ask an Optuna trial for this parameter; return the constants it adds to the config (often none)."""
+    def suggest(self, trial: Trial) -> dict[str, Any]:
+        """Ask an Optuna trial for this parameter.
+
+        Args:
+            trial: The Optuna trial, asked define-by-run.
+
+        Returns:
+            The constants this parameter adds to the trial's config (often none).
+        """
         raise NotImplementedError
 
-    def grid_values(self) -> list:
-        """Every value, for a grid; a range raises UserError."""
+    def grid_values(self) -> list[Any]:
+        """List every value, for a grid search.
+
+        Returns:
+            The values.
+
+        Raises:
+            UserError: If the parameter is a range.
+        """
         raise UserError(f'parameter "{self.name}" is a range; a grid needs {{choice: [...]}}')
 
-    def corners(self) -> list:
-        """Values that touch every choice and both ends of a range, to validate settings before a search."""
+    def corners(self) -> list[Any]:
+        """List values that touch every choice and both ends of a range, to validate settings before a search.
+
+        Returns:
+            The values.
+        """
         return self.grid_values()
 
     def describe(self) -> str:
-        """The distribution in words, as a dry run prints it (``log-uniform [0.001, 1]``)."""
+        """Put the distribution in words, as a dry run prints it (``log-uniform [0.001, 1]``).
+
+        Returns:
+            The words.
+        """
         raise NotImplementedError
 
 
 @dataclass(frozen=True)
 class Constant(Distribution):
-    """A plain value, the same in every trial."""
+    """A plain value, the same in every trial.
+
+    Attributes:
+        value: The value.
+    """
 
     value: Any = None
 
-    def suggest(self, trial) -> dict[str, Any]:
+    def suggest(self, trial: Trial) -> dict[str, Any]:
         return {self.name: self.value}
 
     def describe(self) -> str:
         return f"{self.value} (fixed)"
 
-    def grid_values(self) -> list:
+    def grid_values(self) -> list[Any]:
         return [self.value]
 
 
 @dataclass(frozen=True)
 class Choice(Distribution):
-    """``{choice: [a, b, ...]}``: one of the listed values."""
+    """One of the listed values, written ``{choice: [a, b, ...]}``.
+
+    Attributes:
+        values: The values.
+    """
 
     values: tuple = ()
 
-    def suggest(self, trial) -> dict[str, Any]:
+    def suggest(self, trial: Trial) -> dict[str, Any]:
         trial.suggest_categorical(self.name, list(self.values))
         return {}
 
     def describe(self) -> str:
         return f"one of {', '.join(map(str, self.values))}"
 
-    def grid_values(self) -> list:
+    def grid_values(self) -> list[Any]:
         return list(self.values)
 
 
 @dataclass(frozen=True)
 class Uniform(Distribution):
-    """``{uniform: [low, high]}``: a float drawn uniformly."""
+    """A float drawn uniformly, written ``{uniform: [low, high]}``.
+
+    Attributes:
+        low: The lower end.
+        high: The upper end.
+    """
 
     low: float = 0.0
     high: float = 1.0
     discrete: ClassVar[bool] = False
 
-    def suggest(self, trial) -> dict[str, Any]:
+    def suggest(self, trial: Trial) -> dict[str, Any]:
         trial.suggest_float(self.name, self.low, self.high)
         return {}
 
     def describe(self) -> str:
         return f"uniform [{self.low:g}, {self.high:g}]"
 
-    def corners(self) -> list:
+    def corners(self) -> list[Any]:
         return [self.low, self.high]
 
 
 @dataclass(frozen=True)
 class LogUniform(Uniform):
-    """``{loguniform: [low, high]}``: a positive float drawn uniformly in log space."""
+    """A positive float drawn uniformly in log space, written ``{loguniform: [low, high]}``."""
 
-    def suggest(self, trial) -> dict[str, Any]:
+    def suggest(self, trial: Trial) -> dict[str, Any]:
         trial.suggest_float(self.name, self.low, self.high, log=True)
         return {}
 
@@ -119,34 +162,42 @@ class LogUniform(Uniform):
 
 @dataclass(frozen=True)
 class RandInt(Distribution):
-    """``{randint: [low, high]}``: an integer in [low, high], both ends included."""
+    """An integer in [low, high], both ends included, written ``{randint: [low, high]}``.
+
+    Attributes:
+        low: The lower end.
+        high: The upper end.
+    """
 
     low: int = 0
     high: int = 1
     discrete: ClassVar[bool] = False
 
-    def suggest(self, trial) -> dict[str, Any]:
+    def suggest(self, trial: Trial) -> dict[str, Any]:
         trial.suggest_int(self.name, self.low, self.high)
         return {}
 
     def describe(self) -> str:
         return f"an integer in [{self.low}, {self.high}]"
 
-    def corners(self) -> list:
+    def corners(self) -> list[Any]:
         return [self.low, self.high]
 
 
 @dataclass(frozen=True)
 class Subsets(Distribution):
-    """``{subsets: any}`` (any non-empty subset) or ``{subsets: any_or_head}`` (also the linear probe).
+    """Any subset of the components: ``{subsets: any}`` (non-empty) or ``{subsets: any_or_head}`` (also none).
 
     For Optuna a subset is one boolean per component. For a non-empty subset, the last flag is only
     asked when an earlier one is set; otherwise fc2 is forced on (and recorded as a constant).
+
+    Attributes:
+        allow_head: Whether the linear probe (no component) is a value too.
     """
 
     allow_head: bool = False
 
-    def suggest(self, trial) -> dict[str, Any]:
+    def suggest(self, trial: Trial) -> dict[str, Any]:
         flags = {c: trial.suggest_categorical(component_flag(c), [True, False]) for c in COMPONENTS[:-1]}
         last, constants = COMPONENTS[-1], {}
         if any(flags.values()) or self.allow_head:
@@ -155,10 +206,10 @@ class Subsets(Distribution):
             flags[last] = constants[component_flag(last)] = True
         return {**constants, self.name: subset_name(c for c, on in flags.items() if on)}
 
-    def grid_values(self) -> list:
+    def grid_values(self) -> list[Any]:
         return all_subsets(allow_head=self.allow_head)
 
-    def corners(self) -> list:
+    def corners(self) -> list[Any]:
         return [ALL]
 
     def describe(self) -> str:
@@ -168,17 +219,21 @@ class Subsets(Distribution):
 
 @dataclass(frozen=True)
 class Methods(Distribution):
-    """``{methods: {mha: [lora, full], fc1: full, ln2: [bitfit, frozen]}}``: a method per component (one listed
-    method is a constant; components left out are frozen), written as the subset ``mha:lora+fc1+ln2:bitfit``.
+    """A method per component, written ``{methods: {mha: [lora, full], fc1: full, ln2: [bitfit, frozen]}}``.
 
-    For Optuna each listed choice is one categorical ``method_<name>``. Never all frozen (unless nothing listed
-    can train): when no constant trains and every earlier component came out frozen, the last one with a choice
-    is not asked but takes its first trained method (recorded as a constant), as ``Subsets`` does with fc2.
+    One listed method is a constant; components left out are frozen. A value is written as the subset
+    ``mha:lora+fc1+ln2:bitfit``. For Optuna each listed choice is one categorical ``method_<name>``. Never all frozen
+    (unless nothing listed can train): when no constant trains and every earlier component came out frozen, the
+    last one with a choice is not asked but takes its first trained method (recorded as a constant), as
+    ``Subsets`` does with fc2.
+
+    Attributes:
+        choices: Each listed component with its methods, in canonical order.
     """
 
     choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
-    def suggest(self, trial) -> dict[str, Any]:
+    def suggest(self, trial: Trial) -> dict[str, Any]:
         picked: dict[str, str] = {}
         constants: dict[str, Any] = {}
         searched = [c for c, options in self.choices if len(options) > 1]
@@ -193,7 +248,7 @@ class Methods(Distribution):
                 picked[component] = trial.suggest_categorical(method_flag(component), list(options))
         return {**constants, self.name: subset_name(picked)}
 
-    def grid_values(self) -> list:
+    def grid_values(self) -> list[Any]:
         names = [c for c, _ in self.choices]
         combos = [dict(zip(names, methods)) for methods in itertools.product(*(o for _, o in self.choices))]
         values = list(dict.fromkeys(subset_name(m) for m in combos))
@@ -222,7 +277,19 @@ def _subset(value: Any, where: str) -> str:
 
 
 def parse_param(name: str, raw: Any, where: str) -> Distribution:
-    """The distribution of parameter ``name`` written as ``raw`` in a space file (``where``); UserError when malformed."""
+    """Read one parameter of a space file as a distribution.
+
+    Args:
+        name: The parameter's name.
+        raw: Its value in the file: a plain value, or a mapping of one distribution kind to its argument.
+        where: The file it came from, for messages.
+
+    Returns:
+        The distribution.
+
+    Raises:
+        UserError: If the value is malformed.
+    """
     if not isinstance(raw, dict):
         if name == "components":
             return Constant(name, _subset(raw, where))
@@ -256,6 +323,11 @@ def parse_param(name: str, raw: Any, where: str) -> Distribution:
         if name == "depth":
             return Choice(name, tuple(_where(check_depth, str(v), where) for v in arg))
         return Choice(name, tuple(arg))
+    return _range(name, kind, arg, where)
+
+
+def _range(name: str, kind: str, arg: Any, where: str) -> Distribution:
+    """``{uniform | loguniform | randint: [low, high]}``, checked."""
     if not (isinstance(arg, list) and len(arg) == 2 and all(isinstance(v, (int, float)) for v in arg)):
         raise UserError(f'{where}: parameter "{name}" {{{kind}: ...}} needs [low, high] numbers, got {arg!r}')
     low, high = float(arg[0]), float(arg[1])
@@ -313,12 +385,17 @@ def _where(check, value: Any, where: str) -> Any:
 
 
 class OptunaSpace:
-    """Define-by-run function for Ray Tune's OptunaSearch (picklable, so the searcher can be saved)."""
+    """Define-by-run function for Ray Tune's OptunaSearch (picklable, so the searcher can be saved).
 
-    def __init__(self, parameters: dict[str, Distribution]):
+    Args:
+        parameters: The space's distributions, by name.
+    """
+
+    def __init__(self, parameters: dict[str, Distribution]) -> None:
+
         self.parameters = parameters
 
-    def __call__(self, trial) -> dict[str, Any]:
+    def __call__(self, trial: Trial) -> dict[str, Any]:
         constants: dict[str, Any] = {}
         for p in self.parameters.values():
             constants.update(p.suggest(trial))

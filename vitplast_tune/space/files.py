@@ -43,7 +43,11 @@ SHIPPED = "vitplast_tune.search_spaces"  # the repository's search_spaces/, inst
 
 
 def spaces_dir() -> Path:
-    """The folder of the shipped space files: ``search_spaces/`` at the repository's top, in the wheel as ``SHIPPED``."""
+    """Find the folder of the shipped space files.
+
+    Returns:
+        ``search_spaces/`` at the repository's top, installed as the package ``SHIPPED``.
+    """
     try:
         return Path(str(importlib.resources.files(SHIPPED)))
     except ModuleNotFoundError:  # a source checkout on sys.path without an install
@@ -89,7 +93,26 @@ class Budget:
 
 @dataclass(frozen=True)
 class SearchSpec:
-    """A validated space file."""
+    """A validated space file.
+
+    Attributes:
+        name: The file's name without its suffix.
+        path: Where it was read from.
+        description: Its ``description``.
+        metric: The metric to optimise (the first, with several objectives).
+        mode: ``max`` or ``min`` (the first metric's).
+        algorithm: ``optuna``, ``grid`` or ``random``.
+        num_samples: Trials (a grid: repeats of the whole grid).
+        scheduler: The early stopping.
+        parameters: What each trial gets, by name.
+        defaults: Experiment settings, which command-line flags override.
+        text: The file's content.
+        criteria: Whether the criteria lab compares pre-training predictors per subset at the end.
+        objectives: The (metric, mode) of each objective; two or more make a multi-objective search.
+        max_trainable_params: The parameter budget: trials over it are not trained (None: no budget).
+        warm_start: How many recommended subsets TPE tries first.
+        budgets: The step budgets of a grid run at several (each trial's ``max_steps``).
+    """
 
     name: str
     path: Path
@@ -152,21 +175,37 @@ class SearchSpec:
         return len(self.grid) * self.num_samples if self.algorithm == "grid" else self.num_samples
 
     def example(self) -> dict[str, Any]:
-        """One representative configuration (the first corner of each parameter), for validating settings."""
+        """Make one representative configuration, for validating settings.
+
+        Returns:
+            The first corner of each parameter (and the first budget's ``max_steps``).
+        """
         steps = {"max_steps": self.budgets[0].steps} if self.budgets else {}
         return {**{name: p.corners()[0] for name, p in self.parameters.items()}, **steps}
 
     def corner_configs(self) -> list[dict[str, Any]]:
-        """Configurations that touch every choice and both ends of every range (and every budget)."""
+        """Make configurations that touch every choice, both ends of every range, and every budget.
+
+        Returns:
+            The configurations, ``example`` first.
+        """
         base = self.example()
         budgets = [{**base, "max_steps": b.steps} for b in self.budgets[1:]]
         return [base] + [{**base, name: v} for name, p in self.parameters.items() for v in p.corners()[1:]] + budgets
 
     def with_overrides(self, num_samples: int | None = None, budgets: Sequence[int] | None = None) -> SearchSpec:
-        """A copy with the command line's ``--num-samples`` and ``--budgets`` applied (and validated).
+        """Apply the command line's ``--num-samples`` and ``--budgets`` to a copy, validated.
 
-        ``budgets``: step counts; the i-th replaces the steps of the space's i-th budget and keeps the parameters
-        it narrows, one beyond the space's budgets trains the whole grid (a grid space without budgets gets them).
+        Args:
+            num_samples: The trials (a grid: repeats) in place of the file's; None keeps them.
+            budgets: Step counts: the i-th replaces the steps of the space's i-th budget and keeps the parameters it
+                narrows; one beyond the space's budgets trains the whole grid. None keeps the file's.
+
+        Returns:
+            The copy (``self`` when nothing changes).
+
+        Raises:
+            UserError: If ``num_samples`` is below 1, or the budgets do not fit the space's algorithm.
         """
         spec = self
         if num_samples is not None:
@@ -202,12 +241,26 @@ def resolve_space_path(name_or_path: str | Path) -> Path:
 
 
 def list_spaces() -> list[str]:
-    """Names of the space files shipped with the package (``spaces_dir``)."""
+    """List the names of the space files shipped with the package (in ``spaces_dir``).
+
+    Returns:
+        The names, sorted, without the ``.yaml`` suffix.
+    """
     return sorted(p.stem for p in spaces_dir().glob("*.yaml"))
 
 
 def load_space(name_or_path: str | Path) -> SearchSpec:
-    """Read and validate a space file; raise UserError naming the file and the problem."""
+    """Read and validate a space file.
+
+    Args:
+        name_or_path: A path to a YAML file, else the name of a shipped space (``.yaml`` optional).
+
+    Returns:
+        The validated space.
+
+    Raises:
+        UserError: If the file is not found or is malformed; the message names the file and the problem.
+    """
     path = resolve_space_path(name_or_path)
     text = path.read_text()
     where = str(path)
@@ -380,6 +433,14 @@ def _positive_int(value: Any, where: str, what: str, minimum: int = 1) -> int:
 
 
 def searched_augmentations(spec: SearchSpec) -> list[str]:
-    """The augmentation recipes a space's ``augment`` parameter may take (none when it does not vary)."""
+    """List the augmentation recipes that a space's ``augment`` parameter may take.
+
+    Args:
+        spec: The space.
+
+    Returns:
+        The recipes (its one value, for a constant); empty when the space has no ``augment`` parameter.
+    """
+
     augment = spec.parameters.get("augment")
     return [] if augment is None else [v for v in augment.corners() if v is not None]
