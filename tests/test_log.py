@@ -1,5 +1,6 @@
-"""The library's logger: its messages reach standard output by default, a level quiets them, and an application
-that configures logging itself gets them through its own handlers instead."""
+"""The library's logger: its messages reach standard error by default (results alone go to standard output), a
+level quiets them and holds whatever the order of imports, and an application that configures logging itself gets
+them through its own handlers instead."""
 
 from __future__ import annotations
 
@@ -13,17 +14,30 @@ def python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
 
 
-def test_a_library_message_is_one_line_on_standard_output_by_default():
+def test_a_library_message_is_one_line_on_standard_error_by_default():
     out = python(SAY)
-    assert out.stdout == "note: hello\n" and out.stderr == ""
+    assert out.stderr == "note: hello\n" and out.stdout == ""
 
 
 def test_a_level_quiets_the_library_and_the_search_commands_quiet_sets_it():
-    assert python(f"import logging, vitplast_tune.log as log; log.set_verbosity(logging.WARNING); {SAY}").stdout == ""
+    assert python(f"import logging, vitplast_tune.log as log; log.set_verbosity(logging.WARNING); {SAY}").stderr == ""
     quiet = "import logging; from vitplast_tune.cli.base import quiet_library; quiet_library(True); "
-    assert python(quiet + SAY).stdout == ""
+    assert python(quiet + SAY).stderr == ""
     loud = "import logging; from vitplast_tune.cli.base import quiet_library; quiet_library(False); "
-    assert python(loud + SAY).stdout == "note: hello\n"
+    assert python(loud + SAY).stderr == "note: hello\n"
+
+
+def test_a_level_the_user_sets_holds_whatever_the_import_order():
+    quiet = "import logging; logging.getLogger('vitplast_tune').setLevel(logging.WARNING); "
+    before = python(quiet + "import vitplast_tune; " + SAY)  # set before the package is imported
+    after = python(
+        "import vitplast_tune, logging; logging.getLogger('vitplast_tune').setLevel(logging.WARNING); " + SAY
+    )
+    loaded = "import vitplast_tune.records.table, vitplast_tune.plan.options, logging; "  # modules that log, loaded
+    later = python(loaded + "logging.getLogger('vitplast_tune').setLevel(logging.WARNING); " + SAY)
+    assert (before.stderr, after.stderr, later.stderr) == ("", "", "")
+    warned = python(quiet + SAY.replace(".info('note: hello')", ".warning('warning: hello')"))
+    assert warned.stderr == "warning: hello\n"  # the level holds; it does not silence everything
 
 
 def test_an_application_gets_the_messages_through_its_own_handlers():
@@ -32,7 +46,7 @@ def test_an_application_gets_the_messages_through_its_own_handlers():
     out = python(configured + SAY)
     assert out.stdout == "" and out.stderr == "APP vitplast_tune.run.driver note: hello\n"
     again = python(configured + "log.enable_default_handler(); " + SAY)
-    assert again.stdout == "note: hello\n" and again.stderr == ""
+    assert again.stderr == "note: hello\n" and again.stdout == ""
 
 
 def test_another_librarys_logger_is_quieted_for_a_block_and_restored_after(caplog):

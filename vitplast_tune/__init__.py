@@ -4,15 +4,18 @@ plasticity (Odonnat et al., ICML 2026).
 The public API, one verb each::
 
     import vitplast_tune as vt
-    result = vt.run_search(vt.SearchOptions(space="component_subsets"))   # the whole search
+    search = vt.run_search(space="component_subsets", name="quickstart")  # the whole search (or vt.SearchOptions)
+    search = vt.load_search("quickstart")                                   # a recorded search, no Ray started
+    search.trials, search.study, search.runs(), search.best_model()         # DataFrame, Optuna study, MLflow runs
     spec = vt.load_space("paper_grid")                                      # a validated space file
     model, metrics = vt.finetune(vt.FinetuneConfig(components="mha+fc1", lr=0.1))  # one finetuning run
     best = vt.load_best_model("quickstart")                                  # a search's best model
     model = vt.create_model("vit_testbed_patch8_32.fractal", num_classes=10)
     table = vt.compute_plasticity(model, reference_images, downstream_images)
 
-Every mistake a user can fix raises ``vt.UserError``; the library speaks through the ``vitplast_tune`` logger
-(``vitplast_tune.log``). Importing the package starts nothing and imports nothing heavy: each name loads its module
+Every mistake a user can fix raises a ``vt.UserError`` (``SpaceError``, ``OptionsError``, ``DataError``,
+``ResumeError``, ``ServicesError``, ``SearchNotFound``); the library speaks through the ``vitplast_tune`` loggers
+(``vitplast_tune.log``), to standard error. Importing the package starts nothing and imports nothing heavy: each name loads its module
 on first use.
 
 The house, from the ground up (a package imports only those below it): ``components``, ``config``, ``storage``,
@@ -27,19 +30,5 @@ import lazy_loader as _lazy
 
 __version__ = "0.1.0"
 
-__getattr__, __dir__, __all__ = _lazy.attach(
-    __name__,
-    submod_attrs={
-        "run.driver": ["run_search"],
-        "plan.options": ["SearchOptions"],
-        "records.summary": ["SearchResult"],
-        "space.files": ["load_space"],
-        "vit.training": ["finetune"],
-        "vit.best_model": ["load_best_model"],
-        "config": ["FinetuneConfig"],
-        "vit.models": ["create_model"],
-        "vit.plasticity": ["compute_plasticity"],
-        "predictors.report": ["plasticity_report"],
-        "errors": ["UserError"],
-    },
-)
+# The public names are listed once, in __init__.pyi (what type checkers read too); each loads its module on first use.
+__getattr__, __dir__, __all__ = _lazy.attach_stub(__name__, __file__)

@@ -1,18 +1,81 @@
-"""The one exception type for mistakes a user can fix."""
+"""The exceptions for mistakes a user can fix: ``UserError`` and one subclass per kind of mistake (the space file,
+the options, the data, resuming, the services a search records to), and how an option is spelled in a message:
+``--max-steps`` on the command line, ``max_steps`` from Python."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from contextvars import ContextVar
+
+# Whether messages name options as the command line's flags (the ``vitplast`` commands set it) or as keywords.
+_FLAGS: ContextVar[bool] = ContextVar("vitplast_tune_flags", default=False)
 
 
 class UserError(Exception):
-    """Bad input from the user: the scripts print its message on one line and exit with code 2."""
+    """Bad input from the user: the commands print its message on one line and exit with code 2."""
+
+
+class SpaceError(UserError):
+    """A space file (or a space given as a mapping or an object) that is missing or not valid."""
+
+
+class OptionsError(UserError):
+    """An option of a search (a keyword of ``run_search``, a flag of ``vitplast search``) or a setting not valid."""
+
+
+class DataError(UserError):
+    """A dataset, a data folder, model weights or another input file that cannot be used."""
+
+
+class ResumeError(UserError):
+    """A search that cannot be resumed as asked, or a new search that would take a recorded one's name."""
+
+
+class ServicesError(UserError):
+    """A storage, MLflow tracking store or Ray cluster that does not answer or cannot be written."""
+
+
+class SearchNotFound(UserError, LookupError):
+    """No search of that name is recorded in the storage; the message lists the known ones."""
+
+
+def option(key: str, value: object = None) -> str:
+    """An option as the user gave it: the flag on the command line, the keyword from Python.
+
+    Args:
+        key: the option's name in ``SearchOptions`` (``max_steps``).
+        value: its value, shown after the name when given.
+
+    Returns:
+        ``--max-steps 20`` from the command line, ``max_steps=20`` from Python (without the value when None).
+    """
+    if _FLAGS.get():
+        return f"--{key.replace('_', '-')}" + ("" if value is None else f" {value}")
+    return key + ("" if value is None else f"={value!r}")
+
+
+def speak_flags() -> None:
+    """From now on (in this context), name options as the command line's flags: the ``vitplast`` commands call it."""
+    _FLAGS.set(True)
 
 
 def did_you_mean(word: str, options: Iterable[str]) -> str:
-    """Return ' (did you mean "x"?)' for the closest option to ``word``, or '' when none is close."""
-    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1, cutoff=0.6)
+    """The closest option to a word the user gave, as a hint for a message.
+
+    An option that the word starts with, word by word, is closest (``mixup_alpha``: ``mixup``, as other libraries
+    name its alpha), else the most similar spelling.
+
+    Args:
+        word: what the user gave.
+        options: the names it may have meant.
+
+    Returns:
+        ``' (did you mean "x"?)'``, or ``''`` when none is close.
+    """
+    names, parts = [str(o) for o in options], str(word).split("_")
+    leading = [n for n in names if n in ("_".join(parts[:i]) for i in range(1, len(parts)))]
+    close = sorted(leading, key=len)[-1:] or difflib.get_close_matches(str(word), names, n=1, cutoff=0.6)
     return f' (did you mean "{close[0]}"?)' if close else ""
 
 

@@ -1,10 +1,12 @@
 """The library's logger, ``vitplast_tune``, in the manner of ``optuna.logging``: what the library says while it works
-(notes, where it runs, what it measured) goes through ``logging.getLogger("vitplast_tune")`` and its children, so a
-notebook or a service that embeds the library can quiet, raise or redirect it; the commands set its level
-(``--quiet``, ``-v``). Summary tables are the commands' printed output, not log lines.
+(notes, where it runs, what it measured, progress) goes through ``logging.getLogger("vitplast_tune")`` and its
+children, so a notebook or a service that embeds the library can quiet, raise or redirect it; the commands set its
+level (``--quiet``). Results (summary tables, the answer, JSON) are the commands' printed output on standard output,
+not log lines.
 
-By default the library's messages at INFO and above go to standard output, one line each, as a command prints them;
-``disable_default_handler()`` leaves them to the application's own logging configuration.
+By default the library's messages at INFO and above go to standard error, one line each. A level the user sets on
+the ``vitplast_tune`` logger holds, before or after the import: the default level INFO is set only where none is.
+``disable_default_handler()`` leaves the messages to the application's own logging configuration.
 """
 
 from __future__ import annotations
@@ -20,20 +22,27 @@ _lock = threading.Lock()
 _handler: logging.Handler | None = None
 
 
-class _Stdout(logging.StreamHandler):
-    """A handler writing to whatever ``sys.stdout`` is when a record comes (a notebook's or a test's capture too)."""
+class _Stderr(logging.StreamHandler):
+    """A handler writing to whatever ``sys.stderr`` is when a record comes (a notebook's or a test's capture too)."""
 
     @property
     def stream(self):
-        return sys.stdout
+        return sys.stderr
 
     @stream.setter
-    def stream(self, value) -> None:  # StreamHandler.__init__ sets it; the property always answers sys.stdout
+    def stream(self, value) -> None:  # StreamHandler.__init__ sets it; the property always answers sys.stderr
         pass
 
 
 def get_logger(name: str) -> logging.Logger:
-    """The logger of a module of the library (``vitplast_tune.<module>``), the default handler set up on first use."""
+    """The logger of a module of the library, the default handler set up on first use.
+
+    Args:
+        name: the module's name, ``vitplast_tune.<module>``.
+
+    Returns:
+        The module's logger, a child of ``vitplast_tune``.
+    """
     _default_handler()
     return logging.getLogger(name)
 
@@ -43,39 +52,49 @@ def _default_handler() -> None:
     with _lock:
         if _handler is not None:
             return
-        _handler = _Stdout()
+        _handler = _Stderr()
         _handler.setFormatter(logging.Formatter("%(message)s"))
         root = logging.getLogger(ROOT)
         root.addHandler(_handler)
-        root.setLevel(logging.INFO)
+        if root.level == logging.NOTSET:  # a level the user set before the first module loaded holds
+            root.setLevel(logging.INFO)
         root.propagate = False
 
 
 def set_verbosity(level: int) -> None:
-    """Set the library logger's level: ``logging.WARNING`` quiets its progress messages, ``logging.DEBUG`` adds more."""
+    """Set the library logger's level.
+
+    Args:
+        level: ``logging.WARNING`` quiets its progress messages, ``logging.DEBUG`` adds more.
+    """
     _default_handler()
     logging.getLogger(ROOT).setLevel(level)
 
 
 def get_verbosity() -> int:
-    """The library logger's level."""
+    """The library logger's level.
+
+    Returns:
+        The effective level of the ``vitplast_tune`` logger.
+    """
     _default_handler()
     return logging.getLogger(ROOT).getEffectiveLevel()
 
 
 def disable_default_handler() -> None:
-    """Stop writing the library's messages to standard output, and let them reach the root logger's handlers."""
+    """Stop writing the library's messages to standard error, and let them reach the root logger's handlers."""
     _default_handler()
     root = logging.getLogger(ROOT)
-    root.removeHandler(_handler)
+    if _handler is not None:
+        root.removeHandler(_handler)
     root.propagate = True
 
 
 def enable_default_handler() -> None:
-    """Write the library's messages to standard output again (the default)."""
+    """Write the library's messages to standard error again (the default)."""
     _default_handler()
     root = logging.getLogger(ROOT)
-    if _handler not in root.handlers:
+    if _handler is not None and _handler not in root.handlers:
         root.addHandler(_handler)
     root.propagate = False
 

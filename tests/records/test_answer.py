@@ -3,10 +3,11 @@ plasticity verdict, each from the numbers."""
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from vitplast_tune.analysis.analyze import SearchAnalysis
 from vitplast_tune.analysis.prediction import TrialAnalysis, analyze_trials, plasticity_verdict
-from vitplast_tune.records.answer import answer_lines
+from vitplast_tune.records.answer import answer_lines, answer_of, ratio
 
 
 def trial(components, lr, best, params, step=100, depth="all", test=None):
@@ -44,8 +45,8 @@ def test_the_answer_names_the_best_trial_the_cheap_close_one_and_both_baselines(
     )
     assert len(lines) == 3  # no cheaper close full-budget trial than the best's 50,000
     assert lines[1] == (
-        "  Against the baselines (validation accuracy): +6.50 points over the linear probe's best trial (93.00%); "
-        "+0.50 points over full finetuning's best trial (99.00%)."
+        "  Against the baselines (validation accuracy): +6.50 points over the linear probe's best trial of 30 steps or "
+        "more (93.00%); +0.50 points over full finetuning's best trial of 30 steps or more (99.00%)."
     )
     assert lines[2].startswith("  Plasticity: not measured")
     trials = trials[trials["components"] != "ln1"]
@@ -55,6 +56,32 @@ def test_the_answer_names_the_best_trial_the_cheap_close_one_and_both_baselines(
         "  Within 1 point of it, fewest parameters: mha+fc1 at lr 0.05 (98.50%, 200,000 trainable, 0.5x the best's)."
     )
     assert "it is full finetuning" in lines[2] and "+6.00 points over the linear probe" in lines[2]
+
+
+def test_a_baseline_stopped_before_the_bests_budget_is_not_compared_with_it():
+    trials = table(
+        trial("mha", 0.05, 0.99, 100_000, step=200) | {"max_steps": 200},
+        trial("all", 0.03, 0.79, 400_000, step=50) | {"max_steps": 200},  # ASHA stopped both at step 50
+        trial("all", 0.01, 0.7882, 400_000, step=50) | {"max_steps": 200},
+        trial("head", 0.3, 0.90, 1_000, step=200) | {"max_steps": 200},
+    )
+    found = answer_of(trials)
+    probe, full = found.baselines
+    assert (probe.kind, probe.gap, probe.step) == ("compared", pytest.approx(9.0), 200)
+    assert (full.kind, full.accuracy, full.step) == ("stopped", 0.79, 50)
+    line = answer_lines(trials)[1]
+    assert "+9.00 points over the linear probe's best trial of 200 steps or more (90.00%)" in line
+    assert (
+        "full finetuning's trials were all stopped before the best's step budget (its best 79.00% at step 50)" in line
+    )
+    assert "points over full finetuning" not in line
+
+
+def test_a_ratio_keeps_three_digits_so_it_is_never_rounded_to_one():
+    trials = table(trial("all", 0.03, 0.990, 1_000_000), trial("mha+fc1", 0.05, 0.985, 997_000))
+    assert answer_of(trials).cheaper_share == pytest.approx(0.997)
+    assert "(98.50%, 997,000 trainable, 0.997x the best's)" in answer_lines(trials)[1]
+    assert ratio(0.5) == "0.5x" and ratio(0.6372) == "0.637x"
 
 
 def test_a_search_without_baselines_or_trials_says_so():

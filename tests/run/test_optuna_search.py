@@ -90,13 +90,13 @@ def test_a_failed_search_marks_its_parent_run_failed_with_the_reason(mlflow):
 def test_tune_environment_is_set_while_it_runs_and_restored_after(monkeypatch):
     # An in-process search once left TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1 behind: a later plain Tuner in the same
     # process then wrote no result.json (the checkpoint cadence test failed beside another test file).
-    for key in ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", PENDING_ENV):
+    for key in ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", PENDING_ENV, "RAY_AIR_NEW_OUTPUT"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "7")  # the user's value wins
     plan = SimpleNamespace(spec=SimpleNamespace(algorithm="optuna", total_trials=12), max_concurrent=None)
     before = dict(os.environ)
     with tune_environment(plan, cluster_grows=True) as set_here:
-        assert set_here == {"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", PENDING_ENV: "12"}
+        assert set_here == {"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", "RAY_AIR_NEW_OUTPUT": "0", PENDING_ENV: "12"}
         assert os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1" and os.environ[PENDING_ENV] == "12"
         assert os.environ["TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S"] == "7"
     assert dict(os.environ) == before

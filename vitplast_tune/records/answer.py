@@ -1,8 +1,15 @@
 """The answer a search opens its summary with: the subset and rate to use, how it compares with the linear probe,
-full finetuning and the cheapest trial close to it, and whether plasticity predicted the trials' accuracy; every
-word chosen from the trial table and the analysis."""
+full finetuning and the cheapest trial close to it, and whether plasticity predicted the trials' accuracy; the
+numbers first (``Answer``, what ``vt.load_search(name).answer`` gives), every word chosen from them.
+
+Like is compared with like: a baseline is compared at the best trial's step budget, so a baseline trial that the
+scheduler stopped earlier is not compared with a longer-trained best; it is named as stopped, with its step.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -11,64 +18,153 @@ from vitplast_tune.analysis.prediction import TARGET_LABELS, finished_trials, ju
 from vitplast_tune.records.table import pct
 
 CLOSE_POINTS = 1.0  # "close to the best": within this many points of its best validation accuracy
+BASELINES = (("head", "the linear probe"), ("all", "full finetuning"))
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """How the best trial compares with one baseline (the linear probe or full finetuning).
+
+    ``kind``: ``missing`` (no such trial), ``itself`` (the best is that baseline), ``compared`` (``gap`` points over
+    the baseline's best trial, ``accuracy``, among those that trained the best's ``step`` steps or more), or ``stopped`` (every such trial stopped
+    before the best's step budget; ``accuracy`` and ``step`` are its best one's).
+    """
+
+    components: str
+    label: str
+    kind: str
+    accuracy: float | None = None
+    gap: float | None = None
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The numbers behind the printed answer: the best trial, the cheapest trial close to it, the baselines."""
+
+    n_trials: int
+    best: dict[str, Any]  # the best trial's row of the trial table
+    cheaper: dict[str, Any] | None = None  # the full-budget trial with the fewest parameters within CLOSE_POINTS
+    cheaper_share: float | None = None  # its trainable parameters over the best's
+    baselines: tuple[Baseline, ...] = field(default_factory=tuple)
+
+
+def answer_of(trials: pd.DataFrame) -> Answer | None:
+    """The answer's numbers from a trial table.
+
+    Args:
+        trials: the search's trial table (``records.trial_table``), one row per trial.
+
+    Returns:
+        The ``Answer``, or None when no trial reported a validation accuracy.
+    """
+    ok = trials[~trials["diverged"].astype(bool) & trials["best_val_acc"].notna()] if not trials.empty else trials
+    if ok.empty:
+        return None
+    best = ok.sort_values("best_val_acc", ascending=False, kind="stable").iloc[0]
+    cheap, share = _cheaper(ok, best)
+    baselines = tuple(_baseline(ok, best, name, label) for name, label in BASELINES)
+    return Answer(len(trials), best.to_dict(), None if cheap is None else cheap.to_dict(), share, baselines)
 
 
 def answer_lines(trials: pd.DataFrame, analysis: SearchAnalysis | None = None) -> list[str]:
-    """The summary's opening lines: the best trial as an instruction, then the comparisons the trials allow."""
-    ok = trials[~trials["diverged"] & trials["best_val_acc"].notna()] if not trials.empty else trials
-    if ok.empty:
+    """The summary's opening lines: the best trial as an instruction, then the comparisons the trials allow.
+
+    Args:
+        trials: the search's trial table.
+        analysis: its analysis, for the plasticity line (None: plasticity not measured).
+
+    Returns:
+        The lines, the first one ``Answer: ...``.
+    """
+    found = answer_of(trials)
+    if found is None:
         return ["Answer: none yet (no trial reported a validation accuracy)."]
-    best = ok.sort_values("best_val_acc", ascending=False, kind="stable").iloc[0]
+    best = found.best
     lines = [
         f"Answer: finetune {_what(best)} ({pct(best['best_val_acc'])} best validation accuracy, test "
-        f"{pct(best['test_acc'])}, {_params(best)} trainable parameters), the best of {len(trials)} trials."
+        f"{pct(best['test_acc'])}, {_params(best)} trainable parameters), the best of {found.n_trials} trials."
     ]
-    lines += [f"  {line}" for line in (_cheaper(ok, best), _against(ok, best), _plasticity(analysis)) if line]
+    cheaper = ""
+    if found.cheaper is not None and found.cheaper_share is not None:
+        c = found.cheaper
+        cheaper = (
+            f"Within {CLOSE_POINTS:g} point of it, fewest parameters: {_what(c)} ({pct(c['best_val_acc'])}, "
+            f"{_params(c)} trainable, {ratio(found.cheaper_share)} the best's)."
+        )
+    against = "Against the baselines (validation accuracy): " + "; ".join(map(_said, found.baselines)) + "."
+    lines += [f"  {line}" for line in (cheaper, against, _plasticity(analysis)) if line]
     return lines
 
 
-def _what(row: pd.Series) -> str:
+def ratio(value: float) -> str:
+    """A ratio as the answer prints it, three significant digits so that 0.997 is not 1: ``0.997x``, ``0.5x``."""
+    return f"{value:.3g}x"
+
+
+def _what(row: dict[str, Any]) -> str:
     """A trial as an instruction: its subset (and depth) and learning rate."""
     depth = row.get("depth")
     where = f" in the {depth} blocks" if isinstance(depth, str) and depth not in ("", "all") else ""
-    return f"{row['components']}{where} at lr {row['lr']:.3g}" if "lr" in row else f"{row['components']}{where}"
+    lr = row.get("lr")
+    return (
+        f"{row['components']}{where} at lr {lr:.3g}"
+        if lr is not None and pd.notna(lr)
+        else f"{row['components']}{where}"
+    )
 
 
-def _params(row: pd.Series) -> str:
+def _params(row: dict[str, Any]) -> str:
     return "?" if pd.isna(row.get("trainable_params")) else f"{int(row['trainable_params']):,}"
 
 
-def _cheaper(ok: pd.DataFrame, best: pd.Series) -> str:
+def _cheaper(ok: pd.DataFrame, best: pd.Series) -> tuple[pd.Series | None, float | None]:
     """The full-budget trial with the fewest trainable parameters within CLOSE_POINTS of the best, if cheaper."""
     done = finished_trials(ok).dropna(subset=["trainable_params"])
     close = done[done["best_val_acc"] >= best["best_val_acc"] - CLOSE_POINTS / 100]
     if close.empty or pd.isna(best.get("trainable_params")):
-        return ""
+        return None, None
     cheap = close.loc[close["trainable_params"].idxmin()]
     if cheap["trainable_params"] >= best["trainable_params"]:
-        return ""
-    share = cheap["trainable_params"] / best["trainable_params"]
-    return (
-        f"Within {CLOSE_POINTS:g} point of it, fewest parameters: {_what(cheap)} ({pct(cheap['best_val_acc'])}, "
-        f"{_params(cheap)} trainable, {share:.2g}x the best's)."
-    )
+        return None, None
+    return cheap, float(cheap["trainable_params"] / best["trainable_params"])
 
 
-def _against(ok: pd.DataFrame, best: pd.Series) -> str:
-    """The best trial's margin over the best linear-probe and full-finetuning trials, where the search has them."""
-    parts = []
-    for name, label in (("head", "the linear probe"), ("all", "full finetuning")):
-        rows = ok[ok["components"] == name]
-        if "depth" in rows:
-            rows = rows[rows["depth"].fillna("all").isin(["all", ""])]
-        if rows.empty:
-            parts.append(f"no {label.removeprefix('the ')} trial in this search")
-        elif best["components"] == name and (rows["best_val_acc"] <= best["best_val_acc"]).all():
-            parts.append(f"it is {label}")
-        else:
-            gap = 100 * (best["best_val_acc"] - rows["best_val_acc"].max())
-            parts.append(f"{gap:+.2f} points over {label}'s best trial ({pct(rows['best_val_acc'].max())})")
-    return "Against the baselines (validation accuracy): " + "; ".join(parts) + "."
+def _step(row: pd.Series | dict[str, Any]) -> int | None:
+    step = row.get("step")
+    return None if step is None or pd.isna(step) else int(step)
+
+
+def _baseline(ok: pd.DataFrame, best: pd.Series, name: str, label: str) -> Baseline:
+    """The best trial against one baseline's trials, at the best's step budget (see ``Baseline``)."""
+    rows = ok[ok["components"] == name]
+    if "depth" in rows:
+        rows = rows[rows["depth"].fillna("all").isin(["all", ""])]
+    if rows.empty:
+        return Baseline(name, label, "missing")
+    if best["components"] == name and (rows["best_val_acc"] <= best["best_val_acc"]).all():
+        return Baseline(name, label, "itself")
+    budget = _step(best)
+    reached = rows if budget is None else rows[rows["step"].fillna(0) >= budget]
+    if reached.empty:  # every one stopped before the best's budget: not compared
+        top = rows.loc[rows["best_val_acc"].idxmax()]
+        return Baseline(name, label, "stopped", float(top["best_val_acc"]), step=_step(top))
+    accuracy = float(reached["best_val_acc"].max())
+    return Baseline(name, label, "compared", accuracy, 100 * (float(best["best_val_acc"]) - accuracy), budget)
+
+
+def _said(b: Baseline) -> str:
+    """One baseline's comparison in words."""
+    if b.kind == "missing":
+        return f"no {b.label.removeprefix('the ')} trial in this search"
+    if b.kind == "itself":
+        return f"it is {b.label}"
+    if b.kind == "stopped":
+        return (
+            f"{b.label}'s trials were all stopped before the best's step budget (its best {pct(b.accuracy)} at step "
+            f"{b.step}): not compared"
+        )
+    return f"{b.gap:+.2f} points over {b.label}'s best trial of {b.step} steps or more ({pct(b.accuracy)})"
 
 
 def _plasticity(analysis: SearchAnalysis | None) -> str:

@@ -63,7 +63,7 @@ class Progress(Callback):
         bar: bool | None = None,
     ):
         self.total, self.every_s, self.clock = total, every_s, clock
-        self.stream = stream or sys.stdout
+        self.stream = stream or sys.stderr  # progress, as the library's messages: results go to stdout
         self.done, self.best, self.started, self.last = 0, None, clock(), clock()
         self.began: dict[str, float] = {}  # trial id -> when it started (or was restored) in this run: the running
         self.ended: set[str] | None = None  # the trials that ended, counted from Tune's list once, then kept

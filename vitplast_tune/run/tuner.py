@@ -61,11 +61,13 @@ def tune_environment(plan: SearchPlan, cluster_grows: bool) -> Iterator[dict[str
     ``TUNE_MAX_PENDING_TRIALS_PG``: ``pending_trials``; ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS``: the Tuner's own
     CSV and JSON loggers replace Tune's defaults, whose TensorBoard logger imports torch into the driver (for
     nothing: MLflow is this tool's record); no warning about syncing the experiment's state, which a
-    search on local disk does at every trial's report. Yields the values it set.
+    search on local disk does at every trial's report; ``RAY_AIR_NEW_OUTPUT=0``: Tune's "Configuration for
+    experiment" box and tables stay unprinted (the progress lines are this tool's). Yields the values it set.
     """
     wanted = {
         "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
         "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+        "RAY_AIR_NEW_OUTPUT": "0",  # the old reporter, silent at verbose=0: the new one prints its banner whatever
     }
     if (pending := pending_trials(plan, cluster_grows)) is not None:
         wanted[PENDING_ENV] = str(pending)

@@ -1,0 +1,288 @@
+"""A search read back from its records, without Ray: ``load_search(name)`` gives a ``Search`` whose trials are a
+DataFrame, whose study is the Optuna study on the search's own storage, whose runs are its MLflow runs, and whose
+best model, answer, summary, Pareto fronts and correlations are a call away, on a finished search and on one that
+still runs (what has ended so far); ``list_searches`` names the searches a storage holds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from vitplast_tune.errors import SearchNotFound
+from vitplast_tune.lock import running_owner
+from vitplast_tune.storage import SEARCH_FILE, STUDY_FILE, SearchPlace, default_storage, read_record
+
+STATUSES = ("finished", "pruned", "failed")  # a trial's status in ``Search.trials`` (Optuna: COMPLETE, PRUNED, FAIL)
+_STATES = {"COMPLETE": "finished", "PRUNED": "pruned", "FAIL": "failed"}
+
+
+def list_searches(storage: str | Path | None = None) -> list[str]:
+    """The names of the searches recorded in a storage folder, sorted.
+
+    Args:
+        storage: the storage root (default: ``$VITPLAST_RESULTS_DIR``, else ``~/vitplast_tune_results``).
+
+    Returns:
+        Each folder name under ``storage`` that holds a search record.
+    """
+    root = Path(storage or default_storage()).expanduser()
+    if not root.is_dir():
+        return []
+    return sorted(p.parent.name for p in root.glob(f"*/{SEARCH_FILE}"))
+
+
+def load_search(name: str, storage: str | Path | None = None, tracking_uri: str | None = None) -> Search:
+    """A recorded search read back (no Ray started), finished or still running.
+
+    Args:
+        name: the search's name (``--name``).
+        storage: its storage root (default: ``$VITPLAST_RESULTS_DIR``, else ``~/vitplast_tune_results``).
+        tracking_uri: its MLflow tracking URI, when the store moved (default: the one the search recorded to).
+
+    Returns:
+        The ``Search``.
+
+    Raises:
+        SearchNotFound: no search of that name in ``storage``; the message lists the known ones.
+    """
+    root = Path(storage or default_storage()).expanduser().resolve()
+    if not (root / name / SEARCH_FILE).is_file():
+        known = list_searches(root)
+        listed = f"known: {', '.join(known)}" if known else "it holds none"
+        raise SearchNotFound(f'no search "{name}" in {root} ({listed}); check the name and the storage')
+    record = read_record(root / name, purpose="recorded")
+    place = SearchPlace(
+        name,
+        str(root),
+        tracking_uri or record["tracking_uri"],
+        record.get("experiment", "vitplast_tune"),
+        record.get("search_id", ""),
+    )
+    return Search(place, record)
+
+
+@dataclass
+class Search:
+    """A search as its records hold it: a finished one whole, a running one as far as its trials have ended."""
+
+    place: SearchPlace
+    record: dict[str, Any] = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        """The search's name."""
+        return self.place.name
+
+    @property
+    def directory(self) -> Path:
+        """The search's folder in its storage."""
+        return Path(self.place.storage) / self.place.name
+
+    @property
+    def status(self) -> str:
+        """``finished`` (its trial table is written), ``running`` (its driver holds the lock) or ``stopped``
+        (interrupted: ``vitplast search --name NAME --resume`` continues it)."""
+        if (self.directory / "trials.csv").is_file():
+            return "finished"
+        return "running" if running_owner(self.directory) is not None else "stopped"
+
+    @cached_property
+    def spec(self):
+        """The search's space (``SearchSpec``), read from the file it recorded."""
+        from vitplast_tune.space.files import load_space
+
+        return load_space(self.record["space_path"])
+
+    @property
+    def settings(self):
+        """What every trial did before its sampled parameters (a ``FinetuneConfig``)."""
+        from vitplast_tune.config import FinetuneConfig
+
+        return FinetuneConfig.from_dict(self.record["settings"])
+
+    @property
+    def total_trials(self) -> int:
+        """How many trials the search runs in all."""
+        return int(self.spec.total_trials)
+
+    @property
+    def trials(self) -> pd.DataFrame:
+        """One row per trial that has ended: its subset, every searched parameter, ``status`` (finished, pruned,
+        failed), its final metrics, plasticity scores and MLflow run id (``run_id``); read anew at each call."""
+        path = self.directory / "trials.csv"
+        if path.is_file():
+            table = pd.read_csv(path, dtype={"trial_id": str, "run_id": str})
+            return table.assign(status=table.apply(_trial_status, axis=1))
+        return _study_table(self.study) if (self.directory / STUDY_FILE).is_file() else pd.DataFrame()
+
+    @property
+    def study(self):
+        """The search's Optuna study on its own storage (``optuna.db`` in its folder), the one ``optuna-dashboard``
+        opens: not a copy."""
+        import optuna
+
+        from vitplast_tune.records.study import storage_url
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        return optuna.load_study(study_name=self.name, storage=storage_url(self.directory))
+
+    def runs(self) -> pd.DataFrame:
+        """The search's MLflow runs (its trials' child runs), as ``mlflow.search_runs`` gives them, from its own
+        tracking URI.
+
+        Returns:
+            One row per trial run, MLflow's columns (``run_id``, ``params.*``, ``metrics.*``, ``tags.*``).
+        """
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(self.place.tracking_uri)
+        experiment = client.get_experiment_by_name(self.place.experiment)
+        if experiment is None:
+            return pd.DataFrame()
+        parent = self.record["parent_run_id"]
+        previous = mlflow.get_tracking_uri()
+        mlflow.set_tracking_uri(self.place.tracking_uri)
+        try:
+            return mlflow.search_runs(
+                experiment_ids=[experiment.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'"
+            )
+        finally:
+            mlflow.set_tracking_uri(previous)
+
+    @property
+    def best_trial(self) -> pd.Series | None:
+        """The trial with the best validation metric (the row of ``trials``), or None before any trial ended."""
+        from vitplast_tune.records.table import top_trials
+
+        top = top_trials(self.trials, self.spec, 1)
+        return None if top.empty else top.iloc[0]
+
+    def best_model(self, device: str = "cpu"):
+        """The best trial's timm model with its best-validation weights, in eval mode (the search must have finished).
+
+        Args:
+            device: where to put it.
+
+        Returns:
+            The ``torch.nn.Module``.
+        """
+        from vitplast_tune.vit.best_model import load_best_model
+
+        return load_best_model(self.name, self.place.storage, self.place.tracking_uri, device=device)
+
+    @property
+    def answer(self):
+        """The numbers behind the answer the summary opens with (``records.answer.Answer``), or None."""
+        from vitplast_tune.records.answer import answer_of
+
+        return answer_of(self.trials)
+
+    def summary(self, k: int = 10) -> str:
+        """The text a search prints at its end: the answer, the top ``k`` trials, the Pareto fronts, the analysis
+        recorded, and where everything lies.
+
+        Args:
+            k: how many of the top trials to show.
+
+        Returns:
+            The summary, lines joined.
+        """
+        from vitplast_tune.records.result import SearchResult, summary
+
+        result = SearchResult(self.place, self.spec, self.settings, self.trials, self.record["parent_run_id"])
+        result.analysis = self._analysis()
+        return summary(result, k)
+
+    def pareto(self) -> dict[str, pd.DataFrame]:
+        """The Pareto fronts of the full-budget trials, one per cost.
+
+        Returns:
+            The cost's column (``trainable_params``, ``images_per_s``) -> the trials on its front.
+        """
+        from vitplast_tune.records.pareto import PARETO_AXES, pareto_front
+
+        trials = self.trials
+        return {cost: pareto_front(trials, cost, better) for cost, better, _ in PARETO_AXES if cost in trials}
+
+    def correlation(self) -> pd.DataFrame:
+        """How well each plasticity score, and the parameter count, ranked the trials: the analysis the search
+        recorded (``analysis/correlations.csv``), else computed now from the trials that have ended.
+
+        Returns:
+            One row per score and target: Spearman, its interval, the difference with the baseline and the verdict.
+        """
+        path = self.place.results_dir / "analysis" / "correlations.csv"
+        if path.is_file():
+            return pd.read_csv(path)
+        import tempfile
+
+        from vitplast_tune.analysis.prediction import analyze_trials
+
+        trials = self.trials
+        if trials.empty or "plasticity_mean" not in trials:
+            return pd.DataFrame()
+        with tempfile.TemporaryDirectory(prefix="vitplast-correlation-") as tmp:
+            return analyze_trials(trials, tmp).correlations
+
+    def _analysis(self):
+        """The recorded per-trial analysis as a ``SearchAnalysis`` for the summary (None when none is recorded)."""
+        from vitplast_tune.analysis.analyze import SearchAnalysis
+        from vitplast_tune.analysis.prediction import TrialAnalysis
+
+        folder = self.place.results_dir / "analysis"
+        if not (folder / "correlations.csv").is_file():
+            return None
+        single = folder / "single_components.csv"
+        singles = pd.read_csv(single) if single.is_file() and single.stat().st_size > 1 else pd.DataFrame()
+        table = pd.read_csv(folder / "correlations.csv")
+        finished = sum(self.trials["status"] == "finished")
+        return SearchAnalysis(trials=TrialAnalysis(table, singles, [], finished))
+
+    def __repr__(self) -> str:
+        said = f"{len(self.trials)}/{self.total_trials} trials"
+        best = self.best_trial
+        accuracy = None if best is None else best.get("best_val_acc")
+        if best is not None and isinstance(accuracy, float) and accuracy == accuracy:  # a number, not NaN
+            said += f", best {best['components']} {100 * accuracy:.2f}%"
+        return f"Search({self.name!r}, {self.status}, {said})"
+
+
+def _trial_status(row: pd.Series) -> str:
+    """A row of the trial table as finished, pruned or failed, as its Optuna trial is (``records.study``)."""
+    if bool(row.get("diverged")) or isinstance(row.get("error"), str):
+        return "failed"
+    if bool(row.get("over_budget")) or not (row.get("step", 0) or 0) >= (row.get("max_steps", 0) or 0):
+        return "pruned"
+    return "finished"
+
+
+def _study_table(study) -> pd.DataFrame:
+    """The trials a running search's study holds, one row each: the trial table's columns that the study keeps."""
+    from vitplast_tune.components import COMPONENT_FLAGS
+    from vitplast_tune.records.study import TRIAL_ATTR
+
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        attrs = dict(t.user_attrs)
+        params = {k: _loaded(v) for k, v in t.params.items() if k not in COMPONENT_FLAGS}
+        rows.append(
+            {"trial_id": attrs.pop(TRIAL_ATTR, None), **params, **attrs, "status": _STATES.get(t.state.name, "running")}
+        )
+    return pd.DataFrame(rows)
+
+
+def _loaded(value: Any) -> Any:
+    """A choice as the study stores it, back (JSON text for lists and mappings)."""
+    if isinstance(value, str) and value[:1] in "[{":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
