@@ -1,0 +1,38 @@
+"""The user's mistakes: a kind of UserError for each, the hint that names a real setting, and options named as the
+user gave them (a keyword from Python, a flag from the command line)."""
+
+from __future__ import annotations
+
+import contextvars
+
+import pytest
+
+import vitplast_tune as vt
+from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.errors import did_you_mean, option, speak_flags
+
+
+def test_every_kind_of_mistake_is_a_user_error_and_exported():
+    kinds = (vt.SpaceError, vt.OptionsError, vt.DataError, vt.ResumeError, vt.ServicesError, vt.SearchNotFound)
+    assert all(issubclass(kind, vt.UserError) for kind in kinds)
+    assert issubclass(vt.SearchNotFound, LookupError)
+
+
+def test_a_misspelt_setting_is_pointed_at_the_real_one():
+    assert did_you_mean("mixup_alpha", FinetuneConfig.__dataclass_fields__) == ' (did you mean "mixup"?)'
+    assert did_you_mean("cutmix_alpha", FinetuneConfig.__dataclass_fields__) == ' (did you mean "cutmix"?)'
+    assert did_you_mean("weight_decy", FinetuneConfig.__dataclass_fields__) == ' (did you mean "weight_decay"?)'
+    assert did_you_mean("zzz", FinetuneConfig.__dataclass_fields__) == ""
+    with pytest.raises(vt.UserError, match='unknown setting "mixup_alpha" \\(did you mean "mixup"\\?\\)'):
+        FinetuneConfig.from_dict({"mixup_alpha": 0.8})
+
+
+def test_an_option_is_a_keyword_from_python_and_a_flag_from_the_command_line():
+    assert option("max_steps", 20) == "max_steps=20" and option("resume") == "resume"
+
+    def command_line():
+        speak_flags()
+        return option("max_steps", 20), option("resume")
+
+    assert contextvars.copy_context().run(command_line) == ("--max-steps 20", "--resume")
+    assert option("max_steps", 20) == "max_steps=20"  # the command line's context, not this one
