@@ -11,7 +11,7 @@ from _spaces import space_text
 from vitplast_tune import storage
 from vitplast_tune.errors import UserError
 from vitplast_tune.plan import EXPERIMENT, SearchOptions, SearchPlan, prepare
-from vitplast_tune.predictors import report
+from vitplast_tune.predictors import cache
 from vitplast_tune.storage import write_record
 from vitplast_tune.vit import models
 
@@ -164,7 +164,7 @@ def key(**kw):
         variant="paper",
         max_pairs=None,
     )
-    return report.cache_key("vit_testbed_patch8_32.fractal", **{**base, **kw})
+    return cache.cache_key("vit_testbed_patch8_32.fractal", **{**base, **kw})
 
 
 def test_the_plasticity_cache_key_names_the_data_and_the_code(tmp_path):
@@ -176,8 +176,8 @@ def test_the_plasticity_cache_key_names_the_data_and_the_code(tmp_path):
     assert key(data_dir=tmp_path / "a") == a
     (tmp_path / "a" / "train" / "cat" / "1.png").write_bytes(b"two")  # the images changed
     assert key(data_dir=tmp_path / "a")["images"] != a["images"]
-    assert a["code"] == report.code_version() and a["code"].startswith("0.1.0+")
-    path = lambda k: report.default_out_dir("m", "imagefolder", "fractals", "paper", k)
+    assert a["code"] == cache.code_version() and a["code"].startswith("0.1.0+")
+    path = lambda k: cache.default_out_dir("m", "imagefolder", "fractals", "paper", k)
     assert path(a) != path(b)
 
 

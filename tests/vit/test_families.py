@@ -316,11 +316,11 @@ def test_a_two_step_trial_trains_the_subset_and_its_best_model_reloads_with_the_
 def test_the_plasticity_cache_key_changes_with_a_local_transformers_folders_files(root, tmp_path):
     from _families import hf_folder
 
-    from vitplast_tune.predictors import report
+    from vitplast_tune.predictors import cache
 
     name = hf_folder(tmp_path, "hf-vit")
     args = dict(weights=None, pretrained=False, dataset="digits", reference="fractals", reference_split="test")
-    key = lambda: report.cache_key(name, **args, data_dir=None, variant="paper", max_pairs=None)
+    key = lambda: cache.cache_key(name, **args, data_dir=None, variant="paper", max_pairs=None)
     before = key()
     assert before == key() and "config.json" in before["weights"]
     (tmp_path / "hf-vit" / "model.safetensors").write_bytes(b"new weights")

@@ -8,9 +8,7 @@ worker with a trial's resources, or this process); the files are written here.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,13 +18,17 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.components import BLOCK_COMPONENTS
-from vitplast_tune.config import FinetuneConfig, cache_dir, check_variant, default_data_dir
+from vitplast_tune.config import FinetuneConfig, check_variant
 from vitplast_tune.errors import UserError
 from vitplast_tune.predictors import scores
+from vitplast_tune.predictors.cache import cache_key, default_out_dir
 from vitplast_tune.predictors.scores import aggregate_plasticity
 
 if TYPE_CHECKING:
     import torch
+
+    from vitplast_tune.data.decoded import InMemory
+    from vitplast_tune.data.staging import Staged
 
 Runner = Callable[..., Any]  # runner(fn, **kwargs) -> fn(**kwargs), here or elsewhere (a Ray worker)
 FILES = {"csv": "plasticity.csv", "json": "plasticity.json", "png": "plasticity.png"}
@@ -34,7 +36,15 @@ FILES = {"csv": "plasticity.csv", "json": "plasticity.json", "png": "plasticity.
 
 @dataclass
 class PlasticityReport:
-    """What ``plasticity_report`` measured and wrote."""
+    """What ``plasticity_report`` measured and wrote.
+
+    Attributes:
+        table: The plasticity of each layer (one row per component and block).
+        ranking: The components ranked by their plasticity (``aggregate_plasticity`` of the table).
+        out_dir: The folder the files were written in.
+        files: The files written, by kind (csv, json, png).
+        meta: The settings, the parameter counts per component, and ``reused`` for a report read back.
+    """
 
     table: pd.DataFrame
     ranking: pd.DataFrame
@@ -60,53 +70,67 @@ def plasticity_report(
     device: str | torch.device | None = None,
     reuse: bool = False,
     runner: Runner | None = None,
-    decoded=None,
-    staged: Sequence = (),
+    decoded: InMemory | None = None,
+    staged: Sequence[Staged] = (),
 ) -> PlasticityReport:
-    """Measure the plasticity of a model between a reference distribution and a downstream test split; write files.
+    """Measure a model's plasticity between a reference distribution and a downstream test split, and write it.
 
-    Writes ``plasticity.csv`` (the per-layer table), ``plasticity.json`` (settings, table, ranking
-    and parameter counts per component) and ``plasticity.png`` into ``out_dir`` (default: a cache
-    folder keyed by model, weights, data and variant). With ``reuse``, a report already written
-    there for the same settings is loaded instead of measured again. ``runner`` runs the measurement
-    elsewhere (``runner(fn, **kwargs)`` returns ``fn(**kwargs)``, e.g. in a Ray worker on a GPU node); the files
-    are written here. ``decoded``: the downstream dataset already decoded (``data.decoded``), not read again;
-    ``staged``: the driver's files sent to the runner's node (``data.staging``), used there in place of its paths.
+    Args:
+        model_name: The model's name, as ``vit.models.create_model`` takes it.
+        weights: A weights file to load into it.
+        pretrained: Whether to start from the pretrained weights.
+        dataset: The downstream dataset.
+        reference: The reference dataset (the pretraining distribution).
+        reference_split: The reference's split: "test" or "train".
+        data_dir: The data's root (None: the default data directory).
+        download: Whether missing data may be downloaded.
+        variant: The plasticity variant (``config.PLASTICITY_VARIANTS``).
+        batch_size: Images per forward pass.
+        max_pairs: At most this many image pairs (None: no limit).
+        out_dir: Where the files go (None: a cache folder keyed by model, weights, data and variant).
+        device: Where to measure (None: the device this task was given, ``vit.devices.run_device``).
+        reuse: Whether to load a report already written in ``out_dir`` for the same settings instead.
+        runner: Runs the measurement elsewhere: ``runner(fn, **kwargs)`` returns ``fn(**kwargs)`` (None: here).
+        decoded: The downstream dataset already decoded (``data.decoded``), not read again.
+        staged: The driver's files sent to the runner's node (``data.staging``), used there in place of its paths.
+
+    Returns:
+        The report; its files (``plasticity.csv``, ``.json`` and ``.png``) are in ``out_dir``.
+
+    Raises:
+        UserError: If the reference split or the variant is unknown, or ``max_pairs`` is below 1.
     """
-    if reference_split not in ("test", "train"):
-        raise UserError(f'reference split must be "test" or "train", not "{reference_split}"')
+    _check_split(reference_split)
     check_variant(variant)
     images = dict(dataset=dataset, reference=reference, reference_split=reference_split, data_dir=data_dir)
-    key = cache_key(model_name, weights=weights, pretrained=pretrained, variant=variant, max_pairs=max_pairs, **images)
-    out = (
-        Path(out_dir).expanduser()
-        if out_dir is not None
-        else default_out_dir(model_name, dataset, reference, variant, key)
-    )
+    model = dict(model_name=model_name, weights=weights, pretrained=pretrained, variant=variant, max_pairs=max_pairs)
+    key = cache_key(**model, **images)
+    out = Path(out_dir).expanduser() if out_dir is not None else None
+    out = out or default_out_dir(model_name, dataset, reference, variant, key)
     if reuse and (cached := _read(out, key)) is not None:
         return cached
-    measured = (runner or _here)(
-        _measure,
-        model_name=model_name,
-        weights=weights,
-        pretrained=pretrained,
-        download=download,
-        variant=variant,
-        batch_size=batch_size,
-        max_pairs=max_pairs,
-        device=device,
-        decoded=decoded,
-        staged=list(staged),
-        **images,
-    )
-    return _write(
-        out, dict(key, batch_size=batch_size), *measured, title=f"{model_name}: {dataset} vs {reference} ({variant})"
-    )
+    where = dict(download=download, batch_size=batch_size, device=device, decoded=decoded, staged=list(staged))
+    measured = (runner or _here)(_measure, **model, **images, **where)
+    title = f"{model_name}: {dataset} vs {reference} ({variant})"
+    return _write(out, dict(key, batch_size=batch_size), *measured, title=title)
+
+
+def _check_split(reference_split: str) -> None:
+    if reference_split not in ("test", "train"):
+        raise UserError(f'reference split must be "test" or "train", not "{reference_split}"')
 
 
 def search_report(settings: FinetuneConfig, *, reference: str, **options: Any) -> PlasticityReport:
-    """``plasticity_report`` of a search's model and dataset (``settings``: its FinetuneConfig), cached (``reuse``);
-    ``options``: its variant, max_pairs, runner."""
+    """Measure the plasticity report of a search's model and dataset, or read it back from the cache.
+
+    Args:
+        settings: The search's settings: their model, weights and dataset.
+        reference: The reference dataset.
+        **options: More arguments of ``plasticity_report`` (its variant, max_pairs, runner, ...).
+
+    Returns:
+        The report (``plasticity_report`` with ``reuse``).
+    """
     s = settings
     return plasticity_report(
         s.model,
@@ -131,18 +155,30 @@ def _measure(staged: Sequence = (), **kwargs: Any) -> tuple[pd.DataFrame, dict[s
 
 
 def gradient_report(
-    cfg,
+    cfg: FinetuneConfig,
     *,
     num_batches: int = 5,
     head_seeds: int = 5,
-    decoded=None,
+    decoded: InMemory | None = None,
     runner: Runner | None = None,
-    staged: Sequence = (),
+    staged: Sequence[Staged] = (),
 ) -> pd.DataFrame:
-    """The gradient criteria of a run's pretrained model for ``head_seeds`` head initialisations, on the first
-    ``num_batches`` training batches without augmentation (``vit.measure.measure_gradients``: ``cfg`` a
-    FinetuneConfig, ``decoded`` its dataset already decoded, ``staged`` the driver's files it reads), measured by
-    ``runner`` (default: here)."""
+    """Measure the gradient criteria of a run's pretrained model (``vit.measure.measure_gradients``).
+
+    Args:
+        cfg: The run's settings.
+        num_batches: How many of the first training batches (without augmentation) to measure on.
+        head_seeds: How many head initialisations to measure with.
+        decoded: The run's dataset already decoded, not read again.
+        runner: Runs the measurement elsewhere: ``runner(fn, **kwargs)`` returns ``fn(**kwargs)`` (None: here).
+        staged: The driver's files the measurement reads (``data.staging``).
+
+    Returns:
+        The gradient table: the criteria per head seed, component and layer.
+
+    Raises:
+        UserError: If ``num_batches`` or ``head_seeds`` is not a positive integer.
+    """
     for name, value in (("num_batches", num_batches), ("head_seeds", head_seeds)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"{name} must be a positive integer, not {value}")
@@ -223,102 +259,29 @@ def _write(
     return PlasticityReport(table, ranking, out, files, meta)
 
 
-def cache_key(
-    model_name: str,
-    *,
-    weights: str | Path | None,
-    pretrained: bool,
-    dataset: str,
-    reference: str,
-    reference_split: str,
-    data_dir: str | Path | None,
-    variant: str,
-    max_pairs: int | None,
-) -> dict[str, Any]:
-    """Everything that changes a plasticity report: model and weights, both image sets, settings and the code's version."""
-    return dict(
-        model=model_name,
-        weights=_file_identity(weights) or _folder_identity(model_name),
-        pretrained=pretrained or weights is not None,
-        dataset=dataset,
-        reference=reference,
-        reference_split=reference_split,
-        variant=variant,
-        max_pairs=max_pairs,
-        data_dir=str(_data_root(data_dir)),
-        images=_images_identity({dataset, reference}, data_dir),
-        code=code_version(),
-    )
-
-
-def code_version() -> str:
-    """The package version and a hash of the modules that compute a report (measurement, models, data)."""
-    from vitplast_tune import __version__
-
-    digest = hashlib.sha256()
-    package = Path(__file__).resolve().parents[1]
-    modules = ["vit/plasticity", "vit/models", "data/datasets", "data/transforms", "data/fractals"]
-    modules += sorted(f"vit/families/{p.stem}" for p in (package / "vit" / "families").glob("*.py"))
-    for module in modules:  # read, not imported (no torch)
-        digest.update((package / f"{module}.py").read_bytes())
-    return f"{__version__}+{digest.hexdigest()[:12]}"
-
-
-def _images_identity(datasets: set[str], data_dir: str | Path | None) -> str | None:
-    """A hash of the image files of the on-disk folders among ``datasets`` (paths, sizes, modification times)."""
-    if "imagefolder" not in datasets:
-        return None  # the other datasets are fixed files (torchvision, CIFAR-10-C) or generated by the code
-    root, digest = _data_root(data_dir), hashlib.sha256()
-    for path in sorted(p for split in ("train", "test") for p in (root / split).rglob("*") if p.is_file()):
-        stat = path.stat()
-        digest.update(f"{path.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
-
-
-def _data_root(data_dir: str | Path | None) -> Path:
-    return Path(data_dir).expanduser().resolve() if data_dir is not None else default_data_dir()
-
-
-def default_out_dir(model_name: str, dataset: str, reference: str, variant: str, key: dict | None = None) -> Path:
-    """``~/.cache/vitplast_tune/plasticity/<model>__<dataset>__vs__<reference>__<variant>[__<hash of key>]``."""
-    name = "__".join([model_name, dataset, "vs", reference, variant])
-    if key is not None:
-        name += "__" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
-    return cache_dir() / "plasticity" / re.sub(r"[^A-Za-z0-9._-]", "-", name)
-
-
-def _file_identity(path: str | Path | None) -> str | None:
-    """A weights file named by its path, size and modification time (for cache keys)."""
-    if path is None:
-        return None
-    p = Path(path).expanduser().resolve()
-    if not p.is_file():
-        return str(p)
-    stat = p.stat()
-    return f"{p}:{stat.st_size}:{int(stat.st_mtime)}"
-
-
-def _folder_identity(model_name: str) -> str | None:
-    """A transformers model in a local folder (``hf:/path``) named by its files' names, sizes and modification times
-    (for cache keys); None for any other model."""
-    folder = Path(model_name.removeprefix("hf:")).expanduser()
-    if not model_name.startswith("hf:") or not folder.is_dir():
-        return None
-    files = sorted(p for p in folder.rglob("*") if p.is_file())
-    return ";".join(f"{p.relative_to(folder)}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
-
-
 @dataclass
 class Predictors:
-    """What a search measures before any training: the plasticity report and the gradient table."""
+    """What a search measures before any training, which scores each subset.
+
+    Attributes:
+        plasticity: The plasticity report, if measured.
+        gradients: The gradient table per head seed (``vit.measure.measure_gradients``), if measured.
+    """
 
     plasticity: PlasticityReport | None = None
-    gradients: pd.DataFrame | None = None  # vit.measure.measure_gradients: gradient tables per head seed
+    gradients: pd.DataFrame | None = None
 
     def scores(self, subset: str, blocks: list[int] | None = None) -> dict[str, float]:
-        """A subset's predictors: plasticity mean, max and parameter-weighted mean (over the layers of ``blocks``
-        when given: a trial's depth); the gradient criteria (gradient norm, its ratio to the weight norm, Auto-RGN;
-        of the whole components), each the mean over the head seeds."""
+        """Score a subset by every predictor measured.
+
+        Args:
+            subset: The subset's name.
+            blocks: The blocks whose layers the plasticity scores cover (a trial's depth; None: every block).
+
+        Returns:
+            The plasticity mean, max and parameter-weighted mean, and the gradient criteria of the whole
+            components (gradient norm, its ratio to the weight norm, Auto-RGN), each the mean over head seeds.
+        """
         out: dict[str, float] = {}
         if self.plasticity is not None:
             meta = self.plasticity.meta
@@ -328,7 +291,14 @@ class Predictors:
         return out
 
     def trial_scores(self, cfg: FinetuneConfig) -> dict[str, float]:
-        """``scores`` of a trial: its subset, over the layers of the blocks it trains in (``cfg.depth`` or ``blocks``)."""
+        """Score a trial's subset, over the layers of the blocks it trains in (``cfg.depth`` or ``cfg.blocks``).
+
+        Args:
+            cfg: The trial's settings.
+
+        Returns:
+            The subset's ``scores``.
+        """
         blocks = None
         if self.plasticity is not None and (cfg.blocks is not None or cfg.depth != "all"):
             blocks = cfg.block_indices(scores.num_blocks(self.plasticity.table))

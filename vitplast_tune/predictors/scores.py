@@ -26,10 +26,15 @@ BASELINE = "log_trainable_params"  # the naive predictor every other one must be
 
 
 def aggregate_plasticity(table: pd.DataFrame) -> pd.DataFrame:
-    """Per component: the mean of ``plasticity`` over layers, its spread (std over layers), min and max.
+    """Summarize a per-layer plasticity table per component.
 
-    Rows in the order emb, ln1, mha, ln2, fc1, fc2 (those present); ``rank`` orders the block
-    components, 1 = most plastic. ``emb`` has no rank: its ratio is relative to pixels, another scale.
+    Args:
+        table: The per-layer table of a plasticity report.
+
+    Returns:
+        One row per component present, in the order emb, ln1, mha, ln2, fc1, fc2: the mean ``plasticity`` over
+        layers, its ``spread`` (std over layers), ``min``, ``max``, ``n_layers``, and ``rank`` among the block
+        components (1 = most plastic). ``emb`` has no rank: its ratio is relative to pixels, another scale.
     """
     _check_table(table)
     grouped = table.groupby("component", sort=False)["plasticity"]
@@ -53,14 +58,23 @@ def aggregate_plasticity(table: pd.DataFrame) -> pd.DataFrame:
 def subset_scores(
     table: pd.DataFrame, subset: str | Iterable[str], param_counts: dict[str, int], blocks: Iterable[int] | None = None
 ) -> dict[str, float]:
-    """Plasticity scores of a subset of components: mean, max, and parameter-weighted mean of the per-component means
-    of its block components.
+    """Score a subset of components by the per-component plasticity means of its block components.
 
-    ``emb`` never enters them: its ratio is relative to pixels, another scale (``aggregate_plasticity`` gives it no
-    rank), so ``emb+fc1`` scores as ``fc1`` and ``all`` as its five block components; a subset without a block
-    component (the head alone, ``emb``) gives NaN for each score. ``param_counts`` is
-    ``components.count_parameters(model, layout=...)``. ``blocks`` restricts the block components' layers to those
-    block indices (a trial's depth: the mean plasticity of the layers it trains).
+    ``emb`` never enters: its ratio is relative to pixels, another scale (``aggregate_plasticity`` gives it no
+    rank), so ``emb+fc1`` scores as ``fc1`` and ``all`` as its five block components.
+
+    Args:
+        table: The per-layer table of a plasticity report.
+        subset: The subset.
+        param_counts: The parameters per component, ``components.count_parameters(model, layout=...)``.
+        blocks: The block indices whose layers count (a trial's depth); None for every block.
+
+    Returns:
+        ``plasticity_mean``, ``plasticity_max`` and ``plasticity_weighted`` (weighted by parameters); NaN each for
+        a subset without a block component (the head alone, ``emb``).
+
+    Raises:
+        UserError: If the table or ``param_counts`` lacks one of the subset's components.
     """
     names = tuple(c for c in parse_subset(subset) if c != "emb")
     if not names:
@@ -186,9 +200,15 @@ def _check_table(table: pd.DataFrame) -> None:
         raise UserError(f'unknown component "{unknown[0]}"{hint} in the plasticity table')
 
 
-def log_trainable_params(counts):
-    """The baseline predictor: ln(trainable parameters) of a count, or of each count in an array or column (NaN where
-    it is not a positive number)."""
+def log_trainable_params(counts: float | Iterable[float] | pd.Series) -> float | np.ndarray:
+    """Compute the baseline predictor, the natural log of a trainable-parameter count.
+
+    Args:
+        counts: A count, or an array or column of counts.
+
+    Returns:
+        The log of the count (a float), or of each count (an array); NaN where it is not a positive number.
+    """
     values = np.asarray(pd.to_numeric(counts, errors="coerce"), dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         logs = np.where(values > 0, np.log(values), np.nan)
