@@ -328,3 +328,18 @@ def test_layer_decay_scales_each_groups_learning_rate():
     assert scales[-1] == 1.0 and scales[0] < 0.1  # the head at 1, the embedding 0.5^(depth + 1) below
     for g in groups:
         assert g["lr"] == pytest.approx(metrics["current_lr"] * g["lr_scale"])
+
+
+def test_evaluate_per_image_gives_one_bit_per_image_in_order():
+    """``per_image``: a 0/1 per image, in the batches' order, whose mean is the accuracy (the lab's test_correct)."""
+    from vitplast_tune.vit.evaluation import evaluate
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    images, labels = torch.randn(10, 4), torch.randint(0, 3, (10,))
+    cpu = {"batch_size": 6, "device": torch.device("cpu")}
+    found = evaluate(model, [(images[:6], labels[:6]), (images[6:], labels[6:])], **cpu, per_image=True)
+    expected = "".join("1" if hit else "0" for hit in (model(images).argmax(-1) == labels).tolist())
+    assert found["correct"] == expected and len(expected) == 10 and 0 < expected.count("1") < 10
+    assert found["acc"] == pytest.approx(expected.count("1") / 10)
+    assert "correct" not in evaluate(model, [(images, labels)], **cpu)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -51,7 +52,8 @@ def evaluate(
     forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
     precision: str = "fp32",
     world: World = SINGLE,
-) -> dict[str, float]:
+    per_image: bool = False,
+) -> dict[str, Any]:
     """The accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset``.
 
     With data-parallel workers (``world``) each scores its share of a dataset (batches given: this worker's share of
@@ -66,9 +68,11 @@ def evaluate(
         forward: the forward pass to score (default: the model's).
         precision: bf16, fp16 or fp32, resolved on ``device``.
         world: this process's place among the run's data-parallel workers.
+        per_image: also say which images it got right (one worker only).
 
     Returns:
-        ``{"acc": ..., "loss": ...}`` over the whole split.
+        ``{"acc": ..., "loss": ...}`` over the whole split; with ``per_image`` and one worker also ``correct``, a
+        string of 0/1, one per image in the dataset's order.
     """
     forward = model if forward is None else forward  # not `or`: a compiled module has no truth value
     was_training = model.training
@@ -80,13 +84,20 @@ def evaluate(
         if isinstance(dataset, Dataset)
         else dataset
     )
+    hits = []
     for images, labels in batches:
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
         with autocast(device, precision):
             logits = forward(images)
-        sums[0] += (logits.argmax(-1) == labels).sum()
+        hit = logits.argmax(-1) == labels
+        if per_image:
+            hits.append(hit.cpu())
+        sums[0] += hit.sum()
         sums[1] += F.cross_entropy(logits.float(), labels, reduction="sum")
         sums[2] += len(labels)
     model.train(was_training)
     correct, loss_sum, count = world.sum(sums).tolist()
-    return {"acc": correct / max(count, 1), "loss": loss_sum / max(count, 1)}
+    found: dict[str, Any] = {"acc": correct / max(count, 1), "loss": loss_sum / max(count, 1)}
+    if per_image and world.size == 1:
+        found["correct"] = "".join("1" if h else "0" for h in torch.cat(hits).tolist()) if hits else ""
+    return found

@@ -307,7 +307,10 @@ def evaluate_run(run: Run, val_batches, *, train_loss: float, count: int, starte
         "precision": place.precision,
     }
     if step == cfg.max_steps and cfg.eval_test:
-        metrics["test_acc"] = _test_best(run)
+        test = _test_best(run)
+        metrics.update(test_acc=test["acc"], test_loss=test["loss"])
+        if "correct" in test:  # one worker: which test images it got right (the criteria lab keeps them)
+            metrics["test_correct"] = test["correct"]
     progress.timing["time_in_eval_s"] += time.perf_counter() - evaluating
     return {**metrics, **progress.timing}
 
@@ -325,8 +328,9 @@ def restore_best(run: Run) -> None:
                 trainable[name].copy_(tensor)
 
 
-def _test_best(run: Run) -> float:
-    """Test accuracy of the best-validation weights (the model keeps them afterwards)."""
+def _test_best(run: Run) -> dict[str, Any]:
+    """Test accuracy, mean loss and (one worker) per-image correctness of the best-validation weights (the model keeps
+    them afterwards)."""
     restore_best(run)
     place, learner = run.place, run.learner
     test = evaluate(
@@ -337,8 +341,9 @@ def _test_best(run: Run) -> float:
         forward=learner.forward,
         precision=place.precision,
         world=place.world,
+        per_image=True,
     )
-    return test["acc"]
+    return test
 
 
 def _snapshot(params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:
