@@ -36,6 +36,7 @@ defaults: {model: vit_testbed_patch8_32, pretrained: false, max_steps: 8}
 """
 FIFO = GOOD.replace("scheduler: asha", "scheduler: fifo")
 NO_GPU = not torch.cuda.is_available()
+PREREG = ("--preregistration", str(ROOT / "docs" / "results" / "data" / "lab-v2" / "preregistration.yaml"))
 
 
 def edit(old: str, new: str, base: str = GOOD) -> str:
@@ -188,6 +189,16 @@ OTHERS = [
         "lab lab.s0.digits in {tmp} is not analyzed",
     ),
     ("lab", ["walk"], "argument command: invalid choice: 'walk'"),
+    ("lab", ["registered", "--storage", "{tmp}/labs"], "registered needs --preregistration FILE and --storage DIR"),
+    ("lab", ["registered", *PREREG, "--storage", "{tmp}/labs", "--model", "s1"], "registered takes no tasks"),
+    ("lab", ["registered", *PREREG, "--storage", "{tmp}/labs", "--max-rounds", "1"], "registered takes no tasks"),
+    (
+        "lab",
+        ["registered", "--preregistration", "{tmp}/nope.yaml", "--storage", "{tmp}/labs"],
+        "pre-registration {tmp}/nope.yaml not found",
+    ),
+    ("lab", ["registered", *PREREG, "--storage", "{tmp}/labs", "--resume"], "holds no registered run to continue"),
+    ("lab", ["progress", "--storage", "{tmp}"], "progress needs --storage DIR holding a registered run"),
 ]
 if NO_GPU:
     OTHERS.append(("plasticity", ["--device", "cuda"], 'device "cuda": no CUDA GPU is visible here'))

@@ -1,16 +1,18 @@
-"""``vitplast lab``: the criteria lab on offline tasks (``labs``): list the tasks, check which qualify, run or analyze
-one task's lab, and pool labs into one verdict; every stage resumes when the same command runs again."""
+"""``vitplast lab``: the criteria lab on offline tasks (``lab``, driven by ``workflows.lab``): list the tasks, check
+which qualify, run or analyze one task's lab, run a pre-registered set of labs, and pool labs into one verdict; every
+stage resumes when the same command runs again."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from vitplast_tune.cli.base import Parser, quiet_library, run_main
 from vitplast_tune.errors import SearchInterrupted, UserError
 
-COMMANDS = ("tasks", "check", "run", "analyze", "pooled")
+COMMANDS = ("tasks", "check", "run", "analyze", "registered", "progress", "pooled")
 HELP = "The criteria lab on offline tasks: which tasks qualify, each task's lab, the verdict pooled across them."
 LAB_HELP = """The criteria lab on offline tasks, each task's lab a few resumable searches in <storage>/lab.<model>.<task>:
 
@@ -18,14 +20,18 @@ LAB_HELP = """The criteria lab on offline tasks, each task's lab a few resumable
     vitplast lab check [--task T ...] [--model M ...]   # which tasks qualify (full finetuning and single components)
     vitplast lab run TASK [--model M]                   # one task's whole lab, then its analysis
     vitplast lab analyze TASK [--model M]               # the analysis of a lab's finished stages again
+    vitplast lab registered --preregistration FILE --storage DIR [--resume]
+                                                        # the checks and labs a pre-registration names
+    vitplast lab progress --storage DIR [--page FILE]   # where a registered run stands (Markdown)
     vitplast lab pooled --name NAME LAB [LAB ...]       # the verdict pooled across labs (lab.<model>.<task> names)
 
-Running the same command again goes on where it stopped. --dry-run estimates check and run without training."""
+Running the same command again goes on where it stopped (registered: with --resume). --dry-run estimates check and
+run without training."""
 
 
 def parser() -> Parser:
     """The arguments of ``vitplast lab``."""
-    from vitplast_tune.labs import DEFAULT_SPACE
+    from vitplast_tune.lab.tasks import DEFAULT_SPACE, MAX_ROUNDS
 
     p = Parser(prog="vitplast lab", description=LAB_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("command", choices=COMMANDS, help="what to do: " + ", ".join(COMMANDS))
@@ -34,12 +40,15 @@ def parser() -> Parser:
     p.add_argument("--model", action="append", help="a model, s0 or s1 (repeatable for check; default: s0)")
     p.add_argument("--name", help="pooled: the name of the pooled verdict (a folder under --storage)")
     p.add_argument("--storage", help="where the labs live (default ~/vitplast_tune_results)")
-    p.add_argument("--space", default=DEFAULT_SPACE, help=f"the lab space (default: {DEFAULT_SPACE})")
-    p.add_argument("--max-rounds", type=int, default=2, help="extension rounds beyond the grid's rates (default: 2)")
+    p.add_argument("--space", help=f"the lab space (default: {DEFAULT_SPACE})")
+    p.add_argument("--max-rounds", type=int, help=f"extension rounds beyond the grid's rates (default: {MAX_ROUNDS})")
     p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial (default: 1)")
     p.add_argument(
         "--even-if-unqualified", action="store_true", help="run: the whole lab even on a task that fails the check"
     )
+    p.add_argument("--preregistration", help="registered: the pre-registration file (its design is what runs)")
+    p.add_argument("--resume", action="store_true", help="registered: continue the run in --storage")
+    p.add_argument("--page", help="progress: the Markdown page whose progress block to replace (default: print it)")
     p.add_argument("--dry-run", action="store_true", help="check/run: estimate the time, train nothing")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
@@ -58,19 +67,24 @@ def lab_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from vitplast_tune import labs, outputs
+    from vitplast_tune import outputs
+    from vitplast_tune.lab import tasks
     from vitplast_tune.storage import default_storage
 
     storage = outputs.output_dir(args.storage, "--storage") if args.storage else default_storage()
     models = args.model or ["s0"]
 
-    def make(task: str, model: str) -> labs.Lab:
-        return labs.Lab(task, model, storage, args.space, args.max_rounds, args.cpus_per_trial, 0 if args.quiet else 1)
+    def make(task: str, model: str) -> tasks.Lab:
+        space, rounds = (
+            args.space or tasks.DEFAULT_SPACE,
+            tasks.MAX_ROUNDS if args.max_rounds is None else args.max_rounds,
+        )
+        return tasks.Lab(task, model, storage, space, rounds, args.cpus_per_trial, 0 if args.quiet else 1)
 
     if args.command == "tasks":
         print(
             "\n".join(
-                [f"{t:<28} {d}" for t, d in labs.TASKS.items()] + [f"model {k}: {v}" for k, v in labs.MODELS.items()]
+                [f"{t:<28} {d}" for t, d in tasks.TASKS.items()] + [f"model {k}: {v}" for k, v in tasks.MODELS.items()]
             )
         )
         return 0
@@ -82,42 +96,77 @@ def _dispatch(args: argparse.Namespace) -> int:
         dirs = [storage / name for name in args.labs]
         print(pooled.pool_labs(dirs, storage / args.name, include_unqualified=args.even_if_unqualified))
         return 0
+    if args.command == "registered":
+        return _registered(args, storage)
+    if args.command == "progress":
+        from vitplast_tune.lab.progress import RUN_FILE, progress_markdown, write_into_page
+
+        if not args.storage or not (storage / RUN_FILE).is_file():
+            raise UserError(f"progress needs --storage DIR holding a registered run ({RUN_FILE})")
+        if args.page:
+            write_into_page(Path(args.page), progress_markdown(storage))
+        else:
+            print(progress_markdown(storage), end="")
+        return 0
     if args.command == "check":
-        return _check(args, [make(t, m) for m in models for t in (args.task or labs.TASKS)])
+        return _check(args, [make(t, m) for m in models for t in (args.task or tasks.TASKS)])
     if len(args.labs) != 1:
         raise UserError(f"{args.command} takes one task, e.g. vitplast lab {args.command} digits_c-contrast")
     return _run(args, make(args.labs[0], models[0]))
 
 
+def _registered(args: argparse.Namespace, storage) -> int:
+    """``registered``: the checks and labs of a pre-registration, in --storage (new, or continued with --resume)."""
+    from vitplast_tune.lab.preregistration import read_preregistration
+    from vitplast_tune.workflows import registered
+
+    if not args.preregistration or not args.storage:
+        raise UserError("registered needs --preregistration FILE and --storage DIR (where the run lives)")
+    if args.labs or args.task or args.model or args.space or args.max_rounds is not None or args.dry_run:
+        raise UserError(
+            "registered takes no tasks, --task, --model, --space, --max-rounds or --dry-run: the pre-registration"
+            " names the design"
+        )
+    prereg = read_preregistration(args.preregistration)
+    settings = registered.RunSettings(storage, args.cpus_per_trial, 0 if args.quiet else 1)
+    registered.start_or_resume(prereg, settings, resume=args.resume)  # bad storage or resume: before Ray starts
+    record = registered.run_registered(prereg, settings, resume=True)
+    print(registered.describe_run(record))
+    return 0
+
+
 def _check(args: argparse.Namespace, found: list) -> int:
     """``check``: each lab's qualification stages (or, with --dry-run, their estimated time) and the table."""
-    from vitplast_tune import labs
+    from vitplast_tune.lab.estimate import describe_estimates
+    from vitplast_tune.lab.qualify import describe_qualifications
+    from vitplast_tune.workflows import lab as driver
 
     if args.dry_run:
-        print(labs.describe_estimates([labs.estimate(lab, qualify_only=True) for lab in found]))
+        print(describe_estimates([driver.estimate(lab, qualify_only=True) for lab in found]))
         return 0
-    with labs.ray_session():
-        checked = [labs.qualify(lab) for lab in found]
-    print(labs.describe_qualifications(checked))
+    with driver.ray_session():
+        checked = [driver.qualify(lab) for lab in found]
+    print(describe_qualifications(checked))
     return 0
 
 
 def _run(args: argparse.Namespace, lab) -> int:
     """``run`` and ``analyze``: one task's lab (or, with --dry-run, its estimated time), then its report."""
-    from vitplast_tune import labs
+    from vitplast_tune.lab.estimate import describe_estimates
+    from vitplast_tune.workflows import lab as driver
 
     if args.dry_run:
-        print(labs.describe_estimates([labs.estimate(lab)]))
+        print(describe_estimates([driver.estimate(lab)]))
         return 0
     if args.command == "analyze":
-        results = labs.analyze_lab(lab)
+        results = driver.analyze_lab(lab)
     else:
-        with labs.ray_session():
-            found, results = labs.run_lab(lab, even_if_unqualified=args.even_if_unqualified)
+        with driver.ray_session():
+            found, results = driver.run_lab(lab, even_if_unqualified=args.even_if_unqualified)
         if results is None:
             print(f"{lab.name}: {found.reason}; not run further (--even-if-unqualified runs it anyway)")
             return 0
-    print(labs.describe_report(lab, results))
+    print(driver.describe_report(lab, results))
     return 0
 
 

@@ -1,0 +1,108 @@
+"""The pre-registered run (workflows/registered.py) with planted stage searches: the checks in the file's order until
+``tasks_per_model`` qualify per model, then the labs interleaved by model, every lab with the file's seeds; a resume
+trains nothing twice; a second start, a resume of nothing and a resume with an edited file are refused."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+
+import pandas as pd
+import pytest
+import yaml
+from test_lab_stages import GRID, fake_trials
+from test_preregistration import COMMITTED
+
+from vitplast_tune.errors import UserError
+from vitplast_tune.lab.preregistration import read_preregistration
+from vitplast_tune.lab.tasks import read_lab_record
+from vitplast_tune.workflows import lab as driver
+from vitplast_tune.workflows import registered
+
+CANDIDATES = ["digits_c-contrast", "digits_c-snow", "fractals_novel", "fractals_novel_c-gaussian_noise"]
+QUALIFYING = {"s0": {"digits_c-contrast", "fractals_novel", "fractals_novel_c-gaussian_noise"}, "s1": set(CANDIDATES)}
+
+
+@pytest.fixture
+def prereg(tmp_path):
+    raw = yaml.safe_load(COMMITTED.read_text())
+    raw.update(candidate_tasks=CANDIDATES, tasks_per_model=2)
+    path = tmp_path / "pre.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def planted(monkeypatch):
+    """Stage searches that write their planted trial table (and read it when it exists, as a finished search is
+    read): single components apart on the qualifying tasks, alike on the others; every search trained recorded."""
+    trained = []
+
+    def run(lab, stage, components, lrs=None):
+        path = lab.dir / stage / "trials.csv"
+        if path.is_file():
+            return pd.read_csv(path)
+        trained.append((lab.name, stage, lab.seeds))
+        apart = lab.task in QUALIFYING[lab.model]
+        frame = fake_trials(
+            components, lrs or GRID, level={"all": 0.9, "mha": 0.85 if apart else 0.8, "ln1": 0.7 if apart else 0.8}
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(path, index=False)
+        return frame
+
+    def keep(lab, out):
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(lab.dir / "lab.json", out / "lab.json")
+
+    monkeypatch.setattr(driver, "run_stage", run)
+    monkeypatch.setattr(driver, "keep", keep)
+    monkeypatch.setattr(driver, "ray_session", contextlib.nullcontext)
+    return trained
+
+
+def test_checks_in_order_then_labs_interleaved_with_the_files_seeds(prereg, planted, tmp_path):
+    settings = registered.RunSettings(tmp_path / "labs", verbose=0)
+    record = registered.run_registered(read_preregistration(prereg), settings)
+    main = [(lab, stage) for lab, stage, _ in planted if "." not in stage]
+    assert main == [
+        ("lab.s0.digits_c-contrast", "full"), ("lab.s0.digits_c-contrast", "single"),
+        ("lab.s0.digits_c-snow", "full"), ("lab.s0.digits_c-snow", "single"),
+        ("lab.s0.fractals_novel", "full"), ("lab.s0.fractals_novel", "single"),  # two qualify on s0: no more checks
+        ("lab.s1.digits_c-contrast", "full"), ("lab.s1.digits_c-contrast", "single"),
+        ("lab.s1.digits_c-snow", "full"), ("lab.s1.digits_c-snow", "single"),
+        ("lab.s0.digits_c-contrast", "rest"), ("lab.s1.digits_c-contrast", "rest"),  # the first lab of each model
+        ("lab.s0.fractals_novel", "rest"), ("lab.s1.digits_c-snow", "rest"),
+    ]  # fmt: skip
+    assert {seeds for _, _, seeds in planted} == {(0, 42, 3407, 1, 2)}
+    events = [(e["event"], e.get("lab"), e.get("qualifies")) for e in record["events"]]
+    assert events[0][0] == "started" and events[-1][0] == "finished"
+    assert ("checked", "lab.s0.digits_c-snow", False) in events and (
+        "lab finished",
+        "lab.s1.digits_c-snow",
+        None,
+    ) in events
+    stored = json.loads((tmp_path / "labs" / "registered.json").read_text())
+    assert stored["sha256"] == read_preregistration(prereg).sha256 and stored["events"] == record["events"]
+    lab = read_lab_record(tmp_path / "labs" / "kept" / "lab.s0.fractals_novel")
+    assert lab["finished"] and lab["preregistration_sha256"] == stored["sha256"] and lab["seeds"] == [0, 42, 3407, 1, 2]
+    assert lab["qualification"]["read_on"] == "validation"
+    assert not (tmp_path / "labs" / "lab.s0.fractals_novel_c-gaussian_noise").exists()
+
+    planted.clear()
+    again = registered.run_registered(read_preregistration(prereg), settings, resume=True)
+    assert planted == [] and [e["event"] for e in again["events"]][-2:] == ["resumed", "finished"]
+
+
+def test_a_second_start_a_resume_of_nothing_and_an_edited_file_are_refused(prereg, planted, tmp_path):
+    settings = registered.RunSettings(tmp_path / "labs", verbose=0)
+    with pytest.raises(UserError, match="holds no registered run to continue"):
+        registered.start_or_resume(read_preregistration(prereg), settings, resume=True)
+    registered.start_or_resume(read_preregistration(prereg), settings, resume=False)
+    with pytest.raises(UserError, match="holds a registered run already: --resume continues it"):
+        registered.start_or_resume(read_preregistration(prereg), settings, resume=False)
+    prereg.write_text(prereg.read_text().replace("margin: 0.1", "margin: 0.2"))
+    with pytest.raises(UserError, match="changed since the run .* started"):
+        registered.start_or_resume(read_preregistration(prereg), settings, resume=True)
+    assert planted == []

@@ -1,0 +1,131 @@
+"""The pre-registration of a lab run: the one source of its design (models, candidate tasks in the order they are
+checked, how many qualify per model, the qualification's thresholds on validation data, seeds, the space) and of its
+analysis (predictors, baseline, statistic, resampling, alpha, margin, correction, the family of verdicts). The runner
+reads the design from it; the file's SHA-256 goes into every record the run makes, so a resumed run refuses a changed
+file."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vitplast_tune.errors import UserError
+from vitplast_tune.lab.tasks import MODELS, TASKS
+
+KEYS = (  # every key the file must have (docs/results/data/README.md says what each means)
+    "registered",
+    "models",
+    "candidate_tasks",
+    "tasks_per_model",
+    "qualification",
+    "seeds",
+    "seed_values",
+    "space",
+    "extension_rounds",
+    "predictors",
+    "baseline",
+    "statistic",
+    "resampling",
+    "alpha",
+    "margin",
+    "correction",
+    "undecided_mc_se",
+    "family",
+    "headline",
+)
+QUALIFICATION_KEYS = ("max_full_val_acc", "min_single_component_seed_sds")
+
+
+@dataclass(frozen=True)
+class Preregistration:
+    """A pre-registration file, read and checked: the design the runner follows, the rest as written."""
+
+    path: Path
+    sha256: str
+    models: tuple[str, ...]  # short names (s0, s1), in the file's order
+    candidate_tasks: tuple[str, ...]
+    tasks_per_model: int
+    max_full_val_acc: float
+    min_spread_sds: float
+    seeds: tuple[int, ...]
+    space: str
+    extension_rounds: int
+    raw: dict[str, Any]
+
+
+def read_preregistration(path: str | Path) -> Preregistration:
+    """Read and check a pre-registration file.
+
+    Args:
+        path: the YAML file.
+
+    Returns:
+        The checked pre-registration.
+
+    Raises:
+        UserError: the file is missing, not YAML, lacks a key, or names a model or task the lab does not know, a
+            timm name that is not the model's, or a number of seeds that is not the seed values'.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise UserError(f"pre-registration {path} not found")
+    text = path.read_bytes()
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UserError(f"pre-registration {path} is not YAML: {str(exc).splitlines()[0]}") from None
+    where = f"pre-registration {path}"
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: not a mapping of keys")
+    missing = [k for k in KEYS if k not in raw]
+    if missing:
+        raise UserError(f"{where}: missing key(s) {', '.join(missing)}")
+    models = _models(raw["models"], where)
+    tasks = [str(t) for t in raw["candidate_tasks"] or []]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks or len(set(tasks)) != len(tasks):
+        raise UserError(f"{where}: candidate_tasks must be distinct known tasks ({', '.join(TASKS)}), not {tasks}")
+    quality = raw["qualification"] or {}
+    if not isinstance(quality, dict) or any(k not in quality for k in QUALIFICATION_KEYS):
+        raise UserError(f"{where}: qualification needs {', '.join(QUALIFICATION_KEYS)}")
+    seeds = tuple(int(s) for s in raw["seed_values"] or [])
+    if len(seeds) != raw["seeds"] or len(set(seeds)) != len(seeds) or len(seeds) < 3:
+        raise UserError(f"{where}: seeds ({raw['seeds']}) must count the distinct seed_values {list(seeds)} (>= 3)")
+    per_model = raw["tasks_per_model"]
+    if not isinstance(per_model, int) or not 1 <= per_model <= len(tasks):
+        raise UserError(f"{where}: tasks_per_model must be between 1 and {len(tasks)}, not {per_model}")
+    return Preregistration(
+        path=path.resolve(),
+        sha256=hashlib.sha256(text).hexdigest(),
+        models=models,
+        candidate_tasks=tuple(tasks),
+        tasks_per_model=per_model,
+        max_full_val_acc=float(quality["max_full_val_acc"]),
+        min_spread_sds=float(quality["min_single_component_seed_sds"]),
+        seeds=seeds,
+        space=str(raw["space"]),
+        extension_rounds=_count(raw["extension_rounds"], "extension_rounds", where),
+        raw=raw,
+    )
+
+
+def _count(value: Any, key: str, where: str) -> int:
+    """A count the file gives (a whole number, 0 or more)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise UserError(f"{where}: {key} must be a whole number >= 0, not {value!r}")
+    return value
+
+
+def _models(models: Any, where: str) -> tuple[str, ...]:
+    """The short model names of the file's ``models`` (short name -> timm name), each checked against the lab's."""
+    if not isinstance(models, dict) or not models:
+        raise UserError(f"{where}: models must map short names to timm names, e.g. {{s0: {MODELS['s0']}}}")
+    for short, timm_name in models.items():
+        if MODELS.get(short) != timm_name:
+            known = ", ".join(f"{k}: {v}" for k, v in MODELS.items())
+            raise UserError(f"{where}: model {short}: {timm_name} is not one the lab knows ({known})")
+    return tuple(models)

@@ -1,0 +1,170 @@
+"""Is a task worth a lab on a model? Read on validation data only (the test set judges once, in the lab's analysis):
+full finetuning's mean validation accuracy at its best rate must stay below a threshold (else the task is saturated),
+and the best and worst single block components at theirs must differ by at least so many seed standard deviations."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from vitplast_tune.analysis import bracket
+from vitplast_tune.analysis.protocol import best_lr_table
+from vitplast_tune.components import BLOCK_COMPONENTS
+from vitplast_tune.lab.tasks import FULL, Lab, read_lab_record, write_lab_record
+
+SCORE = "best_val_acc"  # what the check reads: each trial's best validation accuracy (its scored checkpoint's)
+
+
+@dataclass
+class Qualification:
+    """A task's check on a model: full finetuning's validation accuracy at its best rate, and the spread of the single
+    components at theirs, in seed standard deviations."""
+
+    lab: str
+    task: str
+    model: str
+    full: dict[str, Any]  # lr, mean, std, n_seeds, position of full finetuning (validation accuracy)
+    singles: pd.DataFrame  # each block component alone at its best rate
+    saturated: float = math.nan  # the thresholds it was judged by
+    spread_sds: float = math.nan
+    best: str = ""
+    worst: str = ""
+    spread: float = math.nan  # best minus worst single component's mean validation accuracy
+    seed_sd: float = math.nan  # their pooled seed standard deviation, sqrt((sd_best^2 + sd_worst^2) / 2)
+    qualifies: bool = False
+    reason: str = ""
+
+    @property
+    def in_sds(self) -> float:
+        """The spread in seed standard deviations."""
+        return self.spread / self.seed_sd if self.seed_sd > 0 else math.inf if self.spread > 0 else math.nan
+
+
+def at_best_rate(trials: pd.DataFrame, components: list[str], value: str = SCORE) -> pd.DataFrame:
+    """Each of ``components`` at its best rate (mean validation accuracy over seeds).
+
+    Args:
+        trials: the stage's trials.
+        components: the configurations to read, in order.
+        value: the column summarised at the best rate (default: validation accuracy, never the test's here).
+
+    Returns:
+        Indexed by configuration: lr, mean and std of ``value`` over seeds, n_seeds, and where the rate lies among
+        those it was trained at (``position``).
+    """
+    table = best_lr_table(trials, value, select_by=SCORE).set_index("components")
+    positions = bracket.bracket_table(trials).set_index("components")["position"]
+    table = table.reindex([c for c in components if c in table.index])
+    return table.assign(position=positions.reindex(table.index))[["lr", "mean", "std", "n_seeds", "position"]]
+
+
+def judge_full(lab: Lab, full_trials: pd.DataFrame) -> Qualification:
+    """The first half of the check: is full finetuning saturated on validation data?
+
+    Args:
+        lab: the lab (its thresholds).
+        full_trials: the ``full`` stage's trials with their extensions.
+
+    Returns:
+        The qualification so far (``reason`` set when saturated).
+    """
+    full = at_best_rate(full_trials, list(FULL)).iloc[0].to_dict()
+    found = Qualification(lab.name, lab.task, lab.model, full, pd.DataFrame(), lab.saturated, lab.spread_sds)
+    if full["mean"] >= lab.saturated:
+        found.reason = f"saturated: full finetuning reaches {100 * full['mean']:.2f}% >= {100 * lab.saturated:g}%"
+    return found
+
+
+def judge_singles(found: Qualification, single_trials: pd.DataFrame) -> Qualification:
+    """The second half of the check: are the single block components apart, in seed standard deviations?
+
+    Args:
+        found: ``judge_full``'s result on a task that is not saturated.
+        single_trials: the ``single`` stage's trials with their extensions.
+
+    Returns:
+        ``found`` with the spread, its seed standard deviation and the decision filled in.
+    """
+    singles = at_best_rate(single_trials, list(BLOCK_COMPONENTS))
+    found.singles = singles
+    best, worst = singles["mean"].idxmax(), singles["mean"].idxmin()
+    found.best, found.worst = best, worst
+    found.spread = float(singles.loc[best, "mean"] - singles.loc[worst, "mean"])
+    found.seed_sd = float(np.sqrt((singles.loc[best, "std"] ** 2 + singles.loc[worst, "std"] ** 2) / 2))
+    found.qualifies = bool(found.in_sds >= found.spread_sds)
+    found.reason = "qualifies" if found.qualifies else f"single components within {found.spread_sds:g} seed SDs"
+    return found
+
+
+def record_qualification(lab: Lab, found: Qualification) -> Qualification:
+    """Write the check into the lab's record (``qualification``, with what it read and its thresholds).
+
+    Args:
+        lab: the lab.
+        found: its check.
+
+    Returns:
+        ``found``.
+    """
+    record = read_lab_record(lab.dir)
+    number = (int, float, np.floating, np.integer)
+    record["qualification"] = {
+        "read_on": "validation",
+        "full": {k: (float(v) if isinstance(v, number) else v) for k, v in found.full.items()},
+        "max_full_val_acc": found.saturated,
+        "min_single_component_seed_sds": found.spread_sds,
+        "best": found.best,
+        "worst": found.worst,
+        "spread": found.spread,
+        "seed_sd": found.seed_sd,
+        "in_sds": found.in_sds if found.best else None,
+        "qualifies": found.qualifies,
+        "reason": found.reason,
+    }
+    write_lab_record(lab.dir, record)
+    return found
+
+
+def describe_qualifications(found: list[Qualification]) -> str:
+    """The check of every task as text.
+
+    Args:
+        found: the checks.
+
+    Returns:
+        A table (full finetuning's validation accuracy, the single components' spread and its size in seed standard
+        deviations, the decision) and which tasks qualify.
+    """
+    rows = []
+    for q in found:
+        f = q.full
+        spread = (
+            f"{q.best} {100 * q.singles.loc[q.best, 'mean']:.2f}% - {q.worst} {100 * q.singles.loc[q.worst, 'mean']:.2f}%"
+            f" = {100 * q.spread:.2f} pts, seed sd {100 * q.seed_sd:.2f}"
+            if q.best
+            else "not trained (saturated)"
+        )
+        rows.append(
+            {
+                "task": q.task,
+                "model": q.model,
+                "full finetuning val acc": f"{100 * f['mean']:.2f} ± {100 * f['std']:.2f}% (lr {f['lr']:g}, {f['position']})",
+                "best - worst single component": spread,
+                "SDs": "" if not q.best else f"{q.in_sds:.1f}",
+                "verdict": q.reason,
+            }
+        )
+    first = found[0] if found else Qualification("", "", "", {}, pd.DataFrame(), math.nan, math.nan)
+    head = (
+        f"Does each task qualify for the lab? On validation data: full finetuning below {100 * first.saturated:g}% "
+        f"accuracy and the best and worst single block components at least {first.spread_sds:g} seed standard "
+        "deviations apart (each at its best rate, mean ± std over seeds):"
+    )
+    with pd.option_context("display.width", 250, "display.max_colwidth", 80):
+        table = pd.DataFrame(rows).to_string(index=False)
+    qualified = [q.task + f" ({q.model})" for q in found if q.qualifies]
+    return f"{head}\n{table}\n  -> {len(qualified)} of {len(found)} qualify: {', '.join(qualified) or 'none'}"

@@ -1,0 +1,82 @@
+"""The stage spaces of a lab: the lab space's grid (``search_spaces/criteria_lab.yaml``) split into stages, each a
+search of its own: ``full`` (full finetuning), ``single`` (each block component alone, and the linear probe), ``rest``
+(every other subset), and the extension searches ``<stage>.ext<k>.lr<rate>`` (one rate beyond an end of the grid)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vitplast_tune.components import subset_name
+from vitplast_tune.errors import UserError
+from vitplast_tune.lab.tasks import FULL, SINGLES, Lab
+
+
+def base_space(space: str) -> tuple[dict[str, Any], list[str], list[float]]:
+    """The lab space's raw YAML, its subsets and its learning rates.
+
+    Args:
+        space: a space name or file.
+
+    Returns:
+        (raw YAML, subset names, rates).
+
+    Raises:
+        UserError: unless it is a fifo grid with a choice of subsets, of at least 3 rates and 3 seeds, and no budgets.
+    """
+    from vitplast_tune.space.files import load_space
+
+    spec = load_space(space)
+    raw = yaml.safe_load(Path(spec.path).read_text())
+    where = f"lab space {spec.path}"
+    if spec.algorithm != "grid" or spec.scheduler.name != "fifo" or spec.budgets:
+        raise UserError(f"{where}: a lab needs algorithm: grid, scheduler: fifo and one budget (no budgets)")
+    params = spec.parameters
+    for name, least in (("components", 1), ("lr", 3), ("seed", 3)):
+        values = params[name].grid_values() if name in params else []
+        if len(values) < least:
+            raise UserError(f"{where}: a lab needs {name} as a choice of at least {least} values, not {values}")
+    return raw, [subset_name(c) for c in params["components"].grid_values()], list(params["lr"].grid_values())
+
+
+def stage_components(lab: Lab) -> dict[str, list[str]]:
+    """The configurations of each main stage.
+
+    Args:
+        lab: the lab.
+
+    Returns:
+        ``{"full": [...], "single": [...], "rest": [...]}`` (``rest``: the lab space's other subsets).
+    """
+    _, components, _ = base_space(lab.space)
+    rest = [c for c in components if c not in (*FULL, *SINGLES)]
+    return {"full": list(FULL), "single": list(SINGLES), "rest": rest}
+
+
+def stage_space(lab: Lab, stage: str, components: list[str], lrs: list[float] | None = None) -> Path:
+    """The space file of one stage, written once into the lab's ``spaces/`` folder.
+
+    Args:
+        lab: the lab (its ``seeds``, when set, replace the space's).
+        stage: the stage's name.
+        components: its configurations.
+        lrs: its rates (None: the space's).
+
+    Returns:
+        The path of the lab space with subsets, rates and seeds narrowed and no analysis of its own.
+    """
+    raw, _, _ = base_space(lab.space)
+    raw = dict(raw, criteria=False, description=f"{lab.name}, stage {stage}: {len(components)} configuration(s)")
+    raw["parameters"] = dict(raw["parameters"], components={"choice": list(components)})
+    if lrs is not None:
+        raw["parameters"]["lr"] = {"choice": [float(r) for r in lrs]}
+    if lab.seeds is not None:
+        raw["parameters"]["seed"] = {"choice": list(lab.seeds)}
+    path = lab.dir / "spaces" / f"{stage}.yaml"
+    text = yaml.safe_dump(raw, sort_keys=False)
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return path

@@ -1,0 +1,153 @@
+"""The criteria lab's tasks, models and folder layout: a ``Lab`` names one task's lab on one model, where it lives
+(``<storage>/lab.<model>.<task>/``, one search per stage inside) and how its searches run; ``lab.json`` is its record
+(the stages that finished, with their wall seconds, and the qualification)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vitplast_tune.components import BLOCK_COMPONENTS
+from vitplast_tune.config import TESTBED_MODEL, TESTBED_SEED1_MODEL
+from vitplast_tune.errors import UserError, did_you_mean
+from vitplast_tune.storage import default_storage
+
+CORRUPTIONS = ("contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise")
+TASKS: dict[str, str] = {  # task name (a folder name) -> dataset
+    "digits": "digits",
+    **{f"digits_c-{c}": f"digits_c:{c}" for c in CORRUPTIONS},
+    "fractals_novel": "fractals_novel",
+    **{f"fractals_novel_c-{c}": f"fractals_novel_c:{c}" for c in CORRUPTIONS},
+}
+MODELS: dict[str, str] = {"s0": TESTBED_MODEL, "s1": TESTBED_SEED1_MODEL}  # short name -> timm name
+DEFAULT_SPACE = "criteria_lab"
+MAX_ROUNDS = 2  # extension rounds beyond the grid's rates
+FULL, SINGLES = ("all",), (*BLOCK_COMPONENTS, "head")
+SATURATED = 0.95  # full finetuning's validation accuracy at or above this: the task is saturated
+SPREAD_SDS = 3.0  # the best and worst single components must differ by this many seed standard deviations
+LAB_FILE = "lab.json"
+
+
+@dataclass
+class Lab:
+    """One task's lab on one model: where it lives and how its searches run.
+
+    ``seeds``: the seeds every configuration trains with (None: the lab space's); ``saturated`` and ``spread_sds``:
+    the qualification's thresholds (on validation accuracy).
+    """
+
+    task: str
+    model: str = "s0"
+    storage: Path = field(default_factory=default_storage)
+    space: str = DEFAULT_SPACE
+    max_rounds: int = MAX_ROUNDS
+    cpus_per_trial: float = 1.0
+    verbose: int = 1
+    seeds: tuple[int, ...] | None = None
+    saturated: float = SATURATED
+    spread_sds: float = SPREAD_SDS
+
+    def __post_init__(self) -> None:
+        self.storage = Path(self.storage).expanduser().resolve()
+        if self.task not in TASKS:
+            raise UserError(f'unknown task "{self.task}"{did_you_mean(self.task, TASKS)}; tasks: {", ".join(TASKS)}')
+        if self.model not in MODELS:
+            raise UserError(
+                f'unknown model "{self.model}"; models: {", ".join(f"{k} ({v})" for k, v in MODELS.items())}'
+            )
+        if self.max_rounds < 0:
+            raise UserError(f"--max-rounds must not be negative, not {self.max_rounds}")
+        if self.seeds is not None:
+            self.seeds = tuple(int(s) for s in self.seeds)
+            if len(set(self.seeds)) < 3:
+                raise UserError(f"a lab needs at least 3 different seeds, not {list(self.seeds)}")
+
+    @property
+    def name(self) -> str:
+        """The lab's folder name: ``lab.<model>.<task>``."""
+        return f"lab.{self.model}.{self.task}"
+
+    @property
+    def dir(self) -> Path:
+        """The lab's folder: one search per stage inside, and ``lab.json``."""
+        return self.storage / self.name
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """What every trial of the lab trains: the model and the dataset (the space's defaults otherwise)."""
+        return {"model": MODELS[self.model], "dataset": TASKS[self.task]}
+
+    @property
+    def tracking_uri(self) -> str:
+        """Every lab's runs in the storage's one MLflow store."""
+        return f"sqlite:///{self.storage / 'mlflow.db'}"
+
+
+def read_lab_record(directory: Path) -> dict[str, Any]:
+    """A lab's record ``lab.json``.
+
+    Args:
+        directory: the lab's folder.
+
+    Returns:
+        The record; empty before its first stage finished.
+    """
+    path = Path(directory) / LAB_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def write_lab_record(directory: Path, record: dict[str, Any]) -> None:
+    """Write a lab's record ``lab.json`` whole (a temporary file replaced, never half-written).
+
+    Args:
+        directory: the lab's folder (made when missing).
+        record: the whole record.
+    """
+    path = Path(directory) / LAB_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def record_stage(
+    lab: Lab, stage: str, components: list[str], lrs: list[float] | None, *, seconds: float, trials: int
+) -> None:
+    """Add a finished stage (its configurations, rates, seeds, trials and wall seconds) to the lab's record.
+
+    Args:
+        lab: the lab.
+        stage: the stage's name (its search's name).
+        components: the configurations it trained.
+        lrs: its rates (None: the lab space's grid).
+        seconds: its wall seconds.
+        trials: its number of trials.
+    """
+    record = read_lab_record(lab.dir)
+    record.update(lab=lab.name, task=lab.task, dataset=TASKS[lab.task], model=MODELS[lab.model], space=lab.space)
+    if lab.seeds is not None:
+        record["seeds"] = list(lab.seeds)
+    record.setdefault("stages", {})[stage] = {
+        "components": list(components),
+        "lrs": lrs,
+        "trials": trials,
+        "seconds": round(seconds, 1),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    write_lab_record(lab.dir, record)
+
+
+def lab_minutes(lab: Lab) -> tuple[float, int]:
+    """The wall minutes of a lab's finished stages.
+
+    Args:
+        lab: the lab.
+
+    Returns:
+        (minutes as recorded when each stage finished, number of stages).
+    """
+    stages = read_lab_record(lab.dir).get("stages", {})
+    return sum(s["seconds"] for s in stages.values()) / 60, len(stages)

@@ -1,0 +1,198 @@
+"""The pre-registered lab run: the checks, then the labs, exactly as a pre-registration file says (``lab.
+preregistration``), in one storage folder, resumable with the same command and ``--resume``.
+
+First each model's candidate tasks are checked in the file's order (``workflows.lab.qualify``, on validation data)
+until ``tasks_per_model`` qualify; then the qualifying tasks' labs run, the first of each model, then the second of
+each, and so on, so both models have labs early. Every finished check and lab writes its kept records
+(``lab.records``) into ``<storage>/kept/lab.<model>.<task>/`` and the run's progress into ``<storage>/registered.json``
+(the file's SHA-256 and the git commit it runs at, what finished when); a resume with a changed file is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vitplast_tune import log
+from vitplast_tune.errors import UserError
+from vitplast_tune.lab.preregistration import Preregistration
+from vitplast_tune.lab.progress import RUN_FILE
+from vitplast_tune.lab.tasks import LAB_FILE, Lab, read_lab_record, write_lab_record
+from vitplast_tune.workflows import lab as driver
+
+_log = log.get_logger(__name__)
+KEPT = "kept"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How the registered run's searches run (nothing here changes what it measures)."""
+
+    storage: Path
+    cpus_per_trial: float = 1.0
+    verbose: int = 1
+
+
+def start_or_resume(prereg: Preregistration, settings: RunSettings, *, resume: bool) -> dict[str, Any]:
+    """Check a registered run's storage against the command and write (or read) its record.
+
+    Args:
+        prereg: the pre-registration.
+        settings: where and how it runs.
+        resume: whether the command continues a run.
+
+    Returns:
+        The run's record.
+
+    Raises:
+        UserError: a new run in a storage that holds one, a resume where none is, or a resume with a changed file.
+    """
+    path = settings.storage / RUN_FILE
+    if path.is_file() and not resume:
+        raise UserError(f"{settings.storage} holds a registered run already: --resume continues it")
+    if not path.is_file():
+        if resume:
+            raise UserError(f"--resume: {settings.storage} holds no registered run to continue (no {RUN_FILE})")
+        settings.storage.mkdir(parents=True, exist_ok=True)
+        record = {"preregistration": prereg.path.name, "sha256": prereg.sha256, "commit": git_commit(), "events": []}
+        _event(settings.storage, record, "started")
+        return record
+    record = json.loads(path.read_text())
+    if record.get("sha256") != prereg.sha256:
+        raise UserError(
+            f"--resume: {prereg.path.name} changed since the run in {settings.storage} started (its SHA-256 was "
+            f"{record.get('sha256', '?')[:12]}, now {prereg.sha256[:12]}); a pre-registration is not edited mid-run"
+        )
+    commit = git_commit()
+    if commit != record.get("commit"):
+        _log.warning(f"note: the run started at commit {record.get('commit')}; this checkout is {commit} (recorded)")
+    _event(settings.storage, record, "resumed", commit=commit)
+    return record
+
+
+def run_registered(prereg: Preregistration, settings: RunSettings, *, resume: bool = False) -> dict[str, Any]:
+    """The registered run: every check, then every qualifying task's lab, each kept as it finishes.
+
+    Args:
+        prereg: the pre-registration.
+        settings: where and how it runs.
+        resume: continue the run in ``settings.storage``.
+
+    Returns:
+        The run's record at its end.
+    """
+    record = start_or_resume(prereg, settings, resume=resume)
+    qualified: dict[str, list[str]] = {}
+    with driver.ray_session():
+        for model in prereg.models:
+            qualified[model] = check_model(prereg, settings, record, model)
+        for rank in range(prereg.tasks_per_model):
+            for model in prereg.models:
+                if rank < len(qualified[model]):
+                    run_one(prereg, settings, record, model, qualified[model][rank])
+    _event(settings.storage, record, "finished")
+    return record
+
+
+def make_lab(prereg: Preregistration, settings: RunSettings, model: str, task: str) -> Lab:
+    """A lab of the registered run, with the pre-registration's seeds, space, extension rounds and thresholds."""
+    return Lab(
+        task,
+        model,
+        settings.storage,
+        prereg.space,
+        prereg.extension_rounds,
+        settings.cpus_per_trial,
+        settings.verbose,
+        seeds=prereg.seeds,
+        saturated=prereg.max_full_val_acc,
+        spread_sds=prereg.min_spread_sds,
+    )
+
+
+def check_model(prereg: Preregistration, settings: RunSettings, record: dict[str, Any], model: str) -> list[str]:
+    """Check a model's candidate tasks in order until ``tasks_per_model`` qualify; each check kept as it ends.
+
+    Returns:
+        The qualifying tasks, in order.
+    """
+    found: list[str] = []
+    for task in prereg.candidate_tasks:
+        if len(found) == prereg.tasks_per_model:
+            break
+        lab = make_lab(prereg, settings, model, task)
+        qualification = driver.qualify(lab)
+        kept = settings.storage / KEPT / lab.name
+        if not (kept / LAB_FILE).is_file():  # lab.json is written last: a check kept whole
+            driver.keep(lab, kept)
+            _event(settings.storage, record, "checked", lab=lab.name, qualifies=qualification.qualifies)
+        _say(settings, f"{lab.name}: {qualification.reason}")
+        if qualification.qualifies:
+            found.append(task)
+    return found
+
+
+def run_one(prereg: Preregistration, settings: RunSettings, record: dict[str, Any], model: str, task: str) -> None:
+    """One qualifying task's lab: its other subsets, then its kept records (once: a kept ``lab.json`` that says
+    finished)."""
+    lab = make_lab(prereg, settings, model, task)
+    if not read_lab_record(lab.dir).get("finished"):
+        _say(settings, f"{lab.name}: the lab's other subsets")
+        driver.run_rest(lab)
+        lab_record = read_lab_record(lab.dir)
+        lab_record.update(
+            finished=time.strftime("%Y-%m-%dT%H:%M:%S"), commit=record.get("commit"), seeds=list(lab.seeds)
+        )
+        lab_record["preregistration_sha256"] = prereg.sha256
+        write_lab_record(lab.dir, lab_record)
+    kept = settings.storage / KEPT / lab.name
+    if not read_lab_record(kept).get("finished"):
+        driver.keep(lab, kept)
+        _event(settings.storage, record, "lab finished", lab=lab.name)
+
+
+def git_commit() -> str | None:
+    """The git commit of the checkout this package runs from (None outside a git checkout)."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _event(storage: Path, record: dict[str, Any], what: str, **about: Any) -> None:
+    """Add an event (what, when, about) to the run's record and write it whole."""
+    record.setdefault("events", []).append({"event": what, "at": time.strftime("%Y-%m-%dT%H:%M:%S"), **about})
+    path = storage / RUN_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def _say(settings: RunSettings, text: str) -> None:
+    if settings.verbose:
+        _log.info(text)
+
+
+def describe_run(record: dict[str, Any]) -> str:
+    """A registered run's record as text: its file, commit and every event.
+
+    Args:
+        record: the run's record (``registered.json``).
+
+    Returns:
+        The text.
+    """
+    lines = [
+        f"Registered run of {record.get('preregistration')} (sha256 {str(record.get('sha256'))[:12]}, commit "
+        f"{str(record.get('commit'))[:12]}):"
+    ]
+    for e in record.get("events", []):
+        about = ", ".join(f"{k} {v}" for k, v in e.items() if k not in ("event", "at"))
+        lines.append(f"  {e['at']}  {e['event']}{': ' + about if about else ''}")
+    return "\n".join(lines)
