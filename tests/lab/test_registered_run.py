@@ -106,3 +106,17 @@ def test_a_second_start_a_resume_of_nothing_and_an_edited_file_are_refused(prere
     with pytest.raises(UserError, match="changed since the run .* started"):
         registered.start_or_resume(read_preregistration(prereg), settings, resume=True)
     assert planted == []
+
+
+def test_the_command_starts_a_run_once_and_resumes_it_with_resume(prereg, planted, tmp_path, capsys):
+    from vitplast_tune.cli.lab import lab_main
+
+    argv = ["registered", "--preregistration", str(prereg), "--storage", str(tmp_path / "labs"), "--quiet"]
+    assert lab_main(argv) == 0 and len(planted) > 0
+    events = [e["event"] for e in json.loads((tmp_path / "labs" / "registered.json").read_text())["events"]]
+    assert events[0] == "started" and "resumed" not in events and events[-1] == "finished"
+    assert "Registered run of pre.yaml" in capsys.readouterr().out
+    planted.clear()
+    assert lab_main([*argv, "--resume"]) == 0 and planted == []
+    events = [e["event"] for e in json.loads((tmp_path / "labs" / "registered.json").read_text())["events"]]
+    assert events[-2:] == ["resumed", "finished"] and events.count("started") == 1

@@ -129,8 +129,8 @@ def _registered(args: argparse.Namespace, storage) -> int:
         )
     prereg = read_preregistration(args.preregistration)
     settings = registered.RunSettings(storage, args.cpus_per_trial, 0 if args.quiet else 1)
-    registered.start_or_resume(prereg, settings, resume=args.resume)  # bad storage or resume: before Ray starts
-    record = registered.run_registered(prereg, settings, resume=True)
+    record = registered.start_or_resume(prereg, settings, resume=args.resume)  # refused before Ray starts
+    record = registered.run_registered(prereg, settings, record=record)
     print(registered.describe_run(record))
     return 0
 

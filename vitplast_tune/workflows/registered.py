@@ -74,18 +74,22 @@ def start_or_resume(prereg: Preregistration, settings: RunSettings, *, resume: b
     return record
 
 
-def run_registered(prereg: Preregistration, settings: RunSettings, *, resume: bool = False) -> dict[str, Any]:
+def run_registered(
+    prereg: Preregistration, settings: RunSettings, *, resume: bool = False, record: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The registered run: every check, then every qualifying task's lab, each kept as it finishes.
 
     Args:
         prereg: the pre-registration.
         settings: where and how it runs.
         resume: continue the run in ``settings.storage``.
+        record: the run's record as ``start_or_resume`` returned it (checked already); None: checked here.
 
     Returns:
         The run's record at its end.
     """
-    record = start_or_resume(prereg, settings, resume=resume)
+    if record is None:
+        record = start_or_resume(prereg, settings, resume=resume)
     qualified: dict[str, list[str]] = {}
     with driver.ray_session():
         for model in prereg.models:
