@@ -42,8 +42,18 @@ from vitplast_tune.vit.families.hf import HFClassifier
 
 
 def rebuild(cfg: FinetuneConfig, trainable: dict[str, Tensor]) -> nn.Module:
-    """The model a run of ``cfg`` trained, with its trained tensors ``trainable`` (name -> tensor; LoRA adapters
-    merged, ``vit.methods.plain_model``), in eval mode on the CPU; UserError when the tensors do not fit the model."""
+    """Rebuild the model a run trained, with its trained tensors, in eval mode on the CPU.
+
+    Args:
+        cfg: The run's settings.
+        trainable: The run's trained tensors by name (LoRA adapters are merged: ``vit.methods.plain_model``).
+
+    Returns:
+        The model.
+
+    Raises:
+        UserError: If the tensors do not fit the model.
+    """
     return methods.plain_model(cfg, trainable)
 
 
@@ -129,10 +139,22 @@ def save_model(model: nn.Module, cfg: FinetuneConfig, path: Path) -> Path:
 def load_best_model(
     name: str, storage: str | Path | None = None, tracking_uri: str | None = None, device: str = "cpu"
 ) -> nn.Module:
-    """The best trial of the finished search ``name`` as a timm model holding its best-validation weights, in eval
-    mode on ``device``: found through the search's record in ``storage`` (default ``~/vitplast_tune_results``), its
-    settings and trained tensors (safetensors) read from the search's MLflow parent run (``tracking_uri``: default
-    the one the search used)."""
+    """Load the best trial of a finished search as a model holding its best-validation weights, in eval mode.
+
+    The trial's settings and trained tensors (safetensors) are read from the search's MLflow parent run.
+
+    Args:
+        name: The search's name.
+        storage: The storage holding the search's record (None: ``~/vitplast_tune_results``).
+        tracking_uri: The MLflow store (None: the one the search used).
+        device: Where the model is put.
+
+    Returns:
+        The model.
+
+    Raises:
+        UserError: If the search is not found, has not finished, or has no best model in the store.
+    """
     import mlflow
     from mlflow.exceptions import MlflowException
     from safetensors.torch import load_file

@@ -22,9 +22,17 @@ def default_device() -> torch.device:
 
 
 def run_device() -> torch.device:
-    """The device of a run: in a Ray task or trial, the GPU Ray gave it, its memory capped to the fraction given
-    (``--gpus-per-trial 0.5``: half), and DeviceError when CUDA is not visible; the CPU when it was given no GPU.
-    Outside Ray, ``default_device()``."""
+    """Find the device a run computes on.
+
+    In a Ray task or trial this is the GPU Ray gave it, its memory capped to the fraction given
+    (``--gpus-per-trial 0.5``: half), or the CPU when it was given no GPU. Outside Ray, ``default_device()``.
+
+    Returns:
+        The device.
+
+    Raises:
+        DeviceError: If Ray gave the run a GPU but CUDA is not visible to torch.
+    """
     given = ray_gpus()
     if given is None:
         return default_device()
@@ -81,9 +89,17 @@ def device_facts(device: torch.device) -> dict[str, Any]:
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
-    """The precision a run of ``precision`` uses on ``device``: ``auto`` is bf16 where the CUDA device supports it,
-    else fp16 on CUDA (with a gradient scaler), fp32 elsewhere; an explicit choice stands (CPU autocast for bf16 and
-    fp16 on the CPU, for checks: usually slower than fp32 there)."""
+    """Resolve the precision a run uses on a device.
+
+    Args:
+        precision: The precision asked for: ``auto``, or an explicit choice (``fp32``, ``bf16``, ``fp16``), which
+            stands; on the CPU, bf16 and fp16 run under CPU autocast, for checks.
+        device: The run's device.
+
+    Returns:
+        The precision: for ``auto``, bf16 where the CUDA device supports it, else fp16 on CUDA (with a gradient
+        scaler), fp32 elsewhere.
+    """
     if precision != "auto":
         return precision
     if device.type != "cuda":
@@ -93,8 +109,17 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
-    """The torch device named by ``device`` (None: CUDA when there is a GPU, else the CPU); UserError for a name torch
-    does not know or a CUDA device this machine does not have."""
+    """Turn a device a user names into a torch device.
+
+    Args:
+        device: The name or device (None: CUDA when there is a GPU, else the CPU).
+
+    Returns:
+        The device.
+
+    Raises:
+        UserError: If torch does not know the name, or this machine does not have that CUDA device.
+    """
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

@@ -55,12 +55,19 @@ COLUMNS = [
 def gradient_table(
     model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *, device: str | torch.device = "cpu"
 ) -> pd.DataFrame:
-    """Per (component, layer): the gradient criteria of the module docstring, and what they are made of.
+    """Measure the gradient criteria of the module docstring per component and layer, and what they are made of.
 
-    Columns component, layer (-1 for emb), tensors (those with a non-zero norm, which Auto-RGN averages),
-    params, grad_sq and weight_sq (squared norms of the mean-loss gradient and of the weights), grad_norm,
-    grad_norm_ratio, auto_rgn; the head is left out. The model is restored to its training mode, device and
-    ``requires_grad`` flags; its parameters are not changed.
+    The model is restored to its training mode, device and ``requires_grad`` flags; its parameters are not changed.
+
+    Args:
+        model: The model.
+        batches: The (images, labels) batches the mean loss is taken over.
+        device: Where to compute.
+
+    Returns:
+        One row per (component, layer), the head left out, with columns component, layer (-1 for emb), tensors
+        (those with a non-zero norm, which Auto-RGN averages), params, grad_sq and weight_sq (squared norms of the
+        mean-loss gradient and of the weights), grad_norm, grad_norm_ratio and auto_rgn.
     """
     modes = {m: m.training for m in model.modules()}
     flags = {p: p.requires_grad for p in model.parameters()}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -29,29 +30,46 @@ from vitplast_tune.vit.plasticity import compute_plasticity
 def measure_plasticity(
     model_name: str,
     *,
-    weights,
+    weights: str | Path | None,
     pretrained: bool,
     dataset: str,
     reference: str,
     reference_split: str,
-    data_dir,
+    data_dir: str | Path | None,
     download: bool,
     variant: str,
     batch_size: int,
     max_pairs: int | None,
-    device=None,
+    device: str | torch.device | None = None,
     decoded: InMemory | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
-    """Build the model and both image sets and measure: (table, its parameters per component (``component_params``)
-    and per component and block (``parameter_summary``), where and how long).
+    """Build a run's model and both image sets, and measure the model's plasticity between them.
 
-    ``decoded``: the downstream (or reference) dataset already decoded, not read again; ``device``: default, the
-    one this task was given (``devices.run_device``)."""
+    Args:
+        model_name: The model's name.
+        weights: A weights file to load into it.
+        pretrained: Whether to start from the pretrained weights.
+        dataset: The downstream dataset, whose test split is measured.
+        reference: The reference dataset.
+        reference_split: The reference's split ("test" or "train").
+        data_dir: The data's root (None: the default data directory).
+        download: Whether missing data may be downloaded.
+        variant: The plasticity variant.
+        batch_size: Images per forward pass.
+        max_pairs: At most this many image pairs (None: no limit).
+        device: Where to measure (None: the device this task was given, ``devices.run_device``).
+        decoded: The downstream (or reference) dataset already decoded, not read again.
+
+    Returns:
+        The per-layer table (``compute_plasticity``); the model's parameters per component and per component and
+        block (``component_params``, ``parameter_summary``); and where and how long it was measured.
+
+    Raises:
+        UserError: If a dataset or the model is unknown, or the data or weights are missing.
+    """
     datasets.check_dataset_name(dataset)  # here, where data loads: a search's plan checked them without torch
     datasets.check_dataset_name(reference)
-    model = models.create_model(
-        model_name, 0, pretrained=pretrained, weights=weights
-    )  # no head: any head in the weights fits
+    model = models.create_model(model_name, 0, pretrained=pretrained, weights=weights)  # no head: any head fits
     config = models.data_config(model)
     load = dict(data_dir=data_dir, download=download, decoded=decoded)
     downstream_set = datasets.load_dataset(dataset, config, **load).test
@@ -67,10 +85,15 @@ def measure_plasticity(
         max_pairs=max_pairs,
     )
     where = {"seconds": round(time.perf_counter() - start, 3), "measured_on": task_context()}
+    return table, _parameters(model), where
+
+
+def _parameters(model: torch.nn.Module) -> dict[str, Any]:
+    """The model's parameters per component (``component_params``) and per component and block."""
     layout = layout_of(model)
     counts = components.count_parameters(model, layout=layout)
     parameters = {"component_params": {c: counts[c] for c in components.COMPONENTS}}
-    return table, dict(parameters, parameter_summary=components.parameter_summary(model, layout=layout)), where
+    return dict(parameters, parameter_summary=components.parameter_summary(model, layout=layout))
 
 
 def task_context() -> dict[str, Any]:
@@ -98,16 +121,24 @@ def measure_gradients(
     num_batches: int = NUM_BATCHES,
     head_seeds: int = HEAD_SEEDS,
     decoded: InMemory | None = None,
-    device=None,
+    device: str | torch.device | None = None,
 ) -> pd.DataFrame:
-    """The gradient criteria (``gradients.gradient_table``) of a run's pretrained model, for each of ``head_seeds``
-    head initialisations (``head_seed`` column: cfg.seed, cfg.seed + 1, ...) on the same training batches.
+    """Measure the gradient criteria of a run's pretrained model for several head initialisations.
 
     The batches are the first ``num_batches`` of the run's shuffled training stream (``cfg.seed``) seen through
     the evaluation transform: the training images without augmentation, so that the criteria do not depend on
     random crops. Each head is initialised as a trial with that seed would initialise it (the whole model built
-    after ``torch.manual_seed``). ``decoded`` is the dataset already decoded. ``device``: default, the one this
-    task was given (``devices.run_device``).
+    after ``torch.manual_seed``).
+
+    Args:
+        cfg: The run's settings.
+        num_batches: How many training batches to measure on, the same for every head.
+        head_seeds: How many head initialisations (seeds cfg.seed, cfg.seed + 1, ...).
+        decoded: The run's dataset already decoded, not read again.
+        device: Where to measure (None: the device this task was given, ``devices.run_device``).
+
+    Returns:
+        The ``gradients.gradient_table`` of each head, concatenated, with a ``head_seed`` column.
     """
     model, splits = build_run(cfg, decoded)
     stream = train_batches(unaugmented(splits.train, splits.val), cfg.batch_size, seed=cfg.seed)

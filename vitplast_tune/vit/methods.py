@@ -29,9 +29,19 @@ ADAPTER = "default"  # peft's adapter name: parameters are named blocks.0.attn.q
 
 
 def apply_methods(model: nn.Module, cfg: FinetuneConfig) -> dict[str, int]:
-    """Inject LoRA adapters where ``cfg.components`` asks for them (rank ``cfg.lora_rank``, ``cfg.lora_alpha``, in the
-    blocks of ``cfg.depth`` or ``cfg.blocks``), then freeze everything else (``components.freeze``); return the
-    trainable counts per component and head."""
+    """Set a model up to train as a run's settings say: LoRA adapters injected, everything else frozen.
+
+    Args:
+        model: The model, changed in place.
+        cfg: The run's settings: where ``components`` asks for LoRA (rank ``lora_rank``, ``lora_alpha``) and in
+            which blocks (``depth`` or ``blocks``).
+
+    Returns:
+        The trainable parameter count per component and for the head (``components.freeze``).
+
+    Raises:
+        UserError: If LoRA cannot adapt the chosen layers, or peft is not installed.
+    """
     family = family_of(model)
     blocks = cfg.block_indices(components.num_blocks(model, family.layout))
     targets = lora_targets(model, cfg.components, blocks)
@@ -103,11 +113,19 @@ def merge_lora(model: nn.Module) -> nn.Module:
 
 
 def plain_model(cfg: FinetuneConfig, trained: Mapping[str, torch.Tensor]) -> nn.Module:
-    """The plain timm model a run of ``cfg`` trained: its pretrained model with ``trained`` (the trainable tensors it
-    saved, e.g. a search's best weights, of any method) put in place and LoRA merged; in eval mode.
+    """Rebuild the plain model a run trained, with its trained tensors in place and LoRA merged, in eval mode.
 
-    Its state dict loads strictly into ``timm.create_model(cfg.model, num_classes=...)``. Raises UserError when
-    ``trained`` does not match the run's trainable tensors.
+    Its state dict loads strictly into ``timm.create_model(cfg.model, num_classes=...)``.
+
+    Args:
+        cfg: The run's settings.
+        trained: The trainable tensors the run saved (e.g. a search's best weights, of any method), by name.
+
+    Returns:
+        The model.
+
+    Raises:
+        UserError: If ``trained`` does not match the run's trainable tensors.
     """
     num_classes = _head_classes(trained, models.family_of_name(cfg.model).layout) or _num_classes(cfg)
     torch.manual_seed(cfg.seed)  # as the run built it (``training.build_run``): the same weights where none are loaded
@@ -149,8 +167,14 @@ def _num_classes(cfg: FinetuneConfig) -> int:
 
 
 def trainable_parameters(cfg: FinetuneConfig) -> int:
-    """How many parameters a run of ``cfg`` trains (its subset by their methods, blocks and head), counted on an
-    untrained model."""
+    """Count the parameters a run trains (its subset by their methods, its blocks and the head).
+
+    Args:
+        cfg: The run's settings.
+
+    Returns:
+        The count, taken on an untrained model.
+    """
     from vitplast_tune.data import datasets
 
     model = models.create_model(cfg.model, datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir), pretrained=False)

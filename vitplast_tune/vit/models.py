@@ -70,12 +70,23 @@ def create_model(
     drop_path_rate: float = 0.0,
     **kwargs: Any,
 ) -> nn.Module:
-    """Build a model by name with a new ``num_classes`` head (0: none): a timm name, or ``hf:<hub id or folder>``.
+    """Build a model by name with a new classification head.
 
-    ``pretrained`` loads the weights named by the timm tag (from the hub, or the shipped file for
-    the testbed) or the transformers model's; ``weights`` loads a local safetensors file or torch state dict instead
-    (``weights_only=True``; timm models). ``drop_path_rate``: stochastic depth. Raises UserError for an unknown
-    name or a model of no supported family (``vit.families.registry``).
+    Args:
+        name: A timm name, or ``hf:<hub id or folder>`` for a transformers model.
+        num_classes: The head's classes (0: no head).
+        pretrained: Whether to load the weights the timm tag names (from the hub, or the shipped file for the
+            testbed) or the transformers model's.
+        weights: A local safetensors file or torch state dict to load instead (``weights_only=True``; timm models).
+        drop_path_rate: The stochastic depth rate.
+        **kwargs: More arguments of ``timm.create_model``.
+
+    Returns:
+        The model.
+
+    Raises:
+        UserError: If the name is unknown, the weights are missing or unreadable, or the model is of no supported
+            family (``vit.families.registry``).
     """
     check_weights(name, weights, pretrained)
     if hf.is_hf(name):
@@ -101,7 +112,16 @@ def create_model(
 
 
 def check_weights(name: str, weights: str | Path | None, pretrained: bool) -> None:
-    """Raise UserError when the model is unknown, or a local weights file it needs is missing or unreadable."""
+    """Check, without building it, that a model is known and the weights it needs can be read.
+
+    Args:
+        name: The model's name.
+        weights: A local weights file to load (timm models only).
+        pretrained: Whether the model loads its pretrained weights (the testbed's shipped file must exist).
+
+    Raises:
+        UserError: If the model is unknown, or a weights file it needs is missing or unreadable.
+    """
     check_model_name(name)
     if weights is not None and hf.is_hf(name):
         raise UserError(f'--weights is for timm models; "{name}" loads its weights from its hub id or folder')
@@ -160,12 +180,29 @@ def family_of_name(name: str) -> Family:
 
 
 def data_config(model: nn.Module) -> dict[str, Any]:
-    """The model's own timm data config: input_size, mean, std, interpolation, crop_pct."""
+    """Read a model's own timm data config.
+
+    Args:
+        model: The model.
+
+    Returns:
+        Its data config: input_size, mean, std, interpolation, crop_pct.
+    """
     return timm.data.resolve_data_config({}, model=model)
 
 
 def pretrained_data_config(name: str) -> dict[str, Any]:
-    """The data config of a model name without building it (from its pretrained config, or the transformers one)."""
+    """Read the data config of a model by name, without building it where its pretrained config has one.
+
+    Args:
+        name: The model's name (timm, or ``hf:``: the transformers model's config).
+
+    Returns:
+        The data config: input_size, mean, std, interpolation, crop_pct.
+
+    Raises:
+        UserError: If the model is unknown.
+    """
     check_model_name(name)
     if hf.is_hf(name):
         return hf.data_config(name)

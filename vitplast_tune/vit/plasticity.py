@@ -52,18 +52,27 @@ def compute_plasticity(
     device: str | torch.device | None = None,
     max_pairs: int | None = None,
 ) -> pd.DataFrame:
-    """Plasticity of every component of every block of a ViT (of any supported family) over pairs (reference[i], downstream[i]).
+    """Measure the plasticity of every component of every block of a ViT over pairs (reference[i], downstream[i]).
 
-    Returns one row per (component, layer) with columns component, layer, plasticity, std, sem and
-    n_pairs (the ``emb`` row first, this project's extension, then ln1, mha, ln2, fc1, fc2 by layer);
-    ``df.attrs["variant"]`` says which variant ("paper", the default and the paper's definition, or
-    "in_network") was used. Images are (N, C, H, W) tensors normalized for the model, or iterables of them.
+    Args:
+        model: The model, of any supported family.
+        reference: The reference images: (N, C, H, W) normalized for the model, or batches of them (or of
+            (images, labels) tuples).
+        downstream: The downstream images, alike.
+        variant: "paper" (the paper's definition) or "in_network".
+        batch_size: Pairs per forward pass.
+        device: Where to measure (None: CUDA when there is a GPU, else the CPU).
+        max_pairs: At most this many pairs (None: every pair).
+
+    Returns:
+        One row per (component, layer), with columns component, layer, plasticity, std, sem and n_pairs: the
+        ``emb`` row first (this project's extension), then ln1, mha, ln2, fc1, fc2 by layer.
+        ``attrs["variant"]`` names the variant.
+
+    Raises:
+        UserError: If the variant, ``batch_size`` or ``max_pairs`` is invalid, or the model is of no supported family.
     """
-    check_variant(variant)
-    if batch_size < 1:
-        raise UserError(f"batch_size must be a positive integer, not {batch_size}")
-    if max_pairs is not None and max_pairs < 1:
-        raise UserError(f"max_pairs must be a positive integer, not {max_pairs}")
+    _check_settings(variant, batch_size, max_pairs)
     family = family_of(model)
     blocks = family.check(model)
     device = resolve_device(device)
@@ -72,7 +81,6 @@ def compute_plasticity(
     acc_dtype = torch.float32 if device.type == "mps" else torch.float64
     num_rows = 1 + len(BLOCK_COMPONENTS) * len(blocks)
     sums = torch.zeros(3, num_rows, dtype=acc_dtype, device=device)  # sum, sum of squares, count
-
     modes = {m: m.training for m in model.modules()}
     model.eval().to(device)
     try:
@@ -97,6 +105,14 @@ def compute_plasticity(
 
 
 # ----------------------------------------------------------------------------- internals
+
+
+def _check_settings(variant: str, batch_size: int, max_pairs: int | None) -> None:
+    check_variant(variant)
+    if batch_size < 1:
+        raise UserError(f"batch_size must be a positive integer, not {batch_size}")
+    if max_pairs is not None and max_pairs < 1:
+        raise UserError(f"max_pairs must be a positive integer, not {max_pairs}")
 
 
 def _pair_dist(stacked: Tensor) -> Tensor:

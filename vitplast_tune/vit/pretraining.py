@@ -43,7 +43,17 @@ log = get_logger(__name__)
 def pretrain_testbed(
     out: str | Path = TESTBED_WEIGHTS, config: PretrainConfig | None = None, *, command: str | None = None
 ) -> dict[str, Any]:
-    """Train the testbed ViT on fractals, write ``out`` (+ ``.json`` provenance), return the provenance."""
+    """Pretrain the testbed ViT on fractals and write its weights with their provenance beside them.
+
+    Args:
+        out: The safetensors file to write; the provenance goes to the same path with a ``.json`` suffix.
+        config: The pretraining settings (None: the defaults).
+        command: The command line recorded in the provenance (None: this process's).
+
+    Returns:
+        The provenance: the command and settings, what was measured (accuracies, loss, wall time), the file's
+        digest and size, and the software's versions.
+    """
     c = config or PretrainConfig()
     start = time.time()
     torch.set_num_threads(c.threads)

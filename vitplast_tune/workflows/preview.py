@@ -13,8 +13,17 @@ from vitplast_tune.plan.planner import prepare
 
 
 def dry_run(options: SearchOptions) -> str:
-    """Validate ``options`` exactly as a search does (``plan.prepare``), time a few steps here, and describe the plan
-    and its estimated wall time (``plan.estimate``); start nothing."""
+    """Validate a search's options as the search would, time a few steps here, and describe the plan; start nothing.
+
+    Args:
+        options: The search's options, checked as a search checks them (``plan.prepare``).
+
+    Returns:
+        The plan's description: its trials, the resources, and the estimated wall time (``plan.estimate``).
+
+    Raises:
+        UserError: If the options, the space or the settings are invalid.
+    """
     started = time.perf_counter()
     with child.session():  # the checks and the timed steps in one child process: torch imported once
         plan = prepare(options)
@@ -37,8 +46,16 @@ def dry_run(options: SearchOptions) -> str:
 
 
 def capacity(address: str | None, local_gpus: int) -> tuple[str, list[dict[str, float]]]:
-    """(where, each node's Ray resources): the cluster's nodes when joining one (``--address`` or ``RAY_ADDRESS``),
-    else this machine as a local Ray instance would see it, without starting one."""
+    """Find the Ray resources a search would have, without starting a local Ray instance.
+
+    Args:
+        address: The cluster to join (None: ``RAY_ADDRESS``, else none: this machine).
+        local_gpus: The GPUs this machine has, for a local instance.
+
+    Returns:
+        Where the search would run, in words, and each node's Ray resources: the cluster's nodes when joining one,
+        else this machine as a local Ray instance would see it.
+    """
     joining = resources.address(address)
     if not joining:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

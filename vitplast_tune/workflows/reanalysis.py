@@ -20,7 +20,20 @@ from vitplast_tune.storage import SearchPlace, default_storage, read_record
 def reanalyze(
     name: str, storage: str | None = None, tracking_uri: str | None = None, criteria: bool = False
 ) -> SearchResult:
-    """Analyze a finished search again from its stored trial table and log to its parent run (``criteria``: also the lab)."""
+    """Analyze a finished search again from its stored trial table, and log the analysis to its parent run.
+
+    Args:
+        name: The search's name.
+        storage: The storage holding the search (None: the default storage).
+        tracking_uri: The MLflow store (None: the one the search used).
+        criteria: Whether to run the criteria lab's analysis too, even if the space does not ask for it.
+
+    Returns:
+        The search's result, analyzed.
+
+    Raises:
+        UserError: If the search's record or trial table is missing.
+    """
     directory = Path(storage or default_storage()).expanduser() / name
     record, table = read_record(directory, purpose="recorded"), read_trials(directory)
     spec = load_space(record["space_path"])
@@ -38,7 +51,16 @@ def reanalyze(
 
 
 def compare_datasets(names: Sequence[str], storage: str | None = None, out_dir: str | None = None) -> str:
-    """The paper's cross-dataset table of several finished searches (one per dataset), written to ``out_dir``; as text."""
+    """Build the paper's cross-dataset table of several finished searches, one per dataset, and write its files.
+
+    Args:
+        names: The searches' names.
+        storage: The storage holding them (None: the default storage).
+        out_dir: Where the files go (None: ``cross-<names>`` in the storage).
+
+    Returns:
+        The table as text, with the folder of its files.
+    """
     root = Path(storage or default_storage()).expanduser()
     found = {name: read_trials(root / name) for name in names}
     out = Path(out_dir).expanduser() if out_dir else root / f"cross-{'-'.join(names)}"

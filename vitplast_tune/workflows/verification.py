@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
+
+import pandas as pd
 
 from vitplast_tune.plan.options import SearchOptions
 from vitplast_tune.recommend import verify
 from vitplast_tune.recommend.ranking import Recommendation
+from vitplast_tune.records.result import SearchResult
 
 
 def verify_recommendation(
@@ -16,13 +20,26 @@ def verify_recommendation(
     storage: Path,
     *,
     name: str | None = None,
-    lrs=verify.VERIFY_LRS,
+    lrs: Sequence[float] = verify.VERIFY_LRS,
     max_steps: int | None = None,
     cpus_per_trial: float = 1.0,
     verbose: int = 0,
-):
-    """Check a recommendation with a short search: the grid of ``recommend.verify.verify_space`` run under ``storage``;
-    return ``verification``'s table and the search's ``SearchResult``."""
+) -> tuple[pd.DataFrame, SearchResult]:
+    """Check a recommendation with a short search: its top subsets, full finetuning and the linear probe.
+
+    Args:
+        rec: The recommendation.
+        k: How many of its top subsets to check.
+        storage: Where the search and its space file go.
+        name: The search's name (None: ``recommend-verify-<time>``).
+        lrs: The learning rates of the grid (``recommend.verify.verify_space``).
+        max_steps: Training steps per trial (None: the recommendation's settings).
+        cpus_per_trial: CPUs per trial.
+        verbose: Ray Tune's verbosity.
+
+    Returns:
+        The table of ``recommend.verify.verification`` and the search's result.
+    """
     name = name or f"recommend-verify-{time.strftime('%Y%m%d-%H%M%S')}"
     space = verify.verify_space(rec, k, Path(storage).expanduser() / "recommend", lrs=lrs, max_steps=max_steps)
     options = SearchOptions(
