@@ -8,12 +8,19 @@ from dataclasses import dataclass
 
 @dataclass
 class Estimate:
-    """A lab's estimated wall time here, stage by stage (None: finished already), and its extension rounds' bound."""
+    """A lab's estimated wall time here, stage by stage, and its extension rounds' bound.
+
+    Attributes:
+        lab: The lab's name.
+        stages: Stage -> (trials, seconds) from a few timed steps; None when it finished already.
+        extension_s: The most the extension rounds add: every configuration at an end, every round.
+        searches: Searches still to run without extensions (each starts Ray and measures the predictors).
+    """
 
     lab: str
-    stages: dict[str, tuple[int, float] | None]  # stage -> (trials, seconds) from a few timed steps, None when done
-    extension_s: float  # the most the extension rounds add: every configuration at an end, every round
-    searches: int  # searches still to run without extensions (each starts Ray and measures the predictors)
+    stages: dict[str, tuple[int, float] | None]
+    extension_s: float
+    searches: int
 
 
 def describe_estimates(found: list[Estimate]) -> str:

@@ -42,11 +42,25 @@ QUALIFICATION_KEYS = ("max_full_val_acc", "min_single_component_seed_sds")
 
 @dataclass(frozen=True)
 class Preregistration:
-    """A pre-registration file, read and checked: the design the runner follows, the rest as written."""
+    """A pre-registration file, read and checked: the design the runner follows, the rest as written.
+
+    Attributes:
+        path: The file.
+        sha256: Its SHA-256 (of its bytes).
+        models: The models' short names (s0, s1), in the file's order.
+        candidate_tasks: The tasks, in the order they are checked.
+        tasks_per_model: How many must qualify per model.
+        max_full_val_acc: The check's saturation threshold on validation accuracy.
+        min_spread_sds: The check's spread threshold, in seed standard deviations.
+        seeds: The seed values.
+        space: The lab space.
+        extension_rounds: Extension rounds beyond the grid's rates.
+        raw: The whole file as YAML read it.
+    """
 
     path: Path
     sha256: str
-    models: tuple[str, ...]  # short names (s0, s1), in the file's order
+    models: tuple[str, ...]
     candidate_tasks: tuple[str, ...]
     tasks_per_model: int
     max_full_val_acc: float

@@ -21,20 +21,35 @@ SCORE = "best_val_acc"  # what the check reads: each trial's best validation acc
 
 @dataclass
 class Qualification:
-    """A task's check on a model: full finetuning's validation accuracy at its best rate, and the spread of the single
-    components at theirs, in seed standard deviations."""
+    """A task's check on a model, read on validation accuracy.
+
+    Attributes:
+        lab: The lab's name.
+        task: The task.
+        model: The model's short name.
+        full: Full finetuning at its best rate: lr, mean, std, n_seeds, position.
+        singles: Each block component alone at its best rate (``at_best_rate``'s table).
+        saturated: The saturation threshold it was judged by.
+        spread_sds: The spread threshold it was judged by, in seed standard deviations.
+        best: The single component with the highest mean.
+        worst: The one with the lowest.
+        spread: Their difference.
+        seed_sd: Their pooled seed standard deviation, sqrt((sd_best^2 + sd_worst^2) / 2).
+        qualifies: Whether the task qualifies.
+        reason: The decision in words.
+    """
 
     lab: str
     task: str
     model: str
-    full: dict[str, Any]  # lr, mean, std, n_seeds, position of full finetuning (validation accuracy)
-    singles: pd.DataFrame  # each block component alone at its best rate
-    saturated: float = math.nan  # the thresholds it was judged by
+    full: dict[str, Any]
+    singles: pd.DataFrame
+    saturated: float = math.nan
     spread_sds: float = math.nan
     best: str = ""
     worst: str = ""
-    spread: float = math.nan  # best minus worst single component's mean validation accuracy
-    seed_sd: float = math.nan  # their pooled seed standard deviation, sqrt((sd_best^2 + sd_worst^2) / 2)
+    spread: float = math.nan
+    seed_sd: float = math.nan
     qualifies: bool = False
     reason: str = ""
 

@@ -35,8 +35,17 @@ LAB_FILE = "lab.json"
 class Lab:
     """One task's lab on one model: where it lives and how its searches run.
 
-    ``seeds``: the seeds every configuration trains with (None: the lab space's); ``saturated`` and ``spread_sds``:
-    the qualification's thresholds (on validation accuracy).
+    Attributes:
+        task: The task (a key of ``TASKS``).
+        model: The model's short name (a key of ``MODELS``).
+        storage: The folder holding the lab's folder.
+        space: The lab space (name or file).
+        max_rounds: Extension rounds beyond the grid's rates.
+        cpus_per_trial: CPUs per trial.
+        verbose: 0 for no progress lines.
+        seeds: The seeds every configuration trains with (None: the lab space's).
+        saturated: The check's threshold on full finetuning's mean validation accuracy.
+        spread_sds: The check's threshold on the single components' spread, in seed standard deviations.
     """
 
     task: str

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pandas as pd
 
@@ -102,8 +104,12 @@ def bracketed_stage(lab: Lab, stage: str, components: list[str]) -> pd.DataFrame
 
 
 @contextlib.contextmanager
-def ray_session():
-    """One local Ray instance for every stage search run inside, shut down after; nothing when Ray runs already."""
+def ray_session() -> Iterator[None]:
+    """One local Ray instance for every stage search run inside, shut down after; nothing when Ray runs already.
+
+    Yields:
+        Nothing: the stages run inside.
+    """
     import ray
 
     from vitplast_tune.run import cluster
@@ -119,8 +125,9 @@ def ray_session():
 
 
 def qualify(lab: Lab) -> check.Qualification:
-    """Run (or read) the lab's ``full`` and ``single`` stages with their extensions and judge the task on validation
-    data (``lab.qualify``); a saturated task's single components are not trained.
+    """Check a task: run (or read) its ``full`` and ``single`` stages and judge it on validation data.
+
+    A saturated task's single components are not trained (``lab.qualify`` judges).
 
     Args:
         lab: the lab.
@@ -147,9 +154,10 @@ def run_rest(lab: Lab) -> pd.DataFrame:
     return bracketed_stage(lab, "rest", rest) if rest else pd.DataFrame()
 
 
-def run_lab(lab: Lab, *, even_if_unqualified: bool = False):
-    """The whole lab on its task: the check, then (when it qualifies, or ``even_if_unqualified``) the other subsets
-    with their extensions, then the lab's analysis.
+def run_lab(lab: Lab, *, even_if_unqualified: bool = False) -> tuple[check.Qualification, Any]:
+    """Run the whole lab on its task: the check, then the other subsets, then the lab's analysis.
+
+    The other subsets (with their extensions) run when the task qualifies, or with ``even_if_unqualified``.
 
     Args:
         lab: the lab.
@@ -196,7 +204,7 @@ def keep(lab: Lab, out) -> None:
     write_kept(lab.dir, out, in_network(lab, trials["components"].unique()))
 
 
-def analyze_lab(lab: Lab, *, n_boot: int | None = None):
+def analyze_lab(lab: Lab, *, n_boot: int | None = None) -> Any:
     """The lab's analysis over every stage's trials (``analysis.lab.criteria_lab``), written to ``<lab>/analysis``.
 
     Args:

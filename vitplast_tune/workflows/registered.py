@@ -30,7 +30,13 @@ KEPT = "kept"
 
 @dataclass(frozen=True)
 class RunSettings:
-    """How the registered run's searches run (nothing here changes what it measures)."""
+    """How the registered run's searches run (nothing here changes what it measures).
+
+    Attributes:
+        storage: The run's folder (outside any git checkout).
+        cpus_per_trial: CPUs per trial.
+        verbose: 0 for no progress lines.
+    """
 
     storage: Path
     cpus_per_trial: float = 1.0
