@@ -2,7 +2,7 @@
 
 A real Ray Tune trial (a local Ray instance, one trial per subset and storage) holds the state a finetuning run
 checkpoints: the trainable tensors of a subset of the model, SGD's momentum for them and the best-validation copy
-(``search.trial.write_checkpoint``). It reports ``--reports`` times, each with a checkpoint, as a trial does after an
+(``run.checkpoints.write_checkpoint``). It reports ``--reports`` times, each with a checkpoint, as a trial does after an
 evaluation. Per report: the bytes of the checkpoint, the seconds to write its files, and the seconds of the whole
 ``tune.report`` call (writing plus Ray Tune's upload to the storage, which holds the trial until it is done). The
 storages: a local directory, and S3: an S3 server on 127.0.0.1 (moto's server mode, started here as a process of its own) unless ``--s3``
@@ -54,7 +54,7 @@ def checkpointing_trial(config: dict[str, Any]) -> None:
     from ray import tune
 
     from vitplast_tune import components
-    from vitplast_tune.run.trainable import write_checkpoint
+    from vitplast_tune.run.checkpoints import write_checkpoint
     from vitplast_tune.vit import models
     from vitplast_tune.vit.families.registry import layout_of
 

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.run import train_trial
-from vitplast_tune.run.trainable import checkpoint_due, read_checkpoint, write_checkpoint
+from vitplast_tune.run.checkpoints import checkpoint_due, read_checkpoint, write_checkpoint
 from vitplast_tune.storage import BEST_FILE, STATE_FILE
 from vitplast_tune.vit.best_model import best_weights
 from vitplast_tune.vit.training import finetune

@@ -16,7 +16,7 @@ from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.data import datasets, transforms
 from vitplast_tune.data.splits import SmallImages
 from vitplast_tune.errors import UserError
-from vitplast_tune.run.trainable import read_checkpoint, write_checkpoint
+from vitplast_tune.run.checkpoints import read_checkpoint, write_checkpoint
 from vitplast_tune.vit import best_model, models, recipe, training
 
 BASE = dict(

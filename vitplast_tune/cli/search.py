@@ -171,15 +171,22 @@ def _resource_flags(p, run) -> None:
         "--gpus-per-trial",
         type=float,
         default=run.gpus_per_trial,
-        help=f"GPUs per trial; fractions such as 0.5 share a GPU, 2 or more train data-parallel, one worker per GPU "
+        help=f"GPUs per trial; fractions such as 0.5 share a GPU, 2 or more train data-parallel (DDP), one worker per GPU "
         f"(default: {run.gpus_per_trial:g})",
     )
     p.add_argument(
         "--workers-per-trial",
         type=int,
         default=run.workers_per_trial,
-        help="data-parallel workers per trial, each with its share of the trial's CPUs and GPUs, all on one node "
-        "(default: one per GPU of --gpus-per-trial; docs/models.md)",
+        help="data-parallel workers per trial (a Ray Train run of torch DDP), each with its share of the trial's CPUs "
+        "and GPUs (default: one per GPU of --gpus-per-trial; docs/guide/many-gpus.md)",
+    )
+    p.add_argument(
+        "--placement",
+        choices=("pack", "spread"),
+        default=run.placement,
+        help="where a trial's workers run: pack them on as few nodes as hold them, or spread them over nodes "
+        f"(default: {run.placement})",
     )
     p.add_argument(
         "--resources-per-trial",
@@ -236,6 +243,7 @@ def search_main(argv: Sequence[str] | None = None) -> int:
         cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=args.gpus_per_trial,
         workers_per_trial=args.workers_per_trial,
+        placement=args.placement,
         resources_per_trial=args.resources_per_trial,
         max_concurrent=args.max_concurrent,
         seed=args.seed,

@@ -48,6 +48,8 @@ def check_resources(options: SearchOptions) -> None:
 def check_workers(options: SearchOptions) -> None:
     """Each data-parallel worker of a trial trains on one GPU (or a share of one when there is one worker), or CPUs."""
     gpus, workers = options.gpus_per_trial, options.workers_per_trial or max(1, int(options.gpus_per_trial))
+    if options.placement not in ("pack", "spread"):
+        raise UserError(f"--placement must be pack or spread, got {options.placement!r}")
     if options.workers_per_trial < 0:
         raise UserError(f"--workers-per-trial must not be negative, got {options.workers_per_trial} (0: one per GPU)")
     if gpus > 1 and gpus != workers:

@@ -47,6 +47,7 @@ class SearchOptions:
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
     workers_per_trial: int = 0  # data-parallel workers of a trial (run/parallel.py); 0: one per GPU, at least one
+    placement: str = "pack"  # a trial's workers: on as few nodes as hold them ("pack") or over nodes ("spread")
     resources_per_trial: dict[str, float] = field(default_factory=dict)
     max_concurrent: int | None = None
     seed: int | None = None

@@ -116,6 +116,7 @@ def resume_command(plan: SearchPlan) -> str:
         "--cpus-per-trial": (o.cpus_per_trial, default.cpus_per_trial),
         "--gpus-per-trial": (o.gpus_per_trial, default.gpus_per_trial),
         "--workers-per-trial": (o.workers_per_trial, default.workers_per_trial),
+        "--placement": (o.placement, default.placement),
         "--address": (o.address, default.address),
         "--connect-timeout": (o.connect_timeout_s, default.connect_timeout_s),
     }

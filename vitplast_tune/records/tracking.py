@@ -35,6 +35,7 @@ STORAGE_TAG = "vitplast.storage"
 DEVICE_TAG = "vitplast.device"  # where a trial trained: "cpu" or "cuda:0 <the GPU's name>"
 PRECISION_TAG = "vitplast.precision"  # what it computed in: fp32, bf16 or fp16
 WORKERS_TAG = "vitplast.workers"  # how many data-parallel workers trained it (run/parallel.py)
+WORKER_NODES_TAG = "vitplast.worker_nodes"  # the Ray node ids of its workers, rank 0 first, comma-separated
 FAILURE_TAG = storage.FAILURE_TAG
 TRIAL_TAG = "ray.trial_id"
 PARENT_TAG = "mlflow.parentRunId"

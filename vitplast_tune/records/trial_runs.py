@@ -32,6 +32,7 @@ from vitplast_tune.records.tracking import (
     RUN_NAME_TAG,
     SEARCH_TAG,
     TRIAL_TAG,
+    WORKER_NODES_TAG,
     WORKERS_TAG,
     client,
     is_number,
@@ -131,9 +132,9 @@ class MlflowTracker(Callback):
         run_id = self.run_id(trial)
         step = int(result.get("step", result.get("training_iteration", 0)))
         log_metrics(self.mlflow, run_id, {**{k: result.get(k) for k in CURVE_METRICS}, **live_metrics(result)}, step)
-        node = tuple(result.get(k) for k in ("node_ip", "node_id", "device", "precision", "workers"))
+        node = tuple(result.get(k) for k in ("node_ip", "node_id", "device", "precision", "workers", "worker_node_ids"))
         if result.get("node_ip") and self._tagged_node.get(trial.trial_id) != node:  # again when a retry moved it
-            keys = ("ray.node_ip", "ray.node_id", DEVICE_TAG, PRECISION_TAG, WORKERS_TAG)
+            keys = ("ray.node_ip", "ray.node_id", DEVICE_TAG, PRECISION_TAG, WORKERS_TAG, WORKER_NODES_TAG)
             tags = {**dict(zip(keys, node)), "ray.hostname": result.get("hostname")}
             self.mlflow.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items() if v])
             self._tagged_node[trial.trial_id] = node

@@ -17,7 +17,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from vitplast_tune import holds
+from vitplast_tune import holds, storage
 from vitplast_tune.analysis.analyze import analyze_search
 from vitplast_tune.errors import SearchInterrupted
 from vitplast_tune.log import get_logger
@@ -259,8 +259,11 @@ def _tune(
             decoded=plan.decoded,
             max_trainable_params=plan.max_trainable_params,
             staged=list(staged),
+            workers=parallel.trial_workers(
+                plan.options, max_failures=plan.max_failures, storage=storage.join(plan.location, parallel.TRAIN_RUNS)
+            ),
         )
-    trainable = tune.with_resources(trainable, parallel.trial_request(plan.options))  # several workers: a group
+    trainable = tune.with_resources(trainable, parallel.trial_request(plan.options))  # several: a Train run's
     warm_start = _warm_start(plan, predictors)
     try:
         return tuner.tuner(plan, trainable, callbacks, warm_start).fit()

@@ -1,17 +1,24 @@
-"""A trial on several workers: one Ray Tune trial that trains data-parallel (``vit.distributed``).
+"""A trial on several workers: a Ray Train run (``ray.train.torch.TorchTrainer``) launched by its Tune trial.
 
-A trial that asks for N workers (``--workers-per-trial``, by default one per GPU of ``--gpus-per-trial``) asks Ray
-for a placement group of N bundles on one node (``STRICT_PACK``), each with 1/N of the trial's CPUs and GPUs. The
-trial's own process, in bundle 0, is rank 0: it reads the checkpoint, reports, checkpoints and records exactly as a
-one-worker trial does; ranks 1 to N-1 are Ray actors in the other bundles. Together they form one torch.distributed
-process group on 127.0.0.1 (NCCL between GPUs, gloo between CPUs) and step alike on their shares of every batch.
-This is the equivalent of Ray Train's TorchTrainer inside a Tune trial, without a second controller: Tune's own
-reports, checkpoints and resume serve it unchanged.
+A trial of one worker trains in its own process, as it always did (``run/trainable.py``). A trial of N > 1 workers
+(``--workers-per-trial``, by default one per GPU of ``--gpus-per-trial``) asks Tune for its own process only (a
+hundredth of a CPU); that process launches a Train run whose ``ScalingConfig`` holds N workers, each with 1/N of the
+trial's other CPUs and of its GPUs,
+packed on as few nodes as hold them (``--placement pack``, the default) or spread over nodes (``spread``). The
+workers train with the same loop as one worker (``vit.training.finetune``), the model in torch
+``DistributedDataParallel`` over the process group Train starts (gloo on CPUs, NCCL on GPUs). Rank 0 reports the
+metrics and writes the checkpoint; every worker reports (``ray.train.report``), and a callback on Train's controller
+hands each report to the trial, which reports it to Tune with the checkpoint (``tune.report``), so that Tune's
+schedulers, searchers, checkpoints and ``--resume`` serve such a trial unchanged. A dead worker ends the Train run
+(or restarts its workers from the last checkpoint, ``--max-failures`` times: Train's ``FailureConfig``).
 """
 
 from __future__ import annotations
 
-import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from vitplast_tune.config import FinetuneConfig
@@ -19,104 +26,232 @@ from vitplast_tune.config import FinetuneConfig
 if TYPE_CHECKING:  # the driver of a search imports this without torch
     from vitplast_tune.data.decoded import InMemory
 
+PLACEMENTS = {"pack": "PACK", "spread": "SPREAD"}  # --placement: Ray's placement group strategies
+WORKER_NODES = "worker_node_ids"  # the metric that names the node of each worker, rank 0 first
+TRIAL_CPU = 0.01  # what a trial of several workers keeps of its CPUs for its own process (Tune needs some)
+TRAIN_RUNS = "train_runs"  # the folder of a search (in its storage) where Train keeps its runs while they run
+
+
+@dataclass(frozen=True)
+class Workers:
+    """The workers of one trial: how many, each one's CPUs, GPUs and custom resources, their placement, the
+    restarts Train makes after a worker fails, and where Train keeps its runs' checkpoints (the search's storage)."""
+
+    count: int = 1
+    cpus: float = 1.0
+    gpus: float = 0.0
+    resources: dict[str, float] = field(default_factory=dict)
+    placement: str = "pack"
+    max_failures: int = 0
+    storage: str = ""
+
 
 def workers_per_trial(options: Any) -> int:
-    """The data-parallel workers of one trial of a search's ``SearchOptions``: ``workers_per_trial`` when given, else
-    one per whole GPU (one at most 1 GPU)."""
+    """The data-parallel workers of one trial.
+
+    Args:
+        options: the search's ``SearchOptions``.
+
+    Returns:
+        ``workers_per_trial`` when given, else one per whole GPU (one at most 1 GPU).
+    """
     if options.workers_per_trial:
         return options.workers_per_trial
     return int(options.gpus_per_trial) if options.gpus_per_trial > 1 else 1
 
 
+def trial_workers(options: Any, *, max_failures: int, storage: str) -> Workers:
+    """The ``Workers`` of each trial of a search.
+
+    Args:
+        options: the search's ``SearchOptions``.
+        max_failures: the restarts of a failed Train run (``--max-failures``).
+        storage: where Train keeps its runs (a path or URI every node reaches).
+
+    Returns:
+        The trials' workers.
+    """
+    n = workers_per_trial(options)
+    return Workers(
+        count=n,
+        cpus=(options.cpus_per_trial - (TRIAL_CPU if n > 1 else 0.0)) / n,
+        gpus=options.gpus_per_trial / n,
+        resources={k: v / n for k, v in options.resources_per_trial.items()},
+        placement=getattr(options, "placement", "pack"),
+        max_failures=max_failures,
+        storage=storage,
+    )
+
+
 def trial_request(options: Any):
-    """What one trial asks Ray for: its resources, or for several workers a placement group of one bundle per worker
-    on one node (bundle 0, the trial's own process, also holds any custom resources)."""
-    workers = workers_per_trial(options)
-    if workers == 1:
+    """What one trial asks Tune for.
+
+    Args:
+        options: the search's ``SearchOptions``.
+
+    Returns:
+        One worker: the trial's resources. Several: ``TRIAL_CPU`` for the trial's own process (its Train run asks
+        for the rest, the workers'; the search's concurrency is capped by ``concurrent_runs``).
+    """
+    if workers_per_trial(options) == 1:
         return options.trial_resources
-    from ray import tune
-
-    share = {"CPU": options.cpus_per_trial / workers}
-    if options.gpus_per_trial:
-        share["GPU"] = options.gpus_per_trial / workers
-    bundles = [{**share, **options.resources_per_trial}] + [dict(share) for _ in range(workers - 1)]
-    return tune.PlacementGroupFactory(bundles, strategy="STRICT_PACK")
+    return {"cpu": TRIAL_CPU}
 
 
-def trial_workers() -> int:
-    """How many workers this trial has: the bundles of its placement group (1 outside one)."""
-    from ray.util import get_current_placement_group
+def concurrent_runs(options: Any, cluster: dict[str, float]) -> int | None:
+    """How many trials of several workers a fixed cluster holds at once (None for trials of one worker, whose
+    resources Tune counts itself).
 
-    group = get_current_placement_group()
-    return len(group.bundle_specs) if group is not None else 1
+    Args:
+        options: the search's ``SearchOptions``.
+        cluster: the cluster's total resources (``ray.cluster_resources()``).
+
+    Returns:
+        At least 1, or None.
+    """
+    if workers_per_trial(options) == 1:
+        return None
+    need = {"CPU": options.cpus_per_trial, "GPU": options.gpus_per_trial, **options.resources_per_trial}
+    fits = [int(cluster.get(name, 0.0) // amount) for name, amount in need.items() if amount > 0]
+    return max(1, min(fits)) if fits else None
 
 
-def finetune(
+Relay = Callable[[dict[str, Any], Any], None]
+
+
+def train_on_workers(
     cfg: FinetuneConfig,
+    workers: Workers,
     *,
-    report=None,
-    resume: dict[str, Any] | None = None,
+    relay: Relay,
+    resume: Any = None,
     decoded: InMemory | None = None,
-):
-    """``vit.training.finetune`` on this trial's workers: in this process alone, or as rank 0 of a process group whose
-    other ranks run in Ray actors in the trial's placement group (each given the same settings, resume state and
-    decoded dataset). Returns rank 0's result."""
-    workers = trial_workers()
-    if workers == 1:
-        from vitplast_tune.vit import training
+) -> None:
+    """Finetune ``cfg`` on ``workers`` as one Ray Train run, handing each of its reports to ``relay``.
 
-        return training.finetune(cfg, report=report, resume=resume, decoded=decoded)
-    import ray
+    Args:
+        cfg: the trial's settings.
+        workers: its workers.
+        relay: called in this thread with (rank 0's metrics, the Train checkpoint or None) of every report.
+        resume: the checkpoint to start from (a ``ray.tune.Checkpoint``), or None.
+        decoded: the dataset the driver decoded, or None.
 
-    from vitplast_tune.vit.rank import finetune_rank
+    Raises:
+        ray.train.TrainingFailedError: when a worker failed more than ``max_failures`` times.
+    """
+    from ray.util.queue import Empty, Queue
 
-    port = free_port()
-    actors = start_ranks(workers)
-    ray.get([actor.ready.remote() for actor in actors])  # started and importing: rank 0 waits for them below
-    runs = [a.run.remote(cfg, rank, workers, port, resume, decoded) for rank, a in enumerate(actors, start=1)]
+    from vitplast_tune import storage
+
+    queue = Queue(maxsize=1, actor_options={"num_cpus": 0})
+    name = f"train-{uuid.uuid4().hex[:12]}"
+    trainer = _trainer(cfg, workers, name=name, resume=resume, decoded=decoded, queue=queue)
+    outcome: dict[str, BaseException] = {}
+
+    def fit() -> None:
+        try:
+            trainer.fit()
+        except BaseException as exc:  # raised below, in the trial's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=fit, name="train-run", daemon=True)
+    thread.start()
     try:
-        result = finetune_rank(cfg, 0, workers, port, report=report, resume=resume, decoded=decoded)
-        ray.get(runs)
-        return result
+        while thread.is_alive() or not queue.empty():
+            try:
+                metrics, checkpoint = queue.get(timeout=0.5)
+            except Empty:
+                continue
+            relay(metrics, checkpoint)
+        thread.join()
     finally:
-        for actor in actors:
-            ray.kill(actor)
+        storage.remove(storage.join(workers.storage, name))  # Tune holds copies of what it reported
+    if "error" in outcome:
+        raise outcome["error"]
 
 
-def start_ranks(workers: int) -> list:
-    """Ranks 1 to ``workers - 1`` as Ray actors, one in each other bundle of this trial's placement group."""
-    import ray
-    from ray.util import get_current_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+def _trainer(cfg: FinetuneConfig, workers: Workers, *, name: str, resume, decoded, queue):
+    """The ``TorchTrainer`` of a trial's Train run (``train_on_workers``)."""
+    import ray.train
+    from ray.train.torch import TorchConfig, TorchTrainer
 
-    group = get_current_placement_group()
-    actors = []
-    for index in range(1, workers):
-        bundle = group.bundle_specs[index]
-        strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
-        options = dict(num_cpus=bundle.get("CPU", 0), num_gpus=bundle.get("GPU", 0), scheduling_strategy=strategy)
-        actors.append(ray.remote(_Rank).options(**options).remote())
-    return actors
-
-
-class _Rank:
-    """A Ray actor that trains as one rank of a trial's data-parallel run."""
-
-    def ready(self) -> bool:
-        """True once the actor's process is up, with the training code imported."""
-        import vitplast_tune.vit.rank  # noqa: F401
-
-        return True
-
-    def run(self, cfg: FinetuneConfig, rank: int, size: int, port: int, resume, decoded) -> None:
-        """Finetune as rank ``rank`` (its metrics and model stay here: rank 0 reports them)."""
-        from vitplast_tune.vit.rank import finetune_rank
-
-        finetune_rank(cfg, rank, size, port, resume=resume, decoded=decoded)
+    resources = {"CPU": workers.cpus, **({"GPU": workers.gpus} if workers.gpus else {}), **workers.resources}
+    scaling = ray.train.ScalingConfig(
+        num_workers=workers.count,
+        use_gpu=workers.gpus > 0,
+        resources_per_worker=resources,
+        placement_strategy=PLACEMENTS[workers.placement],
+    )
+    run_config = ray.train.RunConfig(
+        name=name,
+        storage_path=workers.storage,
+        failure_config=ray.train.FailureConfig(max_failures=workers.max_failures),
+        checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),  # the newest stays while Tune copies it
+        callbacks=[_relay_callback(queue)],
+    )
+    config = {"cfg": cfg, "resume": resume, "decoded": decoded, "use_gpu": workers.gpus > 0}
+    backend = TorchConfig(backend="nccl" if workers.gpus else "gloo")
+    return TorchTrainer(
+        train_worker, train_loop_config=config, scaling_config=scaling, run_config=run_config, torch_config=backend
+    )
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (rank 0's process group listens there)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def _relay_callback(queue):
+    """A Train callback, run on Train's controller, that puts each report (rank 0's metrics, the checkpoint) on
+    ``queue`` for the trial to take."""
+    import ray.train
+
+    class _Relay(ray.train.UserCallback):
+        def after_report(self, run_context, metrics, checkpoint) -> None:
+            queue.put((metrics[0], checkpoint))
+
+    return _Relay()
+
+
+def train_worker(config: dict[str, Any]) -> None:
+    """One worker of a trial's Train run: finetune as its rank in DDP, report every evaluation (rank 0 with the
+    metrics and, when due, the checkpoint), go on from Train's last checkpoint after a restart.
+
+    Args:
+        config: the Train run's ``train_loop_config``: ``cfg``, ``resume`` (the trial's checkpoint or None),
+            ``decoded`` and ``use_gpu``.
+    """
+    import ray.train
+
+    from vitplast_tune.run import checkpoints
+    from vitplast_tune.vit import distributed, training
+
+    context = ray.train.get_context()
+    world = distributed.World(context.get_world_rank(), context.get_world_size())
+    cfg: FinetuneConfig = config["cfg"]
+    if cfg.threads:
+        cfg = replace(cfg, threads=max(1, cfg.threads // world.size))
+    device = _worker_device(config["use_gpu"])
+    nodes = distributed.gather_strings(ray.get_runtime_context().get_node_id(), world)
+    resume = checkpoints.read_checkpoint(ray.train.get_checkpoint() or config["resume"])
+
+    def report(metrics: dict[str, Any], state: dict[str, Any]) -> None:
+        metrics = {**metrics, "diverged": 0, "node_id": nodes[0], WORKER_NODES: ",".join(nodes)}
+        if not world.main or not checkpoints.checkpoint_due(metrics, cfg.eval_every, cfg.checkpoint_every):
+            ray.train.report(metrics if world.main else {}, checkpoint=None)
+            return
+        with checkpoints.checkpoint_directory(state) as directory:
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
+
+    try:
+        training.finetune(cfg, report=report, resume=resume, device=device, decoded=config["decoded"], world=world)
+    except training.DivergedError as exc:  # every worker at once: the loss is the run's; no retry
+        ray.train.report(checkpoints.diverged(exc, cfg) if world.main else {}, checkpoint=None)
+
+
+def _worker_device(use_gpu: bool):
+    """This worker's torch device: the GPU Train gave it, else the CPU."""
+    import torch
+
+    if not use_gpu:
+        return torch.device("cpu")
+    import ray.train.torch
+
+    device = ray.train.torch.get_device()
+    torch.cuda.set_device(device)
+    return device

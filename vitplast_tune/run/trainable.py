@@ -15,100 +15,82 @@ which the search's OptunaSearcher records as PRUNED (stopped before its budget).
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitplast_tune.config import METRICS, FinetuneConfig, trial_config
-from vitplast_tune.storage import BEST_FILE, STATE_FILE
+from vitplast_tune.config import FinetuneConfig, trial_config
+from vitplast_tune.run.checkpoints import checkpoint_directory, checkpoint_due, diverged, read_checkpoint
 
 if TYPE_CHECKING:  # torch and the training code load in the trial's process, not in the search's driver
     from vitplast_tune.data.decoded import InMemory
     from vitplast_tune.data.staging import Staged
+    from vitplast_tune.run.parallel import Workers
 
 
 def train_trial(
     config: dict[str, Any],
     settings: FinetuneConfig,
+    *,
     decoded: InMemory | None = None,
     max_trainable_params: int | None = None,
     staged: Sequence[Staged] = (),
+    workers: Workers | None = None,
 ) -> None:
     """Ray Tune function trainable for one finetuning run (see the module docstring).
 
-    ``decoded`` is the dataset the driver decoded once and shared through the object store;
-    ``max_trainable_params`` the search's parameter budget; ``staged`` the driver's files the run reads.
+    Args:
+        config: the trial's sampled settings.
+        settings: the search-wide settings they override.
+        decoded: the dataset the driver decoded once and shared through the object store.
+        max_trainable_params: the search's parameter budget.
+        staged: the driver's files the run reads.
+        workers: the trial's data-parallel workers (default: one, in this process).
     """
     from ray import tune
 
     from vitplast_tune.data import staging
     from vitplast_tune.run import parallel
     from vitplast_tune.vit.methods import trainable_parameters
-    from vitplast_tune.vit.training import DivergedError
 
     cfg = staging.localize(trial_config(config, settings), staged)
     if max_trainable_params is not None and (count := trainable_parameters(cfg)) > max_trainable_params:
         over = {"over_budget": 1, "trainable_params": count, "step": 0, "max_steps": cfg.max_steps}
         tune.report({**over, "val_acc": float("nan")})
         return
-    resume = read_checkpoint(tune.get_checkpoint())
+    if workers is not None and workers.count > 1:  # a Ray Train run, its reports relayed to Tune
+        parallel.train_on_workers(cfg, workers, relay=_report_to_tune, resume=tune.get_checkpoint(), decoded=decoded)
+        return
+    _train_here(cfg, resume=read_checkpoint(tune.get_checkpoint()), decoded=decoded)
+
+
+def _report_to_tune(metrics: dict[str, Any], checkpoint) -> None:
+    """Report a Train run's report to Tune, its checkpoint (in Train's storage, or None) copied into the trial's."""
+    from ray import tune
+
+    if checkpoint is not None:
+        checkpoint = tune.Checkpoint(checkpoint.path, checkpoint.filesystem)
+    tune.report(metrics, checkpoint=checkpoint)
+
+
+def _train_here(cfg: FinetuneConfig, *, resume: dict[str, Any] | None, decoded: InMemory | None) -> None:
+    """``vit.training.finetune`` in this trial's process, each evaluation reported to Tune (with a checkpoint when
+    due); a diverged run reports NaN metrics, ``diverged=1`` and the reason."""
+    from ray import tune
+
+    from vitplast_tune.vit.training import DivergedError, finetune
 
     def report(metrics: dict[str, Any], state: dict[str, Any]) -> None:
         metrics = {**metrics, "diverged": 0, "node_id": _node_id()}
         if not checkpoint_due(metrics, cfg.eval_every, cfg.checkpoint_every):
             tune.report(metrics)
             return
-        with tempfile.TemporaryDirectory() as directory:
-            write_checkpoint(Path(directory), state)
+        with checkpoint_directory(state) as directory:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
 
     try:
-        parallel.finetune(cfg, report=report, resume=resume, decoded=decoded)  # one worker, or data-parallel
+        finetune(cfg, report=report, resume=resume, decoded=decoded)
     except DivergedError as exc:
-        # The metrics are NaN so that Optuna records the trial as failed; no checkpoint, no retry.
-        nan = {metric: float("nan") for metric in METRICS}
-        tune.report({**nan, "diverged": 1, "error": str(exc), "step": exc.step, "max_steps": cfg.max_steps})
-
-
-def checkpoint_due(metrics: dict[str, Any], eval_every: int, every: int) -> bool:
-    """Whether a report of ``metrics`` carries a checkpoint: every ``every``-th evaluation, when the best validation
-    accuracy improved at this step (the best weights are never lost), and at the last step."""
-    step = int(metrics["step"])
-    evaluation = -(-step // eval_every)  # the last evaluation may come before a whole eval_every
-    return evaluation % every == 0 or metrics.get("best_step") == step or step >= int(metrics["max_steps"])
-
-
-def write_checkpoint(directory: Path, state: dict[str, Any]) -> None:
-    """A run's ``finetune`` state as checkpoint files in ``directory``: ``state.pt`` (step, trainable tensors,
-    optimizer, the EMA's tensors when the recipe has one) and ``best.safetensors`` (the best-validation trainable
-    tensors; its step and accuracy as metadata)."""
-    import torch
-    from safetensors.torch import save_file
-
-    best = state["best"]
-    torch.save({k: state[k] for k in ("step", "trainable", "optimizer", "ema") if k in state}, directory / STATE_FILE)
-    tensors = best["trainable"] if best["trainable"] is not None else state["trainable"]
-    about = {"step": str(best["step"]), "val_acc": repr(float(best["val_acc"]))}
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(directory / BEST_FILE), metadata=about)
-
-
-def read_checkpoint(checkpoint) -> dict[str, Any] | None:
-    """The ``finetune`` state a Tune checkpoint holds (None for none), read through its filesystem (any storage)."""
-    if checkpoint is None:
-        return None
-    import torch
-    from safetensors import safe_open
-
-    with checkpoint.as_directory() as directory:
-        state = torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=True)
-        best_file = Path(directory) / BEST_FILE
-        if best_file.is_file():  # checkpoints before best.safetensors kept "best" in state.pt
-            with safe_open(str(best_file), framework="pt") as f:
-                about = f.metadata()
-                tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no iterator
-            state["best"] = {"val_acc": float(about["val_acc"]), "step": int(about["step"]), "trainable": tensors}
-    return state
+        tune.report(diverged(exc, cfg))
 
 
 def _node_id() -> str:

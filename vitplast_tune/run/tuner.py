@@ -18,7 +18,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from vitplast_tune._compat import ray_tune
 from vitplast_tune.log import quieted
 from vitplast_tune.plan.options import SearchPlan
-from vitplast_tune.run import guard, optuna_search, schedulers, variants
+from vitplast_tune.run import guard, optuna_search, parallel, schedulers, variants
 from vitplast_tune.space.files import SearchSpec
 
 
@@ -127,7 +127,7 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
             mode=spec.mode,
             num_samples=spec.total_trials if variants.grid_points(spec) else spec.num_samples,
             reuse_actors=True,
-            search_alg=search_algorithm(spec, plan.seed, plan.max_concurrent, warm_start),
+            search_alg=search_algorithm(spec, plan.seed, concurrency(plan), warm_start),
             scheduler=schedulers.scheduler(spec, plan.settings.max_steps),
             trial_dirname_creator=trial_dirname,
         ),
@@ -140,6 +140,16 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         ),
     )
+
+
+def concurrency(plan: SearchPlan) -> int | None:
+    """The most trials at once: ``--max-concurrent``, else for trials of several workers as many as the cluster's
+    resources hold (Tune does not see their Train runs' resources), else Tune's own count (None)."""
+    if plan.max_concurrent:
+        return plan.max_concurrent
+    import ray
+
+    return parallel.concurrent_runs(plan.options, ray.cluster_resources())
 
 
 def renew_run_config(restored: tune.Tuner, callbacks: list, max_failures: int) -> None:

@@ -118,7 +118,7 @@ def forward_pass(
     """The splits a run trains on and the module of its forward pass.
 
     A linear probe on in-memory data trains its head on the backbone's cached features (the splits become them,
-    ``TensorDataset``s); otherwise the model, compiled with ``cfg.compile``.
+    ``TensorDataset``s); otherwise the model (``loop.prepare`` compiles it with ``cfg.compile``).
 
     Args:
         cfg: the run's settings (``components``, ``cache_features``, ``compile``, ``batch_size``).
@@ -136,7 +136,7 @@ def forward_pass(
         caching = time.perf_counter()
         splits = _backbone_features(model, splits, device=device, batch_size=cfg.batch_size, precision=precision)
         return splits, HeadOnTokens(model), time.perf_counter() - caching
-    return splits, torch.compile(model) if cfg.compile else model, 0.0
+    return splits, model, 0.0
 
 
 @torch.inference_mode()

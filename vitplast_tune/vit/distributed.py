@@ -1,26 +1,25 @@
-"""Data parallelism for one run: the ranks of a torch.distributed process group (gloo on CPUs, NCCL on GPUs) each
-train on their share of every batch and average their gradients before each optimizer step, so that they step alike
-and a run on N workers follows the run on one at the same ``batch_size`` (the images of a micro-batch over all
+"""Data parallelism for one run: the ranks of a torch.distributed process group (gloo on CPUs, NCCL on GPUs; Ray
+Train starts it, ``run/parallel.py``) each train on their share of every batch, the model in torch
+``DistributedDataParallel``, which averages the gradients in buckets while the backward pass runs, so that they step
+alike and a run on N workers follows the run on one at the same ``batch_size`` (the images of a micro-batch over all
 workers together; each takes ``batch_size / N`` of them, the rows the one worker would have had at its position).
 
-``World`` is what the training loop sees (one process: ``SINGLE``, where every call is a no-op); ``join`` starts a
-rank's process group and ``run_rank`` trains as that rank (``search/parallel.py`` starts the ranks of a trial).
+``World`` is what the training loop sees of the group (one process: ``SINGLE``, where every call is a no-op).
 """
 
 from __future__ import annotations
 
-import datetime
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.utils.data import Dataset, Subset, TensorDataset
 
 from vitplast_tune.data.splits import SmallImages
 from vitplast_tune.errors import UserError
-
-TIMEOUT_S = 600.0  # how long a rank waits for the others at a collective before it fails
 
 
 @dataclass(frozen=True)
@@ -40,21 +39,6 @@ class World:
         share = n // self.size
         return slice(self.rank * share, (self.rank + 1) * share)
 
-    def average_gradients(self, params: Iterable[torch.nn.Parameter]) -> None:
-        """Replace each gradient by its mean over the ranks (one all-reduce of them all, flattened)."""
-        if self.size == 1:
-            return
-        grads = [p.grad for p in params if p.grad is not None]
-        if not grads:
-            return
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
-        flat /= self.size
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()
-
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         """``values`` summed over the ranks (as they are on one)."""
         if self.size > 1:
@@ -70,6 +54,57 @@ class World:
 
 
 SINGLE = World()
+
+
+def data_parallel(module: nn.Module, world: World, device: torch.device) -> nn.Module:
+    """``module`` in ``DistributedDataParallel`` over the ranks of ``world`` (itself with one rank).
+
+    Args:
+        module: the module of the training forward pass (its frozen parameters take no part).
+        world: this process's place among the run's workers.
+        device: its device (a GPU: DDP's ``device_ids``).
+
+    Returns:
+        The module to train with.
+    """
+    if world.size == 1:
+        return module
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device] if device.type == "cuda" else None
+    return DistributedDataParallel(module, device_ids=ids, broadcast_buffers=False)
+
+
+def syncing(module: nn.Module, last: bool):
+    """The context of one micro-batch's forward and backward: DDP's ``no_sync()`` on all but the ``last`` of a
+    step's micro-batches (their gradients accumulate here, the last averages them all), else nothing.
+
+    Args:
+        module: the training module (``data_parallel``'s).
+        last: whether this is the step's last micro-batch.
+
+    Returns:
+        A context manager.
+    """
+    no_sync = getattr(module, "no_sync", None)
+    return contextlib.nullcontext() if last or no_sync is None else no_sync()
+
+
+def gather_strings(value: str, world: World) -> list[str]:
+    """Every rank's ``value``, by rank (``[value]`` alone).
+
+    Args:
+        value: this rank's string.
+        world: this process's place among the run's workers.
+
+    Returns:
+        The ranks' strings, rank 0 first.
+    """
+    if world.size == 1:
+        return [value]
+    out: list = [None] * world.size
+    dist.all_gather_object(out, value)
+    return [str(v) for v in out]
 
 
 def check_batch(batch_size: int, world: World, mixing: bool) -> None:
@@ -93,24 +128,3 @@ def shard(dataset: Dataset, world: World) -> Dataset:
     if isinstance(dataset, TensorDataset):
         return TensorDataset(*(t[world.rank :: world.size] for t in dataset.tensors))
     return Subset(dataset, range(world.rank, len(dataset), world.size))
-
-
-def join(rank: int, size: int, port: int, device: torch.device) -> World:
-    """Join the run's process group on this machine (rank 0 listens on 127.0.0.1:``port``): NCCL on a GPU, else
-    gloo. Returns this rank's ``World``."""
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(
-        backend,
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=size,
-        timeout=datetime.timedelta(seconds=TIMEOUT_S),
-        **({"device_id": device} if device.type == "cuda" else {}),
-    )
-    return World(rank, size)
-
-
-def leave() -> None:
-    """Leave the process group (if this process is in one)."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()

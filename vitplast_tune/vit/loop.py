@@ -19,7 +19,7 @@ from vitplast_tune.data.decoded import InMemory
 from vitplast_tune.data.splits import Splits
 from vitplast_tune.vit import building, methods, recipe
 from vitplast_tune.vit.devices import device_facts, resolve_precision
-from vitplast_tune.vit.distributed import SINGLE, World, check_batch, shard
+from vitplast_tune.vit.distributed import SINGLE, World, check_batch, data_parallel, shard, syncing
 from vitplast_tune.vit.evaluation import autocast, eval_batch_size, evaluate
 from vitplast_tune.vit.families.registry import family_of
 from vitplast_tune.vit.optim import backward, build_optimizer, optimizer_step, set_lr, warmup_cosine
@@ -49,10 +49,12 @@ class Place:
 @dataclass
 class Learner:
     """What a run trains and trains it with: the model, its forward pass (the model, compiled, or the head on cached
-    features), the trainable parameters, the optimizer, the loss, the fp16 gradient scaler and the recipe's EMA."""
+    features) and the module it trains through (that forward pass, in ``DistributedDataParallel`` with several
+    workers), the trainable parameters, the optimizer, the loss, the fp16 gradient scaler and the recipe's EMA."""
 
     model: nn.Module
     forward: Forward
+    trained: nn.Module
     trainable: dict[str, nn.Parameter]
     trainable_params: int
     optimizer: torch.optim.Optimizer
@@ -154,12 +156,17 @@ def prepare(cfg: FinetuneConfig, device: torch.device, *, decoded: InMemory | No
     trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
     family_of(model).set_grad_checkpointing(model, cfg.grad_checkpointing)
     model.to(device).train()
-    splits, forward, feature_cache_s = building.forward_pass(cfg, model, splits, device=device, precision=precision)
-    ema = recipe.weight_average(cfg, model)
+    splits, module, feature_cache_s = building.forward_pass(cfg, model, splits, device=device, precision=precision)
+    ema = recipe.weight_average(cfg, model)  # a copy of the model before DDP holds it
+    compiled = cfg.compile and not isinstance(module, building.HeadOnTokens)
+    forward = torch.compile(module) if compiled else module
+    trained = data_parallel(module, world, device)  # evaluations score without it: each worker its own share
+    trained = forward if trained is module else torch.compile(trained) if compiled else trained
     cached = isinstance(splits.train, TensorDataset)  # the backbone's features: the EMA's head reads them too
     learner = Learner(
         model,
         forward,
+        trained,
         trainable,
         sum(counts.values()),
         build_optimizer(cfg, model, device),
@@ -221,7 +228,8 @@ def train_step(run: Run, batches: Iterator) -> torch.Tensor:
     """One optimizer step over ``grad_accum_steps`` micro-batches.
 
     The scheduled lr, then each micro-batch mixed as the recipe says, its forward pass under autocast and its share
-    of the loss backward; the gradients averaged over the workers, clipping and the optimizer step
+    of the loss backward (with several workers, DDP averages the gradients in the last one's backward pass), clipping
+    and the optimizer step
     (``optimizer_step``), the EMA's update.
 
     Args:
@@ -238,11 +246,11 @@ def train_step(run: Run, batches: Iterator) -> torch.Tensor:
         images, labels = (t.to(place.device, non_blocking=True) for t in next(batches))
         seed = recipe.mix_seed(cfg.seed, progress.step, micro, place.world.rank)
         images, targets = learner.loss.targets(images, labels, seed)
-        with autocast(place.device, place.precision):
-            loss = learner.loss(learner.forward(images).float(), targets)
-        backward(recipe.accumulate_micro(loss, cfg.grad_accum_steps), learner.scaler)
+        with syncing(learner.trained, last=micro == cfg.grad_accum_steps - 1):  # DDP averages on the last
+            with autocast(place.device, place.precision):
+                loss = learner.loss(learner.trained(images).float(), targets)
+            backward(recipe.accumulate_micro(loss, cfg.grad_accum_steps), learner.scaler)
         total += loss.detach()
-    place.world.average_gradients(learner.trainable.values())
     if not optimizer_step(
         learner.optimizer, learner.trainable.values(), grad_clip=cfg.grad_clip, scaler=learner.scaler
     ):

@@ -1,0 +1,86 @@
+"""A trial's checkpoints and its last words: the checkpoint files of a run's state (``state.pt`` and
+``best.safetensors``), when a report carries one, reading one back through its filesystem (any storage), and the
+report of a run whose loss diverged. A trial of one worker (``run/trainable.py``) and the workers of a Train run
+(``run/parallel.py``) both use them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from vitplast_tune.config import METRICS, FinetuneConfig
+from vitplast_tune.storage import BEST_FILE, STATE_FILE
+
+
+def diverged(exc: Exception, cfg: FinetuneConfig) -> dict[str, Any]:
+    """The report of a run whose loss diverged: NaN metrics (so that Optuna records the trial as failed), the reason
+    and the step; no checkpoint, no retry.
+
+    Args:
+        exc: the ``DivergedError``.
+        cfg: the run's settings.
+
+    Returns:
+        The metrics to report.
+    """
+    nan = {metric: float("nan") for metric in METRICS}
+    return {**nan, "diverged": 1, "error": str(exc), "step": exc.step, "max_steps": cfg.max_steps}
+
+
+@contextlib.contextmanager
+def checkpoint_directory(state: dict[str, Any]) -> Iterator[str]:
+    """A temporary folder holding the checkpoint of ``state`` (``write_checkpoint``), removed after the block.
+
+    Args:
+        state: a run's ``finetune`` state.
+
+    Yields:
+        The folder's path.
+    """
+    with tempfile.TemporaryDirectory() as directory:
+        write_checkpoint(Path(directory), state)
+        yield directory
+
+
+def checkpoint_due(metrics: dict[str, Any], eval_every: int, every: int) -> bool:
+    """Whether a report of ``metrics`` carries a checkpoint: every ``every``-th evaluation, when the best validation
+    accuracy improved at this step (the best weights are never lost), and at the last step."""
+    step = int(metrics["step"])
+    evaluation = -(-step // eval_every)  # the last evaluation may come before a whole eval_every
+    return evaluation % every == 0 or metrics.get("best_step") == step or step >= int(metrics["max_steps"])
+
+
+def write_checkpoint(directory: Path, state: dict[str, Any]) -> None:
+    """A run's ``finetune`` state as checkpoint files in ``directory``: ``state.pt`` (step, trainable tensors,
+    optimizer, the EMA's tensors when the recipe has one) and ``best.safetensors`` (the best-validation trainable
+    tensors; its step and accuracy as metadata)."""
+    import torch
+    from safetensors.torch import save_file
+
+    best = state["best"]
+    torch.save({k: state[k] for k in ("step", "trainable", "optimizer", "ema") if k in state}, directory / STATE_FILE)
+    tensors = best["trainable"] if best["trainable"] is not None else state["trainable"]
+    about = {"step": str(best["step"]), "val_acc": repr(float(best["val_acc"]))}
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(directory / BEST_FILE), metadata=about)
+
+
+def read_checkpoint(checkpoint) -> dict[str, Any] | None:
+    """The ``finetune`` state a Tune checkpoint holds (None for none), read through its filesystem (any storage)."""
+    if checkpoint is None:
+        return None
+    import torch
+    from safetensors import safe_open
+
+    with checkpoint.as_directory() as directory:
+        state = torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=True)
+        best_file = Path(directory) / BEST_FILE
+        if best_file.is_file():  # checkpoints before best.safetensors kept "best" in state.pt
+            with safe_open(str(best_file), framework="pt") as f:
+                about = f.metadata()
+                tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no iterator
+            state["best"] = {"val_acc": float(about["val_acc"]), "step": int(about["step"]), "trainable": tensors}
+    return state
