@@ -53,13 +53,13 @@ def checkpointing_trial(config: dict[str, Any]) -> None:
     import torch
     from ray import tune
 
-    from vitplast_tune import components
+    from vitplast_tune import freezing
     from vitplast_tune.run.checkpoints import write_checkpoint
     from vitplast_tune.vit import models
     from vitplast_tune.vit.families.registry import layout_of
 
     model = models.create_model(config["model"], 10, pretrained=False)
-    components.freeze(model, config["subset"], layout=layout_of(model))
+    freezing.freeze(model, config["subset"], layout=layout_of(model))
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
     optimizer = torch.optim.SGD(trainable.values(), lr=0.01, momentum=0.9)
     sum(p.sum() for p in trainable.values()).backward()

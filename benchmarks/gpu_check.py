@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from benchmarks import common, training
 from benchmarks.common import SUBSETS
-from vitplast_tune import components
+from vitplast_tune import freezing
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.data import transforms
 from vitplast_tune.vit import devices as vt_devices
@@ -237,7 +237,7 @@ def train_speed(args, device: torch.device, subset: str, options: bool, compile_
     """Training images/s of ``subset`` and its peak GPU memory (MiB; 0 on a CPU)."""
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = options
     model = models.create_model(args.model, 10, pretrained=False)
-    components.freeze(model, subset, layout=layout_of(model))
+    freezing.freeze(model, subset, layout=layout_of(model))
     model.to(device).train()
     params = [p for p in model.parameters() if p.requires_grad]
     fused = options and device.type == "cuda"

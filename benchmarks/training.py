@@ -2,7 +2,7 @@
 as ratios to full finetuning of the same model and batch, beside the FLOP bound.
 
 Every configuration runs the real ``vitplast_tune.vit.training.finetune`` (freezing through
-``components.freeze``; the head-only run trains on its cached backbone features, as trials do)
+``freezing.freeze``; the head-only run trains on its cached backbone features, as trials do)
 in a fresh subprocess; the steps/s come from finetune's own ``time_in_steps_s`` between a
 report after the warm-up steps and the last one (evaluation excluded). Configurations take turns,
 ``--repeats`` rounds, and the median is reported, so load drift on a shared machine hits all alike.

@@ -1,7 +1,7 @@
 import pytest
 import timm
 
-from vitplast_tune import components
+from vitplast_tune import components, freezing
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit.families.timm_vit import LAYOUT as VIT
 
@@ -29,11 +29,11 @@ def test_unknown_component_lists_valid_names():
 
 @pytest.mark.parametrize("subset", ["mha", "ln1+fc2", "emb", "all", "head"])
 def test_freeze_trains_exactly_the_subset_and_head(tiny_vit, subset):
-    counts = components.freeze(tiny_vit, subset, layout=VIT)
+    counts = freezing.freeze(tiny_vit, subset, layout=VIT)
     chosen = components.parse_subset(subset)
     expected = set()
     for name, _ in tiny_vit.named_parameters():
-        component, _ = components.parameter_component(name, VIT)
+        component, _ = freezing.parameter_component(name, VIT)
         if component == "head" or component in chosen:
             expected.add(name)
     assert trainable_names(tiny_vit) == expected
@@ -45,7 +45,7 @@ def test_freeze_trains_exactly_the_subset_and_head(tiny_vit, subset):
 
 def test_parameter_mapping_matches_timm_modules(tiny_vit):
     d = 32
-    counts = components.count_parameters(tiny_vit, layout=VIT)
+    counts = freezing.count_parameters(tiny_vit, layout=VIT)
     assert counts["ln1"] == counts["ln2"] == 2 * (2 * d)  # gamma + beta, 2 blocks
     assert counts["mha"] == 2 * (3 * d * d + 3 * d + d * d + d)  # qkv + proj
     assert counts["fc1"] == 2 * (d * 4 * d + 4 * d)
@@ -56,13 +56,13 @@ def test_parameter_mapping_matches_timm_modules(tiny_vit):
 
 
 def test_freeze_block_range(tiny_vit):
-    components.freeze(tiny_vit, "mha+emb", blocks=[1], layout=VIT)
+    freezing.freeze(tiny_vit, "mha+emb", blocks=[1], layout=VIT)
     names = trainable_names(tiny_vit)
     assert any(n.startswith("blocks.1.attn.") for n in names)
     assert not any(n.startswith("blocks.0.attn.") for n in names)
     assert "pos_embed" in names  # emb is model level, unaffected by the block range
     with pytest.raises(UserError, match="out of range"):
-        components.freeze(tiny_vit, "mha", blocks=[5], layout=VIT)
+        freezing.freeze(tiny_vit, "mha", blocks=[5], layout=VIT)
 
 
 def test_layer_scale_and_registers_are_mapped():
@@ -76,15 +76,15 @@ def test_layer_scale_and_registers_are_mapped():
         num_classes=3,
         depth=1,
     )
-    components.freeze(model, "mha", layout=VIT)
+    freezing.freeze(model, "mha", layout=VIT)
     names = trainable_names(model)
     assert "blocks.0.ls1.gamma" in names and "blocks.0.ls2.gamma" not in names
-    assert components.parameter_component("reg_token", VIT) == ("emb", None)
+    assert freezing.parameter_component("reg_token", VIT) == ("emb", None)
 
 
 def test_unsupported_parameter_fails_loudly():
     with pytest.raises(UserError, match="belongs to no component of the timm-vit family's layout"):
-        components.parameter_component("stages.0.conv.weight", VIT)
+        freezing.parameter_component("stages.0.conv.weight", VIT)
 
 
 def test_methods_are_part_of_a_subsets_name():
@@ -125,7 +125,7 @@ def test_depth_names_thirds_or_a_range_of_blocks():
 
 
 def test_bitfit_freezes_all_but_biases(tiny_vit):
-    counts = components.freeze(tiny_vit, "mha:bitfit+ln2", blocks=[0], layout=VIT)
+    counts = freezing.freeze(tiny_vit, "mha:bitfit+ln2", blocks=[0], layout=VIT)
     names = trainable_names(tiny_vit)
     assert names - {"head.weight", "head.bias", "norm.weight", "norm.bias"} == {
         "blocks.0.attn.qkv.bias",

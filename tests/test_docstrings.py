@@ -19,7 +19,7 @@ FACES = (
     "vitplast_tune.lab",
 )
 # Root modules without a face: every public function and class defined in them.
-MODULES: tuple[str, ...] = ()
+MODULES = ("vitplast_tune.components", "vitplast_tune.freezing")
 # Exported from a face above, but being rewritten by their owners (training split by its jobs):
 # checked once they land.
 WAITING = (

@@ -154,7 +154,7 @@ def test_verify_space_is_a_grid_of_the_top_subsets_all_and_head(tmp_path):
 
 
 def test_subset_scores_count_methods_and_depth_as_a_run_trains_them(tmp_path):
-    from vitplast_tune import components
+    from vitplast_tune import components, freezing
     from vitplast_tune.config import trial_config
     from vitplast_tune.predictors import report, scores
     from vitplast_tune.vit import models
@@ -162,7 +162,7 @@ def test_subset_scores_count_methods_and_depth_as_a_run_trains_them(tmp_path):
     from vitplast_tune.vit.methods import trainable_parameters
 
     model = models.create_model("vit_testbed_patch8_32", 0, pretrained=False)  # as measured: no head
-    counts = components.count_parameters(model, layout=layout_of(model))
+    counts = freezing.count_parameters(model, layout=layout_of(model))
     rows = [{"component": "emb", "layer": 0, "plasticity": 0.5}]
     rows += [
         {"component": c, "layer": i, "plasticity": (i + 1) * (10 if c == "fc1" else 1)}
@@ -172,7 +172,7 @@ def test_subset_scores_count_methods_and_depth_as_a_run_trains_them(tmp_path):
     table = pd.DataFrame(rows)
     meta = {
         "component_params": counts,
-        "parameter_summary": components.parameter_summary(model, layout=layout_of(model)),
+        "parameter_summary": freezing.parameter_summary(model, layout=layout_of(model)),
     }
     measured = report.PlasticityReport(table, scores.aggregate_plasticity(table), tmp_path, meta=meta)
     settings = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False, depth="last", lora_rank=4)

@@ -13,7 +13,7 @@ from _spaces import space_text
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
-from vitplast_tune import components, run_search
+from vitplast_tune import components, freezing, run_search
 from vitplast_tune.components import METHOD_FLAGS, component_methods
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.plan import SearchOptions
@@ -90,7 +90,7 @@ def test_a_lora_grid_at_two_depths_and_its_best_weights_as_a_plain_timm_model(ra
     cfg = FinetuneConfig.from_dict(about["settings"])
     assert cfg.components == about["components"] and cfg.depth == about["depth"] and cfg.lora_rank == 4
     weights = load_file(directory / "trainable_weights.safetensors")
-    assert any(components.is_adapter(name) for name in weights)  # saved as adapters, merged on loading
+    assert any(freezing.is_adapter(name) for name in weights)  # saved as adapters, merged on loading
     from vitplast_tune.data import datasets
     from vitplast_tune.vit import methods, models, training
 

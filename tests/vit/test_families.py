@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from _families import FAMILY_OF, HF, PER_FAMILY, TIMM, build, model_name
 
-from vitplast_tune import components
+from vitplast_tune import components, freezing
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit import best_model, methods, models, training
@@ -108,16 +108,16 @@ def test_the_family_is_found_and_the_component_counts_add_up(kind, root):
     model = build(kind, root)
     family = registry.family_of(model)
     assert family.name == FAMILY_OF[kind]
-    counts = components.count_parameters(model, layout=family.layout)
+    counts = freezing.count_parameters(model, layout=family.layout)
     assert sum(counts.values()) == sum(p.numel() for p in model.parameters())
     assert all(counts[c] > 0 for c in (*components.COMPONENTS, "head")), counts
     for name, component in PLACED.get(kind, {}).items():
-        assert components.parameter_component(name, family.layout)[0] == component, name
+        assert freezing.parameter_component(name, family.layout)[0] == component, name
     scales = [
         n
         for n, _ in model.named_parameters()
         for c, names in family.layout.layer_scales.items()
-        if (m := _block_rest(n, family.layout)) and components._under(m, names)
+        if (m := _block_rest(n, family.layout)) and freezing._under(m, names)
     ]
     assert len(scales) == LAYER_SCALES.get(kind, 0), scales
 
@@ -132,9 +132,9 @@ def _block_rest(name: str, layout) -> str | None:
 def test_freezing_trains_exactly_the_subset_and_only_it_gets_gradients(kind, subset, root):
     model = build(kind, root).train()
     layout = registry.layout_of(model)
-    counts = components.freeze(model, subset, layout=layout)
+    counts = freezing.freeze(model, subset, layout=layout)
     chosen = set(components.parse_subset(subset)) | {"head"}
-    expected = {n for n, _ in model.named_parameters() if components.parameter_component(n, layout)[0] in chosen}
+    expected = {n for n, _ in model.named_parameters() if freezing.parameter_component(n, layout)[0] in chosen}
     assert trainable_names(model) == expected
     assert sum(counts.values()) == sum(p.numel() for p in model.parameters() if p.requires_grad)
     model(pixels(2, 0)).square().mean().backward()
@@ -247,12 +247,10 @@ def test_lora_acts_on_every_layer_the_layout_names_and_merges_back_into_the_plai
     x = pixels(2, 4)
     counts = methods.apply_methods(model, lora_cfg())
     adapted = {n.rsplit(".lora_B", 1)[0] for n, _ in model.named_parameters() if ".lora_B." in n}
-    layers = {
-        n for c in ("mha", "fc1", "fc2") for b in range(depth) for n in components.lora_layers(model, c, b, layout)
-    }
+    layers = {n for c in ("mha", "fc1", "fc2") for b in range(depth) for n in freezing.lora_layers(model, c, b, layout)}
     assert adapted == layers and len(layers) >= 3 * depth
-    head = {n for n, _ in model.named_parameters() if components.parameter_component(n, layout)[0] == "head"}
-    assert trainable_names(model) == {n for n, _ in model.named_parameters() if components.is_adapter(n)} | head
+    head = {n for n, _ in model.named_parameters() if freezing.parameter_component(n, layout)[0] == "head"}
+    assert trainable_names(model) == {n for n, _ in model.named_parameters() if freezing.is_adapter(n)} | head
     assert counts["mha"] > 0 and counts["ln1"] == 0
     with torch.no_grad():
         before = family.features(model, x)
@@ -263,7 +261,7 @@ def test_lora_acts_on_every_layer_the_layout_names_and_merges_back_into_the_plai
             before = after
         adapter_out = model(x)
         merged = methods.merge_lora(copy.deepcopy(model))
-        assert not any(components.is_adapter(n) for n, _ in merged.named_parameters())
+        assert not any(freezing.is_adapter(n) for n, _ in merged.named_parameters())
         torch.testing.assert_close(merged(x), adapter_out, rtol=1e-4, atol=1e-6)
 
 
@@ -272,8 +270,8 @@ def test_bitfit_trains_every_bias_and_nothing_else(kind, root):
     model = build(kind, root)
     layout = registry.layout_of(model)
     methods.apply_methods(model, FinetuneConfig(components="all:bitfit"))
-    head = {n for n, _ in model.named_parameters() if components.parameter_component(n, layout)[0] == "head"}
-    biases = {n for n, _ in model.named_parameters() if components.is_bias(n)}
+    head = {n for n, _ in model.named_parameters() if freezing.parameter_component(n, layout)[0] == "head"}
+    biases = {n for n, _ in model.named_parameters() if freezing.is_bias(n)}
     assert trainable_names(model) == (biases - head) | head
     if kind in ("beit", "eva02-fused"):  # separate q / v biases are biases too
         assert "blocks.0.attn.q_bias" in trainable_names(model)
@@ -302,7 +300,7 @@ def test_a_two_step_trial_trains_the_subset_and_its_best_model_reloads_with_the_
     assert metrics["step"] == 2 and 0 <= metrics["test_acc"] <= 1
     trained = states[-1]["best"]["trainable"]
     layout = registry.layout_of(model)
-    placed = {components.parameter_component(n, layout)[0] for n in trained}
+    placed = {freezing.parameter_component(n, layout)[0] for n in trained}
     assert placed == set(components.parse_subset(subset)) | {"head"}
     start = training.create_run_model(cfg)
     moved = [n for n, p in start.named_parameters() if n in trained and not torch.equal(p, trained[n])]

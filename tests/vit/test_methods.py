@@ -8,7 +8,7 @@ import pytest
 import timm
 import torch
 
-from vitplast_tune import components
+from vitplast_tune import components, freezing
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.data import datasets
 from vitplast_tune.data.batches import eval_batches
@@ -47,7 +47,7 @@ def unmoved_except(model, trains) -> list[str]:
     reference = dict(pretrained().named_parameters())
     moved = []
     for name, p in model.named_parameters():
-        if components.is_adapter(name):
+        if freezing.is_adapter(name):
             continue
         if not torch.equal(p.detach(), reference[name.replace(".base_layer", "")]):
             moved.append(name)
@@ -63,7 +63,7 @@ def test_a_lora_trial_trains_its_adapters_only_and_merges_into_a_plain_timm_mode
     assert final["trainable_params"] == mha + fc1 + HEAD == 2304 + 1920 + 1162
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable == set(state["trainable"])
-    adapters = {n for n in trainable if components.is_adapter(n)}
+    adapters = {n for n in trainable if freezing.is_adapter(n)}
     assert adapters == {
         f"blocks.{last}.{layer}.lora_{ab}.default.weight"
         for layer in ("attn.qkv", "attn.proj", "mlp.fc1")
@@ -118,10 +118,10 @@ def test_a_bitfit_trial_trains_biases_only(monkeypatch):
 def test_counts_from_the_parameter_summary_match_a_real_run(recipe, depth, rank):
     torch.manual_seed(0)
     model = models.create_model("vit_testbed_patch8_32", CLASSES, pretrained=False)
-    summary = components.parameter_summary(model, layout=layout_of(model))
+    summary = freezing.parameter_summary(model, layout=layout_of(model))
     cfg = FinetuneConfig(model="vit_testbed_patch8_32", components=recipe, depth=depth, lora_rank=rank)
     counts = methods.apply_methods(model, cfg)
-    assert counts == components.count_trainable(summary, recipe, cfg.block_indices(BLOCKS), rank)
+    assert counts == freezing.count_trainable(summary, recipe, cfg.block_indices(BLOCKS), rank)
     assert sum(counts.values()) == sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
@@ -130,9 +130,9 @@ def test_lora_goes_only_where_the_depth_says_and_only_on_linear_components(tiny_
     cfg = FinetuneConfig(components="mha:lora", blocks=[0], lora_rank=2)
     counts = methods.apply_methods(tiny_vit, cfg)
     assert counts["mha"] == 2 * ((32 + 96) + (32 + 32))
-    assert not any(components.is_adapter(n) for n, _ in tiny_vit.blocks[1].named_parameters())
+    assert not any(freezing.is_adapter(n) for n, _ in tiny_vit.blocks[1].named_parameters())
     with pytest.raises(UserError, match='cannot train by "lora"'):
         components.parse_methods("ln2:lora")
     with pytest.raises(UserError, match="no adapters there"):
         model = models.create_model("vit_testbed_patch8_32", 3, pretrained=False)
-        components.freeze(model, "fc1:lora", layout=layout_of(model))
+        freezing.freeze(model, "fc1:lora", layout=layout_of(model))

@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 
-from vitplast_tune.components import BLOCK_COMPONENTS, count_parameters
+from vitplast_tune.components import BLOCK_COMPONENTS
 from vitplast_tune.errors import UserError
+from vitplast_tune.freezing import count_parameters
 from vitplast_tune.predictors.scores import aggregate_plasticity, subset_scores
 from vitplast_tune.vit.families.timm_vit import LAYOUT as VIT
 from vitplast_tune.vit.plasticity import compute_plasticity

@@ -81,16 +81,16 @@ def inspect_inputs(
 def check_budget(settings: FinetuneConfig, classes: int, budget: Budget) -> None:
     """UserError when every subset the search may train is over the parameter budget (counted on an untrained model
     with the dataset's head and the settings' blocks): the search could train nothing."""
-    from vitplast_tune import components
+    from vitplast_tune import freezing
     from vitplast_tune.vit import models
     from vitplast_tune.vit.families.registry import layout_of
 
     model = models.create_model(settings.model, classes, pretrained=False)
     layout = layout_of(model)
-    counts = {s: sum(components.freeze(model, s, settings.blocks, layout=layout).values()) for s in budget.subsets}
+    counts = {s: sum(freezing.freeze(model, s, settings.blocks, layout=layout).values()) for s in budget.subsets}
     smallest = min(counts, key=counts.get)
     if counts[smallest] > budget.max_trainable_params:
-        head = sum(components.freeze(model, "head", layout=layout).values())
+        head = sum(freezing.freeze(model, "head", layout=layout).values())
         raise UserError(
             f"no trial fits the parameter budget max_trainable_params {budget.max_trainable_params:,}: the smallest "
             f"subset the search may train, {smallest}, trains {counts[smallest]:,} parameters (the head alone "
@@ -104,13 +104,13 @@ def check_fits_model(settings: FinetuneConfig, classes: int, trials: tuple[Finet
     is built on the meta device: no memory, no weights read."""
     import torch
 
-    from vitplast_tune import components
+    from vitplast_tune import freezing
     from vitplast_tune.vit import methods, models
     from vitplast_tune.vit.families.registry import layout_of
 
     with torch.device("meta"):
         model = models.create_model(settings.model, classes, pretrained=False)
-    depth = components.num_blocks(model, layout_of(model))
+    depth = freezing.num_blocks(model, layout_of(model))
     for cfg in (settings, *trials):
         if cfg.blocks is not None and max(cfg.blocks) >= depth:
             raise UserError(

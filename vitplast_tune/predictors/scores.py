@@ -66,7 +66,7 @@ def subset_scores(
     Args:
         table: The per-layer table of a plasticity report.
         subset: The subset.
-        param_counts: The parameters per component, ``components.count_parameters(model, layout=...)``.
+        param_counts: The parameters per component, ``freezing.count_parameters(model, layout=...)``.
         blocks: The block indices whose layers count (a trial's depth); None for every block.
 
     Returns:
@@ -88,7 +88,7 @@ def subset_scores(
     missing = [c for c in names if c not in param_counts]
     if missing:
         raise UserError(
-            f"param_counts has no count for {', '.join(missing)}; pass components.count_parameters(model, layout=...)"
+            f"param_counts has no count for {', '.join(missing)}; pass freezing.count_parameters(model, layout=...)"
         )
     values = np.array([means[c] for c in names], dtype=float)
     weights = np.array([param_counts[c] for c in names], dtype=float)

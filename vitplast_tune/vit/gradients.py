@@ -20,7 +20,7 @@ mean), ``torch.autograd.grad`` and ``torch.norm(grad) / torch.norm(param)`` per 
 ``bn`` tensors); a ViT's LayerNorms are components here and keep their tensors. The model is measured in
 eval mode (no dropout, deterministic); the testbed has no dropout, so train mode would give the same.
 
-The component -> parameter mapping is ``components.parameter_component`` with the model family's layout; nothing here
+The component -> parameter mapping is ``freezing.parameter_component`` with the model family's layout; nothing here
 needs Ray or MLflow.
 """
 
@@ -34,8 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitplast_tune.components import COMPONENTS, HEAD, parameter_component
+from vitplast_tune.components import COMPONENTS, HEAD
 from vitplast_tune.errors import UserError
+from vitplast_tune.freezing import parameter_component
 from vitplast_tune.vit.families.registry import layout_of
 
 _EMB_LAYER = -1  # the embedding's row in the per-layer table, as in plasticity tables

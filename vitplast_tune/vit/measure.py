@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset, Subset
 
-from vitplast_tune import components
+from vitplast_tune import components, freezing
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.data import datasets
 from vitplast_tune.data.batches import eval_batches, train_batches
@@ -91,9 +91,9 @@ def measure_plasticity(
 def _parameters(model: torch.nn.Module) -> dict[str, Any]:
     """The model's parameters per component (``component_params``) and per component and block."""
     layout = layout_of(model)
-    counts = components.count_parameters(model, layout=layout)
+    counts = freezing.count_parameters(model, layout=layout)
     parameters = {"component_params": {c: counts[c] for c in components.COMPONENTS}}
-    return dict(parameters, parameter_summary=components.parameter_summary(model, layout=layout))
+    return dict(parameters, parameter_summary=freezing.parameter_summary(model, layout=layout))
 
 
 def task_context() -> dict[str, Any]:

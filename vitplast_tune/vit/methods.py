@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 from torch import nn
 
-from vitplast_tune import components
+from vitplast_tune import components, freezing
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit import models
@@ -37,18 +37,18 @@ def apply_methods(model: nn.Module, cfg: FinetuneConfig) -> dict[str, int]:
             which blocks (``depth`` or ``blocks``).
 
     Returns:
-        The trainable parameter count per component and for the head (``components.freeze``).
+        The trainable parameter count per component and for the head (``freezing.freeze``).
 
     Raises:
         UserError: If LoRA cannot adapt the chosen layers, or peft is not installed.
     """
     family = family_of(model)
-    blocks = cfg.block_indices(components.num_blocks(model, family.layout))
+    blocks = cfg.block_indices(freezing.num_blocks(model, family.layout))
     targets = lora_targets(model, cfg.components, blocks)
     if targets:
         family.prepare_lora(model)
         inject_lora(model, targets, cfg.lora_rank, cfg.lora_alpha)
-    return components.freeze(model, cfg.components, blocks, layout=family.layout)  # after injection (which freezes)
+    return freezing.freeze(model, cfg.components, blocks, layout=family.layout)  # after injection (which freezes)
 
 
 def lora_targets(model: nn.Module, subset: str | Mapping[str, str], blocks: Sequence[int] | None) -> list[str]:
@@ -57,9 +57,9 @@ def lora_targets(model: nn.Module, subset: str | Mapping[str, str], blocks: Sequ
     layout = family_of(model).layout
     chosen = [c for c, m in components.parse_methods(subset).items() if m == components.LORA]
     wanted: set[str] = set()
-    for i in range(components.num_blocks(model, layout)):
+    for i in range(freezing.num_blocks(model, layout)):
         for c in chosen if blocks is None or i in blocks else ():
-            layers = components.lora_layers(model, c, i, layout)
+            layers = freezing.lora_layers(model, c, i, layout)
             if not layers:
                 raise UserError(f"LoRA on {c}: block {i} has none of {', '.join(layout.lora[c])} ({layout.family})")
             wanted.update(layers)
@@ -146,16 +146,16 @@ def plain_model(cfg: FinetuneConfig, trained: Mapping[str, torch.Tensor]) -> nn.
     return model.eval()
 
 
-def _head_classes(trained: Mapping[str, torch.Tensor], layout: components.Layout) -> int | None:
+def _head_classes(trained: Mapping[str, torch.Tensor], layout: freezing.Layout) -> int | None:
     """The classes of a trained head: the rows of its last weight matrix (the classifier, after any attention pooling;
     None when the tensors hold no head)."""
     rows = None
     for name, tensor in trained.items():
         try:
-            head = components.parameter_component(name, layout)[0] == components.HEAD
+            head = freezing.parameter_component(name, layout)[0] == components.HEAD
         except UserError:  # not this model's: the check of every name below says so
             continue
-        if head and tensor.ndim == 2 and not components.is_adapter(name):
+        if head and tensor.ndim == 2 and not freezing.is_adapter(name):
             rows = tensor.shape[0]
     return rows
 

@@ -1,4 +1,4 @@
-"""What a model family's adapter says: where each component lives (its ``components.Layout``), how to reach the
+"""What a model family's adapter says: where each component lives (its ``freezing.Layout``), how to reach the
 embedding output that the paper's plasticity needs, how to run the blocks and the head on it, and how to ready a
 model for LoRA and gradient checkpointing.
 
@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitplast_tune.components import BLOCK_COMPONENTS, Layout
+from vitplast_tune.components import BLOCK_COMPONENTS
 from vitplast_tune.errors import UserError
+from vitplast_tune.freezing import Layout
 
 
 @dataclass

@@ -15,8 +15,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from vitplast_tune.components import Layout
 from vitplast_tune.errors import UserError
+from vitplast_tune.freezing import Layout
 from vitplast_tune.log import quieted
 from vitplast_tune.vit.families.base import Embedded, Family
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from vitplast_tune.components import Layout
 from vitplast_tune.errors import UserError
+from vitplast_tune.freezing import Layout
 from vitplast_tune.vit.families import hf, timm_beit, timm_eva, timm_naflex, timm_relpos, timm_vit
 from vitplast_tune.vit.families.base import Family
 
@@ -54,7 +54,7 @@ def family_of(model: nn.Module) -> Family:
 
 
 def layout_of(model: nn.Module) -> Layout:
-    """Where ``model``'s components live (its family's ``components.Layout``)."""
+    """Where ``model``'s components live (its family's ``freezing.Layout``)."""
     return family_of(model).layout
 
 

@@ -9,7 +9,7 @@ import torch
 from timm.models.beit import Beit
 from torch import Tensor, nn
 
-from vitplast_tune.components import Layout
+from vitplast_tune.freezing import Layout
 from vitplast_tune.vit.families.base import Embedded, Family
 from vitplast_tune.vit.families.timm_eva import separate_qkv_bias
 

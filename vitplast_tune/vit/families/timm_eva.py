@@ -9,7 +9,7 @@ from dataclasses import replace
 from timm.models.eva import Eva
 from torch import Tensor, nn
 
-from vitplast_tune.components import Layout
+from vitplast_tune.freezing import Layout
 from vitplast_tune.vit.families.base import Embedded, Family
 
 MHA_LINEARS = ("attn.qkv", "attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.proj")

@@ -9,7 +9,7 @@ from dataclasses import replace
 from timm.models.naflexvit import NaFlexVit
 from torch import Tensor, nn
 
-from vitplast_tune.components import Layout
+from vitplast_tune.freezing import Layout
 from vitplast_tune.vit.families.base import Embedded, Family
 from vitplast_tune.vit.families.timm_eva import MHA_LINEARS, rope_kwargs, separate_qkv_bias
 

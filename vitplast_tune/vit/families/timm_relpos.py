@@ -9,7 +9,7 @@ import torch
 from timm.models.vision_transformer_relpos import VisionTransformerRelPos
 from torch import Tensor, nn
 
-from vitplast_tune.components import Layout
+from vitplast_tune.freezing import Layout
 from vitplast_tune.vit.families.base import Embedded, Family
 
 LAYOUT = replace(Layout("timm-relpos"), emb=(*Layout("timm-relpos").emb, "shared_rel_pos"))

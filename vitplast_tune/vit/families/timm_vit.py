@@ -8,7 +8,7 @@ from dataclasses import replace
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
-from vitplast_tune.components import Layout
+from vitplast_tune.freezing import Layout
 from vitplast_tune.vit.families.base import Embedded, Family
 
 LAYOUT = replace(
