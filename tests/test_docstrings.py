@@ -19,7 +19,14 @@ FACES = (
     "vitplast_tune.lab",
 )
 # Root modules without a face: every public function and class defined in them.
-MODULES = ("vitplast_tune.components", "vitplast_tune.freezing")
+MODULES = (
+    "vitplast_tune.components",
+    "vitplast_tune.freezing",
+    "vitplast_tune.names",
+    "vitplast_tune.storage",
+    "vitplast_tune.timings",
+    "vitplast_tune.lock",
+)
 # Exported from a face above, but being rewritten by their owners (training split by its jobs):
 # checked once they land.
 WAITING = (

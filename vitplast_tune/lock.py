@@ -28,20 +28,37 @@ OWNER_FILE = ".driver.json"  # who holds it, written once it is held and removed
 
 @dataclass(frozen=True)
 class Owner:
-    """The driver that holds (or held) a search's lock."""
+    """The driver that holds (or held) a search's lock.
+
+    Attributes:
+        pid: Its process id.
+        host: Its host's name.
+        since: When it took the lock, in local time, as people read it.
+        command: Its command line.
+        started: Its process's start time in clock ticks since boot (Linux), which tells it apart from a later
+            process given the same pid (None: not known).
+    """
 
     pid: int
     host: str
-    since: str  # local time, as people read it
+    since: str
     command: str
-    started: int | None = None  # its process's start time in clock ticks since boot (Linux), told apart from pid reuse
+    started: int | None = None
 
     def describe(self) -> str:
-        """``pid 123 on host since 2026-12-01 15:30:02 (vitplast search ...)``."""
+        """Describe the driver for messages.
+
+        Returns:
+            ``pid 123 on host since 2026-12-01 15:30:02 (vitplast search ...)``.
+        """
         return f"pid {self.pid} on {self.host} since {self.since} ({self.command[:120]})"
 
     def alive_here(self) -> bool:
-        """Whether this driver's process still runs on this host (False for another host's: it cannot be asked)."""
+        """Tell whether this driver's process still runs on this host.
+
+        Returns:
+            Whether it runs; False for another host's driver, which cannot be asked.
+        """
         if self.host != socket.gethostname():
             return False
         now = _started(self.pid)
@@ -49,7 +66,14 @@ class Owner:
 
 
 def read_owner(folder: Path) -> Owner | None:
-    """The driver the owner file in ``folder`` names, or None when there is none (or it is unreadable)."""
+    """Read the driver that a search folder's owner file names.
+
+    Args:
+        folder: The search's folder.
+
+    Returns:
+        The driver, or None when there is no owner file or it is unreadable.
+    """
     try:
         return Owner(**json.loads((Path(folder) / OWNER_FILE).read_text()))
     except (OSError, ValueError, TypeError):
@@ -57,7 +81,14 @@ def read_owner(folder: Path) -> Owner | None:
 
 
 def running_owner(folder: Path) -> Owner | None:
-    """The driver that runs search ``folder`` now, or None: nothing is written (the check of a dry run)."""
+    """Find the driver that runs a search now, writing nothing (the check of a dry run).
+
+    Args:
+        folder: The search's folder.
+
+    Returns:
+        The running driver, or None.
+    """
     owner = read_owner(folder)
     if owner is None:
         return None
@@ -73,16 +104,27 @@ def running_owner(folder: Path) -> Owner | None:
 
 
 class SearchLock:
-    """The lock of one search's folder, held by this process from ``acquire`` to ``release``."""
+    """The lock of one search's folder, held by this process from ``acquire`` to ``release``.
 
-    def __init__(self, folder: Path, name: str):
+    Args:
+        folder: The search's folder.
+        name: The search's name, for messages.
+    """
+
+    def __init__(self, folder: Path, name: str) -> None:
         self.folder, self.name = Path(folder), name
         self._lock = FileLock(self.folder / LOCK_FILE, timeout=0, preserve_lock_file=True, fallback_to_soft=False)
         self._held = False
 
     def acquire(self) -> Owner | None:
-        """Take the lock (the folder made if missing); return the stale owner taken over (None: none); UserError
-        naming the running driver when another one holds it."""
+        """Take the lock, the folder made if missing, and write this driver into the owner file.
+
+        Returns:
+            The stale owner taken over, or None.
+
+        Raises:
+            UserError: If another driver runs the search; the message names it.
+        """
         self.folder.mkdir(parents=True, exist_ok=True)
         previous = read_owner(self.folder)
         try:
@@ -116,7 +158,16 @@ class SearchLock:
 
 
 def refusal(folder: Path, name: str, owner: Owner | None) -> UserError:
-    """The UserError that refuses a second driver of search ``name`` (in ``folder``) while ``owner`` runs it."""
+    """Make the error that refuses a second driver of a search while another runs it.
+
+    Args:
+        folder: The search's folder.
+        name: The search's name.
+        owner: The running driver (None: one that is starting).
+
+    Returns:
+        The error, naming the running driver and how to stop it.
+    """
     who = owner.describe() if owner else "a driver that is starting"
     kill = f" (kill {owner.pid})" if owner and owner.host == socket.gethostname() else ""
     return UserError(
@@ -126,7 +177,15 @@ def refusal(folder: Path, name: str, owner: Owner | None) -> UserError:
 
 
 def check_not_running(folder: Path, name: str) -> None:
-    """UserError when a driver runs search ``name`` (in ``folder``) now; nothing is written (a dry run's check)."""
+    """Check that no driver runs a search now, writing nothing (a dry run's check).
+
+    Args:
+        folder: The search's folder.
+        name: The search's name.
+
+    Raises:
+        UserError: If a driver runs it.
+    """
     owner = running_owner(folder)
     if owner is not None:
         raise refusal(folder, name, owner)

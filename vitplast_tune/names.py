@@ -18,18 +18,43 @@ MAX_NAME = MAX_KEY - len(VIEW_TAG_PREFIX + VIEW_KEY_PREFIX)
 
 
 def view_key(search: str) -> str:
-    """The key of a search's saved MLflow view: the name, with characters a URL and a tag name do not take replaced."""
+    """Make the key of a search's saved MLflow view.
+
+    Args:
+        search: The search's name.
+
+    Returns:
+        The name, prefixed, with the characters a URL and a tag name do not take replaced by "-".
+    """
     return VIEW_KEY_PREFIX + "".join(c if c.isalnum() or c in "-_" else "-" for c in search)
 
 
 def default_name(space: str) -> str:
-    """``<space>-<date>-<time>``, with characters a name does not take (``check_name``) replaced by "-"."""
+    """Make a search's default name from its space's.
+
+    Args:
+        space: The space's name.
+
+    Returns:
+        ``<space>-<date>-<time>``, with the characters a name does not take (``check_name``) replaced by "-".
+    """
     stem = re.sub(r"[^A-Za-z0-9_.,+=@-]", "-", space).lstrip(".,+=@-")[:64] or "search"
     return f"{stem}-{datetime.now():%Y%m%d-%H%M%S}"
 
 
 def check_name(name: str, storage: str) -> str:
-    """``name`` when it can name the search's folder under ``storage`` and its MLflow records; else UserError."""
+    """Check that a name can name a search's folder under its storage and its MLflow records.
+
+    Args:
+        name: The name.
+        storage: The storage root, whose file system may limit the length of a folder's name.
+
+    Returns:
+        The name.
+
+    Raises:
+        UserError: If the name has characters it may not have, or is too long.
+    """
     if not NAME_PATTERN.fullmatch(name):
         raise UserError(
             f'--name "{name}" must be a plain name: letters, digits and . _ , + = @ - (not first: . , + = @ -)'

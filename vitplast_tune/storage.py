@@ -13,10 +13,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from vitplast_tune.errors import UserError
+
+if TYPE_CHECKING:
+    import pyarrow.fs
 
 RESULTS_ENV = "VITPLAST_RESULTS_DIR"  # overrides the default storage root
 
@@ -38,8 +41,15 @@ STUDY_FILE = "optuna.db"  # the search's Optuna study, a SQLite file in its dire
 
 @dataclass(frozen=True)
 class SearchPlace:
-    """Where a search keeps its records: its name, storage root (a path or a URI), MLflow tracking URI and experiment,
-    and the unique id that tags its MLflow parent run."""
+    """Where a search keeps its records.
+
+    Attributes:
+        name: The search's name.
+        storage: Its storage root, a path or a URI.
+        tracking_uri: Its MLflow tracking URI.
+        experiment: Its MLflow experiment.
+        search_id: The unique id that tags its MLflow parent run.
+    """
 
     name: str
     storage: str
@@ -63,31 +73,60 @@ class SearchPlace:
         return self.local_dir or default_storage() / self.name
 
     def in_default_storage(self) -> bool:
-        """Whether the search lies in ``default_storage()`` (its commands then need no ``--storage``)."""
+        """Tell whether the search lies in ``default_storage()``, so that its commands need no ``--storage``.
+
+        Returns:
+            Whether it does.
+        """
         return self.local_dir is not None and Path(self.storage) == default_storage().resolve()
 
 
 def default_storage() -> Path:
-    """Where searches are stored when ``--storage`` is not given: ``$VITPLAST_RESULTS_DIR``, else
-    ``~/vitplast_tune_results``."""
+    """Find where searches are stored when ``--storage`` is not given.
+
+    Returns:
+        ``$VITPLAST_RESULTS_DIR``, else ``~/vitplast_tune_results``.
+    """
     return Path(os.environ.get(RESULTS_ENV) or Path.home() / "vitplast_tune_results").expanduser()
 
 
 def is_uri(path: str) -> bool:
-    """Whether a storage location is a URI (s3://, gs://, ...) rather than a local path."""
+    """Tell whether a storage location is a URI (s3://, gs://, ...) rather than a local path.
+
+    Args:
+        path: The location.
+
+    Returns:
+        Whether it is a URI.
+    """
     return "://" in path
 
 
 def join(location: str, *parts: str) -> str:
-    """``location`` extended by ``parts``: a path as a path, a URI before its query (its filesystem options)."""
+    """Extend a storage location by more parts: a path as a path, a URI before its query (its filesystem options).
+
+    Args:
+        location: A path or a URI.
+        *parts: The parts.
+
+    Returns:
+        The extended location.
+    """
     if not is_uri(location):
         return str(Path(location, *parts))
     base, mark, query = location.partition("?")
     return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)]) + mark + query
 
 
-def filesystem(location: str):
-    """The pyarrow filesystem of a storage location (a path or a URI with its query options) and the path in it."""
+def filesystem(location: str) -> tuple[pyarrow.fs.FileSystem, str]:
+    """Open the pyarrow filesystem of a storage location, as Ray Tune does.
+
+    Args:
+        location: A path, or a URI with its query options.
+
+    Returns:
+        The filesystem and the path in it.
+    """
     import pyarrow.fs
 
     if not is_uri(location):
@@ -95,8 +134,17 @@ def filesystem(location: str):
     return pyarrow.fs.FileSystem.from_uri(location)
 
 
-def download(fs, path: str, into: Path) -> Path:
-    """Copy the file ``path`` of the pyarrow filesystem ``fs`` (a checkpoint's, ``filesystem``'s) into ``into``."""
+def download(fs: pyarrow.fs.FileSystem, path: str, into: Path) -> Path:
+    """Copy a file of a pyarrow filesystem (a checkpoint's, from ``filesystem``) into a local folder.
+
+    Args:
+        fs: The filesystem.
+        path: The file's path in it.
+        into: The local folder.
+
+    Returns:
+        The local copy.
+    """
     import pyarrow.fs
 
     target = Path(into) / Path(path).name
@@ -105,8 +153,13 @@ def download(fs, path: str, into: Path) -> Path:
 
 
 def upload(folder: Path, location: str) -> None:
-    """Copy the local ``folder``'s files into ``location`` (a path or a URI with its query options), made if missing
-    (an object store has no folders to make: its keys are written directly)."""
+    """Copy a local folder's files into a storage location, made if missing.
+
+    Args:
+        folder: The local folder.
+        location: A path, or a URI with its query options (an object store has no folders to make: its keys are
+            written directly).
+    """
     import pyarrow.fs
 
     fs, path = filesystem(location)
@@ -116,8 +169,15 @@ def upload(folder: Path, location: str) -> None:
 
 
 def fetch(location: str, into: Path) -> bool:
-    """Copy the files of the folder ``location`` (a path or a URI) into the local folder ``into``; False when there is
-    no such folder."""
+    """Copy the files of a storage folder into a local folder.
+
+    Args:
+        location: The folder, a path or a URI.
+        into: The local folder, made if missing.
+
+    Returns:
+        Whether there was such a folder to copy.
+    """
     import pyarrow.fs
 
     fs, path = filesystem(location)
@@ -129,7 +189,11 @@ def fetch(location: str, into: Path) -> bool:
 
 
 def remove(location: str) -> None:
-    """Delete the folder ``location`` (a path or a URI) and what it holds, if it is there."""
+    """Delete a storage folder and what it holds, if it is there.
+
+    Args:
+        location: The folder, a path or a URI.
+    """
     import pyarrow.fs
 
     fs, path = filesystem(location)
@@ -138,12 +202,31 @@ def remove(location: str) -> None:
 
 
 def search_dir(name: str, storage: str | Path | None = None) -> Path:
-    """The directory of search ``name`` under ``storage`` (default: ``default_storage()``)."""
+    """Find the directory of a search.
+
+    Args:
+        name: The search's name.
+        storage: The storage root (None: ``default_storage()``).
+
+    Returns:
+        The directory.
+    """
     return Path(storage or default_storage()).expanduser() / name
 
 
 def read_record(directory: Path, purpose: str = "to resume") -> dict[str, Any]:
-    """The record of the search stored in ``directory``; UserError (naming the ``purpose``) when there is none."""
+    """Read the record of the search stored in a directory.
+
+    Args:
+        directory: The search's directory.
+        purpose: What the record is read for, named in the message when there is none.
+
+    Returns:
+        The record.
+
+    Raises:
+        UserError: If there is no record, or it is unreadable or incomplete.
+    """
     path = directory / SEARCH_FILE
     if not path.is_file():
         raise UserError(f'no search "{directory.name}" {purpose} in {directory.parent}; check its name and --storage')
@@ -165,8 +248,12 @@ def read_record(directory: Path, purpose: str = "to resume") -> dict[str, Any]:
 
 
 def write_record(directory: Path, record: dict[str, Any]) -> None:
-    """Write a search's record (``SEARCH_FILE``) into ``directory``, made if missing: whole or not at all (a temporary
-    file renamed over the old one)."""
+    """Write a search's record (``SEARCH_FILE``) whole or not at all: a temporary file renamed over the old one.
+
+    Args:
+        directory: The search's directory, made if missing.
+        record: The record.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     partial = directory / f".{SEARCH_FILE}.{os.getpid()}.tmp"
     partial.write_text(json.dumps(record, indent=2, default=str))
@@ -187,7 +274,17 @@ _SCHEMES = {
 
 
 def storage_uri(storage: str) -> str:
-    """``--storage`` checked: a path stays a path (``file://`` becomes one), a URI needs a filesystem pyarrow has."""
+    """Check a ``--storage`` location.
+
+    Args:
+        storage: A path, or a URI.
+
+    Returns:
+        The location: a path stays a path (``file://`` becomes one); a URI is kept.
+
+    Raises:
+        UserError: If the URI's scheme is unknown, this pyarrow has no filesystem for it, or it names no bucket.
+    """
     if "://" not in storage:
         return storage
     parsed = urlparse(storage)

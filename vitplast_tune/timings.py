@@ -28,13 +28,24 @@ PHASES = {
 
 @dataclass
 class Timings:
-    """Seconds spent in each phase of a search (``phase`` adds to them); ``total`` covers every phase."""
+    """Seconds spent in each phase of a search (``phase`` adds to them); ``total`` covers every phase.
+
+    Attributes:
+        seconds: The seconds of each phase, by name.
+    """
 
     seconds: dict[str, float] = field(default_factory=dict)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Add the block's wall-clock seconds to phase ``name``."""
+        """Add the wall-clock seconds of a block to a phase.
+
+        Args:
+            name: The phase (a key of ``PHASES``, or any other name).
+
+        Yields:
+            Nothing: the block runs, timed.
+        """
         started = time.perf_counter()
         try:
             yield
@@ -47,7 +58,11 @@ class Timings:
         return sum(self.seconds.values())
 
     def describe(self) -> str:
-        """One line: each phase's seconds and share of the total, in the order of ``PHASES``."""
+        """Describe the phases in one line.
+
+        Returns:
+            Each phase's seconds and share of the total, in the order of ``PHASES``.
+        """
         total = self.total or 1.0
         order = [n for n in PHASES if n in self.seconds] + [n for n in self.seconds if n not in PHASES]
         parts = [f"{PHASES.get(n, n)} {self.seconds[n]:.1f} s ({100 * self.seconds[n] / total:.0f}%)" for n in order]
