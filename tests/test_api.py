@@ -20,11 +20,12 @@ def test_public_names_resolve_to_the_documented_objects():
     import vitplast_tune as vt
     from vitplast_tune import errors
     from vitplast_tune.plan import SearchOptions
-    from vitplast_tune.run import run
+    from vitplast_tune.records.search import load_search
+    from vitplast_tune.run.driver import run_search
     from vitplast_tune.space import load_space
     from vitplast_tune.vit import best_model, models, training
 
-    assert vt.run_search is run and vt.SearchOptions is SearchOptions
+    assert vt.run_search is run_search and vt.SearchOptions is SearchOptions and vt.load_search is load_search
     assert vt.load_space is load_space and vt.finetune is training.finetune
     assert vt.create_model is models.create_model and vt.UserError is errors.UserError
     assert vt.load_best_model is best_model.load_best_model

@@ -55,6 +55,11 @@ def option(key: str, value: object = None) -> str:
     return key + ("" if value is None else f"={value!r}")
 
 
+def speaking_flags() -> bool:
+    """Whether messages name options as the command line's flags (in a ``vitplast`` command) or as keywords."""
+    return _FLAGS.get()
+
+
 def speak_flags() -> None:
     """From now on (in this context), name options as the command line's flags: the ``vitplast`` commands call it."""
     _FLAGS.set(True)

@@ -9,11 +9,11 @@ import pytest
 from _spaces import space_text
 from mlflow.tracking import MlflowClient
 
-from vitplast_tune import run_search
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import summary, write_study
 from vitplast_tune.records.study import TRIAL_ATTR, parameter_table, storage_url, study_parameters
 from vitplast_tune.records.tracking import STUDY_TAG
+from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
 from vitplast_tune.space import SearchSpec, load_space, parse_param
 from vitplast_tune.space.files import SchedulerSpec
 

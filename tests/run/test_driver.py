@@ -18,7 +18,6 @@ from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 from safetensors.torch import load_file
 
-from vitplast_tune import run_search
 from vitplast_tune._compat.mlflow import VIEW_TAG_PREFIX
 from vitplast_tune.names import view_key
 from vitplast_tune.plan import SearchOptions
@@ -27,6 +26,7 @@ from vitplast_tune.records.tracking import NOTE_TAG, ROLE_TAG, SEARCH_TAG, VIEW_
 from vitplast_tune.records.view import DEFAULT_UI, KIND, KIND_TAG
 from vitplast_tune.run import measuring_worker
 from vitplast_tune.run.before_trials import worker_options
+from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
 
 pytestmark = pytest.mark.slow
 

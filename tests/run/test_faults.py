@@ -22,11 +22,12 @@ from _spaces import space_text
 from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 
-from vitplast_tune import load_best_model, run_search
+from vitplast_tune import load_best_model
 from vitplast_tune.errors import SearchInterrupted, UserError
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records.tracking import ROLE_TAG, SEARCH_TAG, child_runs
 from vitplast_tune.run import driver, guard, interrupts
+from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
 
 pytestmark = pytest.mark.slow
 SPACE = space_text(

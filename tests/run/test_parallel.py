@@ -12,12 +12,12 @@ import torch
 from _spaces import space_text
 from mlflow.tracking import MlflowClient
 
-from vitplast_tune import run_search
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.plan.checks import check_resources as _check_resources
 from vitplast_tune.records.tracking import WORKER_NODES_TAG, WORKERS_TAG, child_runs
+from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
 from vitplast_tune.run.parallel import Workers, concurrent_runs, train_on_workers, trial_request, trial_workers
 
 pytestmark = pytest.mark.slow

@@ -16,11 +16,12 @@ from _raycluster import OwnedRay
 from _spaces import space_text
 from mlflow.tracking import MlflowClient
 
-from vitplast_tune import holds, run_search
+from vitplast_tune import holds
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import summary
 from vitplast_tune.records.tracking import SEARCH_ID_TAG, TRIAL_TAG, child_runs
 from vitplast_tune.run import OptunaSearcher
+from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,12 +13,13 @@ from _spaces import space_text
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
-from vitplast_tune import components, freezing, run_search
+from vitplast_tune import components, freezing
 from vitplast_tune.components import METHOD_FLAGS, component_methods
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import summary
 from vitplast_tune.records.tracking import child_runs
+from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
 
 pytestmark = pytest.mark.slow
 

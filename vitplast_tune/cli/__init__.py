@@ -1,5 +1,5 @@
 """The command line: one command, ``vitplast``, with a subcommand per job (``vitplast search``, ``analyze``,
-``plasticity``, ``pretrain``, ``recommend``, ``ui``, ``lab``), one module each; ``python -m vitplast_tune``, the
+``plasticity``, ``pretrain``, ``recommend``, ``ui``, ``lab``, ``list``, ``status``), one module each; ``python -m vitplast_tune``, the
 ``vitplast-COMMAND`` aliases and ``scripts/*.py`` call the same entry points.
 
 Heavy modules (Ray, torch, timm) are imported inside the commands, so ``--help`` and bad flags answer at once.
@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from vitplast_tune import __version__
-from vitplast_tune.cli import analyze, lab, plasticity, pretrain, recommend, search, ui
+from vitplast_tune.cli import analyze, lab, listing, plasticity, pretrain, recommend, search, status, ui
 from vitplast_tune.cli.base import Parser
 
 _MODULES = {"search": search, "analyze": analyze, "plasticity": plasticity, "pretrain": pretrain}
-_MODULES.update(recommend=recommend, ui=ui, lab=lab)
+_MODULES.update(recommend=recommend, ui=ui, lab=lab, list=listing, status=status)
 # Each subcommand's entry point: ``COMMANDS[name](argv)`` runs it and exits.
 COMMANDS: dict[str, Callable[[Sequence[str] | None], NoReturn]] = {name: m.entry for name, m in _MODULES.items()}
 EXAMPLE = "vitplast search --space component_subsets      # the offline quickstart: 60 trials on the testbed ViT"

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from vitplast_tune import log
-from vitplast_tune.errors import SearchInterrupted, UserError
+from vitplast_tune.errors import SearchInterrupted, UserError, speak_flags
 
 
 class Parser(argparse.ArgumentParser):
@@ -25,7 +25,8 @@ class Parser(argparse.ArgumentParser):
 
 def run_main(main: Callable[[], int | None]) -> NoReturn:
     """Call ``main()`` and exit with its code; a UserError prints ``error: <message>`` and exits 2, an interrupted
-    search exits 130 (Ctrl-C) or 143 (SIGTERM)."""
+    search exits 130 (Ctrl-C) or 143 (SIGTERM). Messages name options as flags here (``errors.speak_flags``)."""
+    speak_flags()
     try:
         code = main()
     except UserError as exc:

@@ -1,18 +1,26 @@
-"""How a search runs (``SearchOptions``: what the command line controls) and the plan it becomes (``SearchPlan``:
+"""How a search runs (``SearchOptions``: every option, defined once, from which ``vitplast search``'s flags, its
+``--help``, the resume command and ``run_search``'s keywords are made) and the plan it becomes (``SearchPlan``:
 everything decided, nothing started), with the defaults of how a search runs.
 
-Defaults have one source each: ``SearchOptions`` for how the search runs (the command line's help reads them),
-``config.FinetuneConfig`` for what a trial does (a space file's ``defaults`` and the flags override it).
+Defaults have one source each: ``SearchOptions`` for how the search runs, ``config.FinetuneConfig`` for what a trial
+does (a space file's ``defaults`` and the options override it).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitplast_tune.config import FinetuneConfig
+import yaml
+
+from vitplast_tune.config import PAPER_MODEL, PLASTICITY_VARIANTS, PRECISIONS, FinetuneConfig, cache_dir, parse_setting
+from vitplast_tune.errors import OptionsError, did_you_mean, option, speaking_flags
 from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.storage import SearchPlace
 
@@ -28,45 +36,327 @@ DEFAULT_MAX_FAILURES = 2
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 
 
+# The groups of options, in the order ``vitplast search --help`` lists them.
+GROUPS = {
+    "search": "the search",
+    "trial": "what every trial does (default: the space file's defaults)",
+    "where": "where trials run and results go",
+    "plasticity": "plasticity",
+}
+# The options that are settings of every trial (FinetuneConfig fields): ``settings`` gathers them (``--set`` too).
+TRIAL_SETTINGS = (
+    "model",
+    "weights",
+    "dataset",
+    "data_dir",
+    "download",
+    "augment",
+    "max_steps",
+    "batch_size",
+    "eval_every",
+    "precision",
+)
+
+
+def _option(default: Any = None, help: str = "", *, group: str, flag: str | None = None, **argparse: Any) -> Any:
+    """A field of ``SearchOptions`` with what the command line makes of it: its group, flag (default: ``--name``),
+    help and argparse's keywords; ``default_factory`` for a mutable default. ``resume``: the field's value is not in
+    the search's record, so the command that resumes it repeats it."""
+    resume = argparse.pop("resume", False)
+    metadata = {"group": group, "flag": flag, "help": help, "argparse": argparse, "resume": resume}
+    if default in (dict, list):  # a mutable default: a new one for each instance
+        return field(default_factory=default, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _space_file(space: Any) -> str:
+    """A space as ``SearchOptions`` keeps it: a shipped name or a path as text; a mapping of the YAML's schema
+    written, once, to a file named by its content in the cache (``$VITPLAST_CACHE_DIR/spaces``), which resuming and
+    ``load_search`` read back; a ``SearchSpec`` by its file."""
+    if isinstance(space, SearchSpec):
+        return str(space.path)
+    if isinstance(space, Mapping):
+        text = yaml.safe_dump(dict(space), sort_keys=False)
+        folder = cache_dir() / "spaces"
+        path = folder / f"space-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
+        if not path.is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            partial = folder / f".{path.name}.{os.getpid()}.tmp"
+            partial.write_text(text)
+            os.replace(partial, path)
+        return str(path)
+    if isinstance(space, (str, os.PathLike)):
+        return str(space)
+    raise OptionsError(
+        f"{option('space', space)}: a space is a shipped name, a path to a .yaml file, a mapping of the space file's "
+        "keys or a SearchSpec"
+    )
+
+
 @dataclass
 class SearchOptions:
-    """How a search runs (what the command line controls); ``settings`` (FinetuneConfig fields) override the space
-    file's defaults: a key given is a value, None included (a key left out keeps the space file's).
+    """How a search runs: every option of ``vitplast search`` and of ``run_search``'s keywords, defined once here
+    (each field's metadata is its flag, group and help, from which the command line is made).
 
-    ``seed`` and ``max_failures`` left None mean ``DEFAULT_SEED`` and ``DEFAULT_MAX_FAILURES`` for a new
-    search, and the recorded values for ``resume``. ``verbose`` 0 prints no progress lines.
+    ``settings`` (FinetuneConfig fields, ``--set KEY=VALUE``) override the space file's defaults: a key given is a
+    value, None included (a key left out keeps the space file's); the trial options (``model``, ``dataset``,
+    ``max_steps``, ...) are gathered into it. ``seed`` and ``max_failures`` left None mean ``DEFAULT_SEED`` and
+    ``DEFAULT_MAX_FAILURES`` for a new search, and the recorded values for ``resume``. ``verbose`` 0 prints no
+    progress lines. ``space``: a shipped name, a path, a mapping of the space file's keys or a ``SearchSpec``.
+
+    Raises:
+        OptionsError: a trial option and ``settings`` give one setting two values.
+        SpaceError: ``space`` is none of the kinds above.
     """
 
-    space: str = "component_subsets"
-    name: str | None = None
-    storage: str | None = None
-    tracking_uri: str | None = None  # default: $MLFLOW_TRACKING_URI, else sqlite:///<storage>/mlflow.db
-    experiment: str | None = None  # default: $MLFLOW_EXPERIMENT_NAME, else EXPERIMENT
-    address: str | None = None
-    num_samples: int | None = None
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float = 0.0
-    workers_per_trial: int = 0  # data-parallel workers of a trial (run/parallel.py); 0: one per GPU, at least one
-    placement: str = "pack"  # a trial's workers: on as few nodes as hold them ("pack") or over nodes ("spread")
-    resources_per_trial: dict[str, float] = field(default_factory=dict)
-    max_concurrent: int | None = None
-    seed: int | None = None
-    resume: bool = False
-    max_failures: int | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
-    plasticity: bool = True
-    plasticity_variant: str = "paper"
-    plasticity_reference: str = "fractals"
-    plasticity_pairs: int | None = None
-    max_trainable_params: int | None = None  # the parameter budget; overrides the space file's
-    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S  # --address: how long to wait for the head to answer
-    budgets: tuple[int, ...] | None = None  # step budgets of a grid; override the space file's (``--budgets``)
-    verbose: int = 1
+    space: Any = _option(
+        "component_subsets",
+        "space file: a shipped name (see the README) or a path to a .yaml file",
+        group="search",
+    )
+    name: str | None = _option(
+        None, "search name (the MLflow parent run and the results folder); default: <space>-<date>", group="search"
+    )
+    resume: bool = _option(
+        False,
+        "continue the interrupted search --name, with its recorded settings",
+        group="search",
+        action="store_true",
+    )
+    num_samples: int | None = _option(
+        None, "number of trials (a grid: repeats of the grid); default: the space file's", group="search", type=int
+    )
+    seed: int | None = _option(
+        None,
+        f"seed of the search algorithm, and the training seed unless the space sets one (default: {DEFAULT_SEED})",
+        group="search",
+        type=int,
+    )
+    verbose: int = _option(
+        1, "no progress lines while trials run", group="search", flag="--quiet", action="store_const", const=0
+    )
+    max_steps: int | None = _option(None, "training steps per trial", group="trial", type=int)
+    budgets: tuple[int, ...] | None = _option(
+        None,
+        "a grid at several step budgets, analyzed apart (e.g. --budgets 150 1000); the i-th replaces the space's "
+        "i-th budget and keeps what it narrows; default: the space's budgets",
+        group="trial",
+        type=int,
+        nargs="+",
+        metavar="STEPS",
+    )
+    batch_size: int | None = _option(None, "training batch size", group="trial", type=int)
+    eval_every: int | None = _option(None, "evaluate and report every N steps", group="trial", type=int)
+    model: str | None = _option(
+        None,
+        f"timm model name, e.g. {PAPER_MODEL} (the paper's), or hf:<hub id or folder> (transformers; docs/models.md)",
+        group="trial",
+    )
+    weights: str | None = _option(
+        None, "local weights for --model (safetensors or torch state dict), instead of the hub", group="trial"
+    )
+    dataset: str | None = _option(
+        None,
+        "digits (offline default), cifar10, cifar100, pets, flowers102, cifar10c:<corruption>, imagefolder",
+        group="trial",
+    )
+    data_dir: str | None = _option(None, "where the dataset lies (default ~/.cache/vitplast_tune/data)", group="trial")
+    download: bool | None = _option(
+        None, "download the dataset when missing (needs a network)", group="trial", action="store_true"
+    )
+    augment: str | None = _option(
+        None,
+        "training augmentation: paper (RandomResizedCrop 8-100%% + flip), light (RandomResizedCrop 80-100%%, no "
+        "flip), none; default: the space file's, else the dataset's (paper for natural images, light for digits and "
+        "fractals)",
+        group="trial",
+    )
+    precision: str | None = _option(
+        None,
+        "auto: bf16 where the GPU supports it, else fp16 with a gradient scaler on CUDA, fp32 on CPU",
+        group="trial",
+        choices=PRECISIONS,
+    )
+    settings: dict[str, Any] = _option(
+        dict,
+        "any trial setting (a FinetuneConfig field), parsed by its type: --set weight_decay=0.05 --set compile=true "
+        "--set blocks=9,10,11 --set weights=none; repeatable; overrides the space file",
+        group="trial",
+        flag="--set",
+        action="append",
+        type=parse_setting,
+        metavar="KEY=VALUE",
+    )
+    storage: str | None = _option(
+        None,
+        "Ray Tune results: a local directory or a URI (s3://, gs://); default ~/vitplast_tune_results",
+        group="where",
+    )
+    tracking_uri: str | None = _option(
+        None, "MLflow tracking URI; default: MLFLOW_TRACKING_URI, else sqlite:///<storage>/mlflow.db", group="where"
+    )
+    experiment: str | None = _option(
+        None,
+        f"MLflow experiment of the search's runs; default: MLFLOW_EXPERIMENT_NAME, else {EXPERIMENT}",
+        group="where",
+    )
+    address: str | None = _option(
+        None,
+        "join this Ray cluster (e.g. ray://host:10001 or auto); default: RAY_ADDRESS, else a local Ray instance",
+        group="where",
+        resume=True,
+    )
+    connect_timeout_s: float = _option(
+        DEFAULT_CONNECT_TIMEOUT_S,
+        "with --address: how long to wait for the cluster's head to answer",
+        group="where",
+        flag="--connect-timeout",
+        type=float,
+        metavar="SECONDS",
+        resume=True,
+    )
+    cpus_per_trial: float = _option(
+        1.0, "CPUs reserved per trial, also its torch threads", group="where", type=float, resume=True
+    )
+    gpus_per_trial: float = _option(
+        0.0,
+        "GPUs per trial; fractions such as 0.5 share a GPU, 2 or more train data-parallel (DDP), one worker per GPU",
+        group="where",
+        type=float,
+        resume=True,
+    )
+    workers_per_trial: int = _option(
+        0,
+        "data-parallel workers per trial (a Ray Train run of torch DDP), each with its share of the trial's CPUs and "
+        "GPUs (0: one per GPU of --gpus-per-trial; docs/guide/many-gpus.md)",
+        group="where",
+        type=int,
+        resume=True,
+    )
+    placement: str = _option(
+        "pack",
+        "where a trial's workers run: pack them on as few nodes as hold them, or spread them over nodes",
+        group="where",
+        choices=("pack", "spread"),
+        resume=True,
+    )
+    resources_per_trial: dict[str, float] = _option(
+        dict,
+        "custom Ray resources per trial, as JSON, e.g. '{\"a100\": 1}'",
+        group="where",
+        type=json.loads,
+        resume=True,
+    )
+    max_concurrent: int | None = _option(
+        None, "most trials running at once; default: as many as resources allow", group="where", type=int
+    )
+    max_failures: int | None = _option(
+        None,
+        "retries of a trial that crashes, from its last checkpoint; applies to a resumed search's remaining trials "
+        f"(default: {DEFAULT_MAX_FAILURES})",
+        group="where",
+        type=int,
+    )
+    max_trainable_params: int | None = _option(
+        None, "the parameter budget: trials over it are not trained; default: the space file's", group="where", type=int
+    )
+    plasticity: bool = _option(
+        True,
+        "skip measuring plasticity and its correlation with accuracy",
+        group="plasticity",
+        flag="--no-plasticity",
+        action="store_false",
+        resume=True,
+    )
+    plasticity_variant: str = _option(
+        "paper",
+        "paper: every component applied to the embedding output (the paper's definition); in_network: real inputs",
+        group="plasticity",
+        choices=PLASTICITY_VARIANTS,
+        resume=True,
+    )
+    plasticity_reference: str = _option(
+        "fractals",
+        "reference dataset paired with the downstream test split (the paper uses ImageNet val)",
+        group="plasticity",
+        resume=True,
+    )
+    plasticity_pairs: int | None = _option(
+        None,
+        "most image pairs for plasticity (the paper uses 12,800); default: all",
+        group="plasticity",
+        type=int,
+        resume=True,
+    )
+
+    def __post_init__(self) -> None:
+        self.space = _space_file(self.space)
+        if self.budgets is not None:
+            self.budgets = tuple(self.budgets)
+        self.settings = self._gathered_settings()
+
+    def _gathered_settings(self) -> dict[str, Any]:
+        """``settings`` (a mapping, or the command line's (key, value) pairs) with the trial options given; a setting
+        given two ways with two values is refused."""
+        pairs = list(self.settings.items()) if isinstance(self.settings, Mapping) else list(self.settings)
+        given = {key: getattr(self, key) for key in TRIAL_SETTINGS if getattr(self, key) is not None}
+        gathered = dict(given)
+        for key, value in pairs:
+            if key in given and given[key] != value:
+                said = f"--set {key}={value}" if speaking_flags() else f"settings[{key!r}]={value!r}"
+                raise OptionsError(f"{said} contradicts {option(key, given[key])}; give the setting once")
+            gathered[key] = value
+        return gathered
 
     @property
     def trial_resources(self) -> dict[str, float]:
         """The Ray resources one trial asks for."""
         return {"cpu": self.cpus_per_trial, "gpu": self.gpus_per_trial, **self.resources_per_trial}
+
+    @classmethod
+    def of(cls, options: SearchOptions | None = None, **keywords: Any) -> SearchOptions:
+        """Options from an instance, keywords (the command line's names), or an instance with keywords replacing
+        some of its fields.
+
+        Args:
+            options: the options to start from (default: every option's default).
+            **keywords: fields of ``SearchOptions``.
+
+        Returns:
+            The options.
+
+        Raises:
+            OptionsError: a keyword that is no option (with the closest one).
+        """
+        names = [f.name for f in fields(cls)]
+        for key in keywords:
+            if key not in names:
+                raise OptionsError(f'unknown option "{key}"{did_you_mean(key, names)}; the options: {", ".join(names)}')
+        if options is None:
+            return cls(**keywords)
+        return replace(options, **keywords) if keywords else options
+
+    def words(self, names: Sequence[str]) -> list[str]:
+        """The command-line words that give these options their values, for the ``names`` that differ from the
+        default (the resume command's)."""
+        defaults, words = SearchOptions(), []
+        for f in fields(self):
+            if f.name not in names or getattr(self, f.name) == getattr(defaults, f.name):
+                continue
+            value, meta = getattr(self, f.name), f.metadata
+            flag = meta["flag"] or f"--{f.name.replace('_', '-')}"
+            if meta["argparse"].get("action") in ("store_true", "store_false"):
+                words.append(flag)
+            elif isinstance(value, dict):
+                words += [flag, json.dumps(value)]
+            else:
+                words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+        return words
+
+
+def resumed_with(options: SearchOptions) -> list[str]:
+    """The names of the options a search's record does not hold, which the command that resumes it repeats."""
+    return [f.name for f in fields(options) if f.metadata.get("resume")]
 
 
 @dataclass

@@ -3,7 +3,6 @@ change them refused), and the command that resumes an interrupted one."""
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -11,7 +10,14 @@ from typing import Any
 
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
-from vitplast_tune.plan.options import DEFAULT_MAX_FAILURES, DEFAULT_SEED, EXPERIMENT, SearchOptions, SearchPlan
+from vitplast_tune.plan.options import (
+    DEFAULT_MAX_FAILURES,
+    DEFAULT_SEED,
+    EXPERIMENT,
+    SearchOptions,
+    SearchPlan,
+    resumed_with,
+)
 from vitplast_tune.space.files import SearchSpec, spaces_dir
 from vitplast_tune.storage import SEARCH_FILE, is_uri, read_record
 
@@ -108,27 +114,12 @@ def _listed(steps) -> list[int] | None:
 def resume_command(plan: SearchPlan) -> str:
     """The command that continues an interrupted search: its space file, name and storage, and the flags it ran with
     that its record does not hold (resources per trial, plasticity, the cluster)."""
-    o, default = plan.options, SearchOptions()
+    o = plan.options
     path = Path(plan.spec.path).resolve()
     space = path.stem if path.parent == spaces_dir().resolve() else str(path)  # a shipped space by its name
     words = ["vitplast", "search", "--space", space, "--name", plan.name, "--storage", plan.storage]
-    flags = {
-        "--cpus-per-trial": (o.cpus_per_trial, default.cpus_per_trial),
-        "--gpus-per-trial": (o.gpus_per_trial, default.gpus_per_trial),
-        "--workers-per-trial": (o.workers_per_trial, default.workers_per_trial),
-        "--placement": (o.placement, default.placement),
-        "--address": (o.address, default.address),
-        "--connect-timeout": (o.connect_timeout_s, default.connect_timeout_s),
-    }
-    if o.resources_per_trial:
-        flags["--resources-per-trial"] = (json.dumps(o.resources_per_trial), None)
-    if o.plasticity:
-        flags["--plasticity-variant"] = (o.plasticity_variant, default.plasticity_variant)
-        flags["--plasticity-reference"] = (o.plasticity_reference, default.plasticity_reference)
-        flags["--plasticity-pairs"] = (o.plasticity_pairs, default.plasticity_pairs)
+    if not o.plasticity:  # the plasticity options then do not matter
+        words += o.words(["plasticity"]) + o.words([n for n in resumed_with(o) if not n.startswith("plasticity")])
     else:
-        words.append("--no-plasticity")
-    for flag, (value, usual) in flags.items():
-        if value != usual:
-            words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+        words += o.words(resumed_with(o))
     return shlex.join([*words, "--resume"])

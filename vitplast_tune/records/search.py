@@ -86,11 +86,11 @@ class Search:
 
     @property
     def status(self) -> str:
-        """``finished`` (its trial table is written), ``running`` (its driver holds the lock) or ``stopped``
+        """``running`` (its driver holds the lock), ``finished`` (its trial table is written) or ``stopped``
         (interrupted: ``vitplast search --name NAME --resume`` continues it)."""
-        if (self.directory / "trials.csv").is_file():
-            return "finished"
-        return "running" if running_owner(self.directory) is not None else "stopped"
+        if running_owner(self.directory) is not None:
+            return "running"
+        return "finished" if (self.directory / "trials.csv").is_file() else "stopped"
 
     @cached_property
     def spec(self):
@@ -119,7 +119,9 @@ class Search:
         if path.is_file():
             table = pd.read_csv(path, dtype={"trial_id": str, "run_id": str})
             return table.assign(status=table.apply(_trial_status, axis=1))
-        return _study_table(self.study) if (self.directory / STUDY_FILE).is_file() else pd.DataFrame()
+        if not (self.directory / STUDY_FILE).is_file():
+            return pd.DataFrame()
+        return _study_table(self.study, self.settings.max_steps)
 
     @property
     def study(self):
@@ -245,6 +247,44 @@ class Search:
         finished = sum(self.trials["status"] == "finished")
         return SearchAnalysis(trials=TrialAnalysis(table, singles, [], finished))
 
+    def describe(self) -> dict[str, Any]:
+        """Where the search stands, as plain values (``vitplast status NAME --json`` prints them).
+
+        Returns:
+            ``name``, ``status`` (finished, running, stopped), ``trials`` (in all), ``ended``, ``finished``,
+            ``pruned``, ``failed``, ``left`` (trials not ended yet), ``best`` (the best trial's subset, learning rate
+            and validation accuracy, or None), ``elapsed_s`` (since its MLflow parent run started, until it ended).
+        """
+        trials, best = self.trials, self.best_trial
+        counts = trials["status"].value_counts().to_dict() if "status" in trials else {}
+        said = None
+        if best is not None:
+            said = {k: _plain(best.get(k)) for k in ("components", "lr", "best_val_acc", "test_acc") if k in best}
+        return {
+            "name": self.name,
+            "status": self.status,
+            "trials": self.total_trials,
+            "ended": len(trials),
+            **{state: int(counts.get(state, 0)) for state in STATUSES},
+            "left": max(0, self.total_trials - len(trials)),
+            "best": said,
+            "elapsed_s": self._elapsed_s(),
+        }
+
+    def _elapsed_s(self) -> float | None:
+        """Seconds since the parent run started, until it ended (None when the tracking store does not answer)."""
+        import time
+
+        from mlflow.exceptions import MlflowException
+        from mlflow.tracking import MlflowClient
+
+        try:
+            info = MlflowClient(self.place.tracking_uri).get_run(self.record["parent_run_id"]).info
+        except (MlflowException, OSError):
+            return None
+        end = info.end_time if info.status != "RUNNING" and info.end_time else time.time() * 1000
+        return round((end - info.start_time) / 1000, 1)
+
     def __repr__(self) -> str:
         said = f"{len(self.trials)}/{self.total_trials} trials"
         best = self.best_trial
@@ -263,8 +303,10 @@ def _trial_status(row: pd.Series) -> str:
     return "finished"
 
 
-def _study_table(study) -> pd.DataFrame:
-    """The trials a running search's study holds, one row each: the trial table's columns that the study keeps."""
+def _study_table(study, max_steps: int) -> pd.DataFrame:
+    """The trials a running search's study holds, one row each: the trial table's columns that the study keeps
+    (its parameters, subset, accuracies, step, parameters trained, MLflow run), ``max_steps`` where it samples none,
+    and a failed trial's ``error`` pointing at its run."""
     from vitplast_tune.components import COMPONENT_FLAGS
     from vitplast_tune.records.study import TRIAL_ATTR
 
@@ -272,10 +314,29 @@ def _study_table(study) -> pd.DataFrame:
     for t in study.get_trials(deepcopy=False):
         attrs = dict(t.user_attrs)
         params = {k: _loaded(v) for k, v in t.params.items() if k not in COMPONENT_FLAGS}
+        status = _STATES.get(t.state.name, "running")
         rows.append(
-            {"trial_id": attrs.pop(TRIAL_ATTR, None), **params, **attrs, "status": _STATES.get(t.state.name, "running")}
+            {
+                "trial_id": attrs.pop(TRIAL_ATTR, None),
+                **params,
+                **attrs,
+                "max_steps": params.get("max_steps", max_steps),
+                "diverged": False,
+                "error": "failed: see its MLflow run" if status == "failed" else None,
+                "status": status,
+            }
         )
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    for column in ("best_val_acc", "test_acc", "step", "trainable_params"):
+        if column not in table:
+            table[column] = float("nan")
+    return table
+
+
+def _plain(value: Any) -> Any:
+    """A table's value as JSON takes it (numpy scalars as Python's, NaN as None)."""
+    value = value.item() if hasattr(value, "item") else value
+    return None if isinstance(value, float) and value != value else value
 
 
 def _loaded(value: Any) -> Any:

@@ -2,8 +2,8 @@
 results -> the best model -> the Optuna study -> analyze, Ray up until the end. It never imports torch: trials, the
 measurements and the best model run in Ray workers.
 
-``run(options)`` is the whole job; ``execute(plan)`` runs a prepared plan. Each step is one call into the module that
-owns it: ``plan`` (validation), ``run.cluster`` and ``run.nodes`` (Ray), ``run.before_trials`` (plasticity, gradient
+``run(options)`` is the whole job (``run_search``, the package's, returns its ``Search``); ``execute(plan)`` runs a
+prepared plan. Each step is one call into the module that owns it: ``plan`` (validation), ``run.cluster`` and ``run.nodes`` (Ray), ``run.before_trials`` (plasticity, gradient
 table), ``records`` (MLflow, the trial table, the Optuna study, the summary), ``run.tuner`` (the Tuner) and
 ``analysis`` (statistics, plots).
 """
@@ -28,6 +28,7 @@ from vitplast_tune.predictors.report import Predictors
 from vitplast_tune.recommend import ranking
 from vitplast_tune.records import best_trial, pareto, search_run, study, tracking, trial_runs
 from vitplast_tune.records.result import SearchResult, ui_command
+from vitplast_tune.records.search import Search, load_search
 from vitplast_tune.records.table import metric_curves, top_trials, trial_result, trial_table, write_trials
 from vitplast_tune.run import before_trials, guard, interrupts, nodes, parallel, tuner
 from vitplast_tune.run.live_study import LiveStudy
@@ -353,4 +354,21 @@ def _record_best(result: SearchResult, mlflow, grid, runner, staged=()) -> None:
         log.info(f"note: {note}")
 
 
-run_search = run  # the package's public name for it: vitplast_tune.run_search
+def run_search(options: SearchOptions | None = None, /, **keywords: Any) -> Search:
+    """Run (or resume) a search and return it as its records hold it (``vitplast_tune.run_search``).
+
+    Args:
+        options: the search's ``SearchOptions`` (default: every option's default).
+        **keywords: options under the command line's names (``space``, ``name``, ``max_steps``, ``model``,
+            ``dataset``, ...), replacing those of ``options``; ``space`` may be a shipped name, a path, a mapping of
+            the space file's keys or a ``SearchSpec``.
+
+    Returns:
+        The finished ``Search`` (``records.search``): its trials, study, MLflow runs and best model.
+
+    Raises:
+        UserError: a bad option, space, input or service (one of its kinds), before Ray starts.
+        SearchInterrupted: the search was stopped (Ctrl-C, SIGTERM); its message says how to resume it.
+    """
+    result = run(SearchOptions.of(options, **keywords))
+    return load_search(result.place.name, result.place.storage, result.place.tracking_uri)

@@ -11,6 +11,7 @@ is pickled instead (MLflow's pytorch flavour), so that ``mlflow.pytorch.load_mod
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +32,7 @@ from vitplast_tune.storage import (
     MODEL_NAME,
     STATE_FILE,
     TRIAL_FILE,
+    WEIGHTS_DIR,
     WEIGHTS_FILE,
     download,
     read_record,
@@ -137,45 +139,71 @@ def save_model(model: nn.Module, cfg: FinetuneConfig, path: Path) -> Path:
 
 
 def load_best_model(
-    name: str, storage: str | Path | None = None, tracking_uri: str | None = None, device: str = "cpu"
+    name: str | None = None,
+    storage: str | Path | None = None,
+    tracking_uri: str | None = None,
+    device: str = "cpu",
+    *,
+    run_id: str | None = None,
 ) -> nn.Module:
-    """Load the best trial of a finished search as a model holding its best-validation weights, in eval mode.
+    """The best trial of a finished search as a timm model holding its best-validation weights, in eval mode.
 
-    The trial's settings and trained tensors (safetensors) are read from the search's MLflow parent run.
+    Found by the search's ``name`` through its record in ``storage``, or by an MLflow ``run_id`` alone (the search's
+    parent run, or a trial's own run) on ``tracking_uri``, with no local record (a team's MLflow server); its settings
+    and trained tensors (safetensors) are read from that run.
 
     Args:
-        name: The search's name.
-        storage: The storage holding the search's record (None: ``~/vitplast_tune_results``).
-        tracking_uri: The MLflow store (None: the one the search used).
+        name: The search's name (``--name``).
+        storage: Where its record lies (None: ``$VITPLAST_RESULTS_DIR``, else ``~/vitplast_tune_results``).
+        tracking_uri: The MLflow store (None: the one the search used; with ``run_id``, ``$MLFLOW_TRACKING_URI``).
         device: Where the model is put.
+        run_id: An MLflow run holding a best model: a search's parent run or a trial's run.
 
     Returns:
-        The model.
+        The ``torch.nn.Module`` in eval mode on ``device``.
 
     Raises:
-        UserError: If the search is not found, has not finished, or has no best model in the store.
+        UserError: If there is no such search or run, or it holds no best model (the message says why).
     """
+    if run_id is None:
+        if name is None:
+            raise UserError("load_best_model needs a search's name, or run_id= with tracking_uri=")
+        record = read_record(search_dir(name, storage), purpose="recorded")
+        uri, run_id, folders = tracking_uri or record["tracking_uri"], record["parent_run_id"], (BEST_TRIAL_DIR,)
+        _check_finished(name, run_id, uri)
+        what = f'search "{name}"'
+    else:
+        uri, folders = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", ""), (BEST_TRIAL_DIR, WEIGHTS_DIR)
+        if not uri:
+            raise UserError(
+                "load_best_model(run_id=...) needs tracking_uri= (or $MLFLOW_TRACKING_URI): the run's store"
+            )
+        what = f"MLflow run {run_id}"
+    about, trainable = _best_files(run_id, uri, folders, what)
+    return rebuild(FinetuneConfig.from_dict(about["settings"]), trainable).to(device)
+
+
+def _best_files(run_id: str, uri: str, folders: Sequence[str], what: str) -> tuple[dict, dict[str, Tensor]]:
+    """The best trial's row and settings (``TRIAL_FILE``) and trained tensors, from the first of ``folders`` that
+    run ``run_id`` holds on ``uri``; UserError naming ``what`` when none does."""
     import mlflow
     from mlflow.exceptions import MlflowException
     from safetensors.torch import load_file
 
-    record = read_record(search_dir(name, storage), purpose="recorded")
-    uri = tracking_uri or record["tracking_uri"]
-    _check_finished(name, record["parent_run_id"], uri)
-    with tempfile.TemporaryDirectory(prefix="vitplast-best-") as tmp, no_artifact_progress_bar():
-        try:
-            folder = mlflow.artifacts.download_artifacts(
-                run_id=record["parent_run_id"], artifact_path=BEST_TRIAL_DIR, dst_path=tmp, tracking_uri=uri
-            )
-            about = json.loads((Path(folder) / TRIAL_FILE).read_text())
-            trainable = load_file(str(Path(folder) / WEIGHTS_FILE))
-        except (MlflowException, OSError) as exc:
-            raise UserError(
-                f'search "{name}" has no best model on its MLflow run {record["parent_run_id"]} '
-                f"({str(exc).splitlines()[0][:200]}): it has not finished, no trial succeeded, or the store moved "
-                "(pass tracking_uri)"
-            ) from None
-    return rebuild(FinetuneConfig.from_dict(about["settings"]), trainable).to(device)
+    problem = ""
+    for artifacts in folders:
+        with tempfile.TemporaryDirectory(prefix="vitplast-best-") as tmp, no_artifact_progress_bar():
+            try:
+                folder = mlflow.artifacts.download_artifacts(
+                    run_id=run_id, artifact_path=artifacts, dst_path=tmp, tracking_uri=uri
+                )
+                return json.loads((Path(folder) / TRIAL_FILE).read_text()), load_file(str(Path(folder) / WEIGHTS_FILE))
+            except (MlflowException, OSError) as exc:
+                problem = str(exc).splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    raise UserError(
+        f"{what} has no best model on its MLflow run {run_id} ({problem}): it has not finished, no trial succeeded, "
+        "or the store moved (pass tracking_uri)"
+    )
 
 
 def _check_finished(name: str, run_id: str, tracking_uri: str) -> None:
