@@ -52,7 +52,7 @@ def test_the_quickstart_installs_without_dev_tools_and_the_tests_with_them():
     readme = (ROOT / "README.md").read_text()
     quickstart = re.findall(r"```bash\n(.*?)```", readme.split("## Quickstart", 1)[1], re.S)
     tests = re.findall(r"```bash\n(.*?)```", readme.split("## Tests", 1)[1], re.S)
-    assert quickstart[0] == "pip install -e . && python scripts/search.py --space component_subsets\n"  # searches only
+    assert quickstart[0] == "pip install -e . && python scripts/search.py --space component_subsets --name quickstart\n"
     assert tests[0].startswith('pip install -e ".[dev]" && python -m pytest'), tests[0]
     ci = (ROOT / ".ci" / "run").read_text()  # CI runs the README's test command
     assert 'python -m pip install -e ".[dev,docs]"' in ci and re.search(

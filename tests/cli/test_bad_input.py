@@ -347,6 +347,8 @@ def test_vitplast_help_lists_each_command_with_its_sentence():
         "recommend",
         "ui",
         "lab",
+        "list",
+        "status",
     }
     for name, module in _MODULES.items():
         assert f"{name} {module.HELP}" in text, name
