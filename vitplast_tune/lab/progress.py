@@ -4,6 +4,7 @@ the trial folders of the stage that is running), as a Markdown table for the dat
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,20 +64,22 @@ def lab_rows(storage: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def progress_markdown(storage: Path) -> str:
+def progress_markdown(storage: Path, now: str | None = None) -> str:
     """The run's progress as Markdown: its events, then one row per lab.
 
     Args:
         storage: the run's storage folder.
+        now: when it is read (default: now, UTC).
 
     Returns:
         The text (no paths).
     """
     path = Path(storage) / RUN_FILE
     record = json.loads(path.read_text()) if path.is_file() else {}
+    now = now or time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     lines = [
-        f"Run of `{record.get('preregistration', '?')}` (SHA-256 `{str(record.get('sha256', '?'))[:12]}`), "
-        f"code at commit `{str(record.get('commit', '?'))[:12]}`.",
+        f"Read at {now} UTC. Run of `{record.get('preregistration', '?')}` (SHA-256 "
+        f"`{str(record.get('sha256', '?'))[:12]}`), code at commit `{str(record.get('commit', '?'))[:12]}`.",
         "",
         "| when (UTC) | event | lab | qualifies |",
         "|---|---|---|---|",
