@@ -1,4 +1,4 @@
-"""What a search's trials say: rank statistics with bootstrap intervals, the paper's protocol, the criteria lab,
+"""What a search's trials say: rank statistics with bootstrap intervals, the paper's protocol, subsets at their best rates, verdict words,
 parameter importance, the depth analysis and their plots."""
 
 import lazy_loader as _lazy
@@ -9,11 +9,11 @@ __getattr__, __dir__, __all__ = _lazy.attach(
         "analyze": ["SearchAnalysis", "analyze_search"],
         "correlation": ["correlations", "compare_with_baseline", "spearman", "kendall", "bca_interval"],
         "protocol": ["paper_results", "relative_gain", "best_lr_table", "cross_dataset_report"],
-        "lab": ["criteria_lab", "describe_lab"],
+        "subsets": ["criteria_lab", "describe_lab"],
         "bracket": ["bracket_table"],
         "resampling": ["runs_of", "resample"],
         "multiple": ["holm"],
-        "pooled": ["pool_labs", "describe_pooled"],
+        "verdicts": ["TestResult", "sentence"],
         "importance": ["parameter_importance"],
         "depth": ["analyze_depth"],
     },

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitplast_tune.analysis import lab
+from vitplast_tune.analysis import subsets as lab
 from vitplast_tune.analysis.depth import DepthAnalysis, analyze_depth, describe_depth, varies_depth
 from vitplast_tune.analysis.importance import Importance, describe_importance, parameter_importance
 from vitplast_tune.analysis.plots import plot_importance

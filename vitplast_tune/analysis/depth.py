@@ -23,7 +23,7 @@ import pandas as pd
 
 from vitplast_tune.analysis import multiple
 from vitplast_tune.analysis.correlation import MIN_POINTS, is_constant, spearman
-from vitplast_tune.analysis.lab import (
+from vitplast_tune.analysis.subsets import (
     N_BOOT,
     Statistics,
     comparison_frame,

@@ -24,6 +24,8 @@ LAB_HELP = """The criteria lab on offline tasks, each task's lab a few resumable
                                                         # the checks and labs a pre-registration names
     vitplast lab progress --storage DIR [--page FILE]   # where a registered run stands (Markdown)
     vitplast lab pooled --name NAME LAB [LAB ...]       # the verdict pooled across labs (lab.<model>.<task> names)
+    vitplast lab analyze --from FOLDER [--design FILE]  # a kept lab re-analysed from its folder alone
+    vitplast lab pooled --from FOLDER ... --out DIR [--design FILE] [--tracking-uri URI]  # the pre-registered verdict
 
 Running the same command again goes on where it stopped (registered: with --resume). --dry-run estimates check and
 run without training."""
@@ -40,6 +42,12 @@ def parser() -> Parser:
     p.add_argument("--model", action="append", help="a model, s0 or s1 (repeatable for check; default: s0)")
     p.add_argument("--name", help="pooled: the name of the pooled verdict (a folder under --storage)")
     p.add_argument("--storage", help="where the labs live (default ~/vitplast_tune_results)")
+    p.add_argument(
+        "--from", dest="kept", nargs="+", metavar="FOLDER", help="analyze/pooled: kept lab folders (docs/results/data)"
+    )
+    p.add_argument("--design", help="with --from: the pre-registration (default: preregistration.yaml beside them)")
+    p.add_argument("--out", help="pooled --from: the folder for pooled.json, its tables and forest plots")
+    p.add_argument("--tracking-uri", help="pooled --from: also log the verdict as an MLflow run there")
     p.add_argument("--space", help=f"the lab space (default: {DEFAULT_SPACE})")
     p.add_argument("--max-rounds", type=int, help=f"extension rounds beyond the grid's rates (default: {MAX_ROUNDS})")
     p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial (default: 1)")
@@ -71,6 +79,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     from vitplast_tune.lab import tasks
     from vitplast_tune.storage import default_storage
 
+    if args.kept:
+        return _from_kept(args)
     storage = outputs.output_dir(args.storage, "--storage") if args.storage else default_storage()
     models = args.model or ["s0"]
 
@@ -89,12 +99,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         return 0
     if args.command == "pooled":
-        from vitplast_tune.analysis import pooled
+        from vitplast_tune.lab import report
 
         if not args.name or not args.labs:
             raise UserError("pooled needs --name NAME and the labs to pool (lab.<model>.<task> names)")
         dirs = [storage / name for name in args.labs]
-        print(pooled.pool_labs(dirs, storage / args.name, include_unqualified=args.even_if_unqualified))
+        _, text = report.pool_folders(
+            dirs, storage / args.name, design=args.design, include_unqualified=args.even_if_unqualified
+        )
+        print(text)
         return 0
     if args.command == "registered":
         return _registered(args, storage)
@@ -132,6 +145,34 @@ def _registered(args: argparse.Namespace, storage) -> int:
     record = registered.start_or_resume(prereg, settings, resume=args.resume)  # refused before Ray starts
     record = registered.run_registered(prereg, settings, record=record)
     print(registered.describe_run(record))
+    return 0
+
+
+def _from_kept(args: argparse.Namespace) -> int:
+    """``analyze --from FOLDER`` and ``pooled --from FOLDER ...``: kept labs re-analysed from their folders alone."""
+    from pathlib import Path
+
+    from vitplast_tune import outputs
+    from vitplast_tune.lab import report
+
+    if args.command not in ("analyze", "pooled") or args.labs:
+        raise UserError("--from goes with analyze (one folder) or pooled (the folders), and no lab names")
+    folders = [Path(f) for f in args.kept]
+    missing = [f for f in folders if not f.is_dir()]
+    if missing:
+        raise UserError(f"--from: no folder {missing[0]}")
+    if args.command == "analyze":
+        if len(folders) != 1:
+            raise UserError("analyze --from takes one lab folder")
+        print(report.analyze_folder(folders[0], args.design))
+        return 0
+    if not args.out:
+        raise UserError("pooled --from needs --out DIR (where pooled.json, its tables and forest plots go)")
+    out = outputs.output_dir(args.out, "--out")
+    _, text = report.pool_folders(
+        folders, out, design=args.design, tracking_uri=args.tracking_uri, include_unqualified=args.even_if_unqualified
+    )
+    print(text)
     return 0
 
 

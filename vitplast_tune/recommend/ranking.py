@@ -19,13 +19,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vitplast_tune.analysis.pooled import POOLED_FILE
 from vitplast_tune.components import HEAD, all_subsets, parse_subset, subset_name
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.freezing import count_trainable
 from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import BASELINE, contains_mha_or_fc, log_trainable_params
 from vitplast_tune.storage import SEARCH_FILE
+
+POOLED_FILE = "pooled.json"  # a pooled criteria-lab verdict's file (``vitplast lab pooled`` writes it)
 
 
 @dataclass

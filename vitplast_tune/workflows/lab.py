@@ -205,7 +205,7 @@ def keep(lab: Lab, out) -> None:
 
 
 def analyze_lab(lab: Lab, *, n_boot: int | None = None) -> Any:
-    """The lab's analysis over every stage's trials (``analysis.lab.criteria_lab``), written to ``<lab>/analysis``.
+    """The lab's analysis over every stage's trials (``analysis.subsets.criteria_lab``), written to ``<lab>/analysis``.
 
     Args:
         lab: the lab.
@@ -214,7 +214,7 @@ def analyze_lab(lab: Lab, *, n_boot: int | None = None) -> Any:
     Returns:
         Its results.
     """
-    from vitplast_tune.analysis import lab as criteria
+    from vitplast_tune.analysis import subsets as criteria
 
     trials = lab_trials(lab.dir)
     extra = in_network(lab, trials["components"].unique()).to_frame()
@@ -236,7 +236,7 @@ def describe_report(lab: Lab, results) -> str:
     Returns:
         The text.
     """
-    from vitplast_tune.analysis import lab as criteria
+    from vitplast_tune.analysis import subsets as criteria
 
     minutes, stages = lab_minutes(lab)
     head = (

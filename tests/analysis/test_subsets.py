@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from tests.analysis._tables import grid_trials, lab_trials
-from vitplast_tune.analysis import lab
+from vitplast_tune.analysis import subsets as lab
 
 PREDICTORS = ["good", "bad", "copy", "noise"]
 

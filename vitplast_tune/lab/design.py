@@ -1,0 +1,127 @@
+"""The lab's pre-registered design as the analysis reads it (``preregistration.yaml``, committed before the labs ran):
+the models and tasks, the predictors and baseline, the resampling, alpha, the equivalence margin, the correction and
+the one family of claims that may be said in words. The analysis judges those claims and no other: a claim the file
+does not name is refused, as is a lab whose model or task it does not name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from vitplast_tune.errors import UserError
+
+PREREGISTRATION = "preregistration.yaml"
+CLAIMS = ("better", "equivalent", "narrower")  # superiority, equivalence within the margin, single components
+SCOPES = ("pooled",)
+CORRECTIONS = ("holm", "bonferroni")  # statsmodels.stats.multitest.multipletests methods the family may name
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One pre-registered verdict: ``claim`` about ``predictor`` against the baseline, at ``scope``."""
+
+    claim: str
+    predictor: str
+    scope: str = "pooled"
+
+    @property
+    def key(self) -> str:
+        return f"{self.claim}:{self.predictor}:{self.scope}"
+
+
+@dataclass(frozen=True)
+class Design:
+    """The pre-registered design (the keys of ``preregistration.yaml`` the analysis reads)."""
+
+    registered: str
+    models: dict[str, str]
+    candidate_tasks: tuple[str, ...]
+    predictors: tuple[str, ...]
+    baseline: str
+    family: tuple[Claim, ...]
+    alpha: float = 0.05
+    margin: float = 0.10
+    correction: str = "holm"
+    resamples: int = 20000
+    bootstrap_seed: int = 0
+    seeds_joint: bool = True
+    test_images_joint: bool = True
+    undecided_mc_se: float = 3.0
+    headline: str = "random_effects"
+    seeds: int = 5
+    source: str = ""
+
+    def claims(self, kind: str) -> list[Claim]:
+        """The family's claims of one kind, in the file's order."""
+        return [c for c in self.family if c.claim == kind]
+
+    def check_lab(self, name: str, model: str, task: str) -> None:
+        """UserError unless the design names the lab's model (by key or timm name) and task."""
+        if model not in self.models and model not in self.models.values():
+            raise UserError(f"lab {name}: its model {model} is not in the pre-registration {self.source}")
+        if task not in self.candidate_tasks:
+            raise UserError(f"lab {name}: its task {task} is not among the pre-registered tasks ({self.source})")
+
+
+def _claims(entries, predictors: tuple[str, ...], source: str) -> tuple[Claim, ...]:
+    out = []
+    for entry in entries or []:
+        if not isinstance(entry, dict) or set(entry) - {"claim", "predictor", "scope"}:
+            raise UserError(f"{source}: a family entry must be {{claim, predictor, scope}}, got {entry!r}")
+        claim, predictor, scope = entry.get("claim"), entry.get("predictor"), entry.get("scope", "pooled")
+        if claim not in CLAIMS:
+            raise UserError(f"{source}: the analysis has no test for the claim {claim!r} (known: {', '.join(CLAIMS)})")
+        if scope not in SCOPES:
+            raise UserError(f"{source}: the analysis judges no claim at scope {scope!r} (known: {', '.join(SCOPES)})")
+        named = predictors if predictor in ("each", "<each>") else (predictor,)
+        for p in named:
+            if p not in predictors:
+                raise UserError(f"{source}: the family names {p!r}, which is not among its predictors")
+            out.append(Claim(claim, p, scope))
+    if not out:
+        raise UserError(f"{source}: the pre-registration names no family of verdicts")
+    return tuple(out)
+
+
+def read_design(path: str | Path) -> Design:
+    """The design in ``path``; UserError naming what is missing or unknown."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"no pre-registration at {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    missing = [k for k in ("registered", "models", "predictors", "baseline", "family") if k not in data]
+    if missing:
+        raise UserError(f"{path}: the pre-registration lacks {', '.join(missing)}")
+    predictors = tuple(str(p) for p in data["predictors"])
+    resampling = data.get("resampling") or {}
+    correction = str(data.get("correction", "holm"))
+    if correction not in CORRECTIONS:
+        raise UserError(f"{path}: correction {correction!r} is not one the analysis applies ({', '.join(CORRECTIONS)})")
+    design = Design(
+        registered=str(data["registered"]),
+        models={str(k): str(v) for k, v in data["models"].items()},
+        candidate_tasks=tuple(str(t) for t in data.get("candidate_tasks", [])),
+        predictors=predictors,
+        baseline=str(data["baseline"]),
+        family=_claims(data["family"], predictors, str(path)),
+        alpha=float(data.get("alpha", 0.05)),
+        margin=float(data.get("margin", 0.10)),
+        correction=correction,
+        resamples=int(resampling.get("resamples", 20000)),
+        bootstrap_seed=int(resampling.get("bootstrap_seed", 0)),
+        seeds_joint=resampling.get("seeds", "joint") == "joint",
+        test_images_joint=resampling.get("test_images", "joint") == "joint",
+        undecided_mc_se=float(data.get("undecided_mc_se", 3)),
+        headline=str(data.get("headline", "random_effects")),
+        seeds=int(data.get("seeds", 5)),
+        source=str(path),
+    )
+    if not (0 < design.alpha < 1 and design.margin > 0 and design.resamples >= 1000):
+        raise UserError(f"{path}: alpha in (0, 1), a positive margin and at least 1000 resamples are required")
+    if not math.isfinite(design.undecided_mc_se) or design.undecided_mc_se < 0:
+        raise UserError(f"{path}: undecided_mc_se must be a non-negative number")
+    return design
