@@ -186,8 +186,12 @@ OTHERS = [
     (
         "lab",
         ["pooled", "--name", "p", "lab.s0.digits", "--storage", "{tmp}"],
-        "lab lab.s0.digits in {tmp} is not analyzed",
+        "{tmp}/lab.s0.digits is not a kept lab: it has no lab.json",
     ),
+    ("lab", ["analyze", "--from", "{tmp}/nowhere"], "--from: no folder {tmp}/nowhere"),
+    ("lab", ["pooled", "--from", "{tmp}"], "pooled --from needs --out DIR"),
+    ("lab", ["check", "--from", "{tmp}"], "--from goes with analyze (one folder) or pooled"),
+    ("lab", ["analyze", "--from", "{tmp}", "--design", "{tmp}/none.yaml"], "{tmp} is not a kept lab"),
     ("lab", ["walk"], "argument command: invalid choice: 'walk'"),
     ("lab", ["registered", "--storage", "{tmp}/labs"], "registered needs --preregistration FILE and --storage DIR"),
     ("lab", ["registered", *PREREG, "--storage", "{tmp}/labs", "--model", "s1"], "registered takes no tasks"),

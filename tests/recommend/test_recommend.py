@@ -71,7 +71,7 @@ def test_a_pooled_verdict_backs_the_criterion_it_found_better_and_says_where_it_
     pooled = evidence[evidence["search"] == "pooled"]
     assert set(pooled["criterion"]) == {"grad_norm", "auto_rgn"} and set(pooled["n"]) == {3}
     criterion, why = ranking.choose_criterion(evidence, "s1", "fractals_novel")  # the verdict over the most labs
-    assert criterion == "auto_rgn" and "+0.12 [+0.02, +0.22] after Holm" in why
+    assert criterion == "auto_rgn" and "+0.12 [+0.02, +0.22] (at the family's corrected level)" in why
     assert "over 3 labs (s0 / digits_c:contrast; s0 / fractals_novel; s1 / fractals_novel)" in why
     assert "this model and dataset are among them" in why
     _, why = ranking.choose_criterion(evidence, "vit_base_patch16_224", "cifar100")

@@ -23,6 +23,8 @@ import pandas as pd
 
 from vitplast_tune.analysis import multiple
 from vitplast_tune.analysis.correlation import MIN_POINTS, is_constant, spearman
+from vitplast_tune.analysis.protocol import best_lr_table
+from vitplast_tune.analysis.resampling import runs_of
 from vitplast_tune.analysis.subsets import (
     N_BOOT,
     Statistics,
@@ -31,8 +33,6 @@ from vitplast_tune.analysis.subsets import (
     mean_std,
     predictor_statistics,
 )
-from vitplast_tune.analysis.protocol import best_lr_table
-from vitplast_tune.analysis.resampling import runs_of
 from vitplast_tune.components import depth_blocks, subset_name
 from vitplast_tune.predictors.scores import BASELINE, log_trainable_params
 

@@ -47,7 +47,7 @@ class TestResult:
 
 
 def decision(result: TestResult) -> str:
-    """"established" (corrected p below alpha, and more than ``undecided_se`` Monte Carlo errors from it),
+    """ "established" (corrected p below alpha, and more than ``undecided_se`` Monte Carlo errors from it),
     "undecided" (within them), else "not established"; "not established" for an untested (NaN) p."""
     p, se = result.p_adjusted, result.p_adjusted_se
     if not math.isfinite(p):

@@ -112,22 +112,23 @@ def analyze_lab(records: LabRecords, design: Design, *, n_boot: int | None = Non
         notes.append(f"{records.seeds} seeds per configuration, fewer than the design's {design.seeds}")
     correct = records.correct if design.test_images_joint else None
     grid = crossed.grid_of(trials, list(rows["components"]), select=records.select, correct=correct)
-    drawn, values = crossed.targets(grid, n_boot, crossed.stream(records.name, design.bootstrap_seed), draw_subsets=True)
+    drawn, values = crossed.targets(
+        grid, n_boot, crossed.stream(records.name, design.bootstrap_seed), draw_subsets=True
+    )
     y = crossed.point(grid)
-    differences = [_column_difference(rows, p, design.baseline, SUBSETS, y, drawn, values) for p in columns[:-1]]
+    judged = [p for p in columns if p != design.baseline]
+    differences = [_column_difference(rows, p, design.baseline, SUBSETS, y, drawn, values) for p in judged]
     singles = [c for c in BLOCK_COMPONENTS if c in set(rows["components"])]
     single_rows = rows.set_index("components").loc[singles].reset_index()
     grid = grid.rows(singles)
     stream = crossed.stream(records.name + ":single", design.bootstrap_seed)
     drawn, values = crossed.targets(grid, n_boot, stream, draw_subsets=False)
     y = crossed.point(grid)
-    narrower = [_column_difference(single_rows, p, design.baseline, SINGLES, y, drawn, values) for p in columns[:-1]]
+    narrower = [_column_difference(single_rows, p, design.baseline, SINGLES, y, drawn, values) for p in judged]
     return LabAnalysis(records, table, differences, narrower, n_boot, notes)
 
 
-def _column_difference(
-    rows: pd.DataFrame, predictor: str, baseline: str, what: str, y, drawn, values
-) -> Difference:
+def _column_difference(rows: pd.DataFrame, predictor: str, baseline: str, what: str, y, drawn, values) -> Difference:
     if predictor not in rows or baseline not in rows:
         return Difference(predictor, what, 0, note="not measured in this lab")
     x, base = (pd.to_numeric(rows[c], errors="coerce").to_numpy(float) for c in (predictor, baseline))
@@ -182,4 +183,3 @@ def describe_subsets_table(analysis: LabAnalysis) -> str:
     from vitplast_tune.analysis.subsets import LabResult
 
     return describe_subsets(LabResult(analysis.table, [], {}))
-

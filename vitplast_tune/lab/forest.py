@@ -75,7 +75,9 @@ def forest_plot(result: PooledResult, predictor: str, what: str, path: Path) -> 
     ax.set_yticks([p for p, _ in labels], [t for _, t in labels])
     ax.set_ylim(y - 1, height)
     rows_said = "the subsets" if what == SUBSETS else "the single block components"
-    ax.set_xlabel(f"Spearman({predictor}) - Spearman({BASELINE_WORDS}) on {rows_said}\n(95% intervals; dashed: margin ±{margin:g})")
+    ax.set_xlabel(
+        f"Spearman({predictor}) - Spearman({BASELINE_WORDS}) on {rows_said}\n(95% intervals; dashed: margin ±{margin:g})"
+    )
     ax.set_title(f"{predictor} against the parameter count")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ I^2, beside the number of tasks a task-level test would need under this family.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,7 +85,9 @@ def per_lab_table(labs: list[LabAnalysis]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _pooled_samples(labs: list[LabAnalysis], predictor: str, what: str) -> tuple[int, float, np.ndarray | None]:
+def pooled_samples(labs: list[LabAnalysis], predictor: str, what: str) -> tuple[int, float, np.ndarray | None]:
+    """The labs measuring ``predictor`` on ``what``, their mean difference and its values per resample (the labs'
+    mean, resample by resample; None when no lab measured it)."""
     found = [a.difference(predictor, what) for a in labs]
     found = [d for d in found if d is not None and d.samples is not None]
     if not found:
@@ -102,9 +105,7 @@ def _p_value(kind: str, samples: np.ndarray, margin: float) -> tuple[float, floa
     return p, p_se(p, len(values))
 
 
-def _corrected(
-    p: np.ndarray, se: np.ndarray, method: str, alpha: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _corrected(p: np.ndarray, se: np.ndarray, method: str, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The corrected p-values (``statsmodels`` multipletests), their Monte Carlo errors (the step's multiplier times
     the error of the p that sets it; 0 when capped at 1) and each hypothesis's share of alpha for its interval."""
     from statsmodels.stats.multitest import multipletests
@@ -130,7 +131,7 @@ def judge(labs: list[LabAnalysis], design: Design) -> list[Judged]:
     """Every claim of the design's family on the pooled values, under one correction."""
     judged = []
     for claim in design.family:
-        n, estimate, samples = _pooled_samples(labs, claim.predictor, WHAT[claim.claim])
+        n, estimate, samples = pooled_samples(labs, claim.predictor, WHAT[claim.claim])
         found = Judged(claim, n, estimate, samples)
         if samples is not None:
             found.p, found.p_se = _p_value(claim.claim, samples, design.margin)
@@ -165,12 +166,22 @@ def random_effects(diffs: np.ndarray, ses: np.ndarray) -> dict:
         return out
     from statsmodels.stats.meta_analysis import combine_effects
 
-    res = combine_effects(diffs[keep], ses[keep] ** 2, method_re="dl")
-    low, high = res.conf_int(alpha=0.05, use_t=False)[1]  # (fixed, random effects, ...): the random effects' row
-    return out | {"re": float(res.mean_effect_re), "re_low": float(low), "re_high": float(high)} | {
-        "tau2": float(res.tau2),
-        "i2": float(res.i2),
-    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # its HKSJ figures (not used) take a root of a negative scale
+        res = combine_effects(diffs[keep], ses[keep] ** 2, method_re="dl")
+        intervals = res.conf_int(alpha=0.05, use_t=False)  # (fixed, random effects, ...)
+    if res.tau2 > 0:
+        estimate, (low, high) = res.mean_effect_re, intervals[1]
+    else:  # DerSimonian-Laird's tau^2 truncated at 0 (statsmodels leaves it negative): the fixed-effect pooling
+        estimate, (low, high) = res.mean_effect_fe, intervals[0]
+    return (
+        out
+        | {"re": float(estimate), "re_low": float(low), "re_high": float(high)}
+        | {
+            "tau2": max(0.0, float(res.tau2)),
+            "i2": max(0.0, float(res.i2)),  # (Q - df) / Q, truncated at 0 as I^2 is reported
+        }
+    )
 
 
 def headline(per_lab: pd.DataFrame) -> pd.DataFrame:
@@ -199,7 +210,7 @@ def power_table(per_lab: pd.DataFrame, heads: pd.DataFrame, design: Design, fami
         part = per_lab[(per_lab["predictor"] == h.predictor) & (per_lab["what"] == h.what)]
         var = float(np.nanmean(part["se"] ** 2)) if part["se"].notna().any() else math.nan
         n = int(part["se"].notna().sum())
-        if not (n and math.isfinite(var)):
+        if not (n and math.isfinite(var) and var > 0):
             continue
         se = math.sqrt(var / n)
         tau2 = h.tau2 if math.isfinite(h.tau2) else 0.0
@@ -228,6 +239,7 @@ def pool(labs: list[LabAnalysis], design: Design) -> PooledResult:
     """
     if not labs:
         raise UserError("no lab to pool")
+    labs = sorted(labs, key=lambda a: (a.records.model, a.records.task, a.records.name))  # the order named: no matter
     seen = [(a.records.model, a.records.task) for a in labs]
     if len(set(seen)) < len(seen):
         raise UserError("two labs of the same model and task: pool each model x task once")

@@ -200,8 +200,9 @@ def design_for(folders: list[Path], design: str | Path | None) -> Design:
 
 def analyze_folder(folder: str | Path, design: str | Path | None = None, *, n_boot: int | None = None) -> str:
     """A lab re-analysed from its kept folder alone, as text."""
+    records = kept.read_kept(folder)
     chosen = design_for([Path(folder)], design)
-    return analysis.describe_lab(analysis.analyze_lab(kept.read_kept(folder), chosen, n_boot=n_boot))
+    return analysis.describe_lab(analysis.analyze_lab(records, chosen, n_boot=n_boot))
 
 
 def pool_folders(

@@ -187,7 +187,7 @@ def choose_criterion(evidence: pd.DataFrame, model: str | None = None, dataset: 
         b = better.iloc[0]
         return b["criterion"], (
             f"it ranks the subsets better than log(#trainable params) in {source}: mean Spearman difference "
-            f"{b['diff']:+.2f} [{b['diff_low']:+.2f}, {b['diff_high']:+.2f}] after Holm"
+            f"{b['diff']:+.2f} [{b['diff_low']:+.2f}, {b['diff_high']:+.2f}] (at the family's corrected level)"
         )
     return BASELINE, f"no criterion ranked the subsets better than the parameter count in {source}"
 

@@ -1,0 +1,160 @@
+"""The pre-registered verdict from kept folders (lab/kept.py, lab/analysis.py, lab/pooled.py, lab/report.py): the
+crossed bootstrap, p-values with their Monte Carlo error, equivalence, the narrower claim against the baseline, the
+random-effects headline, the design refusing what it does not name, the files, forest plots and the MLflow run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.lab._synthetic import design_file, write_lab
+from tests.lab.test_results_page import judged_and_said, same_to_the_printed_digit
+from vitplast_tune.analysis import crossed, resampling
+from vitplast_tune.errors import UserError
+from vitplast_tune.lab import analysis, kept, pooled, report
+from vitplast_tune.lab.design import read_design
+
+
+@pytest.fixture(scope="module")
+def labs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("labs")
+    folders = [write_lab(root, k) for k in range(3)] + [write_lab(root, 3, model="model1")]
+    return root, folders, design_file(root)
+
+
+def test_a_kept_folder_is_read_whole_and_its_outcomes_align_with_its_trials(labs):
+    _, folders, _ = labs
+    records = kept.read_kept(folders[0])
+    assert records.select == "val_acc" and records.notes == [] and records.seeds == 5
+    assert records.correct.shape == (len(records.trials), 200)
+    np.testing.assert_allclose(records.correct.mean(axis=1), records.trials["test_acc"])
+    with pytest.raises(UserError, match="is not a kept lab"):
+        kept.read_kept(folders[0].parent / "nowhere")
+
+
+def test_seeds_are_drawn_jointly_for_every_subset(labs):
+    """A seed shifts every subset alike here (no interaction): drawn jointly, the subsets' differences are the same on
+    every resample of the seeds (test images not resampled); drawn per subset, as before, they are not."""
+    _, folders, _ = labs
+    records = kept.read_kept(folders[0])
+    trials = records.trials.assign(test_acc=lambda t: t["val_acc"])  # the target: the seed-shifted accuracy itself
+    keys = ["mha", "fc1", "mha+fc1"]
+    grid = crossed.grid_of(trials, keys, select="val_acc")
+    _, values = crossed.targets(grid, 300, crossed.stream("x", 0), draw_subsets=False)
+    spread = (values - values[:, :1]).std(axis=0)
+    assert values.std(axis=0).min() > 0.003 and spread.max() < 0.003  # each moves, their differences hardly do
+    runs = resampling.runs_of(trials.assign(best_val_acc=trials["val_acc"]), [(k,) for k in keys])
+    drawn, old = resampling.resample(runs, 300, 0)
+    same = (drawn == np.arange(3)).all(axis=1)  # resamples that drew each subset once, in order
+    assert (old[same] - old[same][:, :1]).std(axis=0).max() > 2 * spread.max()
+
+
+def test_test_images_are_drawn_jointly_for_every_subset(labs):
+    """Two runs with the same outcomes score alike on every draw of the test images; the draws move the scores."""
+    _, folders, _ = labs
+    records = kept.read_kept(folders[0])
+    correct = records.correct.copy()
+    first, second = ((records.trials["components"] == c).to_numpy() for c in ("mha", "fc1"))
+    correct[second] = correct[first]
+    grid = crossed.grid_of(records.trials, ["mha", "fc1"], select="val_acc", correct=correct)
+    grid.select[1] = grid.select[0]  # the same rate chosen for both on every resample
+    _, values = crossed.targets(grid, 200, crossed.stream("y", 0), draw_subsets=False)
+    np.testing.assert_allclose(values[:, 0], values[:, 1])
+    assert values[:, 0].std() > 0.005
+
+
+def test_the_family_is_judged_with_mc_errors_equivalence_and_the_narrower_claim(labs, tmp_path):
+    from statsmodels.stats.multitest import multipletests
+
+    _, folders, design = labs
+    result, text = report.pool_folders(folders, tmp_path / "pooled", design=design)
+    said = {(j.claim.claim, j.claim.predictor): pooled.decision(j.result) for j in result.judged}
+    assert said[("better", "good")] == "established" and said[("better", "noise")] == "not established"
+    assert said[("equivalent", "copy")] == "established" and said[("equivalent", "noise")] == "not established"
+    assert said[("narrower", "plasticity_mean")] == "established"
+    tested = [j for j in result.judged if j.result is not None]
+    assert len(tested) == 9 and all(j.result.family == 9 for j in tested)
+    p = np.array([j.p for j in tested])
+    np.testing.assert_allclose([j.result.p_adjusted for j in tested], multipletests(p, method="holm")[1])
+    good = next(j for j in tested if j.claim.key == "better:good:pooled")
+    assert good.p_se == pytest.approx(1 / 2000) and good.result.low > 0  # p = 0 of 2000: its error one resample
+    assert "ranks the subsets better than log(#trainable parameters) across these 4 tasks" in text
+    assert "copy, noise are not shown to rank the subsets better" in text and "no better" not in text
+    assert "Holm over 9 verdicts, family-wise 5%" in text and "(MC SE " in text
+    head = result.headline.set_index(["predictor", "what"]).loc[("noise", "subsets")]
+    assert head["labs"] == 4 and 0 <= head["i2"] <= 1 and head["tau2"] >= 0
+    assert result.tasks_needed == pooled.tasks_needed(0.05, 9) == 8  # 1/2^8 < 0.05/9 <= 1/2^7
+
+
+def test_alpha_and_the_correction_in_the_words_come_from_the_design(labs, tmp_path):
+    _, folders, _ = labs
+    design = design_file(tmp_path / "other", alpha=0.1, correction="bonferroni")
+    _, text = report.pool_folders(folders, tmp_path / "pooled", design=design)
+    assert "Bonferroni over 9 verdicts, family-wise 10%" in text and "Holm" not in text.split(report.SAYS)[1]
+
+
+def test_the_labs_order_changes_nothing_and_the_bootstrap_seed_only_the_last_digit(labs, tmp_path):
+    _, folders, design = labs
+    text = report.pool_folders(folders, tmp_path / "a", design=design)[1]
+    again = report.pool_folders(folders[::-1], tmp_path / "b", design=design)[1]
+    assert text.split("\nfiles:")[0] == again.split("\nfiles:")[0]
+    resampling = {"seeds": "joint", "test_images": "joint", "resamples": 2000, "bootstrap_seed": 1}
+    moved = report.pool_folders(folders, tmp_path / "c", design=design_file(tmp_path / "seed1", resampling=resampling))[
+        1
+    ]
+    assert judged_and_said(text) != judged_and_said(moved)  # another seed, other resamples
+    assert same_to_the_printed_digit(judged_and_said(text), judged_and_said(moved))
+
+
+def test_the_design_refuses_what_it_does_not_name(labs, tmp_path):
+    root, folders, _ = labs
+    with pytest.raises(UserError, match="no test for the claim 'worse'"):
+        read_design(design_file(tmp_path / "a", family=[{"claim": "worse", "predictor": "good"}]))
+    with pytest.raises(UserError, match="'grad_norm', which is not among its predictors"):
+        read_design(design_file(tmp_path / "b", family=[{"claim": "better", "predictor": "grad_norm"}]))
+    narrow = read_design(design_file(tmp_path / "c", candidate_tasks=["t0"]))
+    with pytest.raises(UserError, match="its task t1 is not among the pre-registered tasks"):
+        analysis.analyze_lab(kept.read_kept(folders[1]), narrow)
+    with pytest.raises(UserError, match="no preregistration.yaml beside the labs"):
+        report.design_for([tmp_path / "x" / "lab.m0.t0"], None)
+    assert report.design_for(folders, None).source == str(root / "preregistration.yaml")
+
+
+def test_the_files_the_forest_plots_and_the_mlflow_run(labs, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from tests.analysis._tables import is_png
+
+    _, folders, design = labs
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result, text = report.pool_folders(folders, tmp_path / "pooled", design=design, tracking_uri=uri)
+    payload = json.loads((tmp_path / "pooled" / "pooled.json").read_text())
+    rows = {r["predictor"]: r for r in payload["predictors"]}
+    assert rows["good"]["verdict"] == "better" and rows["noise"]["verdict"] == "not established"
+    assert payload["family"] == 9 and [lab["lab"] for lab in payload["labs"]] == [f.name for f in folders]  # sorted
+    plots = sorted((tmp_path / "pooled").glob("forest-*.png"))
+    stems = ("copy", "good", "noise", "plasticity_mean", "plasticity_mean-single")
+    assert [p.name for p in plots] == sorted(f"forest-{p}.png" for p in stems)
+    assert all(is_png(p) for p in plots)
+    run_id = text.split("MLflow run ")[1].split()[0]
+    client = MlflowClient(uri)
+    names = {a.path for a in client.list_artifacts(run_id, "forest")}
+    assert names == {f"forest/{p.name}" for p in plots}
+    assert client.get_run(run_id).data.params["margin"] == "0.1"
+    per_lab = pd.read_csv(tmp_path / "pooled" / "pooled_per_lab.csv")
+    assert set(per_lab["lab"]) == {f.name for f in folders}
+
+
+def test_recommend_follows_the_pooled_verdict(labs, tmp_path):
+    from vitplast_tune.recommend.ranking import choose_criterion, read_evidence
+
+    _, folders, design = labs
+    result, _ = report.pool_folders(folders, tmp_path / "storage" / "pooled-all", design=design)
+    better = [j for j in result.judged if j.claim.claim == "better" and pooled.decision(j.result) == "established"]
+    assert {j.claim.predictor for j in better} == {"good", "plasticity_mean"}  # both the true accuracy, jittered
+    criterion, why = choose_criterion(read_evidence(tmp_path / "storage"))
+    assert criterion == max(better, key=lambda j: j.estimate).claim.predictor
+    assert "pooled verdict pooled-all over 4 labs" in why and "after Holm" not in why
