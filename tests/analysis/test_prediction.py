@@ -74,4 +74,7 @@ def test_all_three_plasticity_scores_are_judged_under_one_holm_family(tmp_path):
     )
     assert alone["diff_low"] > 0  # its unadjusted 95% interval excludes 0: printing that one would claim it
     text = describe_correlations(table)
-    assert "adjusted for the 6 verdicts" in text and text.count("-> plasticity_") == 6  # three scores, two views
+    assert (
+        "adjusted for the verdicts below: Holm over 6 verdicts, family-wise 5%" in text
+        and text.count("-> plasticity_") == 6
+    )  # three scores, two views

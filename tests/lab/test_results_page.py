@@ -4,6 +4,12 @@ records by the script the docs name (scripts/lab_results_page.py), must be what 
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vitplast_tune.lab import page, report
 
 NUMBER = re.compile(r"[-+]?\d+\.\d+|[-+]?\d+")
 
@@ -24,3 +30,57 @@ def judged_and_said(text: str) -> str:
     """A pooled printout's family (every claim's figures, p-values and decision) and its sentences."""
     family = text.split("The pre-registered family, pooled")[1].split("\nHeadline:")[0]
     return family + text.split("What it says (generated from the figures above):")[1].split("\nfiles:")[0]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+MACHINE_PATHS = re.compile(r"(?<![\w.])/(root|work|tmp|home)/")
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    return page.generate(ROOT, tmp_path_factory.mktemp("img"))
+
+
+def test_the_results_page_is_what_the_kept_labs_say(generated):
+    """Every figure on the dated page (the changes, both tables, the printout) recomputed from the kept records."""
+    committed = (ROOT / page.PAGE).read_text().splitlines()
+    differing = [(a, b) for a, b in zip(committed, generated.text.splitlines()) if a != b]
+    assert not differing and len(committed) == len(generated.text.splitlines()), (
+        f"run python scripts/lab_results_page.py; first difference: {differing[:1]}"
+    )
+    assert sorted(p.name for p in generated.plots) == sorted(p.name for p in (ROOT / page.IMAGES).glob("forest-*.png"))
+
+
+def test_the_readme_quotes_the_verdict_the_analysis_prints(generated):
+    readme = (ROOT / page.README).read_text()
+    assert page.README_START in readme and page.readme_with(readme, generated.readme) == readme
+    assert "Holm over 17 verdicts, family-wise 5%" in generated.readme  # the family the pre-registration names
+
+
+def test_every_figure_the_old_page_quoted_is_read_as_before(generated):
+    """The page of 2026-12-01's pooled-s1 printout is parsed whole: each predictor's row, each lab's cell, the
+    narrower claim; so a figure changed there changes the generated page, and the test above fails."""
+    quoted = page.read_quoted((ROOT / page.OLD_PAGE).read_text())
+    predictors = [c.predictor for c in generated.result.design.claims("better")]
+    assert sorted(quoted.pooled) == sorted(predictors) and sorted(quoted.per_lab) == sorted(predictors)
+    assert all(len(cells) == 4 for cells in quoted.per_lab.values()) and all(quoted.narrower)
+
+
+def test_the_kept_figures_hold_under_another_bootstrap_seed_and_lab_order(generated, tmp_path):
+    folders = sorted((ROOT / page.KEPT).glob("lab.*"))
+    shown = report.describe_pooled(generated.result)
+    reordered = report.pool_folders(folders[::-1], tmp_path / "a", design=ROOT / page.DESIGN)[1]
+    assert reordered.split("\nfiles:")[0] == shown
+    design = yaml.safe_load((ROOT / page.DESIGN).read_text())
+    design["resampling"]["bootstrap_seed"] = 1
+    (tmp_path / "seed1").mkdir()
+    (tmp_path / "seed1" / "preregistration.yaml").write_text(yaml.safe_dump(design))
+    moved = report.pool_folders(folders, tmp_path / "b", design=tmp_path / "seed1" / "preregistration.yaml")[1]
+    assert judged_and_said(moved) != judged_and_said(shown)
+    assert same_to_the_printed_digit(judged_and_said(shown), judged_and_said(moved))
+
+
+def test_the_lab_docs_name_no_machine_paths():
+    pages = [ROOT / "README.md", ROOT / "docs/results/data/README.md", *(ROOT / "docs/results").glob("lab-*.md")]
+    found = [f"{p.name}: {m.group(0)}" for p in pages for m in MACHINE_PATHS.finditer(p.read_text())]
+    assert not found, found

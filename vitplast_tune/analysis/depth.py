@@ -33,6 +33,7 @@ from vitplast_tune.analysis.subsets import (
     mean_std,
     predictor_statistics,
 )
+from vitplast_tune.analysis.verdicts import CORRECTIONS, family_clause
 from vitplast_tune.components import depth_blocks, subset_name
 from vitplast_tune.predictors.scores import BASELINE, log_trainable_params
 
@@ -51,6 +52,7 @@ class DepthAnalysis:
     layers: pd.DataFrame | None = None  # plasticity per block component (rows) and layer (columns)
     files: list[Path] = field(default_factory=list)
     family: int = 0
+    alpha: float = multiple.ALPHA
 
 
 def varies_depth(trials: pd.DataFrame) -> bool:
@@ -157,7 +159,7 @@ def analyze_depth(
         runs = runs_of(trials, list(zip(table["components"], table["depth"])), ("components", "depth"))
         options = dict(n_boot=n_boot, seed=0, min_points=MIN_POINTS)
         statistics = [predictor_statistics(table, runs, p, **options) for p in DEPTH_PREDICTORS if p in table]
-    found.family = _judge(found, statistics, alpha)
+    found.family, found.alpha = _judge(found, statistics, alpha), alpha
     if statistics:
         found.comparison = comparison_frame(statistics)
     found.files = _write(found, Path(out_dir).expanduser())
@@ -257,7 +259,7 @@ def _comparison_text(found: DepthAnalysis) -> str:
     lines = [
         f"Which predictor ranks the configurations (subset x depth) by test accuracy at their best rate? Hierarchical "
         f"bootstrap; difference to log(#trainable params) with its interval adjusted for the {found.family} verdicts "
-        "(Holm, family-wise 5%):"
+        f"({family_clause(found.alpha, multiple.CORRECTION, found.family)}):"
     ]
     for r in found.comparison.itertuples():
         if r.note:
@@ -276,9 +278,9 @@ def _comparison_text(found: DepthAnalysis) -> str:
     lines.append(
         "  -> "
         + (
-            f"{', '.join(better['predictor'])} rank(s) the configurations better than the parameter count after Holm."
+            f"{', '.join(better['predictor'])} rank(s) the configurations better than the parameter count after {CORRECTIONS[multiple.CORRECTION]}."
             if len(better)
-            else "No predictor ranks the configurations better than the parameter count after Holm."
+            else f"No predictor ranks the configurations better than the parameter count after {CORRECTIONS[multiple.CORRECTION]}."
         )
     )
     return "\n".join(lines)

@@ -19,6 +19,7 @@ import pandas as pd
 from statsmodels.stats.multitest import multipletests
 
 ALPHA = 0.05  # the family-wise error rate of every report's verdicts
+CORRECTION = "holm"  # the correction ``judge`` applies (statsmodels multipletests' name; verdicts.CORRECTIONS)
 
 
 def defined(samples) -> np.ndarray:

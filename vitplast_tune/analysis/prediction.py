@@ -26,6 +26,7 @@ from vitplast_tune.analysis.protocol import (
     relative_gain,
     single_component_table,
 )
+from vitplast_tune.analysis.verdicts import family_clause
 from vitplast_tune.components import HEAD
 from vitplast_tune.predictors.scores import BASELINE, log_trainable_params
 
@@ -117,6 +118,7 @@ def adjust_verdicts(
     interval again at the Holm step of a rejected hypothesis, Bonferroni's level otherwise) and the verdict, "better"
     or "worse" only where Holm's p is below ``alpha`` and that interval excludes 0."""
     table = table.assign(p_holm=math.nan, level=math.nan)
+    table.attrs["alpha"] = alpha
     same_ranks = table["target"] == "relative_gain"  # a monotone function of the accuracy: its ranks, its verdicts
     table.loc[same_ranks, "verdict"] = ""
     tested = table.index[table["predictor"].isin(SCORES) & table["verdict"].isin(JUDGED) & table["diff_p"].notna()]
@@ -177,9 +179,11 @@ def describe_correlations(table: pd.DataFrame) -> str:
     """Plain lines per target: each predictor's Spearman with its interval, then plasticity vs the baseline."""
     lines = [f"  ({CONFOUND_NOTE})"] if "partial_spearman" in table and table["partial_spearman"].notna().any() else []
     if "p_holm" in table and table["p_holm"].notna().any():
+        family = int(table["p_holm"].notna().sum())
         lines.append(
-            f"  (each plasticity score's verdict is adjusted for the {int(table['p_holm'].notna().sum())} verdicts below: "
-            "Holm, family-wise 5%; the relative gain ranks the trials as the accuracy does and is not judged again)"
+            f"  (each plasticity score's verdict is adjusted for the verdicts below: "
+            f"{family_clause(table.attrs.get('alpha', multiple.ALPHA), multiple.CORRECTION, family)}; the relative "
+            "gain ranks the trials as the accuracy does and is not judged again)"
         )
     for target, rows in table.groupby("target", sort=False):
         lines.append(f"  {TARGET_LABELS.get(target, target)}:")

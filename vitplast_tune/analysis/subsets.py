@@ -31,6 +31,7 @@ from vitplast_tune.analysis.correlation import (
 )
 from vitplast_tune.analysis.protocol import best_lr_table
 from vitplast_tune.analysis.resampling import Runs, point_targets, resample, runs_of
+from vitplast_tune.analysis.verdicts import family_clause
 from vitplast_tune.components import BLOCK_COMPONENTS, parse_subset, subset_name
 from vitplast_tune.predictors.scores import BASELINE, contains_mha_or_fc, log_trainable_params
 
@@ -292,7 +293,7 @@ def describe_comparison(result: LabResult, what: str = "subsets") -> str:
         f"Which pre-training predictor ranks the {what} (test accuracy at each one's best rate)? Hierarchical "
         f"bootstrap ({result.n_boot} resamples of the {what} and their seeds, the rate chosen again each time); "
         f"difference = its Spearman minus log(#trainable params)'s on the same rows, its interval adjusted for the "
-        f"{result.family} verdicts of this lab (Holm, family-wise {100 * result.alpha:g}%; level in brackets):"
+        f"verdicts of this lab ({family_clause(result.alpha, multiple.CORRECTION, result.family)}; level in brackets):"
     ]
     for r in result.comparison.itertuples():
         if r.note:
@@ -346,7 +347,7 @@ def conclusions(results: list[LabResult], what: str = "subsets") -> list[str]:
 def _budget_sentences(r: LabResult, what: str) -> list[str]:
     table = r.comparison[r.comparison["predictor"] != BASELINE]
     judged = table[table["verdict"].isin(["better", "worse", "no clear difference"])]
-    family = f"Holm over the {r.family} verdicts, family-wise {100 * r.alpha:g}%"
+    family = family_clause(r.alpha, multiple.CORRECTION, r.family)
     if judged.empty:
         reasons = sorted({v or n for v, n in zip(table["verdict"], table["note"]) if v or n})
         return [f"No verdict on the {what}: {'; '.join(reasons) or 'no predictor to compare'}", _agreement_sentence(r)]

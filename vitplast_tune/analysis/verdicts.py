@@ -161,7 +161,8 @@ def summary(results: list[TestResult]) -> list[str]:
         low, high = min(p), max(p)
         span = format_p(low, rs[p.index(low)].p_adjusted_se)
         if len(rs) > 1:
-            span = f"from {span} to {format_p(high, rs[p.index(high)].p_adjusted_se)}"
+            top = format_p(high, rs[p.index(high)].p_adjusted_se)
+            span = f"{span} for each" if top == span else f"from {span} to {top}"
         first = rs[0]
         out.append(
             f"{head}{' ' + scope if scope else ''} ({family_clause(first.alpha, first.correction, first.family)}; "

@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.errors import UserError
+from vitplast_tune.lab.records import CURVES, TEST_CORRECT, TRIALS
+from vitplast_tune.lab.tasks import LAB_FILE
 
-LAB_FILE, TRIALS, CURVES, TEST_CORRECT = "lab.json", "trials.csv", "curves.csv", "test_correct.csv"
 FIRST_TRIALS, FIRST_SUBSETS = Path("analysis") / "lab_trials.csv", Path("analysis") / "criteria_subsets.csv"
 
 

@@ -26,7 +26,7 @@ OLD_ROW = re.compile(
     r"^  (\w+)\s+labs=\d+\s+diff ([-+]\d\.\d\d) (\[[^\]]+\]) \(([\d.]+%)\) p=([\d.e-]+) Holm p=([\d.e-]+) (.+?)\s+"
     r"random effects"
 )
-OLD_NARROWER = re.compile(r"mean Spearman ([-+]\d\.\d\d), exact permutation p=([\d.]+), Holm p=([\d.]+)")
+OLD_NARROWER = re.compile(r"mean Spearman ([-+]\d\.\d\d), exact permutation p=([\d.]*\d), Holm p=([\d.]*\d)")
 
 
 @dataclass
@@ -292,7 +292,7 @@ def _markdown(
         "",
         "## Forest plots",
         "",
-        *[f"![{p.stem}](img/{p.parent.name}/{p.name})\n" for p in plots],
+        *[f"![{p.stem}](img/lab-{date}/{p.name})\n" for p in plots],
         "## One lab from its folder alone",
         "",
         f"`vitplast lab analyze --from {where['folders'][0]} --design {where['design']}` prints that lab's table and "
