@@ -55,7 +55,16 @@ class Difference:
 
 @dataclass
 class LabAnalysis:
-    """A lab's table (each subset at its best rate) and its differences, on ``n_boot`` crossed resamples."""
+    """A lab's table (each subset at its best rate) and its differences, on ``n_boot`` crossed resamples.
+
+    Attributes:
+        records: The kept lab.
+        table: Each subset at its best rate, its predictors, and whether it is in the verdict.
+        differences: Each predictor's difference over the subsets in the verdict.
+        singles: The same on the single block components.
+        n_boot: The crossed resamples.
+        notes: What the lab's records lack, and where it falls short of the design.
+    """
 
     records: LabRecords
     table: pd.DataFrame
@@ -65,6 +74,15 @@ class LabAnalysis:
     notes: list[str] = field(default_factory=list)
 
     def difference(self, predictor: str, what: str = SUBSETS) -> Difference | None:
+        """One predictor's difference.
+
+        Args:
+            predictor: The predictor.
+            what: ``SUBSETS`` or ``SINGLES``.
+
+        Returns:
+            Its difference, or None when the lab has none.
+        """
         found = [d for d in (self.differences if what == SUBSETS else self.singles) if d.predictor == predictor]
         return found[0] if found else None
 
@@ -156,7 +174,14 @@ def describe_differences(analysis: LabAnalysis, what: str = SUBSETS) -> str:
 
 
 def describe_lab(analysis: LabAnalysis) -> str:
-    """A lab's analysis as text: what its records lack, its subsets' table and both sets of differences."""
+    """A lab's analysis as text: what its records lack, its subsets' table and both sets of differences.
+
+    Args:
+        analysis: The lab's analysis.
+
+    Returns:
+        The text.
+    """
     r = analysis.records
     head = [f"Lab {r.name}: {r.model} on {r.task} ({r.dataset}), {len(r.trials)} trials, {r.seeds} seeds."]
     head += [f"  Note: {n}." for n in analysis.notes]

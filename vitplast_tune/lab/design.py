@@ -35,7 +35,27 @@ class Claim:
 
 @dataclass(frozen=True)
 class Design:
-    """The pre-registered design (the keys of ``preregistration.yaml`` the analysis reads)."""
+    """The pre-registered design: the keys of ``preregistration.yaml`` the analysis reads.
+
+    Attributes:
+        registered: The date it was registered.
+        models: Short name -> timm name.
+        candidate_tasks: The tasks a lab may be of.
+        predictors: Every predictor judged (the baseline may be among them).
+        baseline: The predictor every other is compared with.
+        family: Every claim that may be said in words.
+        alpha: The family-wise error rate.
+        margin: The equivalence margin on the Spearman difference.
+        correction: The correction over the family (a multipletests method).
+        resamples: Crossed resamples per lab.
+        bootstrap_seed: The resamples' seed.
+        seeds_joint: Whether seeds are drawn jointly across subsets.
+        test_images_joint: Whether test images are drawn jointly (where a lab kept them).
+        undecided_mc_se: Monte Carlo errors from alpha within which a decision is undecided.
+        headline: The headline figure (random effects).
+        seeds: Seeds per configuration the design asks for.
+        source: The file it was read from.
+    """
 
     registered: str
     models: dict[str, str]
@@ -56,11 +76,27 @@ class Design:
     source: str = ""
 
     def claims(self, kind: str) -> list[Claim]:
-        """The family's claims of one kind, in the file's order."""
+        """The family's claims of one kind, in the file's order.
+
+        Args:
+            kind: "better", "equivalent" or "narrower".
+
+        Returns:
+            Those claims.
+        """
         return [c for c in self.family if c.claim == kind]
 
     def check_lab(self, name: str, model: str, task: str) -> None:
-        """UserError unless the design names the lab's model (by key or timm name) and task."""
+        """Refuse a lab whose model (by short or timm name) or task the design does not name.
+
+        Args:
+            name: The lab's name (for the message).
+            model: Its model.
+            task: Its task.
+
+        Raises:
+            UserError: The design does not name them.
+        """
         if model not in self.models and model not in self.models.values():
             raise UserError(f"lab {name}: its model {model} is not in the pre-registration {self.source}")
         if task not in self.candidate_tasks:
@@ -88,7 +124,18 @@ def _claims(entries, predictors: tuple[str, ...], source: str) -> tuple[Claim, .
 
 
 def read_design(path: str | Path) -> Design:
-    """The design in ``path``; UserError naming what is missing or unknown."""
+    """Read the design from a pre-registration file.
+
+    Args:
+        path: The YAML file.
+
+    Returns:
+        The design.
+
+    Raises:
+        UserError: The file is missing, lacks a key, or names a claim, scope, predictor or correction the analysis
+            does not know.
+    """
     path = Path(path)
     if not path.is_file():
         raise UserError(f"no pre-registration at {path}")

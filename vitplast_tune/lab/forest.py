@@ -87,7 +87,15 @@ def forest_plot(result: PooledResult, predictor: str, what: str, path: Path) -> 
 
 
 def forest_plots(result: PooledResult, folder: Path) -> list[Path]:
-    """Every claim's forest plot (one per predictor and rows the family judges) into ``folder``; their paths."""
+    """Every claim's forest plot, one per predictor and rows the family judges.
+
+    Args:
+        result: The pooled verdict.
+        folder: Where to write them.
+
+    Returns:
+        Their paths.
+    """
     wanted = dict.fromkeys(
         (j.claim.predictor, "single components" if j.claim.claim == "narrower" else SUBSETS) for j in result.judged
     )

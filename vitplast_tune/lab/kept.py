@@ -26,9 +26,21 @@ FIRST_TRIALS, FIRST_SUBSETS = Path("analysis") / "lab_trials.csv", Path("analysi
 
 @dataclass
 class LabRecords:
-    """A kept lab: its name, model, task and dataset, its trials (``components``, ``lr``, ``seed``, the selection
-    metric ``select``, ``test_acc``, every predictor), per-image test outcomes aligned with the trials (None when not
-    kept), its learning curves (None when not kept), per-subset predictors not in the trials (``extra``), its record."""
+    """A kept lab as the analysis reads it.
+
+    Attributes:
+        name: The lab's folder name.
+        model: Its model (timm name).
+        task: Its task.
+        dataset: Its dataset.
+        trials: Every trial: components, lr, seed, the selection metric, test_acc, every predictor.
+        select: The selection metric's column (best validation accuracy).
+        correct: Per-image test outcomes (trials x images), None when not kept.
+        curves: The learning curves, None when not kept.
+        extra: Per-subset predictors not in the trials (the first kept labs' in-network plasticity).
+        record: Its ``lab.json``.
+        notes: What the folder does not keep.
+    """
 
     name: str
     model: str

@@ -48,7 +48,18 @@ class Judged:
 
 @dataclass
 class PooledResult:
-    """The pooled verdict: its labs, their differences, the family judged, the random-effects headline and power."""
+    """The pooled verdict.
+
+    Attributes:
+        design: The pre-registration.
+        labs: Each lab's analysis, in (model, task) order.
+        per_lab: Each lab's differences: lab, model, task, predictor, what, n, diff, low, high, se, note.
+        judged: Every claim of the family.
+        headline: The random effects per predictor and rows: re, its interval, tau2, i2, the labs' mean.
+        power: The design's power per predictor and rows, and the labs 80% would need.
+        tasks_needed: The fewest tasks a task-level test needs under this family.
+        excluded: Labs left out (their task did not qualify).
+    """
 
     design: Design
     labs: list[LabAnalysis]

@@ -84,7 +84,14 @@ def _power_lines(result: PooledResult) -> list[str]:
 
 
 def describe_pooled(result: PooledResult) -> str:
-    """The pooled verdict as text."""
+    """The pooled verdict as text: per lab, the family, the headline, the power, the sentences.
+
+    Args:
+        result: The pooled verdict.
+
+    Returns:
+        The text.
+    """
     d = result.design
     per = result.per_lab.copy()
     per["diff [95%]"] = [
@@ -199,7 +206,19 @@ def design_for(folders: list[Path], design: str | Path | None) -> Design:
 
 
 def analyze_folder(folder: str | Path, design: str | Path | None = None, *, n_boot: int | None = None) -> str:
-    """A lab re-analysed from its kept folder alone, as text."""
+    """A lab re-analysed from its kept folder alone.
+
+    Args:
+        folder: The kept lab.
+        design: The pre-registration (default: the one beside the folder).
+        n_boot: Resamples (default: the design's).
+
+    Returns:
+        Its analysis as text.
+
+    Raises:
+        UserError: The folder is not a kept lab, or there is no pre-registration, or it does not name the lab.
+    """
     records = kept.read_kept(folder)
     chosen = design_for([Path(folder)], design)
     return analysis.describe_lab(analysis.analyze_lab(records, chosen, n_boot=n_boot))
@@ -214,8 +233,22 @@ def pool_folders(
     include_unqualified: bool = False,
     n_boot: int | None = None,
 ) -> tuple[PooledResult, str]:
-    """Pool the kept labs in ``folders`` under the pre-registration: the result and its text (files in ``out``, the
-    MLflow run in ``tracking_uri`` when given)."""
+    """Pool kept labs under the pre-registration, writing its files and (optionally) its MLflow run.
+
+    Args:
+        folders: The kept labs.
+        out: The folder for pooled.json, its tables and forest plots.
+        design: The pre-registration (default: the one beside the folders).
+        tracking_uri: Where to log the pooled MLflow run (None: no run).
+        include_unqualified: Pool labs whose task did not qualify too.
+        n_boot: Resamples (default: the design's).
+
+    Returns:
+        The result and its text.
+
+    Raises:
+        UserError: A folder is not a kept lab, there is no pre-registration, or it does not name a lab.
+    """
     records = [kept.read_kept(f) for f in folders]
     chosen = design_for(folders, design)
     used = [r for r in records if r.qualifies or include_unqualified]
