@@ -84,3 +84,18 @@ def test_the_lab_docs_name_no_machine_paths():
     pages = [ROOT / "README.md", ROOT / "docs/results/data/README.md", *(ROOT / "docs/results").glob("lab-*.md")]
     found = [f"{p.name}: {m.group(0)}" for p in pages for m in MACHINE_PATHS.finditer(p.read_text())]
     assert not found, found
+
+
+def test_a_kept_lab_is_re_analysed_from_its_folder_alone(generated, capsys):
+    """``vitplast lab analyze --from``: the lab's figures from its folder, what the folder lacks said, and its
+    differences the ones the pooled verdict used."""
+    from vitplast_tune.cli.lab import lab_main
+
+    folder = sorted((ROOT / page.KEPT).glob("lab.*"))[0]
+    assert lab_main(["analyze", "--from", str(folder), "--design", str(ROOT / page.DESIGN)]) == 0
+    out = capsys.readouterr().out
+    assert "Note: kept as final values only (the first kept labs): no per-image test outcomes" in out
+    assert "Note: 3 seeds per configuration, fewer than the design's 5." in out
+    per = generated.result.per_lab.set_index(["lab", "predictor", "what"])
+    grad = per.loc[(folder.name, "grad_norm", "subsets")]
+    assert "grad_norm              n=31  Spearman" in out and f"diff {grad['diff']:+.2f}" in out

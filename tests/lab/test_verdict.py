@@ -158,3 +158,14 @@ def test_recommend_follows_the_pooled_verdict(labs, tmp_path):
     criterion, why = choose_criterion(read_evidence(tmp_path / "storage"))
     assert criterion == max(better, key=lambda j: j.estimate).claim.predictor
     assert "pooled verdict pooled-all over 4 labs" in why and "after Holm" not in why
+
+
+def test_pooled_from_kept_folders_on_the_command_line(labs, tmp_path, capsys):
+    from vitplast_tune.cli.lab import lab_main
+
+    _, folders, design = labs
+    argv = ["pooled", "--from", *map(str, folders), "--design", str(design), "--out", str(tmp_path / "out")]
+    assert lab_main(argv) == 0
+    out = capsys.readouterr().out
+    assert "good ranks the subsets better than log(#trainable parameters) across these 4 tasks" in out
+    assert json.loads((tmp_path / "out" / "pooled.json").read_text())["family"] == 9
