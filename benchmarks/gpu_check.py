@@ -17,7 +17,11 @@ check exits 1 unless every step is ok. Prints a table, writes JSON.
 6. measurements: plasticity (paper variant, digits vs fractals) and the gradient criteria, as a search measures
    them before its trials;
 7. precision: the losses of a few training steps in bf16 autocast against fp32 from the same weights;
-8. compile: torch.compile's first step (the compile time) and its steps after, against eager steps.
+8. compile: torch.compile's first step (the compile time) and its steps after, against eager steps;
+9. ddp: the training loop in torch DDP on one GPU in bf16 (a process group of one, NCCL; gloo on the CPU) against the
+   same steps without DDP (losses and images/s); and where there are 2 GPUs, a trial's Ray Train run of 2 workers over
+   NCCL (``run.parallel.train_on_workers``) against the same trial on one GPU (the loss curves). With one GPU that
+   half says so in one line.
 
     python -m benchmarks.gpu_check --json gpu_check.json
     python -m benchmarks.gpu_check --dry-run          # the plan, nothing run
@@ -58,12 +62,13 @@ TRIAL_COMPONENTS = ["mha", "all"]  # the two trials sharing one GPU
 TIMEOUTS = {
     "trials": 150,
     "finetune": 60,
-    "subsets": 90,
+    "subsets": 80,
     "pipeline": 15,
     "checkpoint": 30,
-    "measurements": 120,
+    "measurements": 90,
     "precision": 30,
-    "compile": 90,
+    "compile": 60,
+    "ddp": 60,
 }
 CPU_SLOWER = 4
 
@@ -394,6 +399,89 @@ def step_compile(args, device: torch.device) -> dict:
     }
 
 
+def step_ddp(args, device: torch.device, steps: int = 6) -> dict:
+    """DDP in bf16 on one device against the same steps without it; NCCL between 2 GPUs where there are 2."""
+    import torch.distributed as dist
+
+    from vitplast_tune.vit import distributed
+
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    port = common_port()
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = models.create_model(args.model, 10, pretrained=False).to(device).train()
+        start = {k: v.clone() for k, v in model.state_dict().items()}
+        size = models.data_config(model)["input_size"][-1]
+        x = torch.randn(args.batch_size, 3, size, size, device=device)
+        y = torch.randint(0, 10, (args.batch_size,), device=device)
+        ddp = distributed.data_parallel(model, distributed.World(0, 2), device)  # the wrapper a worker trains with
+        runs = {}
+        for name, module in (("plain", model), ("ddp", ddp)):
+            model.load_state_dict(start)
+            runs[name] = _bf16_steps(module, model, x, y, steps, device)
+    finally:
+        dist.destroy_process_group()
+    gap = max(abs(a - b) / abs(b) for a, b in zip(runs["ddp"]["losses"], runs["plain"]["losses"]))
+    if gap > 1e-3:
+        raise AssertionError(f"DDP's bf16 losses differ from the plain model's by up to {gap:.2%}: {runs}")
+    result = {"backend": backend, "runs": runs, "max_relative_gap": gap, "two_gpus": _two_gpu_trial(args, device)}
+    return result
+
+
+def common_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _bf16_steps(module, model, x, y, steps: int, device: torch.device) -> dict:
+    """``steps`` SGD steps of ``module`` (``model`` or its DDP wrapper) under bf16 autocast: losses and images/s."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    losses, started = [], time.perf_counter()
+    for _ in range(steps):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = F.cross_entropy(module(x).float(), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return {"losses": losses, "images_per_s": steps * len(x) / (time.perf_counter() - started)}
+
+
+def _two_gpu_trial(args, device: torch.device) -> dict:
+    """A Ray Train run of 2 workers, one GPU each (NCCL), against the same trial on one GPU; or why it did not run."""
+    gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+    if gpus < 2:
+        return {"ran": False, "why": f"NCCL between 2 GPUs not checked: this machine has {gpus} GPU(s)"}
+    from vitplast_tune.run.parallel import Workers, train_on_workers
+
+    cfg = FinetuneConfig(
+        model=args.model,
+        pretrained=False,
+        dataset="digits",
+        augment="none",
+        precision="fp32",
+        max_steps=8,
+        eval_every=4,
+        batch_size=args.batch_size,
+        warmup_steps=2,
+        eval_test=False,
+    )
+    one: list[dict] = []
+    vt_training.finetune(cfg, report=lambda m, s: one.append(m), device=device)
+    two: list[dict] = []
+    with common.local_ray(cpus=2, gpus=2), common.scratch("gpu_check_ddp_") as tmp:
+        train_on_workers(cfg, Workers(count=2, cpus=1, gpus=1, storage=str(tmp)), relay=lambda m, c: two.append(m))
+    gap = max(abs(a["train_loss"] - b["train_loss"]) for a, b in zip(two, one))
+    if len(two) != len(one) or gap > 1e-4:
+        raise AssertionError(f"2 GPUs over NCCL: loss curve {two} against one GPU's {one}")
+    return {"ran": True, "max_abs_gap_train_loss": gap, "images_per_s": two[-1]["images_per_s"]}
+
+
 SUMMARIES = {
     "trials": "two trials at 0.5 GPU on one GPU and a measurement task: device, precision, memory cap asserted",
     "finetune": "the real finetune loop with CUDA sync warnings on: images/s, syncs per step and where",
@@ -403,6 +491,7 @@ SUMMARIES = {
     "measurements": "plasticity (digits vs fractals) and the gradient criteria, as before a search's trials",
     "precision": "bf16 autocast vs fp32 losses over a few steps from the same weights (within 5%)",
     "compile": "torch.compile: the compile time of the first step, the compiled steps' speedup",
+    "ddp": "bf16 DDP on one GPU vs no DDP (losses, images/s); NCCL between 2 GPUs where there are 2",
 }
 STEPS = {
     "trials": step_trials,
@@ -413,6 +502,7 @@ STEPS = {
     "measurements": step_measurements,
     "precision": step_precision,
     "compile": step_compile,
+    "ddp": step_ddp,
 }
 
 
@@ -481,6 +571,15 @@ def headline(name: str, r: dict) -> str:
         return f"plasticity {r['plasticity_s']:.1f} s ({r['pairs']} pairs), gradient criteria {r['gradients_s']:.1f} s"
     if name == "precision":
         return f"bf16 vs fp32 losses over {len(r['losses']['fp32'])} steps: at most {r['max_relative_gap']:.2%} apart"
+    if name == "ddp":
+        runs, two = r["runs"], r["two_gpus"]
+        pair = (
+            two["why"] if not two["ran"] else f"2 GPUs over NCCL: loss curve within {two['max_abs_gap_train_loss']:.1e}"
+        )
+        return (
+            f"bf16 DDP ({r['backend']}) {runs['ddp']['images_per_s']:.1f} vs {runs['plain']['images_per_s']:.1f} "
+            f"images/s without, losses within {r['max_relative_gap']:.1e}; {pair}"
+        )
     if name == "compile":
         return f"compile {r['compile_s']:.1f} s ({r['backend']}); {r['speedup']:.2f}x the eager steps after"
     return ""

@@ -141,3 +141,23 @@ def test_a_trial_of_several_workers_asks_train_for_one_share_each():
     _check_resources(SearchOptions(gpus_per_trial=2))  # two GPUs: two workers
     with pytest.raises(UserError, match="--placement must be pack or spread"):
         _check_resources(SearchOptions(placement="scatter"))
+
+
+def test_the_dry_run_says_each_trials_workers_their_resources_and_placement():
+    from types import SimpleNamespace
+
+    from vitplast_tune.plan import estimate
+
+    options = SearchOptions(cpus_per_trial=4, gpus_per_trial=2, placement="spread")
+    plan = SimpleNamespace(options=options, max_concurrent=None, spec=SimpleNamespace(total_trials=8))
+    nodes = [{"CPU": 2.0, "GPU": 1.0}, {"CPU": 2.0, "GPU": 1.0}, {"CPU": 8.0, "GPU": 2.0}]
+    lines = estimate.describe_resources(plan, "the cluster", nodes, 2)
+    assert lines[0].startswith("resources:  {CPU: 4, GPU: 2} per trial")
+    assert lines[1] == (
+        "workers:    2 per trial, a Ray Train run of torch DDP (NCCL), each {CPU: 1.995, GPU: 1}, placement spread "
+        "(over different nodes where it can); the trial's own process {CPU: 0.01}"
+    )
+    # a trial's workers may span nodes: the two small nodes hold one trial between them, the large one another
+    assert estimate.concurrency(plan, nodes, "the cluster") == 2
+    one = SimpleNamespace(options=SearchOptions(cpus_per_trial=4), max_concurrent=None, spec=plan.spec)
+    assert not any(line.startswith("workers:") for line in estimate.describe_resources(one, "here", nodes, 1))

@@ -21,7 +21,15 @@ from vitplast_tune.components import ALL, parse_subset
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.errors import UserError
 from vitplast_tune.plan.options import SearchPlan
-from vitplast_tune.plan.resources import LOWER, ray_request, show_resources
+from vitplast_tune.plan.resources import (
+    LOWER,
+    TRIAL_PROCESS_CPU,
+    placement_request,
+    ray_request,
+    show_resources,
+    worker_share,
+    workers_per_trial,
+)
 from vitplast_tune.space.distributions import Choice, Constant, Subsets
 from vitplast_tune.space.files import SearchSpec
 
@@ -73,8 +81,8 @@ def largest_subset(spec: SearchSpec, settings: FinetuneConfig) -> str:
 def concurrency(plan: SearchPlan, nodes: list[dict[str, float]], where: str) -> int:
     """Trials that run at once: as many as the nodes hold, at most ``--max-concurrent`` and the trial count; a
     UserError when no node holds one trial (as the search would say once Ray is up)."""
-    request = ray_request(plan.options.trial_resources)
-    fit = sum(min(int(node.get(k, 0.0) / v + 1e-9) for k, v in request.items()) for node in nodes)
+    request, workers = ray_request(placement_request(plan.options)), workers_per_trial(plan.options)
+    fit = sum(min(int(node.get(k, 0.0) / v + 1e-9) for k, v in request.items()) for node in nodes) // workers
     if fit == 0:
         have = "; ".join(show_resources(node) for node in nodes) or "no node"
         raise UserError(
@@ -114,19 +122,31 @@ def describe_trials(plan: SearchPlan) -> list[str]:
         f"each trial: {s.model} on {s.dataset}, {steps} steps at batch {s.batch_size}, evaluated every "
         f"{s.eval_every}; {s.optimizer}, weight decay {s.weight_decay:g}{decay}; precision {s.precision}"
     )
+    lines.append(
+        f"recipe:     grad_accum_steps {s.grad_accum_steps}, mixup {s.mixup:g}, cutmix {s.cutmix:g}, label smoothing "
+        f"{s.label_smoothing:g}, EMA {s.ema_decay:g}, drop path {s.drop_path:g}, LoRA rank {s.lora_rank} (where lora)"
+    )
     if plan.max_trainable_params:
         lines.append(f"budget:     trials over {plan.max_trainable_params:,} trainable parameters are not trained")
     return lines + [f"note:       {note}" for note in plan.notes]
 
 
+PLACEMENT_WORDS = {"pack": "as few nodes as hold them", "spread": "over different nodes where it can"}
+
+
 def describe_resources(plan: SearchPlan, where: str, nodes: list[dict[str, Any]], at_once: int) -> list[str]:
     """Resources per trial, what ``where`` has, and how many trials run at once."""
-    have = "; ".join(show_resources(node) for node in nodes)
+    o, have = plan.options, "; ".join(show_resources(node) for node in nodes)
     limit = f", --max-concurrent {plan.max_concurrent}" if plan.max_concurrent else ""
-    return [
-        f"resources:  {show_resources(ray_request(plan.options.trial_resources))} per trial; {where}: {have}",
-        f"at once:    {at_once} trial(s){limit}",
-    ]
+    lines = [f"resources:  {show_resources(ray_request(o.trial_resources))} per trial; {where}: {have}"]
+    if (n := workers_per_trial(o)) > 1:
+        share = show_resources(ray_request(worker_share(o)))
+        lines.append(
+            f"workers:    {n} per trial, a Ray Train run of torch DDP ({'NCCL' if o.gpus_per_trial else 'gloo'}), "
+            f"each {share}, placement {o.placement} ({PLACEMENT_WORDS[o.placement]}); the trial's own process "
+            f"{{CPU: {TRIAL_PROCESS_CPU:g}}}"
+        )
+    return [*lines, f"at once:    {at_once} trial(s){limit}"]
 
 
 def step_budget(spec: SearchSpec, max_steps: int, eval_every: int) -> tuple[float, float]:

@@ -12,6 +12,50 @@ from vitplast_tune.errors import UserError
 
 _EPS = 1e-9
 LOWER = "lower --cpus-per-trial/--gpus-per-trial/--resources-per-trial"
+TRIAL_PROCESS_CPU = 0.01  # what a trial of several workers keeps of its CPUs for its own process (Tune needs some)
+
+
+def workers_per_trial(options) -> int:
+    """The data-parallel workers of one trial.
+
+    Args:
+        options: the search's ``SearchOptions``.
+
+    Returns:
+        ``workers_per_trial`` when given, else one per whole GPU (one at most 1 GPU).
+    """
+    if options.workers_per_trial:
+        return options.workers_per_trial
+    return int(options.gpus_per_trial) if options.gpus_per_trial > 1 else 1
+
+
+def worker_share(options) -> dict[str, float]:
+    """One worker's resources in a trial of several (Tune's names): 1/N of the trial's CPUs but its own process's
+    (``TRIAL_PROCESS_CPU``), of its GPUs and of its custom resources.
+
+    Args:
+        options: the search's ``SearchOptions``.
+
+    Returns:
+        ``{"cpu": ..., "gpu": ..., custom: ...}``.
+    """
+    n = workers_per_trial(options)
+    own = TRIAL_PROCESS_CPU if n > 1 else 0.0
+    share = {"cpu": (options.cpus_per_trial - own) / n, "gpu": options.gpus_per_trial / n}
+    return {**share, **{k: v / n for k, v in options.resources_per_trial.items()}}
+
+
+def placement_request(options) -> dict[str, float]:
+    """What one node must hold for a trial to start: the trial's resources, or one worker's share of them when it
+    has several workers (they may span nodes).
+
+    Args:
+        options: the search's ``SearchOptions``.
+
+    Returns:
+        Tune's resource names and amounts.
+    """
+    return options.trial_resources if workers_per_trial(options) == 1 else worker_share(options)
 
 
 def address(option: str | None) -> str | None:

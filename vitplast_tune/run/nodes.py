@@ -138,7 +138,7 @@ def stage_inputs(plan: SearchPlan) -> tuple[bool, list[staging.Staged]]:
     files of the driver's disk sent to the nodes that lack them (``data.staging``)."""
     options = plan.options
     inputs = staging.needed(plan.settings, options.plasticity_reference if options.plasticity else None)
-    checked = preflight(options.trial_resources, plan.storage, inputs)
+    checked = preflight(resources.placement_request(options), plan.storage, inputs)  # several workers: one's
     for files in checked.to_stage:
         log.info(f"Sending the {files.describe()} to the nodes through Ray's object store")
     return checked.grows, staging.stage(checked.to_stage)

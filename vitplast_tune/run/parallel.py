@@ -22,13 +22,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.plan.resources import TRIAL_PROCESS_CPU, worker_share, workers_per_trial
 
 if TYPE_CHECKING:  # the driver of a search imports this without torch
     from vitplast_tune.data.decoded import InMemory
 
 PLACEMENTS = {"pack": "PACK", "spread": "SPREAD"}  # --placement: Ray's placement group strategies
 WORKER_NODES = "worker_node_ids"  # the metric that names the node of each worker, rank 0 first
-TRIAL_CPU = 0.01  # what a trial of several workers keeps of its CPUs for its own process (Tune needs some)
 TRAIN_RUNS = "train_runs"  # the folder of a search (in its storage) where Train keeps its runs while they run
 
 
@@ -46,20 +46,6 @@ class Workers:
     storage: str = ""
 
 
-def workers_per_trial(options: Any) -> int:
-    """The data-parallel workers of one trial.
-
-    Args:
-        options: the search's ``SearchOptions``.
-
-    Returns:
-        ``workers_per_trial`` when given, else one per whole GPU (one at most 1 GPU).
-    """
-    if options.workers_per_trial:
-        return options.workers_per_trial
-    return int(options.gpus_per_trial) if options.gpus_per_trial > 1 else 1
-
-
 def trial_workers(options: Any, *, max_failures: int, storage: str) -> Workers:
     """The ``Workers`` of each trial of a search.
 
@@ -71,12 +57,12 @@ def trial_workers(options: Any, *, max_failures: int, storage: str) -> Workers:
     Returns:
         The trials' workers.
     """
-    n = workers_per_trial(options)
+    share = worker_share(options)
     return Workers(
-        count=n,
-        cpus=(options.cpus_per_trial - (TRIAL_CPU if n > 1 else 0.0)) / n,
-        gpus=options.gpus_per_trial / n,
-        resources={k: v / n for k, v in options.resources_per_trial.items()},
+        count=workers_per_trial(options),
+        cpus=share.pop("cpu"),
+        gpus=share.pop("gpu"),
+        resources=share,
         placement=getattr(options, "placement", "pack"),
         max_failures=max_failures,
         storage=storage,
@@ -90,12 +76,12 @@ def trial_request(options: Any):
         options: the search's ``SearchOptions``.
 
     Returns:
-        One worker: the trial's resources. Several: ``TRIAL_CPU`` for the trial's own process (its Train run asks
+        One worker: the trial's resources. Several: ``TRIAL_PROCESS_CPU`` for the trial's own process (its Train run asks
         for the rest, the workers'; the search's concurrency is capped by ``concurrent_runs``).
     """
     if workers_per_trial(options) == 1:
         return options.trial_resources
-    return {"cpu": TRIAL_CPU}
+    return {"cpu": TRIAL_PROCESS_CPU}
 
 
 def concurrent_runs(options: Any, cluster: dict[str, float]) -> int | None:
