@@ -36,3 +36,15 @@ def test_an_option_is_a_keyword_from_python_and_a_flag_from_the_command_line():
 
     assert contextvars.copy_context().run(command_line) == ("--max-steps 20", "--resume")
     assert option("max_steps", 20) == "max_steps=20"  # the command line's context, not this one
+
+
+def test_mistakes_from_python_are_of_their_kind_and_name_keywords(tmp_path, tiny_space):
+    from vitplast_tune.plan.planner import prepare
+    from vitplast_tune.storage import write_record
+
+    space, storage = tiny_space(), tmp_path / "results"
+    write_record(storage / "taken", {"name": "taken"})  # a recorded search of that name
+    with pytest.raises(vt.ResumeError, match=r"pass resume=True to continue it, or another name$"):
+        prepare(vt.SearchOptions(space=str(space), name="taken", storage=str(storage)))
+    with pytest.raises(vt.SpaceError, match="not found"):
+        prepare(vt.SearchOptions(space="no_such_space", storage=str(storage)))

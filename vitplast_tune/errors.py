@@ -48,10 +48,11 @@ def option(key: str, value: object = None) -> str:
         value: its value, shown after the name when given.
 
     Returns:
-        ``--max-steps 20`` from the command line, ``max_steps=20`` from Python (without the value when None).
+        ``--max-steps 20`` from the command line, ``max_steps=20`` from Python (without the value when None; a
+        switch given True is the flag alone on the command line).
     """
     if _FLAGS.get():
-        return f"--{key.replace('_', '-')}" + ("" if value is None else f" {value}")
+        return f"--{key.replace('_', '-')}" + ("" if value is None or value is True else f" {value}")
     return key + ("" if value is None else f"={value!r}")
 
 

@@ -33,7 +33,7 @@ from vitplast_tune.config import default_data_dir  # re-exported: data.default_d
 from vitplast_tune.data import generated, image_files, transforms
 from vitplast_tune.data.decoded import InMemory  # re-exported: data.InMemory
 from vitplast_tune.data.splits import Splits, split_in_memory
-from vitplast_tune.errors import UserError, did_you_mean
+from vitplast_tune.errors import DataError, did_you_mean
 
 CIFAR10C_CORRUPTIONS = (
     "brightness",
@@ -174,12 +174,12 @@ def check_dataset_name(name: str) -> None:
         return
     family, _, option = name.partition(":")
     if family not in _DATASETS:
-        raise UserError(
+        raise DataError(
             f'unknown dataset "{name}"{did_you_mean(family, _DATASETS)}; known: {", ".join(list_datasets())}, '
             "or a timm.data.create_dataset name such as torch/cifar10, torch/folder or hfds/<name>"
         )
     if family in _OPTIONS and option not in _OPTIONS[family]:
-        raise UserError(
+        raise DataError(
             f'dataset "{name}" needs a corruption, e.g. "{family}:snow"; one of {", ".join(_OPTIONS[family])}'
         )
 
@@ -363,7 +363,7 @@ def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "",
     """
     folder = next((d for d in (root / "CIFAR-10-C", root) if (d / f"{option}.npy").is_file()), None)
     if folder is None or not (folder / "labels.npy").is_file():
-        raise UserError(
+        raise DataError(
             f"CIFAR-10-C files not found: put {option}.npy and labels.npy (from "
             f"https://zenodo.org/records/2535967) in {root / 'CIFAR-10-C'}; they are not downloaded"
         )

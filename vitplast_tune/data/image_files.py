@@ -15,7 +15,7 @@ from torch.utils.data import Dataset, Subset
 
 from vitplast_tune.data import transforms
 from vitplast_tune.data.splits import Splits, split_indices, three_way_split
-from vitplast_tune.errors import UserError
+from vitplast_tune.errors import DataError, UserError
 
 
 def _train_val(
@@ -66,10 +66,10 @@ def imagefolder_classes(root: Path) -> list[str]:
     """The class names of ``root/train`` (sorted, as ImageFolder indexes them); a ``root/test`` must have the same."""
     train_dir, test_dir = root / "train", root / "test"
     if not train_dir.is_dir():
-        raise UserError(_IMAGEFOLDER_HELP.format(train_dir=train_dir))
+        raise DataError(_IMAGEFOLDER_HELP.format(train_dir=train_dir))
     classes = sorted(d.name for d in train_dir.iterdir() if d.is_dir())
     if len(classes) < 2:
-        raise UserError(
+        raise DataError(
             f"image folder {train_dir} has {len(classes)} class folder(s) ({', '.join(classes) or 'none'}); a classifier "
             "needs at least 2: put each class's images in a folder of its own, train/<class>/<images>"
         )
@@ -79,7 +79,7 @@ def imagefolder_classes(root: Path) -> list[str]:
         if missing or extra:
             found = (("missing", missing), ("extra", extra))
             problem = "; ".join(f"{what} {', '.join(names)}" for what, names in found if names)
-            raise UserError(
+            raise DataError(
                 f"the test folder {test_dir} must have the classes of {train_dir} ({problem}); "
                 "add or remove class folders so both match, or remove test/ to split one off train"
             )
@@ -95,7 +95,7 @@ def imagefolder(data_config, root, download, seed, val_fraction, image_cache=0, 
     make = _cached(lambda tf=None: ImageFolder(str(train_dir), transform=tf), "imagefolder-train", image_cache)
     if test_dir.is_dir():
         if ImageFolder(str(test_dir)).class_to_idx != {name: i for i, name in enumerate(classes)}:  # an empty class
-            raise UserError(f"the test folder {test_dir} has no images for some classes of {train_dir}; add them")
+            raise DataError(f"the test folder {test_dir} has no images for some classes of {train_dir}; add them")
         train, val = _train_val(make, data_config, seed, val_fraction, augment)
         make_test = lambda tf=None: ImageFolder(str(test_dir), transform=tf)
         test = _cached(make_test, "imagefolder-test", image_cache)(transforms.per_image(data_config, False))
@@ -138,7 +138,7 @@ def _timm_create(name: str, root: Path, split: str, download: bool, transform=No
             todo = "with no network, fetch it elsewhere and point --data-dir at it"
         else:
             todo = "pass --download to fetch it (needs a network), or --data-dir to where it lies"
-        raise UserError(
+        raise DataError(
             f'dataset "{name}" (timm.data.create_dataset, split {split}, root {root}) could not be loaded: '
             f"{type(exc).__name__}: {first}; {todo}"
         ) from None
@@ -149,7 +149,7 @@ def timm_num_classes(name: str, root: Path, download: bool) -> int:
     train = _timm_create(name, root, "train", download)
     classes = getattr(train, "classes", None) or getattr(getattr(train, "reader", None), "class_to_idx", None)
     if not classes:
-        raise UserError(f'dataset "{name}" names no classes, so a classification head cannot be sized for it')
+        raise DataError(f'dataset "{name}" names no classes, so a classification head cannot be sized for it')
     return len(classes)
 
 
@@ -210,12 +210,12 @@ class friendly_data_errors:
         if exc is None:
             return False
         if isinstance(exc, (urllib.error.URLError, OSError, ConnectionError)) and self.download:
-            raise UserError(
+            raise DataError(
                 f'downloading dataset "{self.name}" to {self.root} failed ({exc}); with no network, '
                 "download it elsewhere and point --data-dir at it"
             ) from exc
         if isinstance(exc, RuntimeError) and not self.download:
-            raise UserError(
+            raise DataError(
                 f'dataset "{self.name}" not found in {self.root}; pass --download to fetch it, '
                 "or --data-dir to where it lies"
             ) from exc

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from vitplast_tune.config import FinetuneConfig
-from vitplast_tune.errors import UserError
+from vitplast_tune.errors import ResumeError, UserError, option
 from vitplast_tune.plan.options import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_SEED,
@@ -35,13 +35,13 @@ def resume_record(spec: SearchSpec, options: SearchOptions, storage: str, name: 
         return None
     if not options.resume:
         if (directory / SEARCH_FILE).exists():
-            raise UserError(
-                f'search "{name}" already exists in {storage}; pass --resume to continue it, or another --name'
+            raise ResumeError(
+                f'search "{name}" already exists in {storage}; pass {option("resume", True)} to continue it, or another {option("name")}'
             )
         return None
     record = read_record(directory)
     if record["fingerprint"] != spec.fingerprint:
-        raise UserError(
+        raise ResumeError(
             f'search "{name}" was started with a different space file ({record["space_path"]}); '
             "resume it with that file, or start a new search with another --name"
         )
@@ -58,7 +58,7 @@ def resumed_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: s
     saved = record["settings"]
     for key, value in options.settings.items():
         if key not in RESUMABLE_SETTINGS and value != saved.get(key):
-            refuse(f"--{key.replace('_', '-')} {value}", saved.get(key), name)
+            refuse(option(key, value), saved.get(key), name)
     fixed = {
         "num-samples": (options.num_samples, record.get("num_samples", spec.num_samples)),
         "budgets": (_listed(options.budgets), record.get("budgets", _listed(spec.budget_steps))),
@@ -69,12 +69,12 @@ def resumed_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: s
     }
     for flag, (given, recorded) in fixed.items():
         if given is not None and given != recorded:
-            refuse(f"--{flag} {given}", recorded, name)
+            refuse(option(flag.replace("-", "_"), given), recorded, name)
     changed = {k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}
     try:
         settings = FinetuneConfig.from_dict({"augment": RECORDED_AUGMENTATION, **saved, **changed}).validate()
     except UserError as exc:
-        raise UserError(
+        raise ResumeError(
             f"{exc} (in the settings recorded in {name}/{SEARCH_FILE}); restore the record, or start a new search "
             "with another --name"
         ) from None
@@ -101,9 +101,9 @@ def resumed_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: s
 
 def refuse(given: str, recorded: Any, name: str) -> None:
     """UserError: a flag ``given`` on resume differs from the ``recorded`` value search ``name`` started with."""
-    raise UserError(
+    raise ResumeError(
         f'{given} differs from the {recorded!r} search "{name}" was started with, and would make its trials '
-        "inconsistent; resume without it, or start a new search with another --name"
+        f"inconsistent; resume without it, or start a new search with another {option('name')}"
     )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from vitplast_tune.child import call_in_child
-from vitplast_tune.errors import UserError
+from vitplast_tune.errors import ServicesError
 from vitplast_tune.storage import filesystem, join
 
 TIMEOUT_S = 10.0  # how long a tracking server or database gets to answer
@@ -35,7 +35,7 @@ def check_tracking(uri: str, origin: str, timeout_s: float = TIMEOUT_S) -> None:
     known = mlflow_internals.tracking_schemes()
     if scheme not in known or not uri.strip():
         schemes = ", ".join(f"{s}://" for s in known if s)
-        raise UserError(
+        raise ServicesError(
             f'MLflow tracking URI "{uri}" (from {origin}): unknown scheme {scheme or "(none)"}://; use one of '
             f"{schemes}, or a local path (e.g. sqlite:///results/mlflow.db, http://127.0.0.1:5000)"
         )
@@ -60,17 +60,17 @@ def _check_server(uri: str, origin: str, timeout_s: float) -> None:
     try:
         answer = mlflow_internals.ask_server(uri, "/api/2.0/mlflow/experiments/search", timeout_s, {"max_results": 1})
     except (MlflowException, OSError) as exc:
-        raise UserError(
+        raise ServicesError(
             f"{what} did not answer within {timeout_s:g} s ({_reason(exc)}): check that `mlflow server` runs there "
             "and the URI's host and port, or give another tracking URI"
         ) from None
     if answer.status_code in (401, 403):
-        raise UserError(
+        raise ServicesError(
             f"{what} refused this client (HTTP {answer.status_code}): set MLFLOW_TRACKING_USERNAME and "
             "MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN"
         )
     if answer.status_code != 200:
-        raise UserError(
+        raise ServicesError(
             f"{what} answered HTTP {answer.status_code} to MLflow's REST API: it is not an MLflow tracking server, "
             "or not at that path; check the URI"
         )
@@ -87,7 +87,7 @@ def _check_sqlite(uri: str, origin: str) -> None:
         return
     problem = sqlite_problem(path)
     if problem:
-        raise UserError(
+        raise ServicesError(
             f"the MLflow store {path} (from {origin}) is corrupt ({problem}): restore it from a backup, or record "
             "elsewhere (another --tracking-uri or --storage); its runs cannot be read"
         )
@@ -130,12 +130,14 @@ def _check_database(uri: str, scheme: str, origin: str, timeout_s: float) -> Non
         url = sqlalchemy.engine.make_url(uri)
         url.get_dialect()  # imports the driver module
     except (ArgumentError, NoSuchModuleError, ImportError) as exc:
-        raise UserError(f'MLflow tracking URI "{uri}" (from {origin}): {_reason(exc)}; install its driver') from None
+        raise ServicesError(
+            f'MLflow tracking URI "{uri}" (from {origin}): {_reason(exc)}; install its driver'
+        ) from None
     host, port = url.host or "localhost", url.port or DATABASE_PORTS[scheme]
     try:
         socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as exc:
-        raise UserError(
+        raise ServicesError(
             f"the {scheme} server of MLflow's store {host}:{port} (from {origin}) did not answer within "
             f"{timeout_s:g} s ({_reason(exc)}): check that it runs and the URI's host and port"
         ) from None
@@ -149,11 +151,11 @@ def check_writable(folder: Path, what: str, advice: str = "") -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise UserError(f"{what}: {existing} is a file, not a folder{advice}")
+        raise ServicesError(f"{what}: {existing} is a file, not a folder{advice}")
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=existing))
     except OSError as exc:
-        raise UserError(f"{what} is not writable ({exc.strerror} in {existing}){advice}") from None
+        raise ServicesError(f"{what} is not writable ({exc.strerror} in {existing}){advice}") from None
 
 
 def check_storage(uri: str, origin: str, timeout_s: float = STORAGE_TIMEOUT_S) -> None:
@@ -164,7 +166,7 @@ def check_storage(uri: str, origin: str, timeout_s: float = STORAGE_TIMEOUT_S) -
     except TimeoutError:
         problem = f"no answer within {timeout_s:g} s"
     if problem:
-        raise UserError(
+        raise ServicesError(
             f"the storage {uri} (from {origin}) is not usable ({problem}): check the bucket exists, its endpoint "
             "(an S3-compatible server: ?endpoint_override=HOST:PORT&scheme=http) and the credentials"
         )

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from vitplast_tune.errors import UserError
+from vitplast_tune.errors import ResumeError
 from vitplast_tune.plan import services
 from vitplast_tune.storage import BEST_FILE, STATE_FILE, STUDY_FILE
 
@@ -44,7 +44,7 @@ def check_resume_state(directory: Path, record: dict[str, Any]) -> None:
         newest = max(directory.glob(pattern), default=None)
         problem = newest and pickle_problem(newest)
         if problem:
-            raise UserError(_advice(newest, problem, what, pattern))
+            raise ResumeError(_advice(newest, problem, what, pattern))
     for trial_id, checkpoint in trials:
         _check_checkpoint(directory, trial_id, checkpoint)
     _check_study(directory, record)
@@ -57,7 +57,7 @@ def _check_experiment(directory: Path) -> list[tuple[str, str]]:
     tuner = directory / TUNER_FILE
     problem = tuner.is_file() and pickle_problem(tuner)
     if problem:
-        raise UserError(f"Tune's Tuner {tuner} is {problem}: the search cannot be resumed from it; {start_anew}")
+        raise ResumeError(f"Tune's Tuner {tuner} is {problem}: the search cannot be resumed from it; {start_anew}")
     newest = max(directory.glob(EXPERIMENT_STATE), default=None)
     if newest is None:
         return []
@@ -69,7 +69,7 @@ def _check_experiment(directory: Path) -> list[tuple[str, str]]:
             for t, m in trial_data
         ]
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(
+        raise ResumeError(
             f"Tune's experiment state {newest} is cut short or corrupt ({str(exc).splitlines()[0][:120]}): the "
             f"search cannot be resumed from it; {start_anew}"
         ) from None
@@ -124,7 +124,7 @@ def check_generator_state(directory: Path, algorithm: str) -> str | None:
         return None
     generator = GENERATOR_STATE if algorithm == "optuna" else VARIANT_STATE
     if not any(directory.glob(generator)):
-        raise UserError(
+        raise ResumeError(
             f"the state of the search's generator ({generator}) is missing from Tune's folder {directory}: without "
             "it the trials not sampled yet would never be; restore it from a backup, or start the search anew with "
             "another --name"
@@ -141,7 +141,7 @@ def _check_checkpoint(directory: Path, trial_id: str, checkpoint: str) -> None:
         path = folder / name
         problem = path.is_file() and check(path)
         if problem:
-            raise UserError(
+            raise ResumeError(
                 f"the checkpoint trial {trial_id} resumes from, {path}, is {problem}: restore it from a backup, or "
                 "start the search anew with another --name (a resume would fail that trial again and again)"
             )
@@ -186,7 +186,7 @@ def _check_study(directory: Path, record: dict[str, Any]) -> None:
         return
     problem = study_problem(url)
     if problem:
-        raise UserError(
+        raise ResumeError(
             f"the search's Optuna study {url} does not open ({problem}): move it aside and --resume again (the study "
             "is written anew from the trials), or restore it from a backup"
         )

@@ -25,7 +25,7 @@ from vitplast_tune.components import (
     parse_subset,
     subset_name,
 )
-from vitplast_tune.errors import UserError, did_you_mean
+from vitplast_tune.errors import SpaceError, UserError, did_you_mean
 
 if TYPE_CHECKING:
     from optuna.trial import Trial
@@ -64,7 +64,7 @@ class Distribution:
         Raises:
             UserError: If the parameter is a range.
         """
-        raise UserError(f'parameter "{self.name}" is a range; a grid needs {{choice: [...]}}')
+        raise SpaceError(f'parameter "{self.name}" is a range; a grid needs {{choice: [...]}}')
 
     def corners(self) -> list[Any]:
         """List values that touch every choice and both ends of a range, to validate settings before a search.
@@ -269,7 +269,7 @@ _DISTRIBUTIONS: dict[str, type[Distribution]] = {
 def _subset(value: Any, where: str) -> str:
     """A component subset named in a space file; an empty list is a mistake ("head" is explicit)."""
     if not isinstance(value, (str, list)) or (isinstance(value, list) and not value) or value == "":
-        raise UserError(
+        raise SpaceError(
             f"{where}: empty or malformed component subset {value!r}; name components such as "
             '[mha, fc1], or "head" to train only the classification head (linear probe)'
         )
@@ -296,28 +296,28 @@ def parse_param(name: str, raw: Any, where: str) -> Distribution:
         if name == "depth":
             return Constant(name, str(_where(check_depth, raw, where)))
         if isinstance(raw, (list, tuple)):
-            raise UserError(f'{where}: parameter "{name}" is a list; write {{choice: [...]}} to search over it')
+            raise SpaceError(f'{where}: parameter "{name}" is a list; write {{choice: [...]}} to search over it')
         return Constant(name, raw)
     if len(raw) != 1:
-        raise UserError(
+        raise SpaceError(
             f'{where}: parameter "{name}" needs exactly one of {", ".join(_DISTRIBUTIONS)}, got {sorted(raw)}'
         )
     kind, arg = next(iter(raw.items()))
     if kind not in _DISTRIBUTIONS:
-        raise UserError(
+        raise SpaceError(
             f'{where}: parameter "{name}" has unknown distribution "{kind}"{did_you_mean(kind, _DISTRIBUTIONS)}'
         )
     if kind == "subsets":
         if name != "components":
-            raise UserError(f'{where}: {{subsets: ...}} only applies to "components", not "{name}"')
+            raise SpaceError(f'{where}: {{subsets: ...}} only applies to "components", not "{name}"')
         if arg not in ("any", "any_or_head"):
-            raise UserError(f'{where}: components {{subsets: {arg}}} must be "any" (non-empty) or "any_or_head"')
+            raise SpaceError(f'{where}: components {{subsets: {arg}}} must be "any" (non-empty) or "any_or_head"')
         return Subsets(name, allow_head=arg == "any_or_head")
     if kind in ("methods", "contiguous"):
         return _components_or_depth(name, kind, arg, where)
     if kind == "choice":
         if not isinstance(arg, list) or not arg:
-            raise UserError(f'{where}: parameter "{name}" {{choice: ...}} needs a non-empty list')
+            raise SpaceError(f'{where}: parameter "{name}" {{choice: ...}} needs a non-empty list')
         if name == "components":
             return Choice(name, tuple(dict.fromkeys(_subset(v, where) for v in arg)))
         if name == "depth":
@@ -329,17 +329,17 @@ def parse_param(name: str, raw: Any, where: str) -> Distribution:
 def _range(name: str, kind: str, arg: Any, where: str) -> Distribution:
     """``{uniform | loguniform | randint: [low, high]}``, checked."""
     if not (isinstance(arg, list) and len(arg) == 2 and all(isinstance(v, (int, float)) for v in arg)):
-        raise UserError(f'{where}: parameter "{name}" {{{kind}: ...}} needs [low, high] numbers, got {arg!r}')
+        raise SpaceError(f'{where}: parameter "{name}" {{{kind}: ...}} needs [low, high] numbers, got {arg!r}')
     low, high = float(arg[0]), float(arg[1])
     if not low < high:
-        raise UserError(
+        raise SpaceError(
             f'{where}: parameter "{name}" range [{arg[0]}, {arg[1]}] is empty or inverted; write [low, high] with low < high'
         )
     if kind == "loguniform" and low <= 0:
-        raise UserError(f'{where}: parameter "{name}" loguniform range must be positive, got [{arg[0]}, {arg[1]}]')
+        raise SpaceError(f'{where}: parameter "{name}" loguniform range must be positive, got [{arg[0]}, {arg[1]}]')
     if kind == "randint":
         if not (low.is_integer() and high.is_integer()):
-            raise UserError(f'{where}: parameter "{name}" randint bounds must be integers')
+            raise SpaceError(f'{where}: parameter "{name}" randint bounds must be integers')
         return RandInt(name, int(low), int(high))
     return _DISTRIBUTIONS[kind](name, low, high)
 
@@ -349,14 +349,14 @@ def _components_or_depth(name: str, kind: str, arg: Any, where: str) -> Distribu
     block range of an N-block model, a choice)."""
     if kind == "contiguous":
         if name != "depth":
-            raise UserError(f'{where}: {{contiguous: N}} only applies to "depth", not "{name}"')
+            raise SpaceError(f'{where}: {{contiguous: N}} only applies to "depth", not "{name}"')
         if isinstance(arg, bool) or not isinstance(arg, int) or arg < 1:
-            raise UserError(f"{where}: depth {{contiguous: N}} needs the model's number of blocks N, got {arg!r}")
+            raise SpaceError(f"{where}: depth {{contiguous: N}} needs the model's number of blocks N, got {arg!r}")
         return Choice(name, tuple(contiguous_depths(arg)))
     if name != "components":
-        raise UserError(f'{where}: {{methods: ...}} only applies to "components", not "{name}"')
+        raise SpaceError(f'{where}: {{methods: ...}} only applies to "components", not "{name}"')
     if not isinstance(arg, dict) or not arg:
-        raise UserError(
+        raise SpaceError(
             f"{where}: components {{methods: ...}} needs a mapping of component to method(s), "
             "e.g. {mha: [lora, full], fc1: full}"
         )
@@ -364,10 +364,10 @@ def _components_or_depth(name: str, kind: str, arg: Any, where: str) -> Distribu
     for component, raw in arg.items():
         if str(component).lower() not in COMPONENTS:
             _where(parse_subset, str(component), where)  # the unknown-component message
-            raise UserError(f'{where}: components {{methods: ...}} names each component, not "{component}"')
+            raise SpaceError(f'{where}: components {{methods: ...}} names each component, not "{component}"')
         options = tuple(dict.fromkeys(str(m) for m in (raw if isinstance(raw, list) else [raw])))
         if not options:
-            raise UserError(f"{where}: components {{methods: ...}}: {component} lists no method")
+            raise SpaceError(f"{where}: components {{methods: ...}}: {component} lists no method")
         for method in options:
             _where(parse_methods, {component: method}, where)
         choices.append((str(component).lower(), options))
@@ -380,7 +380,7 @@ def _where(check, value: Any, where: str) -> Any:
     try:
         check(value)
     except UserError as exc:
-        raise UserError(f"{where}: {exc}") from None
+        raise SpaceError(f"{where}: {exc}") from None
     return value
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from vitplast_tune.errors import UserError, did_you_mean
+from vitplast_tune.errors import SpaceError, did_you_mean
 from vitplast_tune.space.distributions import Constant, Distribution, Subsets, parse_param
 
 SHIPPED = "vitplast_tune.search_spaces"  # the repository's search_spaces/, installed under this name (pyproject.toml)
@@ -210,7 +210,7 @@ class SearchSpec:
         spec = self
         if num_samples is not None:
             if num_samples < 1:
-                raise UserError(f"--num-samples must be at least 1, got {num_samples}")
+                raise SpaceError(f"--num-samples must be at least 1, got {num_samples}")
             spec = replace(spec, num_samples=num_samples)
         if budgets is not None:
             narrowed = [b.narrowed for b in self.budgets]
@@ -235,7 +235,7 @@ def resolve_space_path(name_or_path: str | Path) -> Path:
         if candidate.is_file():
             return candidate
     known = list_spaces()
-    raise UserError(
+    raise SpaceError(
         f'search space "{name_or_path}" not found{did_you_mean(str(name_or_path), known)}; known: {", ".join(known)}, or a path to a .yaml file'
     )
 
@@ -269,17 +269,17 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{where}: malformed YAML{at}: {getattr(exc, 'problem', exc)}") from exc
+        raise SpaceError(f"{where}: malformed YAML{at}: {getattr(exc, 'problem', exc)}") from exc
     if not isinstance(raw, dict):
-        raise UserError(f"{where}: a space file is a YAML mapping with keys {', '.join(_TOP_KEYS)}")
+        raise SpaceError(f"{where}: a space file is a YAML mapping with keys {', '.join(_TOP_KEYS)}")
     _check_keys(raw, _TOP_KEYS, where, "key")
     parameters = raw.get("parameters") or {}
     if not isinstance(parameters, dict) or not parameters:
-        raise UserError(f"{where}: needs a non-empty 'parameters' mapping")
+        raise SpaceError(f"{where}: needs a non-empty 'parameters' mapping")
     defaults = raw.get("defaults") or {}
     objectives = _parse_objectives(raw, where)
     if not isinstance(defaults, dict):
-        raise UserError(f"{where}: 'defaults' must be a mapping of settings")
+        raise SpaceError(f"{where}: 'defaults' must be a mapping of settings")
     spec = SearchSpec(
         name=path.stem,
         path=path,
@@ -308,12 +308,12 @@ def _parse_objectives(raw: dict, where: str) -> tuple[tuple[str, str], ...]:
     if not isinstance(metric, list):
         return ((str(metric), _one_of(mode, MODES, where, "mode")),)
     if not isinstance(mode, list) or len(mode) != len(metric) or len(metric) < 2:
-        raise UserError(
+        raise SpaceError(
             f"{where}: two or more objectives need metric and mode lists of the same length, "
             f"e.g. metric: [val_acc, trainable_params] and mode: [max, min]"
         )
     if len(set(map(str, metric))) < len(metric):
-        raise UserError(f"{where}: metric lists an objective twice ({', '.join(map(str, metric))}); name each once")
+        raise SpaceError(f"{where}: metric lists an objective twice ({', '.join(map(str, metric))}); name each once")
     return tuple((str(m), _one_of(d, MODES, where, "mode")) for m, d in zip(metric, mode))
 
 
@@ -325,13 +325,13 @@ def parse_budgets(raw: Any, parameters: dict[str, Distribution], where: str) -> 
     if raw is None:
         return ()
     if not isinstance(raw, list) or not raw:
-        raise UserError(f"{where}: budgets must be {_BUDGETS_FORM}, e.g. [150, {{steps: 600, lr: [0.1]}}]")
+        raise SpaceError(f"{where}: budgets must be {_BUDGETS_FORM}, e.g. [150, {{steps: 600, lr: [0.1]}}]")
     if "max_steps" in parameters:
-        raise UserError(f"{where}: budgets set each trial's max_steps; remove max_steps from parameters")
+        raise SpaceError(f"{where}: budgets set each trial's max_steps; remove max_steps from parameters")
     budgets = [_parse_budget(entry, parameters, where) for entry in raw]
     steps = [b.steps for b in budgets]
     if len(set(steps)) != len(steps):
-        raise UserError(f"{where}: budgets {steps} repeat a step count; give each budget once")
+        raise SpaceError(f"{where}: budgets {steps} repeat a step count; give each budget once")
     return tuple(budgets)
 
 
@@ -339,20 +339,20 @@ def _parse_budget(entry: Any, parameters: dict[str, Distribution], where: str) -
     if not isinstance(entry, dict):
         return Budget(_positive_int(entry, where, "a budget's steps"))
     if "steps" not in entry:
-        raise UserError(f"{where}: budget {entry} has no steps; write {_BUDGETS_FORM}")
+        raise SpaceError(f"{where}: budget {entry} has no steps; write {_BUDGETS_FORM}")
     narrowed = {}
     for name, values in entry.items():
         if name == "steps":
             continue
         if name not in parameters:
-            raise UserError(
+            raise SpaceError(
                 f'{where}: budget {entry["steps"]} narrows "{name}", which is not a parameter'
                 f"{did_you_mean(str(name), parameters)}; parameters: {', '.join(parameters)}"
             )
         narrowed[name] = parse_param(name, {"choice": values}, where)
         extra = [v for v in narrowed[name].grid_values() if v not in parameters[name].grid_values()]
         if extra:
-            raise UserError(
+            raise SpaceError(
                 f'{where}: budget {entry["steps"]} gives "{name}" {extra}, not among its choices '
                 f"{parameters[name].grid_values()}; a budget only narrows a parameter"
             )
@@ -361,26 +361,26 @@ def _parse_budget(entry: Any, parameters: dict[str, Distribution], where: str) -
 
 def _check_algorithm(spec: SearchSpec) -> None:
     if spec.multi_objective and spec.algorithm != "optuna":
-        raise UserError(f"{spec.path}: several objectives need algorithm: optuna (its multi-objective TPE)")
+        raise SpaceError(f"{spec.path}: several objectives need algorithm: optuna (its multi-objective TPE)")
     if spec.multi_objective and spec.scheduler.name != "fifo":
-        raise UserError(
+        raise SpaceError(
             f"{spec.path}: scheduler {spec.scheduler.name} stops trials by one metric; with several "
             "objectives use scheduler: fifo (every trial trains its whole budget)"
         )
     if spec.warm_start and not (spec.algorithm == "optuna" and isinstance(spec.parameters.get("components"), Subsets)):
-        raise UserError(f"{spec.path}: warm_start needs algorithm: optuna and components: {{subsets: ...}}")
+        raise SpaceError(f"{spec.path}: warm_start needs algorithm: optuna and components: {{subsets: ...}}")
     if spec.budgets and (spec.algorithm != "grid" or spec.scheduler.name != "fifo"):
-        raise UserError(
+        raise SpaceError(
             f"{spec.path}: budgets need algorithm: grid and scheduler: fifo (every trial trains its budget's steps)"
         )
     if spec.algorithm == "grid":
         for p in spec.parameters.values():
             if not p.discrete:
-                raise UserError(
+                raise SpaceError(
                     f'{spec.path}: a grid needs discrete parameters; "{p.name}" is a range, write {{choice: [...]}}'
                 )
     if spec.warm_start > spec.total_trials:
-        raise UserError(
+        raise SpaceError(
             f"{spec.path}: warm_start {spec.warm_start} is more than the search's {spec.total_trials} trial(s); "
             "lower warm_start or raise num_samples (--num-samples)"
         )
@@ -390,7 +390,7 @@ def _parse_scheduler(raw: Any, where: str) -> SchedulerSpec:
     if isinstance(raw, str):
         raw = {"name": raw}
     if not isinstance(raw, dict):
-        raise UserError(f"{where}: scheduler must be a name ({', '.join(SCHEDULERS)}) or a mapping")
+        raise SpaceError(f"{where}: scheduler must be a name ({', '.join(SCHEDULERS)}) or a mapping")
     _check_keys(raw, _SCHEDULER_KEYS, where, "scheduler key")
     name = _one_of(raw.get("name", "fifo"), SCHEDULERS, where, "scheduler")
     return SchedulerSpec(
@@ -403,14 +403,14 @@ def _parse_scheduler(raw: Any, where: str) -> SchedulerSpec:
 def _check_keys(raw: dict, allowed: Iterable[str], where: str, what: str) -> None:
     for key in raw:
         if key not in allowed:
-            raise UserError(
+            raise SpaceError(
                 f'{where}: unknown {what} "{key}"{did_you_mean(str(key), allowed)}; allowed: {", ".join(allowed)}'
             )
 
 
 def _one_of(value: Any, options: tuple[str, ...], where: str, what: str) -> str:
     if value not in options:
-        raise UserError(
+        raise SpaceError(
             f'{where}: unknown {what} "{value}"{did_you_mean(str(value), options)}; use one of {", ".join(options)}'
         )
     return str(value)
@@ -418,7 +418,7 @@ def _one_of(value: Any, options: tuple[str, ...], where: str, what: str) -> str:
 
 def _flag(value: Any, where: str, what: str) -> bool:
     if not isinstance(value, bool):
-        raise UserError(f"{where}: {what} must be true or false, got {value!r}")
+        raise SpaceError(f"{where}: {what} must be true or false, got {value!r}")
     return value
 
 
@@ -428,7 +428,7 @@ def _optional_int(value: Any, where: str, what: str) -> int | None:
 
 def _positive_int(value: Any, where: str, what: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserError(f"{where}: {what} must be an integer >= {minimum}, got {value!r}")
+        raise SpaceError(f"{where}: {what} must be an integer >= {minimum}, got {value!r}")
     return value
 
 
