@@ -309,7 +309,7 @@ def _full_state(args, device: torch.device) -> dict:
 
 def step_checkpoint(args, device: torch.device) -> dict:
     """A trial's checkpoint of full finetuning written to local disk (``search.trial.write_checkpoint``), read back."""
-    from vitplast_tune.run.trainable import write_checkpoint
+    from vitplast_tune.run.checkpoints import write_checkpoint
     from vitplast_tune.storage import STATE_FILE
 
     state = _full_state(args, device)
