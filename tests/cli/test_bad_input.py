@@ -285,9 +285,9 @@ def run(*cmd: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    lines = [line for line in proc.stderr.splitlines() if line.strip().startswith("error:")]  # notes may come first
     assert proc.returncode == 2, proc.stderr
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     return lines[0]
 
 

@@ -266,7 +266,7 @@ def test_reduced_precision_trains_on_cpu(precision):
 
 
 def _trainable_model(components: str):
-    from vitplast_tune import components as comp
+    from vitplast_tune import freezing as comp
     from vitplast_tune.vit import models
     from vitplast_tune.vit.families.registry import layout_of
 

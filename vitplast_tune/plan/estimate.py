@@ -123,12 +123,18 @@ def describe_trials(plan: SearchPlan) -> list[str]:
         f"{s.eval_every}; {s.optimizer}, weight decay {s.weight_decay:g}{decay}; precision {s.precision}"
     )
     lines.append(
-        f"recipe:     grad_accum_steps {s.grad_accum_steps}, mixup {s.mixup:g}, cutmix {s.cutmix:g}, label smoothing "
-        f"{s.label_smoothing:g}, EMA {s.ema_decay:g}, drop path {s.drop_path:g}, LoRA rank {s.lora_rank} (where lora)"
+        f"recipe:     grad_accum_steps {s.grad_accum_steps}, mixup {_g(s.mixup)}, cutmix {_g(s.cutmix)}, label "
+        f"smoothing {_g(s.label_smoothing)}, EMA {_g(s.ema_decay)}, drop path {_g(s.drop_path)}, LoRA rank "
+        f"{s.lora_rank} (where lora)"
     )
     if plan.max_trainable_params:
         lines.append(f"budget:     trials over {plan.max_trainable_params:,} trainable parameters are not trained")
     return lines + [f"note:       {note}" for note in plan.notes]
+
+
+def _g(value: float | None) -> str:
+    """A setting's value as the recipe line prints it ("off" where it is unset)."""
+    return "off" if value is None else f"{value:g}"
 
 
 PLACEMENT_WORDS = {"pack": "as few nodes as hold them", "spread": "over different nodes where it can"}
