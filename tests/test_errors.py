@@ -3,13 +3,11 @@ user gave them (a keyword from Python, a flag from the command line)."""
 
 from __future__ import annotations
 
-import contextvars
-
 import pytest
 
 import vitplast_tune as vt
 from vitplast_tune.config import FinetuneConfig
-from vitplast_tune.errors import did_you_mean, option, speak_flags
+from vitplast_tune.errors import did_you_mean, flags_spoken, option
 
 
 def test_every_kind_of_mistake_is_a_user_error_and_exported():
@@ -30,12 +28,22 @@ def test_a_misspelt_setting_is_pointed_at_the_real_one():
 def test_an_option_is_a_keyword_from_python_and_a_flag_from_the_command_line():
     assert option("max_steps", 20) == "max_steps=20" and option("resume") == "resume"
 
-    def command_line():
-        speak_flags()
-        return option("max_steps", 20), option("resume")
+    with flags_spoken():
+        assert (option("max_steps", 20), option("resume")) == ("--max-steps 20", "--resume")
+    assert option("max_steps", 20) == "max_steps=20"  # after the command, Python's wording again
 
-    assert contextvars.copy_context().run(command_line) == ("--max-steps 20", "--resume")
-    assert option("max_steps", 20) == "max_steps=20"  # the command line's context, not this one
+
+def test_a_command_run_in_process_leaves_the_python_wording(capsys):
+    from vitplast_tune.cli.base import run_main
+
+    def command():
+        assert option("max_steps", 20) == "--max-steps 20"
+        raise vt.OptionsError(option("max_steps", 0) + " is not positive")
+
+    with pytest.raises(SystemExit) as exit_:
+        run_main(command)
+    assert exit_.value.code == 2 and "error: --max-steps 0 is not positive" in capsys.readouterr().err
+    assert option("max_steps", 20) == "max_steps=20"
 
 
 def test_mistakes_from_python_are_of_their_kind_and_name_keywords(tmp_path, tiny_space):

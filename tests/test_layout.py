@@ -7,6 +7,7 @@ functions; light subpackage faces."""
 from __future__ import annotations
 
 import ast
+import collections
 import json
 import os
 import shutil
@@ -194,3 +195,10 @@ def test_no_function_is_longer_than_a_screen(folder):
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, long
+
+
+def test_test_modules_have_unique_names():
+    """pytest imports test modules by their file name (the tests folders are not packages): two of one name in
+    different folders stop collection with "import file mismatch"."""
+    names = collections.Counter(p.name for p in (ROOT / "tests").rglob("test_*.py"))
+    assert [name for name, count in names.items() if count > 1] == []

@@ -5,7 +5,8 @@ the options, the data, resuming, the services a search records to), and how an o
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 
 # Whether messages name options as the command line's flags (the ``vitplast`` commands set it) or as keywords.
@@ -61,9 +62,18 @@ def speaking_flags() -> bool:
     return _FLAGS.get()
 
 
-def speak_flags() -> None:
-    """From now on (in this context), name options as the command line's flags: the ``vitplast`` commands call it."""
-    _FLAGS.set(True)
+@contextmanager
+def flags_spoken() -> Iterator[None]:
+    """Name options as the command line's flags inside the block: the ``vitplast`` commands run in one.
+
+    Outside it (after it, too) messages name options as Python keywords again, so a command run in-process (a
+    test, a notebook cell calling ``main``) leaves the Python wording as it found it.
+    """
+    token = _FLAGS.set(True)
+    try:
+        yield
+    finally:
+        _FLAGS.reset(token)
 
 
 def did_you_mean(word: str, options: Iterable[str]) -> str:

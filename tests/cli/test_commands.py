@@ -42,7 +42,7 @@ def test_pretrain_writes_weights_the_model_loads_and_their_provenance(tmp_path):
     out = tmp_path / "testbed.safetensors"
     flags = ["--steps", "12", "--batch-size", "16", "--num-classes", "4", "--images-per-class", "8"]
     proc = command("pretrain", "--out", str(out), *flags, "--heldout-per-class", "2", "--log-every", "4")
-    assert f"wrote {out}" in proc.stdout
+    assert f"wrote {out}" in proc.stderr  # a note (stderr); stdout is for answers
     provenance = json.loads(out.with_suffix(".json").read_text())
     assert provenance["steps"] == 12 and provenance["num_classes"] == 4 and provenance["file"] == out.name
     assert provenance["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
@@ -158,8 +158,8 @@ def test_analyze_of_two_searches_writes_the_cross_dataset_table(ray_local, tmp_p
     for name, dataset, reference in (("dig", "digits", "fractals"), ("fra", "fractals", "digits")):
         options = SearchOptions(
             str(grid),
-            name,
-            str(storage),
+            name=name,
+            storage=str(storage),
             settings={"dataset": dataset},
             plasticity_reference=reference,
             plasticity_pairs=32,

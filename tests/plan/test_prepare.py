@@ -9,7 +9,7 @@ from _servers import MLFLOW_API, http_server
 from _spaces import space_text
 
 from vitplast_tune import storage
-from vitplast_tune.errors import UserError
+from vitplast_tune.errors import UserError, flags_spoken
 from vitplast_tune.plan import EXPERIMENT, SearchOptions, SearchPlan, prepare
 from vitplast_tune.predictors import cache
 from vitplast_tune.storage import write_record
@@ -96,14 +96,14 @@ def test_resume_keeps_the_recorded_settings_and_identity(tmp_path):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (dict(settings={"max_steps": 80}), "--max-steps 80 differs from the 40"),
-        (dict(settings={"model": "vit_tiny_patch16_224"}), "--model vit_tiny_patch16_224 differs"),
-        (dict(settings={"dataset": "fractals"}), "--dataset fractals differs"),
-        (dict(num_samples=9), "--num-samples 9 differs from the 3"),
-        (dict(max_concurrent=1), "--max-concurrent 1 differs from the None"),
-        (dict(seed=4), "--seed 4 differs from the 0"),
-        (dict(tracking_uri="sqlite:////tmp/elsewhere.db"), "--tracking-uri sqlite:////tmp/elsewhere.db differs"),
-        (dict(experiment="other"), "--experiment other differs from the 'vitplast_tune'"),
+        (dict(settings={"max_steps": 80}), "max_steps=80 differs from the 40"),
+        (dict(settings={"model": "vit_tiny_patch16_224"}), "model='vit_tiny_patch16_224' differs"),
+        (dict(settings={"dataset": "fractals"}), "dataset='fractals' differs"),
+        (dict(num_samples=9), "num_samples=9 differs from the 3"),
+        (dict(max_concurrent=1), "max_concurrent=1 differs from the None"),
+        (dict(seed=4), "seed=4 differs from the 0"),
+        (dict(tracking_uri="sqlite:////tmp/elsewhere.db"), "tracking_uri='sqlite:////tmp/elsewhere.db' differs"),
+        (dict(experiment="other"), "experiment='other' differs from the 'vitplast_tune'"),
     ],
 )
 def test_resume_refuses_a_change_that_would_make_the_search_inconsistent(tmp_path, change, message):
@@ -212,7 +212,7 @@ def test_a_resumed_search_keeps_its_recorded_augmentation(tmp_path):
     first = started(tmp_path, settings={"augment": "none"})
     assert first.settings.augment == "none"
     assert prepare(options(tmp_path, resume=True)).settings.augment == "none"
-    with pytest.raises(UserError, match="--augment paper differs from the 'none'"):
+    with pytest.raises(UserError, match="augment='paper' differs from the 'none'"):
         prepare(options(tmp_path, resume=True, settings={"augment": "paper"}))
     record = tmp_path / "results" / "s" / storage.SEARCH_FILE  # recorded before the setting existed: the paper's
     saved = json.loads(record.read_text())
@@ -230,7 +230,7 @@ def test_budgets_come_from_the_flag_are_recorded_and_exclude_max_steps(tmp_path)
     write_record(first.local_dir, first.record("run-id"))
     resumed = prepare(SearchOptions(**base, resume=True))
     assert resumed.spec.budget_steps == (6, 12)  # the recorded budgets, not the file's
-    with pytest.raises(UserError, match=r"--budgets \[6, 24\] differs from the \[6, 12\]"):
+    with flags_spoken(), pytest.raises(UserError, match=r"--budgets \[6, 24\] differs from the \[6, 12\]"):
         prepare(SearchOptions(**base, resume=True, budgets=(6, 24)))
     with pytest.raises(UserError, match="give --budgets, not --max-steps"):
         prepare(SearchOptions(**{**base, "name": "other"}, settings={"max_steps": 40}))

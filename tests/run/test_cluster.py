@@ -314,7 +314,7 @@ class TestTwoNodeCluster:
 
     def test_joining_is_said(self, two_nodes, searched):
         proc, _ = searched
-        assert f"Joining the Ray cluster at {two_nodes.address} (--address)" in proc.stdout, explain(proc)
+        assert f"Joining the Ray cluster at {two_nodes.address} (--address)" in proc.stderr, explain(proc)
 
     def test_dry_run_counts_trials_at_once_from_the_clusters_nodes(self, two_nodes, mlflow_server, tmp_path):
         """--dry-run with --address joins the cluster to read its nodes (and leaves it), records nothing."""
@@ -404,7 +404,7 @@ def test_fake_autoscaler_adds_workers_for_trials_and_removes_them(tmp_path):
         ]
         proc = subprocess.run(cmd, env=driver_env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert proc.returncode == 0, explain(proc)
-        assert "autoscaler can add node type(s) ray.worker.trainer" in proc.stdout, explain(proc)
+        assert "autoscaler can add node type(s) ray.worker.trainer" in proc.stderr, explain(proc)
         parent, children = child_runs(tracking_uri, "optuna-scaled")
         assert parent.info.status == "FINISHED" and len(children) == 4
         assert all(r.info.status == "FINISHED" for r in children)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from vitplast_tune import log
-from vitplast_tune.errors import SearchInterrupted, UserError, speak_flags
+from vitplast_tune.errors import SearchInterrupted, UserError, flags_spoken
 
 
 class Parser(argparse.ArgumentParser):
@@ -25,10 +25,10 @@ class Parser(argparse.ArgumentParser):
 
 def run_main(main: Callable[[], int | None]) -> NoReturn:
     """Call ``main()`` and exit with its code; a UserError prints ``error: <message>`` and exits 2, an interrupted
-    search exits 130 (Ctrl-C) or 143 (SIGTERM). Messages name options as flags here (``errors.speak_flags``)."""
-    speak_flags()
+    search exits 130 (Ctrl-C) or 143 (SIGTERM). Messages name options as flags here (``errors.flags_spoken``)."""
     try:
-        code = main()
+        with flags_spoken():
+            code = main()
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

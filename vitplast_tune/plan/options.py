@@ -13,7 +13,7 @@ import json
 import os
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import KW_ONLY, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,7 +102,8 @@ class SearchOptions:
     value, None included (a key left out keeps the space file's); the trial options (``model``, ``dataset``,
     ``max_steps``, ...) are gathered into it. ``seed`` and ``max_failures`` left None mean ``DEFAULT_SEED`` and
     ``DEFAULT_MAX_FAILURES`` for a new search, and the recorded values for ``resume``. ``verbose`` 0 prints no
-    progress lines. ``space``: a shipped name, a path, a mapping of the space file's keys or a ``SearchSpec``.
+    progress lines. ``space``: a shipped name, a path, a mapping of the space file's keys or a ``SearchSpec``, the
+    one option given by position (the others by keyword).
 
     Raises:
         OptionsError: a trial option and ``settings`` give one setting two values.
@@ -114,6 +115,7 @@ class SearchOptions:
         "space file: a shipped name (see the README) or a path to a .yaml file",
         group="search",
     )
+    _: KW_ONLY  # every option after the space by name: SearchOptions("grid.yaml", name="s", storage="results")
     name: str | None = _option(
         None, "search name (the MLflow parent run and the results folder); default: <space>-<date>", group="search"
     )
