@@ -10,8 +10,8 @@ import yaml
 
 from vitplast_tune.errors import UserError
 from vitplast_tune.lab.preregistration import KEYS, read_preregistration
-from vitplast_tune.lab.records import PREDICTORS
 from vitplast_tune.lab.tasks import MODELS, TASKS
+from vitplast_tune.predictors.scores import LAB_PREDICTORS as PREDICTORS
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "results" / "data" / "lab-v2" / "preregistration.yaml"
 

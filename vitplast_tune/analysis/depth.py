@@ -29,6 +29,7 @@ from vitplast_tune.analysis.subsets import (
     N_BOOT,
     Statistics,
     comparison_frame,
+    comparison_line,
     fill_verdicts,
     mean_std,
     predictor_statistics,
@@ -261,19 +262,7 @@ def _comparison_text(found: DepthAnalysis) -> str:
         f"bootstrap; difference to log(#trainable params) with its interval adjusted for the {found.family} verdicts "
         f"({family_clause(found.alpha, multiple.CORRECTION, found.family)}):"
     ]
-    for r in found.comparison.itertuples():
-        if r.note:
-            lines.append(f"  {r.predictor:<22} n={r.n}: {r.note}")
-            continue
-        line = (
-            f"  {r.predictor:<22} n={r.n:<3} Spearman {r.spearman:+.2f} [{r.spearman_low:+.2f}, {r.spearman_high:+.2f}]"
-        )
-        if r.predictor != BASELINE:
-            line += f"  diff {r.diff_vs_baseline:+.2f}"
-            if np.isfinite(r.p):
-                line += f" [{r.diff_low:+.2f}, {r.diff_high:+.2f}] ({multiple.describe_level(r.level)}) Holm p={r.p_holm:.2g}"
-            line += f" {r.verdict}"
-        lines.append(line)
+    lines += [comparison_line(r, kendall=False) for r in found.comparison.itertuples()]
     better = found.comparison[found.comparison["verdict"] == "better"]
     lines.append(
         "  -> "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,19 +34,8 @@ from vitplast_tune.analysis.protocol import best_lr_table
 from vitplast_tune.analysis.resampling import Runs, point_targets, resample, runs_of
 from vitplast_tune.analysis.verdicts import family_clause
 from vitplast_tune.components import BLOCK_COMPONENTS, parse_subset, subset_name
-from vitplast_tune.predictors.scores import BASELINE, contains_mha_or_fc, log_trainable_params
+from vitplast_tune.predictors.scores import BASELINE, LAB_PREDICTORS, contains_mha_or_fc, log_trainable_params
 
-LAB_PREDICTORS: tuple[str, ...] = (
-    "plasticity_mean",
-    "plasticity_max",
-    "plasticity_weighted",
-    "in_network_mean",
-    "grad_norm",
-    "grad_norm_ratio",
-    "auto_rgn",
-    "contains_mha_or_fc",
-    BASELINE,
-)
 N_BOOT = 4000  # hierarchical resamples per lab: p-values down to 1/2000, below the smallest Holm step of a family
 AGREEMENT_SCORE = "plasticity_mean"  # the paper's claim: single components rank by accuracy as by their plasticity
 WORDS = {"above 0": "better", "below 0": "worse", "not different from 0": "no clear difference"}
@@ -295,24 +285,35 @@ def describe_comparison(result: LabResult, what: str = "subsets") -> str:
         f"difference = its Spearman minus log(#trainable params)'s on the same rows, its interval adjusted for the "
         f"verdicts of this lab ({family_clause(result.alpha, multiple.CORRECTION, result.family)}; level in brackets):"
     ]
-    for r in result.comparison.itertuples():
-        if r.note:
-            lines.append(f"  {r.predictor:<22} n={r.n}: {r.note}")
-            continue
-        head = (
-            f"  {r.predictor:<22} n={r.n:<3} Spearman {r.spearman:+.2f} {interval(r.spearman_low, r.spearman_high)}"
-            f"  Kendall {r.kendall:+.2f} {interval(r.kendall_low, r.kendall_high)}"
-        )
-        if r.predictor != BASELINE:
-            head += f"  diff {r.diff_vs_baseline:+.2f}"
-            if np.isfinite(r.p):
-                head += (
-                    f" {interval(r.diff_low, r.diff_high)} ({multiple.describe_level(r.level)}) "
-                    f"p={format_p(r.p, result.n_boot)} Holm p={format_p(r.p_holm, result.n_boot)}"
-                )
-            head += f" {r.verdict}"
-        lines.append(head)
+    lines += [comparison_line(r, n_boot=result.n_boot) for r in result.comparison.itertuples()]
     return "\n".join(lines)
+
+
+def comparison_line(r: Any, *, n_boot: int | None = None, kendall: bool = True) -> str:
+    """One predictor's row of a comparison table in words: its rank correlations with their intervals, its
+    difference to the baseline with the corrected interval, p-values and verdict (or the note why there is none).
+
+    Args:
+        r: a row of a comparison frame (``comparison_frame``), as ``itertuples`` gives it.
+        n_boot: the resamples behind the p-values, which print the raw p and a floor of ``1/n_boot`` for 0 (None:
+            the Holm p alone, at two significant digits).
+        kendall: whether the row has Kendall's tau beside Spearman's rho.
+
+    Returns:
+        The line, indented two spaces.
+    """
+    if r.note:
+        return f"  {r.predictor:<22} n={r.n}: {r.note}"
+    line = f"  {r.predictor:<22} n={r.n:<3} Spearman {r.spearman:+.2f} {interval(r.spearman_low, r.spearman_high)}"
+    if kendall:
+        line += f"  Kendall {r.kendall:+.2f} {interval(r.kendall_low, r.kendall_high)}"
+    if r.predictor == BASELINE:
+        return line
+    line += f"  diff {r.diff_vs_baseline:+.2f}"
+    if np.isfinite(r.p):
+        line += f" {interval(r.diff_low, r.diff_high)} ({multiple.describe_level(r.level)}) "
+        line += f"p={format_p(r.p, n_boot)} Holm p={format_p(r.p_holm, n_boot)}" if n_boot else f"Holm p={r.p_holm:.2g}"
+    return f"{line} {r.verdict}"
 
 
 def format_p(p: float, n_boot: int) -> str:

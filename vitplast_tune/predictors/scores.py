@@ -23,6 +23,15 @@ GRADIENT_SCORES: tuple[str, ...] = (
     "auto_rgn",
 )  # a subset's gradient scores (vit/gradients.py)
 BASELINE = "log_trainable_params"  # the naive predictor every other one must beat
+LAB_PREDICTORS: tuple[str, ...] = (  # what a lab judges, in the pre-registration's order, the baseline last
+    "plasticity_mean",
+    "plasticity_max",
+    "plasticity_weighted",
+    "in_network_mean",
+    *GRADIENT_SCORES,
+    "contains_mha_or_fc",
+    BASELINE,
+)
 
 
 def aggregate_plasticity(table: pd.DataFrame) -> pd.DataFrame:
