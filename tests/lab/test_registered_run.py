@@ -16,7 +16,7 @@ from test_preregistration import COMMITTED
 
 from vitplast_tune.errors import UserError
 from vitplast_tune.lab.preregistration import read_preregistration
-from vitplast_tune.lab.tasks import read_lab_record
+from vitplast_tune.lab.tasks import read_lab_record, record_stage
 from vitplast_tune.workflows import lab as driver
 from vitplast_tune.workflows import registered
 
@@ -120,3 +120,64 @@ def test_the_command_starts_a_run_once_and_resumes_it_with_resume(prereg, plante
     assert lab_main([*argv, "--resume"]) == 0 and planted == []
     events = [e["event"] for e in json.loads((tmp_path / "labs" / "registered.json").read_text())["events"]]
     assert events[-2:] == ["resumed", "finished"] and events.count("started") == 1
+
+
+REAL_KEEP = driver.keep
+
+
+def test_a_run_restored_from_kept_checks_trains_only_the_labs_rest_and_keeps_the_checks_rows_first(
+    prereg, planted, tmp_path, monkeypatch
+):
+    """Checks kept on an earlier machine (a committed ``checks/`` folder) are read, not trained again; a qualifying
+    task's lab then trains its rest alone, and its kept tables are the check's rows, as kept, then the rest's."""
+    planted_run = driver.run_stage
+
+    def run(lab, stage, components, lrs=None):  # the planted stage, with trial ids as a real search has them
+        frame = planted_run(lab, stage, components, lrs)
+        if "trial_id" not in frame:
+            frame.insert(0, "trial_id", [f"{lab.model}{stage}_{i:05d}" for i in range(len(frame))])
+            frame.to_csv(lab.dir / stage / "trials.csv", index=False)
+            record_stage(lab, stage, components, lrs, seconds=1.0, trials=len(frame))
+        return frame
+
+    monkeypatch.setattr(driver, "run_stage", run)
+    monkeypatch.setattr(driver, "keep", REAL_KEEP)
+    monkeypatch.setattr(driver, "in_network", lambda lab, subsets: pd.Series(1.5, index=list(subsets)))
+    design = read_preregistration(prereg)
+    earlier = registered.RunSettings(tmp_path / "earlier", verbose=0)
+    record = registered.start_or_resume(design, earlier, resume=False)
+    for model in design.models:
+        registered.check_model(design, earlier, record, model)  # the earlier machine checked, then was lost
+    committed = tmp_path / "committed" / "checks"
+    shutil.copytree(tmp_path / "earlier" / "kept", committed)
+    planted.clear()
+
+    settings = registered.RunSettings(tmp_path / "labs", verbose=0, restore_from=committed.parent)
+    record = registered.run_registered(design, settings)
+    assert {stage for _, stage, _ in planted} == {"rest"}  # no check trained again
+    assert [e["lab"] for e in record["events"] if e["event"] == "restored"] == sorted(p.name for p in committed.iterdir())
+    lab = tmp_path / "labs" / "kept" / "lab.s0.fractals_novel"
+    rows = pd.read_csv(lab / "trials.csv", dtype=str, keep_default_na=False)
+    check_rows = (committed / "lab.s0.fractals_novel" / "trials.csv").read_text().splitlines()
+    assert (lab / "trials.csv").read_text().splitlines()[: len(check_rows)] == check_rows
+    assert list(rows["stage"].unique()) == ["full", "single", "rest"]
+    kept = read_lab_record(lab)
+    assert kept["finished"] and set(kept["stages"]) == {"full", "single", "rest"}
+    assert kept["restored"]["copy"] == "restored/lab.s0.fractals_novel"
+
+    planted.clear()  # a resume restores nothing twice and trains nothing
+    again = registered.run_registered(design, settings, resume=True)
+    assert planted == [] and "restored" not in [e["event"] for e in again["events"][len(record["events"]) :]]
+
+
+def test_kept_checks_of_other_seeds_are_refused_before_anything_is_written(prereg, planted, tmp_path, capsys):
+    from vitplast_tune.cli.lab import lab_main
+
+    folder = tmp_path / "committed" / "checks" / "lab.s0.digits_c-contrast"
+    folder.mkdir(parents=True)
+    record = {"model": "vit_testbed_patch8_32.fractal", "seeds": [0, 42, 3407], "space": "criteria_lab"}
+    (folder / "lab.json").write_text(json.dumps({**record, "qualification": {"qualifies": True, "reason": "ok"}}))
+    argv = ["registered", "--preregistration", str(prereg), "--storage", str(tmp_path / "labs")]
+    with pytest.raises(UserError, match=r"its seeds is \[0, 42, 3407\], the pre-registration's \[0, 42, 3407, 1, 2\]"):
+        lab_main([*argv, "--restore-from", str(tmp_path / "committed")])
+    assert not (tmp_path / "labs").exists() and planted == []

@@ -20,7 +20,7 @@ LAB_HELP = """The criteria lab on offline tasks, each task's lab a few resumable
     vitplast lab check [--task T ...] [--model M ...]   # which tasks qualify (full finetuning and single components)
     vitplast lab run TASK [--model M]                   # one task's whole lab, then its analysis
     vitplast lab analyze TASK [--model M]               # the analysis of a lab's finished stages again
-    vitplast lab registered --preregistration FILE --storage DIR [--resume]
+    vitplast lab registered --preregistration FILE --storage DIR [--resume] [--restore-from FOLDER]
                                                         # the checks and labs a pre-registration names
     vitplast lab progress --storage DIR [--page FILE]   # where a registered run stands (Markdown)
     vitplast lab pooled --name NAME LAB [LAB ...]       # the verdict pooled across labs (lab.<model>.<task> names)
@@ -56,6 +56,11 @@ def parser() -> Parser:
     )
     p.add_argument("--preregistration", help="registered: the pre-registration file (its design is what runs)")
     p.add_argument("--resume", action="store_true", help="registered: continue the run in --storage")
+    p.add_argument(
+        "--restore-from",
+        metavar="FOLDER",
+        help="registered: checks and labs kept on an earlier machine (docs/results/data/lab-v2), read, not trained again",
+    )
     p.add_argument("--page", help="progress: the Markdown page whose progress block to replace (default: print it)")
     p.add_argument("--dry-run", action="store_true", help="check/run: estimate the time, train nothing")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -141,7 +146,9 @@ def _registered(args: argparse.Namespace, storage) -> int:
             " names the design"
         )
     prereg = read_preregistration(args.preregistration)
-    settings = registered.RunSettings(storage, args.cpus_per_trial, 0 if args.quiet else 1)
+    restore = Path(args.restore_from) if args.restore_from else None
+    settings = registered.RunSettings(storage, args.cpus_per_trial, 0 if args.quiet else 1, restore)
+    registered.restorable(prereg, restore)  # refused before anything is written
     record = registered.start_or_resume(prereg, settings, resume=args.resume)  # refused before Ray starts
     record = registered.run_registered(prereg, settings, record=record)
     print(registered.describe_run(record))

@@ -110,13 +110,15 @@ def lab_trials_of(stage_dir: Path) -> pd.DataFrame:
     return read_trials(stage_dir)
 
 
-def write_kept(lab_dir: Path, out: Path, in_network: pd.Series | None = None) -> Path:
+def write_kept(lab_dir: Path, out: Path, in_network: pd.Series | None = None, *, earlier: Path | None = None) -> Path:
     """Write a lab's kept records (``kept_tables``) and its ``lab.json`` into ``out``, each file whole.
 
     Args:
         lab_dir: the lab's folder.
         out: the folder to write (made when missing).
         in_network: each subset's in-network plasticity.
+        earlier: kept records of the same lab's earlier stages (its check, kept on another machine), written first,
+            their text unchanged.
 
     Returns:
         ``out``.
@@ -124,6 +126,8 @@ def write_kept(lab_dir: Path, out: Path, in_network: pd.Series | None = None) ->
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for name, table in kept_tables(lab_dir, in_network).items():
+        if earlier is not None:  # read as text: ids, digits and 0/1 strings come back as they were written
+            table = pd.concat([pd.read_csv(Path(earlier) / name, dtype=str, keep_default_na=False), table])
         tmp = out / (name + ".tmp")
         table.to_csv(tmp, index=False)
         tmp.replace(out / name)

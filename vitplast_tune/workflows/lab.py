@@ -21,7 +21,7 @@ from vitplast_tune.lab import qualify as check
 from vitplast_tune.lab.estimate import Estimate
 from vitplast_tune.lab.records import lab_trials, stage_dirs, write_kept
 from vitplast_tune.lab.stages import base_space, stage_components, stage_space
-from vitplast_tune.lab.tasks import FULL, MODELS, SINGLES, TASKS, Lab, lab_minutes, record_stage
+from vitplast_tune.lab.tasks import FULL, MODELS, SINGLES, TASKS, Lab, lab_minutes, read_lab_record, record_stage
 from vitplast_tune.storage import SEARCH_FILE
 
 _log = log.get_logger(__name__)
@@ -201,7 +201,9 @@ def keep(lab: Lab, out) -> None:
         out: the folder.
     """
     trials = lab_trials(lab.dir)
-    write_kept(lab.dir, out, in_network(lab, trials["components"].unique()))
+    restored = read_lab_record(lab.dir).get("restored")  # its check kept on another machine: those tables first
+    earlier = lab.storage / restored["copy"] if restored else None
+    write_kept(lab.dir, out, in_network(lab, trials["components"].unique()), earlier=earlier)
 
 
 def analyze_lab(lab: Lab, *, n_boot: int | None = None) -> Any:

@@ -6,11 +6,16 @@ until ``tasks_per_model`` qualify; then the qualifying tasks' labs run, the firs
 each, and so on, so both models have labs early. Every finished check and lab writes its kept records
 (``lab.records``) into ``<storage>/kept/lab.<model>.<task>/`` and the run's progress into ``<storage>/registered.json``
 (the file's SHA-256 and the git commit it runs at, what finished when); a resume with a changed file is refused.
+
+A run can begin from what an earlier machine kept (``RunSettings.restore_from``, the committed folder beside the
+pre-registration): a kept check is read, not trained again, and its lab's later stages are added to its tables; a kept
+finished lab is read whole. A kept folder whose model, seeds or space differ from the file's is refused.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -21,11 +26,12 @@ from vitplast_tune import log
 from vitplast_tune.errors import UserError
 from vitplast_tune.lab.preregistration import Preregistration
 from vitplast_tune.lab.progress import RUN_FILE
-from vitplast_tune.lab.tasks import LAB_FILE, Lab, read_lab_record, write_lab_record
+from vitplast_tune.lab.tasks import LAB_FILE, MODELS, Lab, read_lab_record, write_lab_record
 from vitplast_tune.workflows import lab as driver
 
 _log = log.get_logger(__name__)
 KEPT = "kept"
+RESTORED = "restored"  # <storage>/restored/lab.<model>.<task>/: a check kept on an earlier machine, as it was kept
 
 
 @dataclass(frozen=True)
@@ -36,11 +42,14 @@ class RunSettings:
         storage: The run's folder (outside any git checkout).
         cpus_per_trial: CPUs per trial.
         verbose: 0 for no progress lines.
+        restore_from: A folder of checks (``checks/lab.*``) and labs (``lab.*``) kept on an earlier machine, read
+            instead of trained again (None: none).
     """
 
     storage: Path
     cpus_per_trial: float = 1.0
     verbose: int = 1
+    restore_from: Path | None = None
 
 
 def start_or_resume(prereg: Preregistration, settings: RunSettings, *, resume: bool) -> dict[str, Any]:
@@ -96,6 +105,7 @@ def run_registered(
     """
     if record is None:
         record = start_or_resume(prereg, settings, resume=resume)
+    restore_kept(prereg, settings, record)
     qualified: dict[str, list[str]] = {}
     with driver.ray_session():
         for model in prereg.models:
@@ -135,15 +145,99 @@ def check_model(prereg: Preregistration, settings: RunSettings, record: dict[str
         if len(found) == prereg.tasks_per_model:
             break
         lab = make_lab(prereg, settings, model, task)
-        qualification = driver.qualify(lab)
         kept = settings.storage / KEPT / lab.name
-        if not (kept / LAB_FILE).is_file():  # lab.json is written last: a check kept whole
-            driver.keep(lab, kept)
-            _event(settings.storage, record, "checked", lab=lab.name, qualifies=qualification.qualifies)
-        _say(settings, f"{lab.name}: {qualification.reason}")
-        if qualification.qualifies:
+        if read_lab_record(lab.dir).get("restored"):  # checked on an earlier machine: its recorded qualification
+            recorded = read_lab_record(lab.dir)["qualification"]
+            qualifies, reason = bool(recorded["qualifies"]), str(recorded["reason"])
+        else:
+            qualification = driver.qualify(lab)
+            qualifies, reason = qualification.qualifies, qualification.reason
+            if not (kept / LAB_FILE).is_file():  # lab.json is written last: a check kept whole
+                driver.keep(lab, kept)
+                _event(settings.storage, record, "checked", lab=lab.name, qualifies=qualifies)
+        _say(settings, f"{lab.name}: {reason}")
+        if qualifies:
             found.append(task)
     return found
+
+
+def restore_kept(prereg: Preregistration, settings: RunSettings, record: dict[str, Any]) -> list[str]:
+    """Make the checks and labs kept in ``settings.restore_from`` this run's own, once each (nothing trained).
+
+    A kept check is copied to ``<storage>/restored/`` and ``<storage>/kept/`` and its record becomes the lab's (its
+    later stages then run and are kept after its tables); a kept finished lab is copied to ``<storage>/kept/`` and its
+    record says finished. A lab this run has begun already is left as it is.
+
+    Args:
+        prereg: the pre-registration.
+        settings: where the run lives and what to restore from.
+        record: the run's record (an event ``restored`` is added for each).
+
+    Returns:
+        The names of the labs restored by this call.
+
+    Raises:
+        UserError: a kept folder of another model, task, seeds or space than the pre-registration's, or without
+            its record.
+    """
+    restored = []
+    for name, folder in restorable(prereg, settings.restore_from).items():
+        lab_dir, out = settings.storage / name, settings.storage / KEPT / name
+        if lab_dir.exists() or out.exists():
+            continue
+        lab_record = read_lab_record(folder)
+        if not lab_record.get("finished"):
+            copy = settings.storage / RESTORED / name
+            shutil.copytree(folder, copy)
+            lab_record["restored"] = {"from": str(folder), "copy": f"{RESTORED}/{name}"}
+        write_lab_record(lab_dir, lab_record)
+        shutil.copytree(folder, out)
+        _event(settings.storage, record, "restored", lab=name, finished=bool(lab_record.get("finished")))
+        restored.append(name)
+    return restored
+
+
+def restorable(prereg: Preregistration, source: Path | None) -> dict[str, Path]:
+    """The kept checks and labs in ``source`` that a run of ``prereg`` can restore, each checked.
+
+    Args:
+        prereg: the pre-registration.
+        source: the folder (``checks/lab.*`` and ``lab.*`` inside); None: nothing.
+
+    Returns:
+        Lab name -> its kept folder (a finished lab's over its check's).
+
+    Raises:
+        UserError: ``source`` is not a folder, or holds a kept folder this pre-registration would not have made.
+    """
+    if source is None:
+        return {}
+    if not Path(source).is_dir():
+        raise UserError(f"--restore-from: {source} is not a folder")
+    kept = {d.name: d for d in sorted(Path(source).glob("checks/lab.*")) if d.is_dir()}
+    kept.update({d.name: d for d in sorted(Path(source).glob("lab.*")) if d.is_dir()})
+    for name, folder in kept.items():
+        _check_restorable(prereg, name, folder)
+    return kept
+
+
+def _check_restorable(prereg: Preregistration, name: str, folder: Path) -> None:
+    """Refuse a kept folder that this pre-registration would not have made."""
+    lab_record = read_lab_record(folder)
+    parts = name.split(".", 2)
+    where = f"--restore-from: {folder}"
+    if not lab_record or "qualification" not in lab_record:
+        raise UserError(f"{where} holds no kept check ({LAB_FILE} with a qualification): not a kept lab folder")
+    if len(parts) != 3 or parts[1] not in prereg.models or parts[2] not in prereg.candidate_tasks:
+        raise UserError(f"{where}: {name} is not a lab of this pre-registration's models and tasks")
+    differs = {
+        "model": (lab_record.get("model"), MODELS[parts[1]]),
+        "seeds": (lab_record.get("seeds"), list(prereg.seeds)),
+        "space": (lab_record.get("space"), prereg.space),
+    }
+    for what, (was, wanted) in differs.items():
+        if was != wanted:
+            raise UserError(f"{where}: its {what} is {was}, the pre-registration's {wanted}: it cannot be restored")
 
 
 def run_one(prereg: Preregistration, settings: RunSettings, record: dict[str, Any], model: str, task: str) -> None:
