@@ -155,7 +155,9 @@ def test_a_run_restored_from_kept_checks_trains_only_the_labs_rest_and_keeps_the
     settings = registered.RunSettings(tmp_path / "labs", verbose=0, restore_from=committed.parent)
     record = registered.run_registered(design, settings)
     assert {stage for _, stage, _ in planted} == {"rest"}  # no check trained again
-    assert [e["lab"] for e in record["events"] if e["event"] == "restored"] == sorted(p.name for p in committed.iterdir())
+    assert [e["lab"] for e in record["events"] if e["event"] == "restored"] == sorted(
+        p.name for p in committed.iterdir()
+    )
     lab = tmp_path / "labs" / "kept" / "lab.s0.fractals_novel"
     rows = pd.read_csv(lab / "trials.csv", dtype=str, keep_default_na=False)
     check_rows = (committed / "lab.s0.fractals_novel" / "trials.csv").read_text().splitlines()
