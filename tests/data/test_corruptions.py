@@ -51,6 +51,30 @@ def test_snow_brightens_and_each_image_has_its_own_reproducible_draw():
         corruptions.corrupt(x, "fog")
 
 
+def test_shot_and_impulse_noise_have_the_severitys_amounts():
+    grey = np.full((8, 3, 32, 32), 128, np.uint8)
+    shot = corruptions.corrupt(grey, "shot_noise", 5).astype(float) / 255 - 128 / 255
+    assert shot.std() == pytest.approx(np.sqrt(128 / 255 / 50), rel=0.05) and abs(shot.mean()) < 0.01  # Poisson
+    impulse = corruptions.corrupt(grey, "impulse_noise", 5)
+    hit = impulse != 128
+    assert hit.mean() == pytest.approx(0.14, abs=0.01) and set(np.unique(impulse[hit])) == {0, 255}
+    assert (impulse[hit] == 255).mean() == pytest.approx(0.5, abs=0.05)
+
+
+def test_defocus_pixelate_and_jpeg_keep_a_flat_image_and_change_a_textured_one():
+    flat, x = np.full((2, 3, 32, 32), 90, np.uint8), images(2)
+    for name in ("defocus_blur", "pixelate", "jpeg_compression"):
+        assert np.abs(corruptions.corrupt(flat, name, 5).astype(int) - 90).max() <= 1, name
+        out = corruptions.corrupt(x, name, 5)
+        assert out.shape == x.shape and not np.array_equal(out, x) and np.array_equal(out, corruptions.corrupt(x, name))
+    spot = np.zeros((3, 32, 32))
+    spot[:, 16, 16] = 1.0
+    blurred = corruptions.defocus_blur(spot, 5, np.random.default_rng(0))  # radius 1.5: the spot spread over 3 x 3
+    assert blurred.sum() == pytest.approx(3.0) and (blurred[0] > 1e-3).sum() == 9
+    blocks = corruptions.corrupt(x, "pixelate", 5)  # 32 -> 20 -> 32 px: fewer distinct values per row than the image
+    assert len(np.unique(blocks[0, 0, 0])) < len(np.unique(x[0, 0, 0]))
+
+
 def test_generated_tasks_are_cached_and_registered(tmp_path, monkeypatch):
     monkeypatch.setenv("VITPLAST_CACHE_DIR", str(tmp_path))
     data = generated.digits_c("contrast")

@@ -1,9 +1,10 @@
 """Image corruptions of CIFAR-10-C (Hendrycks & Dietterich, ICLR 2019) at their 32-px parameters, in numpy and scipy.
 
-Five of the paper's corruptions, at any of the five severities, on uint8 RGB images shaped (N, 3, 32, 32):
-``contrast``, ``gaussian_noise``, ``speckle_noise``, ``motion_blur`` and ``snow``. The parameters per severity are
-those of CIFAR-10-C's generator (``make_cifar_c.py``); its motion blur is ImageMagick's, here the same one-sided,
-Gaussian-weighted line kernel computed directly. Each image draws from its own generator
+Ten of the paper's corruptions, at any of the five severities, on uint8 RGB images shaped (N, 3, 32, 32):
+``contrast``, ``gaussian_noise``, ``speckle_noise``, ``motion_blur``, ``snow``, ``shot_noise``, ``impulse_noise``,
+``defocus_blur``, ``pixelate`` and ``jpeg_compression``. The parameters per severity are those of CIFAR-10-C's
+generator (``make_cifar_c.py``); its motion blur is ImageMagick's, here the same one-sided, Gaussian-weighted line
+kernel computed directly, and its defocus disk's 3x3 OpenCV smoothing is scipy's Gaussian filter cut at 1 pixel. Each image draws from its own generator
 (``np.random.default_rng([seed, index])``), so a corrupted dataset is the same bytes for a seed on any machine.
 """
 
@@ -22,6 +23,11 @@ _CONTRAST = (0.75, 0.5, 0.4, 0.3, 0.15)  # factor on the distance to each channe
 _GAUSSIAN = (0.04, 0.06, 0.08, 0.09, 0.10)  # noise std on [0, 1]
 _SPECKLE = (0.06, 0.1, 0.12, 0.16, 0.2)  # multiplicative noise std
 _MOTION = ((6, 1.0), (6, 1.5), (6, 2.0), (8, 2.0), (9, 2.5))  # kernel radius, sigma (pixels)
+_SHOT = (500, 250, 100, 75, 50)  # photons per unit intensity (Poisson)
+_IMPULSE = (0.01, 0.02, 0.05, 0.08, 0.14)  # fraction of values set to 0 or 1
+_DEFOCUS = ((0.3, 0.4), (0.4, 0.5), (0.5, 0.6), (1.0, 0.2), (1.5, 0.1))  # disk radius, its smoothing sigma (pixels)
+_PIXELATE = (0.95, 0.9, 0.85, 0.75, 0.65)  # side kept, before the box resampling back
+_JPEG = (80, 65, 58, 50, 40)  # JPEG quality
 # snow: layer mean, layer std, zoom, threshold, blur radius, blur sigma, weight of the image
 _SNOW = (
     (0.1, 0.2, 1.0, 0.6, 8, 3, 0.95),
@@ -68,12 +74,66 @@ def snow(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
     return x + layer + np.rot90(layer, k=2)
 
 
+def shot_noise(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """Shot noise: each value a Poisson count of 500 down to 50 photons per unit intensity (severity 1 to 5)."""
+    photons = _SHOT[severity - 1]
+    return rng.poisson(x * photons) / photons
+
+
+def impulse_noise(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """Salt-and-pepper noise: 1% to 14% of the values (each channel's own) set to 0 or 1, half each."""
+    hit = rng.random(x.shape) < _IMPULSE[severity - 1]
+    salt = rng.random(x.shape) < 0.5
+    return np.where(hit, salt.astype(np.float64), x)
+
+
+def defocus_blur(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """A defocus blur: each channel convolved with a smoothed disk of radius 0.3 to 1.5 pixels."""
+    radius, sigma = _DEFOCUS[severity - 1]
+    side = np.arange(-8, 9) if radius <= 8 else np.arange(-radius, radius + 1)
+    xx, yy = np.meshgrid(side, side)
+    disk = ((xx**2 + yy**2) <= radius**2).astype(np.float64)
+    disk = ndimage.gaussian_filter(disk / disk.sum(), sigma, truncate=1.0 / sigma)  # a 3x3 smoothing, as OpenCV's
+    return np.stack([ndimage.convolve(channel, disk, mode="reflect") for channel in x])
+
+
+def pixelate(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """Pixelation: the image box-resampled to 95% down to 65% of its side and back."""
+    from PIL import Image
+
+    side = x.shape[1]
+    small = int(side * _PIXELATE[severity - 1])
+    image = Image.fromarray(_to_uint8(x)).resize((small, small), Image.Resampling.BOX)
+    return np.asarray(image.resize((side, side), Image.Resampling.BOX), np.float64).transpose(2, 0, 1) / 255
+
+
+def jpeg_compression(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """JPEG compression at quality 80 down to 40, decoded again."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(_to_uint8(x)).save(buffer, "JPEG", quality=_JPEG[severity - 1])
+    return np.asarray(Image.open(buffer), np.float64).transpose(2, 0, 1) / 255
+
+
+def _to_uint8(x: np.ndarray) -> np.ndarray:
+    """(3, H, W) floats in [0, 1] as an (H, W, 3) uint8 image."""
+    return np.clip(np.round(x * 255), 0, 255).astype(np.uint8).transpose(1, 2, 0)
+
+
 CORRUPTIONS: dict[str, Callable[[np.ndarray, int, np.random.Generator], np.ndarray]] = {
     "contrast": contrast,
     "gaussian_noise": gaussian_noise,
     "motion_blur": motion_blur,
     "snow": snow,
     "speckle_noise": speckle_noise,
+    "shot_noise": shot_noise,
+    "impulse_noise": impulse_noise,
+    "defocus_blur": defocus_blur,
+    "pixelate": pixelate,
+    "jpeg_compression": jpeg_compression,
 }
 
 

@@ -15,7 +15,10 @@ from vitplast_tune.config import TESTBED_MODEL, TESTBED_SEED1_MODEL
 from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.storage import default_storage
 
-CORRUPTIONS = ("contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise")
+CORRUPTIONS = (  # data/corruptions.py's, each a task on digits and on the novel fractals
+    "contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise",
+    "shot_noise", "impulse_noise", "defocus_blur", "pixelate", "jpeg_compression",
+)  # fmt: skip
 TASKS: dict[str, str] = {  # task name (a folder name) -> dataset
     "digits": "digits",
     **{f"digits_c-{c}": f"digits_c:{c}" for c in CORRUPTIONS},
