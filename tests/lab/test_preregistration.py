@@ -19,7 +19,8 @@ COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "results" / "data" / 
 def test_the_committed_preregistration_names_the_design_the_runner_follows():
     found = read_preregistration(COMMITTED)
     assert found.models == ("s0", "s1") and found.raw["models"] == MODELS
-    assert set(found.candidate_tasks) == set(TASKS) and found.candidate_tasks[0] == "digits_c-contrast"
+    assert len(found.candidate_tasks) == 12 and set(found.candidate_tasks) <= set(TASKS)
+    assert found.candidate_tasks[0] == "digits_c-contrast" and found.amends is None
     assert found.tasks_per_model == 4 and found.seeds == (0, 42, 3407, 1, 2) and found.raw["seeds"] == 5
     assert (found.max_full_val_acc, found.min_spread_sds) == (0.95, 3.0) and found.extension_rounds == 2
     assert found.space == "criteria_lab" and tuple(found.raw["predictors"]) == PREDICTORS
@@ -51,6 +52,38 @@ def test_a_broken_preregistration_is_refused_with_its_reason(tmp_path, change, m
     path = tmp_path / "pre.yaml"
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read_preregistration(path)
+
+
+AMENDMENT = COMMITTED.with_name("amendment-1.yaml")
+
+
+def test_the_committed_amendment_adds_the_other_tasks_and_nothing_else():
+    base, amended = read_preregistration(COMMITTED), read_preregistration(AMENDMENT)
+    assert amended.amends == base and amended.sha256 != base.sha256 and amended.path == AMENDMENT
+    assert amended.candidate_tasks[:12] == base.candidate_tasks and set(amended.candidate_tasks) == set(TASKS)
+    same = ("models", "tasks_per_model", "max_full_val_acc", "min_spread_sds", "seeds", "space", "extension_rounds")
+    assert all(getattr(amended, k) == getattr(base, k) for k in same)
+    assert {k: v for k, v in amended.raw.items() if k != "amendment"} == base.raw
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda raw: raw.update(amends_sha256="0" * 64), "preregistration.yaml is not the file it amends"),
+        (lambda raw: raw.update(margin=0.2), "an amendment adds candidate tasks only, not margin"),
+        (lambda raw: raw["candidate_tasks_added"].append("digits"), "already there: ['digits']"),
+        (lambda raw: raw["candidate_tasks_added"].append("digits_c-fog"), "unknown: ['digits_c-fog']"),
+        (lambda raw: raw.pop("reason"), "missing key(s) reason"),
+    ],
+)
+def test_a_broken_amendment_is_refused_with_its_reason(tmp_path, change, message):
+    raw = yaml.safe_load(AMENDMENT.read_text())
+    change(raw)
+    (tmp_path / "preregistration.yaml").write_bytes(COMMITTED.read_bytes())
+    path = tmp_path / "amendment.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         read_preregistration(path)
 
 

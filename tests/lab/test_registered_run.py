@@ -183,3 +183,31 @@ def test_kept_checks_of_other_seeds_are_refused_before_anything_is_written(prere
     with pytest.raises(UserError, match=r"its seeds is \[0, 42, 3407\], the pre-registration's \[0, 42, 3407, 1, 2\]"):
         lab_main([*argv, "--restore-from", str(tmp_path / "committed")])
     assert not (tmp_path / "labs").exists() and planted == []
+
+
+def test_an_amendments_tasks_are_checked_after_the_files_own_for_a_model_still_short(prereg, planted, tmp_path):
+    raw = yaml.safe_load(prereg.read_text())
+    raw.update(candidate_tasks=["digits_c-contrast", "digits_c-snow"], tasks_per_model=2)
+    prereg.write_text(yaml.safe_dump(raw, sort_keys=False))
+    amendment = prereg.with_name("amendment.yaml")
+    amendment.write_text(
+        yaml.safe_dump(
+            {
+                "amends": prereg.name,
+                "amends_sha256": read_preregistration(prereg).sha256,
+                "registered": "2026-12-03",
+                "reason": "s0 is short",
+                "candidate_tasks_added": ["fractals_novel", "fractals_novel_c-gaussian_noise"],
+            }
+        )
+    )
+    settings = registered.RunSettings(tmp_path / "labs", verbose=0)
+    record = registered.run_registered(read_preregistration(amendment), settings)
+    checked = [e["lab"] for e in record["events"] if e["event"] == "checked"]
+    assert checked == [  # s0 qualifies on digits_c-contrast alone of the file's: the amendment's first task next
+        "lab.s0.digits_c-contrast", "lab.s0.digits_c-snow", "lab.s0.fractals_novel",
+        "lab.s1.digits_c-contrast", "lab.s1.digits_c-snow",
+    ]  # fmt: skip
+    assert record["preregistration"] == "amendment.yaml" and {e["lab"] for e in record["events"] if "lab" in e} >= {
+        "lab.s0.fractals_novel"
+    }

@@ -2,12 +2,17 @@
 checked, how many qualify per model, the qualification's thresholds on validation data, seeds, the space) and of its
 analysis (predictors, baseline, statistic, resampling, alpha, margin, correction, the family of verdicts). The runner
 reads the design from it; the file's SHA-256 goes into every record the run makes, so a resumed run refuses a changed
-file."""
+file.
+
+An amendment is a file of its own, committed before anything it adds runs: it names the pre-registration it amends
+(``amends``, with that file's SHA-256) and adds candidate tasks (``candidate_tasks_added``), checked after the file's
+own; nothing else of the design or the analysis changes. The runner is given the amendment, which reads as the
+pre-registration with those tasks added."""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +43,7 @@ KEYS = (  # every key the file must have (docs/results/data/README.md says what 
     "headline",
 )
 QUALIFICATION_KEYS = ("max_full_val_acc", "min_single_component_seed_sds")
+AMENDMENT_KEYS = ("amends", "amends_sha256", "registered", "reason", "candidate_tasks_added")
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,8 @@ class Preregistration:
         seeds: The seed values.
         space: The lab space.
         extension_rounds: Extension rounds beyond the grid's rates.
-        raw: The whole file as YAML read it.
+        raw: The whole file as YAML read it (an amendment's: the pre-registration's, its ``amendment`` added).
+        amends: The pre-registration an amendment amends (None: the file is a pre-registration).
     """
 
     path: Path
@@ -69,6 +76,7 @@ class Preregistration:
     space: str
     extension_rounds: int
     raw: dict[str, Any]
+    amends: Preregistration | None = None
 
 
 def read_preregistration(path: str | Path) -> Preregistration:
@@ -95,6 +103,8 @@ def read_preregistration(path: str | Path) -> Preregistration:
     where = f"pre-registration {path}"
     if not isinstance(raw, dict):
         raise UserError(f"{where}: not a mapping of keys")
+    if "amends" in raw:
+        return _amended(path, text, raw)
     missing = [k for k in KEYS if k not in raw]
     if missing:
         raise UserError(f"{where}: missing key(s) {', '.join(missing)}")
@@ -124,6 +134,41 @@ def read_preregistration(path: str | Path) -> Preregistration:
         space=str(raw["space"]),
         extension_rounds=_count(raw["extension_rounds"], "extension_rounds", where),
         raw=raw,
+    )
+
+
+def _amended(path: Path, text: bytes, raw: dict[str, Any]) -> Preregistration:
+    """An amendment read as the pre-registration it amends with its candidate tasks added (both checked)."""
+    where = f"amendment {path}"
+    missing = [k for k in AMENDMENT_KEYS if k not in raw]
+    if missing:
+        raise UserError(f"{where}: missing key(s) {', '.join(missing)}")
+    extra = [k for k in raw if k not in AMENDMENT_KEYS]
+    if extra:
+        raise UserError(f"{where}: an amendment adds candidate tasks only, not {', '.join(extra)}")
+    base = read_preregistration(path.parent / str(raw["amends"]))
+    if base.amends is not None:
+        raise UserError(f"{where}: it amends {raw['amends']}, itself an amendment: amend the pre-registration")
+    if raw["amends_sha256"] != base.sha256:
+        raise UserError(
+            f"{where}: {raw['amends']} is not the file it amends (SHA-256 {base.sha256[:12]}, the amendment names "
+            f"{str(raw['amends_sha256'])[:12]})"
+        )
+    added = [str(t) for t in raw["candidate_tasks_added"] or []]
+    unknown = [t for t in added if t not in TASKS]
+    again = [t for t in added if t in base.candidate_tasks]
+    if unknown or again or not added or len(set(added)) != len(added):
+        raise UserError(
+            f"{where}: candidate_tasks_added must be distinct known tasks not in {raw['amends']} "
+            f"(unknown: {unknown or 'none'}; already there: {again or 'none'})"
+        )
+    return replace(
+        base,
+        path=path.resolve(),
+        sha256=hashlib.sha256(text).hexdigest(),
+        candidate_tasks=(*base.candidate_tasks, *added),
+        raw={**base.raw, "amendment": raw},
+        amends=base,
     )
 
 
