@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 
 from benchmarks import common
-from vitplast_tune.analysis.correlation import bca_interval, compare_predictors, spearman
+from vitplast_tune.analysis.bootstrap import bca_interval
+from vitplast_tune.analysis.correlation import compare_predictors, spearman
 
 SPEARMAN_RHOS = (0.0, 0.5, 0.8)
 DIFFS = ((0.8, 0.5, 0.5), (0.6, 0.6, 0.5))  # (R1, R2, R12); the second: no difference

@@ -9,11 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from vitplast_tune.analysis.bootstrap import bca_from_resamples, bca_interval, bca_p
 from vitplast_tune.analysis.correlation import (
     MIN_POINTS,
-    bca_from_resamples,
-    bca_interval,
-    bca_p,
     compare_predictors,
     compare_with_baseline,
     correlations,

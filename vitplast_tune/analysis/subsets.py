@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.analysis import multiple
+from vitplast_tune.analysis.bootstrap import MAX_DEGENERATE
 from vitplast_tune.analysis.bracket import INTERIOR, bracket_table
 from vitplast_tune.analysis.correlation import (
-    MAX_DEGENERATE,
     MIN_POINTS,
     interval,
     kendall,
