@@ -1,4 +1,4 @@
-"""The paired BCa bootstrap: an interval of a statistic and the p-value that matches it, from the same seeded
+"""The paired BCa bootstrap: an interval of a statistic and the p-value that matches it, from one set of seeded
 resamples (``scipy.stats.bootstrap``, paired: every resample keeps rows together).
 
 A statistic is NaN on a resample where it is undefined (a constant column, say): such resamples are left out of the
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy import special, stats
@@ -18,7 +18,21 @@ from scipy import special, stats
 MAX_DEGENERATE = 0.05  # more resamples than this without a defined statistic: the interval is undetermined
 
 
-def bca_interval(
+class Bca(NamedTuple):
+    """A paired BCa bootstrap's interval of a statistic and the p-value of a null from the same resamples.
+
+    Attributes:
+        low: the interval's lower end (NaN: undetermined).
+        high: its upper end.
+        p: the two-sided p-value of the null (NaN when none was asked, or where the interval would be undetermined).
+    """
+
+    low: float
+    high: float
+    p: float = math.nan
+
+
+def bca(
     data: tuple[np.ndarray, ...],
     statistic: Callable[..., Any],
     *,
@@ -26,13 +40,15 @@ def bca_interval(
     seed: int = 0,
     level: float = 0.95,
     vectorized: bool = False,
-) -> tuple[float, float]:
-    """Paired BCa bootstrap interval of ``statistic(*data)`` (``scipy.stats.bootstrap``).
+    null: float | None = None,
+) -> Bca:
+    """Paired BCa bootstrap interval of ``statistic(*data)`` (``scipy.stats.bootstrap``), and the p-value of ``null``.
 
     ``statistic`` returns NaN where it is undefined: resamples where it is are left out (the BCa formula applied
     to the others, ``bca_from_resamples``), and the interval is NaN (undetermined) when they are more than
     ``MAX_DEGENERATE`` of all. A bootstrap distribution with a single value (e.g. a perfect rank correlation)
-    gives that value twice.
+    gives that value twice. The p-value matches the interval: the smallest ``1 - level`` whose BCa interval reaches
+    ``null``, found by inverting the BCa percentile formula at the share of the same resamples below ``null``.
 
     Args:
         data: the paired samples, one array per argument of ``statistic``.
@@ -41,23 +57,25 @@ def bca_interval(
         seed: the seed of the resamples.
         level: the confidence level.
         vectorized: the statistic takes an ``axis`` (scipy resamples in one call).
+        null: the value whose p-value is wanted (None: no p-value).
 
     Returns:
-        The interval's ends; NaN, NaN when ``n_boot`` is 0 or the interval is undetermined.
+        The interval's ends (NaN, NaN when ``n_boot`` is 0 or the interval is undetermined) and the p-value.
     """
     if n_boot <= 0:
-        return math.nan, math.nan
-    res = _resampled(data, statistic, n_boot=n_boot, seed=seed, vectorized=vectorized, method="BCa", level=level)
+        return Bca(math.nan, math.nan)
+    res = _resampled(data, statistic, n_boot=n_boot, seed=seed, vectorized=vectorized, level=level)
     boot = np.asarray(res.bootstrap_distribution, dtype=float)
+    p = math.nan if null is None else _p(data, statistic, boot, null)
     finite = np.isfinite(boot)
     if not finite.all():
         if finite.mean() < 1 - MAX_DEGENERATE:
-            return math.nan, math.nan
-        return bca_from_resamples(data, statistic, boot[finite], level=level)
+            return Bca(math.nan, math.nan, p)
+        return Bca(*bca_from_resamples(data, statistic, boot[finite], level=level), p)
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if not (np.isfinite(low) and np.isfinite(high)) and np.allclose(boot, boot[0], rtol=0, atol=1e-9):
-        return float(boot[0]), float(boot[0])
-    return low, high
+        return Bca(float(boot[0]), float(boot[0]), p)
+    return Bca(low, high, p)
 
 
 def bca_from_resamples(
@@ -89,35 +107,8 @@ def bca_from_resamples(
     return float(low), float(high)
 
 
-def bca_p(
-    data: tuple[np.ndarray, ...],
-    statistic: Callable[..., Any],
-    *,
-    n_boot: int = 1000,
-    seed: int = 0,
-    null: float = 0.0,
-    vectorized: bool = False,
-) -> float:
-    """The two-sided p-value of ``null`` that matches ``bca_interval`` (the same seeded resamples).
-
-    The smallest ``1 - level`` whose BCa interval reaches ``null``, found by inverting the BCa percentile formula at
-    the share of bootstrap values below ``null``.
-
-    Args:
-        data: the paired samples, one array per argument of ``statistic``.
-        statistic: the statistic of the samples.
-        n_boot: how many resamples; 0 gives no p-value.
-        seed: the seed of the resamples (``bca_interval``'s, for the p-value that matches its interval).
-        null: the value tested.
-        vectorized: the statistic takes an ``axis``.
-
-    Returns:
-        The p-value; NaN where the interval would be undetermined.
-    """
-    if n_boot <= 0:
-        return math.nan
-    res = _resampled(data, statistic, n_boot=n_boot, seed=seed, vectorized=vectorized, method="percentile")
-    boot = np.asarray(res.bootstrap_distribution, dtype=float)
+def _p(data: tuple[np.ndarray, ...], statistic: Callable[..., Any], boot: np.ndarray, null: float) -> float:
+    """The two-sided BCa p-value of ``null`` from the bootstrap values ``boot`` (NaN: too many undefined)."""
     finite = boot[np.isfinite(boot)]
     parts = _bias_and_acceleration(data, statistic, finite) if len(finite) >= (1 - MAX_DEGENERATE) * len(boot) else None
     if parts is None:
@@ -137,11 +128,10 @@ def _resampled(
     n_boot: int,
     seed: int,
     vectorized: bool,
-    method: str,
-    level: float = 0.95,
+    level: float,
 ) -> Any:
-    """scipy's paired bootstrap of ``statistic`` (its warnings about degenerate distributions silenced: the callers
-    handle them); the resamples depend on ``seed`` alone, whatever the ``method``."""
+    """scipy's paired BCa bootstrap of ``statistic`` (its warnings about degenerate distributions silenced: the
+    caller handles them)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return stats.bootstrap(
@@ -150,7 +140,7 @@ def _resampled(
             paired=True,
             vectorized=vectorized,
             n_resamples=n_boot,
-            method=method,
+            method="BCa",
             confidence_level=level,
             rng=np.random.default_rng(seed),
         )

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from vitplast_tune.analysis.bootstrap import bca_interval, bca_p
+from vitplast_tune.analysis.bootstrap import bca
 from vitplast_tune.errors import UserError, did_you_mean
 
 _STATS = ("spearman", "kendall")
@@ -38,7 +38,7 @@ def correlations(
 
     One row per predictor; ``n`` counts the trials where both are finite. With fewer than
     ``min_trials`` (or a constant column) the statistics are NaN and ``note`` says why. Intervals come
-    from ``scipy.stats.bootstrap`` (paired, BCa, seeded; see ``bca_interval`` for resamples with a constant column).
+    from ``scipy.stats.bootstrap`` (paired, BCa, seeded; see ``bootstrap.bca`` for resamples with a constant column).
     """
     require_columns(trials, [*predictors, target])
     y_all = numeric(trials[target])
@@ -57,9 +57,8 @@ def correlations(
         else:
             row.update(point_stats(x, y))
             for name, statistic in _RANK_STATS.items():
-                row[f"{name}_low"], row[f"{name}_high"] = bca_interval(
-                    (x, y), statistic, n_boot=n_boot, seed=seed, vectorized=True
-                )
+                found = bca((x, y), statistic, n_boot=n_boot, seed=seed, vectorized=True)
+                row[f"{name}_low"], row[f"{name}_high"] = found.low, found.high
             row["n_boot"] = max(n_boot, 0)
         rows.append(row)
     return pd.DataFrame(rows, columns=["predictor", "target", "n", *stat_columns(), "n_boot", "note"])
@@ -128,7 +127,7 @@ def compare_predictors(
     """Is ``predictor`` a better rank predictor of ``target`` than ``baseline``? A paired bootstrap of the difference.
 
     Returns n, diff = stat(predictor) - stat(baseline) on the rows where all three are finite, its BCa interval at
-    ``level``, the matching two-sided p-value of 0 (``bca_p``), and ``verdict``: "better" (interval above 0), "worse"
+    ``level``, the matching two-sided p-value of 0 (``bootstrap.bca``, from the same resamples), and ``verdict``: "better" (interval above 0), "worse"
     (below 0), "no clear difference", "undetermined" (the interval could not be formed), or "no verdict (n <
     min_points)". A family of such comparisons adjusts ``p`` and ``level`` (``multiple``).
     """
@@ -155,14 +154,13 @@ def compare_predictors(
     }
     if len(y) < 3 or is_constant(y):
         return out
-    options = dict(n_boot=n_boot, seed=seed, vectorized=True)
-    low, high = bca_interval((x1, x2, y), diff, level=level, **options)
+    low, high, p = bca((x1, x2, y), diff, n_boot=n_boot, seed=seed, level=level, vectorized=True, null=0.0)
     return {
         **out,
         "diff": float(diff(x1, x2, y)),
         "diff_low": low,
         "diff_high": high,
-        "p": bca_p((x1, x2, y), diff, **options) if np.isfinite(low) else math.nan,
+        "p": p if np.isfinite(low) else math.nan,
         "verdict": verdict(low, high, len(y), min_points),
     }
 
@@ -231,8 +229,8 @@ def partial_correlations(
             row["note"] = f"{'predictor' if is_constant(x) else 'target'} is constant"
         else:
             row["partial_spearman"] = partial_spearman(x, y, z)
-            interval = bca_interval((x, y, z), partial_spearman, n_boot=n_boot, seed=seed)
-            row["partial_low"], row["partial_high"] = interval
+            found = bca((x, y, z), partial_spearman, n_boot=n_boot, seed=seed)
+            row["partial_low"], row["partial_high"] = found.low, found.high
         rows.append(row)
     return pd.DataFrame(rows)
 
