@@ -1,5 +1,6 @@
 """Validation before anything starts: metric and mode, the scheduler's budget, weights files, resume state."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -45,6 +46,15 @@ def options(tmp_path, metric="val_acc", mode="max", **kw) -> SearchOptions:
 def test_metric_and_mode_must_be_what_trials_report(tmp_path, metric, mode, message):
     with pytest.raises(UserError, match=message):
         prepare(options(tmp_path, metric, mode))
+
+
+def test_the_plan_is_one_frozen_value_with_its_corner_trials_resolved_once(tmp_path):
+    prepared = prepare(options(tmp_path))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        prepared.notes = ()  # the run, the records and the analysis read it; nothing changes it after prepare
+    assert prepared.corners  # every subset and both ends of the learning rate, checked against the model before Ray
+    assert {c.lr for c in prepared.corners} == {1.0e-3, 1.0}
+    assert all(c.max_steps == 400 and c.model == prepared.settings.model for c in prepared.corners)
 
 
 def test_a_grace_period_above_the_budget_is_clamped_and_said_once(tmp_path):
