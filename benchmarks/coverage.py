@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 
 from benchmarks import common
-from vitplast_tune.analysis.correlation import bca_interval, compare_predictors, spearman
+from vitplast_tune.analysis.bootstrap import bca
+from vitplast_tune.analysis.correlation import compare_predictors, spearman
 
 SPEARMAN_RHOS = (0.0, 0.5, 0.8)
 DIFFS = ((0.8, 0.5, 0.5), (0.6, 0.6, 0.5))  # (R1, R2, R12); the second: no difference
@@ -82,7 +83,7 @@ def spearman_case(n: int, r: float, tied: bool, true: float, rng, n_boot: int) -
     """One sample: (the Spearman interval holds the true value, the interval is undetermined)."""
     y, x, _ = draw(n, r, 0.0, 0.0, rng)
     x = tie(x) if tied else x
-    low, high = bca_interval((x, y), spearman, n_boot=n_boot, seed=int(rng.integers(2**31)), vectorized=True)
+    low, high, _ = bca((x, y), spearman, n_boot=n_boot, seed=int(rng.integers(2**31)), vectorized=True)
     if not (np.isfinite(low) and np.isfinite(high)):
         return False, True
     return bool(low <= true <= high), False

@@ -9,11 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from vitplast_tune.analysis.bootstrap import bca, bca_from_resamples
 from vitplast_tune.analysis.correlation import (
     MIN_POINTS,
-    bca_from_resamples,
-    bca_interval,
-    bca_p,
     compare_predictors,
     compare_with_baseline,
     correlations,
@@ -256,8 +254,8 @@ def test_the_bca_p_value_is_where_the_bca_interval_reaches_zero():
     def diff(a, b, t, axis=-1):
         return spearman(a, t, axis) - spearman(b, t, axis)
 
-    p = bca_p(data, diff, n_boot=2000, vectorized=True)
+    p = bca(data, diff, n_boot=2000, vectorized=True, null=0.0).p
     assert 0.01 < p < 0.9
-    inside = bca_interval(data, diff, n_boot=2000, level=1 - p - 0.005, vectorized=True)
-    outside = bca_interval(data, diff, n_boot=2000, level=1 - p + 0.005, vectorized=True)
+    inside = bca(data, diff, n_boot=2000, level=1 - p - 0.005, vectorized=True)
+    outside = bca(data, diff, n_boot=2000, level=1 - p + 0.005, vectorized=True)
     assert inside[0] > 0 and outside[0] < 0  # the interval's lower end crosses 0 at level 1 - p

@@ -4,6 +4,8 @@ from the numbers, figures to the digit their error allows."""
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -45,6 +47,22 @@ def test_alpha_and_the_correction_come_from_the_result():
     assert "Holm over 17 verdicts, family-wise 5%" in verdicts.sentence(result())
     other = verdicts.sentence(result(alpha=0.1, correction="bonferroni", family=3))
     assert "Bonferroni over 3 verdicts, family-wise 10%" in other and "Holm" not in other
+
+
+def test_a_corrected_p_is_labelled_by_its_correction_and_no_report_types_one():
+    assert verdicts.corrected_p("holm") == "Holm p" and verdicts.corrected_p("bonferroni") == "Bonferroni p"
+    # The reports that word verdicts take the correction's name and the alpha from the numbers (verdicts), never typed.
+    typed = re.compile(r"(Holm|Bonferroni) p=|family-wise \d")
+    package = Path(verdicts.__file__).parents[1]
+    found = [
+        f"{path.relative_to(package)}:{i}"
+        for folder in ("analysis", "lab", "workflows")
+        for path in sorted((package / folder).glob("*.py"))
+        if path.name != "verdicts.py"
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if typed.search(line) and 'f"' in line  # an f-string that writes it (a pattern reading old reports may name it)
+    ]
+    assert found == []
 
 
 def test_figures_are_printed_to_the_digit_their_mc_error_allows():

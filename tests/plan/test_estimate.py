@@ -63,8 +63,7 @@ def test_concurrency_is_what_nodes_hold_at_most_max_concurrent(tmp_path, tiny_sp
     prepared = prepare(options(tmp_path, space, cpus_per_trial=2, gpus_per_trial=0.5, address=at))
     nodes = [{"CPU": 16.0, "GPU": 2.0}, {"CPU": 4.0, "GPU": 1.0}]
     assert concurrency(prepared, nodes, "the cluster") == 4 + 2
-    prepared.max_concurrent = 3
-    assert concurrency(prepared, nodes, "the cluster") == 3
+    assert concurrency(replace(prepared, max_concurrent=3), nodes, "the cluster") == 3
     with pytest.raises(UserError, match=r"a trial asks for \{CPU: 2, GPU: 0.5\}, more than this machine has"):
         concurrency(prepared, [{"CPU": 2.0, "GPU": 0.0}], "this machine")
 

@@ -1,5 +1,6 @@
 """Validation before anything starts: metric and mode, the scheduler's budget, weights files, resume state."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -47,13 +48,22 @@ def test_metric_and_mode_must_be_what_trials_report(tmp_path, metric, mode, mess
         prepare(options(tmp_path, metric, mode))
 
 
+def test_the_plan_is_one_frozen_value_with_its_corner_trials_resolved_once(tmp_path):
+    prepared = prepare(options(tmp_path))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        prepared.notes = ()  # the run, the records and the analysis read it; nothing changes it after prepare
+    assert prepared.corners  # every subset and both ends of the learning rate, checked against the model before Ray
+    assert {c.lr for c in prepared.corners} == {1.0e-3, 1.0}
+    assert all(c.max_steps == 400 and c.model == prepared.settings.model for c in prepared.corners)
+
+
 def test_a_grace_period_above_the_budget_is_clamped_and_said_once(tmp_path):
     prepared = prepare(options(tmp_path, settings={"max_steps": 40}))
     assert prepared.spec.scheduler.grace_period == 40 and prepared.spec.scheduler.name == "asha"
-    assert prepared.notes == [
-        "scheduler grace_period 100 is above max_steps 40: using 40, so no trial is stopped early"
-    ]
-    assert prepare(options(tmp_path, name="other")).notes == []  # 400 steps: the space's 100 stands
+    assert prepared.notes == (
+        "scheduler grace_period 100 is above max_steps 40: using 40, so no trial is stopped early",
+    )
+    assert prepare(options(tmp_path, name="other")).notes == ()  # 400 steps: the space's 100 stands
 
 
 @pytest.mark.parametrize(
@@ -115,18 +125,18 @@ def test_resume_refuses_a_change_that_would_make_the_search_inconsistent(tmp_pat
 def test_mlflow_environment_variables_are_the_defaults_and_flags_win(tmp_path, monkeypatch):
     default = prepare(options(tmp_path, name="plain"))
     assert default.tracking_uri == f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
-    assert default.experiment == EXPERIMENT and default.notes == []
+    assert default.experiment == EXPERIMENT and default.notes == ()
     with http_server({MLFLOW_API: 200}) as server:  # the tracking server must answer (plan.services)
         monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
         monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "team runs")
         from_env = prepare(options(tmp_path, name="env"))
     assert (from_env.tracking_uri, from_env.experiment) == (server, "team runs")
-    assert from_env.notes == [  # said once when the search starts
+    assert from_env.notes == (  # said once when the search starts
         f"MLflow tracking URI {server} from $MLFLOW_TRACKING_URI (a flag overrides it)",
         "MLflow experiment team runs from $MLFLOW_EXPERIMENT_NAME (a flag overrides it)",
-    ]
+    )
     flags = prepare(options(tmp_path, name="flags", tracking_uri="sqlite:////tmp/x.db", experiment="mine"))
-    assert (flags.tracking_uri, flags.experiment, flags.notes) == ("sqlite:////tmp/x.db", "mine", [])
+    assert (flags.tracking_uri, flags.experiment, flags.notes) == ("sqlite:////tmp/x.db", "mine", ())
     with pytest.raises(UserError, match="--experiment must name an MLflow experiment"):
         prepare(options(tmp_path, name="empty", experiment=" "))
 

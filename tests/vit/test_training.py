@@ -221,15 +221,17 @@ def test_auto_precision_follows_the_device(monkeypatch):
 
 
 def _tiny_step(scaler, loss_factor: float, grad_clip: float = 0.5):
-    """One ``amp_step`` of a seeded linear layer under SGD; returns (stepped, weight before, weight after)."""
-    from vitplast_tune.vit.optim import amp_step
+    """One step of a seeded linear layer under SGD, as the loop takes it (``backward``, then ``optimizer_step``);
+    returns (stepped, weight before, weight after)."""
+    from vitplast_tune.vit.optim import backward, optimizer_step
 
     torch.manual_seed(0)
     layer = torch.nn.Linear(4, 3)
     optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
     before = layer.weight.detach().clone()
     loss = layer(torch.randn(8, 4)).pow(2).mean() * loss_factor
-    stepped = amp_step(optimizer, loss, list(layer.parameters()), grad_clip=grad_clip, scaler=scaler)
+    backward(loss, scaler)
+    stepped = optimizer_step(optimizer, list(layer.parameters()), grad_clip=grad_clip, scaler=scaler)
     assert all(p.grad is None for p in layer.parameters())  # freed either way
     return stepped, before, layer.weight.detach()
 

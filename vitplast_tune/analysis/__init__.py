@@ -7,7 +7,8 @@ __getattr__, __dir__, __all__ = _lazy.attach(
     __name__,
     submod_attrs={
         "analyze": ["SearchAnalysis", "analyze_search"],
-        "correlation": ["correlations", "compare_with_baseline", "spearman", "kendall", "bca_interval"],
+        "correlation": ["correlations", "compare_with_baseline", "spearman", "kendall"],
+        "bootstrap": ["bca", "Bca"],
         "protocol": ["paper_results", "relative_gain", "best_lr_table", "cross_dataset_report"],
         "subsets": ["criteria_lab", "describe_lab"],
         "bracket": ["bracket_table"],

@@ -1,25 +1,25 @@
-"""Rank statistics with scipy: Spearman and Kendall with BCa bootstrap intervals, the paired bootstrap of
-the difference between two predictors, and partial correlations.
+"""Rank statistics with scipy: Spearman and Kendall with BCa bootstrap intervals (``bootstrap``), the paired
+bootstrap of the difference between two predictors, and partial correlations.
 
-Pure functions on pandas objects; every resample keeps pairs together (``scipy.stats.bootstrap``, paired).
-A statistic is NaN on a resample where it is undefined (a constant column; a partial correlation with fewer
-than 4 distinct rows): such resamples are left out of the interval, which is undetermined (NaN) when more
-than ``MAX_DEGENERATE`` of them are. Below ``MIN_POINTS`` rows a comparison gives its figures and no verdict:
-``python -m benchmarks.coverage`` (docs/benchmarks.md) measured the BCa intervals' coverage by sample size.
+Pure functions on pandas objects; every resample keeps pairs together. A statistic is NaN on a resample where it is
+undefined (a constant column; a partial correlation with fewer than 4 distinct rows): such resamples are left out of
+the interval, which is undetermined (NaN) when more than ``bootstrap.MAX_DEGENERATE`` of them are. Below
+``MIN_POINTS`` rows a comparison gives its figures and no verdict: ``python -m benchmarks.coverage``
+(docs/benchmarks.md) measured the BCa intervals' coverage by sample size.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import special, stats
+from scipy import stats
 
+from vitplast_tune.analysis.bootstrap import bca
 from vitplast_tune.errors import UserError, did_you_mean
 
 _STATS = ("spearman", "kendall")
@@ -38,7 +38,7 @@ def correlations(
 
     One row per predictor; ``n`` counts the trials where both are finite. With fewer than
     ``min_trials`` (or a constant column) the statistics are NaN and ``note`` says why. Intervals come
-    from ``scipy.stats.bootstrap`` (paired, BCa, seeded; see ``bca_interval`` for resamples with a constant column).
+    from ``scipy.stats.bootstrap`` (paired, BCa, seeded; see ``bootstrap.bca`` for resamples with a constant column).
     """
     require_columns(trials, [*predictors, target])
     y_all = numeric(trials[target])
@@ -57,126 +57,11 @@ def correlations(
         else:
             row.update(point_stats(x, y))
             for name, statistic in _RANK_STATS.items():
-                row[f"{name}_low"], row[f"{name}_high"] = bca_interval(
-                    (x, y), statistic, n_boot=n_boot, seed=seed, vectorized=True
-                )
+                found = bca((x, y), statistic, n_boot=n_boot, seed=seed, vectorized=True)
+                row[f"{name}_low"], row[f"{name}_high"] = found.low, found.high
             row["n_boot"] = max(n_boot, 0)
         rows.append(row)
     return pd.DataFrame(rows, columns=["predictor", "target", "n", *stat_columns(), "n_boot", "note"])
-
-
-def bca_interval(
-    data: tuple[np.ndarray, ...],
-    statistic: Callable[..., Any],
-    *,
-    n_boot: int = 1000,
-    seed: int = 0,
-    level: float = 0.95,
-    vectorized: bool = False,
-) -> tuple[float, float]:
-    """Paired BCa bootstrap interval of ``statistic(*data)`` (``scipy.stats.bootstrap``); NaN when ``n_boot`` is 0.
-
-    ``statistic`` returns NaN where it is undefined: resamples where it is are left out (the BCa formula applied
-    to the others, ``bca_from_resamples``), and the interval is NaN (undetermined) when they are more than
-    ``MAX_DEGENERATE`` of all. A bootstrap distribution with a single value (e.g. a perfect rank correlation)
-    gives that value twice. ``vectorized``: the statistic takes an ``axis`` (scipy resamples in one call).
-    """
-    if n_boot <= 0:
-        return math.nan, math.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # scipy warns about degenerate distributions, handled below
-        res = stats.bootstrap(
-            data,
-            statistic,
-            paired=True,
-            vectorized=vectorized,
-            n_resamples=n_boot,
-            method="BCa",
-            confidence_level=level,
-            rng=np.random.default_rng(seed),
-        )
-    boot = np.asarray(res.bootstrap_distribution, dtype=float)
-    finite = np.isfinite(boot)
-    if not finite.all():
-        if finite.mean() < 1 - MAX_DEGENERATE:
-            return math.nan, math.nan
-        return bca_from_resamples(data, statistic, boot[finite], level=level)
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if not (np.isfinite(low) and np.isfinite(high)) and np.allclose(boot, boot[0], rtol=0, atol=1e-9):
-        return float(boot[0]), float(boot[0])
-    return low, high
-
-
-def bca_from_resamples(
-    data: tuple[np.ndarray, ...], statistic: Callable[..., Any], boot: np.ndarray, *, level: float = 0.95
-) -> tuple[float, float]:
-    """Efron's BCa interval from given bootstrap values ``boot`` of ``statistic`` on paired ``data``, with the
-    formulas of ``scipy.stats.bootstrap`` (bias from the share of values below the estimate, acceleration from
-    the leave-one-out jackknife, whose undefined values are left out); NaN when it cannot be formed."""
-    parts = _bias_and_acceleration(data, statistic, boot)
-    if parts is None:
-        return math.nan, math.nan
-    z0, accel = parts
-    z = special.ndtri((1 - level) / 2)
-    ends = [special.ndtr(z0 + (z0 + q) / (1 - accel * (z0 + q))) for q in (z, -z)]
-    if not all(np.isfinite(ends)):
-        return math.nan, math.nan
-    low, high = np.percentile(boot, [100 * ends[0], 100 * ends[1]])
-    return float(low), float(high)
-
-
-def _bias_and_acceleration(
-    data: tuple[np.ndarray, ...], statistic: Callable[..., Any], boot: np.ndarray
-) -> tuple[float, float] | None:
-    """BCa's bias correction z0 and acceleration of ``boot`` (finite values), or None when they cannot be formed."""
-    theta = float(statistic(*data))
-    n = len(data[0])
-    jack = np.array([statistic(*(d[np.arange(n) != i] for d in data)) for i in range(n)], dtype=float)
-    jack = jack[np.isfinite(jack)]
-    if not np.isfinite(theta) or len(boot) == 0 or len(jack) < 2:
-        return None
-    share = (np.sum(boot < theta) + np.sum(boot <= theta)) / (2 * len(boot))
-    spread = jack.mean() - jack
-    den = 6 * np.sum(spread**2) ** 1.5
-    return float(special.ndtri(share)), float(np.sum(spread**3) / den if den > 0 else 0.0)
-
-
-def bca_p(
-    data: tuple[np.ndarray, ...],
-    statistic: Callable[..., Any],
-    *,
-    n_boot: int = 1000,
-    seed: int = 0,
-    null: float = 0.0,
-    vectorized: bool = False,
-) -> float:
-    """The two-sided p-value of ``null`` that matches ``bca_interval`` (the same seeded resamples): the smallest
-    ``1 - level`` whose BCa interval reaches ``null``, found by inverting the BCa percentile formula at the share of
-    bootstrap values below ``null``. NaN where the interval would be undetermined."""
-    if n_boot <= 0:
-        return math.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = stats.bootstrap(
-            data,
-            statistic,
-            paired=True,
-            vectorized=vectorized,
-            n_resamples=n_boot,
-            method="percentile",
-            rng=np.random.default_rng(seed),
-        )
-    boot = np.asarray(res.bootstrap_distribution, dtype=float)
-    finite = boot[np.isfinite(boot)]
-    parts = _bias_and_acceleration(data, statistic, finite) if len(finite) >= (1 - MAX_DEGENERATE) * len(boot) else None
-    if parts is None:
-        return math.nan
-    z0, accel = parts
-    share = (np.sum(finite < null) + np.sum(finite <= null)) / (2 * len(finite))
-    share = min(max(share, 0.5 / len(finite)), 1 - 0.5 / len(finite))
-    w = special.ndtri(share) - z0
-    tail = float(special.ndtr(w / (1 + accel * w) - z0))
-    return min(1.0, 2 * min(tail, 1 - tail))
 
 
 def spearman(x: np.ndarray, y: np.ndarray, axis: int = -1):
@@ -225,7 +110,6 @@ _PAIRWISE_MAX = 100  # points; above it scipy's per-row call is faster than the 
 _PAIRWISE_CHUNK = 1 << 22  # pairwise signs per chunk of rows: 16 MB per float32 array
 _RANK_STATS: dict[str, Callable[..., Any]] = {"spearman": spearman, "kendall": kendall}
 MIN_POINTS = 12  # fewer rows: figures without a verdict (the BCa coverage by n: python -m benchmarks.coverage)
-MAX_DEGENERATE = 0.05  # more resamples than this without a defined statistic: the interval is undetermined
 
 
 def compare_predictors(
@@ -243,7 +127,7 @@ def compare_predictors(
     """Is ``predictor`` a better rank predictor of ``target`` than ``baseline``? A paired bootstrap of the difference.
 
     Returns n, diff = stat(predictor) - stat(baseline) on the rows where all three are finite, its BCa interval at
-    ``level``, the matching two-sided p-value of 0 (``bca_p``), and ``verdict``: "better" (interval above 0), "worse"
+    ``level``, the matching two-sided p-value of 0 (``bootstrap.bca``, from the same resamples), and ``verdict``: "better" (interval above 0), "worse"
     (below 0), "no clear difference", "undetermined" (the interval could not be formed), or "no verdict (n <
     min_points)". A family of such comparisons adjusts ``p`` and ``level`` (``multiple``).
     """
@@ -270,14 +154,13 @@ def compare_predictors(
     }
     if len(y) < 3 or is_constant(y):
         return out
-    options = dict(n_boot=n_boot, seed=seed, vectorized=True)
-    low, high = bca_interval((x1, x2, y), diff, level=level, **options)
+    low, high, p = bca((x1, x2, y), diff, n_boot=n_boot, seed=seed, level=level, vectorized=True, null=0.0)
     return {
         **out,
         "diff": float(diff(x1, x2, y)),
         "diff_low": low,
         "diff_high": high,
-        "p": bca_p((x1, x2, y), diff, **options) if np.isfinite(low) else math.nan,
+        "p": p if np.isfinite(low) else math.nan,
         "verdict": verdict(low, high, len(y), min_points),
     }
 
@@ -346,8 +229,8 @@ def partial_correlations(
             row["note"] = f"{'predictor' if is_constant(x) else 'target'} is constant"
         else:
             row["partial_spearman"] = partial_spearman(x, y, z)
-            interval = bca_interval((x, y, z), partial_spearman, n_boot=n_boot, seed=seed)
-            row["partial_low"], row["partial_high"] = interval
+            found = bca((x, y, z), partial_spearman, n_boot=n_boot, seed=seed)
+            row["partial_low"], row["partial_high"] = found.low, found.high
         rows.append(row)
     return pd.DataFrame(rows)
 

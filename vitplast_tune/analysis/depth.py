@@ -34,7 +34,7 @@ from vitplast_tune.analysis.subsets import (
     mean_std,
     predictor_statistics,
 )
-from vitplast_tune.analysis.verdicts import CORRECTIONS, family_clause
+from vitplast_tune.analysis.verdicts import CORRECTIONS, corrected_p, family_clause
 from vitplast_tune.components import depth_blocks, subset_name
 from vitplast_tune.predictors.scores import BASELINE, log_trainable_params
 
@@ -251,7 +251,7 @@ def _agreement_lines(found: DepthAnalysis) -> list[str]:
     lines.append(
         f"  -> the most plastic depth was the best one for {test['agree']} of {test['subsets']} subsets; by chance "
         f"{test['expected']:.2f} (one over the depths compared, per subset); exact p={test['p']:.3g} of at least "
-        f"{test['agree']}, Holm p={test['p_holm']:.3g} over the {found.family} verdicts: {test['verdict']}."
+        f"{test['agree']}, {corrected_p(multiple.CORRECTION)}={test['p_holm']:.3g} over the {found.family} verdicts: {test['verdict']}."
     )
     return lines
 

@@ -26,7 +26,7 @@ from vitplast_tune.analysis.protocol import (
     relative_gain,
     single_component_table,
 )
-from vitplast_tune.analysis.verdicts import family_clause
+from vitplast_tune.analysis.verdicts import corrected_p, family_clause
 from vitplast_tune.components import HEAD
 from vitplast_tune.predictors.scores import BASELINE, log_trainable_params
 
@@ -238,7 +238,7 @@ def _verdicts(rows: pd.DataFrame) -> list[str]:
     for p in valid.itertuples():
         figures = f"Spearman difference {p.diff_vs_baseline:+.2f} {interval(p.diff_low, p.diff_high)}"
         if np.isfinite(p.p_holm):
-            figures += f" ({multiple.describe_level(p.level)}, Holm p={p.p_holm:.2g})"
+            figures += f" ({multiple.describe_level(p.level)}, {corrected_p(multiple.CORRECTION)}={p.p_holm:.2g})"
         figures += f", n={p.n}"
         if p.verdict not in words:  # no verdict: too few trials
             out.append(f"{p.predictor} vs log(trainable parameters): {figures}; {p.verdict}: too few trials to judge.")

@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.analysis import multiple
+from vitplast_tune.analysis.bootstrap import MAX_DEGENERATE
 from vitplast_tune.analysis.bracket import INTERIOR, bracket_table
 from vitplast_tune.analysis.correlation import (
-    MAX_DEGENERATE,
     MIN_POINTS,
     interval,
     kendall,
@@ -32,7 +32,7 @@ from vitplast_tune.analysis.correlation import (
 )
 from vitplast_tune.analysis.protocol import best_lr_table
 from vitplast_tune.analysis.resampling import Runs, point_targets, resample, runs_of
-from vitplast_tune.analysis.verdicts import family_clause
+from vitplast_tune.analysis.verdicts import corrected_p, family_clause
 from vitplast_tune.components import BLOCK_COMPONENTS, parse_subset, subset_name
 from vitplast_tune.predictors.scores import BASELINE, LAB_PREDICTORS, contains_mha_or_fc, log_trainable_params
 
@@ -312,7 +312,11 @@ def comparison_line(r: Any, *, n_boot: int | None = None, kendall: bool = True) 
     line += f"  diff {r.diff_vs_baseline:+.2f}"
     if np.isfinite(r.p):
         line += f" {interval(r.diff_low, r.diff_high)} ({multiple.describe_level(r.level)}) "
-        line += f"p={format_p(r.p, n_boot)} Holm p={format_p(r.p_holm, n_boot)}" if n_boot else f"Holm p={r.p_holm:.2g}"
+        line += (
+            f"p={format_p(r.p, n_boot)} {corrected_p(multiple.CORRECTION)}={format_p(r.p_holm, n_boot)}"
+            if n_boot
+            else f"{corrected_p(multiple.CORRECTION)}={r.p_holm:.2g}"
+        )
     return f"{line} {r.verdict}"
 
 
@@ -327,7 +331,7 @@ def describe_agreement(agreement: dict) -> str:
         return f"Single components by test accuracy vs by {a['score']}: fewer than 3 at an interior rate, no test."
     return (
         f"Single components ({a['n']}, each at its best rate): by test accuracy {a['by_accuracy']}; by {a['score']} "
-        f"{a['by_score']}; Spearman {a['spearman']:+.2f}, exact permutation p={a['p']:.3g}, Holm p={a['p_holm']:.3g}"
+        f"{a['by_score']}; Spearman {a['spearman']:+.2f}, exact permutation p={a['p']:.3g}, {corrected_p(multiple.CORRECTION)}={a['p_holm']:.3g}"
         f" ({a['verdict']})"
     )
 
@@ -359,7 +363,7 @@ def _budget_sentences(r: LabResult, what: str) -> list[str]:
         out.append(
             f"{b.predictor} ranks the {what} better than log(#trainable parameters) ({family}): Spearman "
             f"{b.spearman:+.2f} against {b.baseline_spearman:+.2f}, difference {b.diff_vs_baseline:+.2f} "
-            f"{interval(b.diff_low, b.diff_high)} at {multiple.describe_level(b.level)}, Holm p={format_p(b.p_holm, r.n_boot)}"
+            f"{interval(b.diff_low, b.diff_high)} at {multiple.describe_level(b.level)}, {corrected_p(multiple.CORRECTION)}={format_p(b.p_holm, r.n_boot)}"
         )
     if better.empty:
         out.append(
@@ -383,7 +387,7 @@ def _agreement_sentence(r: LabResult) -> str:
     text = (
         f"The paper's narrower claim, that the {a['n']} single components rank by test accuracy as by "
         f"{a['score']}, {a['verdict']}: {a['by_accuracy']} against {a['by_score']}, Spearman {a['spearman']:+.2f}, "
-        f"exact p={a['p']:.3g}, Holm p={a['p_holm']:.3g}"
+        f"exact p={a['p']:.3g}, {corrected_p(multiple.CORRECTION)}={a['p_holm']:.3g}"
     )
     strictest = r.alpha / max(r.family, 1)
     if a["verdict"] == "not established" and a.get("smallest_p", 0) > strictest:

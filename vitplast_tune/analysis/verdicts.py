@@ -107,6 +107,18 @@ def family_clause(alpha: float, correction: str, family: int) -> str:
     return f"{name} over {family} verdict{'s' if family != 1 else ''}, family-wise {100 * alpha:g}%"
 
 
+def corrected_p(correction: str) -> str:
+    """Label a p-value adjusted by a correction as a sentence prints it, from the correction's name.
+
+    Args:
+        correction: statsmodels' name of the correction (``CORRECTIONS``), e.g. ``multiple.CORRECTION``.
+
+    Returns:
+        The label, e.g. "Holm p" for "holm".
+    """
+    return f"{CORRECTIONS.get(correction, correction)} p"
+
+
 def _figures(r: TestResult) -> str:
     level = f"{100 * r.level:.3g}%" if math.isfinite(r.level) else ""
     return (

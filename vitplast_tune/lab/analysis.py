@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.analysis import crossed
-from vitplast_tune.analysis.correlation import MAX_DEGENERATE, spearman
+from vitplast_tune.analysis.bootstrap import MAX_DEGENERATE
+from vitplast_tune.analysis.correlation import spearman
 from vitplast_tune.analysis.multiple import defined, percentile_interval
 from vitplast_tune.analysis.subsets import describe_subsets, subset_table
 from vitplast_tune.analysis.verdicts import format_mc, quantile_se

@@ -1,6 +1,6 @@
 """The checks of a search that need its model and data: the model and its weights file, the dataset, the plasticity
-reference, the augmentation recipes, and that some subset fits the parameter budget; and the small dataset decoded
-once for every trial.
+reference, the augmentation recipes, and that the settings fit the model and some subset the parameter budget
+(``vit.fits``); and the small dataset decoded once for every trial.
 
 That takes torch, timm and torchvision, memory a process keeps once it has imported them, and after this only
 trials and measurements (Ray workers) need them. So when this process has not imported torch (the command line),
@@ -51,7 +51,7 @@ def inspect_inputs(
     """``check_inputs`` in this process. The decoded dataset (None for datasets read lazily from disk) is shared with
     every trial through the object store, so it is decoded here and nowhere else on the driver."""
     from vitplast_tune.data import datasets
-    from vitplast_tune.vit import models, recipe
+    from vitplast_tune.vit import fits, models, recipe
 
     config = models.pretrained_data_config(settings.model)
     models.check_weights(settings.model, settings.weights, settings.pretrained)
@@ -69,64 +69,10 @@ def inspect_inputs(
         )
     if reference is not None:
         datasets.check_dataset_name(reference)
-    check_fits_model(settings, classes, budget.trials if budget is not None else ())
+    fits.check_fits_model(settings, classes, budget.trials if budget is not None else ())
     if budget is not None and budget.max_trainable_params is not None:
-        check_budget(settings, classes, budget)
+        fits.check_budget(settings, classes, max_trainable_params=budget.max_trainable_params, subsets=budget.subsets)
     decoded = datasets.decode_dataset(
         settings.dataset, config, data_dir=settings.data_dir, download=settings.download, image_cache=image_cache
     )
     return decoded, augment
-
-
-def check_budget(settings: FinetuneConfig, classes: int, budget: Budget) -> None:
-    """UserError when every subset the search may train is over the parameter budget (counted on an untrained model
-    with the dataset's head and the settings' blocks): the search could train nothing."""
-    from vitplast_tune import freezing
-    from vitplast_tune.vit import models
-    from vitplast_tune.vit.families.registry import layout_of
-
-    model = models.create_model(settings.model, classes, pretrained=False)
-    layout = layout_of(model)
-    counts = {s: sum(freezing.freeze(model, s, settings.blocks, layout=layout).values()) for s in budget.subsets}
-    smallest = min(counts, key=counts.get)
-    if counts[smallest] > budget.max_trainable_params:
-        head = sum(freezing.freeze(model, "head", layout=layout).values())
-        raise UserError(
-            f"no trial fits the parameter budget max_trainable_params {budget.max_trainable_params:,}: the smallest "
-            f"subset the search may train, {smallest}, trains {counts[smallest]:,} parameters (the head alone "
-            f"{head:,}); raise the budget, or let components include smaller subsets"
-        )
-
-
-def check_fits_model(settings: FinetuneConfig, classes: int, trials: tuple[FinetuneConfig, ...] = ()) -> None:
-    """UserError when the settings, or a trial's (``trials``), do not fit the model: a depth or block index beyond
-    its blocks (its family's layout says where they are), a LoRA rank above the width of a layer it adapts. The model
-    is built on the meta device: no memory, no weights read."""
-    import torch
-
-    from vitplast_tune import freezing
-    from vitplast_tune.vit import methods, models
-    from vitplast_tune.vit.families.registry import layout_of
-
-    with torch.device("meta"):
-        model = models.create_model(settings.model, classes, pretrained=False)
-    depth = freezing.num_blocks(model, layout_of(model))
-    for cfg in (settings, *trials):
-        if cfg.blocks is not None and max(cfg.blocks) >= depth:
-            raise UserError(
-                f"blocks {cfg.blocks}: block {max(cfg.blocks)} is beyond {settings.model}, which has {depth} blocks "
-                f"(0-{depth - 1})"
-            )
-        blocks = cfg.block_indices(depth)  # a depth beyond the model's blocks raises here
-        targets = methods.lora_targets(model, cfg.components, blocks)
-        if not targets:
-            continue
-        methods.require_peft(cfg.components)  # a LoRA trial without the lora extra: one line, before Ray starts
-        width, layer = min(
-            (min(model.get_submodule(t).in_features, model.get_submodule(t).out_features), t) for t in targets
-        )
-        if cfg.lora_rank > width:
-            raise UserError(
-                f"lora_rank {cfg.lora_rank} is above the width of the layers LoRA adapts in {settings.model} ({width} "
-                f"at {layer}); use at most {width} (a rank near the width trains as many parameters as the layer)"
-            )

@@ -361,9 +361,10 @@ def resumed_with(options: SearchOptions) -> list[str]:
     return [f.name for f in fields(options) if f.metadata.get("resume")]
 
 
-@dataclass
+@dataclass(frozen=True)
 class SearchPlan:
-    """A validated search: everything decided, nothing started."""
+    """A validated search: everything decided, nothing started; made once by ``plan.planner.prepare`` and read, never
+    changed, by the run, the records and the analysis."""
 
     spec: SearchSpec
     options: SearchOptions
@@ -376,8 +377,9 @@ class SearchPlan:
     seed: int = DEFAULT_SEED
     max_failures: int = DEFAULT_MAX_FAILURES
     max_concurrent: int | None = None
-    notes: list[str] = field(default_factory=list)  # adjustments the user is told once (e.g. a clamped grace period)
+    notes: tuple[str, ...] = ()  # adjustments the user is told once (e.g. a clamped grace period)
     experiment: str = EXPERIMENT  # the MLflow experiment of its runs
+    corners: tuple[FinetuneConfig, ...] = ()  # the settings of the trials at the space's corners, checked before Ray
 
     @property
     def place(self) -> SearchPlace:

@@ -50,22 +50,19 @@ def prepare(options: SearchOptions) -> SearchPlan:
         plan = resume.resumed_plan(spec, options, storage, name, record)
         said = resumed_state(plan, record)
     check_services(plan, record is not None)
-    plan.spec, plan.notes = fit_scheduler(plan.spec, plan.settings.max_steps)
-    plan.notes += said
+    spec, notes = fit_scheduler(plan.spec, plan.settings.max_steps)
     checks.check_plasticity(options, plan.settings.dataset)
     checks.check_local_resources(options)
     reference = options.plasticity_reference if options.plasticity else None
-    corners = tuple(trial_config(c, plan.settings) for c in plan.spec.corner_configs())
-    budget = inputs.Budget(plan.max_trainable_params, subsets(plan.spec, plan.settings), corners)
-    plan.decoded, plan.settings.augment = inputs.check_inputs(
-        plan.settings, reference, budget, searched_augmentations(plan.spec)
-    )
-    return plan
+    budget = inputs.Budget(plan.max_trainable_params, subsets(spec, plan.settings), plan.corners)
+    decoded, augment = inputs.check_inputs(plan.settings, reference, budget, searched_augmentations(spec))
+    settings = replace(plan.settings, augment=augment)
+    return replace(plan, spec=spec, settings=settings, decoded=decoded, notes=(*notes, *said))
 
 
 def new_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str) -> tuple[SearchPlan, list[str]]:
     """The plan of a new search, and a note for each MLflow setting taken from the environment."""
-    settings = trial_settings(spec, options)
+    settings, corners = trial_settings(spec, options)
     tracking_uri, experiment, said = mlflow_target(options, storage)
     said += [
         f"{key} given on the command line is searched by {spec.path.name}: each trial samples its own, the value "
@@ -73,7 +70,7 @@ def new_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str) 
         for key in options.settings
         if key in spec.parameters and not isinstance(spec.parameters[key], Constant)
     ]
-    said += warmup_notes(spec, settings)
+    said += warmup_notes(settings, corners)
     plan = SearchPlan(
         spec,
         options,
@@ -85,6 +82,7 @@ def new_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str) 
         max_failures=DEFAULT_MAX_FAILURES if options.max_failures is None else options.max_failures,
         max_concurrent=options.max_concurrent,
         experiment=experiment,
+        corners=corners,
     )
     return plan, said
 
@@ -115,10 +113,10 @@ def check_services(plan: SearchPlan, resumed: bool) -> None:
     services.check_tracking(plan.tracking_uri, origin)
 
 
-def warmup_notes(spec: SearchSpec, settings: FinetuneConfig) -> list[str]:
+def warmup_notes(settings: FinetuneConfig, corners: tuple[FinetuneConfig, ...]) -> list[str]:
     """A note when some trial warms up for its whole budget or more (warm-up steps not below ``max_steps``): its
-    learning rate never reaches the value searched."""
-    long = {(c.warmup, c.max_steps) for c in (trial_config(c, settings) for c in spec.corner_configs())}
+    learning rate never reaches the value searched. ``corners``: the settings of the trials at the space's corners."""
+    long = {(c.warmup, c.max_steps) for c in corners}
     long = sorted((w, m) for w, m in long | {(settings.warmup, settings.max_steps)} if w >= m)
     if not long:
         return []
@@ -166,8 +164,9 @@ def fit_scheduler(spec: SearchSpec, max_steps: int) -> tuple[SearchSpec, list[st
     return replace(spec, scheduler=replace(s, grace_period=max_steps)), [note]
 
 
-def trial_settings(spec: SearchSpec, options: SearchOptions) -> FinetuneConfig:
-    """The trial settings: FinetuneConfig defaults < space defaults < command line; all validated."""
+def trial_settings(spec: SearchSpec, options: SearchOptions) -> tuple[FinetuneConfig, tuple[FinetuneConfig, ...]]:
+    """The trial settings (FinetuneConfig defaults < space defaults < command line) and those of the trials at the
+    space's corners (``SearchSpec.corner_configs``); all validated."""
     overrides = dict(options.settings)  # None is a value here (--set weights=none): a key left out keeps the space's
     seed = DEFAULT_SEED if options.seed is None else options.seed
     try:
@@ -176,11 +175,10 @@ def trial_settings(spec: SearchSpec, options: SearchOptions) -> FinetuneConfig:
         if not base.threads:
             base.threads = max(1, int(options.cpus_per_trial))
         base.validate()  # a setting the space searches too (--set components=...) is checked all the same
-        for config in spec.corner_configs():
-            trial_config(config, base).validate()
+        corners = tuple(trial_config(config, base).validate() for config in spec.corner_configs())
     except UserError as exc:
         raise UserError(f"{exc} (settings from {spec.path.name} and the command line)") from None
-    return base
+    return base, corners
 
 
 def resolve_paths(settings: FinetuneConfig) -> FinetuneConfig:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.errors import ResumeError, UserError, option
 from vitplast_tune.plan.options import (
     DEFAULT_MAX_FAILURES,
@@ -96,6 +96,7 @@ def resumed_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: s
         max_failures=max_failures,
         max_concurrent=record.get("max_concurrent"),
         experiment=fixed["experiment"][1],
+        corners=tuple(trial_config(c, settings) for c in spec.corner_configs()),
     )
 
 

@@ -69,30 +69,6 @@ def build_optimizer(cfg: FinetuneConfig, model: nn.Module, device: torch.device)
     )
 
 
-def amp_step(
-    optimizer: torch.optim.Optimizer,
-    loss: torch.Tensor,
-    params: Iterable[nn.Parameter],
-    *,
-    grad_clip: float,
-    scaler: torch.amp.GradScaler | None = None,
-) -> bool:
-    """The backward pass of ``loss``, then ``optimizer_step``.
-
-    Args:
-        optimizer: the optimizer to step.
-        loss: the loss to differentiate.
-        params: the parameters whose gradients are clipped.
-        grad_clip: the gradient norm's limit (0: none).
-        scaler: the ``GradScaler`` under fp16, else None.
-
-    Returns:
-        Whether the optimizer stepped (the gradients are freed either way).
-    """
-    backward(loss, scaler)
-    return optimizer_step(optimizer, params, grad_clip=grad_clip, scaler=scaler)
-
-
 def backward(loss: torch.Tensor, scaler: torch.amp.GradScaler | None = None) -> None:
     """The backward pass of ``loss`` (scaled by the ``GradScaler`` under fp16), adding to the gradients.
 
