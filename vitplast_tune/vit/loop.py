@@ -320,7 +320,8 @@ def evaluate_run(run: Run, val_batches, *, train_loss: float, count: int, starte
         if "correct" in test:  # one worker: which test images it got right (the criteria lab keeps them)
             metrics["test_correct"] = test["correct"]
     progress.timing["time_in_eval_s"] += time.perf_counter() - evaluating
-    return {**metrics, **progress.timing}
+    per_hour = val["acc"] * 3600 / max(progress.timing["time_in_steps_s"], 1e-9)  # --objective accuracy_per_gpu_hour
+    return {**metrics, **progress.timing, "val_acc_per_gpu_hour": per_hour}
 
 
 def restore_best(run: Run) -> None:
