@@ -427,10 +427,12 @@ def plot(tables: list[Table], results: dict, algorithms: list[str], path: str) -
         )
     ax.axvline(0.05, color="grey", lw=0.8)
     ax.axhline(0.5, color="grey", lw=0.8)
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_ylim(bottom=0)
     ax.set(
         xscale="log",
         xlabel="fraction of the grid's GPU-seconds spent",
-        ylabel="median points below the table's best (mean test acc.)",
+        ylabel="incumbent's median points below the best (mean test acc.)",
         title=f"Search replay over {len(tables)} kept tables",
     )
     ax.legend(fontsize=7, ncol=2)

@@ -136,7 +136,7 @@ def tiny_table(tmp_path):
     for seed in (0, 1):
         reports = []
         config = trial_config({"components": "fc1", "lr": 0.3, "seed": seed}, settings)
-        finetune(config, report=lambda m, *_: reports.append(m))
+        finetune(config, report=lambda m, *_, out=reports: out.append(m))
         last = reports[-1]
         trials.append(
             dict(
