@@ -22,6 +22,7 @@ their curves with the table's seeds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import heapq
 import itertools
@@ -38,8 +39,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
+from ray.tune.schedulers import TrialScheduler
+
 from benchmarks import common
-from benchmarks.replay_tables import Key, Table, discover, load_table
+from benchmarks.replay_tables import Key, Run, Table, discover, load_table
 
 SAMPLERS = ("TPE", "TPE multivariate+group", "GP", "random", "grid order")
 SCHEDULERS = ("ASHA", "HyperBand", "none")
@@ -166,6 +170,39 @@ def searcher(name: str, table: Table, seed: int):
 # ----------------------------------------------------------------------------- one replay
 
 
+@dataclasses.dataclass
+class _Progress:
+    """A replay's running totals: GPU-seconds and steps spent, trials started, the incumbent and the figures."""
+
+    table: Table
+    target: float
+    spent_s: float = 0.0
+    spent_steps: float = 0.0
+    launched: int = 0
+    incumbent: tuple[float, Key] | None = None
+    out: dict[str, Any] = dataclasses.field(
+        default_factory=lambda: {"reached_s": None, "reached_steps": None, "trials": None, "path": []}
+    )
+
+    def charge(self, run: Run, i: int) -> None:
+        """Charge the steps from the run's previous evaluation to its ``i``-th, at its recorded seconds."""
+        steps = run.curve[i][0] - (run.curve[i - 1][0] if i else 0)
+        self.spent_s += steps * run.seconds_per_step
+        self.spent_steps += steps
+
+    def ended(self, key: Key, run: Run, i: int, diverged: bool) -> None:
+        """A trial ended after its ``i``-th evaluation: the incumbent, the path and the figures once it reaches."""
+        best_val = max(a for _, a in run.curve[: i + 1])
+        if not diverged and (self.incumbent is None or best_val > self.incumbent[0]):
+            self.incumbent = (best_val, key)
+        test = self.table.mean_test(self.incumbent[1]) if self.incumbent else 0.0
+        grid_s = self.table.grid_seconds
+        self.out["path"].append((round(self.spent_s / grid_s, 5), round(test, 5)))
+        if self.out["reached_s"] is None and test >= self.target:
+            reached = {"reached_s": self.spent_s / grid_s, "reached_steps": self.spent_steps / self.table.grid_steps}
+            self.out.update(reached, trials=self.launched)
+
+
 def replay(table: Table, algorithm: str, seed: int, tolerance: float, budget: float, max_trials: int, workers: int):
     """One replayed search of ``table``.
 
@@ -174,38 +211,31 @@ def replay(table: Table, algorithm: str, seed: int, tolerance: float, budget: fl
         algorithm: "<sampler> + <scheduler>".
         seed: the search seed (the sampler's, and that of the seed each trial draws).
         tolerance: the reach, below the table's best mean test accuracy.
-        budget: the replay stops once it spent this fraction of the grid's seconds.
-        max_trials: or after this many trials.
+        budget: the replay starts no trial once it spent this fraction of the grid's seconds.
+        max_trials: nor after this many trials.
         workers: trials running at once.
 
     Returns:
         ``reached_s`` and ``reached_steps`` (fractions of the grid's, None when not reached), ``trials`` started by
         then, and ``path``: (fraction of the grid's seconds, incumbent's mean test accuracy) at each trial's end.
     """
-    from ray.tune.schedulers import TrialScheduler
-
+    np.random.seed(seed)  # Ray's HyperBand draws each trial's bracket from numpy's global generator
     sampler_name, scheduler_name = algorithm.split(" + ")
     search = searcher(sampler_name, table, seed)
     sched = scheduler("none" if table.final_only else scheduler_name, table.max_steps)
     draws = random.Random(f"{seed}:seeds")  # the same draws for every algorithm at this seed: paired
-    target = table.best[1] - tolerance
-    grid_s, grid_steps = table.grid_seconds, table.grid_steps
+    progress = _Progress(table, table.best[1] - tolerance)
     events: list = []
     order = itertools.count()
-    launched = 0
-    spent_s = spent_steps = 0.0
-    incumbent: tuple[float, Key] | None = None
-    out: dict[str, Any] = {"reached_s": None, "reached_steps": None, "trials": None, "path": []}
 
     def launch(now: float) -> None:
-        nonlocal launched
-        if launched >= max_trials or spent_s >= budget * grid_s:
+        if progress.launched >= max_trials or progress.spent_s >= budget * table.grid_seconds:
             return
-        trial = SimpleNamespace(trial_id=f"replay_{launched:05d}")
+        trial = SimpleNamespace(trial_id=f"replay_{progress.launched:05d}")
         config = search.suggest(trial.trial_id)
         if config is None:
             return
-        launched += 1
+        progress.launched += 1
         key = config_key(table, config)
         run = draws.choice(table.runs[key])
         sched.on_trial_add(None, trial)
@@ -215,10 +245,8 @@ def replay(table: Table, algorithm: str, seed: int, tolerance: float, budget: fl
         launch(0.0)
     while events:
         now, _, trial, key, run, i = heapq.heappop(events)
+        progress.charge(run, i)
         step, acc = run.curve[i]
-        previous = run.curve[i - 1][0] if i else 0
-        spent_s += (step - previous) * run.seconds_per_step
-        spent_steps += step - previous
         last = i == len(run.curve) - 1
         result = {"step": step, "val_acc": acc, "max_steps": table.max_steps, "diverged": run.diverged and last}
         result.update(training_iteration=i + 1, trial_id=trial.trial_id)
@@ -228,18 +256,12 @@ def replay(table: Table, algorithm: str, seed: int, tolerance: float, budget: fl
         if decision == TrialScheduler.STOP or last:
             sched.on_trial_complete(None, trial, result)
             search.on_trial_complete(trial.trial_id, result=result, error=result["diverged"])
-            best_val = max(a for _, a in run.curve[: i + 1])
-            if not result["diverged"] and (incumbent is None or best_val > incumbent[0]):
-                incumbent = (best_val, key)
-            test = table.mean_test(incumbent[1]) if incumbent else 0.0
-            out["path"].append((round(spent_s / grid_s, 5), round(test, 5)))
-            if out["reached_s"] is None and test >= target:
-                out.update(reached_s=spent_s / grid_s, reached_steps=spent_steps / grid_steps, trials=launched)
+            progress.ended(key, run, i, result["diverged"])
             launch(now)
         else:
             following = (run.curve[i + 1][0] - step) * run.seconds_per_step
             heapq.heappush(events, (now + following, next(order), trial, key, run, i + 1))
-    return out
+    return progress.out
 
 
 # ----------------------------------------------------------------------------- all replays, cached

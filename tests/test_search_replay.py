@@ -167,3 +167,9 @@ def test_check_trains_a_configuration_again_and_compares_it_with_the_seeds(tiny_
     curves.to_csv(tiny_table / "curves.csv", index=False)
     [(line, agrees)] = search_replay.check([replay_tables.load_table(tiny_table)], 1)
     assert not agrees and "OUTSIDE seed noise" in line
+
+
+def test_a_replay_is_the_same_for_the_same_seed_hyperband_included():
+    table = replay_tables.load_table(replay_tables.DATA / "lab-v2" / "checks" / "lab.s0.fractals_novel_c-speckle_noise")
+    first = search_replay.replay(table, "random + HyperBand", 0, 0.005, 1.0, 200, 1)
+    assert search_replay.replay(table, "random + HyperBand", 0, 0.005, 1.0, 200, 1) == first  # brackets drawn alike
