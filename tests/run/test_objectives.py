@@ -2,6 +2,7 @@
 
 import math
 import os
+from pathlib import Path
 
 import optuna
 import pytest
@@ -160,3 +161,125 @@ def test_a_second_objective_is_validated_like_the_first(tmp_path):
     with pytest.raises(UserError, match='mode "max" would search for the worst trainable_params'):
         check_metric(spec)
     check_metric(_space(tmp_path, "[val_acc, images_per_s]", "[max, max]"))
+
+
+# ----------------------------------------------------------------------------- --objective: cost-aware searches
+
+COST_SPACE = """
+description: the Pareto front of accuracy and training seconds, end to end
+metric: val_acc
+mode: max
+algorithm: optuna
+num_samples: 4
+scheduler: fifo
+parameters:
+  components: {choice: [head, fc1, fc1+fc2, all]}
+  lr: {choice: [0.3]}
+defaults: {model: vit_testbed_patch8_32, pretrained: false, max_steps: 8, eval_every: 4, warmup_steps: 2, batch_size: 16}
+"""
+
+
+def test_the_objective_option_replaces_the_spaces_metric(tmp_path):
+    from vitplast_tune.space.objectives import objective_of, with_objective
+
+    spec = _space(tmp_path)
+    assert with_objective(spec, None) is spec and with_objective(spec, "accuracy") is spec
+    per_hour = with_objective(spec, "accuracy_per_gpu_hour")
+    assert (per_hour.metric, per_hour.mode, objective_of(per_hour)) == (
+        "val_acc_per_gpu_hour",
+        "max",
+        "accuracy_per_gpu_hour",
+    )
+    pareto = with_objective(spec, "pareto")
+    assert pareto.objectives == (("val_acc", "max"), ("time_in_steps_s", "min")) and objective_of(pareto) == "pareto"
+    assert objectives(pareto) == (["val_acc", "time_in_steps_s"], ["max", "min"])
+    for made in (per_hour, pareto):
+        check_metric(made)
+    with pytest.raises(UserError, match="scheduler asha ranks them by one metric"):
+        with_objective(_space(tmp_path, scheduler="asha"), "pareto")
+    assert objective_of(with_objective(_space(tmp_path, scheduler="asha"), "accuracy_per_gpu_hour")) != "accuracy"
+
+
+def test_a_trial_reports_its_accuracy_per_gpu_hour_of_its_own_training_seconds():
+    reports = []
+    cfg = FinetuneConfig(
+        model="vit_testbed_patch8_32", pretrained=False, max_steps=8, eval_every=4, warmup_steps=2, batch_size=16
+    )
+    from vitplast_tune.vit.training import finetune
+
+    finetune(cfg, report=lambda m, s: reports.append(m))
+    for m in reports:
+        assert m["val_acc_per_gpu_hour"] == pytest.approx(m["val_acc"] * 3600 / m["time_in_steps_s"])
+
+
+def test_the_cost_sentence_is_worded_from_the_numbers():
+    import pandas as pd
+
+    from vitplast_tune.records.cost import cost_lines, cost_points
+
+    trials = pd.DataFrame(
+        {
+            "components": ["all", "fc1+fc2", "head", "mha"],
+            "lr": [0.1, 0.3, 1.0, 0.3],
+            "best_val_acc": [0.950, 0.946, 0.900, 0.940],
+            "time_in_steps_s": [10.0, 3.8, 1.0, 6.0],  # mha: dearer and less accurate than fc1+fc2
+            "val_acc_per_gpu_hour": [342.0, 896.0, 3240.0, 564.0],
+            "step": [8, 8, 8, 8],
+            "max_steps": [8, 8, 8, 8],
+            "diverged": [False] * 4,
+        }
+    )
+    front = cost_points(trials, "pareto")
+    assert [p.components for p in front] == ["head", "fc1+fc2", "all"]
+    assert front[1].sentence() == "fc1+fc2 at 0.3: 0.4 points below the best at 38% of its GPU-seconds"
+    assert front[2].sentence() == "all at 0.1: the most accurate (95.00%, 10.0 GPU-seconds)"
+    [line] = cost_lines(trials, "accuracy_per_gpu_hour")
+    assert line == "  Most accuracy per GPU-hour: head at 1: 5.0 points below the best at 10% of its GPU-seconds."
+    assert cost_lines(trials, "accuracy") == []
+
+
+def test_the_saved_view_of_a_cost_aware_search_plots_accuracy_against_training_seconds():
+    from vitplast_tune.records.view import view_state
+
+    state = view_state("s", plasticity=False, cost=True)
+    axes = [c["xaxis"]["key"] for c in state["compareRunCharts"] if c["type"] == "SCATTER"]
+    assert axes == ["log10_trainable_params", "time_in_steps_s"]
+    assert "metrics.`time_in_steps_s`" in state["selectedColumns"]
+
+
+@pytest.mark.slow
+def test_a_pareto_search_records_its_front_and_says_what_it_costs(ray_local, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from vitplast_tune.records.cost import cost_points
+    from vitplast_tune.records.result import summary
+
+    path = tmp_path / "space.yaml"
+    path.write_text(COST_SPACE)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    options = SearchOptions(
+        space=str(path), name="cost", storage=str(tmp_path / "results"), tracking_uri=uri, verbose=0, plasticity=False
+    )
+    found = execute(prepare(SearchOptions.of(options, objective="pareto", max_concurrent=1)))
+    trials = found.trials
+    assert len(trials) == 4 and trials["time_in_steps_s"].gt(0).all()
+    front = cost_points(trials, "pareto")
+    done = trials.sort_values("time_in_steps_s")
+    expected = done[done["best_val_acc"] > done["best_val_acc"].cummax().shift(fill_value=-1.0)]
+    assert [p.components for p in front] == list(expected["components"])  # no other trial better on both
+    best = trials.loc[trials["best_val_acc"].idxmax()]
+    for p in front:
+        assert p.share == pytest.approx(p.seconds / best["time_in_steps_s"])
+        assert p.gap == pytest.approx(100 * (best["best_val_acc"] - p.accuracy))
+    text = summary(found)
+    assert "Pareto front of accuracy and training GPU-seconds" in text and front[0].sentence() in text
+    client = MlflowClient(uri)
+    parent = client.get_run(found.parent_run_id)
+    assert parent.data.params["objective"] == "pareto"
+    answer = client.download_artifacts(found.parent_run_id, "cost/answer.txt", str(tmp_path))
+    assert Path(answer).read_text().splitlines() == [p.sentence() for p in front]
+    assert found.study is not None
+    study = optuna.load_study(study_name=found.study.name, storage=found.study.url)
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]  # Optuna's multi-objective TPE
+    trial_run = client.get_run(trials["run_id"].dropna().iloc[0])
+    assert "time_in_steps_s" in trial_run.data.metrics and "val_acc_per_gpu_hour" in trial_run.data.metrics

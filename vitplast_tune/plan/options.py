@@ -22,6 +22,7 @@ import yaml
 from vitplast_tune.config import PAPER_MODEL, PLASTICITY_VARIANTS, PRECISIONS, FinetuneConfig, cache_dir, parse_setting
 from vitplast_tune.errors import OptionsError, did_you_mean, option, speaking_flags
 from vitplast_tune.space.files import SearchSpec
+from vitplast_tune.space.objectives import OBJECTIVES
 from vitplast_tune.storage import SearchPlace
 
 if TYPE_CHECKING:
@@ -133,6 +134,15 @@ class SearchOptions:
         f"seed of the search algorithm, and the training seed unless the space sets one (default: {DEFAULT_SEED})",
         group="search",
         type=int,
+    )
+    objective: str | None = _option(
+        None,
+        "what the search optimises: accuracy (the space file's metric), accuracy_per_gpu_hour (validation accuracy per "
+        "hour of the trial's own training steps) or pareto (Optuna's multi-objective TPE over accuracy and training "
+        "seconds; needs a space with scheduler: fifo); default: the space file's metric",
+        group="search",
+        choices=OBJECTIVES,
+        resume=True,
     )
     verbose: int = _option(
         1, "no progress lines while trials run", group="search", flag="--quiet", action="store_const", const=0

@@ -24,6 +24,7 @@ from vitplast_tune.plan.options import (
 )
 from vitplast_tune.space.distributions import Constant
 from vitplast_tune.space.files import SearchSpec, load_space, searched_augmentations
+from vitplast_tune.space.objectives import with_objective
 from vitplast_tune.storage import RESULTS_ENV, SEARCH_FILE, default_storage, is_uri, storage_uri
 
 
@@ -33,6 +34,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     Nothing is started or written: no Ray, no MLflow run, no folder (``services`` probes leave nothing behind).
     """
     spec = load_space(options.space).with_overrides(num_samples=options.num_samples, budgets=options.budgets)
+    spec = with_objective(spec, options.objective)
     if spec.budgets and options.settings.get("max_steps") is not None:
         raise UserError(f"{spec.path.name} trains at step budgets {spec.budget_steps}: give --budgets, not --max-steps")
     checks.check_metric(spec)

@@ -11,11 +11,13 @@ import pandas as pd
 from vitplast_tune.analysis.analyze import SearchAnalysis
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.records.answer import answer_lines
+from vitplast_tune.records.cost import cost_lines
 from vitplast_tune.records.pareto import describe_pareto
 from vitplast_tune.records.study import StudyRecord
 from vitplast_tune.records.table import display_table, top_trials
 from vitplast_tune.records.view import View, run_link, ui_base_url
 from vitplast_tune.space.files import SearchSpec, searched_augmentations
+from vitplast_tune.space.objectives import objective_of
 from vitplast_tune.storage import SearchPlace
 from vitplast_tune.timings import Timings
 
@@ -44,7 +46,9 @@ def summary(result: SearchResult, k: int = 10) -> str:
     analysis, where results lie and how to open MLflow."""
     place, spec, settings = result.place, result.spec, result.settings
     top = top_trials(result.trials, spec, k)
-    answer = answer_lines(result.trials, result.analysis) if spec.metric == "val_acc" else []
+    objective = objective_of(spec)
+    answer = answer_lines(result.trials, result.analysis) if spec.metric == "val_acc" or objective != "accuracy" else []
+    answer += cost_lines(result.trials, objective) if answer else []
     lines = (
         answer
         + ([""] if answer else [])

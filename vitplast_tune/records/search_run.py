@@ -14,6 +14,7 @@ from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import criteria_summary
 from vitplast_tune.records import view as saved_view
+from vitplast_tune.records.cost import cost_points
 from vitplast_tune.records.result import augmentation_text
 from vitplast_tune.records.table import read_trials
 from vitplast_tune.records.tracking import (
@@ -33,6 +34,7 @@ from vitplast_tune.records.tracking import (
     start_search_run,
 )
 from vitplast_tune.space.files import SearchSpec
+from vitplast_tune.space.objectives import objective_of
 from vitplast_tune.storage import BEST_TRIAL_DIR, MODEL_NAME, TRIAL_FILE, SearchPlace
 
 
@@ -65,6 +67,7 @@ def open_search_run(
         "num_samples": spec.num_samples,
         "metric": spec.metric,
         "mode": spec.mode,
+        "objective": objective_of(spec),
         "search_seed": seed,
         "augment": augmentation_text(spec, settings).removeprefix("augmentation "),
         **{f"default.{k}": v for k, v in settings.to_dict().items()},
@@ -122,11 +125,14 @@ def search_note(search: str, link: str | None = None, note: str = "") -> str:
     return "\n".join(lines)
 
 
-def publish_view(mlflow: MlflowClient, place: SearchPlace, run_id: str, plasticity: bool) -> saved_view.View:
-    """Save the search's MLflow UI view, and its link on the parent run (tag and description)."""
+def publish_view(
+    mlflow: MlflowClient, place: SearchPlace, run_id: str, plasticity: bool, cost: bool = False
+) -> saved_view.View:
+    """Save the search's MLflow UI view (``cost``: with accuracy vs training seconds), and its link on the parent run
+    (tag and description)."""
     experiment = mlflow.get_run(run_id).info.experiment_id
     base_url = saved_view.ui_base_url(place.tracking_uri)
-    view = saved_view.publish(mlflow, experiment, place.name, plasticity, base_url)
+    view = saved_view.publish(mlflow, experiment, place.name, plasticity, base_url, cost)
     tags = {VIEW_LINK_TAG: view.link, NOTE_TAG: search_note(place.name, view.link, view.note)}
     mlflow.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     return view
@@ -166,3 +172,13 @@ def log_analysis(mlflow: MlflowClient, run_id: str, found, once: bool = False) -
 def log_pareto(mlflow: MlflowClient, run_id: str, files: Iterable[Path]) -> None:
     """The Pareto fronts (``pareto.write_pareto``: CSV and PNG per axis) on the parent run, under ``pareto/``."""
     log_artifacts(mlflow, run_id, files, "pareto")
+
+
+def log_cost(mlflow: MlflowClient, run_id: str, trials: pd.DataFrame, objective: str) -> None:
+    """A cost-aware objective's trials against the most accurate one (``cost.cost_points``) on the parent run:
+    ``cost/points.json`` (the numbers) and ``cost/answer.txt`` (the sentences); nothing for ``accuracy``."""
+    points = cost_points(trials, objective)
+    if not points:
+        return
+    mlflow.log_dict(run_id, {"objective": objective, "points": [vars(p) for p in points]}, "cost/points.json")
+    mlflow.log_text(run_id, "\n".join(p.sentence() for p in points) + "\n", "cost/answer.txt")

@@ -49,6 +49,7 @@ def trial_table(grid, settings: FinetuneConfig, predictors: report.Predictors | 
                 "log10_trainable_params": _log10(metrics.get("trainable_params")),
                 "best_val_loss": _lowest(result, "val_loss"),
                 **{k: metrics.get(k) for k in TRIAL_TIMES},
+                "val_acc_per_gpu_hour": metrics.get("val_acc_per_gpu_hour"),  # at its last report, as Optuna got it
                 "max_steps": config.get("max_steps", settings.max_steps),
                 "diverged": bool(metrics.get("diverged", 0)),
                 "over_budget": bool(metrics.get("over_budget", 0)),

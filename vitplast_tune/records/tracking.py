@@ -45,7 +45,10 @@ VIEW_LINK_TAG = "vitplast.view_link"
 STUDY_TAG = "vitplast.optuna_study"  # the search's Optuna study: its storage URL and name (records/study.py)
 BEST_TAG = "vitplast.best"  # "true" on the best trial's run
 BEST_RUN_TAG = "vitplast.best_run_id"  # on the parent run: the best trial's run
-CURVE_METRICS = ("train_loss", "val_acc", "val_loss", "best_val_acc", "current_lr", "steps_per_s", "images_per_s")
+CURVE_METRICS = (
+    *("train_loss", "val_acc", "val_loss", "best_val_acc", "current_lr", "steps_per_s", "images_per_s"),
+    *("time_in_steps_s", "val_acc_per_gpu_hour"),  # the trial's training seconds so far, and accuracy per GPU-hour
+)
 # Logged once per trial after the search, from the trial table (records.table.trial_table).
 FINAL_METRICS = ("val_acc_common", "common_step", "trainable_params", "log10_trainable_params", "best_val_loss")
 BEST_WEIGHTS = f"{BEST_TRIAL_DIR}/{WEIGHTS_FILE}"

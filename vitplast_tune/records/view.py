@@ -63,10 +63,11 @@ def search_filter(search: str) -> str:
 SECTION, WIDE = "vitplast_tune", "vitplast_tune-parallel"  # the parallel coordinates get a row of their own
 
 
-def view_state(search: str, plasticity: bool) -> dict[str, Any]:
+def view_state(search: str, plasticity: bool, cost: bool = False) -> dict[str, Any]:
     """The runs page state of a search's view: its trials sorted by accuracy at the common step, all shown,
-    the comparison columns, and the charts of ``view_charts``."""
+    the comparison columns (``cost``: the training seconds too), and the charts of ``view_charts``."""
     metrics = ["best_val_acc", SORT_METRIC, *(["plasticity_mean"] if plasticity else []), "trainable_params"]
+    metrics += ["time_in_steps_s"] if cost else []
     columns = [
         _column("attributes", "Dataset"),
         _column("params", "components"),
@@ -84,7 +85,7 @@ def view_state(search: str, plasticity: bool) -> dict[str, Any]:
         "selectedColumns": columns,
         "columnOrder": [],
         "runsHiddenMode": "SHOW_ALL",
-        "compareRunCharts": view_charts(plasticity),
+        "compareRunCharts": view_charts(plasticity, cost),
         "compareRunSections": [
             _section(SECTION, "vitplast_tune"),
             _section(WIDE, "vitplast_tune: component flags and lr", columns=1, cardHeight=PARALLEL_HEIGHT),
@@ -98,9 +99,9 @@ def view_state(search: str, plasticity: bool) -> dict[str, Any]:
     }
 
 
-def view_charts(plasticity: bool) -> list[dict[str, Any]]:
-    """Accuracy vs plasticity and vs trainable parameters, parallel coordinates of the component flags and log10 lr
-    to accuracy (a row of its own), and the val_acc curves overlaid."""
+def view_charts(plasticity: bool, cost: bool = False) -> list[dict[str, Any]]:
+    """Accuracy vs plasticity, vs trainable parameters and (``cost``) vs training seconds, parallel coordinates of the
+    component flags and log10 lr to accuracy (a row of its own), and the val_acc curves overlaid."""
     parallel = _chart(
         "PARALLEL",
         WIDE,
@@ -130,6 +131,7 @@ def view_charts(plasticity: bool) -> list[dict[str, Any]]:
     return [
         *([_scatter("plasticity_mean", "accuracy vs plasticity", SECTION)] if plasticity else []),
         _scatter("log10_trainable_params", "accuracy vs log10 trainable parameters", SECTION),
+        *([_scatter("time_in_steps_s", "accuracy vs training GPU-seconds", SECTION)] if cost else []),
         parallel,
         curves,
     ]
@@ -176,8 +178,9 @@ def mark_model_training(client, experiment_id: str, tries: int = 3) -> None:
             time.sleep(0.5 * (attempt + 1))
 
 
-def publish(client, experiment_id: str, search: str, plasticity: bool, base_url: str) -> View:
-    """Save the search's view (when this MLflow's format is known) and mark the experiment as model training."""
+def publish(client, experiment_id: str, search: str, plasticity: bool, base_url: str, cost: bool = False) -> View:
+    """Save the search's view (when this MLflow's format is known; ``cost``: with accuracy vs training seconds) and
+    mark the experiment as model training."""
     mark_model_training(client, experiment_id)
     if not mlflow_internals.view_supported():
         note = (
@@ -187,7 +190,7 @@ def publish(client, experiment_id: str, search: str, plasticity: bool, base_url:
         )
         return View(runs_link(base_url, experiment_id, search=search), False, note, experiment_id)
     key = view_key(search)
-    save_view(client, experiment_id, key, f"vitplast_tune: {search}", view_state(search, plasticity))
+    save_view(client, experiment_id, key, f"vitplast_tune: {search}", view_state(search, plasticity, cost))
     return View(runs_link(base_url, experiment_id, share_key=key), True, "", experiment_id)
 
 

@@ -33,6 +33,7 @@ from vitplast_tune.records.table import metric_curves, top_trials, trial_result,
 from vitplast_tune.run import before_trials, guard, interrupts, nodes, parallel, tuner
 from vitplast_tune.run.live_study import LiveStudy
 from vitplast_tune.run.trainable import train_trial
+from vitplast_tune.space.objectives import objective_of
 from vitplast_tune.storage import write_record
 from vitplast_tune.timings import Timings
 
@@ -187,7 +188,8 @@ def _record_and_tune(
         records.parent = search_run.open_search_run(
             records.mlflow, place, plan.spec, plan.settings, predictors, seed=plan.seed, resume=plan.options.resume
         )
-        view = search_run.publish_view(records.mlflow, place, records.parent, predictors.plasticity is not None)
+        cost = objective_of(plan.spec) != "accuracy"
+        view = search_run.publish_view(records.mlflow, place, records.parent, predictors.plasticity is not None, cost)
         serves = f"; {command} serves it" if (command := ui_command(place)) else ""
         log.info(f"MLflow view (fills in as trials report{serves}): {view.link}")
         if view.note:
@@ -335,6 +337,7 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
     search_run.log_pareto(
         mlflow, result.parent_run_id, pareto.write_pareto(table, result.place.results_dir / "analysis")
     )
+    search_run.log_cost(mlflow, result.parent_run_id, table, objective_of(result.spec))
 
 
 def _record_best(result: SearchResult, mlflow, grid, runner, staged=()) -> None:

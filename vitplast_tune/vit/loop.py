@@ -320,7 +320,13 @@ def evaluate_run(run: Run, val_batches, *, train_loss: float, count: int, starte
         if "correct" in test:  # one worker: which test images it got right (the criteria lab keeps them)
             metrics["test_correct"] = test["correct"]
     progress.timing["time_in_eval_s"] += time.perf_counter() - evaluating
-    return {**metrics, **progress.timing}
+    return _per_gpu_hour({**metrics, **progress.timing})
+
+
+def _per_gpu_hour(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The metrics with the validation accuracy per hour of the run's training steps (``--objective
+    accuracy_per_gpu_hour``)."""
+    return {**metrics, "val_acc_per_gpu_hour": metrics["val_acc"] * 3600 / max(metrics["time_in_steps_s"], 1e-9)}
 
 
 def restore_best(run: Run) -> None:

@@ -1,0 +1,175 @@
+"""The replay benchmark over the lab's kept records (benchmarks.search_replay): tables read from the kept folders,
+replays that draw seeds and charge recorded time, the real samplers and ASHA, the cache, and --check (no timing)."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+import yaml
+
+from benchmarks import replay_tables, search_replay
+from benchmarks.replay_tables import Run, Table
+from tests._spaces import TINY_SPACE
+
+KEPT = replay_tables.DATA / "lab-v2" / "checks" / "lab.s0.digits_c-contrast"
+
+
+def _table(curves: dict, seconds: dict, tests: dict) -> Table:
+    """A table of (subset, lr) -> [(seed, curve)], each config's seconds per step and test accuracy per seed."""
+    runs = {
+        key: [Run(seed, tuple(curve), tests[key][seed], seconds[key]) for seed, curve in per_seed.items()]
+        for key, per_seed in curves.items()
+    }
+    return Table("synthetic", replay_tables.DATA, runs, final_only=False)
+
+
+def test_a_kept_check_becomes_a_table_of_seeds_curves_and_recorded_time():
+    table = replay_tables.load_table(KEPT)
+    trials = pd.read_csv(KEPT / "trials.csv")
+    assert len(table.runs) == trials.groupby(["subset", "lr"]).ngroups == 26
+    assert all(len(runs) == 5 for runs in table.runs.values())  # every seed of every configuration
+    row = trials.iloc[0]
+    run = next(r for r in table.runs[(row["subset"], row["lr"])] if r.seed == row["seed"])
+    assert run.seconds_per_step == pytest.approx(row["time_in_steps_s"] / row["steps"])
+    assert [s for s, _ in run.curve] == [50, 100, 150]
+    means = trials.groupby(["subset", "lr"])["test_acc"].mean()
+    assert table.best == (means.idxmax(), pytest.approx(means.max()))  # judged by the mean over seeds
+    assert KEPT in replay_tables.discover()
+
+
+def test_a_finished_lab_replaces_its_check(tmp_path):
+    for folder in ("lab-v2/checks/lab.s0.a", "lab-v2/checks/lab.s0.b", "lab-v2/lab.s0.b"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "trials.csv").write_text("trial_id\n")
+    names = [p.relative_to(tmp_path).as_posix() for p in replay_tables.discover(tmp_path)]
+    assert names == ["lab-v2/checks/lab.s0.a", "lab-v2/lab.s0.b"]
+
+
+def test_grid_order_charges_recorded_seconds_and_judges_the_mean_test_accuracy():
+    # b is the better configuration on average (test 0.95) but its seed 1 is unlucky on validation.
+    curves = {
+        ("a", 0.1): {0: [(10, 0.80)], 1: [(10, 0.80)]},
+        ("b", 0.1): {0: [(10, 0.90)], 1: [(10, 0.70)]},
+    }
+    seconds = {("a", 0.1): 1.0, ("b", 0.1): 3.0}  # b trains more components: three times a's time per step
+    tests = {("a", 0.1): {0: 0.90, 1: 0.90}, ("b", 0.1): {0: 0.95, 1: 0.95}}
+    table = _table(curves, seconds, tests)
+    assert table.grid_seconds == 40 and table.best == (("b", 0.1), 0.95)
+    reached = {}
+    for seed in range(20):
+        out = search_replay.replay(table, "grid order + none", seed, 0.005, 1.0, 10, 1)
+        draws = search_replay.random.Random(f"{seed}:seeds")
+        draws.choice([0, 1])
+        b_seed = draws.choice([0, 1])
+        reached[b_seed] = out["reached_s"]
+        assert out["path"][0] == (0.25, 0.90)  # a first: 10 steps x 1 s of the grid's 40 s
+    assert reached == {0: 1.0, 1: None}  # only b's lucky seed makes b the incumbent: seed noise is replayed
+
+
+def test_asha_stops_trials_at_its_rung_and_tpe_learns_from_the_replay():
+    seconds, curves, tests = {}, {}, {}
+    for i, subset in enumerate(["ln1", "mha", "ln2", "fc1", "fc2", "head"]):
+        for lr in (0.1, 1.0):
+            acc = 0.5 + 0.08 * i + (0.02 if lr == 0.1 else 0)
+            curves[(subset, lr)] = {s: [(50, acc - 0.1), (100, acc - 0.05), (150, acc)] for s in (0, 1)}
+            seconds[(subset, lr)], tests[(subset, lr)] = 0.1, {0: acc, 1: acc}
+    table = _table(curves, seconds, tests)
+    asha = search_replay.replay(table, "TPE + ASHA", 0, 0.005, 5.0, 60, 1)
+    none = search_replay.replay(table, "TPE + none", 0, 0.005, 5.0, 60, 1)
+    assert asha["reached_s"] is not None and none["reached_s"] is not None
+    ends = [spent for spent, _ in asha["path"]]
+    steps = [round((b - a) * table.grid_seconds / 0.1) for a, b in zip([0.0, *ends], ends)]
+    assert 50 in steps and 150 in steps  # stopped at the rung (grace period 50), others trained to the end
+    assert set(steps) <= {50, 150}
+
+
+def test_replays_are_cached_per_table_algorithm_and_seed(tmp_path):
+    table = replay_tables.load_table(replay_tables.DATA / "lab-v2" / "checks" / "lab.s0.digits")
+    args = search_replay.parse_args(["--cache", str(tmp_path), "--seeds", "2"])
+    first, cached = search_replay.cached_replay(tmp_path, table, "random + ASHA", 1, args)
+    again, cached_again = search_replay.cached_replay(tmp_path, table, "random + ASHA", 1, args)
+    assert (cached, cached_again) == (False, True)
+    assert json.loads(json.dumps(first)) == again
+    assert len(list(tmp_path.rglob("1.json"))) == 1
+
+
+def test_the_benchmark_figures_pair_every_algorithm_with_the_default(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    argv = ["--tables", str(KEPT), "--seeds", "3", "--samplers", "TPE,random", "--schedulers", "ASHA,none"]
+    assert (
+        search_replay.main([*argv, "--cache", str(tmp_path), "--json", str(out), "--plot", str(tmp_path / "p.png")])
+        == 0
+    )
+    said = capsys.readouterr().out
+    assert "[4/4] lab.s0.digits_c-contrast random + none: 3 seeds (0 cached)" in said
+    rows = json.loads(out.read_text())["rows"]
+    assert set(rows) == {"TPE + ASHA", "TPE + none", "random + ASHA", "random + none"}
+    assert rows["TPE + ASHA"]["paired"]["cheaper"] == 0 == rows["TPE + ASHA"]["paired"]["dearer"]
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    assert search_replay.main([*argv, "--cache", str(tmp_path)]) == 0
+    assert "3 seeds (3 cached)" in capsys.readouterr().out  # resumed from the cache
+    assert search_replay.main(["--samplers", "CMA"]) == 2
+
+
+def test_quantiles_count_a_replay_that_never_reached_as_infinite():
+    assert search_replay.quantiles([0.1, 0.2, math.inf]) == (0.2, 0.1, math.inf)
+
+
+@pytest.fixture
+def tiny_table(tmp_path):
+    """A kept folder trained here: one configuration of the tiny testbed space, two seeds."""
+    from vitplast_tune.config import trial_config
+    from vitplast_tune.vit.training import finetune
+
+    space = tmp_path / "tiny.yaml"
+    space.write_text(
+        yaml.safe_dump({**TINY_SPACE, "parameters": {**TINY_SPACE["parameters"], "seed": {"choice": [0, 1]}}})
+    )
+    folder = tmp_path / "lab.s0.tiny"
+    folder.mkdir()
+    lab = {"space": str(space), "model": "vit_testbed_patch8_32", "dataset": "digits"}
+    (folder / "lab.json").write_text(json.dumps(lab))
+    table = Table("x", folder, {("fc1", 0.3): []}, False, lab)
+    settings = search_replay.lab_settings(table)
+    trials, curves = [], []
+    for seed in (0, 1):
+        reports = []
+        config = trial_config({"components": "fc1", "lr": 0.3, "seed": seed}, settings)
+        finetune(config, report=lambda m, *_, out=reports: out.append(m))
+        last = reports[-1]
+        trials.append(
+            dict(
+                trial_id=f"t{seed}",
+                subset="fc1",
+                lr=0.3,
+                seed=seed,
+                steps=last["step"],
+                status="ok",
+                test_acc=last.get("test_acc", math.nan),
+                time_in_steps_s=last["time_in_steps_s"],
+            )
+        )
+        curves += [
+            dict(trial_id=f"t{seed}", step=m["step"], seconds=m["time_in_steps_s"], val_acc=m["val_acc"])
+            for m in reports
+        ]
+    pd.DataFrame(trials).to_csv(folder / "trials.csv", index=False)
+    pd.DataFrame(curves).to_csv(folder / "curves.csv", index=False)
+    return folder
+
+
+def test_check_trains_a_configuration_again_and_compares_it_with_the_seeds(tiny_table):
+    [(line, agrees)] = search_replay.check([replay_tables.load_table(tiny_table)], 1)
+    assert agrees and "fc1 lr=0.3" in line and "within seed noise" in line
+    curves = pd.read_csv(tiny_table / "curves.csv")
+    curves["val_acc"] -= 0.3  # a table that does not replay this training
+    curves.to_csv(tiny_table / "curves.csv", index=False)
+    [(line, agrees)] = search_replay.check([replay_tables.load_table(tiny_table)], 1)
+    assert not agrees and "OUTSIDE seed noise" in line
+
+
+def test_a_replay_is_the_same_for_the_same_seed_hyperband_included():
+    table = replay_tables.load_table(replay_tables.DATA / "lab-v2" / "checks" / "lab.s0.fractals_novel_c-speckle_noise")
+    first = search_replay.replay(table, "random + HyperBand", 0, 0.005, 1.0, 200, 1)
+    assert search_replay.replay(table, "random + HyperBand", 0, 0.005, 1.0, 200, 1) == first  # brackets drawn alike
