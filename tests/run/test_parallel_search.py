@@ -22,7 +22,7 @@ from mlflow.tracking import MlflowClient
 from vitplast_tune.records.tracking import FAILURE_TAG, TRIAL_TAG, WORKER_NODES_TAG, WORKERS_TAG, child_runs
 from vitplast_tune.run import OptunaSearcher
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # a few searches each, on two busy cores
 ROOT = Path(__file__).resolve().parents[2]
 ATOL = 1e-6  # the loss curves at every evaluation (fp32): DDP sums the ranks' gradients in another order
 EXACT = dict(augment="none", precision="fp32", batch_size=16, warmup_steps=2)  # what makes two curves comparable
@@ -91,6 +91,15 @@ def checkpointed_trials(directory: Path, at_least: int = 1) -> list[str]:
     return [t.name.removeprefix("trial_") for t in trials]
 
 
+def running_checkpointed(directory: Path, at_least: int = 2) -> list[str]:
+    """The trials whose MLflow run is RUNNING and that have ``at_least`` checkpoints in the search's folder."""
+    if not (directory / "vitplast_search.json").is_file():
+        return []
+    _, _, by_trial = runs_by_trial(directory)
+    running = {t for t, runs in by_trial.items() if runs[0].info.status == "RUNNING"}
+    return [t for t in checkpointed_trials(directory, at_least) if t in running]
+
+
 @pytest.fixture
 def owned_ray():
     owned = OwnedRay()
@@ -148,10 +157,10 @@ def test_two_workers_on_two_nodes_follow_the_loss_curve_of_one_worker(two_nodes,
 
 
 def test_asha_stops_two_worker_trials_optuna_is_told_pruned_and_a_sigkilled_driver_resumes(tmp_path, owned_ray):
-    """TPE under ASHA over trials of two workers; the driver SIGKILLed once two trials are done and one more has
-    checkpointed; ``--resume``: every trial once, none lost, those ASHA stopped PRUNED in Optuna's study, and a trial
+    """TPE under ASHA over trials of two workers, two at once; the driver SIGKILLed once a trial is done and a running
+    one has checkpointed twice; ``--resume``: every trial once, none lost, those ASHA stopped PRUNED in Optuna's study, and a trial
     cut by the kill continued from its checkpoint (no step before it trained again)."""
-    total, steps = 5, 32
+    total, steps = 4, 24
     space = write_space(
         tmp_path / "space.yaml",
         steps=steps,
@@ -164,12 +173,11 @@ def test_asha_stops_two_worker_trials_optuna_is_told_pruned_and_a_sigkilled_driv
     )
     directory, log = tmp_path / "results" / "crash", tmp_path / "search.log"
     cmd = search_command(space, "crash", directory.parent, "--workers-per-trial", "2", "--seed", "3")
-    cmd += ["--max-concurrent", "1"]
+    cmd += ["--max-concurrent", "2"]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=owned_ray.env, start_new_session=True)
-        wait_until(lambda: f"2/{total} trials done" in log.read_text(), proc, log, what="two trials done")
-        ran = set(checkpointed_trials(directory))
-        wait_until(lambda: set(checkpointed_trials(directory, 2)) - ran, proc, log, what="a third trial's checkpoints")
+        wait_until(lambda: f"1/{total} trials done" in log.read_text(), proc, log, what="a trial done")
+        wait_until(lambda: running_checkpointed(directory), proc, log, what="a running trial's checkpoints")
         logged = _steps_logged(directory)  # what MLflow holds of every trial when the driver dies
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
@@ -205,8 +213,7 @@ def test_a_sigtermed_driver_resumes_a_two_worker_trial_from_its_checkpoint(tmp_p
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=owned_ray.env, start_new_session=True)
         wait_until(lambda: "1/2 trials done" in log.read_text(), proc, log, what="the first trial done")
-        first = set(checkpointed_trials(directory))
-        wait_until(lambda: set(checkpointed_trials(directory, 2)) - first, proc, log, what="the second's checkpoints")
+        wait_until(lambda: running_checkpointed(directory), proc, log, what="the second trial's checkpoints")
         logged = _steps_logged(directory)
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=300)
