@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -73,7 +74,7 @@ def history(client: MlflowClient, run, metric: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in sorted(found, key=lambda m: (m.step, m.timestamp))]
 
 
-def wait_until(condition, proc: subprocess.Popen, log: Path, timeout: float = 600, what: str = "the condition"):
+def wait_until(condition, proc: subprocess.Popen, log: Path, timeout: float = 1800, what: str = "the condition"):
     """Poll ``condition()`` (truthy: done) every half second while ``proc`` runs; return its value."""
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -183,8 +184,9 @@ def test_asha_stops_two_worker_trials_optuna_is_told_pruned_and_a_sigkilled_driv
         proc.wait(30)
     owned_ray.kill_all()  # the orphaned raylet, GCS, Train controller and workers this driver had started
 
-    resume = search_command(space, "crash", directory.parent, "--resume", "--quiet")
-    resumed = subprocess.run(resume, env=owned_ray.env, capture_output=True, text=True, timeout=900)
+    # The resources of a trial are not in the search's record: the user gives them again, as the printed command does
+    resume = search_command(space, "crash", directory.parent, "--workers-per-trial", "2", "--resume", "--quiet")
+    resumed = subprocess.run(resume, env=owned_ray.env, capture_output=True, text=True, timeout=1800)
     assert resumed.returncode == 0, explain(resumed)
     trials = pd.read_csv(directory / "trials.csv", dtype={"trial_id": str})
     assert len(trials) == total and trials["trial_id"].nunique() == total and trials["error"].isna().all()
@@ -222,8 +224,11 @@ def test_a_sigtermed_driver_resumes_a_two_worker_trial_from_its_checkpoint(tmp_p
     assert sorted(runs[0].info.status for runs in by_trial.values()) == ["FINISHED", "KILLED"]
     (interrupted,) = [t for t, runs in by_trial.items() if runs[0].info.status == "KILLED"]
 
-    resume = search_command(space, "term", directory.parent, "--resume")
-    resumed = subprocess.run(resume, env=owned_ray.env, capture_output=True, text=True, timeout=900)
+    (line,) = [line for line in log.read_text().splitlines() if "continue the search with vitplast search" in line]
+    command = shlex.split(line.split("continue the search with ", 1)[1])
+    assert "--workers-per-trial" in command and "--resume" in command  # the printed command keeps the workers
+    resume = [sys.executable, "-m", "vitplast_tune", *command[1:]]
+    resumed = subprocess.run(resume, env=owned_ray.env, capture_output=True, text=True, timeout=1800)
     assert resumed.returncode == 0, explain(resumed)
     trials = pd.read_csv(directory / "trials.csv", dtype={"trial_id": str})
     assert len(trials) == 2 and (trials["step"] == 64).all() and trials["error"].isna().all()
