@@ -108,7 +108,11 @@ def run_variant(variant: str, args) -> dict[str, Any]:
 
 def train_start(workers: int, repeats: int) -> dict[str, float]:
     """Seconds a Ray Train run of ``workers`` gloo workers takes when its loop does nothing, and a Ray task that does
-    nothing, on a local Ray instance of this process (each the median of ``repeats``)."""
+    nothing, on a local Ray instance of this process (each the median of ``repeats``); and this process's RSS before
+    its first Train run and its peak after the last (what launching Train runs costs the process that launches them,
+    a trial's own process)."""
+    import resource
+
     import ray
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -118,6 +122,7 @@ def train_start(workers: int, repeats: int) -> dict[str, float]:
         noop = ray.remote(num_cpus=0.5)(lambda: None)
         ray.get(noop.remote())  # the first worker process started
         task, train = [], []
+        before = _rss()
         for _ in range(repeats):
             started = time.perf_counter()
             ray.get(noop.remote())
@@ -131,9 +136,22 @@ def train_start(workers: int, repeats: int) -> dict[str, float]:
             started = time.perf_counter()
             trainer.fit()
             train.append(time.perf_counter() - started)
-        return {"train_run_s": statistics.median(train), "ray_task_s": statistics.median(task)}
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        return {
+            "train_run_s": statistics.median(train),
+            "ray_task_s": statistics.median(task),
+            "launcher_rss_before_gib": before / 2**30,
+            "launcher_peak_rss_gib": peak / 2**30,
+        }
     finally:
         ray.shutdown()
+
+
+def _rss() -> int:
+    """This process's resident set size now, in bytes (Linux)."""
+    with open("/proc/self/status") as status:
+        kib = next(line for line in status if line.startswith("VmRSS:")).split()[1]
+    return int(kib) * 1024
 
 
 def compare(args) -> dict[str, Any]:
@@ -182,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         start = result["train_start"]
         print(
             f"a Train run of {args.workers} workers doing nothing: {start['train_run_s']:.1f} s "
-            f"(a Ray task doing nothing: {start['ray_task_s']:.3f} s)"
+            f"(a Ray task doing nothing: {start['ray_task_s']:.3f} s); the launching process's RSS "
+            f"{start['launcher_rss_before_gib']:.2f} GiB before, peak {start['launcher_peak_rss_gib']:.2f} GiB after"
         )
     common.write_json(args.json, result)
     return 0

@@ -161,3 +161,24 @@ def test_the_dry_run_says_each_trials_workers_their_resources_and_placement():
     assert estimate.concurrency(plan, nodes, "the cluster") == 2
     one = SimpleNamespace(options=SearchOptions(cpus_per_trial=4), max_concurrent=None, spec=plan.spec)
     assert not any(line.startswith("workers:") for line in estimate.describe_resources(one, "here", nodes, 1))
+
+
+def test_a_failed_train_run_is_one_line_naming_each_failed_ranks_error():
+    from ray.train import WorkerGroupError
+
+    from vitplast_tune.records.table import error_line
+    from vitplast_tune.run.parallel import failure_cause
+
+    workers = Workers(count=2, max_failures=1)
+    died = RuntimeError("A worker health check failed.\nThe actor died unexpectedly before finishing this task.")
+    error = WorkerGroupError("snippets", {1: ConnectionError("Read error: reset by peer\nmore"), 0: died})
+    assert failure_cause(error, workers) == (
+        "the Train run of 2 workers failed (max_failures 1 spent): rank 0: RuntimeError: A worker health check "
+        "failed.; rank 1: ConnectionError: Read error: reset by peer"
+    )
+    assert failure_cause(ValueError("the controller\nfailed"), workers).endswith(": ValueError: the controller")
+    # A trial's error reaches the trial table and its MLflow run as Ray's: the traceback first, the error last.
+    assert (
+        error_line("ray::ImplicitFunc.train()\n  File x\n\nWorkersFailed: the cause \n\n") == "WorkersFailed: the cause"
+    )
+    assert error_line("") == "error"

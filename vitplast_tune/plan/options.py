@@ -264,7 +264,8 @@ class SearchOptions:
     )
     max_failures: int | None = _option(
         None,
-        "retries of a trial that crashes, from its last checkpoint; applies to a resumed search's remaining trials "
+        "retries of a trial that crashes, from its last checkpoint (a trial of several workers: also its Train run's "
+        "restarts of its workers, Train's FailureConfig); applies to a resumed search's remaining trials "
         f"(default: {DEFAULT_MAX_FAILURES})",
         group="where",
         type=int,

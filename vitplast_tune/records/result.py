@@ -65,6 +65,7 @@ def summary(result: SearchResult, k: int = 10) -> str:
     )
     if failed:
         lines.append(f"{failed} trial(s) failed or diverged; see their MLflow runs for the reason")
+        lines += _failure_lines(result.trials)
     if not top.empty:
         lines += [
             "",
@@ -80,6 +81,13 @@ def summary(result: SearchResult, k: int = 10) -> str:
     if result.study is not None:
         lines.append(result.study.describe())
     return "\n".join(lines + _mlflow_lines(result))
+
+
+def _failure_lines(trials: pd.DataFrame, most: int = 5) -> list[str]:
+    """The cause of each trial that failed with an error (the first ``most``), one line each."""
+    errors = trials[trials["error"].notna()]
+    lines = [f"  trial {row.trial_id} ({row.components}): {row.error}" for row in errors.head(most).itertuples()]
+    return lines + ([f"  ... and {len(errors) - most} more"] if len(errors) > most else [])
 
 
 def _elapsed(seconds: float) -> str:

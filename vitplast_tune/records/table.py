@@ -53,7 +53,7 @@ def trial_table(grid, settings: FinetuneConfig, predictors: report.Predictors | 
                 "max_steps": config.get("max_steps", settings.max_steps),
                 "diverged": bool(metrics.get("diverged", 0)),
                 "over_budget": bool(metrics.get("over_budget", 0)),
-                "error": None if result.error is None else str(result.error).splitlines()[0][:200],
+                "error": None if result.error is None else error_line(result.error),
                 **(predictors.trial_scores(cfg) if predictors is not None else {}),
             }
         )
@@ -141,6 +141,20 @@ def top_trials(trials: pd.DataFrame, spec: SearchSpec, k: int = 10) -> pd.DataFr
         column = "val_acc"
     ok = trials[~trials["diverged"] & trials[column].notna()]
     return ok.sort_values(column, ascending=spec.mode == "min", kind="stable").head(k)
+
+
+def error_line(error: BaseException | str) -> str:
+    """A trial's error in one line: the last line of its text (a trial's error is Ray's, its traceback first and the
+    error raised in the trial last), cut at 500 characters; "error" when it has no text.
+
+    Args:
+        error: the error, or the text of Tune's error file.
+
+    Returns:
+        The line.
+    """
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return lines[-1].strip()[:500] if lines else "error"
 
 
 def trial_label(config: dict[str, Any]) -> str:

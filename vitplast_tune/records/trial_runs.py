@@ -20,7 +20,7 @@ from ray.tune import Callback
 from vitplast_tune.components import component_flags, component_methods, method_label, subset_name
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.predictors import report
-from vitplast_tune.records.table import trial_label
+from vitplast_tune.records.table import error_line, trial_label
 from vitplast_tune.records.tracking import (
     CURVE_METRICS,
     DEVICE_TAG,
@@ -210,7 +210,4 @@ def log_trial_finals(mlflow: MlflowClient, trials: pd.DataFrame, timestamp_ms: i
 
 def _error_text(trial) -> str:
     path = getattr(trial, "error_file", None)
-    if path and Path(path).is_file():
-        lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
-        return lines[-1][:500] if lines else "error"
-    return "error"
+    return error_line(Path(path).read_text()) if path and Path(path).is_file() else "error"

@@ -123,8 +123,9 @@ def train_on_workers(
         decoded: the dataset the driver decoded, or None.
 
     Raises:
-        ray.train.TrainingFailedError: when a worker failed more than ``max_failures`` times.
+        WorkersFailed: when a worker failed more than ``max_failures`` times (the cause in one line).
     """
+    import ray.train
     from ray.util.queue import Empty, Queue
 
     from vitplast_tune import storage
@@ -153,7 +154,38 @@ def train_on_workers(
     finally:
         storage.remove(storage.join(workers.storage, name))  # Tune holds copies of what it reported
     if "error" in outcome:
-        raise outcome["error"]
+        error = outcome["error"]
+        if isinstance(error, ray.train.TrainingFailedError):
+            raise WorkersFailed(failure_cause(error, workers)) from error
+        raise error
+
+
+class WorkersFailed(RuntimeError):
+    """A trial's Train run failed: a worker died or raised more than ``--max-failures`` times (the cause in one line,
+    which the trial's MLflow run and the search's summary show)."""
+
+
+def failure_cause(error: BaseException, workers: Workers) -> str:
+    """One line for a failed Train run: each failed rank's error, by rank.
+
+    Args:
+        error: Train's error (``ray.train.WorkerGroupError`` names each rank's; another, its own).
+        workers: the trial's workers.
+
+    Returns:
+        The line.
+    """
+    failures = getattr(error, "worker_failures", None) or {}
+    parts = [f"rank {rank}: {_first_line(exc)}" for rank, exc in sorted(failures.items())] or [_first_line(error)]
+    return f"the Train run of {workers.count} workers failed (max_failures {workers.max_failures} spent): " + "; ".join(
+        parts
+    )
+
+
+def _first_line(error: BaseException) -> str:
+    """An error's type and the first line of its message, cut at 160 characters."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:160]
 
 
 def _trainer(cfg: FinetuneConfig, workers: Workers, *, name: str, resume, decoded, queue):
