@@ -178,3 +178,14 @@ def test_a_running_search_loads_as_far_as_its_trials_have_ended(tmp_path):
                 proc.kill()
         owned.kill_all()
     assert "Configuration for experiment" not in log.read_text()  # Ray Tune's banner silenced (--quiet)
+
+
+def test_the_trial_count_is_the_one_the_search_ran_not_its_space_files(tmp_path):
+    """A search run with ``num_samples=`` (``--num-samples``) counts that many trials in all, not the file's."""
+    from vitplast_tune.storage import write_record
+
+    space = ROOT / "search_spaces" / "component_subsets.yaml"  # num_samples: 60 in the file
+    record = {"name": "few", "space_path": str(space), "fingerprint": "x", "tracking_uri": "sqlite:///none.db"}
+    write_record(tmp_path / "few", {**record, "parent_run_id": "r", "settings": {}, "num_samples": 6})
+    search = vt.load_search("few", storage=tmp_path)
+    assert search.total_trials == 6 and repr(search) == "Search('few', stopped, 0/6 trials)"
