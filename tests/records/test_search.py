@@ -133,6 +133,10 @@ def test_list_and_status_print_json_for_scripts(searched):
     assert said["elapsed_s"] > 0
     text = vitplast("status", "face", "--storage", str(storage)).stdout
     assert text.startswith("Search face: finished, 3 of 3 trials ended (3 finished, 0 pruned, 0 failed), 0 left")
+    analyzed = vitplast("analyze", "--name", "face", "--storage", str(storage), "--json")
+    assert analyzed.returncode == 0, analyzed.stderr
+    answer = json.loads(analyzed.stdout)["answer"]  # the same numbers as the Search's answer
+    assert answer["n_trials"] == 3 and answer["best"]["components"] == search.answer.best["components"]
 
 
 def test_a_running_search_loads_as_far_as_its_trials_have_ended(tmp_path):
