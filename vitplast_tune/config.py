@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from vitplast_tune import components
+from vitplast_tune import components, environment
 from vitplast_tune.errors import UserError, did_you_mean
 
 TESTBED_MODEL = "vit_testbed_patch8_32.fractal"  # the offline default (vit/models.py registers it with timm)
@@ -33,7 +33,7 @@ CACHE_ENV = "VITPLAST_CACHE_DIR"  # overrides the cache root
 def cache_dir() -> Path:
     """Where generated files live (datasets, image caches, plasticity reports): ``$VITPLAST_CACHE_DIR``, else
     ``~/.cache/vitplast_tune``."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "vitplast_tune").expanduser()
+    return Path(environment.read(CACHE_ENV) or Path.home() / ".cache" / "vitplast_tune").expanduser()
 
 
 def default_data_dir() -> Path:

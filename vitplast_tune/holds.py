@@ -13,6 +13,8 @@ import os
 import time
 from pathlib import Path
 
+from vitplast_tune import environment
+
 HOLD_ENV = "VITPLAST_HOLD"
 LIMIT_S = 600.0  # the longest a held phase waits for its signal
 POLL_S = 0.05
@@ -22,7 +24,7 @@ _noted: list[int] = []  # the signals a handler held back while a phase was held
 
 def held_phases() -> tuple[set[str], Path | None]:
     """The phases ``VITPLAST_HOLD`` names and its folder (none and None when it is unset or malformed)."""
-    phases, sep, folder = os.environ.get(HOLD_ENV, "").partition(":")
+    phases, sep, folder = (environment.read(HOLD_ENV) or "").partition(":")
     if not sep or not folder:
         return set(), None
     return {p.strip() for p in phases.split(",") if p.strip()}, Path(folder)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from vitplast_tune import environment
 from vitplast_tune.errors import UserError
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def default_storage() -> Path:
     Returns:
         ``$VITPLAST_RESULTS_DIR``, else ``~/vitplast_tune_results``.
     """
-    return Path(os.environ.get(RESULTS_ENV) or Path.home() / "vitplast_tune_results").expanduser()
+    return Path(environment.read(RESULTS_ENV) or Path.home() / "vitplast_tune_results").expanduser()
 
 
 def is_uri(path: str) -> bool:

@@ -117,6 +117,13 @@ def test_a_random_search_with_median_stopping_then_analyze_on_its_record(tmp_pat
     assert "Search rnd: 4 trials (random" in again.stdout  # no elapsed time: analyze did not time the search
     assert "Downloading artifacts" not in again.stdout + again.stderr  # no progress bar of MLflow's
 
+    said = json.loads(command("analyze", "--name", "rnd", "--storage", str(storage), "--json").stdout)
+    assert (said["name"], said["trials"], said["results_dir"]) == ("rnd", 4, f"{storage}/rnd")
+    assert said["answer"]["n_trials"] == 4 and said["answer"]["best"]["components"] in set(top["components"])
+    assert said["answer"]["best"]["best_val_acc"] == pytest.approx(best["best_val_acc"])
+    assert {b["components"] for b in said["answer"]["baselines"]} == {"head", "all"}
+    assert said["correlations"] and {"predictor", "target", "spearman"} <= set(said["correlations"][0])
+
 
 def test_recommend_then_verify_with_a_short_grid(tmp_path):
     storage = tmp_path / "results"
@@ -144,6 +151,13 @@ def test_recommend_then_verify_with_a_short_grid(tmp_path):
     assert set(trials["components"]) == {"all", "head", top}
     assert (trials["step"] == 8).all()
 
+    said = json.loads(
+        command("recommend", "--storage", str(storage), "--plasticity-pairs", "32", "--top", "3", "--json").stdout
+    )
+    assert said["criterion"] in said["ranked"][0] and len(said["ranked"]) == 3
+    assert said["ranked"][0]["components"] == top and [r["rank"] for r in said["ranked"]] == [1, 2, 3]
+    assert said["model"] == TESTBED_MODEL and said["dataset"] == "digits" and isinstance(said["evidence"], list)
+
 
 def test_analyze_of_two_searches_writes_the_cross_dataset_table(ray_local, tmp_path):
     """One paper-protocol grid per dataset (the linear probe, three components, two seeds), then ``analyze`` with
@@ -168,6 +182,9 @@ def test_analyze_of_two_searches_writes_the_cross_dataset_table(ray_local, tmp_p
         run_search(options)
 
     out = command("analyze", "--name", "dig", "--name", "fra", "--storage", str(storage)).stdout
+    said = json.loads(command("analyze", "--name", "dig", "--name", "fra", "--storage", str(storage), "--json").stdout)
+    assert said["names"] == ["dig", "fra"] and said["files"] == str(storage / "cross-dig-fra")
+    assert {r["components"] for r in said["gains"]} == {"mha", "fc1", "fc2"} and len(said["agreement"]) == 3
     assert "Relative gain over the linear probe per configuration and dataset" in out
     assert f"files: {storage / 'cross-dig-fra'}" in out
     gains = pd.read_csv(storage / "cross-dig-fra" / "cross_dataset_gains.csv").set_index("components")

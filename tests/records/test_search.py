@@ -133,6 +133,10 @@ def test_list_and_status_print_json_for_scripts(searched):
     assert said["elapsed_s"] > 0
     text = vitplast("status", "face", "--storage", str(storage)).stdout
     assert text.startswith("Search face: finished, 3 of 3 trials ended (3 finished, 0 pruned, 0 failed), 0 left")
+    analyzed = vitplast("analyze", "--name", "face", "--storage", str(storage), "--json")
+    assert analyzed.returncode == 0, analyzed.stderr
+    answer = json.loads(analyzed.stdout)["answer"]  # the same numbers as the Search's answer
+    assert answer["n_trials"] == 3 and answer["best"]["components"] == search.answer.best["components"]
 
 
 def test_a_running_search_loads_as_far_as_its_trials_have_ended(tmp_path):
@@ -178,3 +182,14 @@ def test_a_running_search_loads_as_far_as_its_trials_have_ended(tmp_path):
                 proc.kill()
         owned.kill_all()
     assert "Configuration for experiment" not in log.read_text()  # Ray Tune's banner silenced (--quiet)
+
+
+def test_the_trial_count_is_the_one_the_search_ran_not_its_space_files(tmp_path):
+    """A search run with ``num_samples=`` (``--num-samples``) counts that many trials in all, not the file's."""
+    from vitplast_tune.storage import write_record
+
+    space = ROOT / "search_spaces" / "component_subsets.yaml"  # num_samples: 60 in the file
+    record = {"name": "few", "space_path": str(space), "fingerprint": "x", "tracking_uri": "sqlite:///none.db"}
+    write_record(tmp_path / "few", {**record, "parent_run_id": "r", "settings": {}, "num_samples": 6})
+    search = vt.load_search("few", storage=tmp_path)
+    assert search.total_trials == 6 and repr(search) == "Search('few', stopped, 0/6 trials)"

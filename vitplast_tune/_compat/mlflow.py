@@ -13,6 +13,8 @@ from contextlib import contextmanager
 
 import mlflow as _mlflow
 
+from vitplast_tune import environment
+
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # + the view's key: a JSON envelope {name, createdAt, updatedAt, state}
 VIEW_FORMAT_VERSIONS = ("3.17", "3.18")  # major.minor of the UIs whose bundle reads that format
 MAX_KEY = 250  # MLflow's longest tag key (and param key)
@@ -50,11 +52,14 @@ def ask_server(uri: str, endpoint: str, timeout_s: float, params: dict | None = 
     )
 
 
+PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+
+
 @contextmanager
 def no_artifact_progress_bar() -> Iterator[None]:
     """MLflow's artifact progress bar off while in the block (a library's call prints nothing of its own)."""
-    key = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-    saved = os.environ.get(key)
+    key = PROGRESS_BAR_ENV
+    saved = environment.read(PROGRESS_BAR_ENV)
     os.environ[key] = "false"
     try:
         yield

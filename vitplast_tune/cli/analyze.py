@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from vitplast_tune import outputs
-from vitplast_tune.cli.base import Parser, run_main
+from vitplast_tune.cli.base import Parser, print_json, run_main
 from vitplast_tune.errors import UserError
 
 HELP = "Analyze finished searches again: correlations and plots logged to MLflow, or a cross-dataset table."
@@ -21,6 +21,7 @@ def parser() -> Parser:
     p.add_argument("--tracking-uri", help="MLflow tracking URI; default: the one the search used")
     p.add_argument("--criteria", action="store_true", help="also the criteria lab: pre-training predictors per subset")
     p.add_argument("--out", help="where the cross-dataset files go; default <storage>/cross-<names>")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of the text, for scripts")
     return p
 
 
@@ -38,10 +39,29 @@ def analyze_main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         outputs.output_dir(args.out, "--out")
     if len(args.name) == 1:
-        print(summary(workflows.reanalyze(args.name[0], args.storage, args.tracking_uri, criteria=args.criteria)))
+        result = workflows.reanalyze(args.name[0], args.storage, args.tracking_uri, criteria=args.criteria)
+        print_json(as_json(result)) if args.json else print(summary(result))
+    elif args.json:
+        gains, agreement, out = workflows.cross_dataset(args.name, args.storage, args.out)
+        print_json({"names": args.name, "gains": gains, "agreement": agreement, "files": str(out)})
     else:
         print(workflows.compare_datasets(args.name, args.storage, args.out))
     return 0
+
+
+def as_json(result) -> dict:
+    """What ``analyze --json`` prints of one search: its name, trials, the answer's numbers, the correlations, files."""
+    from vitplast_tune.records.answer import answer_of
+
+    analysis = result.analysis.trials if result.analysis is not None else None
+    return {
+        "name": result.place.name,
+        "trials": len(result.trials),
+        "answer": answer_of(result.trials),
+        "correlations": analysis.correlations if analysis is not None else [],
+        "results_dir": str(result.place.results_dir),
+        "parent_run_id": result.parent_run_id,
+    }
 
 
 def entry(argv: Sequence[str] | None = None) -> NoReturn:

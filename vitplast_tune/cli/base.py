@@ -46,6 +46,41 @@ def quiet_library(quiet: bool) -> None:
     log.set_verbosity(logging.WARNING if quiet else logging.INFO)
 
 
+def plain(value: Any) -> Any:
+    """A value as JSON takes it: tables as lists of rows, dataclasses and mappings as objects, numpy scalars as
+    Python's, NaN as null, paths as text."""
+    import math
+    from pathlib import PurePath
+
+    import pandas as pd
+
+    if isinstance(value, pd.DataFrame):
+        return [plain(row) for row in value.to_dict(orient="records")]
+    if isinstance(value, pd.Series):
+        return plain(value.to_dict())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, PurePath):
+        return str(value)
+    value = value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)  # anything else (a timestamp, a settings object) by its text
+
+
+def print_json(value: Any) -> None:
+    """Print ``value`` as one JSON document on stdout (``plain`` turns tables, dataclasses and numpy values into it)."""
+    import json
+
+    print(json.dumps(plain(value), indent=2), flush=True)
+
+
 def positive_int(text: str) -> int:
     """An argparse type: a positive integer."""
     value = int(text)

@@ -4,11 +4,12 @@ no search; ``--verify K`` checks the top K with a short grid."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from vitplast_tune import outputs, storage
-from vitplast_tune.cli.base import Parser, positive_int, run_main
+from vitplast_tune.cli.base import Parser, positive_int, print_json, run_main
 from vitplast_tune.errors import UserError
 
 HELP = "Rank which component subsets to finetune from their measured predictors and recorded evidence, no search."
@@ -40,6 +41,7 @@ def parser() -> Parser:
     p.add_argument(
         "--verify-steps", type=positive_int, help=f"steps per verification trial (default: {train.max_steps})"
     )
+    p.add_argument("--json", action="store_true", help="one JSON object instead of the text, for scripts")
     return p
 
 
@@ -63,16 +65,23 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
     models.check_weights(settings.model, settings.weights, settings.pretrained)
     root = Path(args.storage).expanduser() if args.storage else storage.default_storage()
     rec = ranking.recommend(settings, root, budget=args.budget_params, plasticity_pairs=args.plasticity_pairs)
-    print(ranking.describe(rec, args.top), flush=True)
+    said = ranking.as_plain(rec, args.top)
+    if not args.json:
+        print(ranking.describe(rec, args.top), flush=True)
     if args.verify:
         lrs = list(verify.VERIFY_LRS)
-        print(f"\nVerifying: grid of the top {args.verify} subsets, all and head x lr {lrs} ...", flush=True)
+        doing = f"Verifying: grid of the top {args.verify} subsets, all and head x lr {lrs} ..."
+        print(doing, file=sys.stderr, flush=True) if args.json else print(f"\n{doing}", flush=True)
         from vitplast_tune.records.pareto import describe_pareto
 
         table, found = workflows.verify_recommendation(rec, args.verify, root, max_steps=args.verify_steps)
-        print(verify.describe_verification(table))
-        print(f"\n{describe_pareto(found.trials)}")
-        print(f"search: {found.place.local_dir} (MLflow parent run {found.place.name})")
+        said["verification"] = {"table": table, "search": str(found.place.local_dir), "parent_run": found.place.name}
+        if not args.json:
+            print(verify.describe_verification(table))
+            print(f"\n{describe_pareto(found.trials)}")
+            print(f"search: {found.place.local_dir} (MLflow parent run {found.place.name})")
+    if args.json:
+        print_json(said)
     return 0
 
 

@@ -4,10 +4,10 @@ anything starts (no Ray, no MLflow run, no model download). Every problem is a `
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 
+from vitplast_tune import environment
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.errors import UserError
 from vitplast_tune.lock import check_not_running
@@ -108,7 +108,7 @@ def check_services(plan: SearchPlan, resumed: bool) -> None:
         origin = f"the search's record {plan.name}/{SEARCH_FILE}"
     elif options.tracking_uri:
         origin = "--tracking-uri"
-    elif os.environ.get(TRACKING_URI_ENV, "").strip():
+    elif (environment.read(TRACKING_URI_ENV) or "").strip():
         origin = f"${TRACKING_URI_ENV}"
     else:
         origin = "the default, beside the storage"
@@ -138,18 +138,19 @@ def subsets(spec: SearchSpec, settings: FinetuneConfig) -> tuple[str, ...]:
 def mlflow_target(options: SearchOptions, storage: str) -> tuple[str, str, list[str]]:
     """Where a new search records: the tracking URI and experiment (the flags, else MLflow's environment variables,
     else ``sqlite:///<storage>/mlflow.db`` and ``EXPERIMENT``), and a note for each value taken from the environment."""
-    env_uri, env_experiment = os.environ.get(TRACKING_URI_ENV, "").strip(), os.environ.get(EXPERIMENT_ENV, "").strip()
+    env_uri = (environment.read(TRACKING_URI_ENV) or "").strip()
+    env_experiment = (environment.read(EXPERIMENT_ENV) or "").strip()
     tracking_uri = options.tracking_uri or env_uri or _default_tracking_uri(storage)
     experiment = options.experiment if options.experiment is not None else env_experiment or EXPERIMENT
     if not experiment.strip():
         raise UserError("--experiment must name an MLflow experiment (it is empty)")
     notes = [
         f"MLflow {what} {value} from ${env} (a flag overrides it)"
-        for what, value, env, flag in (
-            ("tracking URI", tracking_uri, TRACKING_URI_ENV, options.tracking_uri),
-            ("experiment", experiment, EXPERIMENT_ENV, options.experiment),
+        for what, value, env, flag, given in (
+            ("tracking URI", tracking_uri, TRACKING_URI_ENV, options.tracking_uri, env_uri),
+            ("experiment", experiment, EXPERIMENT_ENV, options.experiment, env_experiment),
         )
-        if flag is None and os.environ.get(env, "").strip()
+        if flag is None and given
     ]
     return tracking_uri, experiment, notes
 

@@ -4,9 +4,9 @@ before a local Ray instance starts (``check_local_fits``), and against a cluster
 
 from __future__ import annotations
 
-import os
 import sys
 
+from vitplast_tune import environment
 from vitplast_tune._compat import ray as ray_internals
 from vitplast_tune.errors import UserError
 
@@ -60,7 +60,7 @@ def placement_request(options) -> dict[str, float]:
 
 def address(option: str | None) -> str | None:
     """The cluster to join: ``--address``, else ``RAY_ADDRESS``; None (or "local") starts a local Ray instance."""
-    joining = option or os.environ.get("RAY_ADDRESS") or None
+    joining = option or environment.read("RAY_ADDRESS") or None
     return None if joining == "local" else joining
 
 

@@ -253,6 +253,30 @@ def describe(rec: Recommendation, top: int = 10) -> str:
     return "\n".join(lines)
 
 
+def as_plain(rec: Recommendation, top: int = 10) -> dict[str, Any]:
+    """The recommendation as ``recommend --json`` prints it (``describe``'s numbers).
+
+    Args:
+        rec: the recommendation.
+        top: how many ranked subsets to keep.
+
+    Returns:
+        ``model``, ``dataset``, ``budget``, ``seconds``, ``criterion`` and ``why`` (the reason it ranks), ``ranked``
+        (the top subsets, best first, with every score) and ``evidence`` (one row per criterion and source).
+    """
+    _, why = choose_criterion(rec.evidence, rec.model, rec.dataset)
+    return {
+        "model": rec.model,
+        "dataset": rec.dataset,
+        "budget": rec.budget,
+        "seconds": rec.seconds,
+        "criterion": rec.criterion,
+        "why": why,
+        "ranked": rec.ranked.head(top),
+        "evidence": rec.evidence,
+    }
+
+
 def _evidence_line(r) -> str:
     if r.source == "pooled":
         return (

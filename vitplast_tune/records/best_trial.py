@@ -24,6 +24,7 @@ from mlflow.entities import LoggedModelStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from vitplast_tune import environment
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.records.tracking import BEST_RUN_TAG, BEST_TAG, log_artifacts
 from vitplast_tune.storage import (
@@ -193,7 +194,7 @@ def _tracking(tracking_uri: str) -> Iterator[None]:
     back afterwards, and ``$MLFLOW_TRACKING_URI`` too (``mlflow.set_tracking_uri`` writes it)."""
     import mlflow
 
-    env = os.environ.get(TRACKING_URI_ENV)
+    env = environment.read(TRACKING_URI_ENV)
     previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
     mlflow.set_tracking_uri(tracking_uri)
     try:

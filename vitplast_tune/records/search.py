@@ -94,10 +94,14 @@ class Search:
 
     @cached_property
     def spec(self):
-        """The search's space (``SearchSpec``), read from the file it recorded."""
+        """The search's space (``SearchSpec``), read from the file it recorded, with the trial count and budgets the
+        search ran (``num_samples=`` and ``budgets=`` override the file's)."""
         from vitplast_tune.space.files import load_space
 
-        return load_space(self.record["space_path"])
+        budgets = self.record.get("budgets")
+        return load_space(self.record["space_path"]).with_overrides(
+            num_samples=self.record.get("num_samples"), budgets=tuple(budgets) if budgets else None
+        )
 
     @property
     def settings(self):

@@ -42,17 +42,54 @@ def links(name: str, record: dict, base_url: str | None = None) -> list[str]:
     return found
 
 
-def serve(name: str, storage: str | None = None, port: int = 5000, open_browser: bool = False) -> int:
+def compared(names: list[str], records: list[dict], base_url: str | None = None) -> str:
+    """The link to one view of several searches' trials (``names``, their ``records``: one tracking store and
+    experiment), saved on their experiment."""
+    uri = records[0]["tracking_uri"]
+    mlflow = client(base_url or uri)
+    try:
+        experiment = mlflow.get_run(records[0]["parent_run_id"]).info.experiment_id
+    except Exception as exc:  # the store moved, or the server is not running
+        raise UserError(f'search "{names[0]}": its MLflow run is not in {uri} ({str(exc).splitlines()[0]})') from None
+    run_ids = []
+    for name in names:
+        found = mlflow.search_runs([experiment], mlflow_view.search_filter(name), max_results=50_000)
+        run_ids += [run.info.run_id for run in found]
+    base = base_url or mlflow_view.ui_base_url(uri)
+    return mlflow_view.publish_comparison(mlflow, experiment, names, run_ids, base)
+
+
+def same_store(names: list[str], records: list[dict]) -> None:
+    """Several searches compare in one view only when they record to one tracking store and experiment."""
+    for key, what in (("tracking_uri", "MLflow tracking stores"), ("experiment", "MLflow experiments")):
+        values = {n: r.get(key, "vitplast_tune") for n, r in zip(names, records)}
+        if len(set(values.values())) > 1:
+            said = ", ".join(f"{n}: {v}" for n, v in values.items())
+            raise UserError(f"the searches record to different {what} ({said}); open each with vitplast ui NAME")
+
+
+def serve(name: str | list[str], storage: str | None = None, port: int = 5000, open_browser: bool = False) -> int:
     """Start the MLflow UI on search ``name``'s store (unless it records to a server), print its links (open the view
-    with ``open_browser``), and keep the UI running until Ctrl-C (or SIGTERM)."""
-    record = read_record(search_dir(name, storage), purpose="recorded")
+    with ``open_browser``), and keep the UI running until Ctrl-C (or SIGTERM); several names: one view of all their
+    trials, which must share a tracking store and experiment."""
+    names = [name] if isinstance(name, str) else list(name)
+    if len(set(names)) < len(names):
+        raise UserError(f"a search is named twice ({', '.join(names)}); name each once")
+    records = [read_record(search_dir(n, storage), purpose="recorded") for n in names]
+    same_store(names, records)
+    record, name = records[0], names[0]
     record_uri, server = record["tracking_uri"], None
     previous = signal.signal(signal.SIGTERM, _exit)  # a terminated command stops its UI too
     try:
         if not record_uri.startswith(("http://", "https://")):
             server = start_ui(record_uri, port)
-        found = links(name, record, None if server is None else f"http://{HOST}:{port}")
-        print(f"MLflow view:      {found[0]}", flush=True)
+        base_url = None if server is None else f"http://{HOST}:{port}"
+        if len(names) > 1:
+            found = [compared(names, records, base_url)]
+            print(f"MLflow view of {', '.join(names)}: {found[0]}", flush=True)
+        else:
+            found = links(name, record, base_url)
+            print(f"MLflow view:      {found[0]}", flush=True)
         if len(found) > 1:
             print(f"Best trial's run: {found[1]}", flush=True)
         if open_browser:

@@ -145,14 +145,21 @@ def save_view(client, experiment_id: str, key: str, name: str, state: dict[str, 
 
 
 def runs_link(
-    base_url: str, experiment_id: str, share_key: str | None = None, search: str | None = None, mode: str = "CHART"
+    base_url: str,
+    experiment_id: str,
+    share_key: str | None = None,
+    search: str | None = None,
+    mode: str = "CHART",
+    runs_filter: str | None = None,
 ) -> str:
-    """The runs page in model-training mode: the saved view ``share_key``, else the search's trials via the URL."""
+    """The runs page in model-training mode: the saved view ``share_key``, else the search's trials (or the runs of
+    ``runs_filter``) via the URL."""
     query: dict[str, str] = {"workflowType": "machine_learning", "compareRunsMode": mode}
     if share_key:
         query["viewStateShareKey"] = share_key
-    elif search:
-        query.update(searchFilter=search_filter(search), orderByKey=_column("metrics", SORT_METRIC), orderByAsc="false")
+    elif search or runs_filter:
+        said = runs_filter or search_filter(search or "")
+        query.update(searchFilter=said, orderByKey=_column("metrics", SORT_METRIC), orderByAsc="false")
     return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{urlencode(query)}"
 
 
@@ -199,6 +206,36 @@ def view_link(client, experiment_id: str, search: str, base_url: str) -> str:
     key = view_key(search)
     saved = mlflow_internals.VIEW_TAG_PREFIX + key in client.get_experiment(experiment_id).tags
     return runs_link(base_url, experiment_id, share_key=key if saved else None, search=search)
+
+
+def comparison_filter(run_ids: list[str]) -> str:
+    """The runs filter that shows exactly these runs (MLflow's filters have no OR: several searches' trials are
+    named by their run ids)."""
+    return "attributes.run_id IN (" + ", ".join(f"'{r}'" for r in run_ids) + ")"
+
+
+def publish_comparison(client, experiment_id: str, searches: list[str], run_ids: list[str], base_url: str) -> str:
+    """Save one view of several searches' trials (``run_ids``), each run's search a column, and return its link.
+
+    Args:
+        client: an ``MlflowClient`` on the searches' tracking store.
+        experiment_id: their MLflow experiment.
+        searches: the searches' names.
+        run_ids: every trial run of those searches.
+        base_url: the MLflow UI's address.
+
+    Returns:
+        The link to the saved view, or (an MLflow whose view format is unknown) to the runs filtered via the URL.
+    """
+    runs = comparison_filter(run_ids)
+    if not mlflow_internals.view_supported():
+        return runs_link(base_url, experiment_id, runs_filter=runs)
+    state = view_state(searches[0], plasticity=True)  # charts without a metric are hidden (hideEmptyCharts)
+    state["searchFilter"] = runs
+    state["selectedColumns"] = [_column("tags", SEARCH_TAG), *state["selectedColumns"]]
+    key = view_key("compare-" + "-".join(searches))
+    save_view(client, experiment_id, key, f"vitplast_tune: {', '.join(searches)}", state)
+    return runs_link(base_url, experiment_id, share_key=key)
 
 
 def _column(group: str, name: str) -> str:

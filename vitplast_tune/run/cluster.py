@@ -22,12 +22,12 @@ of the driver's disk the trials need elsewhere (``data.staging``).
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
+from vitplast_tune import environment
 from vitplast_tune._compat import ray as ray_internals
 from vitplast_tune.errors import UserError
 from vitplast_tune.log import get_logger
@@ -128,7 +128,7 @@ def _join_error(address: str, exc: BaseException) -> UserError:
         cause = cause.__cause__ or cause.__context__
     text = " ".join(f"{type(e).__name__}: {e}" for e in chain)
     if any(type(e).__name__ == "AuthenticationError" for e in chain) or "InvalidAuthToken" in text:
-        mode = os.environ.get("RAY_AUTH_MODE", "unset")
+        mode = environment.read("RAY_AUTH_MODE", "unset")
         return UserError(
             f"the Ray cluster at {address} refused this driver: it uses token authentication "
             f"(RAY_AUTH_MODE here is {mode}). Set RAY_AUTH_MODE=token and give the cluster's token in "
@@ -151,7 +151,7 @@ def alive_nodes() -> list[dict[str, Any]]:
 
 def node_types() -> tuple[str, dict[str, dict[str, float]]] | None:
     """(where from, {node type: resources}) of the types the autoscaler may add, or None when unknown."""
-    given = os.environ.get(CONFIG_ENV)
+    given = environment.read(CONFIG_ENV)
     if given and not Path(given).expanduser().is_file():
         raise UserError(f"{CONFIG_ENV}={given} is not a file; point it at the cluster launcher YAML")
     for path in (given, BOOTSTRAP_CONFIG):

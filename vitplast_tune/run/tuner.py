@@ -15,6 +15,7 @@ from typing import Any
 from ray import tune
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
+from vitplast_tune import environment
 from vitplast_tune._compat import ray_tune
 from vitplast_tune.log import quieted
 from vitplast_tune.plan.options import SearchPlan
@@ -38,6 +39,11 @@ def search_algorithm(spec: SearchSpec, seed: int, max_concurrent: int | None = N
 
 
 PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
+TUNE_SETTINGS = {  # Ray Tune's settings while a search runs (``tune_environment``)
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    "RAY_AIR_NEW_OUTPUT": "0",  # the old reporter, silent at verbose=0: the new one prints its banner whatever
+}
 
 
 def pending_trials(plan: SearchPlan, cluster_grows: bool) -> int | None:
@@ -64,14 +70,10 @@ def tune_environment(plan: SearchPlan, cluster_grows: bool) -> Iterator[dict[str
     search on local disk does at every trial's report; ``RAY_AIR_NEW_OUTPUT=0``: Tune's "Configuration for
     experiment" box and tables stay unprinted (the progress lines are this tool's). Yields the values it set.
     """
-    wanted = {
-        "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
-        "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
-        "RAY_AIR_NEW_OUTPUT": "0",  # the old reporter, silent at verbose=0: the new one prints its banner whatever
-    }
+    wanted = dict(TUNE_SETTINGS)
     if (pending := pending_trials(plan, cluster_grows)) is not None:
         wanted[PENDING_ENV] = str(pending)
-    wanted = {key: value for key, value in wanted.items() if key not in os.environ}
+    wanted = {key: value for key, value in wanted.items() if not environment.is_set(key)}
     os.environ.update(wanted)
     try:
         yield wanted

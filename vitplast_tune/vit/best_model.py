@@ -11,7 +11,6 @@ is pickled instead (MLflow's pytorch flavour), so that ``mlflow.pytorch.load_mod
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ import timm
 import torch
 from torch import Tensor, nn
 
+from vitplast_tune import environment
 from vitplast_tune._compat.mlflow import no_artifact_progress_bar
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
@@ -173,7 +173,7 @@ def load_best_model(
         _check_finished(name, run_id, uri)
         what = f'search "{name}"'
     else:
-        uri, folders = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", ""), (BEST_TRIAL_DIR, WEIGHTS_DIR)
+        uri, folders = tracking_uri or environment.read("MLFLOW_TRACKING_URI", ""), (BEST_TRIAL_DIR, WEIGHTS_DIR)
         if not uri:
             raise UserError(
                 "load_best_model(run_id=...) needs tracking_uri= (or $MLFLOW_TRACKING_URI): the run's store"

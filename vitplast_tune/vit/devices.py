@@ -3,11 +3,11 @@ CPU), the device a user names, and the precision a run uses there."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
+from vitplast_tune import environment
 from vitplast_tune._compat import ray as ray_internals
 from vitplast_tune.errors import UserError
 
@@ -42,7 +42,7 @@ def run_device() -> torch.device:
     if not torch.cuda.is_available():
         raise DeviceError(
             f"this run was given {amount:g} GPU (Ray GPU ids {ids}) but CUDA is not visible to torch {torch.__version__} "
-            f"(built for CUDA {torch.version.cuda}; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}): "
+            f"(built for CUDA {torch.version.cuda}; CUDA_VISIBLE_DEVICES={environment.read('CUDA_VISIBLE_DEVICES')!r}): "
             "check the node's NVIDIA driver and that torch is a CUDA build; not training on the CPU instead"
         )
     device = torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to the GPU it gave

@@ -9,7 +9,7 @@ __getattr__, __dir__, __all__ = _lazy.attach(
     __name__,
     submod_attrs={
         "preview": ["dry_run", "capacity"],
-        "reanalysis": ["reanalyze", "compare_datasets"],
+        "reanalysis": ["reanalyze", "compare_datasets", "cross_dataset"],
         "verification": ["verify_recommendation"],
         "lab": ["run_lab", "qualify", "analyze_lab", "ray_session"],
         "registered": ["run_registered", "RunSettings"],

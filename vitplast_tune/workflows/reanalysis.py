@@ -6,6 +6,8 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+import pandas as pd
+
 from vitplast_tune._compat import mlflow as mlflow_internals
 from vitplast_tune.analysis import protocol
 from vitplast_tune.config import FinetuneConfig
@@ -61,8 +63,25 @@ def compare_datasets(names: Sequence[str], storage: str | None = None, out_dir: 
     Returns:
         The table as text, with the folder of its files.
     """
+    gains, agreement, out = cross_dataset(names, storage, out_dir)
+    return protocol.describe_cross_dataset(gains, agreement) + f"\nfiles: {out}"
+
+
+def cross_dataset(
+    names: Sequence[str], storage: str | None = None, out_dir: str | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, Path]:
+    """The cross-dataset tables of several finished searches (``compare_datasets``' numbers), their files written.
+
+    Args:
+        names: The searches' names.
+        storage: The storage holding them (None: the default storage).
+        out_dir: Where the files go (None: ``cross-<names>`` in the storage).
+
+    Returns:
+        The relative gains per configuration and dataset, the rank agreement per dataset, and the files' folder.
+    """
     root = Path(storage or default_storage()).expanduser()
     found = {name: read_trials(root / name) for name in names}
     out = Path(out_dir).expanduser() if out_dir else root / f"cross-{'-'.join(names)}"
     gains, agreement, _ = protocol.cross_dataset_report(found, out)
-    return protocol.describe_cross_dataset(gains, agreement) + f"\nfiles: {out}"
+    return gains, agreement, out

@@ -1,0 +1,190 @@
+"""Every environment variable the package reads, in one registry (``VARIABLES``), and the one way it reads them
+(``read``, ``is_set``): a name that is not registered cannot be read. The reference page
+(docs/reference/environment.md) is generated from this registry, and a test keeps every read of ``os.environ`` in
+the package here."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Variable:
+    """An environment variable: what it sets, what happens when it is unset, and who reads it.
+
+    ``kind``: ``setting`` (the user's to set), ``honoured`` (another project's variable this package follows),
+    ``internal`` (set by this package for Ray Tune or MLflow while it runs, a value the user set kept), ``test``
+    (set by the tests only).
+    """
+
+    name: str
+    what: str
+    unset: str
+    kind: str = "setting"
+    read_by: str = ""
+
+
+VARIABLES: dict[str, Variable] = {
+    v.name: v
+    for v in (
+        Variable(
+            "VITPLAST_RESULTS_DIR",
+            "The storage root where searches are recorded and found by name (a folder or a URI such as s3://...); "
+            "--storage and storage= win.",
+            "~/vitplast_tune_results",
+            read_by="storage.default_storage",
+        ),
+        Variable(
+            "VITPLAST_CACHE_DIR",
+            "Where generated files live: datasets, image caches, plasticity reports, spaces given as mappings.",
+            "~/.cache/vitplast_tune",
+            read_by="config.cache_dir",
+        ),
+        Variable(
+            "VITPLAST_CLUSTER_CONFIG",
+            "The Ray cluster launcher YAML whose node types a trial too large for every node may be placed on.",
+            "~/ray_bootstrap_config.yaml, else the node types the cluster reports",
+            read_by="run.cluster",
+        ),
+        Variable(
+            "MLFLOW_TRACKING_URI",
+            "MLflow's own: the tracking store a new search records to (--tracking-uri wins), and the store "
+            "load_best_model(run_id=...) reads.",
+            "sqlite:///<storage>/mlflow.db, beside the search's storage",
+            "honoured",
+            "plan.planner, records.best_trial, vit.best_model",
+        ),
+        Variable(
+            "MLFLOW_EXPERIMENT_NAME",
+            "MLflow's own: the experiment a new search's runs go to (--experiment wins).",
+            "vitplast_tune",
+            "honoured",
+            "plan.planner",
+        ),
+        Variable(
+            "RAY_ADDRESS",
+            "Ray's own: the cluster a search joins (--address wins; local starts a local instance).",
+            "a local Ray instance, started and stopped by the search",
+            "honoured",
+            "plan.resources.address",
+        ),
+        Variable(
+            "RAY_AUTH_MODE",
+            "Ray's own: named in the message when a cluster refuses the driver (token authentication).",
+            "unset (Ray's default)",
+            "honoured",
+            "run.cluster",
+        ),
+        Variable(
+            "CUDA_VISIBLE_DEVICES",
+            "CUDA's own: named in the message when a GPU asked for cannot be used.",
+            "every GPU visible",
+            "honoured",
+            "vit.devices",
+        ),
+        Variable(
+            "TUNE_MAX_PENDING_TRIALS_PG",
+            "Ray Tune's: how many trials may wait for resources at once; set from the search's plan while it runs.",
+            "set by the search (Tune's default on a cluster that does not grow)",
+            "internal",
+            "run.tuner",
+        ),
+        Variable(
+            "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS",
+            "Ray Tune's: its default loggers off while a search runs (MLflow is the record; Tune's TensorBoard "
+            "logger would import torch into the driver).",
+            "set to 1 by the search",
+            "internal",
+            "run.tuner",
+        ),
+        Variable(
+            "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S",
+            "Ray Tune's: its warning about syncing the experiment's state off while a search runs.",
+            "set to 0 by the search",
+            "internal",
+            "run.tuner",
+        ),
+        Variable(
+            "RAY_AIR_NEW_OUTPUT",
+            "Ray Tune's: its older reporter, which prints no 'Configuration for experiment' box nor tables at "
+            "verbose=0 / --quiet.",
+            "set to 0 by the search",
+            "internal",
+            "run.tuner",
+        ),
+        Variable(
+            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR",
+            "MLflow's: its artifact progress bar off while the package downloads a run's files.",
+            "set to false for the download, yours put back after",
+            "internal",
+            "_compat.mlflow",
+        ),
+        Variable(
+            "VITPLAST_HOLD",
+            "<phase>[,<phase>...]:<folder>: a search holds at the phases named until a test signals it.",
+            "no phase held",
+            "test",
+            "holds",
+        ),
+    )
+}
+
+# The SLURM script's own (scripts/cluster/slurm.sbatch), read by the shell, not the package.
+SCRIPT_VARIABLES: dict[str, Variable] = {
+    v.name: v
+    for v in (
+        Variable(
+            "VITPLAST_RUN",
+            "A command prefix every Ray node and the driver run under, e.g. an Apptainer image: "
+            '"apptainer exec --nv $HOME/vitplast-tune.sif".',
+            "none: the job's Python",
+            read_by="scripts/cluster/slurm.sbatch",
+        ),
+        Variable(
+            "VITPLAST_RAY_PORT",
+            "The Ray head's port.",
+            "a free port",
+            read_by="scripts/cluster/slurm.sbatch",
+        ),
+        Variable(
+            "VITPLAST_RESULTS_DIR",
+            "As above: the storage the job's search records to.",
+            "~/vitplast_tune_results",
+            read_by="scripts/cluster/slurm.sbatch",
+        ),
+    )
+}
+
+
+def read(name: str, default: str | None = None) -> str | None:
+    """The value of a registered environment variable.
+
+    Args:
+        name: the variable's name, one of ``VARIABLES``.
+        default: what to return when it is unset.
+
+    Returns:
+        Its value, else ``default``.
+
+    Raises:
+        KeyError: ``name`` is not registered in ``VARIABLES``.
+    """
+    if name not in VARIABLES:
+        raise KeyError(f"environment variable {name} is not registered in vitplast_tune.environment.VARIABLES")
+    return os.environ.get(name, default)
+
+
+def is_set(name: str) -> bool:
+    """Whether a registered environment variable is set (to anything, empty included).
+
+    Args:
+        name: the variable's name, one of ``VARIABLES``.
+
+    Returns:
+        True when the environment holds it.
+
+    Raises:
+        KeyError: ``name`` is not registered in ``VARIABLES``.
+    """
+    return read(name) is not None
