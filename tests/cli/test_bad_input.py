@@ -20,6 +20,7 @@ import torch
 from _commands import ray_sessions, refused
 from _families import hf_folder
 
+from vitplast_tune.config import TESTBED_WEIGHTS
 from vitplast_tune.space import load_space
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +37,7 @@ defaults: {model: vit_testbed_patch8_32, pretrained: false, max_steps: 8}
 """
 FIFO = GOOD.replace("scheduler: asha", "scheduler: fifo")
 NO_GPU = not torch.cuda.is_available()
+TESTBED = str(TESTBED_WEIGHTS)
 PREREG = ("--preregistration", str(ROOT / "docs" / "results" / "data" / "lab-v2" / "preregistration.yaml"))
 
 
@@ -134,6 +136,21 @@ SEARCH = [
     (["--set", "lora_rank=100000"], edit("{subsets: any}", '["mha:lora"]'), "lora_rank 100000 is above the width"),
     (["--model", "hf:{tmp}/hf-vit", "--set", "depth=2-3"], GOOD, 'depth "2-3" is out of range: the model has 2 blocks'),
     (["--model", "hf:{tmp}/hf-vit", "--set", "lora_rank=33"], edit("{subsets: any}", '["fc2:lora"]'), "(32 at "),
+    # every setting a trial needs, checked against the model, its weights, the recipe and the workers before Ray
+    (["--model", "deit_testbed_distilled_patch8_32", "--weights", TESTBED], GOOD, 'does not fit "deit_testbed_dis'),
+    (["--model", "hf:{tmp}/hf-vit", "--set", "pretrained=true"], GOOD, "hf-vit has no weights (model.safetensors"),
+    (["--set", "auto_augment=rand-m9-mstd0.5", "--augment", "none"], GOOD, "needs a training crop: augment paper"),
+    (["--workers-per-trial", "2", "--cpus-per-trial", "2", "--batch-size", "15"], GOOD, "15 does not divide among"),
+    (
+        ["--workers-per-trial", "2", "--cpus-per-trial", "2", "--batch-size", "14", "--set", "cutmix=1.0"],
+        GOOD,
+        "batch_size 14 over 2 workers gives 7 each, an odd number; give a multiple of 4",
+    ),
+    (  # a batch size and cutmix that fail only together, each drawn by the space
+        ["--workers-per-trial", "2", "--cpus-per-trial", "2"],
+        edit("  lr:", "  batch_size: {choice: [16, 14]}\n  cutmix: {choice: [0.0, 1.0]}\n  lr:"),
+        "batch_size 14 (drawn by space.yaml) over 2 workers gives 7 each",
+    ),
     (["--resume", "--name", "deep"], GOOD, 'depth "9-12" is out of range: the model has 4 blocks'),
     (
         ["--resume", "--name", "typed"],

@@ -12,7 +12,7 @@ from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.errors import UserError
 from vitplast_tune.lock import check_not_running
 from vitplast_tune.names import check_name, default_name
-from vitplast_tune.plan import checks, inputs, resume, services, state
+from vitplast_tune.plan import checks, inputs, resources, resume, services, state, trials
 from vitplast_tune.plan.options import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_SEED,
@@ -52,6 +52,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     check_services(plan, record is not None)
     plan.spec, plan.notes = fit_scheduler(plan.spec, plan.settings.max_steps)
     plan.notes += said
+    trials.check_batches(plan.spec, plan.settings, resources.workers_per_trial(options))
     checks.check_plasticity(options, plan.settings.dataset)
     checks.check_local_resources(options)
     reference = options.plasticity_reference if options.plasticity else None

@@ -276,3 +276,29 @@ def _transformers():
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text[:300] + ("..." if len(text) > 300 else "")
+
+
+# The files a transformers folder's weights lie in (save_pretrained's, sharded or not; safetensors or torch's).
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def check_weights(name: str) -> None:
+    """Check that an ``hf:`` folder to be loaded pretrained holds weights (a hub id is not checked here).
+
+    Args:
+        name: The model's name, ``hf:<hub id or folder>``.
+
+    Raises:
+        UserError: If the folder holds none of ``WEIGHT_FILES``.
+    """
+    where = Path(source(name))
+    if where.is_absolute() and not any((where / f).is_file() for f in WEIGHT_FILES):
+        raise UserError(
+            f'model "{name}": {where} has no weights ({", ".join(WEIGHT_FILES)}); give the folder save_pretrained '
+            "wrote with its weights, or train the model from scratch (pretrained=false)"
+        )
