@@ -474,3 +474,38 @@ def test_dry_run_plans_and_estimates_without_starting_anything(tmp_path):
     print(f"dry run: {seconds:.1f} s here (the goal, under 30 s, is judged on a quiet machine)")
     assert ray_sessions() == set(), "a Ray session was started"
     assert not (storage / "mlflow.db").exists() and not (storage / "planned").exists()
+
+
+def test_the_commands_that_read_records_name_the_damaged_file_and_what_to_do(tmp_path, capsys):
+    """A trial table cut short (analyze, status, list) and a corrupt MLflow store (ui): one line naming the file,
+    what is wrong and what to do; no traceback, no Ray."""
+    storage, store = tmp_path / "results", tmp_path / "mlflow.db"
+    folder = storage / "cut"
+    folder.mkdir(parents=True)
+    (tmp_path / "space.yaml").write_text(GOOD)
+    record = {
+        "name": "cut",
+        "space_path": str(tmp_path / "space.yaml"),
+        "fingerprint": load_space(tmp_path / "space.yaml").fingerprint,
+        "tracking_uri": f"sqlite:///{store}",
+        "parent_run_id": "p",
+        "settings": {"max_steps": 8},
+    }
+    (folder / "vitplast_search.json").write_text(json.dumps(record))
+    (folder / "trials.csv").write_text("trial_id,components,best_val_acc,diverged\na0,mha,0.5,False\na1,fc1,0.6,Fa")
+    for command, args in (
+        ("analyze", ["--name", "cut", "--storage", str(storage)]),
+        ("status", ["cut", "--storage", str(storage)]),
+        ("list", ["--storage", str(storage)]),
+    ):
+        line = refused(command, args, tmp_path, capsys)
+        assert f"the trial table {folder / 'trials.csv'} is damaged (cut short: its last line is not whole)" in line
+        assert "run the search again with --resume" in line
+    (folder / "trials.csv").write_text("trial_id,components,best_val_acc,diverged\na0,mha,0.5\n")
+    assert "line 2 has 3 fields, the header 4" in refused(
+        "status", ["cut", "--storage", str(storage)], tmp_path, capsys
+    )
+
+    store.write_bytes(b"SQLite format 3\x00" + bytes(84) + b"not pages")
+    line = refused("ui", ["cut", "--storage", str(storage), "--port", "5799"], tmp_path, capsys)
+    assert f"the MLflow store {store} (from the search's record cut/vitplast_search.json) is corrupt" in line
