@@ -509,3 +509,24 @@ def test_the_commands_that_read_records_name_the_damaged_file_and_what_to_do(tmp
     store.write_bytes(b"SQLite format 3\x00" + bytes(84) + b"not pages")
     line = refused("ui", ["cut", "--storage", str(storage), "--port", "5799"], tmp_path, capsys)
     assert f"the MLflow store {store} (from the search's record cut/vitplast_search.json) is corrupt" in line
+
+
+def test_a_hub_id_offline_is_refused_at_once_in_one_line(world, capsys, monkeypatch):
+    """An ``hf:`` hub id not in the cache with the hub off (HF_HUB_OFFLINE), or with its host unreachable (a resolver
+    that fails: no address is ever asked), is one line before any retry; nothing reaches the network."""
+    import socket
+
+    from huggingface_hub import constants
+
+    def no_resolver(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_resolver)  # whatever happens, no address is looked up
+    argv = ["--space", str(world / "space.yaml"), "--storage", str(world / "results"), "--model", "hf:nobody/no-vit"]
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    line = refused("search", argv, world, capsys)
+    assert 'model "hf:nobody/no-vit" is not in the Hugging Face cache and the hub is off (HF_HUB_OFFLINE)' in line
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    line = refused("search", argv, world, capsys)
+    assert 'model "hf:nobody/no-vit": the Hugging Face hub huggingface.co cannot be reached' in line

@@ -186,6 +186,8 @@ def load_config(name: str):
     where = source(name)
     if Path(where).is_absolute() and not (Path(where) / "config.json").is_file():
         raise UserError(f'model "{name}": {where} has no config.json (a folder that save_pretrained wrote)')
+    if not Path(where).is_absolute():
+        check_hub_reachable(name, where)
     try:
         config = transformers.AutoConfig.from_pretrained(where)
     except (OSError, ValueError) as exc:
@@ -199,6 +201,41 @@ def load_config(name: str):
             f"{', '.join(f.name + ' (' + '/'.join(f.model_types) + ')' for f in FAMILIES)}"
         )
     return config
+
+
+HUB_TIMEOUT_S = 5.0  # how long the hub's host may take to accept a connection before a hub id is refused
+
+
+def check_hub_reachable(name: str, hub_id: str) -> None:
+    """Check, once and quickly, that a hub id not in the local cache can be fetched (before transformers' retries).
+
+    Args:
+        name: The model's name, ``hf:<hub id>``.
+        hub_id: Its hub id.
+
+    Raises:
+        UserError: If the id is not cached and the hub is off (``HF_HUB_OFFLINE``) or its host does not accept a
+            connection within ``HUB_TIMEOUT_S``.
+    """
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(hub_id, "config.json"), str):
+        return
+    fix = "download it once with a network (it is then cached), or give hf:<local folder>"
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise UserError(f'model "{name}" is not in the Hugging Face cache and the hub is off (HF_HUB_OFFLINE); {fix}')
+    url = urlparse(os.environ.get("HF_ENDPOINT") or constants.ENDPOINT)
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=HUB_TIMEOUT_S).close()
+    except OSError as exc:
+        raise UserError(
+            f'model "{name}": the Hugging Face hub {host} cannot be reached ({exc.strerror or exc}); {fix}'
+        ) from None
 
 
 def create(name: str, num_classes: int, *, pretrained: bool, drop_path_rate: float = 0.0) -> HFClassifier:
