@@ -435,3 +435,14 @@ def test_a_search_whose_every_trial_fails_ends_failed_with_the_first_trials_caus
         run_main(search_main)
     assert exited.value.code == 1
     assert capsys.readouterr().err.strip().splitlines() == [f"error: {said}"]
+
+
+def test_each_trial_keeps_one_checkpoint_which_holds_its_best_weights(finished):
+    """The footprint: a finished trial keeps only its latest checkpoint (state to resume from and best.safetensors),
+    not every one it reported (eval_every 8 over 24 steps: three)."""
+    trials = sorted(finished.place.local_dir.glob("trial_*"))
+    assert len(trials) == 6
+    for trial in trials:
+        kept = sorted(trial.glob("checkpoint_*"))
+        assert len(kept) == 1, kept
+        assert (kept[0] / "best.safetensors").is_file()

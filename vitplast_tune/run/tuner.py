@@ -38,6 +38,7 @@ def search_algorithm(spec: SearchSpec, seed: int, max_concurrent: int | None = N
 
 
 PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
+KEEP_CHECKPOINTS = 1  # per trial: its latest, which holds its best weights too (RunConfig's CheckpointConfig)
 
 
 def pending_trials(plan: SearchPlan, cluster_grows: bool) -> int | None:
@@ -137,7 +138,9 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
             callbacks=callbacks,
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=plan.max_failures),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            # One checkpoint per trial: the latest carries both what a resume needs and the trial's best-validation
+            # weights (best.safetensors, ``run.checkpoints``), so older ones are only disk (the quickstart's 317 MB).
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS),
         ),
     )
 
