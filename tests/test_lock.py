@@ -61,3 +61,20 @@ def test_a_second_driver_is_refused_naming_the_running_one_and_a_dead_ones_lock_
         assert read_owner(folder).pid == os.getpid() and running_owner(folder).pid == os.getpid()
     assert f"note: took over the lock of a driver that no longer runs (pid {proc.pid} on " in "\n".join(library_log)
     assert not (folder / OWNER_FILE).exists() and running_owner(folder) is None  # given back when the search ended
+
+
+def test_a_lock_released_before_anything_was_recorded_leaves_no_folder_it_made(tmp_path):
+    """A search refused after its lock was taken (e.g. a refused --address) leaves none of the folders the lock made;
+    a folder that held something before, or that got a record meanwhile, stays."""
+    folder = tmp_path / "storage" / "search"
+    lock = SearchLock(folder, "search")
+    lock.acquire()
+    assert folder.is_dir()
+    lock.release()
+    assert not (tmp_path / "storage").exists()
+
+    lock = SearchLock(folder, "search")
+    lock.acquire()
+    (folder / "vitplast_search.json").write_text("{}")
+    lock.release()
+    assert (folder / "vitplast_search.json").is_file()

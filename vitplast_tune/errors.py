@@ -104,3 +104,25 @@ class SearchInterrupted(Exception):
     def __init__(self, message: str, exit_code: int = 130):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class SearchFailed(Exception):
+    """Every trial of a search failed before it reported a validation accuracy: no answer; the message names the
+    first trial's cause, and the commands exit with code 1."""
+
+
+def trial_cause(error: BaseException | str) -> str:
+    """The cause of a trial's failure in one line: the exception raised in the trial (not Ray's wrapper around it).
+
+    Args:
+        error: what Tune recorded of the failure (a ``RayTaskError`` wraps the trial's exception as ``cause``).
+
+    Returns:
+        ``<kind>: <first line of its message>``, at most 300 characters.
+    """
+    cause = getattr(error, "cause", None) or error
+    if isinstance(cause, str):
+        lines = [line.strip() for line in cause.splitlines() if line.strip()]
+        return (lines[-1] if lines else "unknown")[:300]
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    return f"{type(cause).__name__}: {lines[0] if lines else ''}"[:300]

@@ -115,6 +115,7 @@ class SearchLock:
         self.folder, self.name = Path(folder), name
         self._lock = FileLock(self.folder / LOCK_FILE, timeout=0, preserve_lock_file=True, fallback_to_soft=False)
         self._held = False
+        self._made: list[Path] = []
 
     def acquire(self) -> Owner | None:
         """Take the lock, the folder made if missing, and write this driver into the owner file.
@@ -125,6 +126,7 @@ class SearchLock:
         Raises:
             UserError: If another driver runs the search; the message names it.
         """
+        self._made = [f for f in (self.folder, *self.folder.parents) if not f.exists()]  # deepest first
         self.folder.mkdir(parents=True, exist_ok=True)
         previous = read_owner(self.folder)
         try:
@@ -148,6 +150,19 @@ class SearchLock:
         self._held = False
         (self.folder / OWNER_FILE).unlink(missing_ok=True)
         self._release_lock()
+        self._remove_if_unused()
+
+    def _remove_if_unused(self) -> None:
+        """The folders ``acquire`` made, removed when nothing but the lock file was written in them (a search refused
+        before it recorded anything leaves no folder behind)."""
+        if not self._made or any(p.name != LOCK_FILE for p in self.folder.iterdir()):
+            return
+        (self.folder / LOCK_FILE).unlink(missing_ok=True)
+        for folder in self._made:
+            try:
+                folder.rmdir()
+            except OSError:  # something else was written there meanwhile
+                break
 
     def _release_lock(self) -> None:
         if self._lock.is_locked:

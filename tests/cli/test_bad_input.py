@@ -20,6 +20,7 @@ import torch
 from _commands import ray_sessions, refused
 from _families import hf_folder
 
+from vitplast_tune.config import TESTBED_WEIGHTS
 from vitplast_tune.space import load_space
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +37,7 @@ defaults: {model: vit_testbed_patch8_32, pretrained: false, max_steps: 8}
 """
 FIFO = GOOD.replace("scheduler: asha", "scheduler: fifo")
 NO_GPU = not torch.cuda.is_available()
+TESTBED = str(TESTBED_WEIGHTS)
 PREREG = ("--preregistration", str(ROOT / "docs" / "results" / "data" / "lab-v2" / "preregistration.yaml"))
 
 
@@ -137,6 +139,21 @@ SEARCH = [
     (["--set", "lora_rank=100000"], edit("{subsets: any}", '["mha:lora"]'), "lora_rank 100000 is above the width"),
     (["--model", "hf:{tmp}/hf-vit", "--set", "depth=2-3"], GOOD, 'depth "2-3" is out of range: the model has 2 blocks'),
     (["--model", "hf:{tmp}/hf-vit", "--set", "lora_rank=33"], edit("{subsets: any}", '["fc2:lora"]'), "(32 at "),
+    # every setting a trial needs, checked against the model, its weights, the recipe and the workers before Ray
+    (["--model", "deit_testbed_distilled_patch8_32", "--weights", TESTBED], GOOD, 'does not fit "deit_testbed_dis'),
+    (["--model", "hf:{tmp}/hf-vit", "--set", "pretrained=true"], GOOD, "hf-vit has no weights (model.safetensors"),
+    (["--set", "auto_augment=rand-m9-mstd0.5", "--augment", "none"], GOOD, "needs a training crop: augment paper"),
+    (["--workers-per-trial", "2", "--cpus-per-trial", "2", "--batch-size", "15"], GOOD, "15 does not divide among"),
+    (
+        ["--workers-per-trial", "2", "--cpus-per-trial", "2", "--batch-size", "14", "--set", "cutmix=1.0"],
+        GOOD,
+        "batch_size 14 over 2 workers gives 7 each, an odd number; give a multiple of 4",
+    ),
+    (  # a batch size and cutmix that fail only together, each drawn by the space
+        ["--workers-per-trial", "2", "--cpus-per-trial", "2"],
+        edit("  lr:", "  batch_size: {choice: [16, 14]}\n  cutmix: {choice: [0.0, 1.0]}\n  lr:"),
+        "batch_size 14 (drawn by space.yaml) over 2 workers gives 7 each",
+    ),
     (["--resume", "--name", "deep"], GOOD, 'depth "9-12" is out of range: the model has 4 blocks'),
     (
         ["--resume", "--name", "typed"],
@@ -460,3 +477,59 @@ def test_dry_run_plans_and_estimates_without_starting_anything(tmp_path):
     print(f"dry run: {seconds:.1f} s here (the goal, under 30 s, is judged on a quiet machine)")
     assert ray_sessions() == set(), "a Ray session was started"
     assert not (storage / "mlflow.db").exists() and not (storage / "planned").exists()
+
+
+def test_the_commands_that_read_records_name_the_damaged_file_and_what_to_do(tmp_path, capsys):
+    """A trial table cut short (analyze, status, list) and a corrupt MLflow store (ui): one line naming the file,
+    what is wrong and what to do; no traceback, no Ray."""
+    storage, store = tmp_path / "results", tmp_path / "mlflow.db"
+    folder = storage / "cut"
+    folder.mkdir(parents=True)
+    (tmp_path / "space.yaml").write_text(GOOD)
+    record = {
+        "name": "cut",
+        "space_path": str(tmp_path / "space.yaml"),
+        "fingerprint": load_space(tmp_path / "space.yaml").fingerprint,
+        "tracking_uri": f"sqlite:///{store}",
+        "parent_run_id": "p",
+        "settings": {"max_steps": 8},
+    }
+    (folder / "vitplast_search.json").write_text(json.dumps(record))
+    (folder / "trials.csv").write_text("trial_id,components,best_val_acc,diverged\na0,mha,0.5,False\na1,fc1,0.6,Fa")
+    for command, args in (
+        ("analyze", ["--name", "cut", "--storage", str(storage)]),
+        ("status", ["cut", "--storage", str(storage)]),
+        ("list", ["--storage", str(storage)]),
+    ):
+        line = refused(command, args, tmp_path, capsys)
+        assert f"the trial table {folder / 'trials.csv'} is damaged (cut short: its last line is not whole)" in line
+        assert "run the search again with --resume" in line
+    (folder / "trials.csv").write_text("trial_id,components,best_val_acc,diverged\na0,mha,0.5\n")
+    assert "line 2 has 3 fields, the header 4" in refused(
+        "status", ["cut", "--storage", str(storage)], tmp_path, capsys
+    )
+
+    store.write_bytes(b"SQLite format 3\x00" + bytes(84) + b"not pages")
+    line = refused("ui", ["cut", "--storage", str(storage), "--port", "5799"], tmp_path, capsys)
+    assert f"the MLflow store {store} (from the search's record cut/vitplast_search.json) is corrupt" in line
+
+
+def test_a_hub_id_offline_is_refused_at_once_in_one_line(world, capsys, monkeypatch):
+    """An ``hf:`` hub id not in the cache with the hub off (HF_HUB_OFFLINE), or with its host unreachable (a resolver
+    that fails: no address is ever asked), is one line before any retry; nothing reaches the network."""
+    import socket
+
+    from huggingface_hub import constants
+
+    def no_resolver(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_resolver)  # whatever happens, no address is looked up
+    argv = ["--space", str(world / "space.yaml"), "--storage", str(world / "results"), "--model", "hf:nobody/no-vit"]
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    line = refused("search", argv, world, capsys)
+    assert 'model "hf:nobody/no-vit" is not in the Hugging Face cache and the hub is off (HF_HUB_OFFLINE)' in line
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    line = refused("search", argv, world, capsys)
+    assert 'model "hf:nobody/no-vit": the Hugging Face hub huggingface.co cannot be reached' in line

@@ -167,3 +167,39 @@ def test_a_real_extension_search_runs_and_a_second_run_resumes_nothing(ray_local
     share = correct["correct"].map(lambda bits: bits.count("1") / len(bits))
     assert share.tolist() == pytest.approx(table.set_index("trial_id").loc[correct.index, "test_acc"].tolist())
     assert (kept / "lab.json").is_file()
+
+
+def test_a_lab_is_refused_before_ray_without_a_folder_when_it_cannot_run_or_differs_from_its_record(tmp_path, capsys):
+    """CPUs per trial of 0 and a space that is no lab grid: one line, no Ray session, no lab folder made. A lab
+    resumed with another space (or other seeds) than its record names: one line naming the difference."""
+    from _commands import refused
+
+    from vitplast_tune.space.files import load_space, spaces_dir
+
+    storage = tmp_path / "labs"
+    lab_dir = storage / "lab.s0.digits"
+    line = refused("lab", ["run", "digits", "--storage", str(storage), "--cpus-per-trial", "0"], tmp_path, capsys)
+    assert "--cpus-per-trial must be positive, got 0" in line and not lab_dir.exists()
+    line = refused(
+        "lab",
+        ["check", "--task", "digits", "--storage", str(storage), "--space", "component_subsets"],
+        tmp_path,
+        capsys,
+    )
+    assert "a lab needs algorithm: grid" in line and not lab_dir.exists()
+
+    other = tmp_path / "other_lab.yaml"  # the lab space with another grid of rates
+    raw = yaml.safe_load((spaces_dir() / "criteria_lab.yaml").read_text())
+    raw["parameters"]["lr"] = {"choice": [0.01, 0.02, 0.04]}
+    other.write_text(yaml.safe_dump(raw))
+    lab = tasks.Lab("digits", storage=storage)
+    tasks.record_stage(lab, "full", ["all"], None, seconds=1.0, trials=9)
+    assert tasks.read_lab_record(lab_dir)["space_fingerprint"] == load_space("criteria_lab").fingerprint
+    line = refused("lab", ["run", "digits", "--storage", str(storage), "--space", str(other)], tmp_path, capsys)
+    assert "lab.s0.digits" in line and "was started with --space criteria_lab (lab.json), not " + str(other) in line
+    lab_stages.check_lab(lab)  # as it started: goes on
+
+    record = tasks.read_lab_record(lab_dir)
+    tasks.write_lab_record(lab_dir, {**record, "seeds": [1, 2, 3]})  # a registered run's seeds
+    with pytest.raises(UserError, match=r"started with seeds \[1, 2, 3\] \(lab.json\), not None"):
+        lab_stages.check_lab(lab)

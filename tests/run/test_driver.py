@@ -22,7 +22,7 @@ from vitplast_tune._compat.mlflow import VIEW_TAG_PREFIX
 from vitplast_tune.names import view_key
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import pareto_front, read_trials, summary, top_trials
-from vitplast_tune.records.tracking import NOTE_TAG, ROLE_TAG, SEARCH_TAG, VIEW_LINK_TAG, child_runs
+from vitplast_tune.records.tracking import FAILURE_TAG, NOTE_TAG, ROLE_TAG, SEARCH_TAG, VIEW_LINK_TAG, child_runs
 from vitplast_tune.records.view import DEFAULT_UI, KIND, KIND_TAG
 from vitplast_tune.run import measuring_worker
 from vitplast_tune.run.before_trials import worker_options
@@ -395,3 +395,54 @@ def test_a_search_runs_the_trainable_it_is_given(ray_local, tmp_path):
     assert result.best_model_uri is None and result.best_run_id is None  # no checkpoint: nothing to build
     study = optuna.load_study(study_name="cheap", storage=result.study.url)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2
+
+
+def test_a_search_whose_every_trial_fails_ends_failed_with_the_first_trials_cause(ray_local, tmp_path, capsys):
+    """No trial reported a validation accuracy: no answer, so not a success; SearchFailed names the first trial's own
+    exception (not Ray's wrapper), the parent run ends FAILED with it, and the command exits 1 with one line."""
+    from vitplast_tune.cli.base import run_main
+    from vitplast_tune.errors import SearchFailed
+    from vitplast_tune.plan import prepare
+    from vitplast_tune.run import execute
+
+    def failing(config):  # defined here, so that Ray pickles it by value
+        from vitplast_tune.errors import UserError
+
+        raise UserError(f"cannot train {config['components']}\nsecond line")
+
+    space = tmp_path / "two.yaml"
+    space.write_text(space_text(parameters={"components": {"choice": ["mha", "fc1"]}}))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    options = SearchOptions(
+        space=str(space), name="doomed", storage=str(tmp_path), tracking_uri=uri, verbose=0, max_failures=0
+    )
+    with pytest.raises(SearchFailed) as failed:
+        execute(prepare(SearchOptions(**{**vars(options), "plasticity": False})), trainable=failing)
+    said = str(failed.value)
+    assert 'no trial of search "doomed" reported a validation accuracy: 2 of 2 failed' in said
+    assert "the first with UserError: cannot train mha;" in said and "second line" not in said
+    parent = json.loads((tmp_path / "doomed" / "vitplast_search.json").read_text())["parent_run_id"]
+    client = MlflowClient(uri)
+    assert client.get_run(parent).info.status == "FAILED"
+    assert "cannot train mha" in client.get_run(parent).data.tags[FAILURE_TAG]
+    assert "RUNNING" not in {r.info.status for r in child_runs(client, parent)}
+
+    def search_main():
+        raise failed.value
+
+    capsys.readouterr()  # what the search printed
+    with pytest.raises(SystemExit) as exited:
+        run_main(search_main)
+    assert exited.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [f"error: {said}"]
+
+
+def test_each_trial_keeps_one_checkpoint_which_holds_its_best_weights(finished):
+    """The footprint: a finished trial keeps only its latest checkpoint (state to resume from and best.safetensors),
+    not every one it reported (eval_every 8 over 24 steps: three)."""
+    trials = sorted(finished.place.local_dir.glob("trial_*"))
+    assert len(trials) == 6
+    for trial in trials:
+        kept = sorted(trial.glob("checkpoint_*"))
+        assert len(kept) == 1, kept
+        assert (kept[0] / "best.safetensors").is_file()

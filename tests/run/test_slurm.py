@@ -200,3 +200,16 @@ def test_the_time_limit_signal_stops_the_search_and_the_resubmitted_job_resumes_
     assert set(steps) == set(range(8, 193, 8)) and len(steps) <= len(set(steps)) + 2  # continued, not restarted
     total = time.monotonic() - started
     print(f"SLURM jobs {first} (stopped) and {second} (resumed): {stopped:.0f} s and {total - stopped:.0f} s")
+
+
+def test_the_script_says_which_slurm_command_it_lacks_before_starting_anything(tmp_path):
+    """In a job whose node lacks SLURM's commands (none on PATH): one line naming the first, exit 2, nothing started."""
+    (tmp_path / "bin").mkdir()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}, "SLURM_JOB_ID": "7"}
+    env["PATH"] = str(tmp_path / "bin")  # bash's builtins only
+    proc = subprocess.run(
+        ["/bin/bash", str(SCRIPT), "--name", "x"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == "error: scontrol is not on PATH here: run this script with sbatch on a SLURM node\n"
+    assert "Ray" not in proc.stdout

@@ -1,5 +1,5 @@
 """What every command shares: a parser whose mistakes are one line, and the main that turns a UserError into one
-line on stderr and exit code 2 (an interrupted search into 130 or 143)."""
+line on stderr and exit code 2 (a search whose every trial failed into 1, an interrupted one into 130 or 143)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from vitplast_tune import log
-from vitplast_tune.errors import SearchInterrupted, UserError, flags_spoken
+from vitplast_tune.errors import SearchFailed, SearchInterrupted, UserError, flags_spoken
 
 
 class Parser(argparse.ArgumentParser):
@@ -25,13 +25,16 @@ class Parser(argparse.ArgumentParser):
 
 def run_main(main: Callable[[], int | None]) -> NoReturn:
     """Call ``main()`` and exit with its code; a UserError prints ``error: <message>`` and exits 2, an interrupted
-    search exits 130 (Ctrl-C) or 143 (SIGTERM). Messages name options as flags here (``errors.flags_spoken``)."""
+    search exits 130 (Ctrl-C) or 143 (SIGTERM), a search whose every trial failed 1. Messages name options as flags here (``errors.flags_spoken``)."""
     try:
         with flags_spoken():
             code = main()
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except SearchFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
     except SearchInterrupted as exc:
         print(f"interrupted: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)  # 130 after Ctrl-C, 143 after SIGTERM

@@ -187,11 +187,14 @@ def _check(args: argparse.Namespace, found: list) -> int:
     """``check``: each lab's qualification stages (or, with --dry-run, their estimated time) and the table."""
     from vitplast_tune.lab.estimate import describe_estimates
     from vitplast_tune.lab.qualify import describe_qualifications
+    from vitplast_tune.lab.stages import check_lab
     from vitplast_tune.workflows import lab as driver
 
     if args.dry_run:
         print(describe_estimates([driver.estimate(lab, qualify_only=True) for lab in found]))
         return 0
+    for lab in found:
+        check_lab(lab)  # before Ray starts, nothing written
     with driver.ray_session():
         checked = [driver.qualify(lab) for lab in found]
     print(describe_qualifications(checked))
@@ -201,6 +204,7 @@ def _check(args: argparse.Namespace, found: list) -> int:
 def _run(args: argparse.Namespace, lab) -> int:
     """``run`` and ``analyze``: one task's lab (or, with --dry-run, its estimated time), then its report."""
     from vitplast_tune.lab.estimate import describe_estimates
+    from vitplast_tune.lab.stages import check_lab
     from vitplast_tune.workflows import lab as driver
 
     if args.dry_run:
@@ -209,6 +213,7 @@ def _run(args: argparse.Namespace, lab) -> int:
     if args.command == "analyze":
         results = driver.analyze_lab(lab)
     else:
+        check_lab(lab)  # before Ray starts, nothing written
         with driver.ray_session():
             found, results = driver.run_lab(lab, even_if_unqualified=args.even_if_unqualified)
         if results is None:

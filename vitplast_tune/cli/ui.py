@@ -31,8 +31,13 @@ def parser() -> Parser:
 def ui_main(argv: Sequence[str] | None = None) -> int:
     """Serve a search's MLflow store and print (with --open, open) the link to its view."""
     args = parser().parse_args(argv)
+    from vitplast_tune.plan import services
     from vitplast_tune.records import ui
+    from vitplast_tune.storage import SEARCH_FILE, read_record, search_dir
 
+    record = read_record(search_dir(args.name, args.storage), purpose="recorded")
+    if not record["tracking_uri"].startswith(("http://", "https://")):  # a server's answer is checked by its links
+        services.check_tracking(record["tracking_uri"], f"the search's record {args.name}/{SEARCH_FILE}")
     return ui.serve(args.name, args.storage, args.port, args.open)
 
 

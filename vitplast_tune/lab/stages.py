@@ -11,7 +11,7 @@ import yaml
 
 from vitplast_tune.components import subset_name
 from vitplast_tune.errors import UserError
-from vitplast_tune.lab.tasks import FULL, SINGLES, Lab
+from vitplast_tune.lab.tasks import FULL, LAB_FILE, MODELS, SINGLES, TASKS, Lab, read_lab_record
 
 
 def base_space(space: str) -> tuple[dict[str, Any], list[str], list[float]]:
@@ -80,3 +80,41 @@ def stage_space(lab: Lab, stage: str, components: list[str], lrs: list[float] | 
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return path
+
+
+def check_lab(lab: Lab) -> None:
+    """Check, before Ray starts and before anything is written, that a lab can run and goes on as it started.
+
+    Args:
+        lab: the lab (its folder may hold a record ``lab.json`` of the stages run so far).
+
+    Raises:
+        UserError: for CPUs per trial that are not positive, a lab space that is not a lab's grid (``base_space``), or
+            a space, seeds, model or task that differ from those its record names (its stages would mix two designs).
+    """
+    if not lab.cpus_per_trial > 0:
+        raise UserError(f"--cpus-per-trial must be positive, got {lab.cpus_per_trial:g}")
+    base_space(lab.space)
+    record = read_lab_record(lab.dir)
+    if not record:
+        return
+    from vitplast_tune.space.files import load_space
+
+    given = {
+        "model": MODELS[lab.model],
+        "dataset": TASKS[lab.task],
+        "seeds": None if lab.seeds is None else list(lab.seeds),
+    }
+    spec = load_space(lab.space)
+    if "space_fingerprint" in record:
+        same_space = record["space_fingerprint"] == spec.fingerprint
+    else:  # a record of before the fingerprint: the space's name or file
+        same_space = record.get("space") in (None, lab.space, str(spec.path), Path(spec.path).stem)
+    differences = [("--space", record.get("space"), lab.space)] if not same_space else []
+    differences += [(key, record[key], value) for key, value in given.items() if key in record and record[key] != value]
+    if differences:
+        what, recorded, value = differences[0]
+        raise UserError(
+            f"{lab.name} in {lab.storage} was started with {what} {recorded} ({LAB_FILE}), not {value}: its stages "
+            f"would mix two designs; run it as it started, or give another --storage for a new lab"
+        )

@@ -139,7 +139,10 @@ def record_stage(
         trials: its number of trials.
     """
     record = read_lab_record(lab.dir)
+    from vitplast_tune.space.files import load_space
+
     record.update(lab=lab.name, task=lab.task, dataset=TASKS[lab.task], model=MODELS[lab.model], space=lab.space)
+    record["space_fingerprint"] = load_space(lab.space).fingerprint  # a resume with another space is refused
     if lab.seeds is not None:
         record["seeds"] = list(lab.seeds)
     record.setdefault("stages", {})[stage] = {

@@ -57,9 +57,12 @@ def inspect_inputs(
     models.check_weights(settings.model, settings.weights, settings.pretrained)
     recipe.check(settings)  # what the recipe's settings need timm or the model's family for
     classes = datasets.num_classes(settings.dataset, settings.data_dir, settings.download)
+    models.check_weights_fit(settings.model, settings.weights, classes)
     augment = datasets.resolve_augmentation(settings.dataset, settings.augment)
-    for name in augmentations:
-        datasets.resolve_augmentation(settings.dataset, name)
+    trials = budget.trials if budget is not None else ()
+    check_policies(
+        settings, trials, {augment, *(datasets.resolve_augmentation(settings.dataset, a) for a in augmentations)}
+    )
     image_cache = settings.image_cache
     if 0 < image_cache < max(config["input_size"][1:]):
         raise UserError(
@@ -76,3 +79,21 @@ def inspect_inputs(
         settings.dataset, config, data_dir=settings.data_dir, download=settings.download, image_cache=image_cache
     )
     return decoded, augment
+
+
+def check_policies(settings: FinetuneConfig, trials: tuple[FinetuneConfig, ...], recipes: set[str]) -> None:
+    """Check that every ``auto_augment`` policy a trial may draw follows a training crop.
+
+    Args:
+        settings: The search's trial settings.
+        trials: The settings of trials at the space's corners (every choice of a searched policy or recipe).
+        recipes: The augmentation recipes a trial may draw, resolved (the dataset's default named).
+
+    Raises:
+        UserError: If a policy may meet a recipe without a crop (``none``).
+    """
+    from vitplast_tune.data import transforms
+
+    for policy in sorted({c.auto_augment for c in (settings, *trials)} - {None}):
+        for recipe in sorted(recipes):
+            transforms.with_auto_augment(recipe, policy)

@@ -12,7 +12,7 @@ from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.errors import UserError
 from vitplast_tune.lock import check_not_running
 from vitplast_tune.names import check_name, default_name
-from vitplast_tune.plan import checks, inputs, resume, services, state
+from vitplast_tune.plan import checks, inputs, resources, resume, services, state, trials
 from vitplast_tune.plan.options import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_SEED,
@@ -53,6 +53,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
         said = resumed_state(plan, record)
     check_services(plan, record is not None)
     spec, notes = fit_scheduler(plan.spec, plan.settings.max_steps)
+    trials.check_batches(spec, plan.settings, resources.workers_per_trial(options))
     checks.check_plasticity(options, plan.settings.dataset)
     checks.check_local_resources(options)
     reference = options.plasticity_reference if options.plasticity else None

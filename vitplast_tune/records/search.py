@@ -121,7 +121,9 @@ class Search:
         failed), its final metrics, plasticity scores and MLflow run id (``run_id``); read anew at each call."""
         path = self.directory / "trials.csv"
         if path.is_file():
-            table = pd.read_csv(path, dtype={"trial_id": str, "run_id": str})
+            from vitplast_tune.records.table import read_trials
+
+            table = read_trials(self.directory)  # a damaged table: UserError saying which file and what to do
             return table.assign(status=table.apply(_trial_status, axis=1))
         if not (self.directory / STUDY_FILE).is_file():
             return pd.DataFrame()

@@ -85,7 +85,51 @@ def read_trials(directory: Path) -> pd.DataFrame:
     path = directory / "trials.csv"
     if not path.is_file():
         raise UserError(f'search "{directory.name}" in {directory.parent} has not finished: no trial table to analyze')
-    return pd.read_csv(path, dtype={"trial_id": str, "run_id": str})
+    problem = table_problem(path)
+    if problem is None:
+        try:
+            table = pd.read_csv(path, dtype={"trial_id": str, "run_id": str})
+        except (ValueError, UnicodeDecodeError) as exc:  # pandas' ParserError is a ValueError
+            problem = " ".join(str(exc).split())[:200]
+        else:
+            problem = _column_problem(table)
+    if problem is not None:
+        raise UserError(
+            f"the trial table {path} is damaged ({problem}); move it aside and run the search again with "
+            "--resume (its trials do not run again: the table is written anew from Ray Tune's records)"
+        )
+    return table
+
+
+def table_problem(path: Path) -> str | None:
+    """What is wrong with a trial table's CSV file (cut short, rows of another width), or None when it looks whole."""
+    import csv
+
+    text = path.read_bytes()
+    if not text.strip():
+        return "empty"
+    if not text.endswith(b"\n"):
+        return "cut short: its last line is not whole"
+    try:
+        rows = list(csv.reader(text.decode().splitlines()))
+    except (csv.Error, UnicodeDecodeError) as exc:
+        return str(exc)
+    width = len(rows[0])
+    for number, row in enumerate(rows[1:], start=2):
+        if len(row) != width:
+            return f"line {number} has {len(row)} fields, the header {width}"
+    return None
+
+
+def _column_problem(table: pd.DataFrame) -> str | None:
+    """A column a trial table always has missing, or a flag column that does not read as true/false."""
+    missing = [c for c in ("trial_id", "components", "best_val_acc", "diverged") if c not in table]
+    if missing:
+        return f"no column {missing[0]}"
+    for column in ("diverged", "over_budget"):
+        if column in table and table[column].dtype != bool:
+            return f"column {column} holds values other than True and False"
+    return None
 
 
 def trial_result(grid, trial_id: str):

@@ -19,7 +19,7 @@ from ray.tune import Callback
 
 from vitplast_tune import holds, storage
 from vitplast_tune.analysis.analyze import analyze_search
-from vitplast_tune.errors import SearchInterrupted
+from vitplast_tune.errors import SearchFailed, SearchInterrupted, option, trial_cause
 from vitplast_tune.log import get_logger
 from vitplast_tune.plan.options import SearchOptions, SearchPlan
 from vitplast_tune.plan.planner import prepare
@@ -157,6 +157,7 @@ def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings
         result = SearchResult(plan.place, plan.spec, plan.settings, table, parent, view=tuned.view)
         result.notes = list(plan.notes)
         _record_results(result, mlflow, tuned.grid)
+    _check_some_reported(plan, table, tuned.grid)
     holds.hold("end")  # a test's signal lands here, the trial table written (nothing under a user's run)
     o = plan.options
     with before_trials.measuring_worker(o.trial_resources, doing="building the best model") as runner:
@@ -171,6 +172,20 @@ def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings
     mlflow.log_dict(parent, timings.seconds, "timings.json")
     mlflow.set_terminated(parent, status="FINISHED")
     return result
+
+
+def _check_some_reported(plan: SearchPlan, table, grid) -> None:
+    """SearchFailed, naming the first trial's cause, when no trial reported a validation accuracy (every one failed):
+    a search without an answer is not a success (its parent run is then ended FAILED, ``_execute``)."""
+    if not table.empty and table["best_val_acc"].notna().any():
+        return
+    errors = [r.error for r in sorted(grid, key=lambda r: str(getattr(r, "path", ""))) if r.error is not None]
+    cause = trial_cause(errors[0]) if errors else "none failed, yet none reported a validation accuracy"
+    raise SearchFailed(
+        f'no trial of search "{plan.name}" reported a validation accuracy: {len(errors)} of {len(table)} failed, the '
+        f"first with {cause}; fix that and start the search again (another {option('name')}); its records: "
+        f"{plan.results_dir}"
+    )
 
 
 def _record_and_tune(

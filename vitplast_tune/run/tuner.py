@@ -44,6 +44,7 @@ TUNE_SETTINGS = {  # Ray Tune's settings while a search runs (``tune_environment
     "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
     "RAY_AIR_NEW_OUTPUT": "0",  # the old reporter, silent at verbose=0: the new one prints its banner whatever
 }
+KEEP_CHECKPOINTS = 1  # per trial: its latest, which holds its best weights too (RunConfig's CheckpointConfig)
 
 
 def pending_trials(plan: SearchPlan, cluster_grows: bool) -> int | None:
@@ -139,7 +140,9 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
             callbacks=callbacks,
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=plan.max_failures),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            # One checkpoint per trial: the latest carries both what a resume needs and the trial's best-validation
+            # weights (best.safetensors, ``run.checkpoints``), so older ones are only disk (the quickstart's 317 MB).
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS),
         ),
     )
 

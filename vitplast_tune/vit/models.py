@@ -132,6 +132,83 @@ def check_weights(name: str, weights: str | Path | None, pretrained: bool) -> No
         check_weights_file(path)
     elif pretrained:
         _check_shipped_file(name)
+        if hf.is_hf(name):
+            hf.check_weights(name)
+
+
+def check_weights_fit(name: str, weights: str | Path | None, num_classes: int) -> None:
+    """Check that a local weights file fits the model it is given to, as loading it for a trial would.
+
+    The file's tensor names and shapes (its header alone, for safetensors) are compared with the model's state dict,
+    the model built on the meta device (no memory); where they differ, timm's own loading (which may adapt a
+    checkpoint, e.g. resample position embeddings) decides, still on the meta device.
+
+    Args:
+        name: The model's name (a timm name; ``hf:`` models take no weights file).
+        weights: The weights file (None: nothing to check).
+        num_classes: The classes of the head the trials give the model (a pretrained head of another size is
+            dropped, as timm does).
+
+    Raises:
+        UserError: If the weights do not fit the model; the message says how they differ.
+    """
+    if weights is None or hf.is_hf(name):
+        return
+    path = Path(weights).expanduser()
+    with torch.device("meta"):
+        model = timm.create_model(name, pretrained=False, num_classes=num_classes)
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    found = _tensor_shapes(path)
+    cfg = getattr(model, "pretrained_cfg", {})
+    heads = cfg.get("classifier") or () if num_classes != cfg.get("num_classes") else ()  # as timm drops a head
+    heads = (heads,) if isinstance(heads, str) else tuple(heads)
+    is_head = lambda key: key.rsplit(".", 1)[0] in heads
+    differences = _differences({k: v for k, v in expected.items() if not is_head(k)}, found, is_head)
+    if not differences:
+        return
+    try:
+        with torch.device("meta"):
+            create_model(name, num_classes, weights=path)
+    except UserError:
+        raise UserError(
+            f'weights file {path} does not fit "{name}": {differences}; give the weights of that model (or the model '
+            "those weights are of)"
+        ) from None
+
+
+def _tensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """The names and shapes of the tensors a weights file holds: a safetensors file's header, else the state dict
+    loaded memory-mapped."""
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="numpy") as f:
+            names = f.keys()  # a safe_open handle is not iterable
+            return {k: tuple(f.get_slice(k).get_shape()) for k in names}
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError:  # a file of torch's legacy format cannot be memory-mapped
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    return {k: tuple(v.shape) for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+
+def _differences(expected: dict[str, tuple], found: dict[str, tuple], is_head) -> str:
+    """How a file's tensors (``found``) differ from a model's (``expected``, its head left out), in words; empty when
+    they agree."""
+    missing = [k for k in expected if k not in found]
+    extra = [k for k in found if k not in expected and not is_head(k)]
+    shapes = [k for k in expected if k in found and found[k] != expected[k]]
+    listed = lambda keys: ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "")
+    size = lambda shape: "x".join(map(str, shape)) or "scalar"
+    said = [
+        f"{len(missing)} of the model's tensors missing ({listed(missing)})" if missing else "",
+        f"{len(extra)} tensors the model lacks ({listed(extra)})" if extra else "",
+        f"{len(shapes)} of other shapes ({shapes[0]}: {size(found[shapes[0]])} in the file, "
+        f"{size(expected[shapes[0]])} in the model{', ...' if len(shapes) > 1 else ''})"
+        if shapes
+        else "",
+    ]
+    return "; ".join(s for s in said if s)
 
 
 def check_weights_file(path: Path) -> None:

@@ -186,6 +186,8 @@ def load_config(name: str):
     where = source(name)
     if Path(where).is_absolute() and not (Path(where) / "config.json").is_file():
         raise UserError(f'model "{name}": {where} has no config.json (a folder that save_pretrained wrote)')
+    if not Path(where).is_absolute():
+        check_hub_reachable(name, where)
     try:
         config = transformers.AutoConfig.from_pretrained(where)
     except (OSError, ValueError) as exc:
@@ -199,6 +201,41 @@ def load_config(name: str):
             f"{', '.join(f.name + ' (' + '/'.join(f.model_types) + ')' for f in FAMILIES)}"
         )
     return config
+
+
+HUB_TIMEOUT_S = 5.0  # how long the hub's host may take to accept a connection before a hub id is refused
+
+
+def check_hub_reachable(name: str, hub_id: str) -> None:
+    """Check, once and quickly, that a hub id not in the local cache can be fetched (before transformers' retries).
+
+    Args:
+        name: The model's name, ``hf:<hub id>``.
+        hub_id: Its hub id.
+
+    Raises:
+        UserError: If the id is not cached and the hub is off (``HF_HUB_OFFLINE``) or its host does not accept a
+            connection within ``HUB_TIMEOUT_S``.
+    """
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(hub_id, "config.json"), str):
+        return
+    fix = "download it once with a network (it is then cached), or give hf:<local folder>"
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise UserError(f'model "{name}" is not in the Hugging Face cache and the hub is off (HF_HUB_OFFLINE); {fix}')
+    url = urlparse(os.environ.get("HF_ENDPOINT") or constants.ENDPOINT)
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=HUB_TIMEOUT_S).close()
+    except OSError as exc:
+        raise UserError(
+            f'model "{name}": the Hugging Face hub {host} cannot be reached ({exc.strerror or exc}); {fix}'
+        ) from None
 
 
 def create(name: str, num_classes: int, *, pretrained: bool, drop_path_rate: float = 0.0) -> HFClassifier:
@@ -276,3 +313,29 @@ def _transformers():
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text[:300] + ("..." if len(text) > 300 else "")
+
+
+# The files a transformers folder's weights lie in (save_pretrained's, sharded or not; safetensors or torch's).
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def check_weights(name: str) -> None:
+    """Check that an ``hf:`` folder to be loaded pretrained holds weights (a hub id is not checked here).
+
+    Args:
+        name: The model's name, ``hf:<hub id or folder>``.
+
+    Raises:
+        UserError: If the folder holds none of ``WEIGHT_FILES``.
+    """
+    where = Path(source(name))
+    if where.is_absolute() and not any((where / f).is_file() for f in WEIGHT_FILES):
+        raise UserError(
+            f'model "{name}": {where} has no weights ({", ".join(WEIGHT_FILES)}); give the folder save_pretrained '
+            "wrote with its weights, or train the model from scratch (pretrained=false)"
+        )
