@@ -35,9 +35,10 @@ def ui_main(argv: Sequence[str] | None = None) -> int:
     from vitplast_tune.records import ui
     from vitplast_tune.storage import SEARCH_FILE, read_record, search_dir
 
-    record = read_record(search_dir(args.name, args.storage), purpose="recorded")
-    if not record["tracking_uri"].startswith(("http://", "https://")):  # a server's answer is checked by its links
-        services.check_tracking(record["tracking_uri"], f"the search's record {args.name}/{SEARCH_FILE}")
+    for name in args.name:  # each store checked first: a damaged one is named, with what to do
+        record = read_record(search_dir(name, args.storage), purpose="recorded")
+        if not record["tracking_uri"].startswith(("http://", "https://")):  # a server's answer is checked by its links
+            services.check_tracking(record["tracking_uri"], f"the search's record {name}/{SEARCH_FILE}")
     return ui.serve(args.name, args.storage, args.port, args.open)
 
 
