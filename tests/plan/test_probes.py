@@ -44,3 +44,30 @@ def test_the_writable_probe_leaves_nothing_and_makes_no_folder(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match="is a file, not a folder"):
         services.check_writable(tmp_path / "file" / "under", "the storage")
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "mysql", "mssql"])
+def test_a_database_server_that_takes_the_connection_and_never_answers_is_refused_within_the_timeout(scheme):
+    with socket.socket() as silent:  # the port open, nothing behind it that speaks the database's protocol
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        with pytest.raises(UserError) as refused:
+            services._check_database(f"{scheme}://u@127.0.0.1:{port}/mlflow", scheme, "--tracking-uri", 1.5)
+    assert str(refused.value) == (
+        f"the {scheme} server of MLflow's store 127.0.0.1:{port} (from --tracking-uri) did not answer within 1.5 s "
+        "(timed out): check that it runs and the URI's host and port"
+    )
+
+
+def test_a_postgresql_server_is_known_by_its_answer_to_an_ssl_request():
+    from _services import Postgres, postgres_bin
+
+    if postgres_bin("initdb") is None:
+        pytest.skip("no PostgreSQL here")
+    server = Postgres()
+    try:
+        services.check_tracking(server.url, "--tracking-uri", timeout_s=5)  # answers: no error
+        assert services.handshake("127.0.0.1", server.port, services._HELLO["postgresql"], 5)[:1] in (b"S", b"N")
+    finally:
+        server.stop()

@@ -7,11 +7,13 @@ and a folder that does not exist yet is not made (the driver makes it when the s
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import socket
 import sqlite3
 import tempfile
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -135,12 +137,59 @@ def _check_database(uri: str, scheme: str, origin: str, timeout_s: float) -> Non
         ) from None
     host, port = url.host or "localhost", url.port or DATABASE_PORTS[scheme]
     try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
+        answer = handshake(host, port, _HELLO[scheme], timeout_s)
     except OSError as exc:
+        answer, problem = b"", _reason(exc)
+    else:
+        problem = "" if _ANSWERS[scheme](answer) else f"its answer {answer[:8]!r} is not {scheme}'s"
+    if problem:
         raise ServicesError(
             f"the {scheme} server of MLflow's store {host}:{port} (from {origin}) did not answer within "
-            f"{timeout_s:g} s ({_reason(exc)}): check that it runs and the URI's host and port"
-        ) from None
+            f"{timeout_s:g} s ({problem}): check that it runs and the URI's host and port"
+        )
+
+
+# What each database server is first sent (nothing: MySQL speaks first), and how its first answer looks: PostgreSQL
+# answers an SSLRequest with one byte (S, N, or E from an old server), MySQL greets with a packet of sequence 0 and a
+# protocol version (10, or 255 with an error), SQL Server answers a TDS pre-login with a tabular-result packet (4).
+_HELLO = {
+    "postgresql": (8).to_bytes(4, "big") + (80877103).to_bytes(4, "big"),
+    "mysql": b"",
+    "mssql": bytes.fromhex("12010014000001000000060006ff000000000000"),  # header, VERSION, its 6 bytes
+}
+_ANSWERS = {
+    "postgresql": lambda a: a[:1] in (b"S", b"N", b"E"),
+    "mysql": lambda a: len(a) >= 5 and a[3] == 0 and a[4] in (10, 255),
+    "mssql": lambda a: a[:1] == b"\x04",
+}
+
+
+def handshake(host: str, port: int, hello: bytes, timeout_s: float) -> bytes:
+    """Connect to ``host:port``, send ``hello`` and return the first bytes the server answers, all within
+    ``timeout_s``; OSError (``TimeoutError`` for a server that takes the connection and never answers) otherwise.
+
+    Args:
+        host: the server's host name or address.
+        port: its port.
+        hello: what the server is sent first (empty: it speaks first).
+        timeout_s: the whole exchange's bound, in seconds.
+
+    Returns:
+        The first bytes it sent back (at most 64; empty when it closed the connection without a word).
+
+    Raises:
+        OSError: the connection or the exchange failed or took longer than ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    with socket.create_connection((host, port), timeout=timeout_s) as conn:
+        if hello:
+            conn.settimeout(max(deadline - time.monotonic(), 0.001))
+            conn.sendall(hello)
+        conn.settimeout(max(deadline - time.monotonic(), 0.001))
+        answer = conn.recv(64)
+    if not answer:
+        raise ConnectionResetError(errno.ECONNRESET, "the server closed the connection without a word")
+    return answer
 
 
 def check_writable(folder: Path, what: str, advice: str = "") -> None:
