@@ -8,13 +8,15 @@ duplicating them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import numbers
+import os
 import re
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -51,6 +53,36 @@ FINAL_METRICS = ("val_acc_common", "common_step", "trainable_params", "log10_tra
 BEST_WEIGHTS = f"{BEST_TRIAL_DIR}/{WEIGHTS_FILE}"
 ARTIFACTS_DIR = "mlartifacts"  # beside a SQLite store: one folder per experiment
 _MAX_PARAM = 6000
+
+
+# While trials run, an MLflow call to a server gets one retry and BOUNDED_CALL_S seconds an attempt (MLflow's
+# defaults: 7 retries, 120 s each, minutes of silence from a stopped or stalled server); a user's setting wins.
+BOUNDED_CALL_S = 8
+BOUNDED_ENV = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": str(BOUNDED_CALL_S),
+}
+
+
+@contextlib.contextmanager
+def bounded_calls(retries: int = 1, timeout_s: int = BOUNDED_CALL_S) -> Iterator[None]:
+    """MLflow's calls to a tracking server bounded while in the block: ``retries`` retries, ``timeout_s`` seconds an
+    attempt (a call that gets no answer fails within about (``retries`` + 1) x ``timeout_s`` + ``retries`` s). A
+    variable the user set is kept."""
+    bounds = {
+        **BOUNDED_ENV,
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries),
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_s),
+    }
+    wanted = {key: value for key, value in bounds.items() if key not in os.environ}
+    os.environ.update(wanted)
+    try:
+        yield
+    finally:
+        for key in wanted:
+            os.environ.pop(key, None)
 
 
 def client(tracking_uri: str) -> MlflowClient:

@@ -115,8 +115,7 @@ def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings |
             with interrupts.deferred():  # every trial ended: SIGTERM waits for the results (Ctrl-C still stops)
                 result = _finish(plan, tuned, records, timings)
         except KeyboardInterrupt:
-            if records.parent is not None:
-                tracking.close_search(records.mlflow, records.parent, "KILLED")
+            _close_stopped(records)
             raise _interrupted(plan, records) from None
         except SearchInterrupted:
             raise
@@ -206,8 +205,9 @@ def _interrupted(
     """The SearchInterrupted of a search stopped by Ctrl-C, SIGTERM or an OS fault: how to resume (or finish) it, or
     that nothing was recorded."""
     fault = guard.current_fault()
+    fix, fault_exit = guard.current_fix()
     if fault:
-        what, fix = f"{fault}: {what}", "free space (or fix the filesystem), then "
+        what = f"{fault}: {what}"
     else:
         fix = ""
     if not records.written:
@@ -219,7 +219,7 @@ def _interrupted(
         )
     else:
         text = f"{what}; nothing is lost: {fix}continue the search with {resume_command(plan)}"
-    return SearchInterrupted(text, guard.EXIT_CODE if fault else interrupts.exit_code())
+    return SearchInterrupted(text, fault_exit if fault else interrupts.exit_code())
 
 
 def _close_stopped(records: _Records) -> None:
@@ -228,11 +228,13 @@ def _close_stopped(records: _Records) -> None:
     guard.after_stop()
     if records.parent is not None:
         try:
-            tracking.close_search(records.mlflow, records.parent, "KILLED")
+            with tracking.bounded_calls(retries=0, timeout_s=5):  # a tracking store that stopped answering: once
+                tracking.close_search(records.mlflow, records.parent, "KILLED")
         except Exception as exc:
             if not guard.stopped_by(exc, "the driver closed its MLflow runs"):
                 raise
-            log.warning(f"warning: the MLflow runs stay RUNNING ({guard.fault_of(exc)}): --resume closes them")
+            why = guard.fault_of(exc) or guard.service_fault_of(exc) or guard.current_fault()
+            log.warning(f"warning: the MLflow runs stay RUNNING ({why}): --resume closes them")
 
 
 def _tune(

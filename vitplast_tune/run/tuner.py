@@ -18,6 +18,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from vitplast_tune._compat import ray_tune
 from vitplast_tune.log import quieted
 from vitplast_tune.plan.options import SearchPlan
+from vitplast_tune.records import tracking
 from vitplast_tune.run import guard, optuna_search, parallel, schedulers, variants
 from vitplast_tune.space.files import SearchSpec
 
@@ -62,13 +63,15 @@ def tune_environment(plan: SearchPlan, cluster_grows: bool) -> Iterator[dict[str
     CSV and JSON loggers replace Tune's defaults, whose TensorBoard logger imports torch into the driver (for
     nothing: MLflow is this tool's record); no warning about syncing the experiment's state, which a
     search on local disk does at every trial's report; ``RAY_AIR_NEW_OUTPUT=0``: Tune's "Configuration for
-    experiment" box and tables stay unprinted (the progress lines are this tool's). Yields the values it set.
+    experiment" box and tables stay unprinted (the progress lines are this tool's); MLflow's calls to a tracking server
+    bounded (``records.tracking.BOUNDED_ENV``). Yields the values it set.
     """
     wanted = {
         "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
         "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
         "RAY_AIR_NEW_OUTPUT": "0",  # the old reporter, silent at verbose=0: the new one prints its banner whatever
     }
+    wanted.update(tracking.BOUNDED_ENV)  # MLflow's calls bounded: a tracking server that stops is noticed (guard)
     if (pending := pending_trials(plan, cluster_grows)) is not None:
         wanted[PENDING_ENV] = str(pending)
     wanted = {key: value for key, value in wanted.items() if key not in os.environ}
