@@ -251,6 +251,11 @@ def log_artifacts(mlflow: MlflowClient, run_id: str, paths: Iterable[Path], arti
         mlflow.log_artifact(run_id, str(path), artifact_path)
 
 
+def param_texts(params: dict[str, Any]) -> dict[str, str]:
+    """``params`` as MLflow stores them (``log_params``): values as strings, None left out."""
+    return {k: _param_text(v) for k, v in params.items() if v is not None}
+
+
 def _param_text(value: Any) -> str:
     text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
     return text[:_MAX_PARAM]

@@ -98,6 +98,17 @@ def unfinished(location: str, total: int) -> int:
     return max(total - sum(status in ("TERMINATED", "ERROR") for status in statuses), 0)
 
 
+def saved_trials(location: str) -> dict[str, str] | None:
+    """Each trial of the experiment state Tune saved at ``location`` (a search's) and its status; None when there is
+    no state to restore."""
+    from ray.tune import ExperimentAnalysis
+
+    if not tune.Tuner.can_restore(location):
+        return None
+    with quieted(ray_tune.EXPERIMENT_ANALYSIS_LOGGER):
+        return {t.trial_id: t.status for t in ExperimentAnalysis(location).trials}
+
+
 def restore(location: str, trainable) -> tune.Tuner:
     """The Tuner of an interrupted search at ``location``, to run its unfinished and errored trials."""
     with quieted(ray_tune.EXPERIMENT_ANALYSIS_LOGGER):  # not "failed to fetch metrics" of held-back trials
