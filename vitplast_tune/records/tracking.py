@@ -9,6 +9,7 @@ duplicating them.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import math
 import numbers
@@ -86,8 +87,30 @@ def bounded_calls(retries: int = 1, timeout_s: int = BOUNDED_CALL_S) -> Iterator
 
 
 def client(tracking_uri: str) -> MlflowClient:
-    """An MLflow client for ``tracking_uri`` (e.g. ``sqlite:///path/mlflow.db`` or ``http://127.0.0.1:5000``)."""
-    return MlflowClient(tracking_uri=tracking_uri)
+    """An MLflow client for ``tracking_uri`` (e.g. ``sqlite:///path/mlflow.db`` or ``http://127.0.0.1:5000``); a
+    SQLite store is opened (made, or its schema upgraded, by MLflow) under ``store_lock``."""
+    with store_lock(tracking_uri):
+        return MlflowClient(tracking_uri=tracking_uri)
+
+
+@contextlib.contextmanager
+def store_lock(tracking_uri: str) -> Iterator[None]:
+    """For a SQLite store: an exclusive lock on a file beside it (``<its file>.lock``) while in the block, so that
+    processes opening one new store at once make (or upgrade) its schema one after the other (MLflow's migrations
+    race otherwise: "table ... already exists"); nothing for other stores.
+
+    Args:
+        tracking_uri: the tracking URI (``sqlite:///path/mlflow.db`` takes the lock).
+    """
+    database = tracking_uri.split(":///", 1)[1].split("?")[0] if tracking_uri.startswith("sqlite:///") else ""
+    if not database or database == ":memory:":
+        yield
+        return
+    path = Path(database).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f"{path.name}.lock"), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def experiment_id(mlflow: MlflowClient, name: str, artifact_location: str | None = None) -> str:
