@@ -71,3 +71,30 @@ def test_a_postgresql_server_is_known_by_its_answer_to_an_ssl_request():
         assert services.handshake("127.0.0.1", server.port, services._HELLO["postgresql"], 5)[:1] in (b"S", b"N")
     finally:
         server.stop()
+
+
+def test_a_tracking_server_whose_artifact_store_takes_no_file_is_refused():
+    from _servers import MLFLOW_API, http_server
+
+    with http_server({MLFLOW_API: 200}, put=500) as url:  # answers MLflow's API; its artifact proxy fails
+        with pytest.raises(UserError) as refused:
+            services.check_tracking(url, "--tracking-uri", timeout_s=5)
+    assert str(refused.value) == (
+        f"the artifact store behind the MLflow tracking server {url} (from --tracking-uri) did not take a small file "
+        '(HTTP 500: {"error_code": "INTERNAL_ERROR", "message": "could not reach the bucket"}): check the server\'s '
+        "--artifacts-destination (its bucket, endpoint and credentials)"
+    )
+    with http_server({MLFLOW_API: 200}) as url:  # no artifact proxy (PUT unsupported): the clients write themselves
+        services.check_tracking(url, "--tracking-uri", timeout_s=5)
+
+
+def test_a_real_tracking_server_takes_the_probe_file_and_keeps_nothing_of_it(tmp_path):
+    from _services import MlflowServer
+
+    server = MlflowServer(f"sqlite:///{tmp_path / 'server.db'}", None, "artifacts", tmp_path)
+    try:
+        services.check_tracking(server.url, "--tracking-uri", timeout_s=30)
+    finally:
+        server.stop()
+    assert (tmp_path / "artifacts" / ".vitplast-write-test").is_dir()  # the probe was written there ...
+    assert [p for p in (tmp_path / "artifacts").rglob("*") if p.is_file()] == []  # ... and removed

@@ -7,6 +7,7 @@ and a folder that does not exist yet is not made (the driver makes it when the s
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -76,6 +77,32 @@ def _check_server(uri: str, origin: str, timeout_s: float) -> None:
             f"{what} answered HTTP {answer.status_code} to MLflow's REST API: it is not an MLflow tracking server, "
             "or not at that path; check the URI"
         )
+    _check_artifact_proxy(uri, what, timeout_s)
+
+
+def _check_artifact_proxy(uri: str, what: str, timeout_s: float) -> None:
+    """A server that proxies artifacts must take a small file into its artifact store (then removed) within
+    ``timeout_s``; one that does not proxy them (HTTP 404 or 501 there) is left to the clients' own access."""
+    from mlflow.exceptions import MlflowException
+
+    from vitplast_tune._compat import mlflow as mlflow_internals
+
+    probe = f"{mlflow_internals.ARTIFACTS_API}/.vitplast-write-test/{os.getpid()}-{time.time_ns()}"
+    try:
+        answer = mlflow_internals.ask_server(uri, probe, timeout_s, method="PUT", data=b"vitplast")
+    except (MlflowException, OSError) as exc:
+        problem = f"no answer within {timeout_s:g} s ({_reason(exc)})"
+    else:
+        if answer.status_code in (404, 501):
+            return  # not a proxy: the runs' artifacts go where the server tells each client
+        problem = "" if answer.status_code < 300 else f"HTTP {answer.status_code}: {_reason(Exception(answer.text))}"
+    if problem:
+        raise ServicesError(
+            f"the artifact store behind {what} did not take a small file ({problem}): check the server's "
+            "--artifacts-destination (its bucket, endpoint and credentials)"
+        )
+    with contextlib.suppress(MlflowException, OSError):  # a probe left behind is a few bytes; the check passed
+        mlflow_internals.ask_server(uri, probe, timeout_s, method="DELETE")
 
 
 def _check_sqlite(uri: str, origin: str) -> None:
