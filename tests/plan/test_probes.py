@@ -76,9 +76,8 @@ def test_a_postgresql_server_is_known_by_its_answer_to_an_ssl_request():
 def test_a_tracking_server_whose_artifact_store_takes_no_file_is_refused():
     from _servers import MLFLOW_API, http_server
 
-    with http_server({MLFLOW_API: 200}, put=500) as url:  # answers MLflow's API; its artifact proxy fails
-        with pytest.raises(UserError) as refused:
-            services.check_tracking(url, "--tracking-uri", timeout_s=5)
+    with http_server({MLFLOW_API: 200}, put=500) as url, pytest.raises(UserError) as refused:  # its proxy fails
+        services.check_tracking(url, "--tracking-uri", timeout_s=5)
     assert str(refused.value) == (
         f"the artifact store behind the MLflow tracking server {url} (from --tracking-uri) did not take a small file "
         '(HTTP 500: {"error_code": "INTERNAL_ERROR", "message": "could not reach the bucket"}): check the server\'s '
