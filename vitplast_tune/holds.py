@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 HOLD_ENV = "VITPLAST_HOLD"
 LIMIT_S = 600.0  # the longest a held phase waits for its signal
@@ -62,7 +63,7 @@ def hold(phase: str) -> None:
             signal.signal(signum, handler)
 
 
-def _noting_signals() -> dict[int, object]:
+def _noting_signals() -> dict[int, Any]:
     """SIGINT's and SIGTERM's handlers wrapped so that each notes its signal before it runs (a handler that only
     sets a flag, as Tune's graceful stop does, ends the hold too); the handlers replaced (main thread only)."""
     if threading.current_thread() is not threading.main_thread():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import mlflow as _mlflow
 
@@ -37,7 +38,9 @@ def tracking_schemes() -> list[str]:
     return sorted(_tracking_store_registry._registry)
 
 
-def ask_server(uri: str, endpoint: str, timeout_s: float, params: dict | None = None, method: str = "GET", **more):
+def ask_server(
+    uri: str, endpoint: str, timeout_s: float, params: dict | None = None, method: str = "GET", **more: Any
+) -> Any:
     """One request (``method``, default GET) of ``endpoint`` on the tracking server ``uri`` as MLflow's client sends
     it (its credentials, TLS settings and headers from the environment), with no retries; the ``requests`` response,
     or MlflowException when nothing answered. ``more``: further arguments of ``requests`` (e.g. ``data``)."""
