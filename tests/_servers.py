@@ -20,11 +20,19 @@ def closed_port() -> int:
 
 
 @contextlib.contextmanager
-def http_server(statuses: dict[str, int], default: int = 404) -> Iterator[str]:
-    """An HTTP server on 127.0.0.1 answering GET ``path`` with ``statuses[path]`` (else ``default``) and a JSON body;
-    yields its URL."""
+def http_server(statuses: dict[str, int], default: int = 404, put: int | None = None) -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 answering GET ``path`` with ``statuses[path]`` (else ``default``) and a JSON body,
+    and every PUT with ``put`` (unsupported, 501, when None); yields its URL."""
 
     class Answer(BaseHTTPRequestHandler):
+        def do_PUT(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b'{"error_code": "INTERNAL_ERROR", "message": "could not reach the bucket"}'
+            self.send_response(put or 501)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
         def do_GET(self):
             status = statuses.get(self.path.split("?")[0], default)
             body = b'{"experiments": []}' if status == 200 else b'{"error_code": "NOT_FOUND"}'

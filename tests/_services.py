@@ -71,12 +71,16 @@ class Postgres:
 
 class MlflowServer:
     """``mlflow server`` on 127.0.0.1 with its runs in ``backend`` (a database URL) and its artifacts in the S3
-    bucket of ``s3`` (the server proxies them: clients need no S3 access); ``restart`` stops and starts it on the
-    same port."""
+    bucket of ``s3`` (the server proxies them: clients need no S3 access), or in a local folder without ``s3``;
+    ``restart`` stops and starts it on the same port."""
 
-    def __init__(self, backend: str, s3: MotoS3, prefix: str, log_dir: Path):
-        self.backend, self.artifacts = backend, f"s3://{s3.bucket}/{prefix}"
-        self.env = {**os.environ, **S3_CREDENTIALS, "MLFLOW_S3_ENDPOINT_URL": s3.url, "PYTHONUNBUFFERED": "1"}
+    def __init__(self, backend: str, s3: MotoS3 | None, prefix: str, log_dir: Path):
+        if s3 is None:  # artifacts in a local folder (under log_dir)
+            self.artifacts, self.env = str(log_dir / prefix), {**os.environ, "PYTHONUNBUFFERED": "1"}
+        else:
+            self.artifacts = f"s3://{s3.bucket}/{prefix}"
+            self.env = {**os.environ, **S3_CREDENTIALS, "MLFLOW_S3_ENDPOINT_URL": s3.url, "PYTHONUNBUFFERED": "1"}
+        self.backend = backend
         self.env.pop("MLFLOW_TRACKING_URI", None)
         (self.port,) = free_ports(1)
         self.url = f"http://127.0.0.1:{self.port}"

@@ -53,3 +53,24 @@ def test_a_signal_ends_the_hold_whether_its_handler_raises_or_holds_it_back(tmp_
         holds.hold("end")
         assert time.monotonic() - started < 10
     assert any("recorded them first" in line for line in library_log)
+
+
+def test_a_signal_whose_handler_only_sets_a_flag_ends_the_hold_and_the_handler_still_runs(tmp_path, monkeypatch):
+    """Tune's graceful stop is such a handler (SIGINT while ``fit`` runs, SIGTERM through ``interrupts``): the hold
+    ends when it comes, the handler has run, and it is the signal's handler again after."""
+    monkeypatch.setenv(holds.HOLD_ENV, f"checkpoint:{tmp_path}")
+    monkeypatch.setattr(holds, "LIMIT_S", 20.0)  # a hold the signal missed ends after 20 s: the check below fails
+    seen: list[int] = []
+
+    def graceful(signum, frame):
+        seen.append(signum)
+
+    previous = signal.signal(signal.SIGINT, graceful)
+    try:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        started = time.monotonic()
+        holds.hold("checkpoint")
+        assert time.monotonic() - started < 10 and seen == [signal.SIGINT]
+        assert signal.getsignal(signal.SIGINT) is graceful
+    finally:
+        signal.signal(signal.SIGINT, previous)

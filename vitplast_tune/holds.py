@@ -2,16 +2,23 @@
 the signal reaches that phase (never a guess at how long the phase lasts on a loaded machine).
 
 Only under ``VITPLAST_HOLD=<phase>[,<phase>...]:<folder>``, which a test sets and nothing else does: ``hold(phase)``
-writes ``<folder>/<phase>.held`` once the job reaches the phase, then waits there until a signal has come (its
-handler raised, or ``note_signal`` recorded one a handler held back), ``<folder>/<phase>.release`` appears, or
-``LIMIT_S`` have passed. Without the variable ``hold`` returns at once.
+writes ``<folder>/<phase>.held`` once the job reaches the phase, then waits there until a signal has come (SIGINT or
+SIGTERM: its handler raised, returned, or held it back and said so with ``note_signal``), ``<folder>/<phase>.release``
+appears, or ``LIMIT_S`` have passed. Without the variable ``hold`` returns at once.
+
+The phases: ``end`` (a search's end phase, its trial table written; ``run.driver``) and ``checkpoint`` (the driver
+has taken a trial's report with a checkpoint, another trial having ended; ``run.guard.Watch``): while the driver
+waits there, Tune takes no report, so the held trial waits at its next one and cannot end before the signal.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from vitplast_tune import environment
 
@@ -47,7 +54,31 @@ def hold(phase: str) -> None:
         return
     folder.mkdir(parents=True, exist_ok=True)
     _noted.clear()
-    (folder / f"{phase}.held").write_text(f"{os.getpid()}\n")
-    release, deadline = folder / f"{phase}.release", time.monotonic() + LIMIT_S
-    while not _noted and not release.exists() and time.monotonic() < deadline:
-        time.sleep(POLL_S)  # a signal whose handler raises ends the wait here
+    saved = _noting_signals()
+    try:
+        (folder / f"{phase}.held").write_text(f"{os.getpid()}\n")
+        release, deadline = folder / f"{phase}.release", time.monotonic() + LIMIT_S
+        while not _noted and not release.exists() and time.monotonic() < deadline:
+            time.sleep(POLL_S)  # a signal whose handler raises ends the wait here
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
+def _noting_signals() -> dict[int, Any]:
+    """SIGINT's and SIGTERM's handlers wrapped so that each notes its signal before it runs (a handler that only
+    sets a flag, as Tune's graceful stop does, ends the hold too); the handlers replaced (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    saved = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        if callable(handler):
+
+            def noting(received, frame, handler=handler):
+                _noted.append(received)
+                handler(received, frame)
+
+            saved[signum] = handler
+            signal.signal(signum, noting)
+    return saved

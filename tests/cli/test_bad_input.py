@@ -340,6 +340,23 @@ def test_address_with_nothing_listening_fails_within_the_timeout(tmp_path):
     assert ray_sessions() == set()
 
 
+def test_a_postgresql_store_that_takes_the_connection_and_never_answers_is_refused_before_ray(tmp_path):
+    (tmp_path / "space.yaml").write_text(GOOD)
+    args = ["--space", str(tmp_path / "space.yaml"), "--no-plasticity", "--storage", str(tmp_path / "results")]
+    with socket.socket() as silent:  # takes the connection (the kernel's backlog), never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        uri = f"postgresql://mlflow@127.0.0.1:{port}/mlflow"
+        command = [sys.executable, "-m", "vitplast_tune", "search", *args, "--tracking-uri", uri]
+        proc = run(*command, "--connect-timeout", "2")  # hung silently in the search before
+    assert one_error_line(proc) == (
+        f"error: the postgresql server of MLflow's store 127.0.0.1:{port} (from --tracking-uri) did not answer "
+        "within 2 s (timed out): check that it runs and the URI's host and port"
+    )
+    assert ray_sessions() == set() and not (tmp_path / "results").exists()
+
+
 @pytest.mark.parametrize(
     "argv, code, text",
     [

@@ -179,14 +179,17 @@ def test_lost_worker_is_retried_from_its_checkpoint(tmp_path, owned_ray):
         "--max-failures",
         "2",
     ]
+    held = tmp_path / "holds"  # the driver waits at the second trial's checkpoint (holds): that trial cannot end
+    owned_ray.env[holds.HOLD_ENV] = f"checkpoint:{held}"
     proc = start_search(owned_ray, *args)
     wait_for_line(proc, "1/2 trials done")
-    deadline = time.monotonic() + 240  # until the second trial is training and has checkpointed
-    while len({p.parent for p in (tmp_path / "results" / "lost").glob("*/checkpoint_*")}) < 2:
-        assert time.monotonic() < deadline, "the second trial never checkpointed"
+    deadline = time.monotonic() + 240
+    while not (held / "checkpoint.held").exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "the second trial never checkpointed"
         time.sleep(0.2)
     (victim,) = owned_ray.pids("ray::ImplicitFunc")
     os.kill(victim, signal.SIGKILL)
+    (held / "checkpoint.release").touch()
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
     directory = tmp_path / "results" / "lost"
@@ -281,9 +284,13 @@ def test_sigterm_stops_like_ctrl_c_and_the_printed_command_resumes_each_trial_in
     directory, log = tmp_path / "results" / "term", tmp_path / "search.log"
     args = ["--space", str(space), "--name", "term", "--storage", str(directory.parent), "--max-concurrent", "1"]
     cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--no-plasticity", *args]
+    held = tmp_path / "holds"  # the driver waits at the second trial's checkpoint for the signal (holds)
+    env = {**owned_ray.env, holds.HOLD_ENV: f"checkpoint:{held}"}
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=owned_ray.env, start_new_session=True)
-        record = wait_until(lambda: second_trial_checkpointed(directory), proc, log, what="a second trial's checkpoint")
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        wait_until(lambda: (held / "checkpoint.held").exists(), proc, log, what="a second trial's checkpoint")
+        record = second_trial_checkpointed(directory)
+        assert record is not None  # one trial FINISHED, the other RUNNING with its checkpoint, held there
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=300)
     out = log.read_text()

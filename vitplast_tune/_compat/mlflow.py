@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import mlflow as _mlflow
 
@@ -39,17 +40,22 @@ def tracking_schemes() -> list[str]:
     return sorted(_tracking_store_registry._registry)
 
 
-def ask_server(uri: str, endpoint: str, timeout_s: float, params: dict | None = None):
-    """One GET of ``endpoint`` on the tracking server ``uri`` as MLflow's client sends it (its credentials, TLS
-    settings and headers from the environment), with no retries; the ``requests`` response, or MlflowException when
-    nothing answered."""
+def ask_server(
+    uri: str, endpoint: str, timeout_s: float, params: dict | None = None, method: str = "GET", **more: Any
+) -> Any:
+    """One request (``method``, default GET) of ``endpoint`` on the tracking server ``uri`` as MLflow's client sends
+    it (its credentials, TLS settings and headers from the environment), with no retries; the ``requests`` response,
+    or MlflowException when nothing answered. ``more``: further arguments of ``requests`` (e.g. ``data``)."""
     from mlflow.utils.credentials import get_default_host_creds
     from mlflow.utils.rest_utils import http_request
 
     creds = get_default_host_creds(uri)
-    return http_request(
-        creds, endpoint, "GET", max_retries=0, timeout=timeout_s, raise_on_status=False, params=params or {}
-    )
+    if params is not None:
+        more["params"] = params
+    return http_request(creds, endpoint, method, max_retries=0, timeout=timeout_s, raise_on_status=False, **more)
+
+
+ARTIFACTS_API = "/api/2.0/mlflow-artifacts/artifacts"  # a server's artifact proxy (mlflow server --serve-artifacts)
 
 
 PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"

@@ -19,6 +19,7 @@ from vitplast_tune.analysis.plots import plot_importance
 from vitplast_tune.analysis.prediction import TrialAnalysis, analyze_trials, describe_correlations
 from vitplast_tune.analysis.protocol import PaperResults, describe_paper, paper_results
 from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.errors import SpaceError
 from vitplast_tune.predictors.report import in_network_depth_scores, in_network_scores, search_report
 from vitplast_tune.predictors.scores import layer_table, num_blocks
 
@@ -108,7 +109,7 @@ def analyze_search(
             found.budgets.append(part)
             found.files += part.files
     if spec.criteria and len(trials):
-        grid_lrs = spec.parameters["lr"].grid_values() if "lr" in spec.parameters else None
+        grid_lrs = _grid_rates(spec)
         extra = in_network_scores(
             settings,
             trials["components"].unique(),
@@ -120,6 +121,16 @@ def analyze_search(
         found.criteria = pd.concat([r.comparison for r in found.lab], ignore_index=True)
         found.files += lab.write_lab(found.lab, out)
     return found
+
+
+def _grid_rates(spec) -> list[float] | None:
+    """The learning rates a space lists (a choice, or one value), beyond which the criteria lab says a rate was
+    added; None for a range (a TPE or random search: every rate it drew is its own)."""
+    lr = spec.parameters.get("lr")
+    try:
+        return list(lr.grid_values()) if lr is not None else None
+    except SpaceError:  # a range has no list of values
+        return None
 
 
 def _analyze_one(

@@ -220,7 +220,8 @@ class SearchOptions:
     )
     connect_timeout_s: float = _option(
         DEFAULT_CONNECT_TIMEOUT_S,
-        "with --address: how long to wait for the cluster's head to answer",
+        "how long to wait for the tracking server (or database), the storage and, with --address, the cluster's "
+        "head to answer",
         group="where",
         flag="--connect-timeout",
         type=float,

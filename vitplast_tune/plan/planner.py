@@ -100,11 +100,12 @@ def resumed_state(plan: SearchPlan, record: dict) -> list[str]:
 
 
 def check_services(plan: SearchPlan, resumed: bool) -> None:
-    """The storage and the MLflow tracking store must answer (``services``), each named with where it came from."""
+    """The storage and the MLflow tracking store must answer (``services``) within ``--connect-timeout``, each named
+    with where it came from."""
     options = plan.options
     if is_uri(plan.storage):
         origin = "--storage" if options.storage else f"${RESULTS_ENV}"
-        services.check_storage(plan.storage, origin)
+        services.check_storage(plan.storage, origin, options.connect_timeout_s)
     if resumed:
         origin = f"the search's record {plan.name}/{SEARCH_FILE}"
     elif options.tracking_uri:
@@ -113,7 +114,7 @@ def check_services(plan: SearchPlan, resumed: bool) -> None:
         origin = f"${TRACKING_URI_ENV}"
     else:
         origin = "the default, beside the storage"
-    services.check_tracking(plan.tracking_uri, origin)
+    services.check_tracking(plan.tracking_uri, origin, options.connect_timeout_s)
 
 
 def warmup_notes(settings: FinetuneConfig, corners: tuple[FinetuneConfig, ...]) -> list[str]:

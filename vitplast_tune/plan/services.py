@@ -7,11 +7,14 @@ and a folder that does not exist yet is not made (the driver makes it when the s
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
 import socket
 import sqlite3
 import tempfile
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -74,6 +77,32 @@ def _check_server(uri: str, origin: str, timeout_s: float) -> None:
             f"{what} answered HTTP {answer.status_code} to MLflow's REST API: it is not an MLflow tracking server, "
             "or not at that path; check the URI"
         )
+    _check_artifact_proxy(uri, what, timeout_s)
+
+
+def _check_artifact_proxy(uri: str, what: str, timeout_s: float) -> None:
+    """A server that proxies artifacts must take a small file into its artifact store (then removed) within
+    ``timeout_s``; one that does not proxy them (HTTP 404 or 501 there) is left to the clients' own access."""
+    from mlflow.exceptions import MlflowException
+
+    from vitplast_tune._compat import mlflow as mlflow_internals
+
+    probe = f"{mlflow_internals.ARTIFACTS_API}/.vitplast-write-test/{os.getpid()}-{time.time_ns()}"
+    try:
+        answer = mlflow_internals.ask_server(uri, probe, timeout_s, method="PUT", data=b"vitplast")
+    except (MlflowException, OSError) as exc:
+        problem = f"no answer within {timeout_s:g} s ({_reason(exc)})"
+    else:
+        if answer.status_code in (404, 501):
+            return  # not a proxy: the runs' artifacts go where the server tells each client
+        problem = "" if answer.status_code < 300 else f"HTTP {answer.status_code}: {_reason(Exception(answer.text))}"
+    if problem:
+        raise ServicesError(
+            f"the artifact store behind {what} did not take a small file ({problem}): check the server's "
+            "--artifacts-destination (its bucket, endpoint and credentials)"
+        )
+    with contextlib.suppress(MlflowException, OSError):  # a probe left behind is a few bytes; the check passed
+        mlflow_internals.ask_server(uri, probe, timeout_s, method="DELETE")
 
 
 def _check_sqlite(uri: str, origin: str) -> None:
@@ -135,12 +164,59 @@ def _check_database(uri: str, scheme: str, origin: str, timeout_s: float) -> Non
         ) from None
     host, port = url.host or "localhost", url.port or DATABASE_PORTS[scheme]
     try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
+        answer = handshake(host, port, _HELLO[scheme], timeout_s)
     except OSError as exc:
+        answer, problem = b"", _reason(exc)
+    else:
+        problem = "" if _ANSWERS[scheme](answer) else f"its answer {answer[:8]!r} is not {scheme}'s"
+    if problem:
         raise ServicesError(
             f"the {scheme} server of MLflow's store {host}:{port} (from {origin}) did not answer within "
-            f"{timeout_s:g} s ({_reason(exc)}): check that it runs and the URI's host and port"
-        ) from None
+            f"{timeout_s:g} s ({problem}): check that it runs and the URI's host and port"
+        )
+
+
+# What each database server is first sent (nothing: MySQL speaks first), and how its first answer looks: PostgreSQL
+# answers an SSLRequest with one byte (S, N, or E from an old server), MySQL greets with a packet of sequence 0 and a
+# protocol version (10, or 255 with an error), SQL Server answers a TDS pre-login with a tabular-result packet (4).
+_HELLO = {
+    "postgresql": (8).to_bytes(4, "big") + (80877103).to_bytes(4, "big"),
+    "mysql": b"",
+    "mssql": bytes.fromhex("12010014000001000000060006ff000000000000"),  # header, VERSION, its 6 bytes
+}
+_ANSWERS = {
+    "postgresql": lambda a: a[:1] in (b"S", b"N", b"E"),
+    "mysql": lambda a: len(a) >= 5 and a[3] == 0 and a[4] in (10, 255),
+    "mssql": lambda a: a[:1] == b"\x04",
+}
+
+
+def handshake(host: str, port: int, hello: bytes, timeout_s: float) -> bytes:
+    """Connect to ``host:port``, send ``hello`` and return the first bytes the server answers, all within
+    ``timeout_s``; OSError (``TimeoutError`` for a server that takes the connection and never answers) otherwise.
+
+    Args:
+        host: the server's host name or address.
+        port: its port.
+        hello: what the server is sent first (empty: it speaks first).
+        timeout_s: the whole exchange's bound, in seconds.
+
+    Returns:
+        The first bytes it sent back (at most 64; empty when it closed the connection without a word).
+
+    Raises:
+        OSError: the connection or the exchange failed or took longer than ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    with socket.create_connection((host, port), timeout=timeout_s) as conn:
+        if hello:
+            conn.settimeout(max(deadline - time.monotonic(), 0.001))
+            conn.sendall(hello)
+        conn.settimeout(max(deadline - time.monotonic(), 0.001))
+        answer = conn.recv(64)
+    if not answer:
+        raise ConnectionResetError(errno.ECONNRESET, "the server closed the connection without a word")
+    return answer
 
 
 def check_writable(folder: Path, what: str, advice: str = "") -> None:

@@ -8,13 +8,16 @@ duplicating them.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import math
 import numbers
+import os
 import re
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -56,9 +59,61 @@ ARTIFACTS_DIR = "mlartifacts"  # beside a SQLite store: one folder per experimen
 _MAX_PARAM = 6000
 
 
+# While trials run, an MLflow call to a server gets one retry and BOUNDED_CALL_S seconds an attempt (MLflow's
+# defaults: 7 retries, 120 s each, minutes of silence from a stopped or stalled server); a user's setting wins.
+BOUNDED_CALL_S = 8
+BOUNDED_ENV = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": str(BOUNDED_CALL_S),
+}
+
+
+@contextlib.contextmanager
+def bounded_calls(retries: int = 1, timeout_s: int = BOUNDED_CALL_S) -> Iterator[None]:
+    """MLflow's calls to a tracking server bounded while in the block: ``retries`` retries, ``timeout_s`` seconds an
+    attempt (a call that gets no answer fails within about (``retries`` + 1) x ``timeout_s`` + ``retries`` s). A
+    variable the user set is kept."""
+    bounds = {
+        **BOUNDED_ENV,
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries),
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_s),
+    }
+    wanted = {key: value for key, value in bounds.items() if key not in os.environ}
+    os.environ.update(wanted)
+    try:
+        yield
+    finally:
+        for key in wanted:
+            os.environ.pop(key, None)
+
+
 def client(tracking_uri: str) -> MlflowClient:
-    """An MLflow client for ``tracking_uri`` (e.g. ``sqlite:///path/mlflow.db`` or ``http://127.0.0.1:5000``)."""
-    return MlflowClient(tracking_uri=tracking_uri)
+    """An MLflow client for ``tracking_uri`` (e.g. ``sqlite:///path/mlflow.db`` or ``http://127.0.0.1:5000``); a
+    SQLite store is opened (made, or its schema upgraded, by MLflow) under ``store_lock``."""
+    with store_lock(tracking_uri):
+        return MlflowClient(tracking_uri=tracking_uri)
+
+
+@contextlib.contextmanager
+def store_lock(tracking_uri: str) -> Iterator[None]:
+    """For a SQLite store: an exclusive lock on a file beside it (``<its file>.lock``) while in the block, so that
+    processes opening one new store at once make (or upgrade) its schema one after the other (MLflow's migrations
+    race otherwise: "table ... already exists"); nothing for other stores.
+
+    Args:
+        tracking_uri: the tracking URI (``sqlite:///path/mlflow.db`` takes the lock).
+    """
+    database = tracking_uri.split(":///", 1)[1].split("?")[0] if tracking_uri.startswith("sqlite:///") else ""
+    if not database or database == ":memory:":
+        yield
+        return
+    path = Path(database).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f"{path.name}.lock"), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def experiment_id(mlflow: MlflowClient, name: str, artifact_location: str | None = None) -> str:
@@ -220,6 +275,11 @@ def log_artifacts(mlflow: MlflowClient, run_id: str, paths: Iterable[Path], arti
     """Upload files to a run's artifacts."""
     for path in paths:
         mlflow.log_artifact(run_id, str(path), artifact_path)
+
+
+def param_texts(params: dict[str, Any]) -> dict[str, str]:
+    """``params`` as MLflow stores them (``log_params``): values as strings, None left out."""
+    return {k: _param_text(v) for k, v in params.items() if v is not None}
 
 
 def _param_text(value: Any) -> str:

@@ -34,14 +34,19 @@ from vitplast_tune.records.tracking import (
     TRIAL_TAG,
     WORKER_NODES_TAG,
     WORKERS_TAG,
+    child_runs,
     client,
     is_number,
     log_metrics,
     log_params,
     number_or,
+    param_texts,
     source_tags,
     trial_runs,
 )
+
+EARLIER_TRIAL_TAG = "vitplast.earlier_trial_id"  # on a run a resumed trial continued: the trial id it was made for
+SUPERSEDED_TAG = "vitplast.superseded"  # on a run removed by a resume: why (its trial was never saved by Tune)
 
 
 @dataclass
@@ -79,10 +84,17 @@ class MlflowTracker(Callback):
     nothing of training.
     """
 
-    def __init__(self, tracking_uri: str, parent_run_id: str, describe: Callable[[dict[str, Any]], TrialRun]):
+    def __init__(
+        self,
+        tracking_uri: str,
+        parent_run_id: str,
+        describe: Callable[[dict[str, Any]], TrialRun],
+        orphans: dict[str, dict[str, str]] | None = None,
+    ):
         self.tracking_uri = tracking_uri
         self.parent_run_id = parent_run_id
         self.describe = describe
+        self.orphans = orphans if orphans is not None else {}  # run id -> params: runs of trials Tune never saved
         self.runs: dict[str, str] = {}
         self._mlflow: MlflowClient | None = None
         self._experiment: str | None = None  # the parent's experiment, read with the runs made before
@@ -107,10 +119,13 @@ class MlflowTracker(Callback):
             for trial_id, found in trial_runs(self.mlflow, self.parent_run_id).items():
                 self.runs.setdefault(trial_id, found)  # the same dict: others read it (run.live_study)
         run_id = self.runs.get(trial.trial_id)
+        described = self.describe(trial.config) if run_id is None else None
+        if described is not None:  # a run of the same settings a killed driver made for a trial Tune never saved
+            run_id = self._adopt(trial.trial_id, param_texts(described.params))
         if run_id is not None:
             self.mlflow.update_run(run_id, status="RUNNING")
         else:
-            described = self.describe(trial.config)
+            assert described is not None
             tags = {
                 **described.tags,
                 PARENT_TAG: self.parent_run_id,
@@ -124,6 +139,17 @@ class MlflowTracker(Callback):
                 self.mlflow.log_inputs(run_id, datasets=described.inputs)
         self.runs[trial.trial_id] = run_id
         return run_id
+
+    def _adopt(self, trial_id: str, params: dict[str, str]) -> str | None:
+        """The orphaned run (``reconcile``) whose params are ``params``, tagged as the run of ``trial_id``, or None."""
+        for run_id, logged in list(self.orphans.items()):
+            if all(logged.get(k) == v for k, v in params.items()):
+                del self.orphans[run_id]
+                earlier = logged.get(TRIAL_TAG, "")
+                tags = {TRIAL_TAG: trial_id, **({EARLIER_TRIAL_TAG: earlier} if earlier else {})}
+                self.mlflow.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+                return run_id
+        return None
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
         self.run_id(trial, number=trials.index(trial) + 1 if trial in trials else None)
@@ -162,6 +188,46 @@ class MlflowTracker(Callback):
 
     def set_state(self, state: dict) -> None:
         self.runs.update(state.get("runs", {}))
+
+
+def reconcile(mlflow: MlflowClient, parent_run_id: str, saved: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Before a resumed search's trials run: the child runs checked against the trials Tune saved (``saved``: trial id
+    -> status), so that each trial keeps one run and none is left RUNNING.
+
+    A run whose trial ended (TERMINATED or ERROR) but that a killed driver left RUNNING is closed (FINISHED or
+    FAILED); a run whose trial Tune never saved (the driver killed between making the run and Tune's next save) is
+    closed KILLED and returned as an orphan, for the trial that takes up its settings again to continue
+    (``MlflowTracker``); those left when the trials have ended are removed (``retire``).
+
+    Args:
+        mlflow: the tracking client.
+        parent_run_id: the search's parent run.
+        saved: each trial id of Tune's saved experiment state and its status.
+
+    Returns:
+        The orphans: run id -> its params as logged, with its trial id under ``ray.trial_id``.
+    """
+    orphans: dict[str, dict[str, str]] = {}
+    for run in child_runs(mlflow, parent_run_id):
+        trial, status = run.data.tags.get(TRIAL_TAG), run.info.status
+        ended = saved.get(trial or "")
+        if trial not in saved:
+            if status == "RUNNING":
+                mlflow.set_terminated(run.info.run_id, status="KILLED")
+            orphans[run.info.run_id] = {**run.data.params, TRIAL_TAG: trial or ""}
+        elif status == "RUNNING" and ended in ("TERMINATED", "ERROR"):
+            mlflow.set_terminated(run.info.run_id, status="FINISHED" if ended == "TERMINATED" else "FAILED")
+    return orphans
+
+
+def retire(mlflow: MlflowClient, orphans: dict[str, dict[str, str]]) -> None:
+    """Remove the orphaned runs no trial took up (``reconcile``), each tagged with why: MLflow keeps them among its
+    deleted runs (``mlflow gc`` purges them), out of the search's trial runs."""
+    for run_id, logged in list(orphans.items()):
+        if mlflow.get_run(run_id).data.tags.get(TRIAL_TAG, "") == logged.get(TRIAL_TAG, ""):  # not taken up since
+            mlflow.set_tag(run_id, SUPERSEDED_TAG, "its trial was never saved by Tune (the driver was killed)")
+            mlflow.delete_run(run_id)
+        del orphans[run_id]
 
 
 def live_metrics(result: dict[str, Any]) -> dict[str, Any]:

@@ -63,6 +63,7 @@ class _Records:
     parent: str | None = None
     written: bool = False
     ended: bool = False
+    orphans: dict | None = None  # resumed: the runs of trials Tune never saved (``trial_runs.reconcile``)
 
 
 @dataclass
@@ -116,8 +117,7 @@ def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings |
             with interrupts.deferred():  # every trial ended: SIGTERM waits for the results (Ctrl-C still stops)
                 result = _finish(plan, tuned, records, timings)
         except KeyboardInterrupt:
-            if records.parent is not None:
-                tracking.close_search(records.mlflow, records.parent, "KILLED")
+            _close_stopped(records)
             raise _interrupted(plan, records) from None
         except SearchInterrupted:
             raise
@@ -152,6 +152,8 @@ def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings
     built in a Ray worker with a trial's resources and logged, the Optuna study completed, the analyses (that worker
     makes their measurements), then the parent run ended FINISHED. Each step writes what a resumed search lacks."""
     mlflow, parent = records.mlflow, records.parent
+    if records.orphans:
+        trial_runs.retire(mlflow, records.orphans)  # runs of trials Tune never saved, taken up by none
     with timings.phase("results"):
         table = trial_table(tuned.grid, plan.settings, tuned.predictors)
         result = SearchResult(plan.place, plan.spec, plan.settings, table, parent, view=tuned.view)
@@ -212,8 +214,11 @@ def _record_and_tune(
         if plan.local_dir is not None:
             write_record(plan.local_dir, plan.record(records.parent))
         records.written = True
+    saved = tuner.saved_trials(plan.location) if plan.options.resume else None
+    if saved is not None:  # each trial keeps one run, none is left RUNNING
+        records.orphans = trial_runs.reconcile(records.mlflow, records.parent, saved)
     with tuner.tune_environment(plan, grows), timings.phase("trials"):
-        grid = _tune(plan, callbacks, records.parent, predictors, staged, trainable)
+        grid = _tune(plan, callbacks, records.parent, predictors, staged, trainable, records.orphans)
     return _Tuned(grid, predictors, view, list(staged))
 
 
@@ -223,8 +228,9 @@ def _interrupted(
     """The SearchInterrupted of a search stopped by Ctrl-C, SIGTERM or an OS fault: how to resume (or finish) it, or
     that nothing was recorded."""
     fault = guard.current_fault()
+    fix, fault_exit = guard.current_fix()
     if fault:
-        what, fix = f"{fault}: {what}", "free space (or fix the filesystem), then "
+        what = f"{fault}: {what}"
     else:
         fix = ""
     if not records.written:
@@ -236,7 +242,7 @@ def _interrupted(
         )
     else:
         text = f"{what}; nothing is lost: {fix}continue the search with {resume_command(plan)}"
-    return SearchInterrupted(text, guard.EXIT_CODE if fault else interrupts.exit_code())
+    return SearchInterrupted(text, fault_exit if fault else interrupts.exit_code())
 
 
 def _close_stopped(records: _Records) -> None:
@@ -245,23 +251,32 @@ def _close_stopped(records: _Records) -> None:
     guard.after_stop()
     if records.parent is not None:
         try:
-            tracking.close_search(records.mlflow, records.parent, "KILLED")
+            with tracking.bounded_calls(retries=0, timeout_s=5):  # a tracking store that stopped answering: once
+                tracking.close_search(records.mlflow, records.parent, "KILLED")
         except Exception as exc:
             if not guard.stopped_by(exc, "the driver closed its MLflow runs"):
                 raise
-            log.warning(f"warning: the MLflow runs stay RUNNING ({guard.fault_of(exc)}): --resume closes them")
+            why = guard.fault_of(exc) or guard.service_fault_of(exc) or guard.current_fault()
+            log.warning(f"warning: the MLflow runs stay RUNNING ({why}): --resume closes them")
 
 
 def _tune(
-    plan: SearchPlan, callbacks: Sequence[Callback], parent: str, predictors: Predictors, staged=(), trainable=None
+    plan: SearchPlan,
+    callbacks: Sequence[Callback],
+    parent: str,
+    predictors: Predictors,
+    staged=(),
+    trainable=None,
+    orphans: dict | None = None,
 ):
     """Run the trials (the MLflow tracker, the live Optuna study, progress lines and ``callbacks`` attached); return
     Tune's result grid. ``staged``: the driver's files the trials read, sent to their nodes (``data.staging``);
-    ``trainable``: what each trial runs (default: ``train_trial`` with the plan's settings)."""
+    ``trainable``: what each trial runs (default: ``train_trial`` with the plan's settings); ``orphans``: runs a
+    trial of the same settings continues (``trial_runs.reconcile``)."""
     from ray import tune
 
     describe = trial_runs.trial_describer(plan.name, plan.settings, predictors)
-    tracker = trial_runs.MlflowTracker(plan.tracking_uri, parent, describe)
+    tracker = trial_runs.MlflowTracker(plan.tracking_uri, parent, describe, orphans)
     live = LiveStudy(plan.results_dir, plan.name, plan.spec, plan.settings, run_of=tracker.runs.get)
     live.setup()  # the study made before its command is printed: a dashboard opened then must not race its making
     log.info(f"Optuna study (fills in as trials end): optuna-dashboard {live.url}   (study '{plan.name}')")

@@ -1,7 +1,10 @@
 """A running search guarded against the world: one driver per search (``lock``), a little disk space held back, and
 an OS error while it runs (a full disk, a quota, a read-only or failing filesystem, no file handles left) taken as an
 interrupt: Tune's graceful stop, then its runs closed and the command that resumes it printed, with exit code 74
-(``EX_IOERR``), not a traceback with runs left RUNNING.
+(``EX_IOERR``), not a traceback with runs left RUNNING. So is an MLflow tracking store that stops answering while
+the search runs (a stopped or stalled server or database: ``service_fault_of``), with exit code 69
+(``EX_UNAVAILABLE``); its calls are bounded meanwhile (``records.tracking.bounded_calls``), so that it is noticed at
+the first call that meets it within ``tracking.BOUNDED_CALL_S`` and a SIGTERM ends the search within 30 s.
 
 The error may come from any writer on the driver: the MLflow tracker and Tune's loggers (callbacks, each wrapped by
 ``watched``), Tune's own save of its experiment state (logged, not raised: a filter on its loggers sees it), a
@@ -22,6 +25,7 @@ from pathlib import Path
 
 from ray.tune import Callback
 
+from vitplast_tune import holds
 from vitplast_tune._compat import ray_tune
 from vitplast_tune.lock import SearchLock
 from vitplast_tune.log import get_logger
@@ -31,6 +35,9 @@ from vitplast_tune.run import interrupts
 log = get_logger(__name__)
 
 EXIT_CODE = 74  # sysexits' EX_IOERR: an error while doing I/O on some file
+SERVICE_EXIT_CODE = 69  # sysexits' EX_UNAVAILABLE: a service the search needs does not answer
+OS_FIX = "free space (or fix the filesystem), then "
+SERVICE_FIX = "start the MLflow tracking server (or its database) again, then "
 RESERVE_FILE = ".reserve"  # the space held back, in the search's folder (and beside a SQLite store elsewhere)
 RESERVE_BYTES = 16 * 2**20  # enough to write Tune's state of a few thousand trials again and close the runs
 FAULT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.ENFILE, errno.EMFILE}
@@ -61,6 +68,43 @@ def fault_of(error: BaseException | str | None) -> str | None:
             return text
         error = error.__cause__ or error.__context__
     return _matching_text(error) if isinstance(error, str) else None
+
+
+# An MLflow call that got no answer, as MLflow's REST client (requests, urllib3) and SQLAlchemy's drivers word it.
+SERVICE_TEXTS = (
+    "Max retries exceeded",
+    "Read timed out",
+    "Connection refused",
+    "Connection reset by peer",
+    "Connection aborted",
+    "RemoteDisconnected",
+    "server closed the connection unexpectedly",
+    "could not connect to server",
+    "connection to server",
+)
+_SERVICE_MODULES = ("mlflow", "requests", "urllib3", "sqlalchemy", "psycopg", "pymysql", "MySQLdb")
+
+
+def service_fault_of(error: BaseException | None) -> str | None:
+    """The tracking store's failure to answer behind ``error`` (an MLflow call, or its causes, that got no answer
+    from the server or database), in a few words; None when the error is of another kind.
+
+    Args:
+        error: an exception raised by an MLflow call.
+
+    Returns:
+        E.g. ``"the MLflow tracking store did not answer (Connection refused)"``, or None.
+    """
+    seen: set[int] = set()
+    while isinstance(error, BaseException) and id(error) not in seen:
+        seen.add(id(error))
+        if type(error).__module__.split(".")[0] in _SERVICE_MODULES:
+            text = str(error)
+            for words in SERVICE_TEXTS:
+                if words in text:
+                    return f"the MLflow tracking store did not answer ({words})"
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _matching_text(text: str) -> str | None:
@@ -103,27 +147,38 @@ class Watch(Callback):
 
     def __init__(self):
         self.fault: str | None = None
+        self.service = False  # the fault is the tracking store's (it stopped answering), not the disk's
         self.staging: Path | None = None  # Tune's own copy of its state files, on the driver's disk
         self.storage = None  # (pyarrow filesystem, path) of the search in its storage
         self.reserve = Reserve([])  # the space held back (``guarded``)
+        self._held = False  # the test-only hold at a checkpoint taken (``holds``): once
 
     def __getstate__(self) -> dict:
-        return {"fault": None, "staging": None, "storage": None, "reserve": Reserve([])}  # nothing of this run
+        return {
+            "fault": None,
+            "service": False,
+            "staging": None,
+            "storage": None,
+            "reserve": Reserve([]),
+            "_held": True,
+        }
 
-    def take(self, error: BaseException | str | None, where: str) -> bool:
-        """Take ``error`` (met ``where``) as the search's fault when it is an OS fault; True when it is one."""
+    def take(self, error: BaseException | str | None, where: str, service: bool = False) -> bool:
+        """Take ``error`` (met ``where``) as the search's fault when it is an OS fault (or, ``service``: an MLflow
+        call met it, the tracking store's failure to answer); True when it is one."""
         fault = fault_of(error)
-        if fault is None:
+        down = service_fault_of(error) if fault is None and service and isinstance(error, BaseException) else None
+        if fault is None and down is None:
             return False
         if self.fault is None:
-            self.fault = f"{fault}, while {where}"
+            self.fault, self.service = f"{fault or down}, while {where}", down is not None
             log.warning(f"warning: {self.fault}: stopping the search")
         return True
 
-    def report(self, error: BaseException | str | None, where: str) -> bool:
+    def report(self, error: BaseException | str | None, where: str, service: bool = False) -> bool:
         """``take``, and ask the running Tuner to stop on the first fault (as Ctrl-C does)."""
         first = self.fault is None
-        taken = self.take(error, where)
+        taken = self.take(error, where, service)
         if taken and first:
             interrupts.stop_tune()
         return taken
@@ -137,6 +192,9 @@ class Watch(Callback):
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
         self._remember(trial)
+        if not self._held and result.get("checkpoint_dir_name") and any(t.status == "TERMINATED" for t in trials):
+            self._held = True
+            holds.hold("checkpoint")  # a test's signal lands here (a trial checkpointed, another ended); else nothing
 
     def on_trial_recover(self, iteration: int, trials: list, trial, **info) -> None:
         self.report(ray_tune.trial_error_text(trial), f"trial {trial.trial_id} ran")
@@ -191,7 +249,7 @@ def _delegate(hook: str):
         try:
             return getattr(self.inner, hook)(*args, **kwargs)
         except Exception as exc:
-            if not self.watch.report(exc, f"{type(self.inner).__name__} wrote ({hook})"):
+            if not self.watch.report(exc, f"{type(self.inner).__name__} wrote ({hook})", service=True):
                 raise
             return None
 
@@ -216,12 +274,19 @@ def watched(callbacks: Sequence[Callback]) -> list[Callback]:
 def stopped_by(error: BaseException, where: str) -> bool:
     """Whether ``error``, raised out of the search's driver ``where``, is an OS fault (taken as the search's), or came
     while the search stopped on one (a file the full disk left empty, say)."""
-    return _current is not None and (_current.fault is not None or _current.take(error, where))
+    return _current is not None and (_current.fault is not None or _current.take(error, where, service=True))
 
 
 def current_fault() -> str | None:
-    """The OS fault that stopped the search running now, or None."""
+    """The OS fault (or the tracking store's failure to answer) that stopped the search running now, or None."""
     return _current.fault if _current is not None else None
+
+
+def current_fix() -> tuple[str, int]:
+    """What to do about the current fault before resuming (the start of a sentence) and the exit code it ends with."""
+    if _current is not None and _current.service:
+        return SERVICE_FIX, SERVICE_EXIT_CODE
+    return OS_FIX, EXIT_CODE
 
 
 @contextlib.contextmanager

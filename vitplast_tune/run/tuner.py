@@ -19,6 +19,7 @@ from vitplast_tune import environment
 from vitplast_tune._compat import ray_tune
 from vitplast_tune.log import quieted
 from vitplast_tune.plan.options import SearchPlan
+from vitplast_tune.records import tracking
 from vitplast_tune.run import guard, optuna_search, parallel, schedulers, variants
 from vitplast_tune.space.files import SearchSpec
 
@@ -69,9 +70,11 @@ def tune_environment(plan: SearchPlan, cluster_grows: bool) -> Iterator[dict[str
     CSV and JSON loggers replace Tune's defaults, whose TensorBoard logger imports torch into the driver (for
     nothing: MLflow is this tool's record); no warning about syncing the experiment's state, which a
     search on local disk does at every trial's report; ``RAY_AIR_NEW_OUTPUT=0``: Tune's "Configuration for
-    experiment" box and tables stay unprinted (the progress lines are this tool's). Yields the values it set.
+    experiment" box and tables stay unprinted (the progress lines are this tool's); MLflow's calls to a tracking server
+    bounded (``records.tracking.BOUNDED_ENV``). Yields the values it set.
     """
     wanted = dict(TUNE_SETTINGS)
+    wanted.update(tracking.BOUNDED_ENV)  # MLflow's calls bounded: a tracking server that stops is noticed (guard)
     if (pending := pending_trials(plan, cluster_grows)) is not None:
         wanted[PENDING_ENV] = str(pending)
     wanted = {key: value for key, value in wanted.items() if not environment.is_set(key)}
@@ -96,6 +99,17 @@ def unfinished(location: str, total: int) -> int:
     with quieted(ray_tune.EXPERIMENT_ANALYSIS_LOGGER):  # not "failed to fetch metrics" of held-back trials
         statuses = [t.status for t in ExperimentAnalysis(location).trials]
     return max(total - sum(status in ("TERMINATED", "ERROR") for status in statuses), 0)
+
+
+def saved_trials(location: str) -> dict[str, str] | None:
+    """Each trial of the experiment state Tune saved at ``location`` (a search's) and its status; None when there is
+    no state to restore."""
+    from ray.tune import ExperimentAnalysis
+
+    if not tune.Tuner.can_restore(location):
+        return None
+    with quieted(ray_tune.EXPERIMENT_ANALYSIS_LOGGER):
+        return {t.trial_id: t.status for t in ExperimentAnalysis(location).trials}
 
 
 def restore(location: str, trainable) -> tune.Tuner:
