@@ -112,3 +112,24 @@ def test_a_trials_experiment_paths_and_error_text_are_where_read(tmp_path):
     assert "No space left on device" in ray_tune.trial_error_text(trial) and "first" not in ray_tune.trial_error_text(
         trial
     )
+
+
+def test_mlflows_ui_page_and_its_mode_setting_are_where_the_app_reads_and_seeds_them():
+    """The Flask view that sends the UI's page, the page's head, and the UI bundle's mode setting (its local storage
+    key, JSON values) as ``_compat/mlflow_app.py`` read them; the entry point that names the app."""
+    from importlib.metadata import entry_points
+
+    from mlflow.server import app
+
+    from vitplast_tune._compat import mlflow_app
+
+    index = Path(app.static_folder or "") / "index.html"
+    assert mlflow_app.INDEX_VIEW in app.view_functions and "<head>" in index.read_text()
+    seeded = mlflow_app.seeded(index.read_text())
+    assert seeded.index(mlflow_app.SEED) < seeded.index("<script defer")  # before the UI's bundle runs
+    bundle = "".join(p.read_text(errors="replace") for p in (index.parent / "static" / "js").glob("main.*.js"))
+    key, version = mlflow_app.MODE_KEY.rsplit("_v", 1)  # the hook stores under f"{key}_v{version}", values as JSON
+    assert f'key:"{key}",version:{version}' in bundle and "`${e}_v${t}`" in bundle and "JSON.stringify" in bundle
+    assert f'MACHINE_LEARNING="{mlflow_app.MODEL_TRAINING}"' in bundle
+    declared = {point.value for point in entry_points(group="mlflow.app", name="vitplast")}
+    assert declared == {"vitplast_tune._compat.mlflow_app:create_app"}

@@ -165,3 +165,19 @@ def test_the_experiment_kind_set_by_another_search_at_once_is_not_an_error():
     with pytest.raises(MlflowException):
         mark_model_training(client, "1", tries=2)
     assert client.calls == 2
+
+
+def test_a_new_experiment_is_model_training_and_a_kind_a_user_chose_is_kept(tmp_path):
+    """The search creates its experiment with the kind MLflow's fix for the UI reads (mlflow/mlflow#24493); a kind a
+    user set on an experiment is kept, the UI's own guess (``*_inferred``) is replaced."""
+    from vitplast_tune.records.tracking import experiment_id
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    created = experiment_id(client, "new", str(tmp_path / "a"))
+    assert client.get_experiment(created).tags[KIND_TAG] == "custom_model_development"
+    for kind, kept in (("genai_development", True), ("genai_development_inferred", False), ("", False)):
+        experiment = client.create_experiment(f"user's {kind}", artifact_location=str(tmp_path / "b"))
+        client.set_experiment_tag(experiment, KIND_TAG, kind)
+        assert experiment_id(client, f"user's {kind}") == experiment
+        publish(client, experiment, "s", True, "http://127.0.0.1:5000")
+        assert client.get_experiment(experiment).tags[KIND_TAG] == (kind if kept else "custom_model_development")

@@ -117,13 +117,14 @@ def store_lock(tracking_uri: str) -> Iterator[None]:
 
 
 def experiment_id(mlflow: MlflowClient, name: str, artifact_location: str | None = None) -> str:
-    """Id of the experiment ``name``, created when missing (its artifacts at ``artifact_location``: see
-    ``artifact_location``; an existing experiment keeps the location it was created with)."""
+    """Id of the experiment ``name``, created when missing as a model-training experiment (``view.KIND_TAG``; its
+    artifacts at ``artifact_location``: see ``artifact_location``; an existing experiment keeps its location and
+    kind)."""
     experiment = mlflow.get_experiment_by_name(name)
     if experiment:
         return experiment.experiment_id
     try:
-        return mlflow.create_experiment(name, artifact_location=artifact_location)
+        return mlflow.create_experiment(name, artifact_location=artifact_location, tags={view.KIND_TAG: view.KIND})
     except MlflowException as exc:  # another driver made it since (two searches starting at once on one server)
         if exc.error_code != "RESOURCE_ALREADY_EXISTS" or (experiment := mlflow.get_experiment_by_name(name)) is None:
             raise

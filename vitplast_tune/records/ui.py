@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.request
 import webbrowser
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from vitplast_tune.errors import UserError
@@ -21,6 +22,7 @@ from vitplast_tune.storage import read_record, search_dir
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 300.0  # mlflow ui takes a minute or more to start on a busy machine
+APP = "vitplast"  # MLflow's server whose UI opens in model-training mode (pyproject's mlflow.app entry point)
 
 
 def links(name: str, record: dict, base_url: str | None = None) -> list[str]:
@@ -111,13 +113,22 @@ def _exit(signum, frame) -> None:
 
 
 def start_ui(tracking_uri: str, port: int) -> subprocess.Popen:
-    """``mlflow ui`` on ``tracking_uri`` at 127.0.0.1:``port``, once it answers; UserError when the port is taken or
-    the UI does not start."""
+    """``mlflow ui --app-name vitplast`` on ``tracking_uri`` at 127.0.0.1:``port`` (its UI in model-training mode for
+    a browser that has not chosen one), once it answers; UserError when the port is taken or the UI does not start."""
     with socket.socket() as probe:
         if probe.connect_ex((HOST, port)) == 0:
             raise UserError(f"port {port} on {HOST} is in use (another MLflow UI?); pass --port N")
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri]
     cmd += ["--host", HOST, "--port", str(port), "--workers", "1"]
+    if entry_points(group="mlflow.app", name=APP):  # absent only from an install made before it was declared
+        cmd += ["--app-name", APP]
+    else:
+        print(
+            f"note: MLflow's app {APP!r} is not installed (pip install -e . again): the UI opens in the mode the "
+            "browser last chose (GenAI by default)",
+            file=sys.stderr,
+            flush=True,
+        )
     if tracking_uri.startswith("sqlite:///"):  # what the UI itself creates goes beside the store too
         database = Path(tracking_uri.split(":///", 1)[1].split("?")[0]).expanduser().resolve()
         cmd += ["--artifacts-destination", str(database.parent / ARTIFACTS_DIR)]

@@ -168,13 +168,19 @@ def run_link(base_url: str, experiment_id: str, run_id: str) -> str:
     return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
 
 
+def kind_chosen(kind: str | None) -> bool:
+    """Whether an experiment's ``mlflow.experimentKind`` is a kind someone set (kept), not unset or the UI's guess."""
+    return bool(kind) and not kind.endswith("_inferred") and kind != "no_inferred_type"
+
+
 def mark_model_training(client, experiment_id: str, tries: int = 3) -> None:
-    """Tag the experiment as model training, unless it is already; two searches starting at once on one tracking
-    server may both set it, and the server refuses the second insert (a unique key): the tag is then read again."""
+    """Tag the experiment as model training, unless a kind is already set (ours, or another a user chose, which is
+    kept); two searches starting at once on one tracking server may both set it, and the server refuses the second
+    insert (a unique key): the tag is then read again."""
     from mlflow.exceptions import MlflowException
 
     for attempt in range(tries):
-        if client.get_experiment(experiment_id).tags.get(KIND_TAG) == KIND:
+        if kind_chosen(client.get_experiment(experiment_id).tags.get(KIND_TAG)):
             return
         try:
             client.set_experiment_tag(experiment_id, KIND_TAG, KIND)
