@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from vitplast_tune import environment
+from vitplast_tune.records import tracking
 from vitplast_tune.run import tuner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,9 +80,13 @@ def test_every_name_the_package_reads_is_registered():
             else:
                 names.add(name)
     assert names and names <= set(environment.VARIABLES), sorted(names - set(environment.VARIABLES))
-    # The one name computed at run time: Tune's settings while a search runs (tuner.tune_environment), all registered.
-    assert [c.split(":")[0] for c in computed] == ["vitplast_tune/run/tuner.py"], computed
-    assert {*tuner.TUNE_SETTINGS, tuner.PENDING_ENV} <= set(environment.VARIABLES)
+    # The names computed at run time: Tune's settings while a search runs (tuner.tune_environment) and MLflow's bounds
+    # on its calls (tracking.bounded_calls), all registered.
+    assert sorted(c.split(":")[0] for c in computed) == [
+        "vitplast_tune/records/tracking.py",
+        "vitplast_tune/run/tuner.py",
+    ]
+    assert {*tuner.TUNE_SETTINGS, tuner.PENDING_ENV, *tracking.BOUNDED_ENV} <= set(environment.VARIABLES)
     assert {"VITPLAST_RESULTS_DIR", "VITPLAST_CACHE_DIR", "VITPLAST_HOLD", "MLFLOW_TRACKING_URI"} <= names
 
 

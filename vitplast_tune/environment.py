@@ -121,6 +121,43 @@ VARIABLES: dict[str, Variable] = {
             "_compat.mlflow",
         ),
         Variable(
+            "HF_HUB_OFFLINE",
+            "Hugging Face's own: set (1, true, yes, on), an hf: hub id not in the local cache is refused at once.",
+            "the hub is asked, within a few seconds",
+            "honoured",
+            "vit.families.hf",
+        ),
+        Variable(
+            "HF_ENDPOINT",
+            "Hugging Face's own: the hub's address, asked before an hf: hub id not in the local cache is loaded.",
+            "Hugging Face's hub",
+            "honoured",
+            "vit.families.hf",
+        ),
+        *(
+            Variable(
+                name,
+                "MLflow's own: set by this package while trials run, so a tracking server that stops or stalls is "
+                "noticed within seconds (records.tracking.BOUNDED_ENV); a value the user set is kept.",
+                "MLflow's default",
+                "internal",
+                "records.tracking",
+            )
+            for name in (
+                "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+                "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+                "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER",
+                "MLFLOW_HTTP_REQUEST_TIMEOUT",
+            )
+        ),
+        Variable(
+            "_MLFLOW_SGI_NAME",
+            "MLflow's own: which server `mlflow ui` runs the app under (uvicorn, waitress, gunicorn).",
+            "uvicorn",
+            "honoured",
+            "_compat.mlflow_app",
+        ),
+        Variable(
             "VITPLAST_HOLD",
             "<phase>[,<phase>...]:<folder>: a search holds at the phases named until a test signals it.",
             "no phase held",

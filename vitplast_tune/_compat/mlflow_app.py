@@ -15,8 +15,9 @@ installed version (``tests/records/test_mlflow_modes.py``).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from vitplast_tune import environment
 
 MODE_KEY = "mlflow.workflowType_v1"  # the UI's useLocalStorage({key: "mlflow.workflowType", version: 1})
 MODEL_TRAINING = "machine_learning"  # its value for "Model training" (the other: "genai")
@@ -61,7 +62,7 @@ def create_app():
         return answer
 
     app.view_functions[INDEX_VIEW] = serve
-    if os.environ.get("_MLFLOW_SGI_NAME", "uvicorn") != "uvicorn":  # waitress or gunicorn serve Flask's app
+    if environment.read("_MLFLOW_SGI_NAME", "uvicorn") != "uvicorn":  # waitress or gunicorn serve Flask's app
         return app
     from mlflow.server.fastapi_app import app as fastapi_app  # MLflow's own, around the same Flask app
 

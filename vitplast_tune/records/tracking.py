@@ -27,7 +27,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.tracking.context.registry import resolve_tags
 
-from vitplast_tune import storage
+from vitplast_tune import environment, storage
 from vitplast_tune.records import view
 from vitplast_tune.storage import BEST_TRIAL_DIR, WEIGHTS_FILE, is_uri
 
@@ -80,7 +80,7 @@ def bounded_calls(retries: int = 1, timeout_s: int = BOUNDED_CALL_S) -> Iterator
         "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries),
         "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_s),
     }
-    wanted = {key: value for key, value in bounds.items() if key not in os.environ}
+    wanted = {key: value for key, value in bounds.items() if not environment.is_set(key)}
     os.environ.update(wanted)
     try:
         yield

@@ -15,6 +15,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from vitplast_tune import environment
 from vitplast_tune.errors import UserError
 from vitplast_tune.freezing import Layout
 from vitplast_tune.log import quieted
@@ -217,7 +218,6 @@ def check_hub_reachable(name: str, hub_id: str) -> None:
         UserError: If the id is not cached and the hub is off (``HF_HUB_OFFLINE``) or its host does not accept a
             connection within ``HUB_TIMEOUT_S``.
     """
-    import os
     import socket
     from urllib.parse import urlparse
 
@@ -226,9 +226,14 @@ def check_hub_reachable(name: str, hub_id: str) -> None:
     if isinstance(try_to_load_from_cache(hub_id, "config.json"), str):
         return
     fix = "download it once with a network (it is then cached), or give hf:<local folder>"
-    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+    if constants.HF_HUB_OFFLINE or (environment.read("HF_HUB_OFFLINE") or "").strip().lower() in (
+        "1",
+        "true",
+        "yes",
+        "on",
+    ):
         raise UserError(f'model "{name}" is not in the Hugging Face cache and the hub is off (HF_HUB_OFFLINE); {fix}')
-    url = urlparse(os.environ.get("HF_ENDPOINT") or constants.ENDPOINT)
+    url = urlparse(environment.read("HF_ENDPOINT") or constants.ENDPOINT)
     host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
     try:
         socket.create_connection((host, port), timeout=HUB_TIMEOUT_S).close()
