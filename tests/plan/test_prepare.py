@@ -122,6 +122,16 @@ def test_resume_refuses_a_change_that_would_make_the_search_inconsistent(tmp_pat
         prepare(options(tmp_path, resume=True, **change))
 
 
+def test_resume_refuses_other_workers_per_trial_than_the_search_started_with(tmp_path):
+    first = started(tmp_path, workers_per_trial=2, cpus_per_trial=2)
+    assert first.record("r")["workers_per_trial"] == 2
+    with pytest.raises(
+        UserError, match=r"started with 2 worker\(s\) per trial .* on 1; resume with workers_per_trial=2"
+    ):
+        prepare(options(tmp_path, resume=True, cpus_per_trial=2))  # a bare resume after SIGKILL: one worker
+    assert prepare(options(tmp_path, resume=True, workers_per_trial=2, cpus_per_trial=2)).search_id == first.search_id
+
+
 def test_mlflow_environment_variables_are_the_defaults_and_flags_win(tmp_path, monkeypatch):
     default = prepare(options(tmp_path, name="plain"))
     assert default.tracking_uri == f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"

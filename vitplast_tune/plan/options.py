@@ -21,6 +21,7 @@ import yaml
 
 from vitplast_tune.config import PAPER_MODEL, PLASTICITY_VARIANTS, PRECISIONS, FinetuneConfig, cache_dir, parse_setting
 from vitplast_tune.errors import OptionsError, did_you_mean, option, speaking_flags
+from vitplast_tune.plan.resources import workers_per_trial
 from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.space.objectives import OBJECTIVES
 from vitplast_tune.storage import SearchPlace
@@ -434,4 +435,5 @@ class SearchPlan:
             "seed": self.seed,
             "max_concurrent": self.max_concurrent,
             "max_failures": self.max_failures,
+            "workers_per_trial": workers_per_trial(self.options),  # a resume must give its trials as many
         }

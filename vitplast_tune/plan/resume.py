@@ -18,6 +18,7 @@ from vitplast_tune.plan.options import (
     SearchPlan,
     resumed_with,
 )
+from vitplast_tune.plan.resources import workers_per_trial
 from vitplast_tune.space.files import SearchSpec, spaces_dir
 from vitplast_tune.storage import SEARCH_FILE, is_uri, read_record
 
@@ -70,6 +71,13 @@ def resumed_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: s
     for flag, (given, recorded) in fixed.items():
         if given is not None and given != recorded:
             refuse(option(flag.replace("-", "_"), given), recorded, name)
+    workers, started = workers_per_trial(options), record.get("workers_per_trial")
+    if started is not None and workers != started:  # a trial's checkpoint and batch share are its workers'
+        raise ResumeError(
+            f'search "{name}" was started with {started} worker(s) per trial and this resume would train its trials '
+            f"on {workers}; resume with {option('workers_per_trial', started)} (and the resources it ran with: the "
+            "command the interrupted search printed has them)"
+        )
     changed = {k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}
     try:
         settings = FinetuneConfig.from_dict({"augment": RECORDED_AUGMENTATION, **saved, **changed}).validate()
