@@ -211,3 +211,16 @@ def test_an_amendments_tasks_are_checked_after_the_files_own_for_a_model_still_s
     assert record["preregistration"] == "amendment.yaml" and {e["lab"] for e in record["events"] if "lab" in e} >= {
         "lab.s0.fractals_novel"
     }
+
+
+def test_an_interrupted_registered_run_says_to_resume_it_with_resume(prereg, planted, tmp_path, monkeypatch):
+    from vitplast_tune.cli.lab import lab_main
+    from vitplast_tune.errors import SearchInterrupted
+
+    def interrupted(*args, **kwargs):
+        raise SearchInterrupted("interrupted: 5 trial(s) unfinished; nothing is lost", 130)
+
+    monkeypatch.setattr(registered, "run_registered", interrupted)
+    argv = ["registered", "--preregistration", str(prereg), "--storage", str(tmp_path / "labs"), "--quiet"]
+    with pytest.raises(SearchInterrupted, match="registered command with --resume continues the run"):
+        lab_main(argv)

@@ -76,6 +76,8 @@ def lab_main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(args)
     except SearchInterrupted as exc:
         again = "the same vitplast lab command again continues the lab where it stopped (the stage is resumed)"
+        if args.command == "registered":  # a registered run's record exists now: only --resume continues it
+            again = "the same vitplast lab registered command with --resume continues the run where it stopped"
         raise SearchInterrupted(f"{str(exc).split('; nothing is lost')[0]}; {again}", exc.exit_code) from None
 
 
