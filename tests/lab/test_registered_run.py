@@ -136,6 +136,7 @@ def test_a_run_restored_from_kept_checks_trains_only_the_labs_rest_and_keeps_the
         frame = planted_run(lab, stage, components, lrs)
         if "trial_id" not in frame:
             frame.insert(0, "trial_id", [f"{lab.model}{stage}_{i:05d}" for i in range(len(frame))])
+            frame["diverged"] = False  # a real trial table's columns
             frame.to_csv(lab.dir / stage / "trials.csv", index=False)
             record_stage(lab, stage, components, lrs, seconds=1.0, trials=len(frame))
         return frame

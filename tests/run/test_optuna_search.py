@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
+from vitplast_tune.records import tracking
 from vitplast_tune.records.tracking import (
     FAILURE_TAG,
     ROLE_TAG,
@@ -96,7 +97,12 @@ def test_tune_environment_is_set_while_it_runs_and_restored_after(monkeypatch):
     plan = SimpleNamespace(spec=SimpleNamespace(algorithm="optuna", total_trials=12), max_concurrent=None)
     before = dict(os.environ)
     with tune_environment(plan, cluster_grows=True) as set_here:
-        assert set_here == {"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", "RAY_AIR_NEW_OUTPUT": "0", PENDING_ENV: "12"}
+        assert set_here == {  # MLflow's calls bounded too (records.tracking), none of them set by the user here
+            "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+            "RAY_AIR_NEW_OUTPUT": "0",
+            PENDING_ENV: "12",
+            **{k: v for k, v in tracking.BOUNDED_ENV.items() if k not in before},
+        }
         assert os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1" and os.environ[PENDING_ENV] == "12"
         assert os.environ["TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S"] == "7"
     assert dict(os.environ) == before
