@@ -184,7 +184,8 @@ def test_analyze_of_two_searches_writes_the_cross_dataset_table(ray_local, tmp_p
     out = command("analyze", "--name", "dig", "--name", "fra", "--storage", str(storage)).stdout
     said = json.loads(command("analyze", "--name", "dig", "--name", "fra", "--storage", str(storage), "--json").stdout)
     assert said["names"] == ["dig", "fra"] and said["files"] == str(storage / "cross-dig-fra")
-    assert {r["components"] for r in said["gains"]} == {"mha", "fc1", "fc2"} and len(said["agreement"]) == 3
+    assert {r["components"] for r in said["gains"]} == {"head", "mha", "fc1", "fc2"}  # the probe's own row too
+    assert len(said["agreement"]) == 3, said["agreement"]
     assert "Relative gain over the linear probe per configuration and dataset" in out
     assert f"files: {storage / 'cross-dig-fra'}" in out
     gains = pd.read_csv(storage / "cross-dig-fra" / "cross_dataset_gains.csv").set_index("components")
