@@ -138,7 +138,7 @@ VARIABLES: dict[str, Variable] = {
             Variable(
                 name,
                 "MLflow's own: set by this package while trials run, so a tracking server that stops or stalls is "
-                "noticed within seconds (records.tracking.BOUNDED_ENV); a value the user set is kept.",
+                "noticed within minutes, not hours, and a restart within a minute is ridden out (records.tracking.BOUNDED_ENV); a value the user set is kept.",
                 "MLflow's default",
                 "internal",
                 "records.tracking",

@@ -59,11 +59,14 @@ ARTIFACTS_DIR = "mlartifacts"  # beside a SQLite store: one folder per experimen
 _MAX_PARAM = 6000
 
 
-# While trials run, an MLflow call to a server gets one retry and BOUNDED_CALL_S seconds an attempt (MLflow's
-# defaults: 7 retries, 120 s each, minutes of silence from a stopped or stalled server); a user's setting wins.
+# While trials run, an MLflow call to a server gets BOUNDED_RETRIES retries and BOUNDED_CALL_S seconds an attempt
+# (MLflow's defaults: 7 retries, 120 s each, many minutes of silence from a stopped or stalled server). urllib3 waits
+# 0, 2, 4, 8, 16, 32 s between them: a server restarted within about a minute is ridden out, one gone longer (or
+# stalled: seven silent attempts) stops the search within about two (run.guard). A user's setting wins.
 BOUNDED_CALL_S = 8
+BOUNDED_RETRIES = 6
 BOUNDED_ENV = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(BOUNDED_RETRIES),
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": str(BOUNDED_CALL_S),
@@ -71,7 +74,7 @@ BOUNDED_ENV = {
 
 
 @contextlib.contextmanager
-def bounded_calls(retries: int = 1, timeout_s: int = BOUNDED_CALL_S) -> Iterator[None]:
+def bounded_calls(retries: int = BOUNDED_RETRIES, timeout_s: int = BOUNDED_CALL_S) -> Iterator[None]:
     """MLflow's calls to a tracking server bounded while in the block: ``retries`` retries, ``timeout_s`` seconds an
     attempt (a call that gets no answer fails within about (``retries`` + 1) x ``timeout_s`` + ``retries`` s). A
     variable the user set is kept."""

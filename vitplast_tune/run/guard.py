@@ -3,8 +3,8 @@ an OS error while it runs (a full disk, a quota, a read-only or failing filesyst
 interrupt: Tune's graceful stop, then its runs closed and the command that resumes it printed, with exit code 74
 (``EX_IOERR``), not a traceback with runs left RUNNING. So is an MLflow tracking store that stops answering while
 the search runs (a stopped or stalled server or database: ``service_fault_of``), with exit code 69
-(``EX_UNAVAILABLE``); its calls are bounded meanwhile (``records.tracking.bounded_calls``), so that it is noticed at
-the first call that meets it within ``tracking.BOUNDED_CALL_S`` and a SIGTERM ends the search within 30 s.
+(``EX_UNAVAILABLE``); its calls are bounded meanwhile (``records.tracking.BOUNDED_ENV``): a server restarted within
+about a minute is ridden out, one that stays away is noticed at the first call that meets it within about two.
 
 The error may come from any writer on the driver: the MLflow tracker and Tune's loggers (callbacks, each wrapped by
 ``watched``), Tune's own save of its experiment state (logged, not raised: a filter on its loggers sees it), a

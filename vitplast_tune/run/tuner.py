@@ -45,7 +45,9 @@ TUNE_SETTINGS = {  # Ray Tune's settings while a search runs (``tune_environment
     "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
     "RAY_AIR_NEW_OUTPUT": "0",  # the old reporter, silent at verbose=0: the new one prints its banner whatever
 }
-KEEP_CHECKPOINTS = 1  # per trial: its latest, which holds its best weights too (RunConfig's CheckpointConfig)
+KEEP_CHECKPOINTS = (
+    2  # per trial (RunConfig's CheckpointConfig): its latest and the one before, which Tune's state may name
+)
 
 
 def pending_trials(plan: SearchPlan, cluster_grows: bool) -> int | None:
@@ -154,8 +156,9 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
             callbacks=callbacks,
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=plan.max_failures),
-            # One checkpoint per trial: the latest carries both what a resume needs and the trial's best-validation
-            # weights (best.safetensors, ``run.checkpoints``), so older ones are only disk (the quickstart's 317 MB).
+            # Two checkpoints per trial, not one: Tune's saved state can lag a trial's newest checkpoint, and a driver
+            # killed then resumes from the one before; with one kept, that one is gone ("Could not recover from
+            # checkpoint"; docs/results/quickstart-2026-12-03.md). The latest holds the best weights too.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS),
         ),
     )
