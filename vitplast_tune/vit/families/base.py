@@ -32,6 +32,13 @@ class Embedded:
         """The keyword arguments of block ``block`` (none when the family passes none)."""
         return self.block_kwargs[block] if self.block_kwargs else {}
 
+    @classmethod
+    def shared(cls, tokens: Tensor, blocks: int, **kwargs: Any) -> Embedded:
+        """The embedding output whose ``blocks`` blocks all take the same keyword arguments: those of ``kwargs`` that
+        are not None (a model without a shared table passes none)."""
+        given = {key: value for key, value in kwargs.items() if value is not None}
+        return cls(tokens, [dict(given) for _ in range(blocks)] if given else [])
+
 
 class Family:
     """A model family's adapter; subclasses set ``name``, ``about``, ``layout``, ``model_classes`` and ``embed``."""

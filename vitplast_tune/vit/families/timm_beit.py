@@ -37,8 +37,7 @@ class TimmBeit(Family):
         if model.pos_embed is not None:
             x = x + model.pos_embed
         shared = model.rel_pos_bias() if model.rel_pos_bias is not None else None
-        kwargs = [{"shared_rel_pos_bias": shared} for _ in model.blocks] if shared is not None else []
-        return Embedded(model.pos_drop(x), kwargs)
+        return Embedded.shared(model.pos_drop(x), len(model.blocks), shared_rel_pos_bias=shared)
 
     def prepare_lora(self, model: nn.Module) -> None:
         separate_qkv_bias(model)

@@ -30,7 +30,7 @@ class TimmRelPos(Family):
         if model.cls_token is not None:
             x = torch.cat((model.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
         shared = model.shared_rel_pos.get_bias() if model.shared_rel_pos is not None else None
-        return Embedded(x, [{"shared_rel_pos": shared} for _ in model.blocks] if shared is not None else [])
+        return Embedded.shared(x, len(model.blocks), shared_rel_pos=shared)
 
 
 FAMILY = TimmRelPos()
