@@ -4,11 +4,29 @@ stderr, no Ray session started."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from vitplast_tune import cli
+
+SEARCH_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "search.py"
+
+
+def search_args(space: Path | str, name: str, storage: Path | str, *extra: str) -> list[str]:
+    """The arguments of a small test search: ``space`` recorded as ``name`` under ``storage``, no plasticity
+    measured, one CPU a trial, then ``extra``."""
+    return ["--space", str(space), "--name", name, "--storage", str(storage), "--no-plasticity"] + [
+        "--cpus-per-trial",
+        "1",
+        *extra,
+    ]
+
+
+def search_command(space: Path | str, name: str, storage: Path | str, *extra: str) -> list[str]:
+    """``python scripts/search.py`` with ``search_args``, as a subprocess runs it."""
+    return [sys.executable, str(SEARCH_SCRIPT), *search_args(space, name, storage, *extra)]
 
 
 def ray_sessions() -> set[str]:

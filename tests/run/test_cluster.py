@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import ray
 import yaml
+from _commands import search_command
 from _raycluster import LocalCluster, MlflowServer, free_ports, node_ip
 from _spaces import space_text
 from mlflow.tracking import MlflowClient
@@ -79,26 +80,8 @@ def run_search(
 ) -> subprocess.CompletedProcess:
     """``scripts/search.py --address`` in a subprocess; returns it finished (output captured)."""
     space = write_space(root / f"{name}.yaml", components, steps)
-    cmd = [
-        sys.executable,
-        str(ROOT / "scripts" / "search.py"),
-        "--space",
-        str(space),
-        "--name",
-        name,
-        "--storage",
-        str(root / "results"),
-        "--tracking-uri",
-        tracking_uri,
-        "--address",
-        address,
-        "--no-plasticity",
-        "--cpus-per-trial",
-        "1",
-        "--max-failures",
-        "0",
-        *extra,
-    ]
+    cmd = search_command(space, name, root / "results", "--tracking-uri", tracking_uri, "--address", address)
+    cmd += ["--max-failures", "0", *extra]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=root)
 
 
@@ -381,27 +364,8 @@ def test_fake_autoscaler_adds_workers_for_trials_and_removes_them(tmp_path):
         space.write_text(OPTUNA_SPACE)
         monitor = next(c.temp_dir.glob("session_*/logs/monitor.log"))
         seen = len(monitor.read_text())
-        cmd = [
-            sys.executable,
-            str(ROOT / "scripts" / "search.py"),
-            "--space",
-            str(space),
-            "--name",
-            "optuna-scaled",
-            "--storage",
-            str(tmp_path / "results"),
-            "--tracking-uri",
-            tracking_uri,
-            "--address",
-            c.address,
-            "--no-plasticity",
-            "--cpus-per-trial",
-            "1",
-            "--resources-per-trial",
-            '{"trainer": 1}',
-            "--max-failures",
-            "0",
-        ]
+        cmd = search_command(space, "optuna-scaled", tmp_path / "results", "--tracking-uri", tracking_uri)
+        cmd += ["--address", c.address, "--resources-per-trial", '{"trainer": 1}', "--max-failures", "0"]
         proc = subprocess.run(cmd, env=driver_env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert proc.returncode == 0, explain(proc)
         assert "autoscaler can add node type(s) ray.worker.trainer" in proc.stderr, explain(proc)

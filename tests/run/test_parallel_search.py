@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from _commands import search_command
 from _raycluster import LocalCluster, OwnedRay
 from _spaces import space_text
 from mlflow.tracking import MlflowClient
@@ -35,23 +36,6 @@ def write_space(path: Path, *, steps: int, eval_every: int, components=("fc1",),
     defaults = {**EXACT, "max_steps": steps, "eval_every": eval_every, "grad_clip": 0.0}
     path.write_text(space_text(parameters=parameters, defaults=defaults, **top))
     return path
-
-
-def search_command(space: Path, name: str, storage: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        str(ROOT / "scripts" / "search.py"),
-        "--space",
-        str(space),
-        "--name",
-        name,
-        "--storage",
-        str(storage),
-        "--no-plasticity",
-        "--cpus-per-trial",
-        "1",
-        *extra,
-    ]
 
 
 def explain(proc: subprocess.CompletedProcess) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from _commands import search_args
 from _slurm import LocalSlurm, unavailable
 from _spaces import space_text
 from mlflow.tracking import MlflowClient
@@ -77,20 +78,6 @@ def submit(slurm: LocalSlurm, tmp_path: Path, args: list[str]) -> tuple[str, Pat
     flags = ["--nodes=1", f"--cpus-per-task={cpus}", "--time=00:15:00", f"--output={tmp_path}/job-%j.out"]
     job = slurm.submit(SCRIPT, flags, args, slurm.env(PATH=slurm.python_path()))
     return job, tmp_path / f"job-{job}.out"
-
-
-def search_args(space: Path, name: str, storage: Path) -> list[str]:
-    return [
-        "--space",
-        str(space),
-        "--name",
-        name,
-        "--storage",
-        str(storage),
-        "--no-plasticity",
-        "--cpus-per-trial",
-        "1",
-    ]
 
 
 def runs_by_trial(record: dict) -> tuple[MlflowClient, dict[str, list]]:
