@@ -1,5 +1,5 @@
 """Other projects' internals, each checked against the installed version (``vitplast_tune._compat``): an upgrade
-that moves one fails here, in one place. The versions they were read from: Ray 2.60.0, MLflow 3.17 and 3.18."""
+that moves one fails here, in one place. The versions they were read from: ``_compat.versions.READ_FROM``."""
 
 from __future__ import annotations
 
@@ -133,3 +133,32 @@ def test_mlflows_ui_page_and_its_mode_setting_are_where_the_app_reads_and_seeds_
     assert f'MACHINE_LEARNING="{mlflow_app.MODEL_TRAINING}"' in bundle
     declared = {point.value for point in entry_points(group="mlflow.app", name="vitplast")}
     assert declared == {"vitplast_tune._compat.mlflow_app:create_app"}
+
+
+def test_a_newer_version_than_an_internal_was_read_from_is_named_in_a_note_before_the_search(tmp_path, monkeypatch):
+    """The installed versions are those the internals were read from (no note); a newer major or minor version of
+    Ray, MLflow or timm is named among the plan's notes (the dry run and the search print them), a patch release is
+    not."""
+    from importlib import metadata
+
+    from _spaces import space_text
+
+    from vitplast_tune._compat import versions
+    from vitplast_tune.plan import SearchOptions
+    from vitplast_tune.plan.planner import prepare
+
+    installed = {project: metadata.version(project) for project in versions.READ_FROM}
+    assert versions.untested() == versions.untested(installed) == []
+    (note,) = versions.untested({**installed, "ray": "2.61.0"})
+    assert note.startswith("ray 2.61.0 is newer than 2.60, whose internals this version of vitplast_tune reads")
+    assert versions.untested({**installed, "mlflow": "3.17.9", "timm": "1.0.99"}) == []
+    assert [n.split()[0] for n in versions.untested({**installed, "mlflow": "4.0.0rc1", "timm": "1.1"})] == [
+        "mlflow",
+        "timm",
+    ]
+
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda project: "3.0.0" if project == "ray" else real(project))
+    (tmp_path / "space.yaml").write_text(space_text(parameters={"components": {"choice": ["mha"]}}))
+    plan = prepare(SearchOptions(space=str(tmp_path / "space.yaml"), storage=str(tmp_path / "results")))
+    assert [n for n in plan.notes if n.startswith("ray 3.0.0 is newer than 2.60")], plan.notes

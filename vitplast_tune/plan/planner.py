@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from vitplast_tune import environment
+from vitplast_tune._compat import versions
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.errors import UserError
 from vitplast_tune.lock import check_not_running
@@ -60,7 +61,8 @@ def prepare(options: SearchOptions) -> SearchPlan:
     budget = inputs.Budget(plan.max_trainable_params, subsets(spec, plan.settings), plan.corners)
     decoded, augment = inputs.check_inputs(plan.settings, reference, budget, searched_augmentations(spec))
     settings = replace(plan.settings, augment=augment)
-    return replace(plan, spec=spec, settings=settings, decoded=decoded, notes=(*notes, *said))
+    notes = (*notes, *said, *versions.untested())  # a Ray, MLflow or timm newer than its internals were read from
+    return replace(plan, spec=spec, settings=settings, decoded=decoded, notes=notes)
 
 
 def new_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str) -> tuple[SearchPlan, list[str]]:

@@ -1,0 +1,39 @@
+"""The versions of the projects whose internals this package reads, as read and tested: Ray and Ray Tune
+(``_compat.ray``, ``_compat.ray_tune``), MLflow (``_compat.mlflow``, ``_compat.mlflow_app``) and timm (the private
+embedding methods in ``vit/families``). A newer installed version is named in a note before a search starts, so a
+user who meets a moved internal knows where to look."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+READ_FROM = {"ray": "2.60", "mlflow": "3.17", "timm": "1.0"}  # major.minor each internal was read from and tested
+
+
+def _major_minor(version: str) -> tuple[int, ...]:
+    parts = []
+    for part in version.split(".")[:2]:
+        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def untested(installed: dict[str, str] | None = None) -> list[str]:
+    """A note for each project whose installed version is newer (major.minor) than the one its internals were read from.
+
+    Args:
+        installed: The installed versions by project (None: read from the installed packages' metadata).
+
+    Returns:
+        E.g. ``["ray 2.61.0 is newer than 2.60, whose internals this version of vitplast_tune reads
+        (_compat.versions): untested with it; ..."]``; empty when every one is as read.
+    """
+    notes = []
+    for project, read in READ_FROM.items():
+        version = installed[project] if installed is not None else metadata.version(project)
+        if _major_minor(version) > _major_minor(read):
+            notes.append(
+                f"{project} {version} is newer than {read}, whose internals this version of vitplast_tune reads "
+                f"(_compat.versions): untested with it; pytest tests/test_compat.py checks each of them"
+            )
+    return notes
