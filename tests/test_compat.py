@@ -162,3 +162,46 @@ def test_a_newer_version_than_an_internal_was_read_from_is_named_in_a_note_befor
     (tmp_path / "space.yaml").write_text(space_text(parameters={"components": {"choice": ["mha"]}}))
     plan = prepare(SearchOptions(space=str(tmp_path / "space.yaml"), storage=str(tmp_path / "results")))
     assert [n for n in plan.notes if n.startswith("ray 3.0.0 is newer than 2.60")], plan.notes
+
+
+def test_the_placement_group_of_a_dead_train_controller_is_found_and_released(ray_local):
+    """A Train run's controller that dies with its trial leaves its workers' placement group, and the CPUs in it,
+    while the driver lives (Ray frees a placement group when both the actor and the job that made it have ended):
+    ``orphaned_train_placement_groups`` finds it (and no other: a live controller's, another dead actor's, the
+    driver's own) and ``run.parallel.release_orphans`` gives its CPUs back."""
+    import ray
+    from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
+
+    from vitplast_tune.run import parallel
+
+    class Maker:
+        """An actor that reserves a placement group of 0.3 CPU and keeps it."""
+
+        def make(self):
+            group = placement_group([{"CPU": 0.3}])
+            ray.get(group.ready())
+            return group.id.hex()
+
+    TrainController = type("TrainController", (Maker,), {})  # the class Ray Train's controllers have
+    dead, alive = (ray_local.remote(num_cpus=0)(TrainController).remote() for _ in range(2))
+    other = ray_local.remote(num_cpus=0)(type("Other", (Maker,), {})).remote()
+    made = {name: ray.get(actor.make.remote()) for name, actor in [("dead", dead), ("alive", alive), ("other", other)]}
+    own = placement_group([{"CPU": 0.1}])  # the driver's, as Tune's trials have
+    ray.get(own.ready())
+    ray.kill(dead, no_restart=True)  # the trial's process ended: its controller with it
+    ray.kill(other, no_restart=True)
+    try:
+        deadline = time.time() + 60
+        while not (found := ray_internals.orphaned_train_placement_groups()) and time.time() < deadline:
+            time.sleep(0.2)  # the GCS learns of the death
+        assert found is not None and [group.id.hex() for group in found] == [made["dead"]]
+        assert placement_group_table()[made["dead"]]["state"] == "CREATED"  # Ray keeps it while the job lives
+        assert parallel.release_orphans() == 1
+        assert placement_group_table()[made["dead"]]["state"] == "REMOVED"
+        assert {placement_group_table()[made[k]]["state"] for k in ("alive", "other")} == {"CREATED"}
+        assert ray_internals.orphaned_train_placement_groups() == [] and parallel.release_orphans() == 0
+    finally:
+        ray.kill(alive, no_restart=True)
+        for group_id in (made["alive"], made["other"], own.id.hex()):
+            if placement_group_table()[group_id]["state"] != "REMOVED":
+                remove_placement_group(PlacementGroup(ray.PlacementGroupID.from_hex(group_id)))

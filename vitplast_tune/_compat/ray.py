@@ -1,5 +1,6 @@
 """Ray core internals (read from Ray 2.60.0): this process's own node, the resources a local instance would have,
-the autoscaler's status report and cluster config in the GCS, and whether this code runs in a Ray worker.
+the autoscaler's status report and cluster config in the GCS, whether this code runs in a Ray worker, and the
+placement groups that Ray Train runs left behind.
 
 Each returns None (or False) when Ray moved it, so a caller falls back to what public APIs tell.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 
 def local_resources() -> dict[str, float] | None:
@@ -72,3 +74,36 @@ def cluster_node_groups() -> dict[str, dict[str, float]] | None:
     if config is None or not config.node_group_configs:
         return None
     return {g.name: dict(g.resources) for g in config.node_group_configs if g.max_count != 0}
+
+
+def orphaned_train_placement_groups() -> list[Any] | None:
+    """The placement groups of Ray Train runs whose controller died (its trial stopped by a scheduler, or killed).
+
+    Ray keeps a placement group until both the actor and the job that made it have ended, so the workers' group of
+    a Train run whose controller died holds its CPUs and GPUs while the search runs; Train's own
+    ``PlacementGroupCleaner`` asks the State API for the controller, which a local instance without a dashboard (or a
+    machine with several Ray instances) does not answer. Read from the GCS's placement group table
+    (``gcs_pb2.PlacementGroupTableData``: ``creator_actor_id``, ``creator_actor_dead``, ``is_detached``) and the
+    actor table (the creator's class, ``TrainController``). None when Ray moved them.
+    """
+    try:
+        import ray
+        from ray._private.state import actors, state
+        from ray.core.generated import gcs_pb2
+        from ray.util.placement_group import PlacementGroup
+
+        table = state._connect_and_get_accessor().get_placement_group_table()
+        live = (gcs_pb2.PlacementGroupTableData.PENDING, gcs_pb2.PlacementGroupTableData.CREATED)
+        found = []
+        for raw in table:
+            group = gcs_pb2.PlacementGroupTableData.FromString(raw)
+            creator = group.creator_actor_id
+            if group.state not in live or group.is_detached or not group.creator_actor_dead:
+                continue
+            if not creator or creator == b"\xff" * len(creator):  # made by a driver (Tune's trials): not an actor
+                continue
+            if actors(actor_id=creator.hex()).get("ActorClassName") == "TrainController":
+                found.append(PlacementGroup(ray.PlacementGroupID(group.placement_group_id)))
+        return found
+    except Exception:
+        return None

@@ -35,7 +35,10 @@ class _Worker:
 
 @contextlib.contextmanager
 def measuring_worker(
-    trial: dict[str, float], every_s: float = 30.0, doing: str = "measuring"
+    trial: dict[str, float],
+    every_s: float = 30.0,
+    doing: str = "measuring",
+    while_waiting: Callable[[], Any] | None = None,
 ) -> Iterator[Callable[..., Any]]:
     """A runner (``runner(fn, **kwargs) -> fn(**kwargs)``) backed by one Ray worker with a trial's resources.
 
@@ -43,7 +46,9 @@ def measuring_worker(
     analysis's measurements, share its imports (torch, timm) instead of each starting a worker; the worker starts at
     the first call and ends with the block, else it would hold torch, the model and what its allocator kept through
     the search. ``trial``: the resources as ``--*-per-trial`` give them ({"cpu": 2, "gpu": 0.5, "a100": 1}). The
-    driver waits, saying every ``every_s`` seconds that a call still runs (``doing``: what it says it does).
+    driver waits, saying every ``every_s`` seconds that a call still runs (``doing``: what it says it does), and
+    calls ``while_waiting`` every second meanwhile (e.g. ``run.parallel.release_orphans``: the resources the worker
+    waits for may be held by what the trials left).
     """
     import ray
 
@@ -54,9 +59,13 @@ def measuring_worker(
         if not workers:
             workers.append(ray.remote(**worker_options(trial))(_Worker).remote())
         ref = workers[0].call.remote(fn, kwargs)
-        started = time.monotonic()
-        while not ray.wait([ref], timeout=every_s)[0]:
-            log.info(f"  ... still {doing} ({time.monotonic() - started:.0f} s, a Ray worker with {shown})")
+        started = said = time.monotonic()
+        while not ray.wait([ref], timeout=1.0 if while_waiting else every_s)[0]:
+            if while_waiting is not None:
+                while_waiting()
+            if time.monotonic() - said >= every_s or while_waiting is None:
+                said = time.monotonic()
+                log.info(f"  ... still {doing} ({said - started:.0f} s, a Ray worker with {shown})")
         return ray.get(ref)
 
     try:

@@ -21,6 +21,7 @@ from vitplast_tune import holds, storage
 from vitplast_tune.analysis.analyze import analyze_search
 from vitplast_tune.errors import SearchFailed, SearchInterrupted, option, trial_cause
 from vitplast_tune.log import get_logger
+from vitplast_tune.plan import resources
 from vitplast_tune.plan.options import SearchOptions, SearchPlan
 from vitplast_tune.plan.planner import prepare
 from vitplast_tune.plan.resume import resume_command
@@ -162,7 +163,10 @@ def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings
     _check_some_reported(plan, table, tuned.grid)
     holds.hold("end")  # a test's signal lands here, the trial table written (nothing under a user's run)
     o = plan.options
-    with before_trials.measuring_worker(o.trial_resources, doing="building the best model") as runner:
+    release = parallel.release_orphans if resources.workers_per_trial(o) > 1 else None  # what stopped trials held
+    with before_trials.measuring_worker(
+        o.trial_resources, doing="building the best model", while_waiting=release
+    ) as runner:
         with timings.phase("best_model"):
             _record_best(result, mlflow, tuned.grid, runner, tuned.staged)
         with timings.phase("study"):
@@ -285,6 +289,8 @@ def _tune(
         from vitplast_tune.run.progress import Progress
 
         callbacks.append(Progress(plan.spec.total_trials))
+    if resources.workers_per_trial(plan.options) > 1:
+        callbacks.append(parallel.ReleaseOrphans())  # the resources of a stopped trial's Train run, for the next
     if trainable is None:
         trainable = tune.with_parameters(
             train_trial,

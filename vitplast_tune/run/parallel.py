@@ -16,16 +16,22 @@ schedulers, searchers, checkpoints and ``--resume`` serve such a trial unchanged
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ray.tune import Callback
+
 from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.log import get_logger
 from vitplast_tune.plan.resources import TRIAL_PROCESS_CPU, worker_share, workers_per_trial
 
 if TYPE_CHECKING:  # the driver of a search imports this without torch
     from vitplast_tune.data.decoded import InMemory
+
+_log = get_logger(__name__)
 
 PLACEMENTS = {"pack": "PACK", "spread": "SPREAD"}  # --placement: Ray's placement group strategies
 WORKER_NODES = "worker_node_ids"  # the metric that names the node of each worker, rank 0 first
@@ -158,6 +164,58 @@ def train_on_workers(
         if isinstance(error, ray.train.TrainingFailedError):
             raise WorkersFailed(failure_cause(error, workers)) from error
         raise error
+
+
+def release_orphans() -> int:
+    """Remove the placement groups of Train runs whose controller died with its trial, freeing their resources.
+
+    A trial that a scheduler stops (or that is killed) takes its Train run's controller with it, ungracefully: Ray
+    keeps the run's placement group, and the CPUs and GPUs in it, until the search's driver exits
+    (``_compat.ray.orphaned_train_placement_groups``), so the next trials and the best model's worker would wait
+    for them for ever.
+
+    Returns:
+        How many placement groups were removed.
+    """
+    from ray.util.placement_group import remove_placement_group
+
+    from vitplast_tune._compat import ray as ray_internals
+
+    removed = 0
+    for group in ray_internals.orphaned_train_placement_groups() or []:
+        try:
+            remove_placement_group(group)
+        except Exception as exc:  # removed meanwhile (Train's own cleaner, where the State API answers)
+            _log.debug(f"placement group {group.id.hex()} not removed: {exc}")
+            continue
+        removed += 1
+    if removed:
+        _log.debug(f"released {removed} placement group(s) of Train runs whose trial had ended")
+    return removed
+
+
+class ReleaseOrphans(Callback):
+    """A Tune callback that releases the placement groups of ended trials' Train runs (``release_orphans``) every
+    ``every_s`` seconds of the Tune loop, so that the next trials get their resources.
+
+    Args:
+        every_s: The least time between two looks at the placement groups.
+    """
+
+    def __init__(self, every_s: float = 2.0):
+        self.every_s, self._last = every_s, 0.0
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        """Release the orphaned placement groups when ``every_s`` has passed since the last look.
+
+        Args:
+            iteration: Tune's loop iteration.
+            trials: The search's trials.
+            **info: Tune's other arguments.
+        """
+        if time.monotonic() - self._last >= self.every_s:
+            self._last = time.monotonic()
+            release_orphans()
 
 
 class WorkersFailed(RuntimeError):
