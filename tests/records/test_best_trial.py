@@ -28,6 +28,7 @@ def test_a_search_set_by_mlflow_env_vars_lands_there_and_its_best_model_loads_ba
 ):
     store = tmp_path / "store"
     uri = f"sqlite:///{store / 'mlflow.db'}"
+    mlflow.set_tracking_uri(None)  # none pinned by an earlier test of this process: the variable decides, as for a user
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "team runs")
     space = tiny_space(parameters={"components": {"choice": ["mha", "fc1"]}, "lr": {"choice": [0.3]}})

@@ -139,6 +139,19 @@ def test_list_and_status_print_json_for_scripts(searched):
     assert answer["n_trials"] == 3 and answer["best"]["components"] == search.answer.best["components"]
 
 
+def test_a_search_whose_study_is_not_made_yet_loads_with_no_trials(searched, tmp_path):
+    """The moment a starting driver has made the study's file but not the study in it: the search loads, with no
+    trials yet, not Optuna's KeyError (CI met it in the test below)."""
+    folder = tmp_path / "results" / "starting"
+    folder.mkdir(parents=True)
+    search, storage, _ = searched
+    record = json.loads((storage / "face" / "vitplast_search.json").read_text())
+    (folder / "vitplast_search.json").write_text(json.dumps({**record, "name": "starting"}))
+    optuna.storages.RDBStorage(f"sqlite:///{folder / 'optuna.db'}")  # the file and its tables, no study
+    starting = vt.load_search("starting", storage=tmp_path / "results")
+    assert starting.trials.empty and len(search.trials) == 3  # the finished one, whole
+
+
 def test_a_running_search_loads_as_far_as_its_trials_have_ended(tmp_path):
     """Three trials one at a time: once the first has ended in the live study, the search loads as running with
     the trials that ended (from its study), and ``vitplast status`` says so; Ctrl-C then stops it."""

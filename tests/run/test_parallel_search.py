@@ -77,12 +77,20 @@ def checkpointed_trials(directory: Path, at_least: int = 1) -> list[str]:
 
 
 def running_checkpointed(directory: Path, at_least: int = 2) -> list[str]:
-    """The trials whose MLflow run is RUNNING and that have ``at_least`` checkpoints in the search's folder."""
+    """The trials whose MLflow run is RUNNING and that have ``at_least`` checkpoints in the search's folder, the
+    first of them older than Tune's last save of its experiment state (which a resume restores from: it lags a
+    trial's newest checkpoint on a loaded machine, and a driver killed before it restarts the trial from scratch)."""
     if not (directory / "vitplast_search.json").is_file():
         return []
     _, _, by_trial = runs_by_trial(directory)
     running = {t for t, runs in by_trial.items() if runs[0].info.status == "RUNNING"}
-    return [t for t in checkpointed_trials(directory, at_least) if t in running]
+    try:
+        saved = max((p.stat().st_mtime for p in directory.glob("experiment_state-*.json")), default=0.0)
+        found = [t for t in checkpointed_trials(directory, at_least) if t in running]
+        first = {t: min(p.stat().st_mtime for p in (directory / f"trial_{t}").glob("checkpoint_*")) for t in found}
+    except (FileNotFoundError, ValueError):  # a checkpoint removed as it was looked at: look again
+        return []
+    return [t for t in found if first[t] < saved]
 
 
 @pytest.fixture

@@ -127,7 +127,11 @@ class Search:
             return table.assign(status=table.apply(_trial_status, axis=1))
         if not (self.directory / STUDY_FILE).is_file():
             return pd.DataFrame()
-        return _study_table(self.study, self.settings.max_steps)
+        try:
+            study = self.study
+        except KeyError:  # the study's file made, the study itself not yet: the driver is starting
+            return pd.DataFrame()
+        return _study_table(study, self.settings.max_steps)
 
     @property
     def study(self):
