@@ -142,10 +142,24 @@ def analyze_depth(
     n_boot: int = N_BOOT,
     alpha: float = multiple.ALPHA,
 ) -> DepthAnalysis:
-    """The depth analysis of a trial table: ``depth_table``, the agreement of best and most plastic depths with its
-    exact test, and over every configuration each predictor against the baseline (hierarchical bootstrap), all judged
-    in one family; written as CSV into ``out_dir``. ``predictors``: per-(components, depth) columns such as
-    ``in_network_mean``; ``layers``: the per-layer plasticity shown beside."""
+    """Analyze where to finetune: how well the most plastic depth finds the best one, and each predictor's ranking.
+
+    The analysis holds ``depth_table``, the agreement of best and most plastic depths with its exact test, and over
+    every configuration each predictor against the baseline (hierarchical bootstrap), all judged in one family; it is
+    written as CSV into ``out_dir``.
+
+    Args:
+        trials: The trial table, trials at several depths.
+        out_dir: Where the CSV files go.
+        num_blocks: The model's number of blocks.
+        layers: The per-layer plasticity shown beside (None: none).
+        predictors: Per-(components, depth) columns such as ``in_network_mean`` (None: none).
+        n_boot: Bootstrap resamples.
+        alpha: The family's level.
+
+    Returns:
+        The depth analysis.
+    """
     trials = trials.assign(depth=trials["depth"].fillna("all").astype(str))
     table = depth_table(trials, predictors)
     score = (

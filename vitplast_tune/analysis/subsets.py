@@ -224,10 +224,21 @@ def criteria_lab(
     alpha: float = multiple.ALPHA,
     columns: tuple[str, ...] = LAB_PREDICTORS,
 ) -> list[LabResult]:
-    """The lab on the trials of each budget (``parts``: budget -> trial table; None for a single one), every
-    verdict judged in one family (``judge_family``). ``predictors``: more per-subset columns (in-network plasticity);
-    ``grid_lrs``: the space's rates, so the table says which rates were added beyond them; ``columns``: the predictors
-    compared (the baseline among them)."""
+    """Run the criteria lab on the trials of each budget, every verdict judged in one family (``judge_family``).
+
+    Args:
+        parts: The trial table of each budget (None for a single one).
+        predictors: More per-subset columns (in-network plasticity).
+        grid_lrs: The space's rates, so the table says which rates were added beyond them.
+        n_boot: Bootstrap resamples.
+        seed: The bootstrap's seed.
+        min_points: The fewest subsets that get a verdict.
+        alpha: The family's level.
+        columns: The predictors compared (the baseline among them).
+
+    Returns:
+        One result per budget, in ``parts``' order.
+    """
     results = []
     for budget, trials in parts.items():
         trials = trials.reset_index(drop=True)  # the tables select rows by label
@@ -413,7 +424,17 @@ def _across_budgets(results: list[LabResult]) -> str:
 
 
 def describe_lab(results: list[LabResult], what: str = "subsets") -> str:
-    """The whole lab as text: per budget the subsets' table, the comparison and the agreement; then the conclusions."""
+    """Describe the whole lab as text, budget by budget, then its conclusions.
+
+    Per budget: the subsets' table, the comparison and the agreement.
+
+    Args:
+        results: The lab's results, one per budget.
+        what: What the rows are called in the text (e.g. "subsets").
+
+    Returns:
+        The text.
+    """
     parts = []
     for r in results:
         head = f"--- the criteria lab at {r.budget} steps ---\n" if r.budget is not None and len(results) > 1 else ""
