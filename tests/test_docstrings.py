@@ -22,6 +22,7 @@ FACES = (
     "vitplast_tune.records",
     "vitplast_tune.run",
     "vitplast_tune.analysis",
+    "vitplast_tune",
 )
 # Modules checked whole (every public function and class defined in them): the root modules without a face, then
 # modules of the packages whose faces follow later, written in this style already.

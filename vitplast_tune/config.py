@@ -63,7 +63,60 @@ def check_variant(variant: str) -> str:
 
 @dataclass
 class FinetuneConfig:
-    """Everything one finetuning run needs; a search trial's parameters override these fields."""
+    """Everything one finetuning run needs.
+
+    A search trial's parameters override these fields.
+
+    Attributes:
+        model: The timm model's name, or ``hf:<hub id or folder>`` (transformers).
+        weights: Local weights for ``model`` (safetensors or torch state dict), instead of the hub.
+        pretrained: Whether to load pretrained weights (False: random initialization).
+        dataset: The dataset's name.
+        data_dir: Where the dataset lies (None: the default cache).
+        download: Download the dataset when missing.
+        image_cache: For JPEG datasets: above 0, decode them once, shorter side resized to this many pixels.
+        val_fraction: The share of the training split held out for validation.
+        augment: The training augmentation recipe (paper, light or none); None or "auto": the dataset's default (the
+            paper's crop and flip for natural images, light for digits and fractals).
+        components: The subset trained and each component's method, e.g. "mha:lora+fc1".
+        blocks: The block indices the block components train in (None: ``depth`` decides).
+        depth: The blocks they train in: "all", "first" / "middle" / "last" (thirds of the blocks) or a range "i-j".
+        lora_rank: The rank r of the LoRA adapters of components trained by "lora".
+        lora_alpha: The LoRA scaling alpha: the adapter's update is (alpha / r) * B @ A.
+        optimizer: The optimizer's name.
+        lr: The peak learning rate.
+        momentum: The optimizer's momentum.
+        weight_decay: The weight decay, never on biases, norms and position/class tokens (timm's parameter groups).
+        layer_decay: Layer-wise learning-rate decay (timm's, as BEiT): block i's rate times
+            layer_decay^(depth - i); None: off.
+        batch_size: Images per micro-batch, over all of a trial's data-parallel workers together.
+        grad_accum_steps: Micro-batches per optimizer step: the effective batch is batch_size x grad_accum_steps.
+        max_steps: Optimizer steps.
+        warmup_steps: Warm-up steps of the learning rate.
+        warmup_fraction: When set, warm up for this fraction of ``max_steps`` instead of ``warmup_steps``.
+        eval_every: Evaluate every this many steps.
+        checkpoint_every: A checkpoint every this many evaluations, and whenever the best accuracy improves.
+        grad_clip: The gradient norm clipped to.
+        label_smoothing: The label smoothing of the cross-entropy's targets (with mixup or cutmix: of their soft
+            targets).
+        mixup: Mixup's Beta(alpha, alpha) (``timm.data.Mixup``); 0: off.
+        cutmix: CutMix's Beta(alpha, alpha); 0: off.
+        mixup_prob: With mixup or cutmix on: the probability that a batch is mixed at all.
+        mixup_switch_prob: With both on: the probability that a mixed batch is cut, not blended.
+        ema_decay: The decay of an EMA of the weights (``timm.utils.ModelEmaV3``), evaluated and kept as the best;
+            None: no EMA.
+        drop_path: Stochastic depth: timm's drop_path_rate, rising linearly to this over the blocks.
+        auto_augment: A timm policy after the augment recipe's crop, e.g. rand-m9-mstd0.5-inc1 or original; None: off.
+        seed: The training seed.
+        threads: Torch's threads (0: torch's default).
+        num_workers: DataLoader worker processes (-1: automatic, from ``threads``).
+        compile: Compile the forward pass with ``torch.compile``.
+        grad_checkpointing: Recompute each block's activations in the backward pass: less memory, more compute.
+        precision: auto: bf16 where the GPU has it, else fp16 on CUDA (with a gradient scaler), fp32 on CPU.
+        cuda_options: On CUDA: TF32 matmuls and fused optimizers (False and precision fp32: plain fp32).
+        cache_features: Let a linear probe on in-memory data train its head on the backbone's cached features.
+        eval_test: Evaluate the best weights on the test split at the end.
+    """
 
     model: str = TESTBED_MODEL
     weights: str | None = None
@@ -117,18 +170,44 @@ class FinetuneConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> FinetuneConfig:
-        """Build from a dict (a space file's defaults, a search's record), rejecting unknown keys with a suggestion."""
+        """Build from a dict (a space file's defaults, a search's record), rejecting unknown keys with a suggestion.
+
+        Args:
+            values: The settings, by field name.
+
+        Returns:
+            The settings (not validated: see ``validate``).
+
+        Raises:
+            UserError: A key is no setting.
+        """
         _check_names(values)
         return cls(**values)
 
     def merged(self, values: dict[str, Any]) -> FinetuneConfig:
-        """A copy with ``values`` applied (a trial's sampled parameters), rejecting unknown keys with a suggestion."""
+        """Copy the settings with ``values`` applied, rejecting unknown keys with a suggestion.
+
+        Args:
+            values: The settings to change, by field name (e.g. a trial's sampled parameters).
+
+        Returns:
+            The copy.
+
+        Raises:
+            UserError: A key is no setting.
+        """
         _check_names(values)
         return replace(self, **values)
 
     def validate(self) -> FinetuneConfig:
-        """Raise UserError, naming the setting, for a value of the wrong type (``check_types``: every field typed by
-        its annotation) or one that cannot train; return self."""
+        """Check every setting: its type (``check_types``: every field typed by its annotation), and that it can train.
+
+        Returns:
+            The settings themselves.
+
+        Raises:
+            UserError: A value of the wrong type or one that cannot train, naming the setting.
+        """
         check_types(self)
         components.parse_subset(self.components)
         components.check_depth(self.depth)
@@ -207,11 +286,22 @@ class FinetuneConfig:
         return round(self.warmup_fraction * self.max_steps)
 
     def block_indices(self, num_blocks: int) -> list[int] | None:
-        """The blocks the block components train in, in a model of ``num_blocks`` blocks (None: every block)."""
+        """Find the blocks the block components train in.
+
+        Args:
+            num_blocks: The model's number of blocks.
+
+        Returns:
+            The block indices, or None for every block.
+        """
         return self.blocks if self.blocks is not None else components.depth_blocks(self.depth, num_blocks)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of every field."""
+        """Give the settings as a plain dict.
+
+        Returns:
+            Every field, by name.
+        """
         return asdict(self)
 
 
