@@ -35,6 +35,7 @@ MODULES = (
     "vitplast_tune.lock",
     "vitplast_tune.analysis.bootstrap",
     "vitplast_tune.vit.fits",
+    "vitplast_tune.config",
 )
 
 _SECTION = re.compile(r"^(\w[\w ]*):\s*$")

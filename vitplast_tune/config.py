@@ -31,13 +31,20 @@ CACHE_ENV = "VITPLAST_CACHE_DIR"  # overrides the cache root
 
 
 def cache_dir() -> Path:
-    """Where generated files live (datasets, image caches, plasticity reports): ``$VITPLAST_CACHE_DIR``, else
-    ``~/.cache/vitplast_tune``."""
+    """Find where generated files live: datasets, image caches, plasticity reports.
+
+    Returns:
+        ``$VITPLAST_CACHE_DIR``, else ``~/.cache/vitplast_tune``.
+    """
     return Path(environment.read(CACHE_ENV) or Path.home() / ".cache" / "vitplast_tune").expanduser()
 
 
 def default_data_dir() -> Path:
-    """Where datasets live when ``--data-dir`` is not given: ``~/.cache/vitplast_tune/data``."""
+    """Find where datasets live when ``--data-dir`` is not given.
+
+    Returns:
+        The cache's ``data`` folder: ``~/.cache/vitplast_tune/data`` by default.
+    """
     return cache_dir() / "data"
 
 
@@ -52,7 +59,17 @@ PLASTICITY_VARIANTS = ("paper", "in_network")
 
 
 def check_variant(variant: str) -> str:
-    """Raise UserError unless ``variant`` is one of ``PLASTICITY_VARIANTS``; return it."""
+    """Check that ``variant`` is one of ``PLASTICITY_VARIANTS``.
+
+    Args:
+        variant: A plasticity variant's name.
+
+    Returns:
+        The variant.
+
+    Raises:
+        UserError: It is none of them.
+    """
     if variant not in PLASTICITY_VARIANTS:
         raise UserError(
             f'unknown plasticity variant "{variant}"{did_you_mean(variant, PLASTICITY_VARIANTS)}; '
@@ -320,15 +337,44 @@ METRICS = {
 
 
 def trial_config(config: dict[str, Any], settings: FinetuneConfig) -> FinetuneConfig:
-    """The FinetuneConfig of a trial: its sampled parameters over the search's settings (Optuna's component
-    encodings, ``components.ENCODING_KEYS``, left out)."""
+    """Make a trial's settings: its sampled parameters over the search's settings.
+
+    Optuna's component encodings (``components.ENCODING_KEYS``) are left out.
+
+    Args:
+        config: The trial's sampled parameters.
+        settings: The search's settings.
+
+    Returns:
+        The trial's settings (not validated).
+
+    Raises:
+        UserError: A parameter is no setting.
+    """
     return settings.merged({k: v for k, v in config.items() if k not in components.ENCODING_KEYS})
 
 
 @dataclass
 class PretrainConfig:
-    """How the offline testbed ViT is pretrained on generated fractals (``vit.pretraining.pretrain_testbed``); the
-    defaults made the shipped checkpoint. Each field's ``help`` is its command-line help (``vitplast pretrain``)."""
+    """How the offline testbed ViT is pretrained on generated fractals (``vit.pretraining.pretrain_testbed``).
+
+    The defaults made the shipped checkpoint. Each field's ``help`` is its command-line help (``vitplast pretrain``).
+
+    Attributes:
+        seed: The seed of the initialisation, batch order and fractal variations.
+        data_seed: The seed of the fractal class systems; 0 matches the 'fractals' dataset.
+        steps: Optimizer steps.
+        batch_size: Images per step.
+        lr: The peak AdamW learning rate.
+        weight_decay: AdamW's weight decay on matrices.
+        warmup_steps: Linear warm-up steps before the cosine decay.
+        label_smoothing: The label smoothing of the cross-entropy.
+        num_classes: Fractal classes; the shipped config expects 64.
+        images_per_class: Training fractals per class, generated in memory.
+        heldout_per_class: Held-out fractals per class for the accuracy check.
+        threads: Torch CPU threads; fixed for reproducibility.
+        log_every: Print progress every this many steps; held-out accuracy every 10x.
+    """
 
     seed: int = field(default=0, metadata={"help": "seed of the initialisation, batch order and fractal variations"})
     data_seed: int = field(
@@ -349,7 +395,14 @@ class PretrainConfig:
     )
 
     def validate(self) -> PretrainConfig:
-        """Raise UserError, naming the setting (as its flag), for a value that cannot pretrain; return self."""
+        """Check every setting: its type, and that it can pretrain.
+
+        Returns:
+            The settings themselves.
+
+        Raises:
+            UserError: A value that cannot pretrain, naming the setting as its flag.
+        """
         check_types(self)
         at_least = dict(
             steps=1, batch_size=1, num_classes=2, images_per_class=1, heldout_per_class=1, threads=1, log_every=1
@@ -382,21 +435,47 @@ def field_types(cls: type) -> dict[str, Any]:
 
 
 def check_types(settings: Any) -> None:
-    """Raise UserError naming the first field of a settings dataclass whose value does not fit its annotation
-    (``int``, ``float``, ``bool``, ``str``, ``X | None``, ``list[X]``): a new field is typed by declaring it."""
+    """Check that every field of a settings dataclass fits its annotation: a new field is typed by declaring it.
+
+    The annotations understood: ``int``, ``float``, ``bool``, ``str``, ``X | None``, ``list[X]``.
+
+    Args:
+        settings: A settings dataclass (``FinetuneConfig``, ``PretrainConfig``).
+
+    Raises:
+        UserError: Naming the first field whose value does not fit.
+    """
     for name, hint in field_types(type(settings)).items():
         check_type(name, getattr(settings, name), hint)
 
 
 def check_type(name: str, value: Any, hint: Any) -> None:
-    """Raise UserError unless ``value`` fits the annotation ``hint`` (see ``fits``); the message names ``name``."""
+    """Check that ``value`` fits the annotation ``hint`` (see ``fits``).
+
+    Args:
+        name: The setting's name, for the message.
+        value: Its value.
+        hint: Its annotation.
+
+    Raises:
+        UserError: The value does not fit; the message names ``name``.
+    """
     if not fits(value, hint):
         raise UserError(f"{name} must be {describe_type(hint)}, got {value!r} ({_kind(value)})")
 
 
 def fits(value: Any, hint: Any) -> bool:
-    """Whether ``value`` is of type ``hint``: a bool is not a number, an int is a float, a float is finite, a path is
-    a string."""
+    """Tell whether ``value`` is of type ``hint``.
+
+    A bool is not a number, an int is a float, a float is finite, a path is a string.
+
+    Args:
+        value: The value.
+        hint: The annotation.
+
+    Returns:
+        Whether it fits.
+    """
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         return any(fits(value, h) for h in typing.get_args(hint))
@@ -419,7 +498,14 @@ def fits(value: Any, hint: Any) -> bool:
 
 
 def describe_type(hint: Any) -> str:
-    """How a message names a type: ``int | None`` is "an integer or null"."""
+    """Name a type as a message does: ``int | None`` is "an integer or null".
+
+    Args:
+        hint: The annotation.
+
+    Returns:
+        Its name in words.
+    """
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         return " or ".join(describe_type(h) for h in typing.get_args(hint))
@@ -443,8 +529,17 @@ def _kind(value: Any) -> str:
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` (``--set``) as a FinetuneConfig field and its value, parsed by the field's type; a UserError names
-    the field and the type it takes."""
+    """Parse ``KEY=VALUE`` (``--set``) as a FinetuneConfig field and its value, by the field's type.
+
+    Args:
+        text: The ``KEY=VALUE`` text.
+
+    Returns:
+        The field's name and its value.
+
+    Raises:
+        UserError: The text is no setting, or the value is not of its type; it names the field and the type it takes.
+    """
     key, sep, raw = text.partition("=")
     name = key.strip().replace("-", "_")
     if not sep or not name:
