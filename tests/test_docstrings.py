@@ -36,6 +36,7 @@ MODULES = (
     "vitplast_tune.analysis.bootstrap",
     "vitplast_tune.vit.fits",
     "vitplast_tune.config",
+    "vitplast_tune.errors",
 )
 
 _SECTION = re.compile(r"^(\w[\w ]*):\s*$")
