@@ -37,6 +37,7 @@ MODULES = (
     "vitplast_tune.vit.fits",
     "vitplast_tune.config",
     "vitplast_tune.errors",
+    "vitplast_tune.log",
 )
 
 _SECTION = re.compile(r"^(\w[\w ]*):\s*$")
