@@ -38,6 +38,7 @@ MODULES = (
     "vitplast_tune.config",
     "vitplast_tune.errors",
     "vitplast_tune.log",
+    "vitplast_tune.environment",
 )
 
 _SECTION = re.compile(r"^(\w[\w ]*):\s*$")
