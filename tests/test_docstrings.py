@@ -39,6 +39,7 @@ MODULES = (
     "vitplast_tune.errors",
     "vitplast_tune.log",
     "vitplast_tune.environment",
+    "vitplast_tune.holds",
 )
 
 _SECTION = re.compile(r"^(\w[\w ]*):\s*$")
