@@ -40,6 +40,7 @@ MODULES = (
     "vitplast_tune.log",
     "vitplast_tune.environment",
     "vitplast_tune.holds",
+    "vitplast_tune.child",
 )
 
 _SECTION = re.compile(r"^(\w[\w ]*):\s*$")
