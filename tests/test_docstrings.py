@@ -41,6 +41,7 @@ MODULES = (
     "vitplast_tune.environment",
     "vitplast_tune.holds",
     "vitplast_tune.child",
+    "vitplast_tune.outputs",
 )
 
 _SECTION = re.compile(r"^(\w[\w ]*):\s*$")
