@@ -9,7 +9,7 @@ import importlib
 import inspect
 import re
 
-# The faces converted so far; the others follow when their owners land (the lead extends the list).
+# Every face: each package's ``__all__`` and the root's (the ``vitplast`` command's cli has none).
 FACES = (
     "vitplast_tune.data",
     "vitplast_tune.space",
@@ -24,8 +24,8 @@ FACES = (
     "vitplast_tune.analysis",
     "vitplast_tune",
 )
-# Modules checked whole (every public function and class defined in them): the root modules without a face, then
-# modules of the packages whose faces follow later, written in this style already.
+# Modules checked whole (every public function and class defined in them, exported or not): the root modules, and two
+# modules of packages whose faces export only part of them.
 MODULES = (
     "vitplast_tune.components",
     "vitplast_tune.freezing",
