@@ -4,17 +4,13 @@ torch, so that a search's driver validates settings without importing what only 
 
 from __future__ import annotations
 
-import math
-import os
-import types
-import typing
-from dataclasses import asdict, dataclass, field, fields, replace
-from functools import cache
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from vitplast_tune import components, environment
 from vitplast_tune.errors import UserError, did_you_mean
+from vitplast_tune.typed import check_types, describe_parsed, field_types, parse_typed
 
 TESTBED_MODEL = "vit_testbed_patch8_32.fractal"  # the offline default (vit/models.py registers it with timm)
 # The paper's checkpoint: Google's ViT-B/16 trained on ImageNet-21k, as timm converted it (what the paper's reference
@@ -354,178 +350,7 @@ def trial_config(config: dict[str, Any], settings: FinetuneConfig) -> FinetuneCo
     return settings.merged({k: v for k, v in config.items() if k not in components.ENCODING_KEYS})
 
 
-@dataclass
-class PretrainConfig:
-    """How the offline testbed ViT is pretrained on generated fractals (``vit.pretraining.pretrain_testbed``).
-
-    The defaults made the shipped checkpoint. Each field's ``help`` is its command-line help (``vitplast pretrain``).
-
-    Attributes:
-        seed: The seed of the initialisation, batch order and fractal variations.
-        data_seed: The seed of the fractal class systems; 0 matches the 'fractals' dataset.
-        steps: Optimizer steps.
-        batch_size: Images per step.
-        lr: The peak AdamW learning rate.
-        weight_decay: AdamW's weight decay on matrices.
-        warmup_steps: Linear warm-up steps before the cosine decay.
-        label_smoothing: The label smoothing of the cross-entropy.
-        num_classes: Fractal classes; the shipped config expects 64.
-        images_per_class: Training fractals per class, generated in memory.
-        heldout_per_class: Held-out fractals per class for the accuracy check.
-        threads: Torch CPU threads; fixed for reproducibility.
-        log_every: Print progress every this many steps; held-out accuracy every 10x.
-    """
-
-    seed: int = field(default=0, metadata={"help": "seed of the initialisation, batch order and fractal variations"})
-    data_seed: int = field(
-        default=0, metadata={"help": "seed of the fractal class systems; 0 matches the 'fractals' dataset"}
-    )
-    steps: int = field(default=5000, metadata={"help": "optimizer steps"})
-    batch_size: int = field(default=128, metadata={"help": "images per step"})
-    lr: float = field(default=2e-3, metadata={"help": "peak AdamW learning rate"})
-    weight_decay: float = field(default=0.05, metadata={"help": "AdamW weight decay on matrices"})
-    warmup_steps: int = field(default=200, metadata={"help": "linear warm-up steps before the cosine decay"})
-    label_smoothing: float = field(default=0.1, metadata={"help": "label smoothing of the cross-entropy"})
-    num_classes: int = field(default=64, metadata={"help": "fractal classes; the shipped config expects 64"})
-    images_per_class: int = field(default=1500, metadata={"help": "training fractals per class, generated in memory"})
-    heldout_per_class: int = field(default=50, metadata={"help": "held-out fractals per class for the accuracy check"})
-    threads: int = field(default=2, metadata={"help": "torch CPU threads; fixed for reproducibility"})
-    log_every: int = field(
-        default=100, metadata={"help": "print progress every this many steps; held-out accuracy every 10x"}
-    )
-
-    def validate(self) -> PretrainConfig:
-        """Check every setting: its type, and that it can pretrain.
-
-        Returns:
-            The settings themselves.
-
-        Raises:
-            UserError: A value that cannot pretrain, naming the setting as its flag.
-        """
-        check_types(self)
-        at_least = dict(
-            steps=1, batch_size=1, num_classes=2, images_per_class=1, heldout_per_class=1, threads=1, log_every=1
-        )
-        at_least.update(seed=0, data_seed=0, warmup_steps=0)
-        for name, low in at_least.items():
-            if getattr(self, name) < low:
-                raise UserError(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise UserError(f"--lr must be positive, got {self.lr}")
-        if self.weight_decay < 0:
-            raise UserError(f"--weight-decay must not be negative, got {self.weight_decay}")
-        if not 0 <= self.label_smoothing < 1:
-            raise UserError(f"--label-smoothing must lie in [0, 1), got {self.label_smoothing}")
-        if self.batch_size > self.num_classes * self.images_per_class:
-            raise UserError(
-                f"--batch-size {self.batch_size} is larger than the {self.num_classes * self.images_per_class} "
-                "training images (--num-classes x --images-per-class)"
-            )
-        return self
-
-
-# ----------------------------------------------------------------------------- typing settings
-
-
-@cache
-def field_types(cls: type) -> dict[str, Any]:
-    """The type of each field of a settings dataclass (``FinetuneConfig``, ``PretrainConfig``), from its annotations."""
-    return typing.get_type_hints(cls)
-
-
-def check_types(settings: Any) -> None:
-    """Check that every field of a settings dataclass fits its annotation: a new field is typed by declaring it.
-
-    The annotations understood: ``int``, ``float``, ``bool``, ``str``, ``X | None``, ``list[X]``.
-
-    Args:
-        settings: A settings dataclass (``FinetuneConfig``, ``PretrainConfig``).
-
-    Raises:
-        UserError: Naming the first field whose value does not fit.
-    """
-    for name, hint in field_types(type(settings)).items():
-        check_type(name, getattr(settings, name), hint)
-
-
-def check_type(name: str, value: Any, hint: Any) -> None:
-    """Check that ``value`` fits the annotation ``hint`` (see ``fits``).
-
-    Args:
-        name: The setting's name, for the message.
-        value: Its value.
-        hint: Its annotation.
-
-    Raises:
-        UserError: The value does not fit; the message names ``name``.
-    """
-    if not fits(value, hint):
-        raise UserError(f"{name} must be {describe_type(hint)}, got {value!r} ({_kind(value)})")
-
-
-def fits(value: Any, hint: Any) -> bool:
-    """Tell whether ``value`` is of type ``hint``.
-
-    A bool is not a number, an int is a float, a float is finite, a path is a string.
-
-    Args:
-        value: The value.
-        hint: The annotation.
-
-    Returns:
-        Whether it fits.
-    """
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(fits(value, h) for h in typing.get_args(hint))
-    if origin in (list, tuple):
-        item = (typing.get_args(hint) or (Any,))[0]
-        return isinstance(value, (list, tuple)) and all(fits(v, item) for v in value)
-    if hint is Any:
-        return True
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if hint is str:
-        return isinstance(value, (str, os.PathLike))  # a path given as a Path (data_dir, weights)
-    return isinstance(value, hint) if isinstance(hint, type) else True
-
-
-def describe_type(hint: Any) -> str:
-    """Name a type as a message does: ``int | None`` is "an integer or null".
-
-    Args:
-        hint: The annotation.
-
-    Returns:
-        Its name in words.
-    """
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(describe_type(h) for h in typing.get_args(hint))
-    if origin in (list, tuple):
-        item = (typing.get_args(hint) or (Any,))[0]
-        return f"a list of {describe_type(item).removeprefix('an ').removeprefix('a ')}s"
-    names = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string", type(None): "null"}
-    return names.get(hint, getattr(hint, "__name__", str(hint)))
-
-
-def _kind(value: Any) -> str:
-    names = {
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "a mapping",
-    }
-    return names.get(type(value), type(value).__name__)
+# ----------------------------------------------------------------------------- --set KEY=VALUE
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
@@ -550,56 +375,9 @@ def parse_setting(text: str) -> tuple[str, Any]:
         raise UserError(f"--set {text}: {exc}") from None
     kind = field_types(FinetuneConfig)[name]
     try:
-        return name, _parse_typed(raw.strip(), kind)
+        return name, parse_typed(raw.strip(), kind)
     except ValueError:
-        raise UserError(f"--set {text}: {name} takes {_describe(kind)}, not {raw.strip()!r}") from None
-
-
-def _optional(kind: Any) -> tuple[Any, bool]:
-    """(the type, whether None is allowed) of a field annotated ``X`` or ``X | None``."""
-    args = typing.get_args(kind)
-    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
-        others = [a for a in args if a is not type(None)]
-        return others[0], len(others) < len(args)
-    return kind, False
-
-
-def _parse_typed(raw: str, kind: Any) -> Any:
-    """``raw`` as a value of ``kind`` (str, int, float, bool, list[int], each optionally ``| None``); ValueError if not."""
-    kind, optional = _optional(kind)
-    if optional and raw.lower() in ("none", "null"):
-        return None
-    if kind is bool:
-        words = {
-            "true": True,
-            "yes": True,
-            "on": True,
-            "1": True,
-            "false": False,
-            "no": False,
-            "off": False,
-            "0": False,
-        }
-        if raw.lower() not in words:
-            raise ValueError(raw)
-        return words[raw.lower()]
-    if kind is int:
-        return int(raw)
-    if kind is float:
-        return float(raw)
-    if typing.get_origin(kind) is list:
-        (item,) = typing.get_args(kind)
-        inner = raw.strip("[]() ")
-        return [_parse_typed(v.strip(), item) for v in inner.split(",")] if inner else []
-    return raw
-
-
-def _describe(kind: Any) -> str:
-    """How a field's type reads in an error: "an integer", "a list of integers such as 0,1,2 or none", ..."""
-    kind, optional = _optional(kind)
-    words = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
-    text = "a list of integers such as 0,1,2" if typing.get_origin(kind) is list else words.get(kind, str(kind))
-    return f"{text} or none" if optional else text
+        raise UserError(f"--set {text}: {name} takes {describe_parsed(kind)}, not {raw.strip()!r}") from None
 
 
 def _check_names(values: dict[str, Any]) -> None:

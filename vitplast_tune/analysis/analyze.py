@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from vitplast_tune.analysis import subsets as lab
+from vitplast_tune.analysis import subsets_report
 from vitplast_tune.analysis.depth import DepthAnalysis, analyze_depth, describe_depth, varies_depth
 from vitplast_tune.analysis.importance import Importance, describe_importance, parameter_importance
 from vitplast_tune.analysis.plots import plot_importance
@@ -69,7 +70,8 @@ class SearchAnalysis:
             parts = [f"=== Budget {part.budget} steps ===\n{part.describe()}" for part in self.budgets]
             if self.lab:
                 parts.append(
-                    "=== The criteria lab, every budget in one family of verdicts ===\n" + lab.describe_lab(self.lab)
+                    "=== The criteria lab, every budget in one family of verdicts ===\n"
+                    + subsets_report.describe_lab(self.lab)
                 )
             return "\n\n".join(parts)
         parts = [describe_importance(self.importance)] if self.importance is not None else []
@@ -82,7 +84,7 @@ class SearchAnalysis:
         if self.paper is not None:
             parts.append(describe_paper(self.paper))
         if self.lab:
-            parts.append(lab.describe_lab(self.lab))
+            parts.append(subsets_report.describe_lab(self.lab))
         if self.depth is not None:
             parts.append(describe_depth(self.depth))
         return "\n\n".join(parts)

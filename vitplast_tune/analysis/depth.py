@@ -29,11 +29,10 @@ from vitplast_tune.analysis.subsets import (
     N_BOOT,
     Statistics,
     comparison_frame,
-    comparison_line,
     fill_verdicts,
-    mean_std,
     predictor_statistics,
 )
+from vitplast_tune.analysis.subsets_report import comparison_line, mean_std
 from vitplast_tune.analysis.verdicts import CORRECTIONS, corrected_p, family_clause
 from vitplast_tune.components import depth_blocks, subset_name
 from vitplast_tune.predictors.scores import BASELINE, log_trainable_params

@@ -21,8 +21,8 @@ from vitplast_tune.plan.options import (
     EXPERIMENT_ENV,
     TRACKING_URI_ENV,
     SearchOptions,
-    SearchPlan,
 )
+from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.space.distributions import Constant
 from vitplast_tune.space.files import SearchSpec, load_space, searched_augmentations
 from vitplast_tune.space.objectives import with_objective

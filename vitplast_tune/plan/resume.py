@@ -15,10 +15,10 @@ from vitplast_tune.plan.options import (
     DEFAULT_SEED,
     EXPERIMENT,
     SearchOptions,
-    SearchPlan,
     resumed_with,
 )
 from vitplast_tune.plan.resources import workers_per_trial
+from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.space.files import SearchSpec, spaces_dir
 from vitplast_tune.storage import SEARCH_FILE, is_uri, read_record
 

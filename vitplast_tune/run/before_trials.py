@@ -12,7 +12,7 @@ from typing import Any
 from vitplast_tune.data import staging
 from vitplast_tune.log import get_logger
 from vitplast_tune.plan import resources
-from vitplast_tune.plan.options import SearchPlan
+from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.predictors.report import Predictors, describe_gradients, gradient_report, search_report
 from vitplast_tune.timings import Timings
 

@@ -22,9 +22,10 @@ from vitplast_tune.analysis.analyze import analyze_search
 from vitplast_tune.errors import SearchFailed, SearchInterrupted, option, trial_cause
 from vitplast_tune.log import get_logger
 from vitplast_tune.plan import resources
-from vitplast_tune.plan.options import SearchOptions, SearchPlan
+from vitplast_tune.plan.options import SearchOptions
 from vitplast_tune.plan.planner import prepare
 from vitplast_tune.plan.resume import resume_command
+from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.predictors.report import Predictors
 from vitplast_tune.recommend import ranking
 from vitplast_tune.records import best_trial, pareto, search_run, study, tracking, trial_runs

@@ -18,7 +18,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from vitplast_tune import environment
 from vitplast_tune._compat import ray_tune
 from vitplast_tune.log import quieted
-from vitplast_tune.plan.options import SearchPlan
+from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.records import tracking
 from vitplast_tune.run import guard, optuna_search, parallel, schedulers, variants
 from vitplast_tune.space.files import SearchSpec
