@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from vitplast_tune.config import FinetuneConfig, PretrainConfig, check_types, describe_type, field_types, fits
+from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
+from vitplast_tune.pretrain_config import PretrainConfig
+from vitplast_tune.typed import check_types, describe_type, field_types, fits
 
 
 @pytest.mark.parametrize("cls", [FinetuneConfig, PretrainConfig])

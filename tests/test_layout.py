@@ -27,6 +27,7 @@ TORCH_FREE_THERE = (  # what the driver uses there: a decoded dataset it unpickl
 )
 HEAVY = ("torch", "timm", "torchvision")
 MAX_FUNCTION_LINES = 60
+MAX_MODULE_LINES = 450  # a module a newcomer reads top to bottom (issue 43)
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
@@ -195,6 +196,16 @@ def test_no_function_is_longer_than_a_screen(folder):
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, long
+
+
+def test_no_package_module_is_longer_than_a_read():
+    """Every module of the package is short enough to read top to bottom: a longer one is split by its concepts."""
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for path in (ROOT / "vitplast_tune").rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
 
 
 def test_test_modules_have_unique_names():

@@ -21,10 +21,24 @@ _sessions: list[_Child] = []  # the child processes of the open sessions, the in
 
 
 def call_in_child(target: str, *args: Any, timeout_s: float | None = None) -> Any:
-    """``module:function(*args)`` run in a short-lived Python process with this one's imports (the session's when
-    one is open and no ``timeout_s`` is given), its result returned here (arguments and result pickled through a
-    temporary file). A UserError there is raised here; any other failure prints its traceback and raises
-    RuntimeError; a child still running after ``timeout_s`` is killed and TimeoutError raised."""
+    """Run ``module:function(*args)`` in a short-lived Python process with this one's imports; return its result.
+
+    The process is the session's when one is open and no ``timeout_s`` is given. Arguments and result are pickled
+    through a temporary file.
+
+    Args:
+        target: The function, as ``module:function``.
+        *args: Its arguments (picklable).
+        timeout_s: The most seconds the child may run (None: no limit).
+
+    Returns:
+        The function's result.
+
+    Raises:
+        UserError: The function raised one in the child.
+        RuntimeError: Any other failure in the child (its traceback printed).
+        TimeoutError: The child still ran after ``timeout_s``; it is killed.
+    """
     with tempfile.TemporaryDirectory(prefix="vitplast-child-") as tmp:
         exchange = Path(tmp) / "call.pkl"  # in: (target, args); out: (ok, result or UserError)
         exchange.write_bytes(pickle.dumps((target, args)))
@@ -47,7 +61,11 @@ def call_in_child(target: str, *args: Any, timeout_s: float | None = None) -> An
 
 @contextlib.contextmanager
 def session() -> Iterator[None]:
-    """The block's ``call_in_child`` calls share one child process (started at the block's start, ended with it)."""
+    """Let the block's ``call_in_child`` calls share one child process, started at the block's start, ended with it.
+
+    Yields:
+        Nothing: the block runs with the session open.
+    """
     child = _Child()
     _sessions.append(child)
     try:

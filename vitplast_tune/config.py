@@ -4,17 +4,13 @@ torch, so that a search's driver validates settings without importing what only 
 
 from __future__ import annotations
 
-import math
-import os
-import types
-import typing
-from dataclasses import asdict, dataclass, field, fields, replace
-from functools import cache
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from vitplast_tune import components, environment
 from vitplast_tune.errors import UserError, did_you_mean
+from vitplast_tune.typed import check_types, describe_parsed, field_types, parse_typed
 
 TESTBED_MODEL = "vit_testbed_patch8_32.fractal"  # the offline default (vit/models.py registers it with timm)
 # The paper's checkpoint: Google's ViT-B/16 trained on ImageNet-21k, as timm converted it (what the paper's reference
@@ -31,13 +27,20 @@ CACHE_ENV = "VITPLAST_CACHE_DIR"  # overrides the cache root
 
 
 def cache_dir() -> Path:
-    """Where generated files live (datasets, image caches, plasticity reports): ``$VITPLAST_CACHE_DIR``, else
-    ``~/.cache/vitplast_tune``."""
+    """Find where generated files live: datasets, image caches, plasticity reports.
+
+    Returns:
+        ``$VITPLAST_CACHE_DIR``, else ``~/.cache/vitplast_tune``.
+    """
     return Path(environment.read(CACHE_ENV) or Path.home() / ".cache" / "vitplast_tune").expanduser()
 
 
 def default_data_dir() -> Path:
-    """Where datasets live when ``--data-dir`` is not given: ``~/.cache/vitplast_tune/data``."""
+    """Find where datasets live when ``--data-dir`` is not given.
+
+    Returns:
+        The cache's ``data`` folder: ``~/.cache/vitplast_tune/data`` by default.
+    """
     return cache_dir() / "data"
 
 
@@ -52,7 +55,17 @@ PLASTICITY_VARIANTS = ("paper", "in_network")
 
 
 def check_variant(variant: str) -> str:
-    """Raise UserError unless ``variant`` is one of ``PLASTICITY_VARIANTS``; return it."""
+    """Check that ``variant`` is one of ``PLASTICITY_VARIANTS``.
+
+    Args:
+        variant: A plasticity variant's name.
+
+    Returns:
+        The variant.
+
+    Raises:
+        UserError: It is none of them.
+    """
     if variant not in PLASTICITY_VARIANTS:
         raise UserError(
             f'unknown plasticity variant "{variant}"{did_you_mean(variant, PLASTICITY_VARIANTS)}; '
@@ -63,7 +76,60 @@ def check_variant(variant: str) -> str:
 
 @dataclass
 class FinetuneConfig:
-    """Everything one finetuning run needs; a search trial's parameters override these fields."""
+    """Everything one finetuning run needs.
+
+    A search trial's parameters override these fields.
+
+    Attributes:
+        model: The timm model's name, or ``hf:<hub id or folder>`` (transformers).
+        weights: Local weights for ``model`` (safetensors or torch state dict), instead of the hub.
+        pretrained: Whether to load pretrained weights (False: random initialization).
+        dataset: The dataset's name.
+        data_dir: Where the dataset lies (None: the default cache).
+        download: Download the dataset when missing.
+        image_cache: For JPEG datasets: above 0, decode them once, shorter side resized to this many pixels.
+        val_fraction: The share of the training split held out for validation.
+        augment: The training augmentation recipe (paper, light or none); None or "auto": the dataset's default (the
+            paper's crop and flip for natural images, light for digits and fractals).
+        components: The subset trained and each component's method, e.g. "mha:lora+fc1".
+        blocks: The block indices the block components train in (None: ``depth`` decides).
+        depth: The blocks they train in: "all", "first" / "middle" / "last" (thirds of the blocks) or a range "i-j".
+        lora_rank: The rank r of the LoRA adapters of components trained by "lora".
+        lora_alpha: The LoRA scaling alpha: the adapter's update is (alpha / r) * B @ A.
+        optimizer: The optimizer's name.
+        lr: The peak learning rate.
+        momentum: The optimizer's momentum.
+        weight_decay: The weight decay, never on biases, norms and position/class tokens (timm's parameter groups).
+        layer_decay: Layer-wise learning-rate decay (timm's, as BEiT): block i's rate times
+            layer_decay^(depth - i); None: off.
+        batch_size: Images per micro-batch, over all of a trial's data-parallel workers together.
+        grad_accum_steps: Micro-batches per optimizer step: the effective batch is batch_size x grad_accum_steps.
+        max_steps: Optimizer steps.
+        warmup_steps: Warm-up steps of the learning rate.
+        warmup_fraction: When set, warm up for this fraction of ``max_steps`` instead of ``warmup_steps``.
+        eval_every: Evaluate every this many steps.
+        checkpoint_every: A checkpoint every this many evaluations, and whenever the best accuracy improves.
+        grad_clip: The gradient norm clipped to.
+        label_smoothing: The label smoothing of the cross-entropy's targets (with mixup or cutmix: of their soft
+            targets).
+        mixup: Mixup's Beta(alpha, alpha) (``timm.data.Mixup``); 0: off.
+        cutmix: CutMix's Beta(alpha, alpha); 0: off.
+        mixup_prob: With mixup or cutmix on: the probability that a batch is mixed at all.
+        mixup_switch_prob: With both on: the probability that a mixed batch is cut, not blended.
+        ema_decay: The decay of an EMA of the weights (``timm.utils.ModelEmaV3``), evaluated and kept as the best;
+            None: no EMA.
+        drop_path: Stochastic depth: timm's drop_path_rate, rising linearly to this over the blocks.
+        auto_augment: A timm policy after the augment recipe's crop, e.g. rand-m9-mstd0.5-inc1 or original; None: off.
+        seed: The training seed.
+        threads: Torch's threads (0: torch's default).
+        num_workers: DataLoader worker processes (-1: automatic, from ``threads``).
+        compile: Compile the forward pass with ``torch.compile``.
+        grad_checkpointing: Recompute each block's activations in the backward pass: less memory, more compute.
+        precision: auto: bf16 where the GPU has it, else fp16 on CUDA (with a gradient scaler), fp32 on CPU.
+        cuda_options: On CUDA: TF32 matmuls and fused optimizers (False and precision fp32: plain fp32).
+        cache_features: Let a linear probe on in-memory data train its head on the backbone's cached features.
+        eval_test: Evaluate the best weights on the test split at the end.
+    """
 
     model: str = TESTBED_MODEL
     weights: str | None = None
@@ -117,18 +183,44 @@ class FinetuneConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> FinetuneConfig:
-        """Build from a dict (a space file's defaults, a search's record), rejecting unknown keys with a suggestion."""
+        """Build from a dict (a space file's defaults, a search's record), rejecting unknown keys with a suggestion.
+
+        Args:
+            values: The settings, by field name.
+
+        Returns:
+            The settings (not validated: see ``validate``).
+
+        Raises:
+            UserError: A key is no setting.
+        """
         _check_names(values)
         return cls(**values)
 
     def merged(self, values: dict[str, Any]) -> FinetuneConfig:
-        """A copy with ``values`` applied (a trial's sampled parameters), rejecting unknown keys with a suggestion."""
+        """Copy the settings with ``values`` applied, rejecting unknown keys with a suggestion.
+
+        Args:
+            values: The settings to change, by field name (e.g. a trial's sampled parameters).
+
+        Returns:
+            The copy.
+
+        Raises:
+            UserError: A key is no setting.
+        """
         _check_names(values)
         return replace(self, **values)
 
     def validate(self) -> FinetuneConfig:
-        """Raise UserError, naming the setting, for a value of the wrong type (``check_types``: every field typed by
-        its annotation) or one that cannot train; return self."""
+        """Check every setting: its type (``check_types``: every field typed by its annotation), and that it can train.
+
+        Returns:
+            The settings themselves.
+
+        Raises:
+            UserError: A value of the wrong type or one that cannot train, naming the setting.
+        """
         check_types(self)
         components.parse_subset(self.components)
         components.check_depth(self.depth)
@@ -207,11 +299,22 @@ class FinetuneConfig:
         return round(self.warmup_fraction * self.max_steps)
 
     def block_indices(self, num_blocks: int) -> list[int] | None:
-        """The blocks the block components train in, in a model of ``num_blocks`` blocks (None: every block)."""
+        """Find the blocks the block components train in.
+
+        Args:
+            num_blocks: The model's number of blocks.
+
+        Returns:
+            The block indices, or None for every block.
+        """
         return self.blocks if self.blocks is not None else components.depth_blocks(self.depth, num_blocks)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of every field."""
+        """Give the settings as a plain dict.
+
+        Returns:
+            Every field, by name.
+        """
         return asdict(self)
 
 
@@ -230,131 +333,38 @@ METRICS = {
 
 
 def trial_config(config: dict[str, Any], settings: FinetuneConfig) -> FinetuneConfig:
-    """The FinetuneConfig of a trial: its sampled parameters over the search's settings (Optuna's component
-    encodings, ``components.ENCODING_KEYS``, left out)."""
+    """Make a trial's settings: its sampled parameters over the search's settings.
+
+    Optuna's component encodings (``components.ENCODING_KEYS``) are left out.
+
+    Args:
+        config: The trial's sampled parameters.
+        settings: The search's settings.
+
+    Returns:
+        The trial's settings (not validated).
+
+    Raises:
+        UserError: A parameter is no setting.
+    """
     return settings.merged({k: v for k, v in config.items() if k not in components.ENCODING_KEYS})
 
 
-@dataclass
-class PretrainConfig:
-    """How the offline testbed ViT is pretrained on generated fractals (``vit.pretraining.pretrain_testbed``); the
-    defaults made the shipped checkpoint. Each field's ``help`` is its command-line help (``vitplast pretrain``)."""
-
-    seed: int = field(default=0, metadata={"help": "seed of the initialisation, batch order and fractal variations"})
-    data_seed: int = field(
-        default=0, metadata={"help": "seed of the fractal class systems; 0 matches the 'fractals' dataset"}
-    )
-    steps: int = field(default=5000, metadata={"help": "optimizer steps"})
-    batch_size: int = field(default=128, metadata={"help": "images per step"})
-    lr: float = field(default=2e-3, metadata={"help": "peak AdamW learning rate"})
-    weight_decay: float = field(default=0.05, metadata={"help": "AdamW weight decay on matrices"})
-    warmup_steps: int = field(default=200, metadata={"help": "linear warm-up steps before the cosine decay"})
-    label_smoothing: float = field(default=0.1, metadata={"help": "label smoothing of the cross-entropy"})
-    num_classes: int = field(default=64, metadata={"help": "fractal classes; the shipped config expects 64"})
-    images_per_class: int = field(default=1500, metadata={"help": "training fractals per class, generated in memory"})
-    heldout_per_class: int = field(default=50, metadata={"help": "held-out fractals per class for the accuracy check"})
-    threads: int = field(default=2, metadata={"help": "torch CPU threads; fixed for reproducibility"})
-    log_every: int = field(
-        default=100, metadata={"help": "print progress every this many steps; held-out accuracy every 10x"}
-    )
-
-    def validate(self) -> PretrainConfig:
-        """Raise UserError, naming the setting (as its flag), for a value that cannot pretrain; return self."""
-        check_types(self)
-        at_least = dict(
-            steps=1, batch_size=1, num_classes=2, images_per_class=1, heldout_per_class=1, threads=1, log_every=1
-        )
-        at_least.update(seed=0, data_seed=0, warmup_steps=0)
-        for name, low in at_least.items():
-            if getattr(self, name) < low:
-                raise UserError(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise UserError(f"--lr must be positive, got {self.lr}")
-        if self.weight_decay < 0:
-            raise UserError(f"--weight-decay must not be negative, got {self.weight_decay}")
-        if not 0 <= self.label_smoothing < 1:
-            raise UserError(f"--label-smoothing must lie in [0, 1), got {self.label_smoothing}")
-        if self.batch_size > self.num_classes * self.images_per_class:
-            raise UserError(
-                f"--batch-size {self.batch_size} is larger than the {self.num_classes * self.images_per_class} "
-                "training images (--num-classes x --images-per-class)"
-            )
-        return self
-
-
-# ----------------------------------------------------------------------------- typing settings
-
-
-@cache
-def field_types(cls: type) -> dict[str, Any]:
-    """The type of each field of a settings dataclass (``FinetuneConfig``, ``PretrainConfig``), from its annotations."""
-    return typing.get_type_hints(cls)
-
-
-def check_types(settings: Any) -> None:
-    """Raise UserError naming the first field of a settings dataclass whose value does not fit its annotation
-    (``int``, ``float``, ``bool``, ``str``, ``X | None``, ``list[X]``): a new field is typed by declaring it."""
-    for name, hint in field_types(type(settings)).items():
-        check_type(name, getattr(settings, name), hint)
-
-
-def check_type(name: str, value: Any, hint: Any) -> None:
-    """Raise UserError unless ``value`` fits the annotation ``hint`` (see ``fits``); the message names ``name``."""
-    if not fits(value, hint):
-        raise UserError(f"{name} must be {describe_type(hint)}, got {value!r} ({_kind(value)})")
-
-
-def fits(value: Any, hint: Any) -> bool:
-    """Whether ``value`` is of type ``hint``: a bool is not a number, an int is a float, a float is finite, a path is
-    a string."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(fits(value, h) for h in typing.get_args(hint))
-    if origin in (list, tuple):
-        item = (typing.get_args(hint) or (Any,))[0]
-        return isinstance(value, (list, tuple)) and all(fits(v, item) for v in value)
-    if hint is Any:
-        return True
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if hint is str:
-        return isinstance(value, (str, os.PathLike))  # a path given as a Path (data_dir, weights)
-    return isinstance(value, hint) if isinstance(hint, type) else True
-
-
-def describe_type(hint: Any) -> str:
-    """How a message names a type: ``int | None`` is "an integer or null"."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(describe_type(h) for h in typing.get_args(hint))
-    if origin in (list, tuple):
-        item = (typing.get_args(hint) or (Any,))[0]
-        return f"a list of {describe_type(item).removeprefix('an ').removeprefix('a ')}s"
-    names = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string", type(None): "null"}
-    return names.get(hint, getattr(hint, "__name__", str(hint)))
-
-
-def _kind(value: Any) -> str:
-    names = {
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "a mapping",
-    }
-    return names.get(type(value), type(value).__name__)
+# ----------------------------------------------------------------------------- --set KEY=VALUE
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` (``--set``) as a FinetuneConfig field and its value, parsed by the field's type; a UserError names
-    the field and the type it takes."""
+    """Parse ``KEY=VALUE`` (``--set``) as a FinetuneConfig field and its value, by the field's type.
+
+    Args:
+        text: The ``KEY=VALUE`` text.
+
+    Returns:
+        The field's name and its value.
+
+    Raises:
+        UserError: The text is no setting, or the value is not of its type; it names the field and the type it takes.
+    """
     key, sep, raw = text.partition("=")
     name = key.strip().replace("-", "_")
     if not sep or not name:
@@ -365,56 +375,9 @@ def parse_setting(text: str) -> tuple[str, Any]:
         raise UserError(f"--set {text}: {exc}") from None
     kind = field_types(FinetuneConfig)[name]
     try:
-        return name, _parse_typed(raw.strip(), kind)
+        return name, parse_typed(raw.strip(), kind)
     except ValueError:
-        raise UserError(f"--set {text}: {name} takes {_describe(kind)}, not {raw.strip()!r}") from None
-
-
-def _optional(kind: Any) -> tuple[Any, bool]:
-    """(the type, whether None is allowed) of a field annotated ``X`` or ``X | None``."""
-    args = typing.get_args(kind)
-    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
-        others = [a for a in args if a is not type(None)]
-        return others[0], len(others) < len(args)
-    return kind, False
-
-
-def _parse_typed(raw: str, kind: Any) -> Any:
-    """``raw`` as a value of ``kind`` (str, int, float, bool, list[int], each optionally ``| None``); ValueError if not."""
-    kind, optional = _optional(kind)
-    if optional and raw.lower() in ("none", "null"):
-        return None
-    if kind is bool:
-        words = {
-            "true": True,
-            "yes": True,
-            "on": True,
-            "1": True,
-            "false": False,
-            "no": False,
-            "off": False,
-            "0": False,
-        }
-        if raw.lower() not in words:
-            raise ValueError(raw)
-        return words[raw.lower()]
-    if kind is int:
-        return int(raw)
-    if kind is float:
-        return float(raw)
-    if typing.get_origin(kind) is list:
-        (item,) = typing.get_args(kind)
-        inner = raw.strip("[]() ")
-        return [_parse_typed(v.strip(), item) for v in inner.split(",")] if inner else []
-    return raw
-
-
-def _describe(kind: Any) -> str:
-    """How a field's type reads in an error: "an integer", "a list of integers such as 0,1,2 or none", ..."""
-    kind, optional = _optional(kind)
-    words = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
-    text = "a list of integers such as 0,1,2" if typing.get_origin(kind) is list else words.get(kind, str(kind))
-    return f"{text} or none" if optional else text
+        raise UserError(f"--set {text}: {name} takes {describe_parsed(kind)}, not {raw.strip()!r}") from None
 
 
 def _check_names(values: dict[str, Any]) -> None:

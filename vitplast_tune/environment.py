@@ -13,9 +13,14 @@ from dataclasses import dataclass
 class Variable:
     """An environment variable: what it sets, what happens when it is unset, and who reads it.
 
-    ``kind``: ``setting`` (the user's to set), ``honoured`` (another project's variable this package follows),
-    ``internal`` (set by this package for Ray Tune or MLflow while it runs, a value the user set kept), ``test``
-    (set by the tests only).
+    Attributes:
+        name: The variable's name.
+        what: What it sets, in a sentence or two.
+        unset: What happens when it is unset (its default).
+        kind: ``setting`` (the user's to set), ``honoured`` (another project's variable this package follows),
+            ``internal`` (set by this package for Ray Tune or MLflow while it runs, a value the user set kept),
+            ``test`` (set by the tests only).
+        read_by: The modules that read it.
     """
 
     name: str

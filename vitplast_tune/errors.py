@@ -38,7 +38,10 @@ class ServicesError(UserError):
 
 
 class SearchNotFound(UserError, LookupError):
-    """No search of that name is recorded in the storage; the message lists the known ones."""
+    """No search of that name is recorded in the storage.
+
+    The message lists the known ones.
+    """
 
 
 def option(key: str, value: object = None) -> str:
@@ -58,7 +61,11 @@ def option(key: str, value: object = None) -> str:
 
 
 def speaking_flags() -> bool:
-    """Whether messages name options as the command line's flags (in a ``vitplast`` command) or as keywords."""
+    """Tell whether messages name options as the command line's flags (in a ``vitplast`` command) or as keywords.
+
+    Returns:
+        True inside ``flags_spoken``: flags; else keywords.
+    """
     return _FLAGS.get()
 
 
@@ -68,6 +75,9 @@ def flags_spoken() -> Iterator[None]:
 
     Outside it (after it, too) messages name options as Python keywords again, so a command run in-process (a
     test, a notebook cell calling ``main``) leaves the Python wording as it found it.
+
+    Yields:
+        Nothing: the block runs with flags spoken.
     """
     token = _FLAGS.set(True)
     try:
@@ -96,9 +106,13 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
 
 
 class SearchInterrupted(Exception):
-    """The search stopped before all its trials ended (Ctrl-C, SIGTERM); the message says how to resume it.
+    """The search stopped before all its trials ended (Ctrl-C, SIGTERM).
 
-    ``exit_code`` is what the command exits with: 130 after Ctrl-C (SIGINT), 143 after SIGTERM (128 + the signal).
+    The message says how to resume it.
+
+    Args:
+        message: What happened, and the command that resumes the search.
+        exit_code: What the command exits with: 130 after Ctrl-C (SIGINT), 143 after SIGTERM (128 + the signal).
     """
 
     def __init__(self, message: str, exit_code: int = 130):
@@ -107,8 +121,10 @@ class SearchInterrupted(Exception):
 
 
 class SearchFailed(Exception):
-    """Every trial of a search failed before it reported a validation accuracy: no answer; the message names the
-    first trial's cause, and the commands exit with code 1."""
+    """Every trial of a search failed before it reported a validation accuracy: there is no answer.
+
+    The message names the first trial's cause, and the commands exit with code 1.
+    """
 
 
 def trial_cause(error: BaseException | str) -> str:

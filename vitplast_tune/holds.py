@@ -30,7 +30,11 @@ _noted: list[int] = []  # the signals a handler held back while a phase was held
 
 
 def held_phases() -> tuple[set[str], Path | None]:
-    """The phases ``VITPLAST_HOLD`` names and its folder (none and None when it is unset or malformed)."""
+    """Read the phases ``VITPLAST_HOLD`` names, and its folder.
+
+    Returns:
+        The phases and the folder; none and None when it is unset or malformed.
+    """
     phases, sep, folder = (environment.read(HOLD_ENV) or "").partition(":")
     if not sep or not folder:
         return set(), None
@@ -38,13 +42,18 @@ def held_phases() -> tuple[set[str], Path | None]:
 
 
 def note_signal(signum: int) -> None:
-    """Record a signal that a handler held back (``interrupts.deferred``): a held phase ends when it comes."""
+    """Record a signal that a handler held back (``interrupts.deferred``): a held phase ends when it comes.
+
+    Args:
+        signum: The signal's number.
+    """
     _noted.append(signum)
 
 
 def hold(phase: str) -> None:
-    """Under ``VITPLAST_HOLD`` naming ``phase``: say the phase is reached (``<phase>.held``) and wait for a signal, a
-    ``<phase>.release`` file or ``LIMIT_S``; otherwise nothing.
+    """Hold a phase that ``VITPLAST_HOLD`` names: say it is reached, and wait; otherwise do nothing.
+
+    Saying means writing ``<phase>.held``; the wait ends at a signal, a ``<phase>.release`` file or ``LIMIT_S``.
 
     Args:
         phase: the phase's name, e.g. ``"end"`` (a search's end phase, its trial table written).

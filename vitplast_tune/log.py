@@ -106,6 +106,9 @@ def quieted(name: str, level: int = logging.ERROR) -> Iterator[None]:
     Args:
         name: the logger to quiet, e.g. ``"transformers"``.
         level: the lowest level let through meanwhile.
+
+    Yields:
+        Nothing: the block runs with the logger quieted; its level is restored after.
     """
     logger = logging.getLogger(name)
     before = logger.level

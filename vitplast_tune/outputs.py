@@ -10,8 +10,20 @@ from vitplast_tune.errors import UserError
 
 
 def output_file(path: str | Path, flag: str, *, suffix: str | None = None, overwrite: bool = False) -> Path:
-    """The file ``path`` (given as ``flag``) when it can be written: not a folder, under a writable folder, with
-    ``suffix``, and new unless ``overwrite``; else UserError."""
+    """Check that the file ``path`` can be written: not a folder, under a writable folder, with ``suffix``, and new.
+
+    Args:
+        path: The file.
+        flag: How the user gave it (e.g. ``--out``), for the message.
+        suffix: The suffix it must have (None: any).
+        overwrite: Whether an existing file may be written over.
+
+    Returns:
+        The file's path, ``~`` expanded.
+
+    Raises:
+        UserError: It cannot be written, naming ``flag``.
+    """
     out = Path(path).expanduser()
     if out.is_dir():
         raise UserError(f"{flag} {out} is a folder; name a file in it, e.g. {out / ('model' + (suffix or ''))}")
@@ -24,7 +36,18 @@ def output_file(path: str | Path, flag: str, *, suffix: str | None = None, overw
 
 
 def output_dir(path: str | Path, flag: str) -> Path:
-    """The folder ``path`` (given as ``flag``) when files can be written into it (made if missing); else UserError."""
+    """Check that files can be written into the folder ``path`` (made if missing).
+
+    Args:
+        path: The folder.
+        flag: How the user gave it, for the message.
+
+    Returns:
+        The folder's path, ``~`` expanded.
+
+    Raises:
+        UserError: It is a file, or lies where nothing can be written, naming ``flag``.
+    """
     out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
         raise UserError(f"{flag} {out} is a file; name a folder (it is made if missing)")
@@ -33,7 +56,18 @@ def output_dir(path: str | Path, flag: str) -> Path:
 
 
 def existing_dir(path: str | Path, flag: str) -> Path:
-    """The folder ``path`` (given as ``flag``) when it is not a file (a missing one is allowed); else UserError."""
+    """Check that the folder ``path`` is not a file (a missing one is allowed).
+
+    Args:
+        path: The folder.
+        flag: How the user gave it, for the message.
+
+    Returns:
+        The folder's path, ``~`` expanded.
+
+    Raises:
+        UserError: It is a file, naming ``flag``.
+    """
     out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
         raise UserError(f"{flag} {out} is a file; name the folder that holds the searches")

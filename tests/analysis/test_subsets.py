@@ -9,6 +9,7 @@ import pytest
 
 from tests.analysis._tables import grid_trials, lab_trials
 from vitplast_tune.analysis import subsets as lab
+from vitplast_tune.analysis import subsets_report
 
 PREDICTORS = ["good", "bad", "copy", "noise"]
 
@@ -39,7 +40,7 @@ def test_a_planted_edge_optimum_is_left_out_until_the_rate_beyond_it_is_tried():
     row = first.table.set_index("components").loc["ln1"]
     assert row["position"] == "high edge" and row["lr"] == 1.0 and not row["in_verdict"]
     assert first.comparison.set_index("predictor").loc["good", "n"] == 30
-    assert "1 subset(s) left out of the verdict" in lab.describe_subsets(first)
+    assert "1 subset(s) left out of the verdict" in subsets_report.describe_subsets(first)
     wider = pd.concat([grid, lab_trials(edge="ln1", lrs=(3.0, 10.0))[lambda t: t["components"] == "ln1"]])
     second = run_lab(wider, grid_lrs=[0.1, 0.3, 1.0])[0]
     row = second.table.set_index("components").loc["ln1"]
@@ -67,7 +68,7 @@ def test_verdicts_with_a_known_answer_under_one_holm_family():
 
 def test_closing_sentences_say_better_only_where_the_adjusted_interval_lies_above_zero():
     result = run_lab(lab_trials(), n_boot=2000)
-    sentences = lab.conclusions(result)
+    sentences = subsets_report.conclusions(result)
     better = {s.split()[0] for s in sentences if "ranks the subsets better than" in s and not s.startswith("No ")}
     rows = result[0].comparison.set_index("predictor")
     assert better == {"good", "plasticity_mean"} == set(rows.index[rows["diff_low"] > 0])
@@ -89,7 +90,7 @@ def test_five_components_cannot_establish_the_narrower_claim_first_in_a_family()
     logs = np.log(flat["trainable_params"])
     flat = flat.assign(good=logs, bad=logs, noise=logs, copy=logs, plasticity_mean=logs)  # each ranks as the baseline
     result = run_lab(flat, n_boot=1000)
-    sentences = lab.conclusions(result)
+    sentences = subsets_report.conclusions(result)
     assert sentences[0].startswith("No predictor ranks the subsets better") and not sentences[1].startswith("Worse")
     a = result[0].agreement
     assert a["spearman"] == pytest.approx(1.0) and a["p"] == pytest.approx(2 / 120)
@@ -102,10 +103,10 @@ def test_several_budgets_are_one_family_and_their_disagreements_are_said():
     short, long = lab_trials(seed=1), lab_trials(seed=1).assign(good=lambda t: t["noise"])
     results = run_lab(None, budgets={150: short, 600: long}, n_boot=1000)
     assert [r.budget for r in results] == [150, 600] and results[0].family == results[1].family == 12
-    last = lab.conclusions(results)[-1]
+    last = subsets_report.conclusions(results)[-1]
     assert last.startswith("The verdicts of") and "good (better at 150, " in last
     same = run_lab(None, budgets={150: short, 600: short}, n_boot=1000)
-    assert lab.conclusions(same)[-1] == "Every verdict is the same at every budget."
+    assert subsets_report.conclusions(same)[-1] == "Every verdict is the same at every budget."
 
 
 def test_the_lab_is_written_and_described(tmp_path):
@@ -114,6 +115,6 @@ def test_the_lab_is_written_and_described(tmp_path):
     assert {f.name for f in files} == {"criteria.csv", "criteria_subsets.csv", "criteria_agreement.csv"}
     subsets = pd.read_csv(tmp_path / "criteria_subsets.csv").set_index("components")
     assert subsets.loc["ln1", "position"] == "high edge" and subsets.loc["ln1", "lrs"] == "0.1 0.3 1"
-    text = lab.describe_lab(results)
+    text = subsets_report.describe_lab(results)
     assert "Hierarchical bootstrap (500 resamples" in text and "What it says" in text
     assert "Holm p=" in text and "exact permutation p=" in text

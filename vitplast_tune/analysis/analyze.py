@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from vitplast_tune.analysis import subsets as lab
+from vitplast_tune.analysis import subsets_report
 from vitplast_tune.analysis.depth import DepthAnalysis, analyze_depth, describe_depth, varies_depth
 from vitplast_tune.analysis.importance import Importance, describe_importance, parameter_importance
 from vitplast_tune.analysis.plots import plot_importance
@@ -23,11 +25,28 @@ from vitplast_tune.errors import SpaceError
 from vitplast_tune.predictors.report import in_network_depth_scores, in_network_scores, search_report
 from vitplast_tune.predictors.scores import layer_table, num_blocks
 
+if TYPE_CHECKING:
+    from vitplast_tune.space.files import SearchSpec
+
 
 @dataclass
 class SearchAnalysis:
-    """Every analysis a search's trials support, and the files written; a grid with several step budgets has one
-    per budget (``budgets``) and the lab's verdict at each (``criteria`` with a ``budget`` column)."""
+    """Every analysis a search's trials support, and the files written.
+
+    A grid with several step budgets has one analysis per budget (``budgets``) and the lab's verdict at each
+    (``criteria`` with a ``budget`` column).
+
+    Attributes:
+        trials: Plasticity against accuracy per trial (when plasticity was measured).
+        paper: The paper's protocol (a grid with seeds).
+        criteria: The criteria lab's comparison at every budget (``criteria: true``).
+        lab: The criteria lab, one result per budget.
+        importance: Which searched parameters matter (when the space searches any).
+        depth: Where to finetune (trials at several depths).
+        files: The files written.
+        budget: The step budget of these trials, when the search has several.
+        budgets: One analysis per budget, when the search has several.
+    """
 
     trials: TrialAnalysis | None = None  # plasticity vs accuracy per trial (when plasticity was measured)
     paper: PaperResults | None = None  # the paper's protocol (a grid with seeds)
@@ -40,13 +59,19 @@ class SearchAnalysis:
     budgets: list[SearchAnalysis] = field(default_factory=list)  # one analysis per budget
 
     def describe(self) -> str:
-        """The analyzes as plain text, in the order a person reads them (budget by budget, then whether the lab's
-        verdict held across them)."""
+        """Describe the analyzes as plain text, in the order a person reads them.
+
+        Budget by budget, then whether the lab's verdict held across them.
+
+        Returns:
+            The text (empty when there is nothing to say).
+        """
         if self.budgets:
             parts = [f"=== Budget {part.budget} steps ===\n{part.describe()}" for part in self.budgets]
             if self.lab:
                 parts.append(
-                    "=== The criteria lab, every budget in one family of verdicts ===\n" + lab.describe_lab(self.lab)
+                    "=== The criteria lab, every budget in one family of verdicts ===\n"
+                    + subsets_report.describe_lab(self.lab)
                 )
             return "\n\n".join(parts)
         parts = [describe_importance(self.importance)] if self.importance is not None else []
@@ -59,7 +84,7 @@ class SearchAnalysis:
         if self.paper is not None:
             parts.append(describe_paper(self.paper))
         if self.lab:
-            parts.append(lab.describe_lab(self.lab))
+            parts.append(subsets_report.describe_lab(self.lab))
         if self.depth is not None:
             parts.append(describe_depth(self.depth))
         return "\n\n".join(parts)
@@ -67,7 +92,7 @@ class SearchAnalysis:
 
 def analyze_search(
     trials: pd.DataFrame,
-    spec,
+    spec: SearchSpec,
     settings: FinetuneConfig,
     out_dir: str | Path,
     *,
@@ -77,17 +102,21 @@ def analyze_search(
     variant: str = "paper",
     measuring: dict | None = None,
 ) -> SearchAnalysis:
-    """The analyzes a search supports: which parameters matter (``parameters``: the searched parameters of each trial
-    and their Optuna distributions, see ``records.study.parameter_table``), per-trial correlations (when its trials
-    carry plasticity scores), the paper's protocol (a grid with seeds), the criteria lab (``criteria: true``) and the
-    depth analysis (trials at several depths, with the plasticity per layer of ``variant``); files go to ``out_dir``.
-    ``measuring``: where the measurements it makes run (``runner``, ``decoded``, ``staged``: see
-    ``predictors.report.plasticity_report``; default: here).
+    """Run every analysis a search's trials support (see ``SearchAnalysis``) and write their files into ``out_dir``.
 
-    Trials of several step budgets (``max_steps``) are analyzed apart, each into ``out_dir/steps-N``; the criteria
-    lab judges every budget's verdicts in one family, its tables in ``out_dir/criteria.csv`` (a ``budget`` column) and
-    ``out_dir/criteria_subsets.csv``.
-    """
+    Args:
+        trials: The trial table; several step budgets (``max_steps``) are analyzed apart, into ``out_dir/steps-N``.
+        spec: The search's space.
+        settings: What every trial did, before its sampled parameters.
+        out_dir: Where the files go (the criteria lab's ``criteria.csv``, with a ``budget`` column, and others).
+        reference: The reference dataset the plasticity is measured against.
+        plasticity_pairs: The most image pairs for plasticity (None: all).
+        parameters: Each trial's searched parameters and their Optuna distributions (``records.study.parameter_table``).
+        variant: The plasticity variant of the depth analysis' plasticity per layer.
+        measuring: Where its measurements run (``runner``, ``decoded``, ``staged``: ``predictors.report``; None: here).
+
+    Returns:
+        The analysis (several budgets: one each, the criteria lab's verdicts at all of them judged in one family)."""
     out = Path(out_dir).expanduser()
     steps = sorted(pd.to_numeric(trials["max_steps"], errors="coerce").dropna().unique()) if len(trials) else []
     options = dict(

@@ -46,12 +46,23 @@ def next_rate(lrs: list[float], side: str) -> float:
 def bracket_table(
     trials: pd.DataFrame, select_by: str = "best_val_acc", keys: tuple[str, ...] = ("components",)
 ) -> pd.DataFrame:
-    """Per configuration (``keys``; components as subset names): the rates it was trained at, the one with the best
-    mean ``select_by`` over seeds, where that rate lies (``position``: interior, low edge, high edge, or one rate) and
-    ``next_lr``, the rate to try beyond that edge (NaN when interior).
+    """Tell, per configuration, whether its best learning rate is bracketed, and which rate to try next when not.
 
     A rate whose runs all lack ``select_by`` (diverged before any evaluation) counts as the worst, so a rate tried
     once is never asked for again.
+
+    Args:
+        trials: The trial table.
+        select_by: The metric the best rate is chosen by (its mean over seeds).
+        keys: The columns that make a configuration (components as subset names).
+
+    Returns:
+        One row per configuration: the rates it was trained at, the one with the best mean ``select_by`` over seeds,
+        where that rate lies (``position``: interior, low edge, high edge, or one rate) and ``next_lr``, the rate to
+        try beyond that edge (NaN when interior).
+
+    Raises:
+        UserError: The trial table lacks a column it needs.
     """
     require_columns(trials, [*keys, "lr", select_by])
     frame = trials[[*keys, "lr"]].copy()

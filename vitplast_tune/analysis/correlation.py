@@ -34,11 +34,25 @@ def correlations(
     seed: int = 0,
     min_trials: int = 5,
 ) -> pd.DataFrame:
-    """Spearman and Kendall correlation of each predictor column with ``target``, with paired BCa 95% intervals.
+    """Correlate each predictor column with ``target``: Spearman and Kendall, with paired BCa 95% intervals.
 
-    One row per predictor; ``n`` counts the trials where both are finite. With fewer than
-    ``min_trials`` (or a constant column) the statistics are NaN and ``note`` says why. Intervals come
-    from ``scipy.stats.bootstrap`` (paired, BCa, seeded; see ``bootstrap.bca`` for resamples with a constant column).
+    Intervals come from ``scipy.stats.bootstrap`` (paired, BCa, seeded; see ``bootstrap.bca`` for resamples with a
+    constant column).
+
+    Args:
+        trials: The trial table.
+        predictors: The predictor columns.
+        target: The column they should predict.
+        n_boot: Bootstrap resamples.
+        seed: The bootstrap's seed.
+        min_trials: The fewest trials with finite values that get statistics.
+
+    Returns:
+        One row per predictor; ``n`` counts the trials where both are finite. With fewer than ``min_trials`` (or a
+        constant column) the statistics are NaN and ``note`` says why.
+
+    Raises:
+        UserError: The trial table lacks a column it needs.
     """
     require_columns(trials, [*predictors, target])
     y_all = numeric(trials[target])
@@ -64,9 +78,20 @@ def correlations(
     return pd.DataFrame(rows, columns=["predictor", "target", "n", *stat_columns(), "n_boot", "note"])
 
 
-def spearman(x: np.ndarray, y: np.ndarray, axis: int = -1):
-    """Spearman's rho along ``axis`` (the Pearson correlation of average ranks, as ``scipy.stats.spearmanr``),
-    vectorized over the other axes; NaN where either side is constant (no rank correlation is defined)."""
+def spearman(x: np.ndarray, y: np.ndarray, axis: int = -1) -> float | np.ndarray:
+    """Compute Spearman's rho along ``axis``, vectorized over the other axes.
+
+    It is the Pearson correlation of average ranks, as ``scipy.stats.spearmanr``.
+
+    Args:
+        x: The first values.
+        y: The second values, of ``x``'s shape.
+        axis: The axis the points lie along.
+
+    Returns:
+        The rho (a float for one-dimensional inputs, else an array over the other axes); NaN where either side is
+        constant (no rank correlation is defined).
+    """
     rx, ry = (stats.rankdata(v, axis=axis) for v in (x, y))
     rx = rx - rx.mean(axis=axis, keepdims=True)
     ry = ry - ry.mean(axis=axis, keepdims=True)
@@ -76,13 +101,21 @@ def spearman(x: np.ndarray, y: np.ndarray, axis: int = -1):
     return float(rho) if np.ndim(rho) == 0 else rho
 
 
-def kendall(x: np.ndarray, y: np.ndarray, axis: int = -1):
-    """Kendall's tau-b along ``axis`` (as ``scipy.stats.kendalltau``), vectorized over the other axes; NaN where
-    either side is constant.
+def kendall(x: np.ndarray, y: np.ndarray, axis: int = -1) -> float | np.ndarray:
+    """Compute Kendall's tau-b along ``axis`` (as ``scipy.stats.kendalltau``), vectorized over the other axes.
 
     Up to ``_PAIRWISE_MAX`` points, from the signs of all pairwise differences at once (concordant minus discordant
     pairs over the geometric mean of the pairs untied in x and in y): a bootstrap's thousand resamples of a small
     search take milliseconds instead of a scipy call each. Beyond it, scipy's O(n log n) per row is faster.
+
+    Args:
+        x: The first values.
+        y: The second values, of ``x``'s shape.
+        axis: The axis the points lie along.
+
+    Returns:
+        The tau (a float for one-dimensional inputs, else an array over the other axes); NaN where either side is
+        constant.
     """
     x, y = np.moveaxis(np.asarray(x, dtype=float), axis, -1), np.moveaxis(np.asarray(y, dtype=float), axis, -1)
     shape, n = x.shape[:-1], x.shape[-1]
@@ -313,13 +346,30 @@ def compare_with_baseline(
     min_trials: int = 5,
     min_points: int = MIN_POINTS,
 ) -> pd.DataFrame:
-    """Each predictor against ``baseline`` on one common set of rows: those where the predictor, the baseline
-    and ``target`` are all finite (``n``; for the baseline's own row, where it and the target are).
+    """Compare each predictor with ``baseline`` on one common set of rows.
 
-    On those rows: Spearman and Kendall of the predictor with BCa intervals (``correlations``), the baseline's
-    Spearman (``baseline_spearman``), and the paired-bootstrap difference of the two Spearmans
-    (``diff_vs_baseline`` = spearman - baseline_spearman, diff_low, diff_high) with its ``verdict``
-    (``compare_predictors``): no verdict below ``min_points`` rows, "undetermined" when the interval is NaN.
+    The rows are those where the predictor, the baseline and ``target`` are all finite (``n``; for the baseline's own
+    row, where it and the target are).
+
+    Args:
+        frame: The rows (trials, or configurations).
+        predictors: The predictor columns.
+        baseline: The baseline's column.
+        target: The column they should predict.
+        n_boot: Bootstrap resamples.
+        seed: The bootstrap's seed.
+        min_trials: The fewest rows that get correlations.
+        min_points: The fewest rows that get a verdict.
+
+    Returns:
+        One row per predictor, on its rows: Spearman and Kendall of the predictor with BCa intervals
+        (``correlations``), the baseline's Spearman (``baseline_spearman``), and the paired-bootstrap difference of
+        the two Spearmans (``diff_vs_baseline`` = spearman - baseline_spearman, diff_low, diff_high) with its
+        ``verdict`` (``compare_predictors``): no verdict below ``min_points`` rows, "undetermined" when the interval
+        is NaN.
+
+    Raises:
+        UserError: The frame lacks a column it needs.
     """
     require_columns(frame, [*predictors, baseline, target])
     base = numeric(frame[baseline])

@@ -29,11 +29,10 @@ from vitplast_tune.analysis.subsets import (
     N_BOOT,
     Statistics,
     comparison_frame,
-    comparison_line,
     fill_verdicts,
-    mean_std,
     predictor_statistics,
 )
+from vitplast_tune.analysis.subsets_report import comparison_line, mean_std
 from vitplast_tune.analysis.verdicts import CORRECTIONS, corrected_p, family_clause
 from vitplast_tune.components import depth_blocks, subset_name
 from vitplast_tune.predictors.scores import BASELINE, log_trainable_params
@@ -142,10 +141,24 @@ def analyze_depth(
     n_boot: int = N_BOOT,
     alpha: float = multiple.ALPHA,
 ) -> DepthAnalysis:
-    """The depth analysis of a trial table: ``depth_table``, the agreement of best and most plastic depths with its
-    exact test, and over every configuration each predictor against the baseline (hierarchical bootstrap), all judged
-    in one family; written as CSV into ``out_dir``. ``predictors``: per-(components, depth) columns such as
-    ``in_network_mean``; ``layers``: the per-layer plasticity shown beside."""
+    """Analyze where to finetune: how well the most plastic depth finds the best one, and each predictor's ranking.
+
+    The analysis holds ``depth_table``, the agreement of best and most plastic depths with its exact test, and over
+    every configuration each predictor against the baseline (hierarchical bootstrap), all judged in one family; it is
+    written as CSV into ``out_dir``.
+
+    Args:
+        trials: The trial table, trials at several depths.
+        out_dir: Where the CSV files go.
+        num_blocks: The model's number of blocks.
+        layers: The per-layer plasticity shown beside (None: none).
+        predictors: Per-(components, depth) columns such as ``in_network_mean`` (None: none).
+        n_boot: Bootstrap resamples.
+        alpha: The family's level.
+
+    Returns:
+        The depth analysis.
+    """
     trials = trials.assign(depth=trials["depth"].fillna("all").astype(str))
     table = depth_table(trials, predictors)
     score = (

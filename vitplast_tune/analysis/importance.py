@@ -58,9 +58,23 @@ def parameter_importance(
     min_trials: int = MIN_TRIALS,
     max_trials: int = MAX_FANOVA_TRIALS,
 ) -> Importance:
-    """fANOVA importance and direction of each column of ``params`` (Optuna ``distributions`` by column) for
-    ``target`` (a Series aligned with ``params``); ``label`` says what the target is; fANOVA sees a seeded sample of
-    ``max_trials`` when there are more."""
+    """Measure how much each searched parameter matters for ``target``, and which way: fANOVA importance and direction.
+
+    fANOVA sees a seeded sample of ``max_trials`` trials when there are more.
+
+    Args:
+        params: The searched parameters, a column each, a row per trial.
+        distributions: The Optuna distribution of each column, by column.
+        target: What they should explain, a Series aligned with ``params``.
+        label: What the target is (default: its name).
+        seed: The seed of fANOVA and of its sample.
+        min_trials: The fewest trials with finite values that get an importance.
+        max_trials: The most trials fANOVA is fitted on.
+
+    Returns:
+        The importance table, most important first, and what it was computed for; empty (with a note saying why)
+        with too few trials or a constant target.
+    """
     label = label or str(target.name)
     keep = np.isfinite(pd.to_numeric(target, errors="coerce").to_numpy(dtype=float)) & params.notna().all(axis=1)
     x, y = params[keep], pd.to_numeric(target[keep]).astype(float)

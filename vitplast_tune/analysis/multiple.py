@@ -13,10 +13,14 @@ excludes 0 exactly when the p-value is below its level.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from statsmodels.stats.multitest import multipletests
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 ALPHA = 0.05  # the family-wise error rate of every report's verdicts
 CORRECTION = "holm"  # the correction ``judge`` applies (statsmodels multipletests' name; verdicts.CORRECTIONS)
@@ -38,9 +42,10 @@ def bootstrap_p(samples: np.ndarray, null: float = 0.0) -> float:
     return float(min(1.0, 2 * min(np.mean(values <= null), np.mean(values >= null))))
 
 
-def holm(p_values) -> np.ndarray:
-    """Holm's step-down adjusted p-values, from ``statsmodels.stats.multitest.multipletests(method="holm")``; NaN
-    entries are not tested: they neither count in the family nor get an adjusted value.
+def holm(p_values: ArrayLike) -> np.ndarray:
+    """Adjust p-values by Holm's step-down method (``statsmodels.stats.multitest.multipletests(method="holm")``).
+
+    NaN entries are not tested: they neither count in the family nor get an adjusted value.
 
     Args:
         p_values: one p-value per hypothesis, NaN for one not tested.

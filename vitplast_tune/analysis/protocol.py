@@ -26,10 +26,22 @@ from vitplast_tune.components import BLOCK_COMPONENTS, HEAD, TABLE_ORDER, subset
 from vitplast_tune.errors import UserError
 
 
-def relative_gain(acc, baseline_acc):
-    """Relative gain over the linear probe, (acc - baseline_acc) / baseline_acc, as in the paper.
+def relative_gain(
+    acc: float | np.ndarray | pd.Series, baseline_acc: float | np.ndarray | pd.Series
+) -> float | np.ndarray | pd.Series:
+    """Compute the relative gain over the linear probe, (acc - baseline_acc) / baseline_acc, as in the paper.
 
-    Works on floats, numpy arrays and pandas Series alike; raises UserError for a zero baseline.
+    Works on floats, numpy arrays and pandas Series alike.
+
+    Args:
+        acc: The accuracy.
+        baseline_acc: The linear probe's accuracy.
+
+    Returns:
+        The relative gain, of the inputs' kind.
+
+    Raises:
+        UserError: A baseline accuracy is zero.
     """
     if np.any(np.asarray(baseline_acc, dtype=float) == 0):
         raise UserError("relative gain needs a non-zero baseline accuracy")
@@ -37,12 +49,22 @@ def relative_gain(acc, baseline_acc):
 
 
 def best_lr_table(trials: pd.DataFrame, target: str = "test_acc", *, select_by: str = "best_val_acc") -> pd.DataFrame:
-    """Per configuration (any subset and its methods; and its depth when the trials have one): the lr with the best
-    mean ``select_by`` over seeds, and ``target`` there.
+    """Find each configuration's learning rate with the best mean ``select_by`` over seeds, and ``target`` there.
 
-    Columns components, depth (when the trials have one), lr, mean, std (over seeds, ddof=1), n_seeds, n_lrs, n_runs, and relative_gain
-    ((mean - probe) / probe, as in the paper) when the linear probe ("head") is present. Configurations
-    come in the paper's order (TABLE_ORDER) first, then the others in order of appearance.
+    A configuration is any subset and its methods, and its depth when the trials have one.
+
+    Args:
+        trials: The trial table.
+        target: The metric reported at the chosen rate.
+        select_by: The metric the rate is chosen by (its mean over seeds).
+
+    Returns:
+        Columns components, depth (when the trials have one), lr, mean, std (over seeds, ddof=1), n_seeds, n_lrs,
+        n_runs, and relative_gain ((mean - probe) / probe, as in the paper) when the linear probe ("head") is present.
+        Configurations come in the paper's order (TABLE_ORDER) first, then the others in order of appearance.
+
+    Raises:
+        UserError: The trial table lacks a column it needs.
     """
     require_columns(trials, ["components", "lr", target, select_by])
     frame = trials.loc[trials["components"].notna(), ["components", "lr"]].copy()
@@ -132,10 +154,17 @@ class PaperResults:
 
 
 def paper_results(trials: pd.DataFrame, out_dir: str | Path, *, plasticity: pd.Series | None = None) -> PaperResults:
-    """Paper protocol on a trial table: best lr on validation (mean over seeds), test accuracy there, gains.
+    """Apply the paper's protocol to a trial table: best lr on validation (mean over seeds), test accuracy there, gains.
 
-    ``plasticity`` per component defaults to the single-component trials' ``plasticity_mean``. Writes
-    paper_table.csv, rank_agreement.csv and gain_vs_plasticity.png to ``out_dir``.
+    Writes paper_table.csv, rank_agreement.csv and gain_vs_plasticity.png to ``out_dir``.
+
+    Args:
+        trials: The trial table (a grid with seeds).
+        out_dir: Where the files go (made when missing).
+        plasticity: The plasticity per component (None: the single-component trials' ``plasticity_mean``).
+
+    Returns:
+        The per-configuration table, the rank agreement and the files written.
     """
     out = Path(out_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
@@ -210,7 +239,16 @@ def cross_dataset(
 def cross_dataset_report(
     trials: dict[str, pd.DataFrame], out_dir: str | Path
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
-    """``cross_dataset`` of several searches' trial tables (one per dataset), written as CSV into ``out_dir``."""
+    """Compare several searches' trial tables, one per dataset (``cross_dataset``), and write the tables as CSV.
+
+    Args:
+        trials: The trial tables, by dataset.
+        out_dir: Where the CSV files go (made when missing).
+
+    Returns:
+        The gains (one row per configuration, a column per dataset and ``mean_gain``), the rank agreement (one row per
+        dataset and a "pooled" row) and the files written.
+    """
     select = {name: "best_val_acc" if "best_val_acc" in t else "val_acc" for name, t in trials.items()}
     tables = {name: best_lr_table(t, "test_acc", select_by=select[name]) for name, t in trials.items()}
     gains, agreement = cross_dataset(tables, {name: component_plasticity(t) for name, t in trials.items()})

@@ -48,8 +48,23 @@ def runs_of(
     select: str = "best_val_acc",
     target: str = "test_acc",
 ) -> Runs:
-    """The runs of each configuration in ``configs`` (tuples of the ``keys`` columns' values; components as subset
-    names) from a trial table with ``lr`` and ``seed`` columns (no seed column: every run is seed 0)."""
+    """Gather the runs of each configuration in ``configs`` from a trial table with ``lr`` and ``seed`` columns.
+
+    A table without a seed column has every run at seed 0.
+
+    Args:
+        trials: The trial table.
+        configs: The configurations, as tuples of the ``keys`` columns' values (components as subset names).
+        keys: The columns that make a configuration.
+        select: The metric a rate is chosen by.
+        target: The metric reported at the chosen rate.
+
+    Returns:
+        Per configuration, its runs as (rates, seeds) arrays of ``select`` and of ``target``.
+
+    Raises:
+        UserError: The trial table lacks a column it needs.
+    """
     require_columns(trials, [*keys, "lr", select, target])
     frame = pd.DataFrame({k: trials[k].to_numpy() for k in keys})
     if "components" in keys:
@@ -93,9 +108,20 @@ def point_targets(runs: Runs) -> np.ndarray:
 
 
 def resample(runs: Runs, n_boot: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """``n_boot`` hierarchical resamples: (drawn, targets), both (n_boot, configurations): ``drawn[b, j]`` the
-    configuration drawn in slot j of replicate b, ``targets[b, j]`` its mean target at its best rate on its own draw of
-    seeds (NaN when the drawn seeds have none there). Seeded: the same call gives the same resamples."""
+    """Draw ``n_boot`` hierarchical resamples: the configurations, then each drawn configuration's seeds.
+
+    Seeded: the same call gives the same resamples.
+
+    Args:
+        runs: The runs of each configuration.
+        n_boot: How many resamples.
+        seed: The seed.
+
+    Returns:
+        (drawn, targets), both (n_boot, configurations): ``drawn[b, j]`` the configuration drawn in slot j of
+        replicate b, ``targets[b, j]`` its mean target at its best rate on its own draw of seeds (NaN when the drawn
+        seeds have none there).
+    """
     rng = np.random.default_rng(seed)
     n = len(runs)
     drawn = rng.integers(0, n, size=(n_boot, n))

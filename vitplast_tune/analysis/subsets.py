@@ -7,7 +7,7 @@ whose best rate lies at an end of the rates it was trained at is marked and left
 grid first: ``labs.py``). The intervals come from the hierarchical bootstrap (``resampling``: subsets resampled, and
 their seeds within them, the rate chosen again each time). Every verdict the lab prints, one per predictor against the
 parameter count at each budget and the paper's narrower claim on the single components (an exact permutation test),
-is one family under Holm (``multiple``), and the closing sentences are generated from those figures.
+is one family under Holm (``multiple``); ``subsets_report`` puts the lab in words, generated from those figures.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,14 +24,12 @@ from vitplast_tune.analysis.bootstrap import MAX_DEGENERATE
 from vitplast_tune.analysis.bracket import INTERIOR, bracket_table
 from vitplast_tune.analysis.correlation import (
     MIN_POINTS,
-    interval,
     kendall,
     permutation_p,
     spearman,
 )
 from vitplast_tune.analysis.protocol import best_lr_table
 from vitplast_tune.analysis.resampling import Runs, point_targets, resample, runs_of
-from vitplast_tune.analysis.verdicts import corrected_p, family_clause
 from vitplast_tune.components import BLOCK_COMPONENTS, parse_subset, subset_name
 from vitplast_tune.predictors.scores import BASELINE, LAB_PREDICTORS, contains_mha_or_fc, log_trainable_params
 
@@ -224,10 +221,21 @@ def criteria_lab(
     alpha: float = multiple.ALPHA,
     columns: tuple[str, ...] = LAB_PREDICTORS,
 ) -> list[LabResult]:
-    """The lab on the trials of each budget (``parts``: budget -> trial table; None for a single one), every
-    verdict judged in one family (``judge_family``). ``predictors``: more per-subset columns (in-network plasticity);
-    ``grid_lrs``: the space's rates, so the table says which rates were added beyond them; ``columns``: the predictors
-    compared (the baseline among them)."""
+    """Run the criteria lab on the trials of each budget, every verdict judged in one family (``judge_family``).
+
+    Args:
+        parts: The trial table of each budget (None for a single one).
+        predictors: More per-subset columns (in-network plasticity).
+        grid_lrs: The space's rates, so the table says which rates were added beyond them.
+        n_boot: Bootstrap resamples.
+        seed: The bootstrap's seed.
+        min_points: The fewest subsets that get a verdict.
+        alpha: The family's level.
+        columns: The predictors compared (the baseline among them).
+
+    Returns:
+        One result per budget, in ``parts``' order.
+    """
     results = []
     for budget, trials in parts.items():
         trials = trials.reset_index(drop=True)  # the tables select rows by label
@@ -240,196 +248,6 @@ def criteria_lab(
         results.append(LabResult(table, statistics, single_component_agreement(table), budget, n_boot=n_boot))
     judge_family(results, alpha)
     return results
-
-
-def describe_subsets(result: LabResult) -> str:
-    """The lab's table: each subset at its best rate, its test accuracy (mean ± std over seeds), the rates it was
-    trained at and those added beyond the grid, and whether it is in the verdict."""
-    t = result.table
-    shown = pd.DataFrame(
-        {
-            "components": t["components"],
-            "best lr": t["lr"].map(lambda v: f"{v:.3g}"),
-            "test acc": [mean_std(m, s) for m, s in zip(t["mean"], t["std"])],
-            "seeds": t["n_seeds"],
-            "rates": [" ".join(f"{r:g}" for r in lrs) for lrs in t["lrs"]],
-            "added": [" ".join(f"{r:g}" for r in a) or "-" for a in t["added"]],
-            "best rate": t["position"],
-            "in verdict": ["yes" if v else "no" for v in t["in_verdict"]],
-        }
-    )
-    out = [shown.to_string(index=False)]
-    edges = t[t["components"].map(is_block_subset) & (t["position"] != INTERIOR)]
-    if len(edges):
-        out.append(
-            f"  {len(edges)} subset(s) left out of the verdict, their best rate still at an end of the rates tried: "
-            + ", ".join(f"{r.components} ({r.position}, {r.lr:g})" for r in edges.itertuples())
-        )
-    extended = t[t["added"].map(len) > 0]
-    if len(extended):
-        out.append(f"  {len(extended)} subset(s) trained at rates beyond the grid's (column added).")
-    return "\n".join(out)
-
-
-def mean_std(mean: float, std: float) -> str:
-    """A mean and std of accuracies as percentages, "97.12 ± 1.13%" (the mean alone when there is no std)."""
-    return f"{100 * mean:.2f} ± {100 * std:.2f}%" if np.isfinite(std) else f"{100 * mean:.2f}%"
-
-
-def describe_comparison(result: LabResult, what: str = "subsets") -> str:
-    """Each predictor's Spearman and Kendall (hierarchical-bootstrap 95% intervals) and its difference to the
-    baseline with the adjusted interval, p and Holm's p, and the verdict."""
-    lines = [
-        f"Which pre-training predictor ranks the {what} (test accuracy at each one's best rate)? Hierarchical "
-        f"bootstrap ({result.n_boot} resamples of the {what} and their seeds, the rate chosen again each time); "
-        f"difference = its Spearman minus log(#trainable params)'s on the same rows, its interval adjusted for the "
-        f"verdicts of this lab ({family_clause(result.alpha, multiple.CORRECTION, result.family)}; level in brackets):"
-    ]
-    lines += [comparison_line(r, n_boot=result.n_boot) for r in result.comparison.itertuples()]
-    return "\n".join(lines)
-
-
-def comparison_line(r: Any, *, n_boot: int | None = None, kendall: bool = True) -> str:
-    """One predictor's row of a comparison table in words: its rank correlations with their intervals, its
-    difference to the baseline with the corrected interval, p-values and verdict (or the note why there is none).
-
-    Args:
-        r: a row of a comparison frame (``comparison_frame``), as ``itertuples`` gives it.
-        n_boot: the resamples behind the p-values, which print the raw p and a floor of ``1/n_boot`` for 0 (None:
-            the Holm p alone, at two significant digits).
-        kendall: whether the row has Kendall's tau beside Spearman's rho.
-
-    Returns:
-        The line, indented two spaces.
-    """
-    if r.note:
-        return f"  {r.predictor:<22} n={r.n}: {r.note}"
-    line = f"  {r.predictor:<22} n={r.n:<3} Spearman {r.spearman:+.2f} {interval(r.spearman_low, r.spearman_high)}"
-    if kendall:
-        line += f"  Kendall {r.kendall:+.2f} {interval(r.kendall_low, r.kendall_high)}"
-    if r.predictor == BASELINE:
-        return line
-    line += f"  diff {r.diff_vs_baseline:+.2f}"
-    if np.isfinite(r.p):
-        line += f" {interval(r.diff_low, r.diff_high)} ({multiple.describe_level(r.level)}) "
-        line += (
-            f"p={format_p(r.p, n_boot)} {corrected_p(multiple.CORRECTION)}={format_p(r.p_holm, n_boot)}"
-            if n_boot
-            else f"{corrected_p(multiple.CORRECTION)}={r.p_holm:.2g}"
-        )
-    return f"{line} {r.verdict}"
-
-
-def format_p(p: float, n_boot: int) -> str:
-    return f"<{1 / n_boot:.2g}" if p == 0 else f"{p:.2g}"
-
-
-def describe_agreement(agreement: dict) -> str:
-    """The single-component agreement as one line: both orders, Spearman, the exact p and Holm's p."""
-    a = agreement
-    if not np.isfinite(a["spearman"]):
-        return f"Single components by test accuracy vs by {a['score']}: fewer than 3 at an interior rate, no test."
-    return (
-        f"Single components ({a['n']}, each at its best rate): by test accuracy {a['by_accuracy']}; by {a['score']} "
-        f"{a['by_score']}; Spearman {a['spearman']:+.2f}, exact permutation p={a['p']:.3g}, {corrected_p(multiple.CORRECTION)}={a['p_holm']:.3g}"
-        f" ({a['verdict']})"
-    )
-
-
-def conclusions(results: list[LabResult], what: str = "subsets") -> list[str]:
-    """The lab's closing sentences, each generated from its figures: per budget, which predictors rank the ``what``
-    better or worse than the parameter count after Holm (none is said to where no adjusted interval excludes 0),
-    the single-component agreement, the subsets left out; with several budgets, where the verdicts differ."""
-    lines = []
-    for r in results:
-        at = f" at {r.budget} steps" if r.budget is not None else ""
-        lines += [s + at + "." if not s.endswith(".") else s for s in _budget_sentences(r, what)]
-    if len(results) > 1:
-        lines.append(_across_budgets(results))
-    return lines
-
-
-def _budget_sentences(r: LabResult, what: str) -> list[str]:
-    table = r.comparison[r.comparison["predictor"] != BASELINE]
-    judged = table[table["verdict"].isin(["better", "worse", "no clear difference"])]
-    family = family_clause(r.alpha, multiple.CORRECTION, r.family)
-    if judged.empty:
-        reasons = sorted({v or n for v, n in zip(table["verdict"], table["note"]) if v or n})
-        return [f"No verdict on the {what}: {'; '.join(reasons) or 'no predictor to compare'}", _agreement_sentence(r)]
-    better = judged[judged["verdict"] == "better"].sort_values("diff_vs_baseline", ascending=False)
-    worse = judged[judged["verdict"] == "worse"]
-    out = []
-    for b in better.itertuples():
-        out.append(
-            f"{b.predictor} ranks the {what} better than log(#trainable parameters) ({family}): Spearman "
-            f"{b.spearman:+.2f} against {b.baseline_spearman:+.2f}, difference {b.diff_vs_baseline:+.2f} "
-            f"{interval(b.diff_low, b.diff_high)} at {multiple.describe_level(b.level)}, {corrected_p(multiple.CORRECTION)}={format_p(b.p_holm, r.n_boot)}"
-        )
-    if better.empty:
-        out.append(
-            f"No predictor ranks the {what} better than log(#trainable parameters) ({family}): no adjusted interval "
-            "of a difference lies above 0"
-        )
-    if len(worse):
-        listed = ", ".join(f"{w.predictor} ({w.diff_vs_baseline:+.2f})" for w in worse.itertuples())
-        out.append(f"Worse than the parameter count after the same correction: {listed}")
-    out.append(_agreement_sentence(r))
-    left = int((r.table["components"].map(is_block_subset) & ~r.table["in_verdict"]).sum())
-    if left:
-        out.append(f"{left} subset(s) were left out, their best rate at an end of the rates they were trained at")
-    return out
-
-
-def _agreement_sentence(r: LabResult) -> str:
-    a = r.agreement
-    if not np.isfinite(a["spearman"]):
-        return "The single components could not be ranked against their plasticity (fewer than 3 at an interior rate)"
-    text = (
-        f"The paper's narrower claim, that the {a['n']} single components rank by test accuracy as by "
-        f"{a['score']}, {a['verdict']}: {a['by_accuracy']} against {a['by_score']}, Spearman {a['spearman']:+.2f}, "
-        f"exact p={a['p']:.3g}, {corrected_p(multiple.CORRECTION)}={a['p_holm']:.3g}"
-    )
-    strictest = r.alpha / max(r.family, 1)
-    if a["verdict"] == "not established" and a.get("smallest_p", 0) > strictest:
-        text += (
-            f" (with {a['n']} components no ordering can give an exact p below {a['smallest_p']:.3g}, above the "
-            f"family's first threshold {strictest:.2g})"
-        )
-    return text
-
-
-def _across_budgets(results: list[LabResult]) -> str:
-    """Which predictors' verdicts differ between the budgets, or that none does."""
-    verdicts: dict[str, list[tuple[int | None, str]]] = {}
-    for r in results:
-        for row in r.comparison.itertuples():
-            if row.predictor != BASELINE:
-                verdicts.setdefault(row.predictor, []).append((r.budget, row.verdict or row.note))
-    changed = {p: v for p, v in verdicts.items() if len({w for _, w in v}) > 1}
-    if not changed:
-        return "Every verdict is the same at every budget."
-    listed = "; ".join(f"{p} ({', '.join(f'{w} at {b}' for b, w in v)})" for p, v in changed.items())
-    return f"The verdicts of {len(changed)} of {len(verdicts)} predictors differ between the budgets: {listed}."
-
-
-def describe_lab(results: list[LabResult], what: str = "subsets") -> str:
-    """The whole lab as text: per budget the subsets' table, the comparison and the agreement; then the conclusions."""
-    parts = []
-    for r in results:
-        head = f"--- the criteria lab at {r.budget} steps ---\n" if r.budget is not None and len(results) > 1 else ""
-        parts.append(
-            head
-            + "Each subset at its best rate (mean validation accuracy over seeds), test accuracy there:\n"
-            + describe_subsets(r)
-            + "\n\n"
-            + describe_comparison(r, what)
-            + "\n  "
-            + describe_agreement(r.agreement)
-        )
-    parts.append(
-        "\n".join(["What it says (generated from the figures above):", *(f"  {s}" for s in conclusions(results, what))])
-    )
-    return "\n\n".join(parts)
 
 
 def write_lab(results: list[LabResult], out: Path) -> list[Path]:

@@ -20,10 +20,29 @@ ESTABLISHED, NOT_ESTABLISHED, UNDECIDED = "established", "not established", "und
 
 @dataclass(frozen=True)
 class TestResult:
-    """One tested claim: ``claim`` ("better", "equivalent", "worse", "agrees"), about ``subject`` against ``baseline``
-    on ``what``; the estimate with its interval at ``level``; p and corrected p with their Monte Carlo standard errors
-    (0: exact); the family (``alpha``, ``correction``, ``family`` hypotheses); ``margin`` for equivalence; ``scope``
-    (e.g. "across these 4 tasks")."""
+    """One tested claim, with its estimate, interval, p-values and family.
+
+    Attributes:
+        claim: What is claimed: "better", "equivalent", "worse" or "agrees".
+        subject: What the claim is about.
+        baseline: What the subject is compared with.
+        what: The quantity compared.
+        estimate: The estimate.
+        low: The interval's lower end.
+        high: The interval's upper end.
+        level: The interval's confidence level.
+        p: The p-value.
+        p_se: Its Monte Carlo standard error (0: exact).
+        p_adjusted: The p-value corrected for the family.
+        p_adjusted_se: Its Monte Carlo standard error (0: exact).
+        alpha: The family's level.
+        correction: The family's correction for multiple tests.
+        family: How many hypotheses the family holds.
+        margin: The margin of an equivalence claim.
+        interval_se: The Monte Carlo error of the interval's ends.
+        scope: Where the claim holds (e.g. "across these 4 tasks").
+        undecided_se: How many Monte Carlo standard errors from ``alpha`` a corrected p leaves the claim undecided.
+    """
 
     claim: str
     subject: str
@@ -139,7 +158,17 @@ _WORDS = {  # claim -> (established, not established)
 
 
 def sentence(result: TestResult) -> str:
-    """The sentence of one tested claim: what is established, not shown, or undecided, with its figures and family."""
+    """Say one tested claim in a sentence: what is established, not shown, or undecided, with its figures and family.
+
+    Args:
+        result: The tested claim.
+
+    Returns:
+        The sentence.
+
+    Raises:
+        ValueError: The claim is none of the known ones.
+    """
     r = result
     if r.claim not in _WORDS:
         raise ValueError(f"no words for the claim {r.claim!r}; known: {', '.join(_WORDS)}")

@@ -12,7 +12,8 @@ from typing import NoReturn
 
 from vitplast_tune import outputs
 from vitplast_tune.cli.base import Parser, add_dataclass_flags, run_main
-from vitplast_tune.config import TESTBED_WEIGHTS, PretrainConfig
+from vitplast_tune.config import TESTBED_WEIGHTS
+from vitplast_tune.pretrain_config import PretrainConfig
 
 HELP = "Pretrain the offline testbed ViT on generated fractals and write its safetensors checkpoint."
 PRETRAIN_HELP = """Pretrain the offline testbed ViT on generated fractals and write the shipped checkpoint.

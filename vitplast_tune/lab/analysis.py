@@ -18,7 +18,8 @@ from vitplast_tune.analysis import crossed
 from vitplast_tune.analysis.bootstrap import MAX_DEGENERATE
 from vitplast_tune.analysis.correlation import spearman
 from vitplast_tune.analysis.multiple import defined, percentile_interval
-from vitplast_tune.analysis.subsets import describe_subsets, subset_table
+from vitplast_tune.analysis.subsets import subset_table
+from vitplast_tune.analysis.subsets_report import describe_subsets
 from vitplast_tune.analysis.verdicts import format_mc, quantile_se
 from vitplast_tune.components import BLOCK_COMPONENTS
 from vitplast_tune.lab.design import Design

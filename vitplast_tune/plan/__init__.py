@@ -6,7 +6,8 @@ import lazy_loader as _lazy
 __getattr__, __dir__, __all__ = _lazy.attach(
     __name__,
     submod_attrs={
-        "options": ["SearchOptions", "SearchPlan", "EXPERIMENT", "DEFAULT_SEED", "DEFAULT_MAX_FAILURES"],
+        "options": ["SearchOptions", "EXPERIMENT", "DEFAULT_SEED", "DEFAULT_MAX_FAILURES"],
+        "search_plan": ["SearchPlan"],
         "planner": ["prepare", "mlflow_target", "fit_scheduler"],
         "resume": ["resume_command"],
         "resources": ["ray_request", "show_resources"],

@@ -20,7 +20,6 @@ from typing import Any
 from vitplast_tune.components import ALL, parse_subset
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.errors import UserError
-from vitplast_tune.plan.options import SearchPlan
 from vitplast_tune.plan.resources import (
     LOWER,
     TRIAL_PROCESS_CPU,
@@ -30,6 +29,7 @@ from vitplast_tune.plan.resources import (
     worker_share,
     workers_per_trial,
 )
+from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.space.distributions import Choice, Constant, Subsets
 from vitplast_tune.space.files import SearchSpec
 

@@ -1,6 +1,6 @@
 """How a search runs (``SearchOptions``: every option, defined once, from which ``vitplast search``'s flags, its
-``--help``, the resume command and ``run_search``'s keywords are made) and the plan it becomes (``SearchPlan``:
-everything decided, nothing started), with the defaults of how a search runs.
+``--help``, the resume command and ``run_search``'s keywords are made), with the defaults of how a search runs; the
+plan the options become is ``plan.search_plan.SearchPlan``.
 
 Defaults have one source each: ``SearchOptions`` for how the search runs, ``config.FinetuneConfig`` for what a trial
 does (a space file's ``defaults`` and the options override it).
@@ -11,23 +11,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, fields, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from vitplast_tune.config import PAPER_MODEL, PLASTICITY_VARIANTS, PRECISIONS, FinetuneConfig, cache_dir, parse_setting
+from vitplast_tune.config import PAPER_MODEL, PLASTICITY_VARIANTS, PRECISIONS, cache_dir, parse_setting
 from vitplast_tune.errors import OptionsError, did_you_mean, option, speaking_flags
-from vitplast_tune.plan.resources import workers_per_trial
 from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.space.objectives import OBJECTIVES
-from vitplast_tune.storage import SearchPlace
 
 if TYPE_CHECKING:
-    from vitplast_tune.data.decoded import InMemory
+    pass
 
 EXPERIMENT = "vitplast_tune"  # the MLflow experiment a search logs to unless --experiment or MLFLOW_EXPERIMENT_NAME
 # MLflow's own environment variables, honoured as defaults (flags win).
@@ -97,15 +93,68 @@ def _space_file(space: Any) -> str:
 
 @dataclass
 class SearchOptions:
-    """How a search runs: every option of ``vitplast search`` and of ``run_search``'s keywords, defined once here
-    (each field's metadata is its flag, group and help, from which the command line is made).
+    """How a search runs: every option of ``vitplast search`` and every keyword of ``run_search``.
+
+    Each option is defined once here; each field's metadata is its flag, group and help, from which the command line
+    is made.
 
     ``settings`` (FinetuneConfig fields, ``--set KEY=VALUE``) override the space file's defaults: a key given is a
     value, None included (a key left out keeps the space file's); the trial options (``model``, ``dataset``,
     ``max_steps``, ...) are gathered into it. ``seed`` and ``max_failures`` left None mean ``DEFAULT_SEED`` and
-    ``DEFAULT_MAX_FAILURES`` for a new search, and the recorded values for ``resume``. ``verbose`` 0 prints no
-    progress lines. ``space``: a shipped name, a path, a mapping of the space file's keys or a ``SearchSpec``, the
-    one option given by position (the others by keyword).
+    ``DEFAULT_MAX_FAILURES`` for a new search, and the recorded values for ``resume``. ``space`` is the one option
+    given by position (the others by keyword).
+
+    Attributes:
+        space: The space: a shipped name (see the README), a path to a .yaml file, a mapping of the space file's keys
+            or a ``SearchSpec``; kept as a file's name or path.
+        name: The search's name (the MLflow parent run and the results folder); None: ``<space>-<date>``.
+        resume: Continue the interrupted search ``name``, with its recorded settings.
+        num_samples: The number of trials (a grid: repeats of the grid); None: the space file's.
+        seed: The seed of the search algorithm, and the training seed unless the space sets one.
+        objective: What the search optimises: accuracy (the space file's metric), accuracy_per_gpu_hour (validation
+            accuracy per hour of the trial's own training steps) or pareto (Optuna's multi-objective TPE over
+            accuracy and training seconds; needs a space with scheduler: fifo); None: the space file's metric.
+        verbose: The progress output while trials run (0: no progress lines).
+        max_steps: Training steps per trial.
+        budgets: A grid at several step budgets, analyzed apart; the i-th replaces the space's i-th budget and keeps
+            what it narrows; None: the space's budgets.
+        batch_size: The training batch size.
+        eval_every: Evaluate and report every this many steps.
+        model: The timm model's name, or ``hf:<hub id or folder>`` (transformers; docs/models.md).
+        weights: Local weights for ``model`` (safetensors or torch state dict), instead of the hub.
+        dataset: The dataset: digits (offline default), cifar10, cifar100, pets, flowers102,
+            ``cifar10c:<corruption>``, imagefolder.
+        data_dir: Where the dataset lies (None: ``~/.cache/vitplast_tune/data``).
+        download: Download the dataset when missing (needs a network).
+        augment: The training augmentation: paper, light or none; None: the space file's, else the dataset's.
+        precision: The training precision; auto: bf16 where the GPU supports it, else fp16 with a gradient scaler on
+            CUDA, fp32 on CPU.
+        settings: Any trial settings (FinetuneConfig fields), overriding the space file's; the trial options above
+            are gathered into it.
+        storage: Where Ray Tune's results go: a local directory or a URI (s3://, gs://); None:
+            ``~/vitplast_tune_results``.
+        tracking_uri: The MLflow tracking URI; None: MLFLOW_TRACKING_URI, else ``sqlite:///<storage>/mlflow.db``.
+        experiment: The MLflow experiment of the search's runs; None: MLFLOW_EXPERIMENT_NAME, else ``EXPERIMENT``.
+        address: The Ray cluster to join (e.g. ray://host:10001 or auto); None: RAY_ADDRESS, else a local Ray
+            instance.
+        connect_timeout_s: How long to wait for the tracking server (or database), the storage and, with
+            ``address``, the cluster's head to answer.
+        cpus_per_trial: CPUs reserved per trial, also its torch threads.
+        gpus_per_trial: GPUs per trial; fractions such as 0.5 share a GPU, 2 or more train data-parallel (DDP), one
+            worker per GPU.
+        workers_per_trial: Data-parallel workers per trial (a Ray Train run of torch DDP), each with its share of the
+            trial's CPUs and GPUs (0: one per GPU of ``gpus_per_trial``; docs/guide/many-gpus.md).
+        placement: Where a trial's workers run: pack them on as few nodes as hold them, or spread them over nodes.
+        resources_per_trial: Custom Ray resources per trial, e.g. ``{"a100": 1}``.
+        max_concurrent: The most trials running at once; None: as many as resources allow.
+        max_failures: Retries of a trial that crashes, from its last checkpoint (a trial of several workers: also its
+            Train run's restarts of its workers); applies to a resumed search's remaining trials.
+        max_trainable_params: The parameter budget: trials over it are not trained; None: the space file's.
+        plasticity: Measure plasticity and its correlation with accuracy.
+        plasticity_variant: paper: every component applied to the embedding output (the paper's definition);
+            in_network: real inputs.
+        plasticity_reference: The reference dataset paired with the downstream test split.
+        plasticity_pairs: The most image pairs for plasticity; None: all.
 
     Raises:
         OptionsError: a trial option and ``settings`` give one setting two values.
@@ -330,8 +379,9 @@ class SearchOptions:
 
     @classmethod
     def of(cls, options: SearchOptions | None = None, **keywords: Any) -> SearchOptions:
-        """Options from an instance, keywords (the command line's names), or an instance with keywords replacing
-        some of its fields.
+        """Make options from an instance, from keywords, or from an instance with keywords replacing some fields.
+
+        Keywords are the command line's names.
 
         Args:
             options: the options to start from (default: every option's default).
@@ -352,8 +402,14 @@ class SearchOptions:
         return replace(options, **keywords) if keywords else options
 
     def words(self, names: Sequence[str]) -> list[str]:
-        """The command-line words that give these options their values, for the ``names`` that differ from the
-        default (the resume command's)."""
+        """Write the command-line words that give the options ``names`` their values (the resume command's).
+
+        Args:
+            names: The options to give; those at their default are left out.
+
+        Returns:
+            The words, flag then value (a switch alone).
+        """
         defaults, words = SearchOptions(), []
         for f in fields(self):
             if f.name not in names or getattr(self, f.name) == getattr(defaults, f.name):
@@ -372,68 +428,3 @@ class SearchOptions:
 def resumed_with(options: SearchOptions) -> list[str]:
     """The names of the options a search's record does not hold, which the command that resumes it repeats."""
     return [f.name for f in fields(options) if f.metadata.get("resume")]
-
-
-@dataclass(frozen=True)
-class SearchPlan:
-    """A validated search: everything decided, nothing started; made once by ``plan.planner.prepare`` and read, never
-    changed, by the run, the records and the analysis."""
-
-    spec: SearchSpec
-    options: SearchOptions
-    name: str
-    storage: str
-    tracking_uri: str
-    settings: FinetuneConfig  # what every trial does, before its sampled parameters
-    decoded: InMemory | None = None  # a small dataset, decoded once for every trial
-    search_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # tags the MLflow parent run
-    seed: int = DEFAULT_SEED
-    max_failures: int = DEFAULT_MAX_FAILURES
-    max_concurrent: int | None = None
-    notes: tuple[str, ...] = ()  # adjustments the user is told once (e.g. a clamped grace period)
-    experiment: str = EXPERIMENT  # the MLflow experiment of its runs
-    corners: tuple[FinetuneConfig, ...] = ()  # the settings of the trials at the space's corners, checked before Ray
-
-    @property
-    def place(self) -> SearchPlace:
-        """Where the search keeps its records (what ``records`` takes instead of the whole plan)."""
-        return SearchPlace(self.name, self.storage, self.tracking_uri, self.experiment, self.search_id)
-
-    @property
-    def location(self) -> str:
-        """Where Ray Tune keeps the search: its storage joined with its name (a path, or a URI)."""
-        return self.place.location
-
-    @property
-    def local_dir(self) -> Path | None:
-        """The search's directory when storage is a local path (None for s3:// and the like)."""
-        return self.place.local_dir
-
-    @property
-    def results_dir(self) -> Path:
-        """Where the search's own files (trial table, analysis) go: its directory, else a local one."""
-        return self.place.results_dir
-
-    @property
-    def max_trainable_params(self) -> int | None:
-        """The parameter budget: the option's, else the space file's; trials over it are not trained."""
-        return self.options.max_trainable_params or self.spec.max_trainable_params
-
-    def record(self, parent_run_id: str) -> dict[str, Any]:
-        """The search's record (``storage.SEARCH_FILE``): what ``--resume`` checks and the offline commands read."""
-        return {
-            "name": self.name,
-            "search_id": self.search_id,
-            "space_path": str(self.spec.path),
-            "fingerprint": self.spec.fingerprint,
-            "tracking_uri": self.tracking_uri,
-            "experiment": self.experiment,
-            "parent_run_id": parent_run_id,
-            "settings": self.settings.to_dict(),
-            "num_samples": self.spec.num_samples,
-            "budgets": list(self.spec.budget_steps) or None,
-            "seed": self.seed,
-            "max_concurrent": self.max_concurrent,
-            "max_failures": self.max_failures,
-            "workers_per_trial": workers_per_trial(self.options),  # a resume must give its trials as many
-        }

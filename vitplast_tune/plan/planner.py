@@ -21,8 +21,8 @@ from vitplast_tune.plan.options import (
     EXPERIMENT_ENV,
     TRACKING_URI_ENV,
     SearchOptions,
-    SearchPlan,
 )
+from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.space.distributions import Constant
 from vitplast_tune.space.files import SearchSpec, load_space, searched_augmentations
 from vitplast_tune.space.objectives import with_objective
@@ -30,9 +30,18 @@ from vitplast_tune.storage import RESULTS_ENV, SEARCH_FILE, default_storage, is_
 
 
 def prepare(options: SearchOptions) -> SearchPlan:
-    """Validate the space, flags, files and resume state into a plan; raise UserError on the first problem.
+    """Validate the space, flags, files and resume state into a plan.
 
     Nothing is started or written: no Ray, no MLflow run, no folder (``services`` probes leave nothing behind).
+
+    Args:
+        options: How the search runs.
+
+    Returns:
+        The plan: everything decided, nothing started.
+
+    Raises:
+        UserError: On the first problem found.
     """
     spec = load_space(options.space).with_overrides(num_samples=options.num_samples, budgets=options.budgets)
     spec = with_objective(spec, options.objective)
@@ -140,8 +149,21 @@ def subsets(spec: SearchSpec, settings: FinetuneConfig) -> tuple[str, ...]:
 
 
 def mlflow_target(options: SearchOptions, storage: str) -> tuple[str, str, list[str]]:
-    """Where a new search records: the tracking URI and experiment (the flags, else MLflow's environment variables,
-    else ``sqlite:///<storage>/mlflow.db`` and ``EXPERIMENT``), and a note for each value taken from the environment."""
+    """Decide where a new search records: its MLflow tracking URI and experiment.
+
+    Each is the flag's, else MLflow's environment variable's, else ``sqlite:///<storage>/mlflow.db`` and
+    ``EXPERIMENT``.
+
+    Args:
+        options: How the search runs (its ``tracking_uri`` and ``experiment``).
+        storage: The search's storage, where the default tracking database lies.
+
+    Returns:
+        The tracking URI, the experiment, and a note for each value taken from the environment.
+
+    Raises:
+        UserError: The experiment given is empty.
+    """
     env_uri = (environment.read(TRACKING_URI_ENV) or "").strip()
     env_experiment = (environment.read(EXPERIMENT_ENV) or "").strip()
     tracking_uri = options.tracking_uri or env_uri or _default_tracking_uri(storage)
@@ -160,7 +182,15 @@ def mlflow_target(options: SearchOptions, storage: str) -> tuple[str, str, list[
 
 
 def fit_scheduler(spec: SearchSpec, max_steps: int) -> tuple[SearchSpec, list[str]]:
-    """The space with its scheduler's grace period clamped to the trial budget, and the note saying so."""
+    """Clamp the space's scheduler's grace period to the trial budget.
+
+    Args:
+        spec: The space.
+        max_steps: The trial budget in training steps.
+
+    Returns:
+        The space (itself when nothing needed clamping) and the note saying so (none when nothing did).
+    """
     s = spec.scheduler
     if s.name == "fifo" or s.grace_period <= max_steps:
         return spec, []

@@ -65,7 +65,14 @@ def address(option: str | None) -> str | None:
 
 
 def ray_request(resources: dict[str, float]) -> dict[str, float]:
-    """Tune's per-trial resources ({"cpu": 1, "gpu": 0.5, "x": 1}) as Ray resource names, zeros dropped."""
+    """Name Tune's per-trial resources as Ray does, zeros dropped.
+
+    Args:
+        resources: The per-trial resources, e.g. ``{"cpu": 1, "gpu": 0.5, "x": 1}``.
+
+    Returns:
+        The same request by Ray's resource names, e.g. ``{"CPU": 1.0, "GPU": 0.5, "x": 1.0}``.
+    """
     names = {"cpu": "CPU", "gpu": "GPU"}
     return {names.get(key, key): float(value) for key, value in resources.items() if value}
 
@@ -83,7 +90,14 @@ def plain_resources(resources: dict[str, float]) -> dict[str, float]:
 
 
 def show_resources(resources: dict[str, float]) -> str:
-    """Resources as one short text: ``{CPU: 2, GPU: 0.5}``."""
+    """Show resources as one short text.
+
+    Args:
+        resources: The resources, by name.
+
+    Returns:
+        The text, names sorted: ``{CPU: 2, GPU: 0.5}``.
+    """
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(resources.items())) + "}"
 
 

@@ -15,10 +15,10 @@ from vitplast_tune.plan.options import (
     DEFAULT_SEED,
     EXPERIMENT,
     SearchOptions,
-    SearchPlan,
     resumed_with,
 )
 from vitplast_tune.plan.resources import workers_per_trial
+from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.space.files import SearchSpec, spaces_dir
 from vitplast_tune.storage import SEARCH_FILE, is_uri, read_record
 
@@ -121,8 +121,15 @@ def _listed(steps) -> list[int] | None:
 
 
 def resume_command(plan: SearchPlan) -> str:
-    """The command that continues an interrupted search: its space file, name and storage, and the flags it ran with
-    that its record does not hold (resources per trial, plasticity, the cluster)."""
+    """Write the command that continues an interrupted search.
+
+    Args:
+        plan: The search's plan.
+
+    Returns:
+        The shell command: its space file, name and storage, and the flags it ran with that its record does not hold
+        (resources per trial, plasticity, the cluster).
+    """
     o = plan.options
     path = Path(plan.spec.path).resolve()
     space = path.stem if path.parent == spaces_dir().resolve() else str(path)  # a shipped space by its name

@@ -31,7 +31,18 @@ POOLED_FILE = "pooled.json"  # a pooled criteria-lab verdict's file (``vitplast 
 
 @dataclass
 class Recommendation:
-    """Every subset scored and ranked, the criterion that ranks them, and the evidence for each criterion."""
+    """Every subset scored and ranked, with the criterion that ranks them and the evidence for each criterion.
+
+    Attributes:
+        model: The model's name.
+        dataset: The dataset's name.
+        ranked: One row per subset within the budget, best first, with every score.
+        criterion: The criterion that ranks them.
+        evidence: ``read_evidence``'s rows: how well each criterion predicted accuracy so far.
+        budget: The most trainable parameters a subset may have (None: no limit).
+        seconds: How long measuring took.
+        settings: The finetuning settings the predictors were measured under.
+    """
 
     model: str
     dataset: str
@@ -210,7 +221,21 @@ def recommend(
     plasticity_pairs: int | None = None,
     num_batches: int = 5,
 ) -> Recommendation:
-    """Measure the predictors of ``settings``' model and dataset (cached plasticity reused) and rank every subset."""
+    """Measure the predictors of ``settings``' model and dataset and rank every subset.
+
+    Cached plasticity is reused.
+
+    Args:
+        settings: The finetuning settings: the model, the dataset and how subsets would train.
+        storage: The storage folder whose records give the evidence (``read_evidence``).
+        budget: The most trainable parameters a ranked subset may have (None: no limit).
+        reference: The reference data set the plasticity is measured against.
+        plasticity_pairs: How many image pairs the plasticity uses (None: the default).
+        num_batches: How many batches the gradient criteria average over.
+
+    Returns:
+        The recommendation: every subset within the budget ranked, the criterion and the evidence.
+    """
     started = time.perf_counter()
     s = settings
     measured = report.search_report(s, reference=reference, max_pairs=plasticity_pairs)
@@ -224,7 +249,15 @@ def recommend(
 
 
 def describe(rec: Recommendation, top: int = 10) -> str:
-    """The ranked subsets with their scores, the criterion that ranks them and the evidence for every criterion."""
+    """Describe a recommendation as text: the ranked subsets with their scores, the criterion and the evidence.
+
+    Args:
+        rec: The recommendation.
+        top: How many ranked subsets to show.
+
+    Returns:
+        The text, the evidence for every criterion included.
+    """
     _, why = choose_criterion(rec.evidence, rec.model, rec.dataset)
     budget = "" if rec.budget is None else f", within {rec.budget:,} trainable parameters"
     lines = [

@@ -5,6 +5,7 @@ recommendation held (``verification``, ``verdict``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,21 @@ from vitplast_tune.recommend.ranking import Recommendation
 VERIFY_LRS: tuple[float, ...] = (0.03, 0.1, 0.3)
 
 
-def verify_space(rec: Recommendation, k: int, directory: Path, *, lrs=VERIFY_LRS, max_steps: int | None = None) -> Path:
-    """Write a grid space file: the top ``k`` subsets, full finetuning and the linear probe x ``lrs``."""
+def verify_space(
+    rec: Recommendation, k: int, directory: Path, *, lrs: Sequence[float] = VERIFY_LRS, max_steps: int | None = None
+) -> Path:
+    """Write a grid space file over the top ``k`` subsets, full finetuning and the linear probe, times ``lrs``.
+
+    Args:
+        rec: The recommendation.
+        k: How many of its top subsets to include.
+        directory: The folder the space file goes into (made when missing).
+        lrs: The learning rates of the grid.
+        max_steps: Training steps per trial (None: the recommendation's settings).
+
+    Returns:
+        The space file's path.
+    """
     subsets = list(dict.fromkeys([*rec.ranked["components"].head(k), ALL, HEAD]))
     keep = (
         "model",
@@ -54,8 +68,17 @@ def verify_space(rec: Recommendation, k: int, directory: Path, *, lrs=VERIFY_LRS
 
 
 def verification(rec: Recommendation, trials: pd.DataFrame, k: int) -> pd.DataFrame:
-    """Per verified configuration: the lr with the best validation accuracy, its test accuracy, predicted and actual
-    rank."""
+    """Tabulate each verified configuration at its best learning rate, with its predicted and actual rank.
+
+    Args:
+        rec: The recommendation checked.
+        trials: The verification search's trial table.
+        k: How many of the recommendation's top subsets were checked.
+
+    Returns:
+        One row per configuration: the lr with the best validation accuracy, its test accuracy, trainable
+        parameters, predicted rank (empty when not recommended) and actual rank, best test accuracy first.
+    """
     ok = trials[trials["best_val_acc"].notna()]
     best = ok.loc[ok.groupby("components")["best_val_acc"].idxmax()]
     table = best[["components", "lr", "best_val_acc", "test_acc", "trainable_params"]].copy()
@@ -67,7 +90,16 @@ def verification(rec: Recommendation, trials: pd.DataFrame, k: int) -> pd.DataFr
 
 
 def verdict(table: pd.DataFrame) -> str:
-    """Did the recommendation hold? The top-ranked subset against the median configuration, and rank agreement."""
+    """Judge whether the recommendation held: the top-ranked subset against the median configuration.
+
+    Rank agreement and the comparison with full finetuning and the linear probe follow.
+
+    Args:
+        table: ``verification``'s table.
+
+    Returns:
+        The verdict as text, one finding a line.
+    """
     if table["predicted_rank"].notna().sum() == 0:
         return "nothing to judge: no recommended subset finished"
     top = table[table["predicted_rank"] == 1].iloc[0]

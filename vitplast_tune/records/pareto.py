@@ -18,8 +18,17 @@ PARETO_AXES: tuple[tuple[str, str, str], ...] = (
 
 
 def pareto_front(trials: pd.DataFrame, cost: str, better: str = "min", accuracy: str = "best_val_acc") -> pd.DataFrame:
-    """The full-budget trials that no other full-budget trial beats on both ``accuracy`` (higher) and ``cost``
-    (lower when ``better`` is "min", higher when "max"), sorted from the cheapest; ties keep the first."""
+    """Find the full-budget trials that no other full-budget trial beats on both accuracy and cost.
+
+    Args:
+        trials: The trial table.
+        cost: The cost column.
+        better: "min" when a lower cost is better, "max" when a higher one is.
+        accuracy: The accuracy column (higher is better).
+
+    Returns:
+        The front, sorted from the cheapest; ties keep the first. Empty when a column is missing.
+    """
     if trials.empty or cost not in trials or accuracy not in trials:
         return trials.head(0)
     done = finished_trials(trials).dropna(subset=[cost, accuracy])
@@ -44,7 +53,14 @@ def write_pareto(trials: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def describe_pareto(trials: pd.DataFrame) -> str:
-    """The Pareto blocks printed under the top table: per axis, the trials no other full-budget trial beats on both."""
+    """Describe the Pareto fronts as the blocks printed under the top table.
+
+    Args:
+        trials: The trial table.
+
+    Returns:
+        Per cost axis, the trials no other full-budget trial beats on both; empty when there are none.
+    """
     lines: list[str] = []
     for cost, better, label in PARETO_AXES:
         front = pareto_front(trials, cost, better)

@@ -24,7 +24,23 @@ from vitplast_tune.timings import Timings
 
 @dataclass
 class SearchResult:
-    """The finished search: its trials (one row each) and where everything lies."""
+    """A finished search: its trials (one row each) and where everything lies.
+
+    Attributes:
+        place: Its name, storage, MLflow tracking URI and experiment.
+        spec: Its space.
+        settings: What every trial did, before its sampled parameters.
+        trials: The trial table, one row per trial.
+        parent_run_id: The id of its MLflow parent run.
+        elapsed_s: Its wall time in seconds (0: not timed by this process, analyzed again from its records).
+        analysis: Its analysis (None: not analyzed).
+        view: Its MLflow UI view and the view's link.
+        timings: Seconds per phase.
+        study: Its Optuna study.
+        best_model_uri: ``runs:/<parent>/best_model``: the best trial's model (``mlflow.pytorch.load_model``).
+        best_run_id: The best trial's MLflow run (tagged vitplast.best).
+        notes: Adjustments the search made and said (e.g. a clamped grace period).
+    """
 
     place: SearchPlace  # its name, storage, MLflow tracking URI and experiment
     spec: SearchSpec
@@ -42,8 +58,18 @@ class SearchResult:
 
 
 def summary(result: SearchResult, k: int = 10) -> str:
-    """The text a person reads at the end: the answer first, then where the time went, the top trials, the
-    analysis, where results lie and how to open MLflow."""
+    """Summarize a finished search as the text a person reads at the end.
+
+    The answer comes first, then where the time went, the top trials, the analysis, where results lie and how to
+    open MLflow.
+
+    Args:
+        result: The finished search.
+        k: How many top trials to show.
+
+    Returns:
+        The text.
+    """
     place, spec, settings = result.place, result.spec, result.settings
     top = top_trials(result.trials, spec, k)
     objective = objective_of(spec)
@@ -117,8 +143,15 @@ def _mlflow_lines(result: SearchResult) -> list[str]:
 
 
 def ui_command(place: SearchPlace) -> str | None:
-    """The command that starts the MLflow UI on the search's store (None when it records to a server):
-    ``vitplast ui NAME``, or ``mlflow ui`` when the search keeps no record (remote storage)."""
+    """Write the command that starts the MLflow UI on the search's store.
+
+    Args:
+        place: Where the search keeps its records.
+
+    Returns:
+        ``vitplast ui NAME``, or ``mlflow ui`` when the search keeps no record (remote storage); None when it records
+        to a server.
+    """
     if place.tracking_uri.startswith(("http://", "https://")):
         return None
     if place.local_dir is None:

@@ -10,13 +10,16 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from vitplast_tune.errors import SearchNotFound
 from vitplast_tune.lock import running_owner
 from vitplast_tune.storage import SEARCH_FILE, STUDY_FILE, SearchPlace, default_storage, read_record
+
+if TYPE_CHECKING:  # torch only in annotations: loading a search's records imports no torch
+    from torch import nn
 
 STATUSES = ("finished", "pruned", "failed")  # a trial's status in ``Search.trials`` (Optuna: COMPLETE, PRUNED, FAIL)
 _STATES = {"COMPLETE": "finished", "PRUNED": "pruned", "FAIL": "failed"}
@@ -69,7 +72,12 @@ def load_search(name: str, storage: str | Path | None = None, tracking_uri: str 
 
 @dataclass
 class Search:
-    """A search as its records hold it: a finished one whole, a running one as far as its trials have ended."""
+    """A search as its records hold it: a finished one whole, a running one as far as its trials have ended.
+
+    Attributes:
+        place: Its name, storage, MLflow tracking URI and experiment.
+        record: Its record (``storage.SEARCH_FILE``), as the driver wrote it.
+    """
 
     place: SearchPlace
     record: dict[str, Any] = field(repr=False)
@@ -145,8 +153,9 @@ class Search:
         return optuna.load_study(study_name=self.name, storage=storage_url(self.directory))
 
     def runs(self) -> pd.DataFrame:
-        """The search's MLflow runs (its trials' child runs), as ``mlflow.search_runs`` gives them, from its own
-        tracking URI.
+        """Read the search's MLflow runs (its trials' child runs) from its own tracking URI.
+
+        They come as ``mlflow.search_runs`` gives them.
 
         Returns:
             One row per trial run, MLflow's columns (``run_id``, ``params.*``, ``metrics.*``, ``tags.*``).
@@ -176,8 +185,10 @@ class Search:
         top = top_trials(self.trials, self.spec, 1)
         return None if top.empty else top.iloc[0]
 
-    def best_model(self, device: str = "cpu"):
-        """The best trial's timm model with its best-validation weights, in eval mode (the search must have finished).
+    def best_model(self, device: str = "cpu") -> nn.Module:
+        """Load the best trial's timm model with its best-validation weights, in eval mode.
+
+        The search must have finished.
 
         Args:
             device: where to put it.
@@ -197,8 +208,9 @@ class Search:
         return answer_of(self.trials)
 
     def summary(self, k: int = 10) -> str:
-        """The text a search prints at its end: the answer, the top ``k`` trials, the Pareto fronts, the analysis
-        recorded, and where everything lies.
+        """Summarize the search as the text it prints at its end.
+
+        The answer, the top ``k`` trials, the Pareto fronts, the analysis recorded, and where everything lies.
 
         Args:
             k: how many of the top trials to show.
@@ -224,8 +236,10 @@ class Search:
         return {cost: pareto_front(trials, cost, better) for cost, better, _ in PARETO_AXES if cost in trials}
 
     def correlation(self) -> pd.DataFrame:
-        """How well each plasticity score, and the parameter count, ranked the trials: the analysis the search
-        recorded (``analysis/correlations.csv``), else computed now from the trials that have ended.
+        """Tell how well each plasticity score, and the parameter count, ranked the trials.
+
+        The analysis the search recorded (``analysis/correlations.csv``), else computed now from the trials that have
+        ended.
 
         Returns:
             One row per score and target: Spearman, its interval, the difference with the baseline and the verdict.

@@ -38,7 +38,14 @@ USER_ATTRS = ("components", "best_val_acc", "test_acc", "step", "trainable_param
 
 @dataclass
 class StudyRecord:
-    """Where a search's study lies and how many trials it holds (``added`` by this write)."""
+    """Where a search's study lies and how many trials it holds.
+
+    Attributes:
+        url: The study's storage URL (SQLite).
+        name: The study's name.
+        trials: How many trials it holds.
+        added: How many of them this write added.
+    """
 
     url: str
     name: str
@@ -46,7 +53,11 @@ class StudyRecord:
     added: int
 
     def describe(self) -> str:
-        """The summary's line: the study's storage and how to open it."""
+        """Describe the study in the summary's line: its storage and how to open it.
+
+        Returns:
+            The line.
+        """
         return f"Optuna study:       optuna-dashboard {self.url}   (study '{self.name}', {self.trials} trials)"
 
 
@@ -134,8 +145,21 @@ def known_trials(study) -> set[str]:
     return {t.user_attrs.get(TRIAL_ATTR) for t in study.get_trials(deepcopy=False)}
 
 
-def write_study(directory: Path, name: str, spec: SearchSpec, trials: pd.DataFrame, curves) -> StudyRecord:
-    """Add the trials of the table that the study ``name`` in ``directory/optuna.db`` lacks (created when missing)."""
+def write_study(
+    directory: Path, name: str, spec: SearchSpec, trials: pd.DataFrame, curves: dict[str, dict[str, dict[int, float]]]
+) -> StudyRecord:
+    """Add the trials of the table that the study ``name`` in ``directory/optuna.db`` lacks (created when missing).
+
+    Args:
+        directory: The search's directory.
+        name: The study's name.
+        spec: The search's space (the study's parameters and objectives).
+        trials: The trial table.
+        curves: Each trial's curves: trial id -> metric -> {step: value}.
+
+    Returns:
+        Where the study lies and how many trials it holds and this write added.
+    """
     study = open_study(directory, name, spec)
     new = trials[~trials["trial_id"].astype(str).isin(known_trials(study))]
     study.add_trials(frozen_trials(new, spec, curves))

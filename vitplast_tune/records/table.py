@@ -8,6 +8,7 @@ The grid is duck-typed (each result's config, metrics, error and metrics datafra
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,23 @@ from vitplast_tune.space.files import SearchSpec
 TRIAL_TIMES = ("time_setup_s", "time_in_steps_s", "time_in_eval_s")
 
 
-def trial_table(grid, settings: FinetuneConfig, predictors: report.Predictors | None = None) -> pd.DataFrame:
-    """One row per trial: its subset, parameters, final and best metrics, status and pre-training predictors.
+def trial_table(
+    grid: Iterable[Any], settings: FinetuneConfig, predictors: report.Predictors | None = None
+) -> pd.DataFrame:
+    """Tabulate a search's trials, one row each: subset, parameters, final and best metrics, status and predictors.
 
     ``val_acc_common`` is each trial's validation accuracy at ``common_step``, the last evaluation
     every trial reached: with early stopping, the one budget all trials share. ``best_val_loss`` is
     the lowest validation loss it reported (a tie-break between equal accuracies).
+
+    Args:
+        grid: Ray Tune's result grid, or any results with its ``config``, ``metrics``, ``error`` and
+            ``metrics_dataframe`` (duck-typed).
+        settings: What every trial does, before its sampled parameters.
+        predictors: The pre-training predictors, whose scores each trial's row gets (None: no scores).
+
+    Returns:
+        The trial table.
     """
     rows, curves = [], []
     for result in grid:
@@ -66,10 +78,17 @@ def trial_table(grid, settings: FinetuneConfig, predictors: report.Predictors | 
 
 
 def write_trials(trials: pd.DataFrame, directory: Path | None) -> Path | None:
-    """Write the trial table as ``trials.csv`` in the search's ``directory`` (None: remote storage) unless empty.
+    """Write the trial table as ``trials.csv`` in the search's directory, unless it is empty.
 
     Read it back with ``read_trials`` (ids as text); the parent run also holds it as ``trials.json``, a
     table the MLflow UI shows with the ids as text (its CSV preview reads "00012" as 12).
+
+    Args:
+        trials: The trial table.
+        directory: The search's directory (None: remote storage, nothing written).
+
+    Returns:
+        The file written, or None when nothing was.
     """
     if directory is None or trials.empty:
         return None
@@ -79,7 +98,17 @@ def write_trials(trials: pd.DataFrame, directory: Path | None) -> Path | None:
 
 
 def read_trials(directory: Path) -> pd.DataFrame:
-    """The trial table a finished search wrote in ``directory`` (``write_trials``), trial and run ids as text."""
+    """Read the trial table a finished search wrote in its directory (``write_trials``).
+
+    Args:
+        directory: The search's directory.
+
+    Returns:
+        The trial table, trial and run ids as text.
+
+    Raises:
+        UserError: The search has not finished (no table), or its table is damaged.
+    """
     from vitplast_tune.errors import UserError
 
     path = directory / "trials.csv"
@@ -177,7 +206,16 @@ def _log10(value: Any) -> float | None:
 
 
 def top_trials(trials: pd.DataFrame, spec: SearchSpec, k: int = 10) -> pd.DataFrame:
-    """The ``k`` best trials by best validation accuracy (or the space's metric when it is not accuracy)."""
+    """Pick the ``k`` best trials by best validation accuracy (or the space's metric when it is not accuracy).
+
+    Args:
+        trials: The trial table.
+        spec: The search's space (its metric and mode).
+        k: How many trials to keep.
+
+    Returns:
+        The best trials, best first; diverged trials and trials without the metric left out.
+    """
     if trials.empty:
         return trials
     column = "best_val_acc" if spec.metric == "val_acc" else spec.metric

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from mlflow.entities import Dataset, DatasetInput, InputTag, RunTag
@@ -45,6 +45,9 @@ from vitplast_tune.records.tracking import (
     trial_runs,
 )
 
+if TYPE_CHECKING:
+    from ray.tune.experiment import Trial
+
 EARLIER_TRIAL_TAG = "vitplast.earlier_trial_id"  # on a run a resumed trial continued: the trial id it was made for
 SUPERSEDED_TAG = "vitplast.superseded"  # on a run removed by a resume: why (its trial was never saved by Tune)
 
@@ -77,11 +80,18 @@ def dataset_inputs(cfg: FinetuneConfig) -> list[DatasetInput]:
 
 
 class MlflowTracker(Callback):
-    """Tune callback: one MLflow child run per trial under the search's parent run.
+    """A Tune callback that keeps one MLflow child run per trial under the search's parent run.
 
     ``describe(config)`` returns the ``TrialRun`` of a trial (name, params, start metrics such as the
     subset's plasticity scores, tags, dataset inputs; see ``trial_describer``), so this class knows
     nothing of training.
+
+    Args:
+        tracking_uri: The MLflow tracking URI.
+        parent_run_id: The id of the search's parent run.
+        describe: What a trial's child run starts with, from its config.
+        orphans: Runs of trials Tune never saved, by run id, with their params (``reconcile``): a trial of the same
+            settings continues one instead of making a new run.
     """
 
     def __init__(
@@ -109,9 +119,19 @@ class MlflowTracker(Callback):
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_mlflow": None, "_experiment": None}
 
-    def run_id(self, trial, number: int | None = None) -> str:
-        """The trial's child run: the one already made (also by an earlier driver: all looked up once), else a new
-        one."""
+    def run_id(self, trial: Trial, number: int | None = None) -> str:
+        """Find or make the trial's child run.
+
+        The one already made (also by an earlier driver: all are looked up once), else an orphan of the same settings,
+        else a new one.
+
+        Args:
+            trial: The Tune trial.
+            number: The trial's number in the search, in a new run's name (None: its trial id).
+
+        Returns:
+            The child run's id.
+        """
         if trial.trial_id in self.runs:
             return self.runs[trial.trial_id]
         if self._experiment is None:
@@ -151,10 +171,27 @@ class MlflowTracker(Callback):
                 return run_id
         return None
 
-    def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
+    def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        """Make (or find) the child run of a trial that starts.
+
+        Args:
+            iteration: Tune's loop iteration.
+            trials: Every trial of the search.
+            trial: The trial that starts.
+            **info: Tune's further keywords.
+        """
         self.run_id(trial, number=trials.index(trial) + 1 if trial in trials else None)
 
-    def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
+    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict, **info: Any) -> None:
+        """Log a trial's report to its child run: its curves, and the node it runs on as tags when that changed.
+
+        Args:
+            iteration: Tune's loop iteration.
+            trials: Every trial of the search.
+            trial: The trial that reported.
+            result: Its report.
+            **info: Tune's further keywords.
+        """
         run_id = self.run_id(trial)
         step = int(result.get("step", result.get("training_iteration", 0)))
         log_metrics(self.mlflow, run_id, {**{k: result.get(k) for k in CURVE_METRICS}, **live_metrics(result)}, step)
@@ -165,7 +202,15 @@ class MlflowTracker(Callback):
             self.mlflow.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items() if v])
             self._tagged_node[trial.trial_id] = node
 
-    def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        """Close a finished trial's child run: FINISHED with its final metrics, or FAILED when it diverged.
+
+        Args:
+            iteration: Tune's loop iteration.
+            trials: Every trial of the search.
+            trial: The trial that finished.
+            **info: Tune's further keywords.
+        """
         run_id = self.run_id(trial)
         last = trial.last_result or {}
         if last.get("diverged"):
@@ -177,7 +222,15 @@ class MlflowTracker(Callback):
         self.mlflow.set_tag(run_id, "stopped_early", str(int(last.get("step", 0)) < int(last.get("max_steps", 0))))
         self.mlflow.set_terminated(run_id, status="FINISHED")
 
-    def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        """Close a crashed trial's child run FAILED, tagged with the error's line.
+
+        Args:
+            iteration: Tune's loop iteration.
+            trials: Every trial of the search.
+            trial: The trial that crashed.
+            **info: Tune's further keywords.
+        """
         run_id = self.run_id(trial)
         reason = _error_text(trial)
         self.mlflow.set_tag(run_id, FAILURE_TAG, reason)

@@ -71,9 +71,23 @@ def same_store(names: list[str], records: list[dict]) -> None:
 
 
 def serve(name: str | list[str], storage: str | None = None, port: int = 5000, open_browser: bool = False) -> int:
-    """Start the MLflow UI on search ``name``'s store (unless it records to a server), print its links (open the view
-    with ``open_browser``), and keep the UI running until Ctrl-C (or SIGTERM); several names: one view of all their
-    trials, which must share a tracking store and experiment."""
+    """Start the MLflow UI on a search's store, print its links, and keep the UI running until Ctrl-C (or SIGTERM).
+
+    No UI starts when the search records to a server; its links are printed all the same.
+
+    Args:
+        name: The search's name; several names: one view of all their trials, which must share a tracking store and
+            experiment.
+        storage: The storage folder the searches are in (None: the default).
+        port: The port the UI serves on, at 127.0.0.1.
+        open_browser: Open the view in a browser.
+
+    Returns:
+        The exit code, 0.
+
+    Raises:
+        UserError: A search is named twice, is not recorded, the searches do not share a store, or the port is taken.
+    """
     names = [name] if isinstance(name, str) else list(name)
     if len(set(names)) < len(names):
         raise UserError(f"a search is named twice ({', '.join(names)}); name each once")

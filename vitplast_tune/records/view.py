@@ -39,7 +39,14 @@ PARALLEL_HEIGHT = 480  # px: the parallel coordinates chart spans the charts' wi
 
 @dataclass
 class View:
-    """A search's view: the link that opens it, and why it is a plain link when no view could be saved."""
+    """A search's MLflow UI view: the link that opens it, and why it is a plain link when no view could be saved.
+
+    Attributes:
+        link: The link that opens the view (or the runs page, filtered and sorted).
+        saved: Whether a view was saved (else the link is a plain one).
+        note: Why no view could be saved ("" when one was).
+        experiment_id: The MLflow experiment the view belongs to.
+    """
 
     link: str
     saved: bool

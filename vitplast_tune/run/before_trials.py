@@ -12,7 +12,7 @@ from typing import Any
 from vitplast_tune.data import staging
 from vitplast_tune.log import get_logger
 from vitplast_tune.plan import resources
-from vitplast_tune.plan.options import SearchPlan
+from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.predictors.report import Predictors, describe_gradients, gradient_report, search_report
 from vitplast_tune.timings import Timings
 
@@ -40,15 +40,23 @@ def measuring_worker(
     doing: str = "measuring",
     while_waiting: Callable[[], Any] | None = None,
 ) -> Iterator[Callable[..., Any]]:
-    """A runner (``runner(fn, **kwargs) -> fn(**kwargs)``) backed by one Ray worker with a trial's resources.
+    """Give a runner (``runner(fn, **kwargs) -> fn(**kwargs)``) backed by one Ray worker with a trial's resources.
 
     The measurements before the trials (plasticity, gradient criteria), and after them the best model and the
     analysis's measurements, share its imports (torch, timm) instead of each starting a worker; the worker starts at
     the first call and ends with the block, else it would hold torch, the model and what its allocator kept through
-    the search. ``trial``: the resources as ``--*-per-trial`` give them ({"cpu": 2, "gpu": 0.5, "a100": 1}). The
-    driver waits, saying every ``every_s`` seconds that a call still runs (``doing``: what it says it does), and
-    calls ``while_waiting`` every second meanwhile (e.g. ``run.parallel.release_orphans``: the resources the worker
-    waits for may be held by what the trials left).
+    the search. The driver waits, saying every ``every_s`` seconds that a call still runs, and calls
+    ``while_waiting`` every second meanwhile.
+
+    Args:
+        trial: The resources as ``--*-per-trial`` give them ({"cpu": 2, "gpu": 0.5, "a100": 1}).
+        every_s: Seconds between the lines saying a call still runs.
+        doing: What those lines say it does.
+        while_waiting: What to call every second while a call runs (e.g. ``run.parallel.release_orphans``: the
+            resources the worker waits for may be held by what the trials left); None: nothing.
+
+    Yields:
+        The runner.
     """
     import ray
 
@@ -78,9 +86,19 @@ def measuring_worker(
 def measure_predictors(
     plan: SearchPlan, staged: Sequence[staging.Staged] = (), timings: Timings | None = None
 ) -> Predictors:
-    """The predictors a search measures before training (plasticity, gradient table), in one Ray worker with a
-    trial's resources (``measuring_worker``), on the dataset the driver decoded and the files it staged;
-    plasticity measured before is read from its cache instead (``timings``: their seconds)."""
+    """Measure the predictors a search needs before training: plasticity and the gradient table.
+
+    They run in one Ray worker with a trial's resources (``measuring_worker``), on the dataset the driver decoded and
+    the files it staged; plasticity measured before is read from its cache instead.
+
+    Args:
+        plan: The search's plan.
+        staged: The files the driver staged for the trials.
+        timings: Where their seconds are added.
+
+    Returns:
+        The predictors (none when the plan measures no plasticity).
+    """
     if not plan.options.plasticity:
         return Predictors()
     timings = timings or Timings()

@@ -11,9 +11,9 @@ table), ``records`` (MLflow, the trial table, the Optuna study, the summary), ``
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray.tune import Callback
 
@@ -22,9 +22,10 @@ from vitplast_tune.analysis.analyze import analyze_search
 from vitplast_tune.errors import SearchFailed, SearchInterrupted, option, trial_cause
 from vitplast_tune.log import get_logger
 from vitplast_tune.plan import resources
-from vitplast_tune.plan.options import SearchOptions, SearchPlan
+from vitplast_tune.plan.options import SearchOptions
 from vitplast_tune.plan.planner import prepare
 from vitplast_tune.plan.resume import resume_command
+from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.predictors.report import Predictors
 from vitplast_tune.recommend import ranking
 from vitplast_tune.records import best_trial, pareto, search_run, study, tracking, trial_runs
@@ -38,16 +39,32 @@ from vitplast_tune.space.objectives import objective_of
 from vitplast_tune.storage import write_record
 from vitplast_tune.timings import Timings
 
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
 log = get_logger(__name__)
 
 
 def run(
-    options: SearchOptions, callbacks: Sequence[Callback] = (), timings: Timings | None = None, trainable=None
+    options: SearchOptions,
+    callbacks: Sequence[Callback] = (),
+    timings: Timings | None = None,
+    trainable: Callable[..., Any] | None = None,
 ) -> SearchResult:
     """Validate the options into a plan, then run (or resume) the search and return its trials.
 
-    ``timings``: phases timed before this call (e.g. the command line's imports), continued here; ``trainable``: see
-    ``execute``.
+    Args:
+        options: How the search runs.
+        callbacks: Extra Ray Tune callbacks (see ``execute``).
+        timings: Phases timed before this call (e.g. the command line's imports), continued here.
+        trainable: What each trial runs instead of the default (see ``execute``).
+
+    Returns:
+        The finished search.
+
+    Raises:
+        UserError: The options do not make a valid plan (``prepare``).
+        SearchInterrupted: The search was stopped (see ``execute``).
     """
     timings = timings or Timings()
     with timings.phase("checks"):
@@ -78,19 +95,31 @@ class _Tuned:
 
 
 def execute(
-    plan: SearchPlan, callbacks: Sequence[Callback] = (), timings: Timings | None = None, trainable=None
+    plan: SearchPlan,
+    callbacks: Sequence[Callback] = (),
+    timings: Timings | None = None,
+    trainable: Callable[..., Any] | None = None,
 ) -> SearchResult:
-    """Run a prepared search: Ray, the predictors, the MLflow parent run, the Tuner, then its end phase (results, the
-    best model, the Optuna study, the analysis), Ray shut down after.
+    """Run a prepared search, then its end phase, with Ray shut down after.
 
-    ``callbacks``: extra Ray Tune callbacks (e.g. the trial timeline of ``python -m benchmarks.trial``);
-    ``timings``: where the seconds of each phase are added (the result's ``timings``); ``trainable``: the Ray Tune
-    trainable each trial runs instead of ``run.trainable.train_trial`` with the plan's settings (e.g. the cheap
-    stand-in with which ``benchmarks.scale`` measures the driver alone).
-    Ctrl-C or SIGTERM (``interrupts``) stops it as Tune's graceful stop does, closes its runs as KILLED and raises
-    SearchInterrupted with the command that resumes it; so does an OS error such as a full disk (``guard``), and in
-    the end phase too, which that command then finishes without running a trial again. Its lock is held while it
-    runs: a second driver of the search is refused.
+    In order: Ray, the predictors, the MLflow parent run, the Tuner, then the end phase (results, the best model, the
+    Optuna study, the analysis). Ctrl-C or SIGTERM (``interrupts``) stops it as Tune's graceful stop does, closes its
+    runs as KILLED and raises SearchInterrupted with the command that resumes it; so does an OS error such as a full
+    disk (``guard``), and in the end phase too, which that command then finishes without running a trial again. Its
+    lock is held while it runs: a second driver of the search is refused.
+
+    Args:
+        plan: The prepared search.
+        callbacks: Extra Ray Tune callbacks (e.g. the trial timeline of ``python -m benchmarks.trial``).
+        timings: Where the seconds of each phase are added (the result's ``timings``).
+        trainable: The Ray Tune trainable each trial runs instead of ``run.trainable.train_trial`` with the plan's
+            settings (e.g. the cheap stand-in with which ``benchmarks.scale`` measures the driver alone).
+
+    Returns:
+        The finished search.
+
+    Raises:
+        SearchInterrupted: Ctrl-C, SIGTERM or an OS error stopped it; the error holds the command that resumes it.
     """
     with guard.guarded(plan):
         return _execute(plan, callbacks, timings, trainable)
@@ -321,15 +350,22 @@ def _warm_start(plan: SearchPlan, predictors: Predictors) -> list[str]:
 
 def analyze(
     result: SearchResult,
-    mlflow,
+    mlflow: MlflowClient,
     options: SearchOptions | None = None,
     measuring: dict | None = None,
     once: bool = False,
 ) -> None:
-    """Every analysis the search supports (see ``analysis.analyze.analyze_search``), logged to the parent run;
-    ``options``: the plasticity reference, variant and pairs to measure with (default: ``SearchOptions``');
-    ``measuring``: where its measurements run (``runner``, ``decoded``, ``staged``: see ``predictors.report``);
-    ``once``: a table the parent run already holds is not logged again (a resumed search's end)."""
+    """Run every analysis the search supports (see ``analysis.analyze.analyze_search``) and log it to the parent run.
+
+    The analysis is kept as ``result.analysis``.
+
+    Args:
+        result: The finished search.
+        mlflow: The MLflow client of its tracking store.
+        options: The plasticity reference, variant and pairs to measure with (default: ``SearchOptions``').
+        measuring: Where its measurements run (``runner``, ``decoded``, ``staged``: see ``predictors.report``).
+        once: Whether a table the parent run already holds is left unlogged (a resumed search's end).
+    """
     spec, found, o = result.spec, result.trials, options or SearchOptions()
     parameters = None if found.empty else (study.parameter_table(found, spec), study.study_parameters(spec))
     result.analysis = analyze_search(

@@ -29,7 +29,7 @@ from vitplast_tune import holds
 from vitplast_tune._compat import ray_tune
 from vitplast_tune.lock import SearchLock
 from vitplast_tune.log import get_logger
-from vitplast_tune.plan.options import SearchPlan
+from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.run import interrupts
 
 log = get_logger(__name__)

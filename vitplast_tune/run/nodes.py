@@ -16,7 +16,7 @@ from vitplast_tune.data import staging
 from vitplast_tune.errors import UserError
 from vitplast_tune.log import get_logger
 from vitplast_tune.plan import resources
-from vitplast_tune.plan.options import SearchPlan
+from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.run import cluster
 from vitplast_tune.storage import is_uri
 

@@ -28,7 +28,12 @@ class OptunaSearcher(OptunaSearch):
     """
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        """Report the metric to the Optuna trial at the training step (a resumed step is reported once)."""
+        """Report the metric to the Optuna trial at the training step (a resumed step is reported once).
+
+        Args:
+            trial_id: Tune's trial id.
+            result: The trial's report (its metric and ``step``).
+        """
         if isinstance(self.metric, list):  # several objectives: Optuna takes no intermediate values
             return
         value, step = result.get(self.metric), result.get("step")
@@ -42,16 +47,29 @@ class OptunaSearcher(OptunaSearch):
             live[trial_id].report(float(value), int(step))
 
     def restore_from_dir(self, checkpoint_dir: str) -> None:
-        """Restore TPE from its state in Tune's folder; without that state (moved aside, ``plan.state``) this TPE
-        starts afresh and samples the trials not sampled yet (Tune's generator state counts them)."""
+        """Restore TPE from its state in Tune's folder.
+
+        Without that state (moved aside, ``plan.state``) this TPE starts afresh and samples the trials not sampled
+        yet (Tune's generator state counts them).
+
+        Args:
+            checkpoint_dir: Tune's folder of the searcher's state.
+        """
         if not any(Path(checkpoint_dir).glob(self.CKPT_FILE_TMPL.format("*"))):
             return
         super().restore_from_dir(checkpoint_dir)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        """End the Optuna trial: FAIL (errored or diverged), PRUNED (stopped before max_steps) or COMPLETE. A trial
-        this searcher did not suggest (restored from Tune's state when a new TPE took over, ``restore_from_dir``) is
-        not its to end."""
+        """End the Optuna trial: FAIL (errored or diverged), PRUNED (stopped before max_steps) or COMPLETE.
+
+        A trial this searcher did not suggest (restored from Tune's state when a new TPE took over,
+        ``restore_from_dir``) is not its to end.
+
+        Args:
+            trial_id: Tune's trial id.
+            result: The trial's last report (None: none).
+            error: Whether the trial errored.
+        """
         if trial_id not in ray_tune.optuna_trials(self) and trial_id not in ray_tune.completed_trials(self):
             return
         if error or (result or {}).get("diverged"):

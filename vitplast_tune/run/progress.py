@@ -12,11 +12,14 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ray.tune import Callback
 
 from vitplast_tune.records.table import pct, trial_label
+
+if TYPE_CHECKING:
+    from ray.tune.experiment import Trial
 
 ENDED = ("TERMINATED", "ERROR")
 
@@ -51,8 +54,15 @@ def interactive(stream: TextIO) -> bool:
 
 
 class Progress(Callback):
-    """One line per finished trial, with a tqdm bar (``bar``: default when ``stream`` is interactive) or a heartbeat
-    line every ``every_s`` seconds; ``clock`` gives the time (tests pass a fake one)."""
+    """A Tune callback that prints one line per finished trial, under a tqdm bar or with a heartbeat line.
+
+    Args:
+        total: How many trials the search runs.
+        every_s: Seconds between heartbeat lines when there is no bar.
+        stream: Where the lines go (None: stderr).
+        clock: What gives the time (tests pass a fake one).
+        bar: Whether to show a tqdm bar (None: when ``stream`` is interactive).
+    """
 
     def __init__(
         self,
@@ -72,7 +82,12 @@ class Progress(Callback):
         self.use_bar = interactive(self.stream) if bar is None else bar
         self.bar = None
 
-    def setup(self, **info) -> None:
+    def setup(self, **info: Any) -> None:
+        """Start the clock, and the bar when there is one.
+
+        Args:
+            **info: Tune's keywords.
+        """
         self.started = self.last = self.clock()
         if self.use_bar:
             from tqdm.auto import tqdm
@@ -85,11 +100,27 @@ class Progress(Callback):
                 bar_format="{desc} {n_fmt}/{total_fmt} |{bar}| {elapsed} elapsed{postfix}",
             )
 
-    def on_trial_start(self, iteration, trials, trial, **info) -> None:
+    def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        """Note when a trial starts (or is restored) in this run.
+
+        Args:
+            iteration: Tune's loop iteration.
+            trials: Every trial of the search.
+            trial: The trial that starts.
+            **info: Tune's further keywords.
+        """
         self.began[trial.trial_id] = self.clock()
         self.peak = max(self.peak, len(self.began), 1)
 
-    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        """Print a finished trial's line: its best validation accuracy, or that it diverged.
+
+        Args:
+            iteration: Tune's loop iteration.
+            trials: Every trial of the search.
+            trial: The trial that finished.
+            **info: Tune's further keywords.
+        """
         self._ended(trials, trial)
         r = trial.last_result or {}
         name = trial_label(trial.config)
@@ -101,11 +132,26 @@ class Progress(Callback):
         early = " (stopped early)" if r.get("step", 0) < r.get("max_steps", 0) else ""
         self._print(f"{name}: best val_acc {pct(acc)} at step {r.get('best_step')}{early}", trials)
 
-    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        """Print a crashed trial's line.
+
+        Args:
+            iteration: Tune's loop iteration.
+            trials: Every trial of the search.
+            trial: The trial that crashed.
+            **info: Tune's further keywords.
+        """
         self._ended(trials, trial)
         self._print(f"{trial_label(trial.config)}: failed; see its MLflow run", trials)
 
-    def on_step(self, iteration, trials, **info) -> None:
+    def on_step(self, iteration: int, trials: list[Trial], **info: Any) -> None:
+        """Move the bar, or print a heartbeat line when ``every_s`` seconds passed without a line.
+
+        Args:
+            iteration: Tune's loop iteration.
+            trials: Every trial of the search.
+            **info: Tune's further keywords.
+        """
         running = len(self.began)  # Tune steps many times a second: nothing here goes over every trial
         if self.bar is not None:
             self.bar.set_postfix_str(self._status(trials), refresh=False)
@@ -113,13 +159,26 @@ class Progress(Callback):
         elif self.clock() - self.last >= self.every_s:
             self._print(f"{running} running", trials)
 
-    def on_experiment_end(self, trials, **info) -> None:
+    def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
+        """Close the bar.
+
+        Args:
+            trials: Every trial of the search.
+            **info: Tune's further keywords.
+        """
         if self.bar is not None:
             self.bar.close()
             self.bar = None
 
-    def eta(self, trials) -> float | None:
-        """Seconds until the search ends (see ``eta_s``), from this run's finished and running trials."""
+    def eta(self, trials: Sequence[Trial]) -> float | None:
+        """Estimate the seconds until the search ends (see ``eta_s``) from this run's finished and running trials.
+
+        Args:
+            trials: Every trial of the search.
+
+        Returns:
+            The seconds, or None before any trial finished.
+        """
         now = self.clock()
         running = [now - began for began in self.began.values()]
         return eta_s(self.total - self.done, self.durations, running, self.peak)

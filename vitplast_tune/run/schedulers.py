@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from vitplast_tune.space.files import SearchSpec
 
+if TYPE_CHECKING:
+    from ray.tune.schedulers import TrialScheduler
 
-def scheduler(spec: SearchSpec, max_steps: int):
-    """ASHA (grace period, reduction factor, up to ``max_steps``), median stopping, or FIFO (no early stopping)."""
+
+def scheduler(spec: SearchSpec, max_steps: int) -> TrialScheduler:
+    """Make the space's trial scheduler: ASHA, median stopping, or FIFO (no early stopping).
+
+    Args:
+        spec: The space (its scheduler's name, grace period and reduction factor).
+        max_steps: The trial budget, ASHA's longest rung.
+
+    Returns:
+        Ray Tune's scheduler.
+    """
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
     s = spec.scheduler

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray import tune
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
@@ -18,16 +18,28 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from vitplast_tune import environment
 from vitplast_tune._compat import ray_tune
 from vitplast_tune.log import quieted
-from vitplast_tune.plan.options import SearchPlan
+from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.records import tracking
 from vitplast_tune.run import guard, optuna_search, parallel, schedulers, variants
 from vitplast_tune.space.files import SearchSpec
 
+if TYPE_CHECKING:
+    from ray.tune.search import SearchAlgorithm, Searcher
 
-def search_algorithm(spec: SearchSpec, seed: int, max_concurrent: int | None = None, warm_start: Sequence[str] = ()):
-    """Optuna TPE over the space (``optuna_search``), or Tune's variant generator for grid and random spaces.
 
-    ``warm_start``: subsets ranked best first (``recommend``), of which TPE tries ``spec.warm_start`` first.
+def search_algorithm(
+    spec: SearchSpec, seed: int, max_concurrent: int | None = None, warm_start: Sequence[str] = ()
+) -> Searcher | SearchAlgorithm:
+    """Make the space's search algorithm: Optuna TPE (``optuna_search``), or Tune's variant generator.
+
+    Args:
+        spec: The space; grid and random spaces get the variant generator.
+        seed: The algorithm's seed.
+        max_concurrent: The most trials running at once (None: no limit).
+        warm_start: Subsets ranked best first (``recommend``), of which TPE tries ``spec.warm_start`` first.
+
+    Returns:
+        The searcher (TPE, limited to ``max_concurrent`` trials at once when given), or the variant generator.
     """
     if spec.algorithm != "optuna":
         return variants.variant_generator(spec, seed, max_concurrent)

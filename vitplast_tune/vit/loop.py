@@ -28,7 +28,12 @@ Forward = Callable[[torch.Tensor], torch.Tensor]
 
 
 class DivergedError(RuntimeError):
-    """The training loss became NaN or infinite at ``step``."""
+    """The training loss became NaN or infinite at ``step``.
+
+    Args:
+        message: What went wrong, as the error shows it.
+        step: The optimizer step at which the loss stopped being finite.
+    """
 
     def __init__(self, message: str, step: int):
         super().__init__(message)

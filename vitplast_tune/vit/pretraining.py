@@ -27,10 +27,10 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from vitplast_tune.config import PretrainConfig
 from vitplast_tune.data.fractals import fractal_dataset
 from vitplast_tune.data.transforms import prepare_images
 from vitplast_tune.log import get_logger
+from vitplast_tune.pretrain_config import PretrainConfig
 from vitplast_tune.vit.models import TESTBED_WEIGHTS, data_config
 from vitplast_tune.vit.optim import warmup_cosine
 

@@ -45,9 +45,14 @@ Report = Callable[[dict[str, Any], dict[str, Any]], None]
 
 
 class Finetuned(NamedTuple):
-    """What ``finetune`` returns: the trained timm model, holding its best-validation weights, in eval mode on the
-    device it trained on, and the metrics of the last evaluation (``test_acc``: that model on the test split).
-    Unpacks as ``model, metrics = finetune(cfg)``."""
+    """The trained model and its final metrics, as ``finetune`` returns them.
+
+    Unpacks as ``model, metrics = finetune(cfg)``.
+
+    Attributes:
+        model: The trained timm model, holding its best-validation weights, in eval mode on the device it trained on.
+        metrics: The metrics of the last evaluation (``test_acc``: that model on the test split).
+    """
 
     model: nn.Module
     metrics: dict[str, Any]

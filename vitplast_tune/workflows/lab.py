@@ -238,14 +238,14 @@ def describe_report(lab: Lab, results) -> str:
     Returns:
         The text.
     """
-    from vitplast_tune.analysis import subsets as criteria
+    from vitplast_tune.analysis.subsets_report import describe_lab
 
     minutes, stages = lab_minutes(lab)
     head = (
         f"Criteria lab {lab.name}: {MODELS[lab.model]} on {TASKS[lab.task]}, {stages} searches in {minutes:.1f} min "
         f"(as recorded when each finished), files in {lab.dir / 'analysis'}"
     )
-    return head + "\n\n" + criteria.describe_lab(results)
+    return head + "\n\n" + describe_lab(results)
 
 
 def estimate(lab: Lab, *, qualify_only: bool = False) -> Estimate:

@@ -1,0 +1,108 @@
+"""The plan a search's options become (``SearchPlan``): everything decided, nothing started; made once by
+``plan.planner.prepare`` and read, never changed, by the run, the records and the analysis."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.plan.options import DEFAULT_MAX_FAILURES, DEFAULT_SEED, EXPERIMENT, SearchOptions
+from vitplast_tune.plan.resources import workers_per_trial
+from vitplast_tune.space.files import SearchSpec
+from vitplast_tune.storage import SearchPlace
+
+if TYPE_CHECKING:
+    from vitplast_tune.data.decoded import InMemory
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """A validated search: everything decided, nothing started.
+
+    Made once by ``plan.planner.prepare`` and read, never changed, by the run, the records and the analysis.
+
+    Attributes:
+        spec: The space, with the options' overrides and its scheduler fitted to the budget.
+        options: The options it was planned from.
+        name: The search's name.
+        storage: Where Ray Tune keeps it: a local directory or a URI.
+        tracking_uri: The MLflow tracking URI its runs are logged to.
+        settings: What every trial does, before its sampled parameters.
+        decoded: A small dataset, decoded once for every trial (None: each trial loads its own).
+        search_id: The id that tags the MLflow parent run.
+        seed: The seed of the search algorithm.
+        max_failures: Retries of a trial that crashes.
+        max_concurrent: The most trials running at once (None: as many as resources allow).
+        notes: Adjustments the user is told once (e.g. a clamped grace period).
+        experiment: The MLflow experiment of its runs.
+        corners: The settings of the trials at the space's corners, checked before Ray starts.
+    """
+
+    spec: SearchSpec
+    options: SearchOptions
+    name: str
+    storage: str
+    tracking_uri: str
+    settings: FinetuneConfig  # what every trial does, before its sampled parameters
+    decoded: InMemory | None = None  # a small dataset, decoded once for every trial
+    search_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # tags the MLflow parent run
+    seed: int = DEFAULT_SEED
+    max_failures: int = DEFAULT_MAX_FAILURES
+    max_concurrent: int | None = None
+    notes: tuple[str, ...] = ()  # adjustments the user is told once (e.g. a clamped grace period)
+    experiment: str = EXPERIMENT  # the MLflow experiment of its runs
+    corners: tuple[FinetuneConfig, ...] = ()  # the settings of the trials at the space's corners, checked before Ray
+
+    @property
+    def place(self) -> SearchPlace:
+        """Where the search keeps its records (what ``records`` takes instead of the whole plan)."""
+        return SearchPlace(self.name, self.storage, self.tracking_uri, self.experiment, self.search_id)
+
+    @property
+    def location(self) -> str:
+        """Where Ray Tune keeps the search: its storage joined with its name (a path, or a URI)."""
+        return self.place.location
+
+    @property
+    def local_dir(self) -> Path | None:
+        """The search's directory when storage is a local path (None for s3:// and the like)."""
+        return self.place.local_dir
+
+    @property
+    def results_dir(self) -> Path:
+        """Where the search's own files (trial table, analysis) go: its directory, else a local one."""
+        return self.place.results_dir
+
+    @property
+    def max_trainable_params(self) -> int | None:
+        """The parameter budget: the option's, else the space file's; trials over it are not trained."""
+        return self.options.max_trainable_params or self.spec.max_trainable_params
+
+    def record(self, parent_run_id: str) -> dict[str, Any]:
+        """Make the search's record (``storage.SEARCH_FILE``): what ``--resume`` checks and the offline commands read.
+
+        Args:
+            parent_run_id: The id of the search's MLflow parent run.
+
+        Returns:
+            The record, JSON-ready.
+        """
+        return {
+            "name": self.name,
+            "search_id": self.search_id,
+            "space_path": str(self.spec.path),
+            "fingerprint": self.spec.fingerprint,
+            "tracking_uri": self.tracking_uri,
+            "experiment": self.experiment,
+            "parent_run_id": parent_run_id,
+            "settings": self.settings.to_dict(),
+            "num_samples": self.spec.num_samples,
+            "budgets": list(self.spec.budget_steps) or None,
+            "seed": self.seed,
+            "max_concurrent": self.max_concurrent,
+            "max_failures": self.max_failures,
+            "workers_per_trial": workers_per_trial(self.options),  # a resume must give its trials as many
+        }
