@@ -133,7 +133,9 @@ class Search:
 
             table = read_trials(self.directory)  # a damaged table: UserError saying which file and what to do
             return table.assign(status=table.apply(_trial_status, axis=1))
-        if not _study_made(self.directory / STUDY_FILE, self.name):  # a starting driver may be making it
+        from vitplast_tune.records.study import study_made
+
+        if not study_made(self.directory / STUDY_FILE, self.name):  # a starting driver may be making it
             return pd.DataFrame()
         return _study_table(self.study, self.settings.max_steps)
 
@@ -367,18 +369,3 @@ def _loaded(value: Any) -> Any:
         except ValueError:
             return value
     return value
-
-
-def _study_made(path: Path, name: str) -> bool:
-    """Whether the Optuna storage file ``path`` holds the study ``name``, read without writing: Optuna's own opening
-    makes missing tables, which races the driver making them ("UNIQUE constraint failed: alembic_version")."""
-    import contextlib
-    import sqlite3
-
-    if not path.is_file():
-        return False
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)) as db:
-            return db.execute("SELECT 1 FROM studies WHERE study_name = ?", (name,)).fetchone() is not None
-    except sqlite3.Error:  # no studies table yet, or the file being written
-        return False

@@ -19,8 +19,10 @@ other flag is set) and no trial a killed driver left RUNNING.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -205,3 +207,25 @@ def _plain(value: Any) -> Any:
 def _categorical(value: Any) -> Any:
     """A choice as Optuna stores it: None, bool, int, float and str as they are, anything else as JSON text."""
     return value if value is None or isinstance(value, (bool, int, float, str)) else json.dumps(value)
+
+
+def study_made(path: Path, name: str) -> bool:
+    """Tell whether the Optuna storage file ``path`` holds the study ``name``, reading it without writing.
+
+    Optuna's own opening makes missing tables, which races a starting driver making them ("UNIQUE constraint failed:
+    alembic_version"); a read-only look does not.
+
+    Args:
+        path: The study's SQLite file (``optuna.db`` in a search's folder).
+        name: The study's name (the search's).
+
+    Returns:
+        Whether the study is there; False while the file or its tables are being made.
+    """
+    if not path.is_file():
+        return False
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)) as db:
+            return db.execute("SELECT 1 FROM studies WHERE study_name = ?", (name,)).fetchone() is not None
+    except sqlite3.Error:  # no studies table yet, or the file being written
+        return False
