@@ -48,7 +48,7 @@ def test_snow_brightens_and_each_image_has_its_own_reproducible_draw():
     assert once.astype(float).mean() > x.astype(float).mean()
     assert not np.array_equal(once[0], corruptions.corrupt(x[1:2], "snow", 5)[0])  # image 0's draw, not image 1's
     with pytest.raises(ValueError, match="unknown corruption"):
-        corruptions.corrupt(x, "fog")
+        corruptions.corrupt(x, "frost")
 
 
 def test_shot_and_impulse_noise_have_the_severitys_amounts():
@@ -75,6 +75,45 @@ def test_defocus_pixelate_and_jpeg_keep_a_flat_image_and_change_a_textured_one()
     assert len(np.unique(blocks[0, 0, 0])) < len(np.unique(x[0, 0, 0]))
 
 
+def test_fog_adds_one_plasma_cloud_to_every_channel_and_rescales_to_the_brightest_value():
+    cloud = corruptions.plasma_fractal(32, 1.75, np.random.default_rng(0))
+    assert cloud.shape == (32, 32) and cloud.min() == 0.0 and cloud.max() == 1.0
+    neighbours = np.abs(np.diff(cloud, axis=1)).mean()
+    assert neighbours < 0.5 * np.abs(cloud - cloud.mean()).mean()  # a cloud: neighbours closer than random pairs
+    grey = np.full((3, 32, 32), 0.5)
+    fogged = corruptions.fog(grey, 5, np.random.default_rng([0, 0]))
+    expected = (grey + 1.5 * corruptions.plasma_fractal(32, 1.75, np.random.default_rng([0, 0]))) * 0.5 / 2.0
+    np.testing.assert_allclose(fogged, expected)  # weight 1.5 at severity 5, scaled by max / (max + 1.5)
+    assert np.array_equal(fogged[0], fogged[2])
+    with pytest.raises(ValueError, match="power of two"):
+        corruptions.plasma_fractal(24, 2.0, np.random.default_rng(0))
+
+
+def test_glass_blur_copies_neighbours_between_two_blurs_and_zoom_and_gaussian_blur_keep_a_flat_image():
+    flat, x = np.full((2, 3, 32, 32), 90, np.uint8), images(2)
+    for name in ("glass_blur", "zoom_blur", "gaussian_blur"):
+        assert np.abs(corruptions.corrupt(flat, name, 5).astype(int) - 90).max() <= 1, name
+        out = corruptions.corrupt(x, name, 5)
+        assert not np.array_equal(out, x) and np.array_equal(out, corruptions.corrupt(x, name)), name
+    assert corruptions.corrupt(x, "gaussian_blur", 5).std() < corruptions.corrupt(x, "gaussian_blur", 1).std()
+    distinct = np.arange(32 * 32).reshape(1, 32, 32).repeat(3, axis=0) / 1024  # every pixel its own value
+    copied = corruptions.glass_blur(distinct, 1, np.random.default_rng(0))  # sigma 0.05: the blurs change nothing
+    quantised = np.floor(distinct * 255) / 255
+    assert set(np.unique(copied)) <= set(np.unique(quantised))  # each pixel holds a value the image had
+    np.testing.assert_array_equal(copied[:, :2], quantised[:, :2])  # rows and columns 0, 1 are never written
+    np.testing.assert_array_equal(copied[:, :, :2], quantised[:, :, :2])
+    moved = (copied[0, 2:, 2:] != quantised[0, 2:, 2:]).mean()
+    assert 0.5 < moved < 0.9  # 3 of 4 draws name another pixel (dy, dx in {-1, 0})
+    assert not np.array_equal(np.sort(copied.ravel()), np.sort(quantised.ravel()))  # copies, not swaps
+    spot = np.zeros((3, 32, 32))
+    spot[:, 16, 16] = 1.0
+    blurred = corruptions.gaussian_blur(spot, 5, np.random.default_rng(0))
+    np.testing.assert_allclose(blurred.sum(axis=(1, 2)), 1.0)  # sigma 1: mass kept, spread around the spot
+    assert blurred[0, 16, 16] == pytest.approx(1 / (2 * np.pi), rel=0.05)
+    zoomed = corruptions.zoom_blur(spot, 5, np.random.default_rng(0))  # 26 zooms of 1.00 .. 1.25 averaged with it
+    assert zoomed[0, 16, 16] < 1.0 and zoomed[0].sum() > 0
+
+
 def test_generated_tasks_are_cached_and_registered(tmp_path, monkeypatch):
     monkeypatch.setenv("VITPLAST_CACHE_DIR", str(tmp_path))
     data = generated.digits_c("contrast")
@@ -86,6 +125,6 @@ def test_generated_tasks_are_cached_and_registered(tmp_path, monkeypatch):
     assert datasets.num_classes("fractals_novel") == generated.NOVEL_CLASSES
     assert datasets.resolve_augmentation("digits_c:snow", None) == "light"
     with pytest.raises(UserError, match='needs a corruption, e.g. "digits_c:snow"'):
-        datasets.check_dataset_name("digits_c:fog")
+        datasets.check_dataset_name("digits_c:frost")
     with pytest.raises(UserError, match="fractals_novel_c:snow"):
         datasets.check_dataset_name("fractals_novel_c")

@@ -56,15 +56,26 @@ def test_a_broken_preregistration_is_refused_with_its_reason(tmp_path, change, m
 
 
 AMENDMENT = COMMITTED.with_name("amendment-1.yaml")
+AMENDMENT_2 = COMMITTED.with_name("amendment-2.yaml")
 
 
-def test_the_committed_amendment_adds_the_other_tasks_and_nothing_else():
-    base, amended = read_preregistration(COMMITTED), read_preregistration(AMENDMENT)
-    assert amended.amends == base and amended.sha256 != base.sha256 and amended.path == AMENDMENT
-    assert amended.candidate_tasks[:12] == base.candidate_tasks and set(amended.candidate_tasks) == set(TASKS)
+@pytest.mark.parametrize("path", [AMENDMENT, AMENDMENT_2])
+def test_a_committed_amendment_adds_tasks_after_the_files_own_and_nothing_else(path):
+    base, amended = read_preregistration(COMMITTED), read_preregistration(path)
+    assert amended.amends == base and amended.sha256 != base.sha256 and amended.path == path
+    assert amended.candidate_tasks[:12] == base.candidate_tasks
     same = ("models", "tasks_per_model", "max_full_val_acc", "min_spread_sds", "seeds", "space", "extension_rounds")
     assert all(getattr(amended, k) == getattr(base, k) for k in same)
     assert {k: v for k, v in amended.raw.items() if k != "amendment"} == base.raw
+
+
+def test_amendment_2_keeps_amendment_1s_order_and_adds_the_four_new_corruptions_on_both_sets():
+    first, second = read_preregistration(AMENDMENT), read_preregistration(AMENDMENT_2)
+    assert second.candidate_tasks[: len(first.candidate_tasks)] == first.candidate_tasks
+    added = second.candidate_tasks[len(first.candidate_tasks) :]
+    new = ("fog", "glass_blur", "zoom_blur", "gaussian_blur")
+    assert added == tuple(f"{s}_c-{c}" for c in new for s in ("digits", "fractals_novel"))
+    assert set(second.candidate_tasks) == set(TASKS)  # every task the lab knows is a candidate now
 
 
 @pytest.mark.parametrize(
@@ -73,7 +84,7 @@ def test_the_committed_amendment_adds_the_other_tasks_and_nothing_else():
         (lambda raw: raw.update(amends_sha256="0" * 64), "preregistration.yaml is not the file it amends"),
         (lambda raw: raw.update(margin=0.2), "an amendment adds candidate tasks only, not margin"),
         (lambda raw: raw["candidate_tasks_added"].append("digits"), "already there: ['digits']"),
-        (lambda raw: raw["candidate_tasks_added"].append("digits_c-fog"), "unknown: ['digits_c-fog']"),
+        (lambda raw: raw["candidate_tasks_added"].append("digits_c-frost"), "unknown: ['digits_c-frost']"),
         (lambda raw: raw.pop("reason"), "missing key(s) reason"),
     ],
 )

@@ -1,8 +1,8 @@
 """Image corruptions of CIFAR-10-C (Hendrycks & Dietterich, ICLR 2019) at their 32-px parameters, in numpy and scipy.
 
-Ten of the paper's corruptions, at any of the five severities, on uint8 RGB images shaped (N, 3, 32, 32):
+Fourteen of the paper's corruptions, at any of the five severities, on uint8 RGB images shaped (N, 3, 32, 32):
 ``contrast``, ``gaussian_noise``, ``speckle_noise``, ``motion_blur``, ``snow``, ``shot_noise``, ``impulse_noise``,
-``defocus_blur``, ``pixelate`` and ``jpeg_compression``. The parameters per severity are those of CIFAR-10-C's
+``defocus_blur``, ``pixelate``, ``jpeg_compression``, ``fog``, ``glass_blur``, ``zoom_blur`` and ``gaussian_blur``. The parameters per severity are those of CIFAR-10-C's
 generator (``make_cifar_c.py``); its motion blur is ImageMagick's, here the same one-sided, Gaussian-weighted line
 kernel computed directly, and its defocus disk's 3x3 OpenCV smoothing is scipy's Gaussian filter cut at 1 pixel. Each image draws from its own generator
 (``np.random.default_rng([seed, index])``), so a corrupted dataset is the same bytes for a seed on any machine.
@@ -28,6 +28,10 @@ _IMPULSE = (0.01, 0.02, 0.05, 0.08, 0.14)  # fraction of values set to 0 or 1
 _DEFOCUS = ((0.3, 0.4), (0.4, 0.5), (0.5, 0.6), (1.0, 0.2), (1.5, 0.1))  # disk radius, its smoothing sigma (pixels)
 _PIXELATE = (0.95, 0.9, 0.85, 0.75, 0.65)  # side kept, before the box resampling back
 _JPEG = (80, 65, 58, 50, 40)  # JPEG quality
+_FOG = ((0.2, 3.0), (0.5, 3.0), (0.75, 2.5), (1.0, 2.0), (1.5, 1.75))  # fog layer's weight, its roughness decay
+_GLASS = ((0.05, 1, 1), (0.25, 1, 1), (0.4, 1, 1), (0.25, 1, 2), (0.4, 1, 2))  # blur sigma, swap distance, passes
+_ZOOM = (1.06, 1.11, 1.16, 1.21, 1.26)  # zooms 1.00, 1.01, ... below this, averaged with the image
+_GAUSSIAN_BLUR = (0.4, 0.6, 0.7, 0.8, 1.0)  # blur sigma (pixels)
 # snow: layer mean, layer std, zoom, threshold, blur radius, blur sigma, weight of the image
 _SNOW = (
     (0.1, 0.2, 1.0, 0.6, 8, 3, 0.95),
@@ -118,6 +122,52 @@ def jpeg_compression(x: np.ndarray, severity: int, rng: np.random.Generator) -> 
     return np.asarray(Image.open(buffer), np.float64).transpose(2, 0, 1) / 255
 
 
+def fog(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """Fog: a plasma-fractal cloud (the same in every channel) added, then the image scaled back to its brightest."""
+    weight, decay = _FOG[severity - 1]
+    brightest = x.max()
+    height, width = x.shape[1:]
+    side = 1 << (max(height, width) - 1).bit_length()  # the cloud's side: a power of two, cut to the image
+    clouded = x + weight * plasma_fractal(side, decay, rng)[None, :height, :width]
+    return clouded * brightest / (brightest + weight)
+
+
+def glass_blur(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """Frosted glass: a Gaussian blur, each pixel given a random neighbour's value (bottom-right to top-left, once or
+    twice over), then blurred again; the image passes through 8 bits after the first blur, as the generator's does.
+
+    The generator writes a swap of two numpy views (``x[h, w], x[h', w'] = x[h', w'], x[h, w]``), which copies the
+    neighbour into the pixel and leaves the neighbour as it was; that copy is what CIFAR-10-C's images hold, so it is
+    what is done here."""
+    sigma, delta, passes = _GLASS[severity - 1]
+    x = np.floor(_blur(x, sigma) * 255) / 255
+    height, width = x.shape[1:]
+    for _ in range(passes):
+        for h in range(height - delta, delta, -1):
+            for w in range(width - delta, delta, -1):
+                dx, dy = rng.integers(-delta, delta, size=2)  # numpy's exclusive bound: -1 or 0 at delta 1
+                x[:, h, w] = x[:, h + dy, w + dx]
+    return _blur(x, sigma)
+
+
+def zoom_blur(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """Zoom blur: the image averaged with its centre zoomed by 1.00, 1.01, ... up to 1.05 to 1.25 (severity 1 to 5)."""
+    factors = np.arange(1, _ZOOM[severity - 1], 0.01)
+    zoomed = sum(np.stack([clipped_zoom(channel, factor) for channel in x]) for factor in factors)
+    return (x + zoomed) / (len(factors) + 1)
+
+
+def gaussian_blur(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """A Gaussian blur of sigma 0.4 to 1 pixel (severity 1 to 5), the edges extended."""
+    return _blur(x, _GAUSSIAN_BLUR[severity - 1])
+
+
+def _blur(x: np.ndarray, sigma: float) -> np.ndarray:
+    """(C, H, W) images blurred within each channel, the edges extended (scikit-image's ``gaussian``, as the
+    generator calls it)."""
+    return ndimage.gaussian_filter(x, sigma=(0, sigma, sigma), mode="nearest", truncate=4.0)
+
+
 def _to_uint8(x: np.ndarray) -> np.ndarray:
     """(3, H, W) floats in [0, 1] as an (H, W, 3) uint8 image."""
     return np.clip(np.round(x * 255), 0, 255).astype(np.uint8).transpose(1, 2, 0)
@@ -134,6 +184,10 @@ CORRUPTIONS: dict[str, Callable[[np.ndarray, int, np.random.Generator], np.ndarr
     "defocus_blur": defocus_blur,
     "pixelate": pixelate,
     "jpeg_compression": jpeg_compression,
+    "fog": fog,
+    "glass_blur": glass_blur,
+    "zoom_blur": zoom_blur,
+    "gaussian_blur": gaussian_blur,
 }
 
 
@@ -184,3 +238,26 @@ def clipped_zoom(layer: np.ndarray, factor: float) -> np.ndarray:
     zoomed = ndimage.zoom(layer[top : top + crop, top : top + crop], factor, order=1)
     trim = (zoomed.shape[0] - side) // 2
     return zoomed[trim : trim + side, trim : trim + side]
+
+
+def plasma_fractal(side: int, decay: float, rng: np.random.Generator) -> np.ndarray:
+    """A (side, side) cloud in [0, 1] by the diamond-square algorithm (side a power of two; it wraps around), its
+    random displacement divided by ``decay`` at each halving of the step, as CIFAR-10-C's fog draws it."""
+    if side < 2 or side & (side - 1):
+        raise ValueError(f"the plasma fractal's side must be a power of two, not {side}")
+    cloud = np.zeros((side, side))
+    step, wibble = side, 100.0
+    while step >= 2:
+        half = step // 2
+        corners = cloud[0::step, 0::step]
+        centres = corners + np.roll(corners, -1, axis=0)
+        centres = centres + np.roll(centres, -1, axis=1)  # the sum of each square's four corners
+        cloud[half::step, half::step] = centres / 4 + wibble * rng.uniform(-wibble, wibble, centres.shape)
+        centres = cloud[half::step, half::step]
+        across = centres + np.roll(centres, 1, axis=0) + corners + np.roll(corners, -1, axis=1)
+        cloud[0::step, half::step] = across / 4 + wibble * rng.uniform(-wibble, wibble, across.shape)
+        down = centres + np.roll(centres, 1, axis=1) + corners + np.roll(corners, -1, axis=0)
+        cloud[half::step, 0::step] = down / 4 + wibble * rng.uniform(-wibble, wibble, down.shape)
+        step, wibble = half, wibble / decay
+    cloud -= cloud.min()
+    return cloud / cloud.max()

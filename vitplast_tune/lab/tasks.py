@@ -18,6 +18,7 @@ from vitplast_tune.storage import default_storage
 CORRUPTIONS = (  # data/corruptions.py's, each a task on digits and on the novel fractals
     "contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise",
     "shot_noise", "impulse_noise", "defocus_blur", "pixelate", "jpeg_compression",
+    "fog", "glass_blur", "zoom_blur", "gaussian_blur",
 )  # fmt: skip
 TASKS: dict[str, str] = {  # task name (a folder name) -> dataset
     "digits": "digits",
