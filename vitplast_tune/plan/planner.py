@@ -13,7 +13,7 @@ from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.errors import UserError
 from vitplast_tune.lock import check_not_running
 from vitplast_tune.names import check_name, default_name
-from vitplast_tune.plan import checks, inputs, resources, resume, services, state, trials
+from vitplast_tune.plan import checks, inputs, resume, services, state, trials
 from vitplast_tune.plan.options import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_SEED,
@@ -22,7 +22,7 @@ from vitplast_tune.plan.options import (
     TRACKING_URI_ENV,
     SearchOptions,
 )
-from vitplast_tune.plan.search_plan import SearchPlan
+from vitplast_tune.plan.search_plan import Running, SearchPlan
 from vitplast_tune.space.distributions import Constant
 from vitplast_tune.space.files import SearchSpec, load_space, searched_augmentations
 from vitplast_tune.space.objectives import with_objective
@@ -49,24 +49,26 @@ def prepare(options: SearchOptions) -> SearchPlan:
         raise UserError(f"{spec.path.name} trains at step budgets {spec.budget_steps}: give --budgets, not --max-steps")
     checks.check_metric(spec)
     checks.check_resources(options)
+    running = Running.of(options)  # how the search runs, resolved once: what follows reads it, not the options
     storage = storage_uri(str(options.storage or default_storage()))
     if not is_uri(storage):
         storage = str(Path(storage).expanduser().resolve())
         checks.check_writable(Path(storage))
     name = check_name(options.name or default_name(spec.name), storage)
     check_not_running(Path(storage) / name if not is_uri(storage) else default_storage() / name, name)
-    record = resume.resume_record(spec, options, storage, name)
+    record = resume.resume_record(spec, options.resume, storage, name)
     if record is None:
-        plan, said = new_plan(spec, options, storage, name)
+        plan, said = new_plan(spec, options, running, storage, name)
     else:
-        plan = resume.resumed_plan(spec, options, storage, name, record)
+        plan = resume.resumed_plan(spec, options, running, storage, name, record)
         said = resumed_state(plan, record)
-    check_services(plan, record is not None)
+    where = "--storage" if options.storage else f"${RESULTS_ENV}"
+    check_services(plan, where, tracking_origin(options.tracking_uri, record is not None, name))
     spec, notes = fit_scheduler(plan.spec, plan.settings.max_steps)
-    trials.check_batches(spec, plan.settings, resources.workers_per_trial(options))
-    checks.check_plasticity(options, plan.settings.dataset)
-    checks.check_local_resources(options)
-    reference = options.plasticity_reference if options.plasticity else None
+    trials.check_batches(spec, plan.settings, running.resources.workers)
+    checks.check_plasticity(running, plan.settings.dataset)
+    checks.check_local_resources(running)
+    reference = running.plasticity_reference if running.plasticity else None
     budget = inputs.Budget(plan.max_trainable_params, subsets(spec, plan.settings), plan.corners)
     decoded, augment = inputs.check_inputs(plan.settings, reference, budget, searched_augmentations(spec))
     settings = replace(plan.settings, augment=augment)
@@ -74,7 +76,9 @@ def prepare(options: SearchOptions) -> SearchPlan:
     return replace(plan, spec=spec, settings=settings, decoded=decoded, notes=notes)
 
 
-def new_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str) -> tuple[SearchPlan, list[str]]:
+def new_plan(
+    spec: SearchSpec, options: SearchOptions, running: Running, storage: str, name: str
+) -> tuple[SearchPlan, list[str]]:
     """The plan of a new search, and a note for each MLflow setting taken from the environment."""
     settings, corners = trial_settings(spec, options)
     tracking_uri, experiment, said = mlflow_target(options, storage)
@@ -87,7 +91,7 @@ def new_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str) 
     said += warmup_notes(settings, corners)
     plan = SearchPlan(
         spec,
-        options,
+        running,
         name,
         storage,
         tracking_uri,
@@ -110,22 +114,33 @@ def resumed_state(plan: SearchPlan, record: dict) -> list[str]:
     return [note] if note else []
 
 
-def check_services(plan: SearchPlan, resumed: bool) -> None:
-    """The storage and the MLflow tracking store must answer (``services``) within ``--connect-timeout``, each named
-    with where it came from."""
-    options = plan.options
-    if is_uri(plan.storage):
-        origin = "--storage" if options.storage else f"${RESULTS_ENV}"
-        services.check_storage(plan.storage, origin, options.connect_timeout_s)
+def tracking_origin(given: str | None, resumed: bool, name: str) -> str:
+    """Say where a search's MLflow tracking URI came from (for the messages of ``check_services``).
+
+    Args:
+        given: ``--tracking-uri`` (None: not given).
+        resumed: Whether the search is resumed (its record names the URI).
+        name: The search's name.
+
+    Returns:
+        The origin: the record, the flag, MLflow's environment variable or the default.
+    """
     if resumed:
-        origin = f"the search's record {plan.name}/{SEARCH_FILE}"
-    elif options.tracking_uri:
-        origin = "--tracking-uri"
-    elif (environment.read(TRACKING_URI_ENV) or "").strip():
-        origin = f"${TRACKING_URI_ENV}"
-    else:
-        origin = "the default, beside the storage"
-    services.check_tracking(plan.tracking_uri, origin, options.connect_timeout_s)
+        return f"the search's record {name}/{SEARCH_FILE}"
+    if given:
+        return "--tracking-uri"
+    if (environment.read(TRACKING_URI_ENV) or "").strip():
+        return f"${TRACKING_URI_ENV}"
+    return "the default, beside the storage"
+
+
+def check_services(plan: SearchPlan, storage_origin: str, tracking_origin: str) -> None:
+    """The storage and the MLflow tracking store must answer (``services``) within ``--connect-timeout``, each named
+    with where it came from (``storage_origin``, ``tracking_origin``)."""
+    timeout_s = plan.running.connect_timeout_s
+    if is_uri(plan.storage):
+        services.check_storage(plan.storage, storage_origin, timeout_s)
+    services.check_tracking(plan.tracking_uri, tracking_origin, timeout_s)
 
 
 def warmup_notes(settings: FinetuneConfig, corners: tuple[FinetuneConfig, ...]) -> list[str]:
