@@ -68,17 +68,21 @@ def check_writable(path: Path) -> None:
     services.check_writable(path, f"storage path {path}", "; pass --storage DIR")
 
 
-def check_plasticity(running: Running, dataset: str) -> None:
-    """The plasticity variant must be known, its reference another dataset, its pair count positive."""
+def check_plasticity(running: Running) -> None:
+    """The plasticity variant must be known (when plasticity is measured), the pair count positive."""
     if running.plasticity:
         check_variant(running.plasticity_variant)
-        if running.plasticity_reference == dataset:
-            raise UserError(
-                f'--plasticity-reference is "{dataset}", the dataset itself: plasticity compares the dataset with '
-                f"another distribution; give another reference (--plasticity-reference NAME) or --no-plasticity"
-            )
     if running.plasticity_pairs is not None and running.plasticity_pairs < 1:
         raise UserError(f"--plasticity-pairs must be at least 1, got {running.plasticity_pairs}")
+
+
+def check_reference(reference: str | None, dataset: str) -> None:
+    """The plasticity reference (None: plasticity is not measured) must be another dataset than the trials'."""
+    if reference == dataset:
+        raise UserError(
+            f'--plasticity-reference is "{dataset}", the dataset itself: plasticity compares the dataset with '
+            f"another distribution; give another reference (--plasticity-reference NAME) or --no-plasticity"
+        )
 
 
 def check_local_resources(running: Running) -> None:

@@ -43,32 +43,35 @@ def prepare(options: SearchOptions) -> SearchPlan:
     Raises:
         UserError: On the first problem found.
     """
+    checks.check_resources(options)
+    running = Running.of(options)  # how the search runs, resolved once: what follows reads it, not the options
+    checks.check_plasticity(running)
     spec = load_space(options.space).with_overrides(num_samples=options.num_samples, budgets=options.budgets)
     spec = with_objective(spec, options.objective)
     if spec.budgets and options.settings.get("max_steps") is not None:
         raise UserError(f"{spec.path.name} trains at step budgets {spec.budget_steps}: give --budgets, not --max-steps")
     checks.check_metric(spec)
-    checks.check_resources(options)
-    running = Running.of(options)  # how the search runs, resolved once: what follows reads it, not the options
     storage = storage_uri(str(options.storage or default_storage()))
-    if not is_uri(storage):
+    local = not is_uri(storage)
+    if local:
         storage = str(Path(storage).expanduser().resolve())
         checks.check_writable(Path(storage))
     name = check_name(options.name or default_name(spec.name), storage)
-    check_not_running(Path(storage) / name if not is_uri(storage) else default_storage() / name, name)
-    record = resume.resume_record(spec, options.resume, storage, name)
+    directory = Path(storage) / name if local else None  # the search's folder (None: it lies behind a URI)
+    check_not_running(directory or default_storage() / name, name)
+    record = resume.resume_record(spec, options.resume, storage, name, directory)
     if record is None:
         plan, said = new_plan(spec, options, running, storage, name)
     else:
         plan = resume.resumed_plan(spec, options, running, storage, name, record)
-        said = resumed_state(plan, record)
-    where = "--storage" if options.storage else f"${RESULTS_ENV}"
-    check_services(plan, where, tracking_origin(options.tracking_uri, record is not None, name))
+        said = resumed_state(plan, directory, record)
+    bucket = None if local else "--storage" if options.storage else f"${RESULTS_ENV}"
+    check_services(plan, bucket, tracking_origin(options.tracking_uri, record is not None, name))
     spec, notes = fit_scheduler(plan.spec, plan.settings.max_steps)
     trials.check_batches(spec, plan.settings, running.resources.workers)
-    checks.check_plasticity(running, plan.settings.dataset)
     checks.check_local_resources(running)
     reference = running.plasticity_reference if running.plasticity else None
+    checks.check_reference(reference, plan.settings.dataset)
     budget = inputs.Budget(plan.max_trainable_params, subsets(spec, plan.settings), plan.corners)
     decoded, augment = inputs.check_inputs(plan.settings, reference, budget, searched_augmentations(spec))
     settings = replace(plan.settings, augment=augment)
@@ -105,10 +108,10 @@ def new_plan(
     return plan, said
 
 
-def resumed_state(plan: SearchPlan, record: dict) -> list[str]:
-    """Tune's state of a resumed search checked (``state``); a note when a new TPE takes over its remaining trials
-    (TPE's state moved aside)."""
-    directory = Path(plan.storage) / plan.name
+def resumed_state(plan: SearchPlan, directory: Path | None, record: dict) -> list[str]:
+    """Tune's state of a resumed search (in its folder ``directory``) checked (``state``); a note when a new TPE
+    takes over its remaining trials (TPE's state moved aside)."""
+    directory = directory or Path(plan.storage) / plan.name
     state.check_resume_state(directory, record)
     note = state.check_generator_state(directory, plan.spec.algorithm)
     return [note] if note else []
@@ -134,11 +137,11 @@ def tracking_origin(given: str | None, resumed: bool, name: str) -> str:
     return "the default, beside the storage"
 
 
-def check_services(plan: SearchPlan, storage_origin: str, tracking_origin: str) -> None:
+def check_services(plan: SearchPlan, storage_origin: str | None, tracking_origin: str) -> None:
     """The storage and the MLflow tracking store must answer (``services``) within ``--connect-timeout``, each named
-    with where it came from (``storage_origin``, ``tracking_origin``)."""
+    with where it came from (``tracking_origin``; ``storage_origin``, None for a local folder, already checked)."""
     timeout_s = plan.running.connect_timeout_s
-    if is_uri(plan.storage):
+    if storage_origin is not None:
         services.check_storage(plan.storage, storage_origin, timeout_s)
     services.check_tracking(plan.tracking_uri, tracking_origin, timeout_s)
 

@@ -18,7 +18,7 @@ from vitplast_tune.plan.options import (
 )
 from vitplast_tune.plan.search_plan import Running, SearchPlan
 from vitplast_tune.space.files import SearchSpec, spaces_dir
-from vitplast_tune.storage import SEARCH_FILE, is_uri, read_record
+from vitplast_tune.storage import SEARCH_FILE, read_record
 
 # Settings a resumed search may change: where the data comes from, not what the trials do.
 RESUMABLE_SETTINGS = ("download",)
@@ -26,10 +26,11 @@ RESUMABLE_SETTINGS = ("download",)
 RECORDED_AUGMENTATION = "paper"
 
 
-def resume_record(spec: SearchSpec, resuming: bool, storage: str, name: str) -> dict[str, Any] | None:
-    """The record of the search to resume (None for a new search); UserError when resuming is impossible, or when a
-    new search would take the name of a recorded one."""
-    directory = None if is_uri(storage) else Path(storage) / name
+def resume_record(
+    spec: SearchSpec, resuming: bool, storage: str, name: str, directory: Path | None
+) -> dict[str, Any] | None:
+    """The record of the search to resume (None for a new search: ``directory``, the search's folder, None behind a
+    URI); UserError when resuming is impossible, or when a new search would take the name of a recorded one."""
     if directory is None:
         return None
     if not resuming:
