@@ -9,6 +9,7 @@ import pytest
 
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.plan import SearchOptions, SearchPlan, resume_command
+from vitplast_tune.plan.search_plan import Running
 from vitplast_tune.run import interrupts
 from vitplast_tune.run.interrupts import exit_code, handled, on_sigterm_interrupt, restore_ctrl_c
 from vitplast_tune.space import load_space
@@ -51,7 +52,7 @@ def test_sigterm_calls_tunes_graceful_stop_while_tune_runs():
 def test_the_resume_command_names_the_space_and_the_flags_the_record_lacks(tmp_path, tiny_space):
     shipped = load_space("paper_grid")
     options = SearchOptions(space="paper_grid", plasticity=False, cpus_per_trial=2, resources_per_trial={"a100": 1})
-    plan = SearchPlan(shipped, options, "grid-1", str(tmp_path), "sqlite:///x.db", FinetuneConfig())
+    plan = SearchPlan(shipped, Running.of(options), "grid-1", str(tmp_path), "sqlite:///x.db", FinetuneConfig())
     words = shlex.split(resume_command(plan))
     assert words[:8] == ["vitplast", "search", "--space", "paper_grid", "--name", "grid-1", "--storage", str(tmp_path)]
     assert words[-1] == "--resume" and "--no-plasticity" in words
@@ -61,7 +62,9 @@ def test_the_resume_command_names_the_space_and_the_flags_the_record_lacks(tmp_p
     tiny_space()  # tmp_path/space.yaml; the test runs in tmp_path (conftest), so the relative name finds it
     own = load_space("space.yaml")
     options = SearchOptions(space="space.yaml", plasticity_variant="in_network", plasticity_pairs=64)
-    words = shlex.split(resume_command(SearchPlan(own, options, "s", "/r", "sqlite:///x.db", FinetuneConfig())))
+    words = shlex.split(
+        resume_command(SearchPlan(own, Running.of(options), "s", "/r", "sqlite:///x.db", FinetuneConfig()))
+    )
     assert words[3] == str(tmp_path / "space.yaml")  # absolute: it resumes from any folder
     assert words[words.index("--plasticity-variant") + 1] == "in_network" and "--no-plasticity" not in words
     assert words[words.index("--plasticity-pairs") + 1] == "64" and "--plasticity-reference" not in words

@@ -16,6 +16,7 @@ from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.plan.checks import check_resources as _check_resources
+from vitplast_tune.plan.resources import TrialResources
 from vitplast_tune.records.tracking import WORKER_NODES_TAG, WORKERS_TAG, child_runs
 from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
 from vitplast_tune.run.parallel import Workers, concurrent_runs, train_on_workers, trial_request, trial_workers
@@ -130,14 +131,16 @@ def test_worker_counts_that_cannot_each_have_a_gpu_are_refused(options, message)
 
 def test_a_trial_of_several_workers_asks_train_for_one_share_each():
     options = SearchOptions(cpus_per_trial=8, gpus_per_trial=2, resources_per_trial={"a": 1}, placement="spread")
-    assert trial_request(options) == {"cpu": 0.01}  # the trial's own process; its Train run asks for the workers
-    workers = trial_workers(options, max_failures=3, storage="/s")
+    resources = TrialResources.of(options)
+    assert trial_request(resources) == {"cpu": 0.01}  # the trial's own process; its Train run asks for the workers
+    workers = trial_workers(resources, max_failures=3, storage="/s")
     assert workers == Workers(
         count=2, cpus=3.995, gpus=1.0, resources={"a": 0.5}, placement="spread", max_failures=3, storage="/s"
     )
-    assert concurrent_runs(options, {"CPU": 16, "GPU": 6, "a": 5}) == 2  # the CPUs hold two such trials at once
-    assert concurrent_runs(SearchOptions(gpus_per_trial=1), {"CPU": 16, "GPU": 6}) is None  # Tune counts one worker
-    assert trial_request(SearchOptions(gpus_per_trial=1)) == {"cpu": 1.0, "gpu": 1.0}
+    assert concurrent_runs(resources, {"CPU": 16, "GPU": 6, "a": 5}) == 2  # the CPUs hold two such trials at once
+    one = TrialResources.of(SearchOptions(gpus_per_trial=1))
+    assert concurrent_runs(one, {"CPU": 16, "GPU": 6}) is None  # Tune counts one worker
+    assert trial_request(one) == {"cpu": 1.0, "gpu": 1.0}
     _check_resources(SearchOptions(gpus_per_trial=2))  # two GPUs: two workers
     with pytest.raises(UserError, match="--placement must be pack or spread"):
         _check_resources(SearchOptions(placement="scatter"))

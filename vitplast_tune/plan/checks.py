@@ -10,6 +10,7 @@ from vitplast_tune.config import METRICS, check_variant
 from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.plan import resources, services
 from vitplast_tune.plan.options import SearchOptions
+from vitplast_tune.plan.search_plan import Running
 from vitplast_tune.space.files import SearchSpec
 
 
@@ -67,21 +68,25 @@ def check_writable(path: Path) -> None:
     services.check_writable(path, f"storage path {path}", "; pass --storage DIR")
 
 
-def check_plasticity(options: SearchOptions, dataset: str) -> None:
-    """The plasticity variant must be known, its reference another dataset, its pair count positive."""
-    if options.plasticity:
-        check_variant(options.plasticity_variant)
-        if options.plasticity_reference == dataset:
-            raise UserError(
-                f'--plasticity-reference is "{dataset}", the dataset itself: plasticity compares the dataset with '
-                f"another distribution; give another reference (--plasticity-reference NAME) or --no-plasticity"
-            )
-    if options.plasticity_pairs is not None and options.plasticity_pairs < 1:
-        raise UserError(f"--plasticity-pairs must be at least 1, got {options.plasticity_pairs}")
+def check_plasticity(running: Running) -> None:
+    """The plasticity variant must be known (when plasticity is measured), the pair count positive."""
+    if running.plasticity:
+        check_variant(running.plasticity_variant)
+    if running.plasticity_pairs is not None and running.plasticity_pairs < 1:
+        raise UserError(f"--plasticity-pairs must be at least 1, got {running.plasticity_pairs}")
 
 
-def check_local_resources(options: SearchOptions) -> None:
+def check_reference(reference: str | None, dataset: str) -> None:
+    """The plasticity reference (None: plasticity is not measured) must be another dataset than the trials'."""
+    if reference == dataset:
+        raise UserError(
+            f'--plasticity-reference is "{dataset}", the dataset itself: plasticity compares the dataset with '
+            f"another distribution; give another reference (--plasticity-reference NAME) or --no-plasticity"
+        )
+
+
+def check_local_resources(running: Running) -> None:
     """A search that starts its own Ray instance (no --address, Ray not started in this process): one trial's
     request must fit this machine, known before Ray starts (``resources.check_local_fits``)."""
-    if resources.address(options.address) is None and not resources.ray_running_here():
-        resources.check_local_fits(options.trial_resources)
+    if resources.address(running.address) is None and not resources.ray_running_here():
+        resources.check_local_fits(running.resources.request)

@@ -20,15 +20,7 @@ from typing import Any
 from vitplast_tune.components import ALL, parse_subset
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.errors import UserError
-from vitplast_tune.plan.resources import (
-    LOWER,
-    TRIAL_PROCESS_CPU,
-    placement_request,
-    ray_request,
-    show_resources,
-    worker_share,
-    workers_per_trial,
-)
+from vitplast_tune.plan.resources import LOWER, TRIAL_PROCESS_CPU, ray_request, show_resources
 from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.space.distributions import Choice, Constant, Subsets
 from vitplast_tune.space.files import SearchSpec
@@ -81,7 +73,8 @@ def largest_subset(spec: SearchSpec, settings: FinetuneConfig) -> str:
 def concurrency(plan: SearchPlan, nodes: list[dict[str, float]], where: str) -> int:
     """Trials that run at once: as many as the nodes hold, at most ``--max-concurrent`` and the trial count; a
     UserError when no node holds one trial (as the search would say once Ray is up)."""
-    request, workers = ray_request(placement_request(plan.options)), workers_per_trial(plan.options)
+    trial = plan.running.resources
+    request, workers = ray_request(trial.placement_request), trial.workers
     fit = sum(min(int(node.get(k, 0.0) / v + 1e-9) for k, v in request.items()) for node in nodes) // workers
     if fit == 0:
         have = "; ".join(show_resources(node) for node in nodes) or "no node"
@@ -142,13 +135,13 @@ PLACEMENT_WORDS = {"pack": "as few nodes as hold them", "spread": "over differen
 
 def describe_resources(plan: SearchPlan, where: str, nodes: list[dict[str, Any]], at_once: int) -> list[str]:
     """Resources per trial, what ``where`` has, and how many trials run at once."""
-    o, have = plan.options, "; ".join(show_resources(node) for node in nodes)
+    o, have = plan.running.resources, "; ".join(show_resources(node) for node in nodes)
     limit = f", --max-concurrent {plan.max_concurrent}" if plan.max_concurrent else ""
-    lines = [f"resources:  {show_resources(ray_request(o.trial_resources))} per trial; {where}: {have}"]
-    if (n := workers_per_trial(o)) > 1:
-        share = show_resources(ray_request(worker_share(o)))
+    lines = [f"resources:  {show_resources(ray_request(o.request))} per trial; {where}: {have}"]
+    if (n := o.workers) > 1:
+        share = show_resources(ray_request(o.share))
         lines.append(
-            f"workers:    {n} per trial, a Ray Train run of torch DDP ({'NCCL' if o.gpus_per_trial else 'gloo'}), "
+            f"workers:    {n} per trial, a Ray Train run of torch DDP ({'NCCL' if o.gpus else 'gloo'}), "
             f"each {share}, placement {o.placement} ({PLACEMENT_WORDS[o.placement]}); the trial's own process "
             f"{{CPU: {TRIAL_PROCESS_CPU:g}}}"
         )
@@ -201,7 +194,7 @@ def describe_estimate(plan: SearchPlan, timings: list[Timing], device: str, at_o
             "if every trial trains its whole budget at the slower one"
         )
     caveats = list(CAVEATS)
-    if plan.options.gpus_per_trial > 0 and device == "cpu":
+    if plan.running.resources.gpus > 0 and device == "cpu":
         caveats.insert(0, "trials ask for GPUs but this machine has none: timed on the CPU, far slower than a GPU")
     return lines + [f"{'caveats:' if i == 0 else '':<12}{c}" for i, c in enumerate(caveats)]
 

@@ -50,19 +50,24 @@ def inspect_inputs(
 ) -> tuple[InMemory | None, str]:
     """``check_inputs`` in this process. The decoded dataset (None for datasets read lazily from disk) is shared with
     every trial through the object store, so it is decoded here and nowhere else on the driver."""
-    from vitplast_tune.data import datasets
+    from vitplast_tune.data import datasets, transforms
     from vitplast_tune.vit import fits, models, recipe
 
+    # The model: its data config, its weights file, what the recipe's settings need of timm or its family.
     config = models.pretrained_data_config(settings.model)
     models.check_weights(settings.model, settings.weights, settings.pretrained)
-    recipe.check(settings)  # what the recipe's settings need timm or the model's family for
+    recipe.check(settings)
+    # The data: its classes, the augmentation recipes a trial may draw (the dataset's default named) and that every
+    # ``auto_augment`` policy a trial may draw follows a training crop, the plasticity reference.
     classes = datasets.num_classes(settings.dataset, settings.data_dir, settings.download)
-    models.check_weights_fit(settings.model, settings.weights, classes)
     augment = datasets.resolve_augmentation(settings.dataset, settings.augment)
+    recipes = {augment, *(datasets.resolve_augmentation(settings.dataset, a) for a in augmentations)}
     trials = budget.trials if budget is not None else ()
-    check_policies(
-        settings, trials, {augment, *(datasets.resolve_augmentation(settings.dataset, a) for a in augmentations)}
-    )
+    for policy in sorted({c.auto_augment for c in (settings, *trials)} - {None}):
+        for name in sorted(recipes):
+            transforms.with_auto_augment(name, policy)
+    if reference is not None:
+        datasets.check_dataset_name(reference)
     image_cache = settings.image_cache
     if 0 < image_cache < max(config["input_size"][1:]):
         raise UserError(
@@ -70,30 +75,12 @@ def inspect_inputs(
             f"would be enlarged again; use at least {round(config['input_size'][-1] / config.get('crop_pct', 1.0))} "
             "(the model's resize size), or 0 to decode the JPEGs each time"
         )
-    if reference is not None:
-        datasets.check_dataset_name(reference)
-    fits.check_fits_model(settings, classes, budget.trials if budget is not None else ())
+    # The model meets the data: its weights' head, the settings at the space's corners, the parameter budget.
+    models.check_weights_fit(settings.model, settings.weights, classes)
+    fits.check_fits_model(settings, classes, trials)
     if budget is not None and budget.max_trainable_params is not None:
         fits.check_budget(settings, classes, max_trainable_params=budget.max_trainable_params, subsets=budget.subsets)
     decoded = datasets.decode_dataset(
         settings.dataset, config, data_dir=settings.data_dir, download=settings.download, image_cache=image_cache
     )
     return decoded, augment
-
-
-def check_policies(settings: FinetuneConfig, trials: tuple[FinetuneConfig, ...], recipes: set[str]) -> None:
-    """Check that every ``auto_augment`` policy a trial may draw follows a training crop.
-
-    Args:
-        settings: The search's trial settings.
-        trials: The settings of trials at the space's corners (every choice of a searched policy or recipe).
-        recipes: The augmentation recipes a trial may draw, resolved (the dataset's default named).
-
-    Raises:
-        UserError: If a policy may meet a recipe without a crop (``none``).
-    """
-    from vitplast_tune.data import transforms
-
-    for policy in sorted({c.auto_augment for c in (settings, *trials)} - {None}):
-        for recipe in sorted(recipes):
-            transforms.with_auto_augment(recipe, policy)

@@ -13,7 +13,7 @@ from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.errors import UserError
 from vitplast_tune.lock import check_not_running
 from vitplast_tune.names import check_name, default_name
-from vitplast_tune.plan import checks, inputs, resources, resume, services, state, trials
+from vitplast_tune.plan import checks, inputs, resume, services, state, trials
 from vitplast_tune.plan.options import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_SEED,
@@ -22,7 +22,7 @@ from vitplast_tune.plan.options import (
     TRACKING_URI_ENV,
     SearchOptions,
 )
-from vitplast_tune.plan.search_plan import SearchPlan
+from vitplast_tune.plan.search_plan import Running, SearchPlan
 from vitplast_tune.space.distributions import Constant
 from vitplast_tune.space.files import SearchSpec, load_space, searched_augmentations
 from vitplast_tune.space.objectives import with_objective
@@ -43,30 +43,35 @@ def prepare(options: SearchOptions) -> SearchPlan:
     Raises:
         UserError: On the first problem found.
     """
+    checks.check_resources(options)
+    running = Running.of(options)  # how the search runs, resolved once: what follows reads it, not the options
+    checks.check_plasticity(running)
     spec = load_space(options.space).with_overrides(num_samples=options.num_samples, budgets=options.budgets)
     spec = with_objective(spec, options.objective)
     if spec.budgets and options.settings.get("max_steps") is not None:
         raise UserError(f"{spec.path.name} trains at step budgets {spec.budget_steps}: give --budgets, not --max-steps")
     checks.check_metric(spec)
-    checks.check_resources(options)
     storage = storage_uri(str(options.storage or default_storage()))
-    if not is_uri(storage):
+    local = not is_uri(storage)
+    if local:
         storage = str(Path(storage).expanduser().resolve())
         checks.check_writable(Path(storage))
     name = check_name(options.name or default_name(spec.name), storage)
-    check_not_running(Path(storage) / name if not is_uri(storage) else default_storage() / name, name)
-    record = resume.resume_record(spec, options, storage, name)
+    directory = Path(storage) / name if local else None  # the search's folder (None: it lies behind a URI)
+    check_not_running(directory or default_storage() / name, name)
+    record = resume.resume_record(spec, options.resume, storage, name, directory)
     if record is None:
-        plan, said = new_plan(spec, options, storage, name)
+        plan, said = new_plan(spec, options, running, storage, name)
     else:
-        plan = resume.resumed_plan(spec, options, storage, name, record)
-        said = resumed_state(plan, record)
-    check_services(plan, record is not None)
+        plan = resume.resumed_plan(spec, options, running, storage, name, record)
+        said = resumed_state(plan, directory, record)
+    bucket = None if local else "--storage" if options.storage else f"${RESULTS_ENV}"
+    check_services(plan, bucket, tracking_origin(options.tracking_uri, record is not None, name))
     spec, notes = fit_scheduler(plan.spec, plan.settings.max_steps)
-    trials.check_batches(spec, plan.settings, resources.workers_per_trial(options))
-    checks.check_plasticity(options, plan.settings.dataset)
-    checks.check_local_resources(options)
-    reference = options.plasticity_reference if options.plasticity else None
+    trials.check_batches(spec, plan.settings, running.resources.workers)
+    checks.check_local_resources(running)
+    reference = running.plasticity_reference if running.plasticity else None
+    checks.check_reference(reference, plan.settings.dataset)
     budget = inputs.Budget(plan.max_trainable_params, subsets(spec, plan.settings), plan.corners)
     decoded, augment = inputs.check_inputs(plan.settings, reference, budget, searched_augmentations(spec))
     settings = replace(plan.settings, augment=augment)
@@ -74,7 +79,9 @@ def prepare(options: SearchOptions) -> SearchPlan:
     return replace(plan, spec=spec, settings=settings, decoded=decoded, notes=notes)
 
 
-def new_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str) -> tuple[SearchPlan, list[str]]:
+def new_plan(
+    spec: SearchSpec, options: SearchOptions, running: Running, storage: str, name: str
+) -> tuple[SearchPlan, list[str]]:
     """The plan of a new search, and a note for each MLflow setting taken from the environment."""
     settings, corners = trial_settings(spec, options)
     tracking_uri, experiment, said = mlflow_target(options, storage)
@@ -87,7 +94,7 @@ def new_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str) 
     said += warmup_notes(settings, corners)
     plan = SearchPlan(
         spec,
-        options,
+        running,
         name,
         storage,
         tracking_uri,
@@ -101,31 +108,42 @@ def new_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str) 
     return plan, said
 
 
-def resumed_state(plan: SearchPlan, record: dict) -> list[str]:
-    """Tune's state of a resumed search checked (``state``); a note when a new TPE takes over its remaining trials
-    (TPE's state moved aside)."""
-    directory = Path(plan.storage) / plan.name
+def resumed_state(plan: SearchPlan, directory: Path | None, record: dict) -> list[str]:
+    """Tune's state of a resumed search (in its folder ``directory``) checked (``state``); a note when a new TPE
+    takes over its remaining trials (TPE's state moved aside)."""
+    directory = directory or Path(plan.storage) / plan.name
     state.check_resume_state(directory, record)
     note = state.check_generator_state(directory, plan.spec.algorithm)
     return [note] if note else []
 
 
-def check_services(plan: SearchPlan, resumed: bool) -> None:
-    """The storage and the MLflow tracking store must answer (``services``) within ``--connect-timeout``, each named
-    with where it came from."""
-    options = plan.options
-    if is_uri(plan.storage):
-        origin = "--storage" if options.storage else f"${RESULTS_ENV}"
-        services.check_storage(plan.storage, origin, options.connect_timeout_s)
+def tracking_origin(given: str | None, resumed: bool, name: str) -> str:
+    """Say where a search's MLflow tracking URI came from (for the messages of ``check_services``).
+
+    Args:
+        given: ``--tracking-uri`` (None: not given).
+        resumed: Whether the search is resumed (its record names the URI).
+        name: The search's name.
+
+    Returns:
+        The origin: the record, the flag, MLflow's environment variable or the default.
+    """
     if resumed:
-        origin = f"the search's record {plan.name}/{SEARCH_FILE}"
-    elif options.tracking_uri:
-        origin = "--tracking-uri"
-    elif (environment.read(TRACKING_URI_ENV) or "").strip():
-        origin = f"${TRACKING_URI_ENV}"
-    else:
-        origin = "the default, beside the storage"
-    services.check_tracking(plan.tracking_uri, origin, options.connect_timeout_s)
+        return f"the search's record {name}/{SEARCH_FILE}"
+    if given:
+        return "--tracking-uri"
+    if (environment.read(TRACKING_URI_ENV) or "").strip():
+        return f"${TRACKING_URI_ENV}"
+    return "the default, beside the storage"
+
+
+def check_services(plan: SearchPlan, storage_origin: str | None, tracking_origin: str) -> None:
+    """The storage and the MLflow tracking store must answer (``services``) within ``--connect-timeout``, each named
+    with where it came from (``tracking_origin``; ``storage_origin``, None for a local folder, already checked)."""
+    timeout_s = plan.running.connect_timeout_s
+    if storage_origin is not None:
+        services.check_storage(plan.storage, storage_origin, timeout_s)
+    services.check_tracking(plan.tracking_uri, tracking_origin, timeout_s)
 
 
 def warmup_notes(settings: FinetuneConfig, corners: tuple[FinetuneConfig, ...]) -> list[str]:

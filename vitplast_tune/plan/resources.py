@@ -5,6 +5,8 @@ before a local Ray instance starts (``check_local_fits``), and against a cluster
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
+from typing import Any
 
 from vitplast_tune import environment
 from vitplast_tune._compat import ray as ray_internals
@@ -15,47 +17,58 @@ LOWER = "lower --cpus-per-trial/--gpus-per-trial/--resources-per-trial"
 TRIAL_PROCESS_CPU = 0.01  # what a trial of several workers keeps of its CPUs for its own process (Tune needs some)
 
 
-def workers_per_trial(options) -> int:
-    """The data-parallel workers of one trial.
+@dataclass(frozen=True)
+class TrialResources:
+    """What one trial asks of Ray, resolved once from the options (``of``): the run reads it, never the options.
 
-    Args:
-        options: the search's ``SearchOptions``.
-
-    Returns:
-        ``workers_per_trial`` when given, else one per whole GPU (one at most 1 GPU).
+    Attributes:
+        cpus: CPUs per trial (``--cpus-per-trial``).
+        gpus: GPUs per trial (``--gpus-per-trial``).
+        custom: Custom Ray resources per trial (``--resources-per-trial``).
+        workers: The data-parallel workers of one trial: ``--workers-per-trial`` when given, else one per whole GPU.
+        placement: Where a trial's workers run: pack or spread.
     """
-    if options.workers_per_trial:
-        return options.workers_per_trial
-    return int(options.gpus_per_trial) if options.gpus_per_trial > 1 else 1
 
+    cpus: float = 1.0
+    gpus: float = 0.0
+    custom: dict[str, float] = field(default_factory=dict)
+    workers: int = 1
+    placement: str = "pack"
 
-def worker_share(options) -> dict[str, float]:
-    """One worker's resources in a trial of several (Tune's names): 1/N of the trial's CPUs but its own process's
-    (``TRIAL_PROCESS_CPU``), of its GPUs and of its custom resources.
+    @classmethod
+    def of(cls, options: Any) -> TrialResources:
+        """Resolve the resources a search's options give each trial.
 
-    Args:
-        options: the search's ``SearchOptions``.
+        Args:
+            options: The search's ``SearchOptions``.
 
-    Returns:
-        ``{"cpu": ..., "gpu": ..., custom: ...}``.
-    """
-    n = workers_per_trial(options)
-    own = TRIAL_PROCESS_CPU if n > 1 else 0.0
-    share = {"cpu": (options.cpus_per_trial - own) / n, "gpu": options.gpus_per_trial / n}
-    return {**share, **{k: v / n for k, v in options.resources_per_trial.items()}}
+        Returns:
+            The resources (workers: one per whole GPU unless ``workers_per_trial`` is given; one at most 1 GPU).
+        """
+        gpus = options.gpus_per_trial
+        workers = options.workers_per_trial or (int(gpus) if gpus > 1 else 1)
+        custom = dict(options.resources_per_trial)
+        return cls(options.cpus_per_trial, gpus, custom, workers, getattr(options, "placement", "pack"))
 
+    @property
+    def request(self) -> dict[str, float]:
+        """The Ray resources one trial asks for (Tune's names)."""
+        return {"cpu": self.cpus, "gpu": self.gpus, **self.custom}
 
-def placement_request(options) -> dict[str, float]:
-    """What one node must hold for a trial to start: the trial's resources, or one worker's share of them when it
-    has several workers (they may span nodes).
+    @property
+    def share(self) -> dict[str, float]:
+        """One worker's resources in a trial of several (Tune's names): 1/N of the trial's CPUs but its own
+        process's (``TRIAL_PROCESS_CPU``), of its GPUs and of its custom resources."""
+        n = self.workers
+        own = TRIAL_PROCESS_CPU if n > 1 else 0.0
+        share = {"cpu": (self.cpus - own) / n, "gpu": self.gpus / n}
+        return {**share, **{k: v / n for k, v in self.custom.items()}}
 
-    Args:
-        options: the search's ``SearchOptions``.
-
-    Returns:
-        Tune's resource names and amounts.
-    """
-    return options.trial_resources if workers_per_trial(options) == 1 else worker_share(options)
+    @property
+    def placement_request(self) -> dict[str, float]:
+        """What one node must hold for a trial to start: the trial's resources, or one worker's share of them when
+        it has several workers (they may span nodes)."""
+        return self.request if self.workers == 1 else self.share
 
 
 def address(option: str | None) -> str | None:

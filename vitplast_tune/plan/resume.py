@@ -15,12 +15,10 @@ from vitplast_tune.plan.options import (
     DEFAULT_SEED,
     EXPERIMENT,
     SearchOptions,
-    resumed_with,
 )
-from vitplast_tune.plan.resources import workers_per_trial
-from vitplast_tune.plan.search_plan import SearchPlan
+from vitplast_tune.plan.search_plan import Running, SearchPlan
 from vitplast_tune.space.files import SearchSpec, spaces_dir
-from vitplast_tune.storage import SEARCH_FILE, is_uri, read_record
+from vitplast_tune.storage import SEARCH_FILE, read_record
 
 # Settings a resumed search may change: where the data comes from, not what the trials do.
 RESUMABLE_SETTINGS = ("download",)
@@ -28,13 +26,14 @@ RESUMABLE_SETTINGS = ("download",)
 RECORDED_AUGMENTATION = "paper"
 
 
-def resume_record(spec: SearchSpec, options: SearchOptions, storage: str, name: str) -> dict[str, Any] | None:
-    """The record of the search to resume (None for a new search); UserError when resuming is impossible, or when a
-    new search would take the name of a recorded one."""
-    directory = None if is_uri(storage) else Path(storage) / name
+def resume_record(
+    spec: SearchSpec, resuming: bool, storage: str, name: str, directory: Path | None
+) -> dict[str, Any] | None:
+    """The record of the search to resume (None for a new search: ``directory``, the search's folder, None behind a
+    URI); UserError when resuming is impossible, or when a new search would take the name of a recorded one."""
     if directory is None:
         return None
-    if not options.resume:
+    if not resuming:
         if (directory / SEARCH_FILE).exists():
             raise ResumeError(
                 f'search "{name}" already exists in {storage}; pass {option("resume", True)} to continue it, or another {option("name")}'
@@ -49,7 +48,9 @@ def resume_record(spec: SearchSpec, options: SearchOptions, storage: str, name: 
     return record
 
 
-def resumed_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: str, record: dict) -> SearchPlan:
+def resumed_plan(
+    spec: SearchSpec, options: SearchOptions, running: Running, storage: str, name: str, record: dict
+) -> SearchPlan:
     """The plan of a resumed search: its recorded settings; a flag that would change them is refused.
 
     ``--max-failures`` applies to the remaining trials; ``--num-samples``, ``--max-concurrent``, ``--seed``,
@@ -71,7 +72,7 @@ def resumed_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: s
     for flag, (given, recorded) in fixed.items():
         if given is not None and given != recorded:
             refuse(option(flag.replace("-", "_"), given), recorded, name)
-    workers, started = workers_per_trial(options), record.get("workers_per_trial")
+    workers, started = running.resources.workers, record.get("workers_per_trial")
     if started is not None and workers != started:  # a trial's checkpoint and batch share are its workers'
         raise ResumeError(
             f'search "{name}" was started with {started} worker(s) per trial and this resume would train its trials '
@@ -94,7 +95,7 @@ def resumed_plan(spec: SearchSpec, options: SearchOptions, storage: str, name: s
     )
     return SearchPlan(
         spec,
-        options,
+        running,
         name,
         storage,
         record["tracking_uri"],
@@ -130,12 +131,8 @@ def resume_command(plan: SearchPlan) -> str:
         The shell command: its space file, name and storage, and the flags it ran with that its record does not hold
         (resources per trial, plasticity, the cluster).
     """
-    o = plan.options
     path = Path(plan.spec.path).resolve()
     space = path.stem if path.parent == spaces_dir().resolve() else str(path)  # a shipped space by its name
     words = ["vitplast", "search", "--space", space, "--name", plan.name, "--storage", plan.storage]
-    if not o.plasticity:  # the plasticity options then do not matter
-        words += o.words(["plasticity"]) + o.words([n for n in resumed_with(o) if not n.startswith("plasticity")])
-    else:
-        words += o.words(resumed_with(o))
+    words += plan.running.resume_flags
     return shlex.join([*words, "--resume"])

@@ -9,13 +9,80 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitplast_tune.config import FinetuneConfig
-from vitplast_tune.plan.options import DEFAULT_MAX_FAILURES, DEFAULT_SEED, EXPERIMENT, SearchOptions
-from vitplast_tune.plan.resources import workers_per_trial
+from vitplast_tune.plan.options import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_MAX_FAILURES,
+    DEFAULT_SEED,
+    EXPERIMENT,
+    SearchOptions,
+    resumed_with,
+)
+from vitplast_tune.plan.resources import TrialResources
 from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.storage import SearchPlace
 
 if TYPE_CHECKING:
     from vitplast_tune.data.decoded import InMemory
+
+
+@dataclass(frozen=True)
+class Running:
+    """How a search runs, resolved once from its options (``of``): what the run and the analysis read of them.
+
+    Attributes:
+        resume: Whether it continues a recorded search.
+        verbose: The progress output while trials run (0: no progress lines).
+        address: The Ray cluster to join (``--address``; None: ``RAY_ADDRESS``, else a local Ray instance).
+        connect_timeout_s: How long to wait for the services and the cluster's head to answer.
+        resources: What one trial asks of Ray.
+        max_trainable_params: The option's parameter budget (None: the space file's).
+        plasticity: Whether plasticity is measured before the trials.
+        plasticity_variant: The plasticity variant (paper or in_network).
+        plasticity_reference: The reference dataset paired with the downstream test split.
+        plasticity_pairs: The most image pairs for plasticity (None: all).
+        resume_flags: The command-line words the command that resumes it repeats (what its record does not hold).
+    """
+
+    resume: bool = False
+    verbose: int = 1
+    address: str | None = None
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    resources: TrialResources = field(default_factory=TrialResources)
+    max_trainable_params: int | None = None
+    plasticity: bool = True
+    plasticity_variant: str = "paper"
+    plasticity_reference: str = "fractals"
+    plasticity_pairs: int | None = None
+    resume_flags: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, options: SearchOptions) -> Running:
+        """Resolve how a search runs from its options.
+
+        Args:
+            options: How the search runs.
+
+        Returns:
+            The value the run reads instead of the options.
+        """
+        o, again = options, resumed_with(options)
+        if not o.plasticity:  # the plasticity options then do not matter
+            flags = o.words(["plasticity"]) + o.words([n for n in again if not n.startswith("plasticity")])
+        else:
+            flags = o.words(again)
+        return cls(
+            o.resume,
+            o.verbose,
+            o.address,
+            o.connect_timeout_s,
+            TrialResources.of(o),
+            o.max_trainable_params,
+            o.plasticity,
+            o.plasticity_variant,
+            o.plasticity_reference,
+            o.plasticity_pairs,
+            tuple(flags),
+        )
 
 
 @dataclass(frozen=True)
@@ -26,7 +93,7 @@ class SearchPlan:
 
     Attributes:
         spec: The space, with the options' overrides and its scheduler fitted to the budget.
-        options: The options it was planned from.
+        running: How it runs, resolved from its options.
         name: The search's name.
         storage: Where Ray Tune keeps it: a local directory or a URI.
         tracking_uri: The MLflow tracking URI its runs are logged to.
@@ -42,7 +109,7 @@ class SearchPlan:
     """
 
     spec: SearchSpec
-    options: SearchOptions
+    running: Running
     name: str
     storage: str
     tracking_uri: str
@@ -79,7 +146,7 @@ class SearchPlan:
     @property
     def max_trainable_params(self) -> int | None:
         """The parameter budget: the option's, else the space file's; trials over it are not trained."""
-        return self.options.max_trainable_params or self.spec.max_trainable_params
+        return self.running.max_trainable_params or self.spec.max_trainable_params
 
     def record(self, parent_run_id: str) -> dict[str, Any]:
         """Make the search's record (``storage.SEARCH_FILE``): what ``--resume`` checks and the offline commands read.
@@ -104,5 +171,5 @@ class SearchPlan:
             "seed": self.seed,
             "max_concurrent": self.max_concurrent,
             "max_failures": self.max_failures,
-            "workers_per_trial": workers_per_trial(self.options),  # a resume must give its trials as many
+            "workers_per_trial": self.running.resources.workers,  # a resume must give its trials as many
         }

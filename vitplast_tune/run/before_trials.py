@@ -99,11 +99,11 @@ def measure_predictors(
     Returns:
         The predictors (none when the plan measures no plasticity).
     """
-    if not plan.options.plasticity:
+    if not plan.running.plasticity:
         return Predictors()
     timings = timings or Timings()
-    s, o = plan.settings, plan.options
-    with measuring_worker(o.trial_resources) as run:  # one worker, one import of torch, for both
+    s, o = plan.settings, plan.running
+    with measuring_worker(o.resources.request) as run:  # one worker, one import of torch, for both
         log.info(
             f"Plasticity of {s.model} ({o.plasticity_variant} variant): {s.dataset} test split vs {o.plasticity_reference} ..."
         )

@@ -21,11 +21,10 @@ from vitplast_tune import holds, storage
 from vitplast_tune.analysis.analyze import analyze_search
 from vitplast_tune.errors import SearchFailed, SearchInterrupted, option, trial_cause
 from vitplast_tune.log import get_logger
-from vitplast_tune.plan import resources
 from vitplast_tune.plan.options import SearchOptions
 from vitplast_tune.plan.planner import prepare
 from vitplast_tune.plan.resume import resume_command
-from vitplast_tune.plan.search_plan import SearchPlan
+from vitplast_tune.plan.search_plan import Running, SearchPlan
 from vitplast_tune.predictors.report import Predictors
 from vitplast_tune.recommend import ranking
 from vitplast_tune.records import best_trial, pareto, search_run, study, tracking, trial_runs
@@ -132,7 +131,7 @@ def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings |
     started, timings = time.perf_counter() - (timings.total if timings else 0.0), timings or Timings()
     for note in plan.notes:
         log.info(f"note: {note}")
-    records = _Records(written=plan.options.resume)
+    records = _Records(written=plan.running.resume)
     with interrupts.handled():
         owns_ray = not ray.is_initialized()
         try:  # start or join Ray, check the trial request, measure, record, tune, end; Ray shut down after
@@ -140,7 +139,7 @@ def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings |
                 from vitplast_tune.run import cluster
 
                 with timings.phase("ray_start"):
-                    cluster.init(plan.options.address, plan.options.connect_timeout_s)
+                    cluster.init(plan.running.address, plan.running.connect_timeout_s)
             interrupts.on_sigterm_interrupt()  # after ray.init, which installs its own SIGTERM handler
             tuned = _record_and_tune(plan, callbacks, records, timings, trainable)
             _check_ended(plan, records)
@@ -191,10 +190,10 @@ def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings
         _record_results(result, mlflow, tuned.grid)
     _check_some_reported(plan, table, tuned.grid)
     holds.hold("end")  # a test's signal lands here, the trial table written (nothing under a user's run)
-    o = plan.options
-    release = parallel.release_orphans if resources.workers_per_trial(o) > 1 else None  # what stopped trials held
+    running = plan.running
+    release = parallel.release_orphans if running.resources.workers > 1 else None  # what stopped trials held
     with before_trials.measuring_worker(
-        o.trial_resources, doing="building the best model", while_waiting=release
+        running.resources.request, doing="building the best model", while_waiting=release
     ) as runner:
         with timings.phase("best_model"):
             _record_best(result, mlflow, tuned.grid, runner, tuned.staged)
@@ -202,7 +201,7 @@ def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings
             result.study = record_study(result, mlflow, tuned.grid)
         with timings.phase("analysis"):
             measuring = {"runner": runner, "decoded": plan.decoded, "staged": tuned.staged}
-            analyze(result, mlflow, o, measuring=measuring, once=True)
+            analyze(result, mlflow, running, measuring=measuring, once=True)
     result.timings = timings
     mlflow.log_dict(parent, timings.seconds, "timings.json")
     mlflow.set_terminated(parent, status="FINISHED")
@@ -236,7 +235,7 @@ def _record_and_tune(
         place = plan.place
         records.mlflow = tracking.client(plan.tracking_uri)
         records.parent = search_run.open_search_run(
-            records.mlflow, place, plan.spec, plan.settings, predictors, seed=plan.seed, resume=plan.options.resume
+            records.mlflow, place, plan.spec, plan.settings, predictors, seed=plan.seed, resume=plan.running.resume
         )
         cost = objective_of(plan.spec) != "accuracy"
         view = search_run.publish_view(records.mlflow, place, records.parent, predictors.plasticity is not None, cost)
@@ -247,7 +246,7 @@ def _record_and_tune(
         if plan.local_dir is not None:
             write_record(plan.local_dir, plan.record(records.parent))
         records.written = True
-    saved = tuner.saved_trials(plan.location) if plan.options.resume else None
+    saved = tuner.saved_trials(plan.location) if plan.running.resume else None
     if saved is not None:  # each trial keeps one run, none is left RUNNING
         records.orphans = trial_runs.reconcile(records.mlflow, records.parent, saved)
     with tuner.tune_environment(plan, grows), timings.phase("trials"):
@@ -314,11 +313,11 @@ def _tune(
     live.setup()  # the study made before its command is printed: a dashboard opened then must not race its making
     log.info(f"Optuna study (fills in as trials end): optuna-dashboard {live.url}   (study '{plan.name}')")
     callbacks = [tracker, live, *callbacks]
-    if plan.options.verbose:
+    if plan.running.verbose:
         from vitplast_tune.run.progress import Progress
 
         callbacks.append(Progress(plan.spec.total_trials))
-    if resources.workers_per_trial(plan.options) > 1:
+    if plan.running.resources.workers > 1:
         callbacks.append(parallel.ReleaseOrphans())  # the resources of a stopped trial's Train run, for the next
     if trainable is None:
         trainable = tune.with_parameters(
@@ -328,10 +327,12 @@ def _tune(
             max_trainable_params=plan.max_trainable_params,
             staged=list(staged),
             workers=parallel.trial_workers(
-                plan.options, max_failures=plan.max_failures, storage=storage.join(plan.location, parallel.TRAIN_RUNS)
+                plan.running.resources,
+                max_failures=plan.max_failures,
+                storage=storage.join(plan.location, parallel.TRAIN_RUNS),
             ),
         )
-    trainable = tune.with_resources(trainable, parallel.trial_request(plan.options))  # several: a Train run's
+    trainable = tune.with_resources(trainable, parallel.trial_request(plan.running.resources))  # several: a Train run's
     warm_start = _warm_start(plan, predictors)
     try:
         return tuner.tuner(plan, trainable, callbacks, warm_start).fit()
@@ -351,7 +352,7 @@ def _warm_start(plan: SearchPlan, predictors: Predictors) -> list[str]:
 def analyze(
     result: SearchResult,
     mlflow: MlflowClient,
-    options: SearchOptions | None = None,
+    running: Running | None = None,
     measuring: dict | None = None,
     once: bool = False,
 ) -> None:
@@ -362,11 +363,11 @@ def analyze(
     Args:
         result: The finished search.
         mlflow: The MLflow client of its tracking store.
-        options: The plasticity reference, variant and pairs to measure with (default: ``SearchOptions``').
+        running: The plasticity reference, variant and pairs to measure with (default: ``SearchOptions``').
         measuring: Where its measurements run (``runner``, ``decoded``, ``staged``: see ``predictors.report``).
         once: Whether a table the parent run already holds is left unlogged (a resumed search's end).
     """
-    spec, found, o = result.spec, result.trials, options or SearchOptions()
+    spec, found, o = result.spec, result.trials, running or Running.of(SearchOptions())
     parameters = None if found.empty else (study.parameter_table(found, spec), study.study_parameters(spec))
     result.analysis = analyze_search(
         found,

@@ -136,9 +136,9 @@ def stage_inputs(plan: SearchPlan) -> tuple[bool, list[staging.Staged]]:
     """UserError when no node (or node type) of the cluster can ever hold one trial, or when a local storage path is
     not shared by the nodes; else whether the cluster can grow (an autoscaler adds nodes for pending trials), and the
     files of the driver's disk sent to the nodes that lack them (``data.staging``)."""
-    options = plan.options
-    inputs = staging.needed(plan.settings, options.plasticity_reference if options.plasticity else None)
-    checked = preflight(resources.placement_request(options), plan.storage, inputs)  # several workers: one's
+    running = plan.running
+    inputs = staging.needed(plan.settings, running.plasticity_reference if running.plasticity else None)
+    checked = preflight(running.resources.placement_request, plan.storage, inputs)  # several workers: one's
     for files in checked.to_stage:
         log.info(f"Sending the {files.describe()} to the nodes through Ray's object store")
     return checked.grows, staging.stage(checked.to_stage)

@@ -26,7 +26,7 @@ from ray.tune import Callback
 
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.log import get_logger
-from vitplast_tune.plan.resources import TRIAL_PROCESS_CPU, worker_share, workers_per_trial
+from vitplast_tune.plan.resources import TRIAL_PROCESS_CPU, TrialResources
 
 if TYPE_CHECKING:  # the driver of a search imports this without torch
     from vitplast_tune.data.decoded import InMemory
@@ -52,58 +52,58 @@ class Workers:
     storage: str = ""
 
 
-def trial_workers(options: Any, *, max_failures: int, storage: str) -> Workers:
+def trial_workers(resources: TrialResources, *, max_failures: int, storage: str) -> Workers:
     """The ``Workers`` of each trial of a search.
 
     Args:
-        options: the search's ``SearchOptions``.
+        resources: what each trial asks of Ray.
         max_failures: the restarts of a failed Train run (``--max-failures``).
         storage: where Train keeps its runs (a path or URI every node reaches).
 
     Returns:
         The trials' workers.
     """
-    share = worker_share(options)
+    share = resources.share
     return Workers(
-        count=workers_per_trial(options),
+        count=resources.workers,
         cpus=share.pop("cpu"),
         gpus=share.pop("gpu"),
         resources=share,
-        placement=getattr(options, "placement", "pack"),
+        placement=resources.placement,
         max_failures=max_failures,
         storage=storage,
     )
 
 
-def trial_request(options: Any):
+def trial_request(resources: TrialResources) -> dict[str, float]:
     """What one trial asks Tune for.
 
     Args:
-        options: the search's ``SearchOptions``.
+        resources: what each trial asks of Ray.
 
     Returns:
         One worker: the trial's resources. Several: ``TRIAL_PROCESS_CPU`` for the trial's own process (its Train run asks
         for the rest, the workers'; the search's concurrency is capped by ``concurrent_runs``).
     """
-    if workers_per_trial(options) == 1:
-        return options.trial_resources
+    if resources.workers == 1:
+        return resources.request
     return {"cpu": TRIAL_PROCESS_CPU}
 
 
-def concurrent_runs(options: Any, cluster: dict[str, float]) -> int | None:
+def concurrent_runs(resources: TrialResources, cluster: dict[str, float]) -> int | None:
     """How many trials of several workers a fixed cluster holds at once (None for trials of one worker, whose
     resources Tune counts itself).
 
     Args:
-        options: the search's ``SearchOptions``.
+        resources: what each trial asks of Ray.
         cluster: the cluster's total resources (``ray.cluster_resources()``).
 
     Returns:
         At least 1, or None.
     """
-    if workers_per_trial(options) == 1:
+    if resources.workers == 1:
         return None
-    need = {"CPU": options.cpus_per_trial, "GPU": options.gpus_per_trial, **options.resources_per_trial}
+    need = {"CPU": resources.cpus, "GPU": resources.gpus, **resources.custom}
     fits = [int(cluster.get(name, 0.0) // amount) for name, amount in need.items() if amount > 0]
     return max(1, min(fits)) if fits else None
 

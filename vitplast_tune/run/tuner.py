@@ -140,12 +140,12 @@ def trial_dirname(trial) -> str:
 def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str] = ()) -> tune.Tuner:
     """The Tuner of a plan: restored from storage with ``--resume`` (with this run's callbacks), else new
     (``warm_start``: see search_algorithm)."""
-    spec, options = plan.spec, plan.options
+    spec = plan.spec
     # Ray Tune's default loggers (each trial's progress.csv and result.json) without its TensorBoard logger: fit
     # the Tuner inside tune_environment.
     callbacks = guard.watched([*callbacks, CSVLoggerCallback(), JsonLoggerCallback()])  # OS errors stop the search
     path = plan.location
-    if options.resume and tune.Tuner.can_restore(path):
+    if plan.running.resume and tune.Tuner.can_restore(path):
         restored = restore(path, trainable)
         renew_run_config(restored, callbacks, plan.max_failures)
         return restored
@@ -183,7 +183,7 @@ def concurrency(plan: SearchPlan) -> int | None:
         return plan.max_concurrent
     import ray
 
-    return parallel.concurrent_runs(plan.options, ray.cluster_resources())
+    return parallel.concurrent_runs(plan.running.resources, ray.cluster_resources())
 
 
 def renew_run_config(restored: tune.Tuner, callbacks: list, max_failures: int) -> None:
