@@ -234,16 +234,9 @@ class FinetuneConfig:
             raise UserError(
                 f'unknown optimizer "{self.optimizer}"{did_you_mean(self.optimizer, OPTIMIZERS)}; use one of {", ".join(OPTIMIZERS)}'
             )
-        positive = dict(
-            lr=self.lr,
-            batch_size=self.batch_size,
-            max_steps=self.max_steps,
-            eval_every=self.eval_every,
-            checkpoint_every=self.checkpoint_every,
-        )
-        for name, value in positive.items():
-            if not value > 0:
-                raise UserError(f"{name} must be positive, got {value}")
+        for name in ("lr", "batch_size", "max_steps", "eval_every", "checkpoint_every"):
+            if not getattr(self, name) > 0:
+                raise UserError(f"{name} must be positive, got {getattr(self, name)}")
         if self.precision not in PRECISIONS:
             raise UserError(
                 f'unknown precision "{self.precision}"{did_you_mean(self.precision, PRECISIONS)}; use one of {", ".join(PRECISIONS)}'
