@@ -74,6 +74,33 @@ def check_variant(variant: str) -> str:
     return variant
 
 
+@dataclass(frozen=True)
+class PlasticityInputs:
+    """What a plasticity measurement reads (``vit.measure``), and so what its cached report is keyed by.
+
+    Attributes:
+        model_name: The model's name, as ``vit.models.create_model`` takes it.
+        weights: A weights file to load into it (None: none).
+        pretrained: Whether to start from the pretrained weights.
+        dataset: The downstream dataset, whose test split is measured.
+        reference: The reference dataset (the pretraining distribution).
+        reference_split: The reference's split: "test" or "train".
+        data_dir: The data's root (None: the default data directory).
+        variant: The plasticity variant (``PLASTICITY_VARIANTS``).
+        max_pairs: At most this many image pairs (None: no limit).
+    """
+
+    model_name: str
+    weights: str | Path | None
+    pretrained: bool
+    dataset: str
+    reference: str
+    reference_split: str
+    data_dir: str | Path | None
+    variant: str
+    max_pairs: int | None
+
+
 @dataclass
 class FinetuneConfig:
     """Everything one finetuning run needs.

@@ -10,6 +10,7 @@ from _servers import MLFLOW_API, http_server
 from _spaces import space_text
 
 from vitplast_tune import storage
+from vitplast_tune.config import PlasticityInputs
 from vitplast_tune.errors import UserError, flags_spoken
 from vitplast_tune.plan import EXPERIMENT, SearchOptions, SearchPlan, prepare
 from vitplast_tune.predictors import cache
@@ -184,7 +185,7 @@ def key(**kw):
         variant="paper",
         max_pairs=None,
     )
-    return cache.cache_key("vit_testbed_patch8_32.fractal", **{**base, **kw})
+    return cache.cache_key(PlasticityInputs("vit_testbed_patch8_32.fractal", **{**base, **kw}))
 
 
 def test_the_plasticity_cache_key_names_the_data_and_the_code(tmp_path):

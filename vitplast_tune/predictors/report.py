@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.components import BLOCK_COMPONENTS
-from vitplast_tune.config import FinetuneConfig, check_variant
+from vitplast_tune.config import FinetuneConfig, PlasticityInputs, check_variant
 from vitplast_tune.errors import UserError
 from vitplast_tune.predictors import scores
 from vitplast_tune.predictors.cache import cache_key, default_out_dir
@@ -102,15 +102,16 @@ def plasticity_report(
     """
     _check_split(reference_split)
     check_variant(variant)
-    images = dict(dataset=dataset, reference=reference, reference_split=reference_split, data_dir=data_dir)
-    model = dict(model_name=model_name, weights=weights, pretrained=pretrained, variant=variant, max_pairs=max_pairs)
-    key = cache_key(**model, **images)
+    inputs = PlasticityInputs(
+        model_name, weights, pretrained, dataset, reference, reference_split, data_dir, variant, max_pairs
+    )
+    key = cache_key(inputs)
     out = Path(out_dir).expanduser() if out_dir is not None else None
     out = out or default_out_dir(model_name, dataset, reference, variant, key)
     if reuse and (cached := _read(out, key)) is not None:
         return cached
     where = dict(download=download, batch_size=batch_size, device=device, decoded=decoded, staged=list(staged))
-    measured = (runner or _here)(_measure, **model, **images, **where)
+    measured = (runner or _here)(_measure, inputs=inputs, **where)
     title = f"{model_name}: {dataset} vs {reference} ({variant})"
     return _write(out, dict(key, batch_size=batch_size), *measured, title=title)
 
@@ -145,13 +146,15 @@ def search_report(settings: FinetuneConfig, *, reference: str, **options: Any) -
     )
 
 
-def _measure(staged: Sequence = (), **kwargs: Any) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:
+def _measure(
+    inputs: PlasticityInputs, staged: Sequence = (), **kwargs: Any
+) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:
     """``vit.measure.measure_plasticity``, imported where it runs (a Ray worker): this module stays torch-free;
     the paths of ``staged`` files are this node's copies."""
     from vitplast_tune.data import staging
     from vitplast_tune.vit.measure import measure_plasticity
 
-    return measure_plasticity(**{**kwargs, **staging.local_paths(staged)})
+    return measure_plasticity(replace(inputs, **staging.local_paths(staged)), **kwargs)
 
 
 def gradient_report(
