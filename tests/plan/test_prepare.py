@@ -290,3 +290,14 @@ def test_a_setting_the_space_searches_and_a_warmup_as_long_as_the_budget_are_sai
         "warmup_steps (or warmup_fraction) below max_steps"
     ) in plan.notes  # passed without a word before
     assert not any("warm-up" in n for n in prepare(options(tmp_path, name="short", settings={"max_steps": 41})).notes)
+
+
+def test_the_cluster_a_search_joins_is_resolved_once_in_its_plan(monkeypatch):
+    from vitplast_tune.plan.search_plan import Running
+
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert Running.of(SearchOptions()).joining == "10.0.0.1:6379"  # read once: the run joins what the plan says
+    assert Running.of(SearchOptions(address="ray://head:10001")).joining == "ray://head:10001"  # the flag wins
+    assert Running.of(SearchOptions(address="local")).joining is None  # a local Ray instance of its own
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert Running.of(SearchOptions()).joining is None
