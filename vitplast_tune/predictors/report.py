@@ -112,8 +112,7 @@ def plasticity_report(
         return cached
     where = dict(download=download, batch_size=batch_size, device=device, decoded=decoded, staged=list(staged))
     measured = (runner or _here)(_measure, inputs=inputs, **where)
-    title = f"{model_name}: {dataset} vs {reference} ({variant})"
-    return _write(out, dict(key, batch_size=batch_size), *measured, title=title)
+    return _write(out, dict(key, batch_size=batch_size), *measured)
 
 
 def _check_split(reference_split: str) -> None:
@@ -246,11 +245,9 @@ def _write(
     table: pd.DataFrame,
     parameters: dict[str, Any],
     where: dict[str, Any],
-    *,
-    title: str,
 ) -> PlasticityReport:
     """Write the measured table, its JSON (settings, table, ranking, the model's parameters per component and per
-    component and block) and its plot."""
+    component and block) and its plot, titled by the model, both image sets and the variant."""
     files = {kind: out / name for kind, name in FILES.items()}
     ranking = aggregate_plasticity(table)
     out.mkdir(parents=True, exist_ok=True)
@@ -258,6 +255,7 @@ def _write(
     table.to_csv(files["csv"], index=False)
     payload = dict(meta, table=_records(table), ranking=_records(ranking))
     files["json"].write_text(json.dumps(payload, indent=2) + "\n")
+    title = f"{key['model']}: {key['dataset']} vs {key['reference']} ({key['variant']})"
     plot_plasticity(table, files["png"], title=title)
     return PlasticityReport(table, ranking, out, files, meta)
 
