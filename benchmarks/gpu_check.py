@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from benchmarks import common, training
 from benchmarks.common import SUBSETS
 from vitplast_tune import freezing
-from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.config import FinetuneConfig, PlasticityInputs
 from vitplast_tune.data import transforms
 from vitplast_tune.vit import devices as vt_devices
 from vitplast_tune.vit import models
@@ -331,20 +331,8 @@ def step_measurements(args, device: torch.device) -> dict:
     from vitplast_tune.vit import measure
 
     started = time.perf_counter()
-    table, _, where = measure.measure_plasticity(
-        args.model,
-        weights=None,
-        pretrained=False,
-        dataset="digits",
-        reference="fractals",
-        reference_split="test",
-        data_dir=None,
-        download=False,
-        variant="paper",
-        batch_size=args.batch_size,
-        max_pairs=args.pairs,
-        device=device,
-    )
+    inputs = PlasticityInputs(args.model, None, False, "digits", "fractals", "test", None, "paper", args.pairs)
+    table, _, where = measure.measure_plasticity(inputs, download=False, batch_size=args.batch_size, device=device)
     plasticity_s = time.perf_counter() - started
     cfg = FinetuneConfig(model=args.model, pretrained=False, dataset="digits", batch_size=args.batch_size)
     started = time.perf_counter()

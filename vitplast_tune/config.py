@@ -74,6 +74,33 @@ def check_variant(variant: str) -> str:
     return variant
 
 
+@dataclass(frozen=True)
+class PlasticityInputs:
+    """What a plasticity measurement reads (``vit.measure``), and so what its cached report is keyed by.
+
+    Attributes:
+        model_name: The model's name, as ``vit.models.create_model`` takes it.
+        weights: A weights file to load into it (None: none).
+        pretrained: Whether to start from the pretrained weights.
+        dataset: The downstream dataset, whose test split is measured.
+        reference: The reference dataset (the pretraining distribution).
+        reference_split: The reference's split: "test" or "train".
+        data_dir: The data's root (None: the default data directory).
+        variant: The plasticity variant (``PLASTICITY_VARIANTS``).
+        max_pairs: At most this many image pairs (None: no limit).
+    """
+
+    model_name: str
+    weights: str | Path | None
+    pretrained: bool
+    dataset: str
+    reference: str
+    reference_split: str
+    data_dir: str | Path | None
+    variant: str
+    max_pairs: int | None
+
+
 @dataclass
 class FinetuneConfig:
     """Everything one finetuning run needs.
@@ -234,16 +261,9 @@ class FinetuneConfig:
             raise UserError(
                 f'unknown optimizer "{self.optimizer}"{did_you_mean(self.optimizer, OPTIMIZERS)}; use one of {", ".join(OPTIMIZERS)}'
             )
-        positive = dict(
-            lr=self.lr,
-            batch_size=self.batch_size,
-            max_steps=self.max_steps,
-            eval_every=self.eval_every,
-            checkpoint_every=self.checkpoint_every,
-        )
-        for name, value in positive.items():
-            if not value > 0:
-                raise UserError(f"{name} must be positive, got {value}")
+        for name in ("lr", "batch_size", "max_steps", "eval_every", "checkpoint_every"):
+            if not getattr(self, name) > 0:
+                raise UserError(f"{name} must be positive, got {getattr(self, name)}")
         if self.precision not in PRECISIONS:
             raise UserError(
                 f'unknown precision "{self.precision}"{did_you_mean(self.precision, PRECISIONS)}; use one of {", ".join(PRECISIONS)}'

@@ -39,7 +39,7 @@ def output_dir(path: str | Path, flag: str) -> Path:
     """Check that files can be written into the folder ``path`` (made if missing).
 
     Args:
-        path: The folder.
+        path: The folder a command writes into.
         flag: How the user gave it, for the message.
 
     Returns:
@@ -48,9 +48,7 @@ def output_dir(path: str | Path, flag: str) -> Path:
     Raises:
         UserError: It is a file, or lies where nothing can be written, naming ``flag``.
     """
-    out = Path(path).expanduser()
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{flag} {out} is a file; name a folder (it is made if missing)")
+    out = _not_a_file(path, flag, "name a folder (it is made if missing)")
     _check_parent(out, flag, out)
     return out
 
@@ -59,18 +57,23 @@ def existing_dir(path: str | Path, flag: str) -> Path:
     """Check that the folder ``path`` is not a file (a missing one is allowed).
 
     Args:
-        path: The folder.
+        path: The folder of searches a command reads.
         flag: How the user gave it, for the message.
 
     Returns:
-        The folder's path, ``~`` expanded.
+        The folder's path, ``~`` expanded (nothing is made).
 
     Raises:
         UserError: It is a file, naming ``flag``.
     """
+    return _not_a_file(path, flag, "name the folder that holds the searches")
+
+
+def _not_a_file(path: str | Path, flag: str, hint: str) -> Path:
+    """``path`` with ``~`` expanded, unless it is a file: a UserError naming ``flag``, then saying ``hint``."""
     out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
-        raise UserError(f"{flag} {out} is a file; name the folder that holds the searches")
+        raise UserError(f"{flag} {out} is a file; {hint}")
     return out
 
 

@@ -10,6 +10,7 @@ from _servers import MLFLOW_API, http_server
 from _spaces import space_text
 
 from vitplast_tune import storage
+from vitplast_tune.config import PlasticityInputs
 from vitplast_tune.errors import UserError, flags_spoken
 from vitplast_tune.plan import EXPERIMENT, SearchOptions, SearchPlan, prepare
 from vitplast_tune.predictors import cache
@@ -184,7 +185,7 @@ def key(**kw):
         variant="paper",
         max_pairs=None,
     )
-    return cache.cache_key("vit_testbed_patch8_32.fractal", **{**base, **kw})
+    return cache.cache_key(PlasticityInputs("vit_testbed_patch8_32.fractal", **{**base, **kw}))
 
 
 def test_the_plasticity_cache_key_names_the_data_and_the_code(tmp_path):
@@ -289,3 +290,14 @@ def test_a_setting_the_space_searches_and_a_warmup_as_long_as_the_budget_are_sai
         "warmup_steps (or warmup_fraction) below max_steps"
     ) in plan.notes  # passed without a word before
     assert not any("warm-up" in n for n in prepare(options(tmp_path, name="short", settings={"max_steps": 41})).notes)
+
+
+def test_the_cluster_a_search_joins_is_resolved_once_in_its_plan(monkeypatch):
+    from vitplast_tune.plan.search_plan import Running
+
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert Running.of(SearchOptions()).joining == "10.0.0.1:6379"  # read once: the run joins what the plan says
+    assert Running.of(SearchOptions(address="ray://head:10001")).joining == "ray://head:10001"  # the flag wins
+    assert Running.of(SearchOptions(address="local")).joining is None  # a local Ray instance of its own
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert Running.of(SearchOptions()).joining is None

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from _families import FAMILY_OF, HF, PER_FAMILY, TIMM, build, model_name
 
 from vitplast_tune import components, freezing
-from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.config import FinetuneConfig, PlasticityInputs
 from vitplast_tune.errors import UserError
 from vitplast_tune.vit import best_model, methods, models, training
 from vitplast_tune.vit.families import registry
@@ -318,7 +318,7 @@ def test_the_plasticity_cache_key_changes_with_a_local_transformers_folders_file
 
     name = hf_folder(tmp_path, "hf-vit")
     args = dict(weights=None, pretrained=False, dataset="digits", reference="fractals", reference_split="test")
-    key = lambda: cache.cache_key(name, **args, data_dir=None, variant="paper", max_pairs=None)
+    key = lambda: cache.cache_key(PlasticityInputs(name, **args, data_dir=None, variant="paper", max_pairs=None))
     before = key()
     assert before == key() and "config.json" in before["weights"]
     (tmp_path / "hf-vit" / "model.safetensors").write_bytes(b"new weights")

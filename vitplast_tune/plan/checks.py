@@ -88,5 +88,5 @@ def check_reference(reference: str | None, dataset: str) -> None:
 def check_local_resources(running: Running) -> None:
     """A search that starts its own Ray instance (no --address, Ray not started in this process): one trial's
     request must fit this machine, known before Ray starts (``resources.check_local_fits``)."""
-    if resources.address(running.address) is None and not resources.ray_running_here():
+    if running.joining is None and not resources.ray_running_here():
         resources.check_local_fits(running.resources.request)

@@ -79,6 +79,9 @@ def resumed_plan(
             f"on {workers}; resume with {option('workers_per_trial', started)} (and the resources it ran with: the "
             "command the interrupted search printed has them)"
         )
+    spec = replace(spec, num_samples=fixed["num-samples"][1])
+    if fixed["budgets"][1] is not None:
+        spec = spec.with_overrides(budgets=fixed["budgets"][1])
     changed = {k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}
     try:
         settings = FinetuneConfig.from_dict({"augment": RECORDED_AUGMENTATION, **saved, **changed}).validate()
@@ -87,9 +90,6 @@ def resumed_plan(
             f"{exc} (in the settings recorded in {name}/{SEARCH_FILE}); restore the record, or start a new search "
             "with another --name"
         ) from None
-    spec = replace(spec, num_samples=fixed["num-samples"][1])
-    if fixed["budgets"][1] is not None:
-        spec = spec.with_overrides(budgets=fixed["budgets"][1])
     max_failures = (
         record.get("max_failures", DEFAULT_MAX_FAILURES) if options.max_failures is None else options.max_failures
     )

@@ -18,6 +18,7 @@ from vitplast_tune.plan.options import (
     resumed_with,
 )
 from vitplast_tune.plan.resources import TrialResources
+from vitplast_tune.plan.resources import address as cluster_address
 from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.storage import SearchPlace
 
@@ -32,7 +33,9 @@ class Running:
     Attributes:
         resume: Whether it continues a recorded search.
         verbose: The progress output while trials run (0: no progress lines).
-        address: The Ray cluster to join (``--address``; None: ``RAY_ADDRESS``, else a local Ray instance).
+        address: The Ray cluster to join as given (``--address``; None: ``RAY_ADDRESS``, else a local Ray instance).
+        joining: The cluster it joins, resolved once (``--address``, else ``RAY_ADDRESS``; None: a local Ray
+            instance of its own).
         connect_timeout_s: How long to wait for the services and the cluster's head to answer.
         resources: What one trial asks of Ray.
         max_trainable_params: The option's parameter budget (None: the space file's).
@@ -46,6 +49,7 @@ class Running:
     resume: bool = False
     verbose: int = 1
     address: str | None = None
+    joining: str | None = None
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
     resources: TrialResources = field(default_factory=TrialResources)
     max_trainable_params: int | None = None
@@ -74,6 +78,7 @@ class Running:
             o.resume,
             o.verbose,
             o.address,
+            cluster_address(o.address),
             o.connect_timeout_s,
             TrialResources.of(o),
             o.max_trainable_params,

@@ -9,33 +9,30 @@ import re
 from pathlib import Path
 from typing import Any
 
-from vitplast_tune.config import cache_dir, default_data_dir
+from vitplast_tune.config import PlasticityInputs, cache_dir, default_data_dir
 
 
-def cache_key(
-    model_name: str,
-    *,
-    weights: str | Path | None,
-    pretrained: bool,
-    dataset: str,
-    reference: str,
-    reference_split: str,
-    data_dir: str | Path | None,
-    variant: str,
-    max_pairs: int | None,
-) -> dict[str, Any]:
-    """Everything that changes a plasticity report: model and weights, both image sets, settings and the code's version."""
+def cache_key(inputs: PlasticityInputs) -> dict[str, Any]:
+    """Name everything that changes a plasticity report: the measurement's inputs, the files behind them, the code.
+
+    Args:
+        inputs: What the measurement reads.
+
+    Returns:
+        The inputs, the weights and image files named by their sizes and times, and the code's version.
+    """
+    i = inputs
     return dict(
-        model=model_name,
-        weights=_file_identity(weights) or _folder_identity(model_name),
-        pretrained=pretrained or weights is not None,
-        dataset=dataset,
-        reference=reference,
-        reference_split=reference_split,
-        variant=variant,
-        max_pairs=max_pairs,
-        data_dir=str(_data_root(data_dir)),
-        images=_images_identity({dataset, reference}, data_dir),
+        model=i.model_name,
+        weights=_file_identity(i.weights) or _folder_identity(i.model_name),
+        pretrained=i.pretrained or i.weights is not None,
+        dataset=i.dataset,
+        reference=i.reference,
+        reference_split=i.reference_split,
+        variant=i.variant,
+        max_pairs=i.max_pairs,
+        data_dir=str(_data_root(i.data_dir)),
+        images=_images_identity({i.dataset, i.reference}, i.data_dir),
         code=code_version(),
     )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.components import BLOCK_COMPONENTS
-from vitplast_tune.config import FinetuneConfig, check_variant
+from vitplast_tune.config import FinetuneConfig, PlasticityInputs, check_variant
 from vitplast_tune.errors import UserError
 from vitplast_tune.predictors import scores
 from vitplast_tune.predictors.cache import cache_key, default_out_dir
@@ -102,17 +102,17 @@ def plasticity_report(
     """
     _check_split(reference_split)
     check_variant(variant)
-    images = dict(dataset=dataset, reference=reference, reference_split=reference_split, data_dir=data_dir)
-    model = dict(model_name=model_name, weights=weights, pretrained=pretrained, variant=variant, max_pairs=max_pairs)
-    key = cache_key(**model, **images)
+    inputs = PlasticityInputs(
+        model_name, weights, pretrained, dataset, reference, reference_split, data_dir, variant, max_pairs
+    )
+    key = cache_key(inputs)
     out = Path(out_dir).expanduser() if out_dir is not None else None
     out = out or default_out_dir(model_name, dataset, reference, variant, key)
     if reuse and (cached := _read(out, key)) is not None:
         return cached
     where = dict(download=download, batch_size=batch_size, device=device, decoded=decoded, staged=list(staged))
-    measured = (runner or _here)(_measure, **model, **images, **where)
-    title = f"{model_name}: {dataset} vs {reference} ({variant})"
-    return _write(out, dict(key, batch_size=batch_size), *measured, title=title)
+    measured = (runner or _here)(_measure, inputs=inputs, **where)
+    return _write(out, dict(key, batch_size=batch_size), *measured)
 
 
 def _check_split(reference_split: str) -> None:
@@ -145,13 +145,15 @@ def search_report(settings: FinetuneConfig, *, reference: str, **options: Any) -
     )
 
 
-def _measure(staged: Sequence = (), **kwargs: Any) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:
+def _measure(
+    inputs: PlasticityInputs, staged: Sequence = (), **kwargs: Any
+) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:
     """``vit.measure.measure_plasticity``, imported where it runs (a Ray worker): this module stays torch-free;
     the paths of ``staged`` files are this node's copies."""
     from vitplast_tune.data import staging
     from vitplast_tune.vit.measure import measure_plasticity
 
-    return measure_plasticity(**{**kwargs, **staging.local_paths(staged)})
+    return measure_plasticity(replace(inputs, **staging.local_paths(staged)), **kwargs)
 
 
 def gradient_report(
@@ -243,11 +245,9 @@ def _write(
     table: pd.DataFrame,
     parameters: dict[str, Any],
     where: dict[str, Any],
-    *,
-    title: str,
 ) -> PlasticityReport:
     """Write the measured table, its JSON (settings, table, ranking, the model's parameters per component and per
-    component and block) and its plot."""
+    component and block) and its plot, titled by the model, both image sets and the variant."""
     files = {kind: out / name for kind, name in FILES.items()}
     ranking = aggregate_plasticity(table)
     out.mkdir(parents=True, exist_ok=True)
@@ -255,6 +255,7 @@ def _write(
     table.to_csv(files["csv"], index=False)
     payload = dict(meta, table=_records(table), ranking=_records(ranking))
     files["json"].write_text(json.dumps(payload, indent=2) + "\n")
+    title = f"{key['model']}: {key['dataset']} vs {key['reference']} ({key['variant']})"
     plot_plasticity(table, files["png"], title=title)
     return PlasticityReport(table, ranking, out, files, meta)
 

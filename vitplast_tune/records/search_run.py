@@ -67,9 +67,9 @@ def open_search_run(
         "num_samples": spec.num_samples,
         "metric": spec.metric,
         "mode": spec.mode,
+        "augment": augmentation_text(spec, settings).removeprefix("augmentation "),
         "objective": objective_of(spec),
         "search_seed": seed,
-        "augment": augmentation_text(spec, settings).removeprefix("augmentation "),
         **{f"default.{k}": v for k, v in settings.to_dict().items()},
     }
     tags = {

@@ -214,7 +214,7 @@ class MlflowTracker(Callback):
         run_id = self.run_id(trial)
         last = trial.last_result or {}
         if last.get("diverged"):
-            self.mlflow.set_tag(run_id, "failure_reason", str(last.get("error", "diverged")))
+            self.mlflow.set_tag(run_id, FAILURE_TAG, str(last.get("error", "diverged")))
             self.mlflow.set_terminated(run_id, status="FAILED")
             return
         final = {"final_val_acc": last.get("val_acc"), "test_acc": last.get("test_acc"), "final_step": last.get("step")}

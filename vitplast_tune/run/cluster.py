@@ -48,9 +48,14 @@ LOCAL_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
 def init(option: str | None, timeout_s: float = 30.0) -> None:
     """Join the cluster at ``--address`` (else ``RAY_ADDRESS``), saying so, or start a local Ray instance of this
     search's own (without a dashboard), whatever clusters the machine runs or Ray's temp dir remembers."""
+    join_or_start(resources.address(option), timeout_s, option)
+
+
+def join_or_start(joining: str | None, timeout_s: float = 30.0, option: str | None = None) -> None:
+    """``init`` with the cluster already resolved: join ``joining`` (given as ``option``, else read from
+    ``RAY_ADDRESS``), or start a local Ray instance when it is None."""
     import ray
 
-    joining = resources.address(option)
     runtime_env = {"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}}
     if joining:
         source = "--address" if option else "RAY_ADDRESS"

@@ -139,7 +139,7 @@ def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings |
                 from vitplast_tune.run import cluster
 
                 with timings.phase("ray_start"):
-                    cluster.init(plan.running.address, plan.running.connect_timeout_s)
+                    cluster.join_or_start(plan.running.joining, plan.running.connect_timeout_s, plan.running.address)
             interrupts.on_sigterm_interrupt()  # after ray.init, which installs its own SIGTERM handler
             tuned = _record_and_tune(plan, callbacks, records, timings, trainable)
             _check_ended(plan, records)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from vitplast_tune.components import (
     ALL,
@@ -29,6 +29,8 @@ from vitplast_tune.errors import SpaceError, UserError, did_you_mean
 
 if TYPE_CHECKING:
     from optuna.trial import Trial
+
+N = TypeVar("N", int, float)
 
 
 @dataclass(frozen=True)
@@ -125,63 +127,56 @@ class Choice(Distribution):
 
 
 @dataclass(frozen=True)
-class Uniform(Distribution):
-    """A float drawn uniformly, written ``{uniform: [low, high]}``.
+class _Range(Distribution, Generic[N]):
+    """A number drawn between two ends, both included, as Optuna's ``FloatDistribution`` and ``IntDistribution``.
 
     Attributes:
         low: The lower end.
         high: The upper end.
     """
 
-    low: float = 0.0
-    high: float = 1.0
+    low: N
+    high: N
     discrete: ClassVar[bool] = False
+    integer: ClassVar[bool] = False  # an integer (``Trial.suggest_int``), else a float
+    log: ClassVar[bool] = False  # drawn uniformly in log space
+    words: ClassVar[str] = ""  # the words of ``describe``, with ``{low}`` and ``{high}``
 
     def suggest(self, trial: Trial) -> dict[str, Any]:
-        trial.suggest_float(self.name, self.low, self.high)
+        if self.integer:
+            trial.suggest_int(self.name, int(self.low), int(self.high))
+        else:
+            trial.suggest_float(self.name, self.low, self.high, log=self.log)
         return {}
 
     def describe(self) -> str:
-        return f"uniform [{self.low:g}, {self.high:g}]"
+        return self.words.format(low=self.low, high=self.high)
 
     def corners(self) -> list[Any]:
         return [self.low, self.high]
+
+
+@dataclass(frozen=True)
+class Uniform(_Range[float]):
+    """A float drawn uniformly, written ``{uniform: [low, high]}``."""
+
+    words: ClassVar[str] = "uniform [{low:g}, {high:g}]"
 
 
 @dataclass(frozen=True)
 class LogUniform(Uniform):
     """A positive float drawn uniformly in log space, written ``{loguniform: [low, high]}``."""
 
-    def suggest(self, trial: Trial) -> dict[str, Any]:
-        trial.suggest_float(self.name, self.low, self.high, log=True)
-        return {}
-
-    def describe(self) -> str:
-        return f"log-uniform [{self.low:g}, {self.high:g}]"
+    log: ClassVar[bool] = True
+    words: ClassVar[str] = "log-uniform [{low:g}, {high:g}]"
 
 
 @dataclass(frozen=True)
-class RandInt(Distribution):
-    """An integer in [low, high], both ends included, written ``{randint: [low, high]}``.
+class RandInt(_Range[int]):
+    """An integer in [low, high], both ends included, written ``{randint: [low, high]}``."""
 
-    Attributes:
-        low: The lower end.
-        high: The upper end.
-    """
-
-    low: int = 0
-    high: int = 1
-    discrete: ClassVar[bool] = False
-
-    def suggest(self, trial: Trial) -> dict[str, Any]:
-        trial.suggest_int(self.name, self.low, self.high)
-        return {}
-
-    def describe(self) -> str:
-        return f"an integer in [{self.low}, {self.high}]"
-
-    def corners(self) -> list[Any]:
-        return [self.low, self.high]
+    integer: ClassVar[bool] = True
+    words: ClassVar[str] = "an integer in [{low}, {high}]"
 
 
 @dataclass(frozen=True)

@@ -288,16 +288,7 @@ def evaluate_run(run: Run, val_batches, *, train_loss: float, count: int, starte
     if not math.isfinite(train_loss):
         raise DivergedError(f"training loss became {train_loss} before step {step}", step)
     scored, forward = learner.evaluated()
-    val = evaluate(
-        scored,
-        val_batches,
-        batch_size=cfg.batch_size,
-        device=place.device,
-        num_workers=place.loader_workers,
-        forward=forward,
-        precision=place.precision,
-        world=place.world,
-    )
+    val = _evaluate(run, scored, forward, val_batches, num_workers=place.loader_workers)
     if val["acc"] > progress.best["val_acc"]:
         kept = learner.ema_tensors() or learner.trainable
         progress.best = {"val_acc": val["acc"], "step": step, "trainable": _snapshot(kept)}
@@ -351,18 +342,22 @@ def _test_best(run: Run) -> dict[str, Any]:
     """Test accuracy, mean loss and (one worker) per-image correctness of the best-validation weights (the model keeps
     them afterwards)."""
     restore_best(run)
-    place, learner = run.place, run.learner
-    test = evaluate(
-        learner.model,
-        run.splits.test,
+    return _evaluate(run, run.learner.model, run.learner.forward, run.splits.test, per_image=True)
+
+
+def _evaluate(run: Run, model: nn.Module, forward: Forward, dataset: Any, **options: Any) -> dict[str, Any]:
+    """``evaluate`` of ``model`` through ``forward`` where the run computes: its device, precision and workers."""
+    place = run.place
+    return evaluate(
+        model,
+        dataset,
         batch_size=run.cfg.batch_size,
         device=place.device,
-        forward=learner.forward,
+        forward=forward,
         precision=place.precision,
         world=place.world,
-        per_image=True,
+        **options,
     )
-    return test
 
 
 def _snapshot(params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -14,7 +13,7 @@ import torch
 from torch.utils.data import Dataset, Subset
 
 from vitplast_tune import components, freezing
-from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.config import FinetuneConfig, PlasticityInputs
 from vitplast_tune.data import datasets
 from vitplast_tune.data.batches import eval_batches, train_batches
 from vitplast_tune.data.decoded import InMemory
@@ -28,35 +27,19 @@ from vitplast_tune.vit.plasticity import compute_plasticity
 
 
 def measure_plasticity(
-    model_name: str,
+    inputs: PlasticityInputs,
     *,
-    weights: str | Path | None,
-    pretrained: bool,
-    dataset: str,
-    reference: str,
-    reference_split: str,
-    data_dir: str | Path | None,
     download: bool,
-    variant: str,
     batch_size: int,
-    max_pairs: int | None,
     device: str | torch.device | None = None,
     decoded: InMemory | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
     """Build a run's model and both image sets, and measure the model's plasticity between them.
 
     Args:
-        model_name: The model's name.
-        weights: A weights file to load into it.
-        pretrained: Whether to start from the pretrained weights.
-        dataset: The downstream dataset, whose test split is measured.
-        reference: The reference dataset.
-        reference_split: The reference's split ("test" or "train").
-        data_dir: The data's root (None: the default data directory).
+        inputs: The model, its weights, both image sets, the variant and the number of pairs.
         download: Whether missing data may be downloaded.
-        variant: The plasticity variant.
         batch_size: Images per forward pass.
-        max_pairs: At most this many image pairs (None: no limit).
         device: Where to measure (None: the device this task was given, ``devices.run_device``).
         decoded: The downstream (or reference) dataset already decoded, not read again.
 
@@ -67,22 +50,23 @@ def measure_plasticity(
     Raises:
         UserError: If a dataset or the model is unknown, or the data or weights are missing.
     """
-    datasets.check_dataset_name(dataset)  # here, where data loads: a search's plan checked them without torch
-    datasets.check_dataset_name(reference)
-    model = models.create_model(model_name, 0, pretrained=pretrained, weights=weights)  # no head: any head fits
+    i = inputs
+    datasets.check_dataset_name(i.dataset)  # here, where data loads: a search's plan checked them without torch
+    datasets.check_dataset_name(i.reference)
+    model = models.create_model(i.model_name, 0, pretrained=i.pretrained, weights=i.weights)  # no head: any head fits
     config = models.data_config(model)
-    load = dict(data_dir=data_dir, download=download, decoded=decoded)
-    downstream_set = datasets.load_dataset(dataset, config, **load).test
-    reference_set = getattr(datasets.load_dataset(reference, config, **load), reference_split)
+    load = dict(data_dir=i.data_dir, download=download, decoded=decoded)
+    downstream_set = datasets.load_dataset(i.dataset, config, **load).test
+    reference_set = getattr(datasets.load_dataset(i.reference, config, **load), i.reference_split)
     start = time.perf_counter()
     table = compute_plasticity(
         model,
         eval_batches(reference_set, batch_size),
         eval_batches(downstream_set, batch_size),
-        variant=variant,
+        variant=i.variant,
         batch_size=batch_size,
         device=device if device is not None else run_device(),
-        max_pairs=max_pairs,
+        max_pairs=i.max_pairs,
     )
     where = {"seconds": round(time.perf_counter() - start, 3), "measured_on": task_context()}
     return table, _parameters(model), where
