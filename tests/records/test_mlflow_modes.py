@@ -11,6 +11,7 @@ Chromium (``/usr/bin/chromium``, Debian's package; ``.ci/run`` installs it) and 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -131,6 +132,7 @@ def test_a_users_choice_of_genai_is_kept(served, browser, tmp_path):
     page.goto(f"{base}/#/experiments/{experiment}")
     page.reload()  # the page (and its seed) loaded again
     page.get_by_text("Evaluation runs").first.wait_for(timeout=WAIT_MS)  # GenAI's sidebar
+    page.wait_for_url(re.compile(r"/overview"), timeout=WAIT_MS)  # GenAI's landing page: the UI moves there after
     page.screenshot(path=str(tmp_path / "genai_kept.png"))
     assert "/overview" in page.url and stored_mode(page) == "genai", page.url
     page.context.close()
