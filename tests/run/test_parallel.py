@@ -150,9 +150,10 @@ def test_the_dry_run_says_each_trials_workers_their_resources_and_placement():
     from types import SimpleNamespace
 
     from vitplast_tune.plan import estimate
+    from vitplast_tune.plan.search_plan import Running
 
     options = SearchOptions(cpus_per_trial=4, gpus_per_trial=2, placement="spread")
-    plan = SimpleNamespace(options=options, max_concurrent=None, spec=SimpleNamespace(total_trials=8))
+    plan = SimpleNamespace(running=Running.of(options), max_concurrent=None, spec=SimpleNamespace(total_trials=8))
     nodes = [{"CPU": 2.0, "GPU": 1.0}, {"CPU": 2.0, "GPU": 1.0}, {"CPU": 8.0, "GPU": 2.0}]
     lines = estimate.describe_resources(plan, "the cluster", nodes, 2)
     assert lines[0].startswith("resources:  {CPU: 4, GPU: 2} per trial")
@@ -162,7 +163,7 @@ def test_the_dry_run_says_each_trials_workers_their_resources_and_placement():
     )
     # a trial's workers may span nodes: the two small nodes hold one trial between them, the large one another
     assert estimate.concurrency(plan, nodes, "the cluster") == 2
-    one = SimpleNamespace(options=SearchOptions(cpus_per_trial=4), max_concurrent=None, spec=plan.spec)
+    one = SimpleNamespace(running=Running.of(SearchOptions(cpus_per_trial=4)), max_concurrent=None, spec=plan.spec)
     assert not any(line.startswith("workers:") for line in estimate.describe_resources(one, "here", nodes, 1))
 
 
