@@ -372,11 +372,6 @@ class SearchOptions:
             gathered[key] = value
         return gathered
 
-    @property
-    def trial_resources(self) -> dict[str, float]:
-        """The Ray resources one trial asks for."""
-        return {"cpu": self.cpus_per_trial, "gpu": self.gpus_per_trial, **self.resources_per_trial}
-
     @classmethod
     def of(cls, options: SearchOptions | None = None, **keywords: Any) -> SearchOptions:
         """Make options from an instance, from keywords, or from an instance with keywords replacing some fields.

@@ -70,7 +70,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     spec, notes = fit_scheduler(plan.spec, plan.settings.max_steps)
     trials.check_batches(spec, plan.settings, running.resources.workers)
     checks.check_local_resources(running)
-    reference = running.plasticity_reference if running.plasticity else None
+    reference = running.reference
     checks.check_reference(reference, plan.settings.dataset)
     budget = inputs.Budget(plan.max_trainable_params, subsets(spec, plan.settings), plan.corners)
     decoded, augment = inputs.check_inputs(plan.settings, reference, budget, searched_augmentations(spec))

@@ -5,8 +5,11 @@ before a local Ray instance starts (``check_local_fits``), and against a cluster
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vitplast_tune.plan.options import SearchOptions
 
 from vitplast_tune import environment
 from vitplast_tune._compat import ray as ray_internals
@@ -29,14 +32,14 @@ class TrialResources:
         placement: Where a trial's workers run: pack or spread.
     """
 
-    cpus: float = 1.0
-    gpus: float = 0.0
-    custom: dict[str, float] = field(default_factory=dict)
-    workers: int = 1
-    placement: str = "pack"
+    cpus: float
+    gpus: float
+    custom: dict[str, float]
+    workers: int
+    placement: str
 
     @classmethod
-    def of(cls, options: Any) -> TrialResources:
+    def of(cls, options: SearchOptions) -> TrialResources:
         """Resolve the resources a search's options give each trial.
 
         Args:
@@ -48,7 +51,7 @@ class TrialResources:
         gpus = options.gpus_per_trial
         workers = options.workers_per_trial or (int(gpus) if gpus > 1 else 1)
         custom = dict(options.resources_per_trial)
-        return cls(options.cpus_per_trial, gpus, custom, workers, getattr(options, "placement", "pack"))
+        return cls(options.cpus_per_trial, gpus, custom, workers, options.placement)
 
     @property
     def request(self) -> dict[str, float]:

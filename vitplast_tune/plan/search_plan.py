@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.plan.options import (
-    DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_MAX_FAILURES,
     DEFAULT_SEED,
     EXPERIMENT,
@@ -46,18 +45,23 @@ class Running:
         resume_flags: The command-line words the command that resumes it repeats (what its record does not hold).
     """
 
-    resume: bool = False
-    verbose: int = 1
-    address: str | None = None
-    joining: str | None = None
-    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
-    resources: TrialResources = field(default_factory=TrialResources)
-    max_trainable_params: int | None = None
-    plasticity: bool = True
-    plasticity_variant: str = "paper"
-    plasticity_reference: str = "fractals"
-    plasticity_pairs: int | None = None
-    resume_flags: tuple[str, ...] = ()
+    resume: bool
+    verbose: int
+    address: str | None
+    joining: str | None
+    connect_timeout_s: float
+    resources: TrialResources
+    max_trainable_params: int | None
+    plasticity: bool
+    plasticity_variant: str
+    plasticity_reference: str
+    plasticity_pairs: int | None
+    resume_flags: tuple[str, ...]
+
+    @property
+    def reference(self) -> str | None:
+        """The dataset plasticity is measured against (None: plasticity is not measured)."""
+        return self.plasticity_reference if self.plasticity else None
 
     @classmethod
     def of(cls, options: SearchOptions) -> Running:

@@ -363,7 +363,7 @@ def analyze(
     Args:
         result: The finished search.
         mlflow: The MLflow client of its tracking store.
-        running: The plasticity reference, variant and pairs to measure with (default: ``SearchOptions``').
+        running: The plasticity reference, variant and pairs to measure with (None: ``SearchOptions``' defaults).
         measuring: Where its measurements run (``runner``, ``decoded``, ``staged``: see ``predictors.report``).
         once: Whether a table the parent run already holds is left unlogged (a resumed search's end).
     """

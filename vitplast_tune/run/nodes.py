@@ -137,7 +137,7 @@ def stage_inputs(plan: SearchPlan) -> tuple[bool, list[staging.Staged]]:
     not shared by the nodes; else whether the cluster can grow (an autoscaler adds nodes for pending trials), and the
     files of the driver's disk sent to the nodes that lack them (``data.staging``)."""
     running = plan.running
-    inputs = staging.needed(plan.settings, running.plasticity_reference if running.plasticity else None)
+    inputs = staging.needed(plan.settings, running.reference)
     checked = preflight(running.resources.placement_request, plan.storage, inputs)  # several workers: one's
     for files in checked.to_stage:
         log.info(f"Sending the {files.describe()} to the nodes through Ray's object store")

@@ -26,7 +26,7 @@ from ray.tune import Callback
 
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.log import get_logger
-from vitplast_tune.plan.resources import TRIAL_PROCESS_CPU, TrialResources
+from vitplast_tune.plan.resources import TRIAL_PROCESS_CPU, TrialResources, ray_request
 
 if TYPE_CHECKING:  # the driver of a search imports this without torch
     from vitplast_tune.data.decoded import InMemory
@@ -103,8 +103,7 @@ def concurrent_runs(resources: TrialResources, cluster: dict[str, float]) -> int
     """
     if resources.workers == 1:
         return None
-    need = {"CPU": resources.cpus, "GPU": resources.gpus, **resources.custom}
-    fits = [int(cluster.get(name, 0.0) // amount) for name, amount in need.items() if amount > 0]
+    fits = [int(cluster.get(name, 0.0) // amount) for name, amount in ray_request(resources.request).items()]
     return max(1, min(fits)) if fits else None
 
 

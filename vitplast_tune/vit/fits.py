@@ -26,8 +26,7 @@ def check_fits_model(settings: FinetuneConfig, classes: int, trials: tuple[Finet
     """
     with torch.device("meta"):
         model = models.create_model(settings.model, classes, pretrained=False)
-    layout = layout_of(model)
-    depth = freezing.num_blocks(model, layout)
+    depth = freezing.num_blocks(model, layout_of(model))
     for cfg in (settings, *trials):
         if cfg.blocks is not None and max(cfg.blocks) >= depth:
             raise UserError(
