@@ -73,8 +73,9 @@ def _returns_something(annotation: object) -> bool:
     return annotation not in (None, "None", "NoReturn", "Never")
 
 
-def function_problems(name: str, fn: object, *, skip_first: bool = False) -> list[str]:
-    """What keeps a function's docstring from the anchors' style (nothing: it follows it)."""
+def function_problems(name: str, fn: object, *, skip_first: bool = False, inherited: bool = False) -> list[str]:
+    """What keeps a function's docstring from the anchors' style (nothing: it follows it); an ``inherited`` one (an
+    override of another project's method) needs no sections: they are the base's."""
     doc = inspect.getdoc(fn) or ""
     if not doc:
         return [f"{name}: no docstring"]
@@ -82,7 +83,7 @@ def function_problems(name: str, fn: object, *, skip_first: bool = False) -> lis
     signature = inspect.signature(fn)
     params = list(signature.parameters.values())[1 if skip_first else 0 :]
     found = sections(doc)
-    missing = [p.name for p in params if p.name not in found.get("Args", [])]
+    missing = [] if inherited else [p.name for p in params if p.name not in found.get("Args", [])]
     if missing:
         problems.append(f"{name}: Args does not name {missing}")
     unannotated = [p.name for p in params if p.annotation is inspect.Parameter.empty]
@@ -90,7 +91,7 @@ def function_problems(name: str, fn: object, *, skip_first: bool = False) -> lis
         problems.append(f"{name}: parameters not annotated {unannotated}")
     if signature.return_annotation is inspect.Signature.empty:
         problems.append(f"{name}: return not annotated")
-    elif _returns_something(signature.return_annotation) and not {"Returns", "Yields"} & set(found):
+    elif _returns_something(signature.return_annotation) and not ({"Returns", "Yields"} & set(found) or inherited):
         problems.append(f"{name}: no Returns section")
     return problems
 
@@ -119,8 +120,14 @@ def class_problems(name: str, cls: type) -> list[str]:
         if isinstance(member, (classmethod, staticmethod)):
             problems += function_problems(f"{name}.{attr}", member.__func__, skip_first=isinstance(member, classmethod))
         elif inspect.isfunction(member):
-            problems += function_problems(f"{name}.{attr}", member, skip_first=True)
+            hook = _overrides_another_projects(cls, attr)  # Tune's callback hooks: their arguments documented there
+            problems += function_problems(f"{name}.{attr}", member, skip_first=True, inherited=hook)
     return problems
+
+
+def _overrides_another_projects(cls: type, attr: str) -> bool:
+    """Whether ``cls.attr`` overrides a method a base class from another project defines."""
+    return any(attr in vars(base) and not base.__module__.startswith("vitplast_tune") for base in cls.__mro__[1:-1])
 
 
 def public_objects() -> list[tuple[str, object]]:

@@ -58,7 +58,7 @@ def test_lines_past_one_hour_with_best_and_eta():
         == "[1:05:12] 1/4 trials done | mha+fc1 lr=0.05: best val_acc 90.00% at step 40 | best so far 90.00% (mha+fc1 lr=0.05) | ETA 1:05:12"
     )
     fake.now += 31
-    progress.on_step(2, [a, b])  # the heartbeat, every 30 s without a bar
+    progress.on_step_end(2, [a, b])  # the heartbeat, every 30 s without a bar
     assert out.getvalue().splitlines()[-1].startswith("[1:05:43] 1/4 trials done | 1 running | best so far 90.00%")
 
 
@@ -90,7 +90,7 @@ def test_a_bar_on_a_terminal_keeps_the_lines_above_it():
     fake.now += 4000
     a.status, a.last_result = "TERMINATED", {"best_val_acc": 0.75, "step": 8, "max_steps": 8}
     progress.on_trial_complete(1, [a], a)
-    progress.on_step(2, [a])
+    progress.on_step_end(2, [a])
     assert progress.bar.n == 1 and "ETA 1:06:40" in progress.bar.postfix
     b = trial("b")
     progress.on_trial_start(2, [a, b], b)
@@ -102,3 +102,23 @@ def test_a_bar_on_a_terminal_keeps_the_lines_above_it():
     text = out.getvalue()
     assert "[1:06:40] 1/2 trials done | mha+fc1 lr=0.05: best val_acc 75.00%" in text
     assert "trials 2/2 |" in text and progress.bar is None  # the bar was drawn, then closed
+
+
+def test_every_hook_of_the_search_s_callbacks_is_one_tune_calls():
+    """A callback's ``on_*`` method Tune does not know is never called (the heartbeat once sat in ``on_step``, which
+    Tune has not, so no heartbeat line was ever printed and the bar's clock stood still between trials)."""
+    import importlib
+
+    from ray.tune import Callback
+
+    for module in ("records.trial_runs", "run.progress", "run.guard", "run.live_study", "run.parallel"):
+        importlib.import_module(f"vitplast_tune.{module}")
+    ours = [c for c in _subclasses(Callback) if c.__module__.startswith("vitplast_tune.")]
+    assert {c.__name__ for c in ours} >= {"Progress", "MlflowTracker", "ReleaseOrphans"}
+    hooks = {name for name in vars(Callback) if name.startswith("on_")}
+    unknown = [f"{c.__name__}.{name}" for c in ours for name in vars(c) if name.startswith("on_") and name not in hooks]
+    assert unknown == []
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [s for sub in cls.__subclasses__() for s in (sub, *_subclasses(sub))]

@@ -172,26 +172,11 @@ class MlflowTracker(Callback):
         return None
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        """Make (or find) the child run of a trial that starts.
-
-        Args:
-            iteration: Tune's loop iteration.
-            trials: Every trial of the search.
-            trial: The trial that starts.
-            **info: Tune's further keywords.
-        """
+        """Make (or find) the child run of a trial that starts."""
         self.run_id(trial, number=trials.index(trial) + 1 if trial in trials else None)
 
     def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict, **info: Any) -> None:
-        """Log a trial's report to its child run: its curves, and the node it runs on as tags when that changed.
-
-        Args:
-            iteration: Tune's loop iteration.
-            trials: Every trial of the search.
-            trial: The trial that reported.
-            result: Its report.
-            **info: Tune's further keywords.
-        """
+        """Log a trial's report to its child run: its curves, and the node it runs on as tags when that changed."""
         run_id = self.run_id(trial)
         step = int(result.get("step", result.get("training_iteration", 0)))
         log_metrics(self.mlflow, run_id, {**{k: result.get(k) for k in CURVE_METRICS}, **live_metrics(result)}, step)
@@ -203,14 +188,7 @@ class MlflowTracker(Callback):
             self._tagged_node[trial.trial_id] = node
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        """Close a finished trial's child run: FINISHED with its final metrics, or FAILED when it diverged.
-
-        Args:
-            iteration: Tune's loop iteration.
-            trials: Every trial of the search.
-            trial: The trial that finished.
-            **info: Tune's further keywords.
-        """
+        """Close a finished trial's child run: FINISHED with its final metrics, or FAILED when it diverged."""
         run_id = self.run_id(trial)
         last = trial.last_result or {}
         if last.get("diverged"):
@@ -223,14 +201,7 @@ class MlflowTracker(Callback):
         self.mlflow.set_terminated(run_id, status="FINISHED")
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        """Close a crashed trial's child run FAILED, tagged with the error's line.
-
-        Args:
-            iteration: Tune's loop iteration.
-            trials: Every trial of the search.
-            trial: The trial that crashed.
-            **info: Tune's further keywords.
-        """
+        """Close a crashed trial's child run FAILED, tagged with the error's line."""
         run_id = self.run_id(trial)
         reason = _error_text(trial)
         self.mlflow.set_tag(run_id, FAILURE_TAG, reason)

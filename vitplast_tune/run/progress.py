@@ -74,7 +74,7 @@ class Progress(Callback):
     ):
         self.total, self.every_s, self.clock = total, every_s, clock
         self.stream = stream or sys.stderr  # progress, as the library's messages: results go to stdout
-        self.done, self.best, self.started, self.last = 0, None, clock(), clock()
+        self.done, self.best, self.started, self.last, self.drawn = 0, None, clock(), clock(), clock()
         self.began: dict[str, float] = {}  # trial id -> when it started (or was restored) in this run: the running
         self.ended: set[str] | None = None  # the trials that ended, counted from Tune's list once, then kept
         self.durations: list[float] = []
@@ -83,12 +83,8 @@ class Progress(Callback):
         self.bar = None
 
     def setup(self, **info: Any) -> None:
-        """Start the clock, and the bar when there is one.
-
-        Args:
-            **info: Tune's keywords.
-        """
-        self.started = self.last = self.clock()
+        """Start the clock, and the bar when there is one."""
+        self.started = self.last = self.drawn = self.clock()
         if self.use_bar:
             from tqdm.auto import tqdm
 
@@ -101,26 +97,12 @@ class Progress(Callback):
             )
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        """Note when a trial starts (or is restored) in this run.
-
-        Args:
-            iteration: Tune's loop iteration.
-            trials: Every trial of the search.
-            trial: The trial that starts.
-            **info: Tune's further keywords.
-        """
+        """Note when a trial starts (or is restored) in this run."""
         self.began[trial.trial_id] = self.clock()
         self.peak = max(self.peak, len(self.began), 1)
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        """Print a finished trial's line: its best validation accuracy, or that it diverged.
-
-        Args:
-            iteration: Tune's loop iteration.
-            trials: Every trial of the search.
-            trial: The trial that finished.
-            **info: Tune's further keywords.
-        """
+        """Print a finished trial's line: its best validation accuracy, or that it diverged."""
         self._ended(trials, trial)
         r = trial.last_result or {}
         name = trial_label(trial.config)
@@ -133,39 +115,22 @@ class Progress(Callback):
         self._print(f"{name}: best val_acc {pct(acc)} at step {r.get('best_step')}{early}", trials)
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        """Print a crashed trial's line.
-
-        Args:
-            iteration: Tune's loop iteration.
-            trials: Every trial of the search.
-            trial: The trial that crashed.
-            **info: Tune's further keywords.
-        """
+        """Print a crashed trial's line."""
         self._ended(trials, trial)
         self._print(f"{trial_label(trial.config)}: failed; see its MLflow run", trials)
 
-    def on_step(self, iteration: int, trials: list[Trial], **info: Any) -> None:
-        """Move the bar, or print a heartbeat line when ``every_s`` seconds passed without a line.
-
-        Args:
-            iteration: Tune's loop iteration.
-            trials: Every trial of the search.
-            **info: Tune's further keywords.
-        """
-        running = len(self.began)  # Tune steps many times a second: nothing here goes over every trial
-        if self.bar is not None:
+    def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
+        """Move the bar, or print a heartbeat line when ``every_s`` seconds passed without a line."""
+        now = self.clock()  # Tune steps many times a second: the bar is drawn at most once a second
+        if self.bar is not None and now - self.drawn >= 1.0:
+            self.drawn = now
             self.bar.set_postfix_str(self._status(trials), refresh=False)
             self.bar.refresh()  # elapsed time and ETA move between trials
-        elif self.clock() - self.last >= self.every_s:
-            self._print(f"{running} running", trials)
+        elif self.bar is None and now - self.last >= self.every_s:
+            self._print(f"{len(self.began)} running", trials)
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
-        """Close the bar.
-
-        Args:
-            trials: Every trial of the search.
-            **info: Tune's further keywords.
-        """
+        """Close the bar."""
         if self.bar is not None:
             self.bar.close()
             self.bar = None
