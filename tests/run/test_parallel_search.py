@@ -76,21 +76,26 @@ def checkpointed_trials(directory: Path, at_least: int = 1) -> list[str]:
     return [t.name.removeprefix("trial_") for t in trials]
 
 
-def running_checkpointed(directory: Path, at_least: int = 2) -> list[str]:
-    """The trials whose MLflow run is RUNNING and that have ``at_least`` checkpoints in the search's folder, the
-    first of them older than Tune's last save of its experiment state (which a resume restores from: it lags a
-    trial's newest checkpoint on a loaded machine, and a driver killed before it restarts the trial from scratch)."""
+def held_by_tune(directory: Path) -> dict[str, int]:
+    """The step of each trial's newest checkpoint in Tune's last saved experiment state: what a resume restores (the
+    state lags a trial's newest checkpoint on a loaded machine, and a trial it holds none of restarts from scratch)."""
+    saved = sorted(directory.glob("experiment_state-*.json"), key=lambda p: p.stat().st_mtime)
+    try:
+        trials = json.loads(saved[-1].read_text())["trial_data"] if saved else []
+    except (FileNotFoundError, json.JSONDecodeError):  # replaced as it was read: look again
+        return {}
+    last = [json.loads(metadata)["last_result"] for _, metadata in trials]
+    return {r["trial_id"]: r["step"] for r in last if r.get("checkpoint_dir_name")}
+
+
+def running_checkpointed(directory: Path, at_least: int = 2, every: int = 8) -> dict[str, int]:
+    """The trials whose MLflow run is RUNNING and whose checkpoint in Tune's saved state is at least their
+    ``at_least``-th (one every ``every`` steps), with its step."""
     if not (directory / "vitplast_search.json").is_file():
-        return []
+        return {}
     _, _, by_trial = runs_by_trial(directory)
     running = {t for t, runs in by_trial.items() if runs[0].info.status == "RUNNING"}
-    try:
-        saved = max((p.stat().st_mtime for p in directory.glob("experiment_state-*.json")), default=0.0)
-        found = [t for t in checkpointed_trials(directory, at_least) if t in running]
-        first = {t: min(p.stat().st_mtime for p in (directory / f"trial_{t}").glob("checkpoint_*")) for t in found}
-    except (FileNotFoundError, ValueError):  # a checkpoint removed as it was looked at: look again
-        return []
-    return [t for t in found if first[t] < saved]
+    return {t: step for t, step in held_by_tune(directory).items() if t in running and step >= at_least * every}
 
 
 @pytest.fixture
@@ -152,7 +157,7 @@ def test_two_workers_on_two_nodes_follow_the_loss_curve_of_one_worker(two_nodes,
 def test_asha_stops_two_worker_trials_optuna_is_told_pruned_and_a_sigkilled_driver_resumes(tmp_path, owned_ray):
     """TPE under ASHA over trials of two workers, two at once; the driver SIGKILLed once a trial is done and a running
     one has checkpointed twice; ``--resume``: every trial once, none lost, those ASHA stopped PRUNED in Optuna's study, and a trial
-    cut by the kill continued from its checkpoint (no step before it trained again)."""
+    cut by the kill continued from the checkpoint Tune's saved state held (no step up to it trained again)."""
     total, steps = 4, 24
     space = write_space(
         tmp_path / "space.yaml",
@@ -171,7 +176,7 @@ def test_asha_stops_two_worker_trials_optuna_is_told_pruned_and_a_sigkilled_driv
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=owned_ray.env, start_new_session=True)
         wait_until(lambda: f"1/{total} trials done" in log.read_text(), proc, log, what="a trial done")
         wait_until(lambda: running_checkpointed(directory), proc, log, what="a running trial's checkpoints")
-        logged = _steps_logged(directory)  # what MLflow holds of every trial when the driver dies
+        held = held_by_tune(directory)  # a resume restores at least these (a later save only holds more)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
     owned_ray.kill_all()  # the orphaned raylet, GCS, Train controller and workers this driver had started
@@ -191,7 +196,7 @@ def test_asha_stops_two_worker_trials_optuna_is_told_pruned_and_a_sigkilled_driv
         assert run.info.status == "FINISHED" and run.data.tags[WORKERS_TAG] == "2"
         steps_now = [s for s, _ in history(client, run, "val_acc")]
         assert set(steps_now) == set(range(8, int(trial.step) + 1, 8))
-        _assert_continued(steps_now, logged.get(trial.trial_id, []))
+        _assert_resumed_after(steps_now, held.get(trial.trial_id, 0))
     searcher = OptunaSearcher()
     searcher.restore_from_dir(str(directory))
     states = sorted(t.state.name for t in searcher._ot_study.trials)
@@ -208,13 +213,14 @@ def test_a_sigtermed_driver_resumes_a_two_worker_trial_from_its_checkpoint(tmp_p
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=owned_ray.env, start_new_session=True)
         wait_until(lambda: "1/2 trials done" in log.read_text(), proc, log, what="the first trial done")
         wait_until(lambda: running_checkpointed(directory), proc, log, what="the second trial's checkpoints")
-        logged = _steps_logged(directory)
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=300)
     assert proc.returncode == 143, log.read_text()
     client, record, by_trial = runs_by_trial(directory)
     assert sorted(runs[0].info.status for runs in by_trial.values()) == ["FINISHED", "KILLED"]
     (interrupted,) = [t for t, runs in by_trial.items() if runs[0].info.status == "KILLED"]
+    held = held_by_tune(directory)  # a stopped search saves its state: the trial's newest checkpoint
+    assert 16 <= held[interrupted] < 64
 
     (line,) = [line for line in log.read_text().splitlines() if "continue the search with vitplast search" in line]
     command = shlex.split(line.split("continue the search with ", 1)[1])
@@ -230,23 +236,14 @@ def test_a_sigtermed_driver_resumes_a_two_worker_trial_from_its_checkpoint(tmp_p
     assert run.info.status == "FINISHED" and run.data.tags[WORKERS_TAG] == "2"
     steps_now = [s for s, _ in history(client, run, "val_acc")]
     assert set(steps_now) == set(range(8, 65, 8))
-    _assert_continued(steps_now, logged[interrupted])
+    _assert_resumed_after(steps_now, held[interrupted])
 
 
-def _steps_logged(directory: Path) -> dict[str, list[int]]:
-    """The steps of ``val_acc`` each trial's MLflow run holds now."""
-    client, _, by_trial = runs_by_trial(directory)
-    return {trial: [s for s, _ in history(client, runs[0], "val_acc")] for trial, runs in by_trial.items()}
-
-
-def _assert_continued(steps_now: list[int], before: list[int]) -> None:
-    """A trial resumed from a checkpoint trained again only the steps after it: of the steps logged before the
-    interruption, the repeated ones are a tail that leaves the first ones (at least one checkpoint's) alone."""
-    repeated = sorted({s for s in steps_now if steps_now.count(s) > 1})
-    kept = [s for s in before if s not in repeated]
-    assert all(r > k for r in repeated for k in kept), (steps_now, before)
-    if repeated:
-        assert kept, f"the trial trained again from its first step: {steps_now}"
+def _assert_resumed_after(steps_now: list[int], held: int) -> None:
+    """A trial resumed from the checkpoint Tune's saved state held (at step ``held``) trained none of the steps up to
+    it again: each of them is logged once."""
+    again = [s for s in steps_now if s <= held and steps_now.count(s) > 1]
+    assert not again, f"steps up to the held checkpoint ({held}) trained again: {steps_now}"
 
 
 # ----------------------------------------------------------------------------- a worker killed
