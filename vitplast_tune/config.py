@@ -338,20 +338,6 @@ class FinetuneConfig:
         return asdict(self)
 
 
-# What every report of a trial carries that a search can optimise, and the mode in which it is better (the last two:
-# second objectives of a Pareto search).
-METRICS = {
-    "val_acc": "max",
-    "best_val_acc": "max",
-    "val_loss": "min",
-    "train_loss": "min",
-    "trainable_params": "min",
-    "images_per_s": "max",
-    "val_acc_per_gpu_hour": "max",  # --objective accuracy_per_gpu_hour: val_acc per hour of the trial's training steps
-    "time_in_steps_s": "min",  # the trial's seconds in training steps (--objective pareto's cost)
-}
-
-
 def trial_config(config: dict[str, Any], settings: FinetuneConfig) -> FinetuneConfig:
     """Make a trial's settings: its sampled parameters over the search's settings.
 

@@ -10,12 +10,12 @@ import pytest
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
 from vitplast_tune.plan import SearchOptions, prepare
-from vitplast_tune.plan.checks import check_metric
 from vitplast_tune.records import pareto_front
 from vitplast_tune.records.table import trial_subset
 from vitplast_tune.run import execute, search_algorithm, train_trial
 from vitplast_tune.run.optuna_search import objectives
 from vitplast_tune.space import load_space
+from vitplast_tune.space.objectives import with_objective
 
 SPACE = """
 metric: {metric}
@@ -159,8 +159,8 @@ def test_a_second_objective_is_validated_like_the_first(tmp_path):
 
     spec = _space(tmp_path, "[val_acc, trainable_params]", "[max, max]")
     with pytest.raises(UserError, match='mode "max" would search for the worst trainable_params'):
-        check_metric(spec)
-    check_metric(_space(tmp_path, "[val_acc, images_per_s]", "[max, max]"))
+        with_objective(spec, None)
+    with_objective(_space(tmp_path, "[val_acc, images_per_s]", "[max, max]"), None)
 
 
 # ----------------------------------------------------------------------------- --objective: cost-aware searches
@@ -180,7 +180,7 @@ defaults: {model: vit_testbed_patch8_32, pretrained: false, max_steps: 8, eval_e
 
 
 def test_the_objective_option_replaces_the_spaces_metric(tmp_path):
-    from vitplast_tune.space.objectives import objective_of, with_objective
+    from vitplast_tune.space.objectives import objective_of
 
     spec = _space(tmp_path)
     assert with_objective(spec, None) is spec and with_objective(spec, "accuracy") is spec
@@ -194,7 +194,7 @@ def test_the_objective_option_replaces_the_spaces_metric(tmp_path):
     assert pareto.objectives == (("val_acc", "max"), ("time_in_steps_s", "min")) and objective_of(pareto) == "pareto"
     assert objectives(pareto) == (["val_acc", "time_in_steps_s"], ["max", "min"])
     for made in (per_hour, pareto):
-        check_metric(made)
+        with_objective(made, None)
     with pytest.raises(UserError, match="scheduler asha ranks them by one metric"):
         with_objective(_space(tmp_path, scheduler="asha"), "pareto")
     assert objective_of(with_objective(_space(tmp_path, scheduler="asha"), "accuracy_per_gpu_hour")) != "accuracy"

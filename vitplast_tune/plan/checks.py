@@ -1,4 +1,4 @@
-"""The checks of a search's flags that need no model and no data: the metric, the resources per trial, the storage
+"""The checks of a search's flags that need no model and no data: the resources per trial, the storage
 folder, the plasticity options and what a local Ray instance would hold. Each problem is a ``UserError``."""
 
 from __future__ import annotations
@@ -6,25 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from vitplast_tune import outputs
-from vitplast_tune.config import METRICS, check_variant
-from vitplast_tune.errors import UserError, did_you_mean
+from vitplast_tune.config import check_variant
+from vitplast_tune.errors import UserError
 from vitplast_tune.plan import resources, services
 from vitplast_tune.plan.options import SearchOptions
 from vitplast_tune.plan.search_plan import Running
-from vitplast_tune.space.files import SearchSpec
-
-
-def check_metric(spec: SearchSpec) -> None:
-    """Each objective's metric must be one every trial reports, and its mode the direction that is better."""
-    for metric, mode in spec.objectives or ((spec.metric, spec.mode),):
-        if metric not in METRICS:
-            raise UserError(
-                f'{spec.path}: metric "{metric}" is not reported by trials{did_you_mean(metric, METRICS)}; '
-                f"use one of {', '.join(METRICS)}"
-            )
-        if mode != METRICS[metric]:
-            worst = f'{spec.path}: mode "{mode}" would search for the worst {metric}'
-            raise UserError(f"{worst}; use mode: {METRICS[metric]}")
 
 
 def check_resources(options: SearchOptions) -> None:

@@ -50,7 +50,6 @@ def prepare(options: SearchOptions) -> SearchPlan:
     spec = with_objective(spec, options.objective)
     if spec.budgets and options.settings.get("max_steps") is not None:
         raise UserError(f"{spec.path.name} trains at step budgets {spec.budget_steps}: give --budgets, not --max-steps")
-    checks.check_metric(spec)
     storage = storage_uri(str(options.storage or default_storage()))
     local = not is_uri(storage)
     if local:

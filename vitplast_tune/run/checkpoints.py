@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from vitplast_tune.config import METRICS, FinetuneConfig
+from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.space.objectives import METRICS
 from vitplast_tune.storage import BEST_FILE, STATE_FILE
 
 

@@ -5,12 +5,25 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from vitplast_tune.errors import UserError
+from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.space.files import SearchSpec
 
 OBJECTIVES = ("accuracy", "accuracy_per_gpu_hour", "pareto")
 PER_GPU_HOUR = "val_acc_per_gpu_hour"  # val_acc * 3600 / time_in_steps_s, reported at every evaluation
 TRAINING_SECONDS = "time_in_steps_s"  # the trial's seconds in training steps so far (its GPU-seconds)
+
+# What every report of a trial carries that a search can optimise, and the mode in which it is better (the last two:
+# second objectives of a Pareto search).
+METRICS = {
+    "val_acc": "max",
+    "best_val_acc": "max",
+    "val_loss": "min",
+    "train_loss": "min",
+    "trainable_params": "min",
+    "images_per_s": "max",
+    "val_acc_per_gpu_hour": "max",  # --objective accuracy_per_gpu_hour: val_acc per hour of the trial's training steps
+    "time_in_steps_s": "min",  # the trial's seconds in training steps (--objective pareto's cost)
+}
 
 
 def with_objective(spec: SearchSpec, objective: str | None) -> SearchSpec:
@@ -26,9 +39,11 @@ def with_objective(spec: SearchSpec, objective: str | None) -> SearchSpec:
     Raises:
         UserError: an unknown objective, or ``pareto`` with a space that stops trials early (ASHA, median stopping:
             they rank trials by one metric, and Ray's OptunaSearch takes several objectives only without them) or that
-            does not sample with Optuna.
+            does not sample with Optuna; or a space's metric that trials do not report, or its mode the worse
+            direction.
     """
     if objective in (None, "accuracy"):
+        _check_metrics(spec)
         return spec
     if objective == "accuracy_per_gpu_hour":
         return replace(spec, metric=PER_GPU_HOUR, mode="max", objectives=((PER_GPU_HOUR, "max"),))
@@ -46,6 +61,19 @@ def with_objective(spec: SearchSpec, objective: str | None) -> SearchSpec:
         )
     objectives = (("val_acc", "max"), (TRAINING_SECONDS, "min"))
     return replace(spec, metric="val_acc", mode="max", objectives=objectives)
+
+
+def _check_metrics(spec: SearchSpec) -> None:
+    """Each objective's metric must be one every trial reports, and its mode the direction that is better."""
+    for metric, mode in spec.objectives or ((spec.metric, spec.mode),):
+        if metric not in METRICS:
+            raise UserError(
+                f'{spec.path}: metric "{metric}" is not reported by trials{did_you_mean(metric, METRICS)}; '
+                f"use one of {', '.join(METRICS)}"
+            )
+        if mode != METRICS[metric]:
+            worst = f'{spec.path}: mode "{mode}" would search for the worst {metric}'
+            raise UserError(f"{worst}; use mode: {METRICS[metric]}")
 
 
 def objective_of(spec: SearchSpec) -> str:
