@@ -21,8 +21,8 @@ METRICS = {
     "train_loss": "min",
     "trainable_params": "min",
     "images_per_s": "max",
-    "val_acc_per_gpu_hour": "max",  # --objective accuracy_per_gpu_hour: val_acc per hour of the trial's training steps
-    "time_in_steps_s": "min",  # the trial's seconds in training steps (--objective pareto's cost)
+    PER_GPU_HOUR: "max",  # --objective accuracy_per_gpu_hour
+    TRAINING_SECONDS: "min",  # --objective pareto's cost
 }
 
 
