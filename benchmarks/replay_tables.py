@@ -135,12 +135,18 @@ def _v2_runs(trials: pd.DataFrame, curves: pd.DataFrame) -> dict[Key, list[Run]]
     by_trial = {t: g.sort_values("step") for t, g in curves.groupby("trial_id")}
     runs: dict[Key, list[Run]] = {}
     for row in trials.itertuples():
-        if row.status not in ("ok", "diverged") or row.trial_id not in by_trial:
+        diverged = row.status == "diverged"
+        if not (row.status == "ok" and row.trial_id in by_trial or diverged):
             continue
-        points = by_trial[row.trial_id]
+        points = by_trial.get(row.trial_id, curves.iloc[:0])
         curve = tuple((int(s), float(a)) for s, a in zip(points["step"], points["val_acc"].fillna(0.0)))
-        per_step = _per_step(row.time_in_steps_s, row.steps, points)
-        run = Run(int(row.seed), curve, float(row.test_acc), per_step, row.status == "diverged")
+        if diverged and not (curve and curve[-1][0] >= row.steps):
+            # curves.csv keeps finite evaluations only: the report of the step it diverged at (NaN metrics, as Tune
+            # saw it) ends the curve, so that its steps are charged and a run diverged before its first evaluation
+            # still costs its steps and counts in its configuration's mean test accuracy.
+            curve += ((int(row.steps), math.nan),)
+        per_step = _per_step(row.time_in_steps_s, row.steps, points, row.seconds)
+        run = Run(int(row.seed), curve, float(row.test_acc), per_step, diverged)
         runs.setdefault((str(row.subset), float(row.lr)), []).append(run)
     return runs
 
@@ -157,8 +163,11 @@ def _final_runs(trials: pd.DataFrame) -> dict[Key, list[Run]]:
     return runs
 
 
-def _per_step(time_in_steps_s: float, steps: int, points: pd.DataFrame) -> float:
-    """Seconds per training step: ``time_in_steps_s / steps``, else from the curve's wall seconds."""
+def _per_step(time_in_steps_s: float, steps: int, points: pd.DataFrame, seconds: float) -> float:
+    """Seconds per training step: ``time_in_steps_s / steps``, else the wall seconds of the curve's last evaluation
+    (or of the trial's last report: a diverged run reports no timings) per step."""
     if time_in_steps_s == time_in_steps_s and steps:
         return float(time_in_steps_s) / int(steps)
-    return float(points["seconds"].iloc[-1]) / int(points["step"].iloc[-1])
+    if len(points):
+        return float(points["seconds"].iloc[-1]) / int(points["step"].iloc[-1])
+    return float(seconds) / int(steps)

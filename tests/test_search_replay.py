@@ -38,6 +38,38 @@ def test_a_kept_check_becomes_a_table_of_seeds_curves_and_recorded_time():
     assert KEPT in replay_tables.discover()
 
 
+def test_a_diverged_trial_costs_its_steps_and_counts_zero_even_before_its_first_evaluation(tmp_path):
+    # curves.csv keeps finite evaluations only; a diverged trial reports no timings (time_in_steps_s empty).
+    trials = pd.DataFrame(
+        [
+            dict(
+                trial_id="t0", subset="fc1", lr=1.0, seed=0, steps=150, status="ok", test_acc=0.9, time_in_steps_s=15.0
+            ),
+            dict(trial_id="t1", subset="fc1", lr=1.0, seed=1, steps=30, status="diverged", seconds=6.0),
+            dict(trial_id="t2", subset="fc1", lr=1.0, seed=2, steps=120, status="diverged", seconds=40.0),
+        ]
+    )
+    curves = pd.DataFrame(
+        [dict(trial_id="t0", step=s, seconds=s / 5, val_acc=0.8) for s in (50, 100, 150)]
+        + [dict(trial_id="t2", step=s, seconds=s / 4, val_acc=0.5) for s in (50, 100)]
+    )
+    trials.to_csv(tmp_path / "trials.csv", index=False)
+    curves.to_csv(tmp_path / "curves.csv", index=False)
+    table = replay_tables.load_table(tmp_path)
+    runs = {r.seed: r for r in table.runs[("fc1", 1.0)]}
+    assert sorted(runs) == [0, 1, 2] and runs[1].diverged and runs[2].diverged
+    assert [s for s, _ in runs[1].curve] == [30] and [s for s, _ in runs[2].curve] == [50, 100, 120]
+    assert math.isnan(runs[2].curve[-1][1])  # what Tune saw at the diverged step: NaN metrics
+    assert runs[1].seconds == pytest.approx(6.0) and runs[2].seconds == pytest.approx(120 * 25 / 100)
+    assert table.mean_test(("fc1", 1.0)) == pytest.approx(0.9 / 3)  # the diverged seeds count 0
+    assert table.grid_seconds == pytest.approx((15.0 + 6.0 + 30.0) / 3)
+    for seed in range(6):  # the one configuration, each search seed drawing one of its seeds
+        drawn = runs[search_replay.random.Random(f"{seed}:seeds").choice([0, 1, 2])]
+        [(spent, test)] = search_replay.replay(table, "grid order + ASHA", seed, 0.005, 1.0, 10, 1)["path"]
+        assert spent == pytest.approx(drawn.seconds / table.grid_seconds, abs=1e-5)
+        assert test == (0.0 if drawn.diverged else pytest.approx(0.3))  # a diverged trial is never the answer
+
+
 def test_a_finished_lab_replaces_its_check(tmp_path):
     for folder in ("lab-v2/checks/lab.s0.a", "lab-v2/checks/lab.s0.b", "lab-v2/lab.s0.b"):
         (tmp_path / folder).mkdir(parents=True)
