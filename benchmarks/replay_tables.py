@@ -145,7 +145,7 @@ def _v2_runs(trials: pd.DataFrame, curves: pd.DataFrame) -> dict[Key, list[Run]]
             # saw it) ends the curve, so that its steps are charged and a run diverged before its first evaluation
             # still costs its steps and counts in its configuration's mean test accuracy.
             curve += ((int(row.steps), math.nan),)
-        per_step = _per_step(row.time_in_steps_s, row.steps, points, row.seconds)
+        per_step = _per_step(row.time_in_steps_s, row.steps, points, getattr(row, "seconds", math.nan))
         run = Run(int(row.seed), curve, float(row.test_acc), per_step, diverged)
         runs.setdefault((str(row.subset), float(row.lr)), []).append(run)
     return runs

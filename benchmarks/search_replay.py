@@ -469,7 +469,8 @@ def plot(tables: list[Table], results: dict, algorithms: list[str], path: str) -
 
 def check(tables: list[Table], count: int, seed: int = 0) -> list[tuple[str, bool]]:
     """Train ``count`` configurations again (drawn across the tables, each with one of its seeds) and compare each
-    evaluation's val_acc with the table's seeds there: within 3 seed standard deviations + 1 point of their mean.
+    evaluation's val_acc with the table's seeds there: within 3 seed standard deviations + 1 point of their mean, at
+    the steps the table evaluated.
 
     Returns:
         (line, agrees) per configuration.
@@ -489,9 +490,12 @@ def check(tables: list[Table], count: int, seed: int = 0) -> list[tuple[str, boo
             trial_config(config, lab_settings(table)),
             report=lambda m, *_, out=again: out.update({m["step"]: m["val_acc"]}),
         )
-        far = []
+        recorded = sorted({s for r in runs for s, a in r.curve if math.isfinite(a)})
+        far = [] if sorted(again) == recorded else [f"evaluated at steps {sorted(again)}, the table at {recorded}"]
         for step, acc in sorted(again.items()):
-            seen = [a for r in runs for s, a in r.curve if s == step]
+            seen = [a for r in runs for s, a in r.curve if s == step and math.isfinite(a)]
+            if not seen:
+                continue
             mean = statistics.mean(seen)
             sd = statistics.stdev(seen) if len(seen) > 1 else 0.0
             if abs(acc - mean) > 3 * sd + 0.01:
@@ -503,8 +507,11 @@ def check(tables: list[Table], count: int, seed: int = 0) -> list[tuple[str, boo
 
 
 def lab_settings(table: Table):
-    """The FinetuneConfig every trial of the table's lab trained with: its space's defaults, model and dataset."""
+    """The FinetuneConfig every trial of the table's lab trained with: its space's defaults, model and dataset, and
+    the space's constant parameters (each trial's config holds them, as Tune's param_space gives them)."""
+    from vitplast_tune.config import trial_config
     from vitplast_tune.plan import prepare
+    from vitplast_tune.space.distributions import Constant
 
     with common.scratch("replay_check_") as tmp:
         options = common.search_options(
@@ -512,7 +519,9 @@ def lab_settings(table: Table):
             tmp,
             settings={"model": table.lab["model"], "dataset": table.lab["dataset"]},
         )
-        return prepare(options).settings
+        plan = prepare(options)
+    constants = {name: p.value for name, p in plan.spec.parameters.items() if isinstance(p, Constant)}
+    return trial_config(constants, plan.settings)
 
 
 # ----------------------------------------------------------------------------- main

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from benchmarks import replay_tables, search_replay
+from benchmarks import common, replay_tables, search_replay
 from benchmarks.replay_tables import Run, Table
 from tests._spaces import TINY_SPACE
 
@@ -150,24 +150,27 @@ def test_quantiles_count_a_replay_that_never_reached_as_infinite():
 
 @pytest.fixture
 def tiny_table(tmp_path):
-    """A kept folder trained here: one configuration of the tiny testbed space, two seeds."""
+    """A kept folder trained here: one configuration of the tiny testbed space, two seeds; each trial's config holds
+    the space's constant parameters, as Tune gives them (here max_steps: 24, not the defaults' 16)."""
     from vitplast_tune.config import trial_config
+    from vitplast_tune.plan import prepare
     from vitplast_tune.vit.training import finetune
 
     space = tmp_path / "tiny.yaml"
-    space.write_text(
-        yaml.safe_dump({**TINY_SPACE, "parameters": {**TINY_SPACE["parameters"], "seed": {"choice": [0, 1]}}})
-    )
+    parameters = {**TINY_SPACE["parameters"], "seed": {"choice": [0, 1]}, "max_steps": 24}
+    space.write_text(yaml.safe_dump({**TINY_SPACE, "parameters": parameters}))
+    constants = {k: v for k, v in parameters.items() if not isinstance(v, dict)}
     folder = tmp_path / "lab.s0.tiny"
     folder.mkdir()
     lab = {"space": str(space), "model": "vit_testbed_patch8_32", "dataset": "digits"}
     (folder / "lab.json").write_text(json.dumps(lab))
-    table = Table("x", folder, {("fc1", 0.3): []}, False, lab)
-    settings = search_replay.lab_settings(table)
+    settings = prepare(
+        common.search_options(space, tmp_path, settings={k: lab[k] for k in ("model", "dataset")})
+    ).settings
     trials, curves = [], []
     for seed in (0, 1):
         reports = []
-        config = trial_config({"components": "fc1", "lr": 0.3, "seed": seed}, settings)
+        config = trial_config({**constants, "components": "fc1", "lr": 0.3, "seed": seed}, settings)
         finetune(config, report=lambda m, *_, out=reports: out.append(m))
         last = reports[-1]
         trials.append(
@@ -194,7 +197,11 @@ def tiny_table(tmp_path):
 def test_check_trains_a_configuration_again_and_compares_it_with_the_seeds(tiny_table):
     [(line, agrees)] = search_replay.check([replay_tables.load_table(tiny_table)], 1)
     assert agrees and "fc1 lr=0.3" in line and "within seed noise" in line
+    assert [s for s, _ in replay_tables.load_table(tiny_table).runs[("fc1", 0.3)][0].curve] == [8, 16, 24]
     curves = pd.read_csv(tiny_table / "curves.csv")
+    curves[curves["step"] < 24].to_csv(tiny_table / "curves.csv", index=False)  # a table of shorter trainings
+    [(line, agrees)] = search_replay.check([replay_tables.load_table(tiny_table)], 1)
+    assert not agrees and "evaluated at steps [8, 16, 24], the table at [8, 16]" in line
     curves["val_acc"] -= 0.3  # a table that does not replay this training
     curves.to_csv(tiny_table / "curves.csv", index=False)
     [(line, agrees)] = search_replay.check([replay_tables.load_table(tiny_table)], 1)
