@@ -533,10 +533,18 @@ def main(argv: list[str] | None = None) -> int:
     samplers = [s.strip() for s in args.samplers.split(",")]
     scheds = [s.strip() for s in args.schedulers.split(",")]
     unknown = [s for s in samplers if s not in SAMPLERS] + [s for s in scheds if s not in SCHEDULERS]
-    if unknown or not folders or args.seeds < 1:
-        print(f"error: unknown sampler or scheduler {unknown}, no tables, or --seeds < 1", file=sys.stderr)
+    if unknown or not folders or min(args.seeds, args.max_trials, args.workers) < 1 or not args.budget > 0:
+        print(
+            f"error: unknown sampler or scheduler {unknown}, no tables, --seeds, --max-trials or --workers < 1, "
+            "or --budget not positive",
+            file=sys.stderr,
+        )
         return 2
-    tables = [load_table(f) for f in folders]
+    try:
+        tables = [load_table(f) for f in folders]
+    except (FileNotFoundError, KeyError, ValueError) as exc:  # a folder without records, or records without columns
+        print(f"error: --tables: {exc}", file=sys.stderr)
+        return 2
     algorithms = [f"{a} + {s}" for a in samplers for s in scheds]
     if args.check:
         lines = check(tables, args.check)

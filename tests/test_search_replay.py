@@ -142,6 +142,12 @@ def test_the_benchmark_figures_pair_every_algorithm_with_the_default(tmp_path, c
     assert search_replay.main([*argv, "--cache", str(tmp_path)]) == 0
     assert "3 seeds (3 cached)" in capsys.readouterr().out  # resumed from the cache
     assert search_replay.main(["--samplers", "CMA"]) == 2
+    capsys.readouterr()
+    assert search_replay.main(["--tables", str(tmp_path / "nowhere")]) == 2  # one line, no traceback
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: --tables: {tmp_path / 'nowhere'}: no trials.csv nor analysis/lab_trials.csv"
+    ]
+    assert search_replay.main([*argv, "--workers", "0"]) == 2  # would replay nothing and report "not reached"
 
 
 def test_quantiles_count_a_replay_that_never_reached_as_infinite():
