@@ -288,7 +288,8 @@ def cached_replay(folder: Path, table: Table, algorithm: str, seed: int, args: a
 
 
 def run_all(tables: list[Table], algorithms: list[str], args: argparse.Namespace) -> dict[str, dict[str, list[dict]]]:
-    """Every table x algorithm x search seed (the grid's order once: it has no seed), with a progress line each."""
+    """Every table x algorithm x search seed (the grid's order too: its trials draw their seeds), a progress line per
+    table and algorithm."""
     folder = cache_folder(args)
     results: dict[str, dict[str, list[dict]]] = {}
     total, done = len(tables) * len(algorithms), 0
