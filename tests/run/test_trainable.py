@@ -60,6 +60,7 @@ def test_a_checkpoint_holds_the_state_and_the_best_weights_apart(tmp_path):
     assert resumed["best"]["val_acc"] == metrics["best_val_acc"]
     assert all(torch.equal(resumed["trainable"][k], v) for k, v in state["trainable"].items())
     assert resumed["optimizer"]["param_groups"][0]["lr"] == state["optimizer"]["param_groups"][0]["lr"]
+    assert resumed["timing"] == state["timing"] and resumed["timing"]["time_in_steps_s"] == metrics["time_in_steps_s"]
     assert read_checkpoint(None) is None
 
 

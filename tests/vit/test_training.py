@@ -81,6 +81,24 @@ def test_resume_from_state_matches_an_uninterrupted_run():
     assert final["val_acc"] == full["val_acc"]
 
 
+def test_a_resumed_run_counts_the_seconds_before_its_checkpoint():
+    # What a trial cost is every second it trained, before an interruption too: the per-GPU-hour objective and the
+    # search's cost read time_in_steps_s, so a resumed trial must not look cheaper than one that ran through.
+    _, reports = run(components="fc1", seed=1)
+    metrics, state = reports[0]
+    saved = torch.load(_roundtrip(state), weights_only=True)
+    assert saved["timing"]["time_in_steps_s"] == metrics["time_in_steps_s"] > 0
+    saved["timing"] = {"time_setup_s": 100.0, "time_in_steps_s": 1000.0, "time_in_eval_s": 10.0}
+    resumed = []
+    finetune(
+        FinetuneConfig(**{**FAST, "components": "fc1", "seed": 1}), report=lambda m, s: resumed.append(m), resume=saved
+    )
+    first, last = resumed[0], resumed[-1]
+    assert 1000.0 < first["time_in_steps_s"] < last["time_in_steps_s"] < 1000.0 + 60
+    assert 100.0 < last["time_setup_s"] < 160.0 and 10.0 < last["time_in_eval_s"] < 70.0
+    assert last["val_acc_per_gpu_hour"] == pytest.approx(last["val_acc"] * 3600 / last["time_in_steps_s"])
+
+
 def _roundtrip(state):
     import io
 

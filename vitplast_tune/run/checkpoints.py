@@ -57,13 +57,14 @@ def checkpoint_due(metrics: dict[str, Any], eval_every: int, every: int) -> bool
 
 def write_checkpoint(directory: Path, state: dict[str, Any]) -> None:
     """A run's ``finetune`` state as checkpoint files in ``directory``: ``state.pt`` (step, trainable tensors,
-    optimizer, the EMA's tensors when the recipe has one) and ``best.safetensors`` (the best-validation trainable
-    tensors; its step and accuracy as metadata)."""
+    optimizer, the EMA's tensors when the recipe has one, the seconds so far) and ``best.safetensors`` (the
+    best-validation trainable tensors; its step and accuracy as metadata)."""
     import torch
     from safetensors.torch import save_file
 
     best = state["best"]
-    torch.save({k: state[k] for k in ("step", "trainable", "optimizer", "ema") if k in state}, directory / STATE_FILE)
+    kept = ("step", "trainable", "optimizer", "ema", "timing")
+    torch.save({k: state[k] for k in kept if k in state}, directory / STATE_FILE)
     tensors = best["trainable"] if best["trainable"] is not None else state["trainable"]
     about = {"step": str(best["step"]), "val_acc": repr(float(best["val_acc"]))}
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(directory / BEST_FILE), metadata=about)

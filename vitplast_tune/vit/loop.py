@@ -115,6 +115,7 @@ class Run:
             "trainable": trainable,
             "optimizer": learner.optimizer.state_dict(),
             "best": progress.best,
+            "timing": dict(progress.timing),  # the seconds so far: a resumed run adds to them (what it cost in all)
         }
         if learner.scaler is not None:
             state["scaler"] = learner.scaler.state_dict()
@@ -124,7 +125,7 @@ class Run:
 
     def load(self, state: dict[str, Any]) -> None:
         """Go on from a ``state`` a run of the same settings reported (a state without an EMA resumes it from the
-        trainable weights)."""
+        trainable weights); its seconds so far are added to this run's (a state without them adds none)."""
         learner = self.learner
         with torch.no_grad():
             for name, tensor in state["trainable"].items():
@@ -135,6 +136,9 @@ class Run:
         if learner.scaler is not None and "scaler" in state:
             learner.scaler.load_state_dict(state["scaler"])
         self.progress.step, self.progress.best = int(state["step"]), state["best"]
+        timing = self.progress.timing
+        for key, seconds in state.get("timing", {}).items():
+            timing[key] = timing.get(key, 0.0) + float(seconds)
 
 
 def prepare(cfg: FinetuneConfig, device: torch.device, *, decoded: InMemory | None, world: World = SINGLE) -> Run:

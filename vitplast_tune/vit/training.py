@@ -100,9 +100,12 @@ def finetune(
         run.load(resume)
     world.broadcast([*run.learner.trainable.values(), *run.learner.ema_tensors().values()])  # every worker alike
     batches, val_batches = loop.batches(run)
-    # Cumulative seconds since this call (a resumed run starts again at 0): setup (model, data, freezing,
-    # feature cache), training steps (up to the loss sync at each evaluation), evaluation (val and test).
-    run.progress.timing.update(time_setup_s=time.perf_counter() - entered, time_in_steps_s=0.0, time_in_eval_s=0.0)
+    # Cumulative seconds of the run, a resumed run's from its first start (what it cost in all): setup (model, data,
+    # freezing, feature cache), training steps (up to the loss sync at each evaluation), evaluation (val and test).
+    timing = run.progress.timing
+    timing["time_setup_s"] = timing.get("time_setup_s", 0.0) + time.perf_counter() - entered
+    timing.setdefault("time_in_steps_s", 0.0)
+    timing.setdefault("time_in_eval_s", 0.0)
     metrics: dict[str, Any] = {}
     while run.progress.step < cfg.max_steps:
         started = time.perf_counter()
