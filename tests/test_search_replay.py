@@ -3,6 +3,7 @@ replays that draw seeds and charge recorded time, the real samplers and ASHA, th
 
 import json
 import math
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -218,3 +219,43 @@ def test_a_replay_is_the_same_for_the_same_seed_hyperband_included():
     table = replay_tables.load_table(replay_tables.DATA / "lab-v2" / "checks" / "lab.s0.fractals_novel_c-speckle_noise")
     first = search_replay.replay(table, "random + HyperBand", 0, 0.005, 1.0, 200, 1)
     assert search_replay.replay(table, "random + HyperBand", 0, 0.005, 1.0, 200, 1) == first  # brackets drawn alike
+
+
+def _replayed(costs):
+    """Replay results with these costs (fractions of the grid's seconds; inf: never reached)."""
+    return [
+        {"reached_s": None if math.isinf(c) else c, "reached_steps": None if math.isinf(c) else 1, "path": [(c, 0.9)]}
+        for c in costs
+    ]
+
+
+def test_the_paired_comparison_is_a_sign_test_of_the_cost_that_counts_replays_never_reaching():
+    table = SimpleNamespace(name="t", best=(("fc1", 0.1), 0.9))
+    default = [0.10, 0.10, 0.10, 0.10, 0.10, 0.10, 0.10, 0.10, 0.10, math.inf, math.inf, 0.10]
+    other = [0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.20, 0.05, math.inf, 0.10]
+    results = {"t": {"TPE + ASHA": _replayed(default), "random + ASHA": _replayed(other)}}
+    paired = search_replay.summarise([table], results, ["TPE + ASHA", "random + ASHA"])["rows"]["random + ASHA"]
+    # cheaper in 9 pairs (one where the default never reached), dearer in 1; the two ties are left out
+    assert (paired["paired"]["cheaper"], paired["paired"]["dearer"]) == (9 / 12, 1 / 12)
+    assert paired["paired"]["sign_p"] == pytest.approx(22 / 1024)  # P(X <= 1 or X >= 9), X ~ Binomial(10, 1/2)
+
+
+def test_the_winner_rule_with_a_default_that_often_does_not_reach():
+    tables = [SimpleNamespace(name="a"), SimpleNamespace(name="b")]
+
+    def rows(b_default, b_other):
+        return {
+            "TPE + ASHA": {
+                "seconds": (0.10, 0, 0),
+                "reached": 1.0,
+                "per_table": {"a": (0.1, 0.05, 0.2), "b": b_default},
+            },
+            "GP + ASHA": {"seconds": (0.04, 0, 0), "reached": 1.0, "per_table": {"a": (0.05, 0.03, 0.1), "b": b_other}},
+        }
+
+    # b: the default's IQR is unbounded (it did not reach in over a quarter of its searches)
+    assert "winner by the rule: GP + ASHA" in search_replay.verdict(tables, rows((0.3, 0.1, math.inf), (0.6, 0.3, 1)))
+    assert "winner by the rule: TPE + ASHA" in search_replay.verdict(
+        tables, rows((0.3, 0.1, math.inf), (math.inf, 0.5, math.inf))
+    )  # the other mostly never reaches b, which the default mostly solves
+    assert "winner by the rule: TPE + ASHA" in search_replay.verdict(tables, rows((0.3, 0.2, 0.4), (0.6, 0.3, 1)))
