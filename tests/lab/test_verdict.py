@@ -5,6 +5,7 @@ random-effects headline, the design refusing what it does not name, the files, f
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -169,3 +170,22 @@ def test_pooled_from_kept_folders_on_the_command_line(labs, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "good ranks the subsets better than log(#trainable parameters) across these 4 tasks" in out
     assert json.loads((tmp_path / "out" / "pooled.json").read_text())["family"] == 9
+
+
+def test_the_analysis_reads_an_amendment_as_its_preregistration_with_the_tasks_it_adds(tmp_path):
+    """s0's fourth qualifying task (digits_c-fog) was added by amendment 2: the analysis reads the amendment as the
+    runner does (the file it amends, the tasks it adds), judges the same family, and refuses one whose base changed."""
+    data = Path(__file__).resolve().parents[2] / "docs" / "results" / "data" / "lab-v2"
+    amended, base = read_design(data / "amendment-2.yaml"), read_design(data / "preregistration.yaml")
+    assert amended.family == base.family and amended.alpha == base.alpha and amended.margin == base.margin
+    assert amended.candidate_tasks[: len(base.candidate_tasks)] == base.candidate_tasks
+    assert "digits_c-fog" in amended.candidate_tasks and "digits_c-fog" not in base.candidate_tasks
+    fog = kept.read_kept(data / "checks" / "lab.s0.digits_c-fog")
+    assert len(analysis.analyze_lab(fog, amended, n_boot=1000).singles) == 8
+    with pytest.raises(UserError, match="not among the pre-registered tasks"):
+        analysis.analyze_lab(fog, base, n_boot=1000)
+    copy = tmp_path / "preregistration.yaml"
+    copy.write_bytes((data / "preregistration.yaml").read_bytes() + b"\n# changed\n")
+    (tmp_path / "amendment.yaml").write_bytes((data / "amendment-2.yaml").read_bytes())
+    with pytest.raises(UserError, match="is not the file it amends"):
+        read_design(tmp_path / "amendment.yaml")
