@@ -209,3 +209,29 @@ def test_subsets_whose_resampled_accuracies_are_equal_tie_exactly():
     np.testing.assert_array_equal(stats.rankdata(values, axis=1), stats.rankdata(whole, axis=1))
     y = crossed.point(grid) * records.correct.shape[1] * records.seeds
     np.testing.assert_array_equal(y, np.round(y))
+
+
+def test_a_claim_whose_holm_step_rests_on_an_undecided_earlier_step_is_undecided():
+    """Holm rejects the 9th smallest p only if it rejects the 1st: when the 1st is within 3 Monte Carlo errors of its
+    threshold (17 x 0.002 = 0.034, 3 errors 0.0161 reach 0.05), the 9th is undecided too, though its own corrected p
+    (9 x 0.00378 = 0.034, 3 errors 0.0117) is not."""
+    from vitplast_tune.analysis.verdicts import TestResult, decision
+
+    n_boot = 20000
+    p = np.array([0.002] + [0.0021] * 7 + [0.00378] + [0.5] * 8)
+    se = np.sqrt(p * (1 - p) / n_boot)
+    adjusted, errors, _, earlier = pooled._corrected(p, se, "holm", 0.05, 3.0)
+    figures = dict(claim="better", subject="x", baseline="b", what="w", estimate=0.1, low=0.0, high=0.2, level=0.99)
+
+    def said(i: int) -> str:
+        got = TestResult(
+            **figures, p=p[i], p_se=se[i], p_adjusted=adjusted[i], p_adjusted_se=errors[i], alpha=0.05,
+            correction="holm", family=17, earlier_undecided=bool(earlier[i]),
+        )  # fmt: skip
+        return decision(got)
+
+    assert said(0) == "undecided" and abs(adjusted[8] - 0.05) > 3 * errors[8]
+    assert said(8) == "undecided" and said(9) == "not established"
+    own = np.abs(17 * p - 0.05) <= 3 * 17 * se  # Bonferroni: each p against its own threshold only
+    np.testing.assert_array_equal(pooled._corrected(p, se, "bonferroni", 0.05, 3.0)[3], own)
+    assert own[0] and not own[-1]

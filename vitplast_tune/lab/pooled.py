@@ -116,9 +116,13 @@ def _p_value(kind: str, samples: np.ndarray, margin: float) -> tuple[float, floa
     return p, p_se(p, len(values))
 
 
-def _corrected(p: np.ndarray, se: np.ndarray, method: str, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _corrected(
+    p: np.ndarray, se: np.ndarray, method: str, alpha: float, undecided_se: float = 3.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The corrected p-values (``statsmodels`` multipletests), their Monte Carlo errors (the step's multiplier times
-    the error of the p that sets it; 0 when capped at 1) and each hypothesis's share of alpha for its interval."""
+    the error of the p that sets it; 0 when capped at 1), each hypothesis's share of alpha for its interval, and
+    whether an earlier step its rejection rests on (Holm: every smaller p, each against its own threshold
+    ``alpha / (m - rank + 1)``) is within ``undecided_se`` Monte Carlo errors of that threshold."""
     from statsmodels.stats.multitest import multipletests
 
     m = len(p)
@@ -130,12 +134,15 @@ def _corrected(p: np.ndarray, se: np.ndarray, method: str, alpha: float) -> tupl
     errors = np.empty(m)
     errors[order] = multiplier[setter] * se[order][setter]
     errors[adjusted >= 1] = 0.0  # capped at 1: no resample moves it
+    near = np.abs(stepped - alpha) <= undecided_se * multiplier * se[order]  # each step against its threshold
+    earlier = np.zeros(m, dtype=bool)
+    earlier[order] = np.logical_or.accumulate(near) if method == "holm" else near
     shares = np.full(m, 1 / max(m, 1))  # not rejected: Bonferroni's share (its interval then holds the null value)
     steps = np.empty(m)
     steps[order] = 1 / multiplier
     rejected = adjusted < alpha
     shares[rejected] = steps[rejected]  # rejected: its own step's share (its interval then excludes the null value)
-    return adjusted, errors, shares
+    return adjusted, errors, shares, earlier
 
 
 def judge(labs: list[LabAnalysis], design: Design) -> list[Judged]:
@@ -149,9 +156,9 @@ def judge(labs: list[LabAnalysis], design: Design) -> list[Judged]:
         judged.append(found)
     tested = [j for j in judged if math.isfinite(j.p)]
     p, se = np.array([j.p for j in tested]), np.array([j.p_se for j in tested])
-    adjusted, errors, shares = _corrected(p, se, design.correction, design.alpha)
+    adjusted, errors, shares, earlier = _corrected(p, se, design.correction, design.alpha, design.undecided_mc_se)
     scope = scope_of(labs)
-    for j, q, q_se, share in zip(tested, adjusted, errors, shares):
+    for j, q, q_se, share, near in zip(tested, adjusted, errors, shares, earlier):
         level = 1 - 2 * design.alpha * share  # two-sided at twice the one-sided share: TOST's interval
         low, high = percentile_interval(j.samples, level)
         tail = (1 - level) / 2
@@ -162,7 +169,7 @@ def judge(labs: list[LabAnalysis], design: Design) -> list[Judged]:
             claim=kind, subject=j.claim.predictor, baseline=BASELINE_WORDS, what=what, estimate=j.estimate,
             low=low, high=high, level=level, p=j.p, p_se=j.p_se, p_adjusted=float(q), p_adjusted_se=float(q_se),
             alpha=design.alpha, correction=design.correction, family=len(tested), margin=design.margin,
-            interval_se=interval_se, scope=scope, undecided_se=design.undecided_mc_se,
+            interval_se=interval_se, scope=scope, undecided_se=design.undecided_mc_se, earlier_undecided=bool(near),
         )  # fmt: skip
     return judged
 
