@@ -235,3 +235,23 @@ def test_a_claim_whose_holm_step_rests_on_an_undecided_earlier_step_is_undecided
     own = np.abs(17 * p - 0.05) <= 3 * 17 * se  # Bonferroni: each p against its own threshold only
     np.testing.assert_array_equal(pooled._corrected(p, se, "bonferroni", 0.05, 3.0)[3], own)
     assert own[0] and not own[-1]
+
+
+def test_the_labs_for_80_percent_power_are_those_each_claim_needs(labs):
+    """Searched labs by labs: the fewest whose normal-approximation power at alpha / family reaches 80%, to show
+    "better" at a true difference of the margin and equivalence at a true 0 (the latter needs more)."""
+    from scipy import stats
+
+    _, folders, design_path = labs
+    design = read_design(design_path)
+    result = pooled.pool([analysis.analyze_lab(kept.read_kept(f), design, n_boot=1000) for f in folders], design)
+    z = stats.norm.ppf(1 - design.alpha / 9)
+    for row in result.power.itertuples():
+        var = row.se_pooled**2 * row.labs
+        power = {
+            "better": lambda n, var=var: stats.norm.cdf(design.margin / np.sqrt(var / n) - z),
+            "equivalent": lambda n, var=var: 2 * stats.norm.cdf(design.margin / np.sqrt(var / n) - z) - 1,
+        }
+        fewest = {k: next(n for n in range(1, 10**5) if f(n) >= 0.8) for k, f in power.items()}
+        assert (row.labs_for_80, row.equivalence_labs_for_80) == (fewest["better"], fewest["equivalent"])
+    assert (result.power["equivalence_labs_for_80"] > result.power["labs_for_80"]).all()

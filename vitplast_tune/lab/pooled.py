@@ -56,7 +56,7 @@ class PooledResult:
         per_lab: Each lab's differences: lab, model, task, predictor, what, n, diff, low, high, se, note.
         judged: Every claim of the family.
         headline: The random effects per predictor and rows: re, its interval, tau2, i2, the labs' mean.
-        power: The design's power per predictor and rows, and the labs 80% would need.
+        power: The design's power per predictor and rows, and the labs 80% would need for each claim.
         tasks_needed: The fewest tasks a task-level test needs under this family.
         excluded: Labs left out (their task did not qualify).
     """
@@ -66,7 +66,7 @@ class PooledResult:
     per_lab: pd.DataFrame  # lab, model, task, predictor, what, n, diff, low, high, se, note
     judged: list[Judged]
     headline: pd.DataFrame  # predictor, what, labs, re, re_low, re_high, tau2, i2, fixed (the labs' mean)
-    power: pd.DataFrame  # predictor, what, se_pooled, superiority, equivalence, labs_for_80, task_level_80
+    power: pd.DataFrame  # predictor, what, se_pooled, superiority, equivalence, (equivalence_)labs/task_level_80
     tasks_needed: int
     excluded: list[str] = field(default_factory=list)
 
@@ -220,9 +220,11 @@ def tasks_needed(alpha: float, family: int) -> int:
 def power_table(per_lab: pd.DataFrame, heads: pd.DataFrame, design: Design, family: int) -> pd.DataFrame:
     """The design's power at the strictest threshold (alpha / family), by a normal approximation from the labs'
     bootstrap errors: to show "better" when the true difference is the margin, to show equivalence when it is 0 (both
-    conditional on the tasks), and the labs each would need for 80% (conditional; and task-level, with tau^2)."""
+    conditional on the tasks), and the labs each would need for 80% (conditional; and task-level, with tau^2):
+    ``(z + z_0.8)^2 var / margin^2`` for "better", ``(z + z_0.9)^2 var / margin^2`` for equivalence (two one-sided
+    tests at a true 0 reach 80% when each side's power is 90%)."""
     z = stats.norm.ppf(1 - design.alpha / max(family, 1))
-    z80 = stats.norm.ppf(0.8)
+    z80, z90 = stats.norm.ppf(0.8), stats.norm.ppf(0.9)
     rows = []
     for h in heads.itertuples():
         part = per_lab[(per_lab["predictor"] == h.predictor) & (per_lab["what"] == h.what)]
@@ -238,6 +240,8 @@ def power_table(per_lab: pd.DataFrame, heads: pd.DataFrame, design: Design, fami
             | {"equivalence": max(0.0, float(2 * stats.norm.cdf(design.margin / se - z) - 1))}
             | {"labs_for_80": math.ceil(((z + z80) ** 2) * var / design.margin**2)}
             | {"task_level_80": math.ceil(((z + z80) ** 2) * (var + tau2) / design.margin**2)}
+            | {"equivalence_labs_for_80": math.ceil(((z + z90) ** 2) * var / design.margin**2)}
+            | {"equivalence_task_level_80": math.ceil(((z + z90) ** 2) * (var + tau2) / design.margin**2)}
         )
     return pd.DataFrame(rows)
 
