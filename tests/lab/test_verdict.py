@@ -255,3 +255,14 @@ def test_the_labs_for_80_percent_power_are_those_each_claim_needs(labs):
         fewest = {k: next(n for n in range(1, 10**5) if f(n) >= 0.8) for k, f in power.items()}
         assert (row.labs_for_80, row.equivalence_labs_for_80) == (fewest["better"], fewest["equivalent"])
     assert (result.power["equivalence_labs_for_80"] > result.power["labs_for_80"]).all()
+
+
+def test_the_text_names_the_resampling_the_analysis_does(labs, tmp_path):
+    """Seeds are drawn jointly whatever a file says, so a file asking otherwise is refused; a file that does not
+    resample the test images is told so, not told they were drawn."""
+    _, folders, _ = labs
+    resampling = {"seeds": "joint", "test_images": "none", "resamples": 1000, "bootstrap_seed": 0}
+    _, text = report.pool_folders(folders, tmp_path / "p", design=design_file(tmp_path / "a", resampling=resampling))
+    assert "(seeds jointly, test images not resampled)" in text
+    with pytest.raises(UserError, match="draws seeds jointly across subsets only"):
+        read_design(design_file(tmp_path / "b", resampling=resampling | {"seeds": "within"}))

@@ -167,6 +167,8 @@ def read_design(path: str | Path) -> Design:
         raise UserError(f"{path}: the pre-registration lacks {', '.join(missing)}")
     predictors = tuple(str(p) for p in data["predictors"])
     resampling = data.get("resampling") or {}
+    if resampling.get("seeds", "joint") != "joint":  # analysis.crossed draws one set of seeds for every subset
+        raise UserError(f"{path}: the analysis draws seeds jointly across subsets only (resampling: {{seeds: joint}})")
     correction = str(data.get("correction", "holm"))
     if correction not in CORRECTIONS:
         raise UserError(f"{path}: correction {correction!r} is not one the analysis applies ({', '.join(CORRECTIONS)})")

@@ -104,7 +104,8 @@ def describe_pooled(result: PooledResult) -> str:
     family = sum(j.result is not None for j in result.judged)
     lines = [
         f"Pre-registration {Path(d.source).name} (registered {d.registered}): {d.resamples} crossed resamples per lab "
-        f"(seeds {'jointly' if d.seeds_joint else 'within subsets'}, test images jointly where kept), bootstrap seed "
+        f"(seeds jointly, {'test images jointly where kept' if d.test_images_joint else 'test images not resampled'}),"
+        f" bootstrap seed "
         f"{d.bootstrap_seed}, margin ±{d.margin:g}, {family_clause(d.alpha, d.correction, family)}.",
         "",
         "Per lab: each predictor's Spearman minus the baseline's (crossed bootstrap, 95%, figures only):",
