@@ -266,3 +266,20 @@ def test_the_text_names_the_resampling_the_analysis_does(labs, tmp_path):
     assert "(seeds jointly, test images not resampled)" in text
     with pytest.raises(UserError, match="draws seeds jointly across subsets only"):
         read_design(design_file(tmp_path / "b", resampling=resampling | {"seeds": "within"}))
+
+
+def test_a_claim_no_lab_could_judge_says_why(tmp_path):
+    """contains_mha_or_fc is 0 on ln1 and ln2 only: on the five single components of a check, too many resamples draw
+    a constant predictor, so its difference is undetermined in every lab: measured, not judged, and said so."""
+    data = Path(__file__).resolve().parents[2] / "docs" / "results" / "data" / "lab-v2"
+    design = read_design(data / "amendment-2.yaml")
+    folders = [data / "checks" / f"lab.{m}.digits_c-contrast" for m in ("s0", "s1")]
+    result = pooled.pool([analysis.analyze_lab(kept.read_kept(f), design, n_boot=1000) for f in folders], design)
+    untested = {j.claim.key: j.why_untested for j in result.judged if j.result is None}
+    assert set(untested) == {"better:contains_mha_or_fc:pooled", "equivalent:contains_mha_or_fc:pooled"}
+    assert all(why.startswith("undetermined") for why in untested.values())
+    said = report.conclusions(result)
+    assert any(
+        s.startswith("Not tested, no lab could judge them: better:contains_mha_or_fc:pooled (undetermined")
+        for s in said
+    )

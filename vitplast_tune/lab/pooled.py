@@ -44,6 +44,7 @@ class Judged:
     p: float = math.nan
     p_se: float = math.nan
     result: TestResult | None = None
+    why_untested: str = ""  # when no lab could judge it: what the labs' differences say (not measured, undetermined)
 
 
 @dataclass
@@ -153,6 +154,9 @@ def judge(labs: list[LabAnalysis], design: Design) -> list[Judged]:
         found = Judged(claim, n, estimate, samples)
         if samples is not None:
             found.p, found.p_se = _p_value(claim.claim, samples, design.margin)
+        else:
+            notes = [d.note for a in labs if (d := a.difference(claim.predictor, WHAT[claim.claim])) is not None]
+            found.why_untested = "; ".join(dict.fromkeys(n for n in notes if n)) or "not measured in any lab"
         judged.append(found)
     tested = [j for j in judged if math.isfinite(j.p)]
     p, se = np.array([j.p for j in tested]), np.array([j.p_se for j in tested])

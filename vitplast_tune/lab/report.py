@@ -28,9 +28,9 @@ def conclusions(result: PooledResult) -> list[str]:
     d = result.design
     tested = [j.result for j in result.judged if j.result is not None]
     out = summary(tested)
-    untested = [j.claim.key for j in result.judged if j.result is None]
+    untested = [f"{j.claim.key} ({j.why_untested})" for j in result.judged if j.result is None]
     if untested:
-        out.append(f"Not tested, no lab measured them: {', '.join(untested)}.")
+        out.append(f"Not tested, no lab could judge them: {', '.join(untested)}.")
     n_tasks = len({a.records.task for a in result.labs})
     out.append(
         f"A task-level test (signs flipped over tasks) needs at least {result.tasks_needed} tasks under "
@@ -48,7 +48,7 @@ def _judged_lines(result: PooledResult) -> list[str]:
     for j in result.judged:
         r = j.result
         if r is None:
-            lines.append(f"  {j.claim.claim:<10} {j.claim.predictor:<22} not tested: no lab measured it")
+            lines.append(f"  {j.claim.claim:<10} {j.claim.predictor:<22} not tested: {j.why_untested}")
             continue
         lines.append(
             f"  {j.claim.claim:<10} {j.claim.predictor:<22} labs={j.labs} diff {r.estimate:+.2f} "
