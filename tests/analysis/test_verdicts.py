@@ -85,3 +85,10 @@ def test_the_summary_groups_what_is_not_established():
     lines = verdicts.summary(rs)
     assert lines[0].startswith("c ranks the subsets better") and len(lines) == 2
     assert lines[1].startswith("a, b are not shown to rank the subsets better") and "corrected p 1 for each" in lines[1]
+
+
+def test_a_claim_resting_on_an_undecided_earlier_step_says_so():
+    assert verdicts.decision(result(earlier_undecided=True)) == "undecided"  # its own corrected p 0.017 is decided
+    assert verdicts.decision(result(p_adjusted=0.3, earlier_undecided=True)) == "not established"
+    said = verdicts.sentence(result(earlier_undecided=True))
+    assert "a step of the Holm correction it rests on is within 3 Monte Carlo standard errors" in said

@@ -87,19 +87,21 @@ def targets(grid: Grid, n_boot: int, rng: np.random.Generator, *, draw_subsets: 
     for start in range(0, n_boot, CHUNK):
         b = min(CHUNK, n_boot - start)
         columns = rng.integers(0, n_seeds, size=(b, n_seeds))
-        scores = _run_scores(grid, b, rng)  # (b, runs)
-        per_subset = _best_rate_means(grid, columns, scores)  # (subsets, b)
+        scores, images = _run_scores(grid, b, rng)  # (b, runs)
+        per_subset = _best_rate_means(grid, columns, scores) / images  # (subsets, b)
         values[start : start + b] = np.take_along_axis(per_subset.T, drawn[start : start + b], axis=1)
     return np.array(drawn), values
 
 
-def _run_scores(grid: Grid, b: int, rng: np.random.Generator) -> np.ndarray:
-    """Each run's test accuracy on each of ``b`` draws of the test images (the recorded one without outcomes)."""
+def _run_scores(grid: Grid, b: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """Each run's score on each of ``b`` draws of the test images and what divides a mean of them into an accuracy:
+    its correct images (whole numbers, so subsets whose means are equal tie exactly, ranked as ``scipy`` ranks ties)
+    and the number of images; the recorded accuracy and 1 without outcomes."""
     if grid.correct is None:
-        return np.broadcast_to(grid.test, (b, len(grid.test)))
+        return np.broadcast_to(grid.test, (b, len(grid.test))), 1
     images = grid.correct.shape[1]
     counts = rng.multinomial(images, np.full(images, 1 / images), size=b).astype(np.float32)
-    return counts @ grid.correct.T.astype(np.float32) / images
+    return (counts @ grid.correct.T.astype(np.float32)).astype(np.float64), images  # exact: sums below 2^24
 
 
 def _best_rate_means(grid: Grid, columns: np.ndarray, scores: np.ndarray) -> np.ndarray:
@@ -118,6 +120,10 @@ def _best_rate_means(grid: Grid, columns: np.ndarray, scores: np.ndarray) -> np.
 
 
 def point(grid: Grid) -> np.ndarray:
-    """Each subset's mean recorded test accuracy at its best rate over all its seeds (no resampling)."""
+    """Each subset's mean test accuracy at its best rate over all its seeds (no resampling): from its correct images
+    where the lab kept them (equal means tie exactly), else from the recorded accuracy."""
     columns = np.arange(grid.select.shape[2])[None, :]
-    return _best_rate_means(grid, columns, grid.test[None, :])[:, 0]
+    if grid.correct is None:
+        return _best_rate_means(grid, columns, grid.test[None, :])[:, 0]
+    hits = grid.correct.sum(axis=1, dtype=np.int64).astype(np.float64)
+    return _best_rate_means(grid, columns, hits[None, :])[:, 0] / grid.correct.shape[1]

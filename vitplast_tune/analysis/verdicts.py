@@ -42,6 +42,8 @@ class TestResult:
         interval_se: The Monte Carlo error of the interval's ends.
         scope: Where the claim holds (e.g. "across these 4 tasks").
         undecided_se: How many Monte Carlo standard errors from ``alpha`` a corrected p leaves the claim undecided.
+        earlier_undecided: Whether a step of a step-down correction (Holm) that this claim's rejection rests on, an
+            earlier hypothesis's p against its own threshold, is within ``undecided_se`` of its Monte Carlo errors.
     """
 
     claim: str
@@ -63,14 +65,18 @@ class TestResult:
     interval_se: float = math.nan  # the Monte Carlo error of the interval's ends
     scope: str = ""
     undecided_se: float = 3.0
+    earlier_undecided: bool = False
 
 
 def decision(result: TestResult) -> str:
-    """ "established" (corrected p below alpha, and more than ``undecided_se`` Monte Carlo errors from it),
-    "undecided" (within them), else "not established"; "not established" for an untested (NaN) p."""
+    """ "established" (corrected p below alpha, more than ``undecided_se`` Monte Carlo errors from it, and no earlier
+    step it rests on undecided), "undecided" (within them, or resting on such a step), else "not established"; "not
+    established" for an untested (NaN) p."""
     p, se = result.p_adjusted, result.p_adjusted_se
     if not math.isfinite(p):
         return NOT_ESTABLISHED
+    if p < result.alpha and result.earlier_undecided:
+        return UNDECIDED
     if abs(p - result.alpha) <= result.undecided_se * (se if math.isfinite(se) else 0.0):
         return UNDECIDED
     return ESTABLISHED if p < result.alpha else NOT_ESTABLISHED
@@ -177,10 +183,13 @@ def sentence(result: TestResult) -> str:
     where = f" {r.scope}" if r.scope else ""
     said = decision(r)
     if said == UNDECIDED:
-        return (
-            f"Undecided{where} whether {established[0].lower()}{established[1:]}: its corrected p is within "
-            f"{r.undecided_se:g} Monte Carlo standard errors of {r.alpha:g} ({_figures(r)})."
+        near = (
+            f"a step of the {CORRECTIONS.get(r.correction, r.correction)} correction it rests on is within "
+            f"{r.undecided_se:g} Monte Carlo standard errors of its threshold"
+            if r.earlier_undecided and r.p_adjusted < r.alpha
+            else f"its corrected p is within {r.undecided_se:g} Monte Carlo standard errors of {r.alpha:g}"
         )
+        return f"Undecided{where} whether {established[0].lower()}{established[1:]}: {near} ({_figures(r)})."
     head = established if said == ESTABLISHED else not_shown
     return f"{head}{where} ({_figures(r)})."
 

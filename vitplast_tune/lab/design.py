@@ -6,9 +6,11 @@ does not name is refused, as is a lab whose model or task it does not name.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -123,28 +125,50 @@ def _claims(entries, predictors: tuple[str, ...], source: str) -> tuple[Claim, .
     return tuple(out)
 
 
+def _amended(path: Path, amendment: dict[str, Any]) -> dict[str, Any]:
+    """The pre-registration an amendment amends (its SHA-256 checked), with the amendment's candidate tasks added."""
+    keys = ("amends", "amends_sha256", "candidate_tasks_added")
+    if any(k not in amendment for k in keys) or set(amendment) - {*keys, "registered", "reason"}:
+        raise UserError(f"{path}: an amendment names {', '.join(keys)} (and its date and reason) only")
+    base = path.parent / str(amendment["amends"])
+    if not base.is_file():
+        raise UserError(f"{path}: the pre-registration it amends, {base}, is not there")
+    text = base.read_bytes()
+    if hashlib.sha256(text).hexdigest() != amendment["amends_sha256"]:
+        raise UserError(f"{path}: {base.name} is not the file it amends (its SHA-256 differs)")
+    data = yaml.safe_load(text) or {}
+    if "amends" in data:
+        raise UserError(f"{path}: it amends {base.name}, itself an amendment")
+    added = [str(t) for t in amendment["candidate_tasks_added"] or []]
+    return data | {"candidate_tasks": [*data.get("candidate_tasks", []), *added]}
+
+
 def read_design(path: str | Path) -> Design:
-    """Read the design from a pre-registration file.
+    """Read the design from a pre-registration file, or from an amendment (the file it amends, its tasks added).
 
     Args:
         path: The YAML file.
 
     Returns:
-        The design.
+        The design (an amendment's: the pre-registration's, with the amendment's candidate tasks and its path).
 
     Raises:
         UserError: The file is missing, lacks a key, or names a claim, scope, predictor or correction the analysis
-            does not know.
+            does not know; an amendment whose pre-registration is missing or changed.
     """
     path = Path(path)
     if not path.is_file():
         raise UserError(f"no pre-registration at {path}")
     data = yaml.safe_load(path.read_text()) or {}
+    if isinstance(data, dict) and "amends" in data:
+        data = _amended(path, data)
     missing = [k for k in ("registered", "models", "predictors", "baseline", "family") if k not in data]
     if missing:
         raise UserError(f"{path}: the pre-registration lacks {', '.join(missing)}")
     predictors = tuple(str(p) for p in data["predictors"])
     resampling = data.get("resampling") or {}
+    if resampling.get("seeds", "joint") != "joint":  # analysis.crossed draws one set of seeds for every subset
+        raise UserError(f"{path}: the analysis draws seeds jointly across subsets only (resampling: {{seeds: joint}})")
     correction = str(data.get("correction", "holm"))
     if correction not in CORRECTIONS:
         raise UserError(f"{path}: correction {correction!r} is not one the analysis applies ({', '.join(CORRECTIONS)})")

@@ -44,6 +44,7 @@ class Judged:
     p: float = math.nan
     p_se: float = math.nan
     result: TestResult | None = None
+    why_untested: str = ""  # when no lab could judge it: what the labs' differences say (not measured, undetermined)
 
 
 @dataclass
@@ -56,7 +57,7 @@ class PooledResult:
         per_lab: Each lab's differences: lab, model, task, predictor, what, n, diff, low, high, se, note.
         judged: Every claim of the family.
         headline: The random effects per predictor and rows: re, its interval, tau2, i2, the labs' mean.
-        power: The design's power per predictor and rows, and the labs 80% would need.
+        power: The design's power per predictor and rows, and the labs 80% would need for each claim.
         tasks_needed: The fewest tasks a task-level test needs under this family.
         excluded: Labs left out (their task did not qualify).
     """
@@ -66,7 +67,7 @@ class PooledResult:
     per_lab: pd.DataFrame  # lab, model, task, predictor, what, n, diff, low, high, se, note
     judged: list[Judged]
     headline: pd.DataFrame  # predictor, what, labs, re, re_low, re_high, tau2, i2, fixed (the labs' mean)
-    power: pd.DataFrame  # predictor, what, se_pooled, superiority, equivalence, labs_for_80, task_level_80
+    power: pd.DataFrame  # predictor, what, se_pooled, superiority, equivalence, (equivalence_)labs/task_level_80
     tasks_needed: int
     excluded: list[str] = field(default_factory=list)
 
@@ -116,9 +117,13 @@ def _p_value(kind: str, samples: np.ndarray, margin: float) -> tuple[float, floa
     return p, p_se(p, len(values))
 
 
-def _corrected(p: np.ndarray, se: np.ndarray, method: str, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _corrected(
+    p: np.ndarray, se: np.ndarray, method: str, alpha: float, undecided_se: float = 3.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The corrected p-values (``statsmodels`` multipletests), their Monte Carlo errors (the step's multiplier times
-    the error of the p that sets it; 0 when capped at 1) and each hypothesis's share of alpha for its interval."""
+    the error of the p that sets it; 0 when capped at 1), each hypothesis's share of alpha for its interval, and
+    whether an earlier step its rejection rests on (Holm: every smaller p, each against its own threshold
+    ``alpha / (m - rank + 1)``) is within ``undecided_se`` Monte Carlo errors of that threshold."""
     from statsmodels.stats.multitest import multipletests
 
     m = len(p)
@@ -130,12 +135,15 @@ def _corrected(p: np.ndarray, se: np.ndarray, method: str, alpha: float) -> tupl
     errors = np.empty(m)
     errors[order] = multiplier[setter] * se[order][setter]
     errors[adjusted >= 1] = 0.0  # capped at 1: no resample moves it
+    near = np.abs(stepped - alpha) <= undecided_se * multiplier * se[order]  # each step against its threshold
+    earlier = np.zeros(m, dtype=bool)
+    earlier[order] = np.logical_or.accumulate(near) if method == "holm" else near
     shares = np.full(m, 1 / max(m, 1))  # not rejected: Bonferroni's share (its interval then holds the null value)
     steps = np.empty(m)
     steps[order] = 1 / multiplier
     rejected = adjusted < alpha
     shares[rejected] = steps[rejected]  # rejected: its own step's share (its interval then excludes the null value)
-    return adjusted, errors, shares
+    return adjusted, errors, shares, earlier
 
 
 def judge(labs: list[LabAnalysis], design: Design) -> list[Judged]:
@@ -146,12 +154,15 @@ def judge(labs: list[LabAnalysis], design: Design) -> list[Judged]:
         found = Judged(claim, n, estimate, samples)
         if samples is not None:
             found.p, found.p_se = _p_value(claim.claim, samples, design.margin)
+        else:
+            notes = [d.note for a in labs if (d := a.difference(claim.predictor, WHAT[claim.claim])) is not None]
+            found.why_untested = "; ".join(dict.fromkeys(n for n in notes if n)) or "not measured in any lab"
         judged.append(found)
     tested = [j for j in judged if math.isfinite(j.p)]
     p, se = np.array([j.p for j in tested]), np.array([j.p_se for j in tested])
-    adjusted, errors, shares = _corrected(p, se, design.correction, design.alpha)
+    adjusted, errors, shares, earlier = _corrected(p, se, design.correction, design.alpha, design.undecided_mc_se)
     scope = scope_of(labs)
-    for j, q, q_se, share in zip(tested, adjusted, errors, shares):
+    for j, q, q_se, share, near in zip(tested, adjusted, errors, shares, earlier):
         level = 1 - 2 * design.alpha * share  # two-sided at twice the one-sided share: TOST's interval
         low, high = percentile_interval(j.samples, level)
         tail = (1 - level) / 2
@@ -162,7 +173,7 @@ def judge(labs: list[LabAnalysis], design: Design) -> list[Judged]:
             claim=kind, subject=j.claim.predictor, baseline=BASELINE_WORDS, what=what, estimate=j.estimate,
             low=low, high=high, level=level, p=j.p, p_se=j.p_se, p_adjusted=float(q), p_adjusted_se=float(q_se),
             alpha=design.alpha, correction=design.correction, family=len(tested), margin=design.margin,
-            interval_se=interval_se, scope=scope, undecided_se=design.undecided_mc_se,
+            interval_se=interval_se, scope=scope, undecided_se=design.undecided_mc_se, earlier_undecided=bool(near),
         )  # fmt: skip
     return judged
 
@@ -213,9 +224,11 @@ def tasks_needed(alpha: float, family: int) -> int:
 def power_table(per_lab: pd.DataFrame, heads: pd.DataFrame, design: Design, family: int) -> pd.DataFrame:
     """The design's power at the strictest threshold (alpha / family), by a normal approximation from the labs'
     bootstrap errors: to show "better" when the true difference is the margin, to show equivalence when it is 0 (both
-    conditional on the tasks), and the labs each would need for 80% (conditional; and task-level, with tau^2)."""
+    conditional on the tasks), and the labs each would need for 80% (conditional; and task-level, with tau^2):
+    ``(z + z_0.8)^2 var / margin^2`` for "better", ``(z + z_0.9)^2 var / margin^2`` for equivalence (two one-sided
+    tests at a true 0 reach 80% when each side's power is 90%)."""
     z = stats.norm.ppf(1 - design.alpha / max(family, 1))
-    z80 = stats.norm.ppf(0.8)
+    z80, z90 = stats.norm.ppf(0.8), stats.norm.ppf(0.9)
     rows = []
     for h in heads.itertuples():
         part = per_lab[(per_lab["predictor"] == h.predictor) & (per_lab["what"] == h.what)]
@@ -231,6 +244,8 @@ def power_table(per_lab: pd.DataFrame, heads: pd.DataFrame, design: Design, fami
             | {"equivalence": max(0.0, float(2 * stats.norm.cdf(design.margin / se - z) - 1))}
             | {"labs_for_80": math.ceil(((z + z80) ** 2) * var / design.margin**2)}
             | {"task_level_80": math.ceil(((z + z80) ** 2) * (var + tau2) / design.margin**2)}
+            | {"equivalence_labs_for_80": math.ceil(((z + z90) ** 2) * var / design.margin**2)}
+            | {"equivalence_task_level_80": math.ceil(((z + z90) ** 2) * (var + tau2) / design.margin**2)}
         )
     return pd.DataFrame(rows)
 

@@ -28,9 +28,9 @@ def conclusions(result: PooledResult) -> list[str]:
     d = result.design
     tested = [j.result for j in result.judged if j.result is not None]
     out = summary(tested)
-    untested = [j.claim.key for j in result.judged if j.result is None]
+    untested = [f"{j.claim.key} ({j.why_untested})" for j in result.judged if j.result is None]
     if untested:
-        out.append(f"Not tested, no lab measured them: {', '.join(untested)}.")
+        out.append(f"Not tested, no lab could judge them: {', '.join(untested)}.")
     n_tasks = len({a.records.task for a in result.labs})
     out.append(
         f"A task-level test (signs flipped over tasks) needs at least {result.tasks_needed} tasks under "
@@ -48,7 +48,7 @@ def _judged_lines(result: PooledResult) -> list[str]:
     for j in result.judged:
         r = j.result
         if r is None:
-            lines.append(f"  {j.claim.claim:<10} {j.claim.predictor:<22} not tested: no lab measured it")
+            lines.append(f"  {j.claim.claim:<10} {j.claim.predictor:<22} not tested: {j.why_untested}")
             continue
         lines.append(
             f"  {j.claim.claim:<10} {j.claim.predictor:<22} labs={j.labs} diff {r.estimate:+.2f} "
@@ -78,7 +78,8 @@ def _power_lines(result: PooledResult) -> list[str]:
     return [
         f"  {r.predictor:<22} {r.what:<18} pooled SE {r.se_pooled:.3f}: power {r.superiority:.2f} to show it better "
         f"when better by {d.margin:g}, {r.equivalence:.2f} to show equivalence when equal; labs for 80%: "
-        f"{r.labs_for_80} (task-level, with tau^2: {r.task_level_80})"
+        f"{r.labs_for_80} and {r.equivalence_labs_for_80} (task-level, with tau^2: {r.task_level_80} and "
+        f"{r.equivalence_task_level_80})"
         for r in p.itertuples()
     ]
 
@@ -103,7 +104,8 @@ def describe_pooled(result: PooledResult) -> str:
     family = sum(j.result is not None for j in result.judged)
     lines = [
         f"Pre-registration {Path(d.source).name} (registered {d.registered}): {d.resamples} crossed resamples per lab "
-        f"(seeds {'jointly' if d.seeds_joint else 'within subsets'}, test images jointly where kept), bootstrap seed "
+        f"(seeds jointly, {'test images jointly where kept' if d.test_images_joint else 'test images not resampled'}),"
+        f" bootstrap seed "
         f"{d.bootstrap_seed}, margin ±{d.margin:g}, {family_clause(d.alpha, d.correction, family)}.",
         "",
         "Per lab: each predictor's Spearman minus the baseline's (crossed bootstrap, 95%, figures only):",
