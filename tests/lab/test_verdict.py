@@ -116,6 +116,8 @@ def test_the_design_refuses_what_it_does_not_name(labs, tmp_path):
         read_design(design_file(tmp_path / "a", family=[{"claim": "worse", "predictor": "good"}]))
     with pytest.raises(UserError, match="'grad_norm', which is not among its predictors"):
         read_design(design_file(tmp_path / "b", family=[{"claim": "better", "predictor": "grad_norm"}]))
+    with pytest.raises(UserError, match="headline 'fixed_effects' is not one the analysis computes"):
+        read_design(design_file(tmp_path / "h", headline="fixed_effects"))
     narrow = read_design(design_file(tmp_path / "c", candidate_tasks=["t0"]))
     with pytest.raises(UserError, match="its task t1 is not among the pre-registered tasks"):
         analysis.analyze_lab(kept.read_kept(folders[1]), narrow)

@@ -153,8 +153,8 @@ def read_design(path: str | Path) -> Design:
         The design (an amendment's: the pre-registration's, with the amendment's candidate tasks and its path).
 
     Raises:
-        UserError: The file is missing, lacks a key, or names a claim, scope, predictor or correction the analysis
-            does not know; an amendment whose pre-registration is missing or changed.
+        UserError: The file is missing, lacks a key, or names a claim, scope, predictor, correction or headline the
+            analysis does not know; an amendment whose pre-registration is missing or changed.
     """
     path = Path(path)
     if not path.is_file():
@@ -172,6 +172,8 @@ def read_design(path: str | Path) -> Design:
     correction = str(data.get("correction", "holm"))
     if correction not in CORRECTIONS:
         raise UserError(f"{path}: correction {correction!r} is not one the analysis applies ({', '.join(CORRECTIONS)})")
+    if str(data.get("headline", "random_effects")) != "random_effects":  # lab.pooled.headline computes no other
+        raise UserError(f"{path}: headline {data['headline']!r} is not one the analysis computes (random_effects)")
     design = Design(
         registered=str(data["registered"]),
         models={str(k): str(v) for k, v in data["models"].items()},
