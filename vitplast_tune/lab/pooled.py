@@ -8,9 +8,9 @@ tests, the larger of the shares beyond -margin and +margin), and the narrower cl
 the baseline ("narrower"); one correction over the whole family, and a corrected p within the design's Monte Carlo
 errors of alpha is "undecided". Each lab's seeds and test images are drawn from its own stream, so the null needs no
 independence of the tasks' true effects; but the two models' labs of one task share their test images and seed
-values, a dependence these draws leave out. The pooled mean is conditional on these tasks, and the
-words say so. The headline figure is the tasks' random-effects estimate (DerSimonian-Laird, ``statsmodels``) with tau^2 and
-I^2, beside the number of tasks a task-level test would need under this family.
+values, a dependence these draws leave out. The pooled mean is conditional on these tasks, and the words say so.
+The headline figure is the tasks' random-effects estimate (DerSimonian-Laird, ``statsmodels``) with tau^2 and I^2,
+beside the number of tasks a task-level test would need under this family.
 """
 
 from __future__ import annotations
