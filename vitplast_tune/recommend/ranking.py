@@ -200,7 +200,7 @@ def choose_criterion(evidence: pd.DataFrame, model: str | None = None, dataset: 
             f"it ranks the subsets better than log(#trainable params) in {source}: mean Spearman difference "
             f"{b['diff']:+.2f} [{b['diff_low']:+.2f}, {b['diff_high']:+.2f}] (at the family's corrected level)"
         )
-    return BASELINE, f"no criterion ranked the subsets better than the parameter count in {source}"
+    return BASELINE, f"no criterion was shown to rank the subsets better than the parameter count in {source}"
 
 
 def rank(scores: pd.DataFrame, criterion: str, budget: int | None = None) -> pd.DataFrame:
