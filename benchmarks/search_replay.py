@@ -7,6 +7,10 @@ sampler (TPE as today, TPE multivariate + group, GPSampler, random) or the lab's
 (today's grace period and reduction factor, ``search_spaces/component_subsets.yaml``), asynchronous HyperBand (Ray's
 ASHAScheduler with every bracket) or no early stopping, deciding at each evaluation from the recorded val_acc. Every
 trial it starts draws one of the table's seeds (seed noise included) and each step costs that run's recorded seconds.
+The space is the table's, not ``component_subsets.yaml``'s: the subset is one categorical choice (the table holds the
+probe, full finetuning and subsets of five components, not of the six a search's flags name) and the rate an index
+into the subset's recorded rates (a continuous rate has no recorded curve between them); so "TPE as today" is
+today's sampler on this encoding.
 
 The figure: GPU-seconds (and steps) until the incumbent, the configuration of the best validation accuracy among the
 trials ended so far, has a TEST accuracy (mean over the table's seeds) within --tolerance (0.5 points) of the table's
