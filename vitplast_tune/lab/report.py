@@ -78,8 +78,8 @@ def _power_lines(result: PooledResult) -> list[str]:
     return [
         f"  {r.predictor:<22} {r.what:<18} pooled SE {r.se_pooled:.3f}: power {r.superiority:.2f} to show it better "
         f"when better by {d.margin:g}, {r.equivalence:.2f} to show equivalence when equal; labs for 80%: "
-        f"{r.labs_for_80} and {r.equivalence_labs_for_80} (task-level, with tau^2: {r.task_level_80} and "
-        f"{r.equivalence_task_level_80})"
+        f"{r.labs_for_80} better, {r.equivalence_labs_for_80} equivalent (task-level, with tau^2: {r.task_level_80} "
+        f"and {r.equivalence_task_level_80})"
         for r in p.itertuples()
     ]
 
