@@ -239,6 +239,14 @@ def test_a_claim_whose_holm_step_rests_on_an_undecided_earlier_step_is_undecided
     assert own[0] and not own[-1]
 
 
+def test_equal_p_values_rejected_together_get_one_interval_level():
+    """Predictors that rank the single components alike have the same resamples, so the same p: Holm rejects them at
+    the first one's step, and each interval is drawn at that step's share of alpha, not at the rank a sort gave it."""
+    p = np.array([0.0001, 0.0001, 0.0001, 0.004, 0.5])
+    _, _, shares, _ = pooled._corrected(p, np.zeros(5), "holm", 0.05)
+    assert list(shares[:3]) == [1 / 5] * 3 and shares[3] == 1 / 2 and shares[4] == 1 / 5
+
+
 def test_the_labs_for_80_percent_power_are_those_each_claim_needs(labs):
     """Searched labs by labs: the fewest whose normal-approximation power at alpha / family reaches 80%, to show
     "better" at a true difference of the margin and equivalence at a true 0 (the latter needs more)."""

@@ -144,6 +144,9 @@ def _corrected(
     steps[order] = 1 / multiplier
     rejected = adjusted < alpha
     shares[rejected] = steps[rejected]  # rejected: its own step's share (its interval then excludes the null value)
+    for value in np.unique(p[rejected]):  # equal p's (predictors that rank alike): the first one's step, for each
+        tied = rejected & (p == value)
+        shares[tied] = shares[tied].min()
     return adjusted, errors, shares, earlier
 
 
