@@ -54,7 +54,8 @@ def test_the_results_page_is_what_the_kept_labs_say(generated):
 def test_the_readme_quotes_the_verdict_the_analysis_prints(generated):
     readme = (ROOT / page.README).read_text()
     assert page.README_START in readme and page.readme_with(readme, generated.readme) == readme
-    assert "Holm over 17 verdicts, family-wise 5%" in generated.readme  # the family the pre-registration names
+    # the kept s1 labs of 2026-12-02 are not the eight labs the pre-registration judges: figures, and no words
+    assert "Interim, figures only: these 4 labs are not the 8 the pre-registration judges once" in generated.readme
 
 
 def test_every_figure_the_old_page_quoted_is_read_as_before(generated):

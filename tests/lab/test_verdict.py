@@ -293,3 +293,28 @@ def test_a_claim_no_lab_could_judge_says_why(tmp_path):
         s.startswith("Not tested, no lab could judge them: better:contains_mha_or_fc:pooled (undetermined")
         for s in said
     )
+
+
+def test_labs_short_of_the_design_are_an_interim_look_with_figures_and_no_words(labs, tmp_path):
+    """The design judges its family once, on ``tasks_per_model`` labs of each model: fewer are an interim look, whose
+    figures are printed and kept but whose words, verdicts and recommendation are withheld."""
+    from vitplast_tune.recommend.ranking import choose_criterion, read_evidence
+
+    _, folders, _ = labs
+    design = design_file(tmp_path / "short", tasks_per_model=2)  # m0 has 3 labs here, m1 has 1
+    result, text = report.pool_folders(folders, tmp_path / "storage" / "interim", design=design)
+    assert (
+        result.interim
+        == "these 4 labs are not the 4 the pre-registration judges once (2 tasks on each of its 2 models; m0 has 3, m1 has 1)"
+    )
+    said = text.split(report.SAYS)[1]
+    assert "Interim, figures only" in said and "ranks the subsets" not in said and "not shown" not in said
+    assert "established" not in text.split(report.SAYS)[0].split("The pre-registered family")[1]
+    payload = json.loads((tmp_path / "storage" / "interim" / "pooled.json").read_text())
+    assert payload["complete"] is False and {r["verdict"] for r in payload["claims"]} == {"interim"}
+    criterion, why = choose_criterion(read_evidence(tmp_path / "storage"))
+    assert criterion == "log_trainable_params" and "no pooled criteria-lab verdict" in why
+    whole = design_file(tmp_path / "whole", models={"m0": "model0"}, tasks_per_model=3)
+    result, text = report.pool_folders(folders[:3], tmp_path / "whole-out", design=whole)
+    assert result.interim == "" and "good ranks the subsets better" in text.split(report.SAYS)[1]
+    assert "across these 3 tasks (t0, t1, t2) on 1 model (model0)" in text

@@ -56,6 +56,7 @@ class Design:
         undecided_mc_se: Monte Carlo errors from alpha within which a decision is undecided.
         headline: The headline figure (random effects).
         seeds: Seeds per configuration the design asks for.
+        tasks_per_model: The labs each model has in the verdict (0: the file names no number).
         source: The file it was read from.
     """
 
@@ -75,6 +76,7 @@ class Design:
     undecided_mc_se: float = 3.0
     headline: str = "random_effects"
     seeds: int = 5
+    tasks_per_model: int = 0
     source: str = ""
 
     def claims(self, kind: str) -> list[Claim]:
@@ -191,6 +193,7 @@ def read_design(path: str | Path) -> Design:
         undecided_mc_se=float(data.get("undecided_mc_se", 3)),
         headline=str(data.get("headline", "random_effects")),
         seeds=int(data.get("seeds", 5)),
+        tasks_per_model=int(data.get("tasks_per_model", 0)),
         source=str(path),
     )
     if not (0 < design.alpha < 1 and design.margin > 0 and design.resamples >= 1000):

@@ -76,12 +76,32 @@ class PooledResult:
     def scope(self) -> str:
         return scope_of(self.labs)
 
+    @property
+    def interim(self) -> str:
+        return interim_of(self.labs, self.design)
+
 
 def scope_of(labs: list[LabAnalysis]) -> str:
     """The words that hold the verdict to its tasks: "across these 4 tasks (...) on 1 model (...)"."""
     tasks = sorted({a.records.task for a in labs})
     models = sorted({a.records.model for a in labs})
-    return f"across these {len(tasks)} tasks ({', '.join(tasks)}) on {len(models)} model(s) ({', '.join(models)})"
+    these = f"these {len(tasks)} tasks" if len(tasks) != 1 else "this 1 task"
+    return f"across {these} ({', '.join(tasks)}) on {len(models)} model{'s' * (len(models) != 1)} ({', '.join(models)})"
+
+
+def interim_of(labs: list[LabAnalysis], design: Design) -> str:
+    """Why these labs are not the set the design judges once (``tasks_per_model`` labs on each of its models), or ""
+    when they are (or the design names no number)."""
+    if not design.tasks_per_model:
+        return ""
+    count = {short: sum(a.records.model in (short, name) for a in labs) for short, name in design.models.items()}
+    if all(n == design.tasks_per_model for n in count.values()):
+        return ""
+    have = ", ".join(f"{short} has {n}" for short, n in count.items())
+    return (
+        f"these {len(labs)} labs are not the {design.tasks_per_model * len(count)} the pre-registration judges once "
+        f"({design.tasks_per_model} tasks on each of its {len(count)} models; {have})"
+    )
 
 
 def per_lab_table(labs: list[LabAnalysis]) -> pd.DataFrame:

@@ -24,27 +24,29 @@ EXPERIMENT = "vitplast-lab-pooled"
 
 def conclusions(result: PooledResult) -> list[str]:
     """The pooled verdict's sentences: the family's (``verdicts.summary``), the headline's figures, the tasks a
-    task-level test needs, what the labs' records lack."""
+    task-level test needs, what the labs' records lack; an interim look (not the labs the design names) says that
+    in place of the verdict."""
     d = result.design
-    tested = [j.result for j in result.judged if j.result is not None]
-    out = summary(tested)
+    lacking = sorted({n for a in result.labs for n in a.notes})
+    records = [f"The labs' records: {'; '.join(lacking)}."] if lacking else []
     untested = [f"{j.claim.key} ({j.why_untested})" for j in result.judged if j.result is None]
-    if untested:
-        out.append(f"Not tested, no lab could judge them: {', '.join(untested)}.")
+    untested_line = [f"Not tested, no lab could judge them: {', '.join(untested)}."] if untested else []
+    if result.interim:
+        interim = f"Interim, figures only: {result.interim}. The family is judged once, on all of them; no words yet."
+        return [interim, *untested_line, *records]
+    tested = [j.result for j in result.judged if j.result is not None]
     n_tasks = len({a.records.task for a in result.labs})
-    out.append(
+    level = (
         f"A task-level test (signs flipped over tasks) needs at least {result.tasks_needed} tasks under "
         f"{family_clause(d.alpha, d.correction, len(tested))} (its smallest p, 1/2^N, below {d.alpha:g}/{len(tested)}); "
         f"these labs cover {n_tasks}, so every verdict above holds {result.scope.split(' (')[0]} only."
     )
-    lacking = sorted({n for a in result.labs for n in a.notes})
-    if lacking:
-        out.append(f"The labs' records: {'; '.join(lacking)}.")
-    return out
+    return [*summary(tested), *untested_line, level, *records]
 
 
 def _judged_lines(result: PooledResult) -> list[str]:
     lines = []
+    said = (lambda r: "interim") if result.interim else decision
     for j in result.judged:
         r = j.result
         if r is None:
@@ -53,7 +55,7 @@ def _judged_lines(result: PooledResult) -> list[str]:
         lines.append(
             f"  {j.claim.claim:<10} {j.claim.predictor:<22} labs={j.labs} diff {r.estimate:+.2f} "
             f"[{format_mc(r.low, r.interval_se)}, {format_mc(r.high, r.interval_se)}] ({100 * r.level:.3g}%) "
-            f"p={format_p(r.p, r.p_se)} corrected p={format_p(r.p_adjusted, r.p_adjusted_se)}  {decision(r)}"
+            f"p={format_p(r.p, r.p_se)} corrected p={format_p(r.p_adjusted, r.p_adjusted_se)}  {said(r)}"
         )
     return lines
 
@@ -136,7 +138,7 @@ def write_pooled(result: PooledResult, out: Path) -> list[Path]:
     rows = []
     for j in result.judged:
         r = j.result
-        said = decision(r) if r is not None else "not tested"
+        said = "interim" if result.interim else decision(r) if r is not None else "not tested"
         verdict = {"better": "better"}.get(j.claim.claim, j.claim.claim) if said == "established" else said
         rows.append(
             {"claim": j.claim.claim, "predictor": j.claim.predictor, "labs": j.labs, "diff": j.estimate}
@@ -157,6 +159,7 @@ def write_pooled(result: PooledResult, out: Path) -> list[Path]:
         "registered": result.design.registered,
         "labs": labs,
         "excluded": result.excluded,
+        "complete": not result.interim,
         "family": int(table["p_adjusted"].notna().sum()),
         "alpha": result.design.alpha,
         "margin": result.design.margin,
@@ -184,7 +187,7 @@ def log_pooled(result: PooledResult, files: list[Path], tracking_uri: str, name:
     d = result.design
     params = {"design": Path(d.source).name, "registered": d.registered, "alpha": d.alpha, "margin": d.margin}
     params |= {"correction": d.correction, "resamples": d.resamples, "bootstrap_seed": d.bootstrap_seed}
-    params |= {"labs": ", ".join(a.records.name for a in result.labs)[:500]}
+    params |= {"labs": ", ".join(a.records.name for a in result.labs)[:500], "complete": not result.interim}
     for key, value in params.items():
         mlflow.log_param(run.info.run_id, key, value)
     for j in result.judged:

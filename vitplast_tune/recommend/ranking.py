@@ -101,7 +101,7 @@ def read_evidence(storage: Path) -> pd.DataFrame:
 
     Pooled criteria-lab verdicts (``<name>/pooled.json``, ``vitplast lab pooled``) have ``source`` "pooled": each
     criterion's mean Spearman difference to the parameter count over the labs, its Holm-adjusted interval and verdict,
-    and the labs (model / task) it came from. Criteria labs (``lab.*/analysis/criteria.csv`` of ``vitplast lab``, and
+    and the labs (model / task) it came from; an interim look (fewer labs than its pre-registration judges) has none. Criteria labs (``lab.*/analysis/criteria.csv`` of ``vitplast lab``, and
     ``analysis/criteria.csv`` of a search with ``criteria: true``; of a lab at several step budgets, the longest) have
     "lab"; per-trial correlations (``analysis/correlations.csv``, final validation accuracy, confounded by lr) "trials".
     """
@@ -130,6 +130,8 @@ def read_evidence(storage: Path) -> pd.DataFrame:
 def _pooled_rows(path: Path) -> list[dict[str, Any]]:
     """A pooled verdict's rows: per criterion its pooled difference and verdict, and the labs it pooled."""
     pooled = json.loads(path.read_text())
+    if pooled.get("complete") is False:  # an interim look: figures only, it backs no criterion
+        return []
     labs = pooled.get("labs", [])
     where = {
         "search": path.parent.name,
