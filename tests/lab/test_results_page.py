@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
-from vitplast_tune.lab import page, report
+from vitplast_tune.lab import page, report, verdict_page
 
 NUMBER = re.compile(r"[-+]?\d+\.\d+|[-+]?\d+")
 
@@ -51,11 +52,31 @@ def test_the_results_page_is_what_the_kept_labs_say(generated):
     assert sorted(p.name for p in generated.plots) == sorted(p.name for p in (ROOT / page.IMAGES).glob("forest-*.png"))
 
 
-def test_the_readme_quotes_the_verdict_the_analysis_prints(generated):
-    readme = (ROOT / page.README).read_text()
-    assert page.README_START in readme and page.readme_with(readme, generated.readme) == readme
-    # the kept s1 labs of 2026-12-02 are not the eight labs the pre-registration judges: figures, and no words
-    assert "Interim, figures only: these 4 labs are not the 8 the pre-registration judges once" in generated.readme
+@pytest.fixture(scope="module")
+def verdict(tmp_path_factory):
+    return verdict_page.generate(ROOT, tmp_path_factory.mktemp("img"))
+
+
+def test_the_verdict_page_is_what_the_kept_labs_of_lab_v2_say(verdict):
+    """The pre-registered verdict's page, every figure recomputed from the whole labs kept in lab-v2."""
+    committed = (ROOT / verdict_page.PAGE).read_text()
+    differing = [(a, b) for a, b in zip(committed.splitlines(), verdict.text.splitlines()) if a != b]
+    assert committed == verdict.text, f"run python scripts/lab_results_page.py; first difference: {differing[:1]}"
+    kept = verdict_page.kept_labs(ROOT)
+    assert [a.records.name for a in verdict.result.labs] == [f.name for f in kept] and len(kept) >= 2
+    assert sorted(p.name for p in verdict.plots) == sorted(p.name for p in (ROOT / verdict_page.IMAGES).glob("*.png"))
+    table = verdict_page.labs_table(verdict.result.labs).set_index("lab")
+    trials = pd.read_csv(kept[0] / "trials.csv")
+    assert table.loc[kept[0].name, "trials"] == len(trials) and table.loc[kept[0].name, "seeds"] == 5
+
+
+def test_the_readme_quotes_the_verdict_the_analysis_prints(verdict):
+    readme = (ROOT / verdict_page.README).read_text()
+    assert verdict_page.README_START in readme and verdict_page.readme_with(readme, verdict.readme) == readme
+    said = verdict.text.split(report.SAYS)[1].split("```")[0].strip().splitlines()
+    assert said and all(f"> {line.strip()}" in readme for line in said)
+    if verdict.result.interim:  # fewer labs than the design judges: figures, and no words
+        assert "Interim, figures only" in verdict.readme and "rank the subsets" not in verdict.readme
 
 
 def test_every_figure_the_old_page_quoted_is_read_as_before(generated):
