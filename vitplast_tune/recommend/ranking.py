@@ -101,9 +101,10 @@ def read_evidence(storage: Path) -> pd.DataFrame:
 
     Pooled criteria-lab verdicts (``<name>/pooled.json``, ``vitplast lab pooled``) have ``source`` "pooled": each
     criterion's mean Spearman difference to the parameter count over the labs, its Holm-adjusted interval and verdict,
-    and the labs (model / task) it came from; an interim look (fewer labs than its pre-registration judges) has none. Criteria labs (``lab.*/analysis/criteria.csv`` of ``vitplast lab``, and
-    ``analysis/criteria.csv`` of a search with ``criteria: true``; of a lab at several step budgets, the longest) have
-    "lab"; per-trial correlations (``analysis/correlations.csv``, final validation accuracy, confounded by lr) "trials".
+    and the labs (model / task) it came from; an interim look (not the labs its pre-registration judges) has no row.
+    Criteria labs (``lab.*/analysis/criteria.csv`` of ``vitplast lab``, and ``analysis/criteria.csv`` of a search
+    with ``criteria: true``; of a lab at several step budgets, the longest) have "lab"; per-trial correlations
+    (``analysis/correlations.csv``, final validation accuracy, confounded by lr) "trials".
     """
     root = Path(storage).expanduser()
     rows = []
