@@ -243,6 +243,22 @@ def write_page(root: Path) -> str:
     return f"wrote {PAGE} and {len(page.plots)} forest plots in {IMAGES}"
 
 
+def printout_and_plots(command: str, text: str) -> list[str]:
+    """A results page's section of the command's printout, and the heading of its forest plots."""
+    return [
+        "## The verdict, as the command prints it",
+        "",
+        f"`{command}`:",
+        "",
+        "```",
+        text,
+        "```",
+        "",
+        "## Forest plots",
+        "",
+    ]
+
+
 def _markdown(
     where: dict, quoted: Quoted, families: tuple[pd.DataFrame, pd.DataFrame], result: pooled.PooledResult,
     text: str, plots: list[Path], date: str,
@@ -272,16 +288,7 @@ def _markdown(
         "",
         *_per_lab_rows(quoted, result),
         "",
-        "## The verdict, as the command prints it",
-        "",
-        f"`{command}`:",
-        "",
-        "```",
-        text,
-        "```",
-        "",
-        "## Forest plots",
-        "",
+        *printout_and_plots(command, text),
         *[f"![{p.stem}](img/lab-{date}/{p.name})\n" for p in plots],
         "## One lab from its folder alone",
         "",

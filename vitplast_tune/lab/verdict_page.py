@@ -11,7 +11,7 @@ import pandas as pd
 
 from vitplast_tune.errors import UserError
 from vitplast_tune.lab import analysis, forest, kept, pooled, report
-from vitplast_tune.lab.page import Page
+from vitplast_tune.lab.page import Page, printout_and_plots
 
 KEPT = "docs/results/data/lab-v2"  # the whole labs (lab.*; their checks are under checks/)
 DESIGN = f"{KEPT}/amendment-2.yaml"  # the file the run was given: the pre-registration with its tasks added
@@ -99,16 +99,7 @@ def _markdown(result: pooled.PooledResult, text: str, plots: list[Path], command
         "",
         *_markdown_table(labs_table(result.labs)),
         "",
-        "## The verdict, as the command prints it",
-        "",
-        f"`{command}`:",
-        "",
-        "```",
-        text,
-        "```",
-        "",
-        "## Forest plots",
-        "",
+        *printout_and_plots(command, text),
         "Per predictor, each lab's Spearman difference to log(#trainable parameters) with its 95% interval, each "
         "model's and the overall pooled diamond, the equivalence margin drawn.",
         "",
