@@ -238,6 +238,23 @@ def test_auto_precision_follows_the_device(monkeypatch):
         FinetuneConfig(precision="fp8").validate()
 
 
+def test_a_plain_cuda_device_reports_the_gpu_it_computes_on_and_its_memory_cap(monkeypatch):
+    """``finetune(device=torch.device("cuda"))``: torch's memory-fraction query wants an index, which plain ``cuda``
+    lacks; the run reports ``cuda:0`` and its cap as a trial on ``cuda:0`` does."""
+    from vitplast_tune.vit.devices import device_facts
+
+    def fraction(device):  # as torch.cuda.get_per_process_memory_fraction checks its argument
+        if not isinstance(device, int) and getattr(device, "index", None) is None:
+            raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}")
+        return 0.5
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", fraction, raising=False)
+    expected = {"device": "cuda:0 NVIDIA H200", "gpu_memory_fraction": 0.5}
+    assert device_facts(torch.device("cuda")) == expected == device_facts(torch.device("cuda", 0))
+
+
 def _tiny_step(scaler, loss_factor: float, grad_clip: float = 0.5):
     """One step of a seeded linear layer under SGD, as the loop takes it (``backward``, then ``optimizer_step``);
     returns (stepped, weight before, weight after)."""

@@ -70,7 +70,15 @@ def device_name(device: torch.device) -> str:
     """``cpu``, or ``cuda:0 NVIDIA H100 80GB HBM3`` (the GPU's name): what a trial reports and MLflow tags."""
     if device.type != "cuda":
         return device.type
+    device = indexed(device)
     return f"{device} {torch.cuda.get_device_name(device)}"
+
+
+def indexed(device: torch.device) -> torch.device:
+    """``device`` with its index: plain ``cuda`` is the current GPU (``cuda:0`` unless set), as torch computes on it."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def task_device() -> str:
@@ -84,7 +92,7 @@ def device_facts(device: torch.device) -> dict[str, Any]:
     facts: dict[str, Any] = {"device": device_name(device)}
     fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
     if device.type == "cuda" and fraction is not None:
-        facts["gpu_memory_fraction"] = fraction(device)
+        facts["gpu_memory_fraction"] = fraction(indexed(device))  # which asks for an index
     return facts
 
 
