@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import summary, write_study
-from vitplast_tune.records.study import TRIAL_ATTR, parameter_table, storage_url, study_parameters
+from vitplast_tune.records.study import TRIAL_ATTR, open_study, parameter_table, storage_url, study_made, study_parameters
 from vitplast_tune.records.tracking import STUDY_TAG
 from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
 from vitplast_tune.space import SearchSpec, load_space, parse_param
@@ -39,6 +39,31 @@ ROWS = [
     dict(trial_id="e", components="emb", lr=0.01, step=8, val_acc=math.nan, error="RayTaskError: boom"),
 ]
 CURVES = {"a": {"val_acc": {8: 0.4, 16: 0.6}}, "b": {"val_acc": {8: 0.3}}, "c": {"val_acc": {8: 0.2}}}
+
+
+def test_the_study_file_appears_whole_with_its_study_and_a_second_opening_makes_nothing(tmp_path, monkeypatch):
+    """A reader that opens optuna.db as soon as it is there (the printed optuna-dashboard command, load_study while the
+    search starts) must find its tables and the study made: Optuna's own opening would otherwise race to make them
+    ("UNIQUE constraint failed: alembic_version", as a CI run saw)."""
+    spec_path = tmp_path / "tpe.yaml"
+    spec_path.write_text(space_text(**TPE))
+    spec = load_space(str(spec_path))
+    study_file, made = tmp_path / "search" / "optuna.db", []
+    real = optuna.storages.RDBStorage.create_new_study
+
+    def spy(self, *args, **kwargs):
+        there = study_file.exists()  # is the file already where readers look, while its study is made?
+        study_id = real(self, *args, **kwargs)  # raises where the study is there already (create_study's loading)
+        made.append(there)
+        return study_id
+
+    monkeypatch.setattr(optuna.storages.RDBStorage, "create_new_study", spy)
+    study = open_study(study_file.parent, "s", spec)
+    assert made == [False] and study_made(study_file, "s")
+    assert study.user_attrs == {"space": spec.name, "algorithm": spec.algorithm, "metric": spec.metric}
+    assert sorted(p.name for p in study_file.parent.iterdir()) == ["optuna.db"]  # nothing left aside
+    again = open_study(study_file.parent, "s", spec)
+    assert made == [False] and again._study_id == study._study_id
 
 
 def test_each_trial_is_one_optuna_trial_with_every_flag_and_resume_adds_only_new_ones(tmp_path):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,13 +134,46 @@ def open_study(directory: Path, name: str, spec: SearchSpec):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     Path(directory).mkdir(parents=True, exist_ok=True)
     directions = ["maximize" if mode == "max" else "minimize" for _, mode in spec.objectives or [(None, spec.mode)]]
-    study = optuna.create_study(
+    if not (Path(directory) / STUDY_FILE).exists():
+        _make_whole(Path(directory), name, directions, spec)
+    study = optuna.create_study(  # the file's tables made: this only opens the study (or adds it beside another)
         storage=storage_url(directory), study_name=name, directions=directions, load_if_exists=True
     )
+    _label(study, spec)
+    return study
+
+
+def _make_whole(directory: Path, name: str, directions: list[str], spec: SearchSpec) -> None:
+    """Make ``directory/optuna.db`` with its tables and the study beside it, then link it into place: a reader (the
+    printed ``optuna-dashboard`` command, ``load_study``) that opens the file finds it whole, never its tables half
+    made, which Optuna's own opening would race to make too ("UNIQUE constraint failed: alembic_version"). Where
+    another process made the file first, theirs stays."""
+    import optuna
+
+    aside = directory / f".{STUDY_FILE}.{os.getpid()}.making"
+    aside.unlink(missing_ok=True)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{aside.resolve()}")
+    try:
+        _label(optuna.create_study(storage=storage, study_name=name, directions=directions), spec)
+    finally:
+        storage.engine.dispose()
+    final = directory / STUDY_FILE
+    try:
+        os.link(aside, final)  # never over a file another process linked first
+    except FileExistsError:
+        pass
+    except OSError:  # a filesystem without hard links
+        if not final.exists():
+            os.replace(aside, final)
+    finally:
+        aside.unlink(missing_ok=True)
+
+
+def _label(study, spec: SearchSpec) -> None:
+    """The space's name, algorithm and metric as the study's user attributes."""
     for key, value in (("space", spec.name), ("algorithm", spec.algorithm), ("metric", spec.metric)):
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)
-    return study
 
 
 def known_trials(study) -> set[str]:
