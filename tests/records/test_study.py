@@ -11,7 +11,14 @@ from mlflow.tracking import MlflowClient
 
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import summary, write_study
-from vitplast_tune.records.study import TRIAL_ATTR, open_study, parameter_table, storage_url, study_made, study_parameters
+from vitplast_tune.records.study import (
+    TRIAL_ATTR,
+    open_study,
+    parameter_table,
+    storage_url,
+    study_made,
+    study_parameters,
+)
 from vitplast_tune.records.tracking import STUDY_TAG
 from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
 from vitplast_tune.space import SearchSpec, load_space, parse_param
