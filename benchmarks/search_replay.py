@@ -68,6 +68,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-trials", type=int, default=200, help="and after this many trials (default: 200)")
     p.add_argument("--workers", type=int, default=1, help="trials running at once (default: 1)")
     p.add_argument("--cache", help="cache folder (default: $VITPLAST_CACHE_DIR/search_replay)")
+    p.add_argument(
+        "--from-cache",
+        action="store_true",
+        help="replay nothing: the figures of the replays cached so far (seeds 0, 1, ... up to --seeds; each algorithm "
+        "as many as it has on every table), e.g. when the model-based samplers got fewer seeds than the rest",
+    )
     p.add_argument("--plot", help="write the plot (PNG) here")
     p.add_argument("--check", type=int, default=0, metavar="N", help="train N configurations again and compare")
     common.add_json_flag(p)
@@ -277,10 +283,15 @@ def cache_folder(args: argparse.Namespace) -> Path:
     return Path(args.cache) if args.cache else cache_dir() / "search_replay"
 
 
+def _cache_path(folder: Path, table: Table, algorithm: str, seed: int, args: argparse.Namespace) -> Path:
+    """Where one replay is cached: per table (and its digest), the replay's rules, algorithm and search seed."""
+    rules = f"v{VERSION}-tol{args.tolerance:g}-b{args.budget:g}-t{args.max_trials}-w{args.workers}"
+    return folder / f"{table.name}-{table.digest}" / rules / algorithm.replace(" ", "_") / f"{seed}.json"
+
+
 def cached_replay(folder: Path, table: Table, algorithm: str, seed: int, args: argparse.Namespace) -> tuple[dict, bool]:
     """One replay, read from the cache when done before with the same table and rules; (result, was it cached)."""
-    rules = f"v{VERSION}-tol{args.tolerance:g}-b{args.budget:g}-t{args.max_trials}-w{args.workers}"
-    path = folder / f"{table.name}-{table.digest}" / rules / algorithm.replace(" ", "_") / f"{seed}.json"
+    path = _cache_path(folder, table, algorithm, seed, args)
     if path.is_file():
         return json.loads(path.read_text()), True
     result = replay(table, algorithm, seed, args.tolerance, args.budget, args.max_trials, args.workers)
@@ -295,6 +306,8 @@ def run_all(tables: list[Table], algorithms: list[str], args: argparse.Namespace
     """Every table x algorithm x search seed (the grid's order too: its trials draw their seeds), a progress line per
     table and algorithm."""
     folder = cache_folder(args)
+    if args.from_cache:
+        return cached_so_far(folder, tables, algorithms, args)
     results: dict[str, dict[str, list[dict]]] = {}
     total, done = len(tables) * len(algorithms), 0
     for table in tables:
@@ -316,6 +329,33 @@ def run_all(tables: list[Table], algorithms: list[str], args: argparse.Namespace
                 f"{len(reached)} reached the target {said}, {time.time() - started:.1f} s",
                 flush=True,
             )
+    return results
+
+
+def cached_so_far(
+    folder: Path, tables: list[Table], algorithms: list[str], args: argparse.Namespace
+) -> dict[str, dict[str, list[dict]]]:
+    """The cached replays of each algorithm on every table, seeds 0, 1, ... as far as every table has them (at most
+    ``--seeds``), so that a paired comparison pairs the same seeds; an algorithm with none on some table is left out,
+    with a line saying so."""
+    results: dict[str, dict[str, list[dict]]] = {t.name: {} for t in tables}
+    for algorithm in algorithms:
+        per_table = {}
+        for table in tables:
+            runs = []
+            for seed in range(args.seeds):
+                path = _cache_path(folder, table, algorithm, seed, args)
+                if not path.is_file():
+                    break
+                runs.append(json.loads(path.read_text()))
+            per_table[table.name] = runs
+        n = min(len(runs) for runs in per_table.values())
+        if n == 0:
+            print(f"{algorithm}: not in the cache on every table, left out", flush=True)
+            continue
+        for name, runs in per_table.items():
+            results[name][algorithm] = runs[:n]
+        print(f"{algorithm}: {n} seeds on each of {len(tables)} tables, from the cache", flush=True)
     return results
 
 
@@ -358,6 +398,7 @@ def summarise(tables: list[Table], results: dict, algorithms: list[str]) -> dict
             f: [regret_at(r, f, best[t.name]) for t in tables for r in results[t.name][algorithm]] for f in CHECKPOINTS
         }
         rows[algorithm] = {
+            "seeds": len(results[tables[0].name][algorithm]),
             "reached": sum(not math.isinf(c) for c in costs) / len(costs),
             "seconds": quantiles(costs),
             "steps": quantiles(steps),
@@ -386,7 +427,8 @@ def summarise(tables: list[Table], results: dict, algorithms: list[str]) -> dict
 
 def verdict(tables: list[Table], rows: dict[str, Any]) -> str:
     """Issue 47's rule: the winner has the lowest median cost over every table and seed without losing on any table by
-    more than the default's IQR there; the default changes only when the winner is another algorithm.
+    more than the default's IQR there, over as many search seeds as the default; the default changes only when the
+    winner is another algorithm.
 
     Where the default's IQR is unbounded (it did not reach in a quarter of its searches or more), a median loses
     only when it is infinite and the default's is not: a table the default mostly solves, the other mostly not.
@@ -400,6 +442,8 @@ def verdict(tables: list[Table], rows: dict[str, Any]) -> str:
         return math.isinf(median) and math.isfinite(d_median)
 
     def fair(algorithm: str) -> bool:
+        if rows[algorithm]["seeds"] < rows[DEFAULT]["seeds"]:  # fewer search seeds (--from-cache): not a winner
+            return False
         return not any(
             loses(rows[algorithm]["per_table"][t.name][0], *rows[DEFAULT]["per_table"][t.name]) for t in tables
         )
@@ -415,7 +459,7 @@ def print_summary(summary: dict[str, Any], tables: list[Table], args: argparse.N
     """The table of the algorithms, the paired comparison and the verdict."""
     kinds = sorted({"whole lab" if "checks" not in str(t.path) else "check" for t in tables})
     print(
-        f"\n{len(tables)} tables ({', '.join(kinds)}), {args.seeds} search seeds each, {args.workers} trial(s) at once, "
+        f"\n{len(tables)} tables ({', '.join(kinds)}), {_seeds_said(summary['rows'])}, {args.workers} trial(s) at once, "
         f"replays stop at {args.budget:g} of the grid's GPU-seconds; reach = incumbent's mean test accuracy within "
         f"{100 * args.tolerance:g} points of the table's best"
     )
@@ -434,6 +478,14 @@ def print_summary(summary: dict[str, Any], tables: list[Table], args: argparse.N
             f"{regret[0.05]:11.2f} {regret[0.25]:6.2f} {regret[1.0]:6.2f} {pair:>28} {paired.get('sign_p', math.nan):7.3f}"
         )
     print(summary["verdict"])
+
+
+def _seeds_said(rows: dict[str, Any]) -> str:
+    """``50 search seeds each``, or how many each algorithm has where they differ (``--from-cache``)."""
+    counts = {row["seeds"] for row in rows.values()}
+    if len(counts) == 1:
+        return f"{counts.pop()} search seeds each"
+    return "search seeds: " + ", ".join(f"{name} {row['seeds']}" for name, row in rows.items())
 
 
 def plot(tables: list[Table], results: dict, algorithms: list[str], path: str) -> None:
@@ -567,6 +619,7 @@ def main(argv: list[str] | None = None) -> int:
         if not all(ok for _, ok in lines):
             return 1
     results = run_all(tables, algorithms, args)
+    algorithms = [a for a in algorithms if a in results[tables[0].name]]  # --from-cache leaves out the uncached
     summary = summarise(tables, results, algorithms)
     print_summary(summary, tables, args)
     if args.plot:

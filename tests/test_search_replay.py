@@ -152,6 +152,33 @@ def test_the_benchmark_figures_pair_every_algorithm_with_the_default(tmp_path, c
     assert search_replay.main([*argv, "--workers", "0"]) == 2  # would replay nothing and report "not reached"
 
 
+def test_the_figures_from_the_cache_take_each_algorithm_as_far_as_every_table_has_it(tmp_path, capsys):
+    """--from-cache replays nothing: each algorithm with the seeds 0, 1, ... cached on every table (the model-based
+    samplers given fewer seeds than the rest), one left out with a line where a table has none; one with fewer
+    seeds than the default is never the winner."""
+    out, cache = tmp_path / "r.json", ["--cache", str(tmp_path)]
+    tables = ["--tables", str(KEPT)]
+    assert search_replay.main([*tables, *cache, "--seeds", "3", "--samplers", "TPE", "--schedulers", "ASHA"]) == 0
+    assert search_replay.main([*tables, *cache, "--seeds", "2", "--samplers", "random", "--schedulers", "ASHA"]) == 0
+    capsys.readouterr()
+    argv = [*tables, *cache, "--from-cache", "--seeds", "50", "--samplers", "TPE,random,GP", "--schedulers", "ASHA"]
+    assert search_replay.main([*argv, "--json", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "TPE + ASHA: 3 seeds on each of 1 tables, from the cache" in said
+    assert "random + ASHA: 2 seeds on each of 1 tables, from the cache" in said
+    assert "GP + ASHA: not in the cache on every table, left out" in said
+    assert "search seeds: TPE + ASHA 3, random + ASHA 2" in said and "[1/" not in said  # nothing replayed
+    rows = json.loads(out.read_text())["rows"]
+    assert {name: row["seeds"] for name, row in rows.items()} == {"TPE + ASHA": 3, "random + ASHA": 2}
+    assert len(list(tmp_path.rglob("*.json"))) == 5 + 1  # the five replays and the figures: no replay added
+    rows["random + ASHA"]["seconds"] = (0.0, 0.0, 0.0)  # cheapest, but on fewer seeds than the default
+    rows["random + ASHA"]["per_table"] = {t: (0.0, 0.0, 0.0) for t in rows["random + ASHA"]["per_table"]}
+    table = SimpleNamespace(name=next(iter(rows["TPE + ASHA"]["per_table"])))
+    assert search_replay.verdict([table], rows).startswith("winner by the rule: TPE + ASHA")
+    rows["random + ASHA"]["seeds"] = 3
+    assert search_replay.verdict([table], rows).startswith("winner by the rule: random + ASHA")
+
+
 def test_quantiles_count_a_replay_that_never_reached_as_infinite():
     assert search_replay.quantiles([0.1, 0.2, math.inf]) == (0.2, 0.1, math.inf)
 
