@@ -367,6 +367,10 @@ def _cost(result: dict) -> float:
 # ----------------------------------------------------------------------------- the figures
 
 CHECKPOINTS = (0.02, 0.05, 0.1, 0.25, 0.5, 1.0)  # fractions of the grid's seconds at which the regret is read
+TOLERANCES = (0.005, 0.01, 0.02)  # reaches read again from the same replays' paths (each replay runs its budget)
+ANSWER_AT = (0.1, 0.25, 0.5, 1.0)  # budgets at which each answer is compared with the default's, paired
+OFFERED = {"TPE + ASHA", "TPE + none", "random + ASHA", "random + none"}  # what a space file can name (optuna/random,
+# asha/fifo): the default can only become one of these
 
 
 def quantiles(values: list[float]) -> tuple[float, float, float]:
@@ -382,6 +386,26 @@ def regret_at(result: dict, fraction: float, best: float) -> float:
     seconds is spent (infinite before any trial ended)."""
     ended = [test for spent, test in result["path"] if spent <= fraction + 1e-9]
     return 100 * (best - ended[-1]) if ended else math.inf
+
+
+def cost_within(result: dict, best: float, tolerance: float) -> float:
+    """The fraction of the grid's seconds at which the replay's incumbent first came within ``tolerance`` of ``best``
+    (inf when never): read from its path, so that one replay answers for every tolerance."""
+    return next((spent for spent, test in result["path"] if test >= best - tolerance - 1e-9), math.inf)
+
+
+def floor(table: Table, seeds: int) -> list[float]:
+    """What the whole grid gives, each configuration trained once on a drawn seed and the one of the best validation
+    accuracy taken (as a replay's incumbent is): its distance to the table's best mean test accuracy, in points, per
+    draw. No search that judges by one seed's validation does better at the grid's cost."""
+    best = table.best[1]
+    regrets = []
+    for seed in range(seeds):
+        draws = random.Random(f"{seed}:floor")
+        chosen = [(key, draws.choice(runs)) for key, runs in table.runs.items()]
+        val, key = max((max(a for _, a in run.curve), key) for key, run in chosen if not run.diverged)
+        regrets.append(100 * (best - table.mean_test(key)))
+    return regrets
 
 
 def summarise(tables: list[Table], results: dict, algorithms: list[str]) -> dict[str, Any]:
@@ -404,6 +428,10 @@ def summarise(tables: list[Table], results: dict, algorithms: list[str]) -> dict
             "steps": quantiles(steps),
             "regret": {f: quantiles(v)[0] for f, v in regrets.items()},
             "per_table": {t.name: quantiles([_cost(r) for r in results[t.name][algorithm]]) for t in tables},
+            "by_tolerance": {
+                tol: _reach([cost_within(r, best[t.name], tol) for t in tables for r in results[t.name][algorithm]])
+                for tol in TOLERANCES
+            },
         }
     if DEFAULT in rows:
         for algorithm in algorithms:
@@ -422,7 +450,76 @@ def summarise(tables: list[Table], results: dict, algorithms: list[str]) -> dict
                 # costs, both never reaching among them, are left out): the figure the verdict reads.
                 "sign_p": binomtest(cheaper, cheaper + dearer).pvalue if cheaper + dearer else math.nan,
             }
-    return {"rows": rows, "verdict": verdict(tables, rows)}
+    compared = answers(tables, results, algorithms) if DEFAULT in rows else {}
+    return {"rows": rows, "answers": compared, "verdict": verdict(tables, rows)}
+
+
+def grid_floor(tables: list[Table], seeds: int) -> dict[str, Any]:
+    """The floor over every table (``floor``): median [IQR] points below the best, and the share within each
+    tolerance."""
+    regrets = [r for t in tables for r in floor(t, seeds)]
+    return {
+        "regret": quantiles(regrets),
+        "within": {tol: sum(r <= 100 * tol + 1e-7 for r in regrets) / len(regrets) for tol in TOLERANCES},
+    }
+
+
+def answers(tables: list[Table], results: dict, algorithms: list[str]) -> dict[float, dict[str, dict[str, float]]]:
+    """The answer a search gives when it stops at each budget of ``ANSWER_AT``, against the default's, paired by table
+    and search seed: the mean difference of the points below the best (negative: closer to it), Wilcoxon's
+    signed-rank p and Holm's adjustment over the algorithms at that budget."""
+    from scipy.stats import wilcoxon
+
+    from vitplast_tune.analysis.multiple import holm
+
+    best = {t.name: t.best[1] for t in tables}
+    out: dict[float, dict[str, dict[str, float]]] = {}
+    others = [a for a in algorithms if a != DEFAULT]
+    for budget in ANSWER_AT:
+        figures = {}
+        for algorithm in others:
+            pairs = [
+                (regret_at(a, budget, best[t.name]), regret_at(d, budget, best[t.name]))
+                for t in tables
+                for a, d in zip(results[t.name][algorithm], results[t.name][DEFAULT])
+            ]
+            differences = [a - d for a, d in pairs if math.isfinite(a) and math.isfinite(d)]
+            moved = [d for d in differences if abs(d) > 1e-9]
+            p = float(wilcoxon(moved).pvalue) if len(moved) >= 6 else 1.0  # no test on fewer moved pairs
+            figures[algorithm] = {"difference": float(np.mean(differences)) if differences else math.nan, "p": p}
+        adjusted = holm([f["p"] for f in figures.values()]) if figures else []
+        for f, q in zip(figures.values(), adjusted):
+            f["holm_p"] = float(q)
+        out[budget] = figures
+    return out
+
+
+def answers_said(compared: dict[float, dict[str, dict[str, float]]], alpha: float = 0.05) -> list[str]:
+    """One line per budget, generated from the figures: which answers are closer to or further from the best than
+    the default's after Holm's adjustment, or that none differs."""
+    lines = []
+    for budget, figures in compared.items():
+        better = [
+            f"{a} ({f['difference']:+.2f})" for a, f in figures.items() if f["holm_p"] < alpha and f["difference"] < 0
+        ]
+        worse = [
+            f"{a} ({f['difference']:+.2f})" for a, f in figures.items() if f["holm_p"] < alpha and f["difference"] > 0
+        ]
+        said = []
+        if better:
+            said.append(f"closer to the best than the default's: {', '.join(better)}")
+        if worse:
+            said.append(f"further from the best than the default's: {', '.join(worse)}")
+        lines.append(
+            f"stopped at {budget:g} of the grid's GPU-seconds, answers (points, paired, Holm p < {alpha:g}) "
+            + ("; ".join(said) if said else "no algorithm's differs from the default's")
+        )
+    return lines
+
+
+def _reach(costs: list[float]) -> dict[str, Any]:
+    """The share of replays that reached and the median cost [IQR]."""
+    return {"reached": sum(math.isfinite(c) for c in costs) / len(costs), "seconds": quantiles(costs)}
 
 
 def verdict(tables: list[Table], rows: dict[str, Any]) -> str:
@@ -450,9 +547,21 @@ def verdict(tables: list[Table], rows: dict[str, Any]) -> str:
 
     ranked = sorted(rows, key=lambda a: (rows[a]["seconds"][0], -rows[a]["reached"]))
     winner = next((a for a in ranked if a == DEFAULT or fair(a)), DEFAULT)
-    cost = rows[winner]["seconds"][0]
-    said = f"{cost:.3f}" if math.isfinite(cost) else "not reached (median)"
-    return f"winner by the rule: {winner}, median {said} of the grid's GPU-seconds (goal <= 0.05)"
+    said = f"winner by the rule: {winner}, median {_median_said(rows[winner])} of the grid's GPU-seconds (goal <= 0.05)"
+    if winner not in OFFERED:
+        offered = next((a for a in ranked if a in OFFERED and (a == DEFAULT or fair(a))), DEFAULT)
+        said += "; a space file cannot name it (it names optuna or random with asha or fifo); among what it can name: "
+        if math.isinf(rows[offered]["seconds"][0]):
+            return said + "no median reached the target, so the rule decides nothing and the default stays"
+        said += f"{offered}, median {_median_said(rows[offered])}"
+    elif math.isinf(rows[winner]["seconds"][0]):
+        return "no median reached the target: the rule decides nothing and the default stays"
+    return said
+
+
+def _median_said(row: dict[str, Any]) -> str:
+    cost = row["seconds"][0]
+    return f"{cost:.3f}" if math.isfinite(cost) else "not reached"
 
 
 def print_summary(summary: dict[str, Any], tables: list[Table], args: argparse.Namespace) -> None:
@@ -477,6 +586,22 @@ def print_summary(summary: dict[str, Any], tables: list[Table], args: argparse.N
             f"{name:<34} {row['reached']:7.2f} {f(m):>7} [{f(q1)}, {f(q3)}] {f(row['steps'][0]):>12} "
             f"{regret[0.05]:11.2f} {regret[0.25]:6.2f} {regret[1.0]:6.2f} {pair:>28} {paired.get('sign_p', math.nan):7.3f}"
         )
+    print(f"\n{'reach within':<34} " + " ".join(f"{f'{100 * tol:g} points':>30}" for tol in TOLERANCES))
+    for name, row in summary["rows"].items():
+        cells = []
+        for tol in TOLERANCES:
+            reach = row["by_tolerance"][tol]
+            m, q1, q3 = reach["seconds"]
+            cells.append(f"{reach['reached']:.2f} {f(m)} [{f(q1)}, {f(q3)}]")
+        print(f"{name:<34} " + " ".join(f"{c:>30}" for c in cells))
+    m, q1, q3 = summary["floor"]["regret"]
+    within = ", ".join(f"{100 * tol:g} points {share:.2f}" for tol, share in summary["floor"]["within"].items())
+    print(
+        f"the floor, the whole grid once on drawn seeds judged by validation: {m:.2f} [{q1:.2f}, {q3:.2f}] points "
+        f"below the best (median [IQR]); within {within} of its draws"
+    )
+    for line in answers_said(summary["answers"]):
+        print(line)
     print(summary["verdict"])
 
 
@@ -488,8 +613,9 @@ def _seeds_said(rows: dict[str, Any]) -> str:
     return "search seeds: " + ", ".join(f"{name} {row['seeds']}" for name, row in rows.items())
 
 
-def plot(tables: list[Table], results: dict, algorithms: list[str], path: str) -> None:
-    """The incumbent's median distance to the best (points) against the fraction of the grid's GPU-seconds spent."""
+def plot(tables: list[Table], results: dict, algorithms: list[str], path: str, grid_floor: float | None = None) -> None:
+    """The incumbent's median distance to the best (points) against the fraction of the grid's GPU-seconds spent;
+    ``grid_floor``: the whole grid's median, drawn as a line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -515,6 +641,8 @@ def plot(tables: list[Table], results: dict, algorithms: list[str], path: str) -
         )
     ax.axvline(0.05, color="grey", lw=0.8)
     ax.axhline(0.5, color="grey", lw=0.8)
+    if grid_floor is not None:
+        ax.axhline(grid_floor, color="black", lw=0.8, ls="-.", label="the whole grid once (median)")
     ax.set_yscale("symlog", linthresh=1.0)
     ax.set_ylim(bottom=0)
     ax.set(
@@ -621,9 +749,10 @@ def main(argv: list[str] | None = None) -> int:
     results = run_all(tables, algorithms, args)
     algorithms = [a for a in algorithms if a in results[tables[0].name]]  # --from-cache leaves out the uncached
     summary = summarise(tables, results, algorithms)
+    summary["floor"] = grid_floor(tables, max(row["seeds"] for row in summary["rows"].values()))
     print_summary(summary, tables, args)
     if args.plot:
-        plot(tables, results, algorithms, args.plot)
+        plot(tables, results, algorithms, args.plot, summary["floor"]["regret"][0])
         print(f"plot written to {args.plot}")
     common.write_json(args.json, {"args": vars(args), "tables": [t.name for t in tables], **summary})
     return 0

@@ -171,6 +171,8 @@ def test_the_figures_from_the_cache_take_each_algorithm_as_far_as_every_table_ha
     rows = json.loads(out.read_text())["rows"]
     assert {name: row["seeds"] for name, row in rows.items()} == {"TPE + ASHA": 3, "random + ASHA": 2}
     assert len(list(tmp_path.rglob("*.json"))) == 5 + 1  # the five replays and the figures: no replay added
+    rows["TPE + ASHA"]["seconds"] = (0.5, 0.1, 0.9)  # the default reaching, at a median of half the grid
+    rows["TPE + ASHA"]["per_table"] = {t: (0.5, 0.1, 0.9) for t in rows["TPE + ASHA"]["per_table"]}
     rows["random + ASHA"]["seconds"] = (0.0, 0.0, 0.0)  # cheapest, but on fewer seeds than the default
     rows["random + ASHA"]["per_table"] = {t: (0.0, 0.0, 0.0) for t in rows["random + ASHA"]["per_table"]}
     table = SimpleNamespace(name=next(iter(rows["TPE + ASHA"]["per_table"])))
@@ -274,11 +276,17 @@ def test_the_winner_rule_with_a_default_that_often_does_not_reach():
     def rows(b_default, b_other):
         return {
             "TPE + ASHA": {
+                "seeds": 50,
                 "seconds": (0.10, 0, 0),
                 "reached": 1.0,
                 "per_table": {"a": (0.1, 0.05, 0.2), "b": b_default},
             },
-            "GP + ASHA": {"seconds": (0.04, 0, 0), "reached": 1.0, "per_table": {"a": (0.05, 0.03, 0.1), "b": b_other}},
+            "GP + ASHA": {
+                "seeds": 50,
+                "seconds": (0.04, 0, 0),
+                "reached": 1.0,
+                "per_table": {"a": (0.05, 0.03, 0.1), "b": b_other},
+            },
         }
 
     # b: the default's IQR is unbounded (it did not reach in over a quarter of its searches)
@@ -287,3 +295,74 @@ def test_the_winner_rule_with_a_default_that_often_does_not_reach():
         tables, rows((0.3, 0.1, math.inf), (math.inf, 0.5, math.inf))
     )  # the other mostly never reaches b, which the default mostly solves
     assert "winner by the rule: TPE + ASHA" in search_replay.verdict(tables, rows((0.3, 0.2, 0.4), (0.6, 0.3, 1)))
+
+
+def test_one_replay_answers_every_tolerance_and_the_floor_is_the_whole_grid_judged_by_one_seed():
+    # b is the best on average (0.95); its seed 1 is unlucky on validation, and a's seed 1 lucky.
+    curves = {
+        ("a", 0.1): {0: [(10, 0.80)], 1: [(10, 0.92)]},
+        ("b", 0.1): {0: [(10, 0.90)], 1: [(10, 0.70)]},
+    }
+    tests = {("a", 0.1): {0: 0.90, 1: 0.90}, ("b", 0.1): {0: 0.95, 1: 0.95}}
+    table = _table(curves, {("a", 0.1): 1.0, ("b", 0.1): 1.0}, tests)
+    path = {"path": [(0.5, 0.90), (1.0, 0.95)]}
+    assert search_replay.cost_within(path, 0.95, 0.005) == 1.0
+    assert search_replay.cost_within(path, 0.95, 0.05) == 0.5  # within 5 points from the first trial on
+    assert search_replay.cost_within(path, 0.96, 0.005) == math.inf
+    regrets = search_replay.floor(table, 40)
+    for seed, regret in enumerate(regrets):  # a draw picks b only where b's drawn seed beats a's on validation
+        draws = search_replay.random.Random(f"{seed}:floor")
+        a_seed, b_seed = draws.choice([0, 1]), draws.choice([0, 1])
+        b_wins = (0.90 if b_seed == 0 else 0.70) > (0.80 if a_seed == 0 else 0.92)
+        assert regret == pytest.approx(0.0 if b_wins else 5.0)
+    assert 0 < regrets.count(0.0) < 40
+
+
+def test_the_answers_at_each_budget_are_paired_with_the_default_and_said_after_holm():
+    def result(test_at):  # a replay whose incumbent's mean test accuracy is test_at(spent) at each 0.05
+        return {"path": [(round(0.05 * i, 2), test_at(0.05 * i)) for i in range(1, 21)]}
+
+    tables = [SimpleNamespace(name="t", best=(("b", 0.1), 0.95))]
+    jitter = [0.001 * (i % 7) for i in range(30)]
+    results = {
+        "t": {
+            "TPE + ASHA": [result(lambda f, j=j: 0.90 + j) for j in jitter],
+            "random + ASHA": [result(lambda f, j=j: 0.91 + j + (0.001 * (j > 0.003))) for j in jitter],
+            "TPE + none": [result(lambda f, j=j: 0.90 + j) for j in jitter],
+        }
+    }
+    compared = search_replay.answers(tables, results, ["TPE + ASHA", "random + ASHA", "TPE + none"])
+    assert set(compared) == set(search_replay.ANSWER_AT)
+    closer, same = compared[0.25]["random + ASHA"], compared[0.25]["TPE + none"]
+    assert closer["difference"] == pytest.approx(-1.0 - 0.1 * sum(j > 0.003 for j in jitter) / 30)
+    assert closer["holm_p"] < 0.05 and (same["difference"], same["p"]) == (0.0, 1.0)
+    said = search_replay.answers_said(compared)
+    assert said[1].startswith("stopped at 0.25 of the grid's GPU-seconds")
+    assert "closer to the best than the default's: random + ASHA (-1.04)" in said[1] and "TPE + none" not in said[1]
+    results["t"]["random + ASHA"] = results["t"]["TPE + ASHA"]
+    assert search_replay.answers_said(search_replay.answers(tables, results, ["TPE + ASHA", "random + ASHA"]))[0] == (
+        "stopped at 0.1 of the grid's GPU-seconds, answers (points, paired, Holm p < 0.05) "
+        "no algorithm's differs from the default's"
+    )
+
+
+def test_the_rule_decides_nothing_where_no_median_reached_and_names_only_what_a_space_file_can():
+    tables = [SimpleNamespace(name="a")]
+    never = {
+        "seeds": 50,
+        "seconds": (math.inf, 0.2, math.inf),
+        "reached": 0.3,
+        "per_table": {"a": (math.inf, 0.2, math.inf)},
+    }
+    grid = {**never, "seconds": (0.4, 0.05, math.inf), "per_table": {"a": (0.4, 0.05, math.inf)}}
+    rows = {"TPE + ASHA": never, "random + none": {**never, "reached": 0.5}, "grid order + none": grid}
+    said = search_replay.verdict(tables, rows)
+    assert said.startswith("winner by the rule: grid order + none, median 0.400")
+    assert said.endswith("no median reached the target, so the rule decides nothing and the default stays")
+    del rows["grid order + none"]
+    assert (
+        search_replay.verdict(tables, rows)
+        == "no median reached the target: the rule decides nothing and the default stays"
+    )
+    rows["random + none"] = {**grid, "reached": 0.5}
+    assert search_replay.verdict(tables, rows).startswith("winner by the rule: random + none, median 0.400")
