@@ -134,11 +134,12 @@ def step_flops(model: torch.nn.Module, subset: str, batch: int, cached_head: boo
     return total
 
 
-def flop_bounds(model_name: str, batch: int, subsets=SUBSETS) -> dict[str, float]:
-    """Full-finetuning step FLOPs over each subset's step FLOPs (the speed-up the skipped work allows)."""
+def flop_bounds(model_name: str, batch: int, subsets=SUBSETS, cached_head: bool = True) -> dict[str, float]:
+    """Full-finetuning step FLOPs over each subset's step FLOPs (the speed-up the skipped work allows);
+    ``cached_head`` as in ``step_flops``."""
     model = models.create_model(model_name, 10, pretrained=False)
     full = step_flops(model, "all", batch)
-    return {s: full / step_flops(model, s, batch) for s in subsets}
+    return {s: full / step_flops(model, s, batch, cached_head) for s in subsets}
 
 
 # ----------------------------------------------------------------------------- one measurement (child process)
