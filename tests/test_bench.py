@@ -130,6 +130,21 @@ def test_gpu_check_plans_every_step_within_ten_minutes(capsys):
         gpu_check.main(["--dry-run", "--steps-only", "trials,speed"])
 
 
+def test_the_gpu_checks_subset_bounds_are_those_of_the_steps_it_times(monkeypatch):
+    """Its steps run the whole forward pass for every subset, the head's too: the head's bound is then that of a
+    step with the backbone's forward (about 3x on the testbed), not of a head on cached features (millions)."""
+    args = gpu_check.parse_args(["--cpu-dry-run"])
+    speeds = {"all": 1.0, "head": 0.25}  # seconds per step: the head at 4x
+
+    def timed(args, device, subset, options, compile_=False):
+        return {"images_per_s": 8 / speeds.get(subset, 0.5), "step_s": speeds.get(subset, 0.5), "peak_mib": 0.0}
+
+    monkeypatch.setattr(gpu_check, "train_speed", timed)
+    head = gpu_check.step_subsets(args, gpu_check.torch.device("cpu"))["subsets"]["head"]
+    assert head["speedup"] == 4.0 and 2.0 < head["flop_bound"] < 4.0
+    assert training.flop_bounds(args.model, args.batch_size, ["head"])["head"] > 1000  # on cached features
+
+
 def test_a_gpu_check_step_past_its_timeout_is_stopped_and_reported():
     result = gpu_check.run_step("slow", lambda: __import__("time").sleep(5) or {}, timeout_s=0.5)
     assert result["status"] == "timeout" and result["seconds"] < 3
