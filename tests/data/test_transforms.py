@@ -37,6 +37,20 @@ def test_batched_evaluation_matches_the_per_image_path(crop_mode, interpolation)
     assert difference.mean() < 1.5 and difference.max() < 12  # PIL's and torch's kernels differ slightly
 
 
+@pytest.mark.parametrize("train", [False, True])
+def test_the_batch_is_normalized_exactly_as_torchvisions_normalize_does_and_the_same_at_every_call(train):
+    """The mean and std are made once per device (no copies to the GPU at each batch), with the values torchvision's
+    normalize gives, bit for bit."""
+    from torchvision.transforms.v2 import functional as TF
+
+    config, images = {**CONFIG, "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}, smooth_images(3)
+    unnormalized = {**config, "mean": (0.0, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}
+    raw = transforms.batch_transform(torch.from_numpy(images), unnormalized, train, seed=5)
+    expected = TF.normalize(raw, list(config["mean"]), list(config["std"]))
+    for _ in range(2):
+        assert torch.equal(transforms.batch_transform(torch.from_numpy(images), config, train, seed=5), expected)
+
+
 def test_batched_training_crops_follow_random_resized_crops_distribution():
     from scipy.stats import ks_2samp
     from torchvision.transforms import RandomResizedCrop

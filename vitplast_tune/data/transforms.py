@@ -15,6 +15,7 @@ per batch, so a resumed trial replays the same batches.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import random
 from collections.abc import Callable, Iterator
@@ -186,7 +187,6 @@ def batch_transform(
 ) -> torch.Tensor:
     """uint8 images (B, C, h, w) on any device -> normalized float (B, 3, H, W) at the model's input size; for
     training with the recipe ``augment``."""
-    from torchvision.transforms.v2 import functional as TF
 
     x = images.float().div_(255.0)
     if x.shape[1] == 1:
@@ -196,7 +196,22 @@ def batch_transform(
         x = _crop_flip(x, data_config, seed, recipe)
     else:
         x = _resize_center_crop(x, data_config)
-    return TF.normalize(x.clamp_(0.0, 1.0), list(data_config["mean"]), list(data_config["std"]))
+    mean, std = _mean_std(tuple(data_config["mean"]), tuple(data_config["std"]), x.device, x.dtype)
+    return x.clamp_(0.0, 1.0).sub_(mean).div_(std)  # torchvision's normalize, without its two copies to the GPU a call
+
+
+@functools.lru_cache(maxsize=16)
+def _mean_std(mean: tuple, std: tuple, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The normalization's mean and std as (1, C, 1, 1) tensors on ``device``, made once per device and values."""
+    return tuple(torch.tensor(v, dtype=dtype).view(1, -1, 1, 1).to(device) for v in (mean, std))  # type: ignore[return-value]
+
+
+def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` (made on the host) on ``device``; to a GPU from pinned memory, so that the copy does not wait
+    for the GPU's queued work (a pageable copy does)."""
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def _crop_flip(x: torch.Tensor, data_config: dict[str, Any], seed: int | None, recipe: Augmentation) -> torch.Tensor:
@@ -210,7 +225,7 @@ def _crop_flip(x: torch.Tensor, data_config: dict[str, Any], seed: int | None, r
     theta[:, 0, 2] = (2 * left + w) / width - 1
     theta[:, 1, 1] = h / height
     theta[:, 1, 2] = (2 * top + h) / height - 1
-    grid = F.affine_grid(theta.to(x.device), [n, 3, out_h, out_w], align_corners=False)
+    grid = F.affine_grid(_to(theta, x.device), [n, 3, out_h, out_w], align_corners=False)
     mode = _GRID_MODES.get(data_config.get("interpolation", "bilinear"), "bilinear")
     return F.grid_sample(x, grid, mode=mode, padding_mode="border", align_corners=False)
 
