@@ -451,7 +451,14 @@ def summarise(tables: list[Table], results: dict, algorithms: list[str]) -> dict
                 "sign_p": binomtest(cheaper, cheaper + dearer).pvalue if cheaper + dearer else math.nan,
             }
     compared = answers(tables, results, algorithms) if DEFAULT in rows else {}
-    return {"rows": rows, "answers": compared, "verdict": verdict(tables, rows)}
+    summary = {"rows": rows, "answers": compared, "verdict": verdict(tables, rows)}
+    if DEFAULT in rows:
+        n = _today().num_samples
+        ends = [
+            r["path"][n - 1][0] if len(r["path"]) >= n else math.inf for t in tables for r in results[t.name][DEFAULT]
+        ]
+        summary["default_budget"] = {"trials": n, "spent": quantiles(ends)}
+    return summary
 
 
 def grid_floor(tables: list[Table], seeds: int) -> dict[str, Any]:
@@ -600,6 +607,13 @@ def print_summary(summary: dict[str, Any], tables: list[Table], args: argparse.N
         f"the floor, the whole grid once on drawn seeds judged by validation: {m:.2f} [{q1:.2f}, {q3:.2f}] points "
         f"below the best (median [IQR]); within {within} of its draws"
     )
+    if "default_budget" in summary:
+        budget = summary["default_budget"]
+        m, q1, q3 = budget["spent"]
+        print(
+            f"the default space's {budget['trials']} trials ({DEFAULT}) end at {f(m)} [{f(q1)}, {f(q3)}] of the grid's "
+            "GPU-seconds (median [IQR]): the budget a default search spends"
+        )
     for line in answers_said(summary["answers"]):
         print(line)
     print(summary["verdict"])
