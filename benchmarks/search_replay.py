@@ -19,8 +19,11 @@ search seeds, a paired comparison of each algorithm against today's default (TPE
 plot of the incumbent's distance to the best against the fraction of the grid's cost. The goal of issue 47: the
 default at <= 0.05 of the grid's GPU-seconds (median). Each replay is cached (per table, algorithm and search seed, in
 ``$VITPLAST_CACHE_DIR/search_replay``), so a run interrupted resumes and new tables (the whole labs, when they land in
-``docs/results/data/lab-v2/``) add only their own replays. ``--check N`` trains N configurations again and compares
-their curves with the table's seeds.
+``docs/results/data/lab-v2/``) add only their own replays; ``--from-cache`` gives the figures of what is cached, each
+algorithm with as many seeds as every table has. Each replay runs its whole budget, so its path also gives the cost
+to other tolerances (1 and 2 points), the answer when stopped at fixed budgets (paired with the default's: Wilcoxon,
+Holm), and the whole grid once (every configuration on a drawn seed, judged by validation) is the reference line.
+``--check N`` trains N configurations again and compares their curves with the table's seeds.
 """
 
 from __future__ import annotations
@@ -397,7 +400,8 @@ def cost_within(result: dict, best: float, tolerance: float) -> float:
 def floor(table: Table, seeds: int) -> list[float]:
     """What the whole grid gives, each configuration trained once on a drawn seed and the one of the best validation
     accuracy taken (as a replay's incumbent is): its distance to the table's best mean test accuracy, in points, per
-    draw. No search that judges by one seed's validation does better at the grid's cost."""
+    draw; the reference for a search's answer at the grid's cost (a search that trains a configuration twice gets a
+    second draw of its seed, so it can end closer)."""
     best = table.best[1]
     regrets = []
     for seed in range(seeds):
