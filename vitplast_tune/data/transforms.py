@@ -187,7 +187,6 @@ def batch_transform(
 ) -> torch.Tensor:
     """uint8 images (B, C, h, w) on any device -> normalized float (B, 3, H, W) at the model's input size; for
     training with the recipe ``augment``."""
-
     x = images.float().div_(255.0)
     if x.shape[1] == 1:
         x = x.expand(-1, 3, -1, -1)
@@ -203,7 +202,8 @@ def batch_transform(
 @functools.lru_cache(maxsize=16)
 def _mean_std(mean: tuple, std: tuple, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """The normalization's mean and std as (1, C, 1, 1) tensors on ``device``, made once per device and values."""
-    return tuple(torch.tensor(v, dtype=dtype).view(1, -1, 1, 1).to(device) for v in (mean, std))  # type: ignore[return-value]
+    made = lambda values: torch.tensor(values, dtype=dtype).view(1, -1, 1, 1).to(device)
+    return made(mean), made(std)
 
 
 def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
