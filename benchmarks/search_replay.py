@@ -558,6 +558,8 @@ def verdict(tables: list[Table], rows: dict[str, Any]) -> str:
 
     ranked = sorted(rows, key=lambda a: (rows[a]["seconds"][0], -rows[a]["reached"]))
     winner = next((a for a in ranked if a == DEFAULT or fair(a)), DEFAULT)
+    if math.isinf(rows[winner]["seconds"][0]):  # every median "not reached": the order among them is no ranking
+        return "no median reached the target: the rule decides nothing and the default stays"
     said = f"winner by the rule: {winner}, median {_median_said(rows[winner])} of the grid's GPU-seconds (goal <= 0.05)"
     if winner not in OFFERED:
         offered = next((a for a in ranked if a in OFFERED and (a == DEFAULT or fair(a))), DEFAULT)
@@ -565,8 +567,6 @@ def verdict(tables: list[Table], rows: dict[str, Any]) -> str:
         if math.isinf(rows[offered]["seconds"][0]):
             return said + "no median reached the target, so the rule decides nothing and the default stays"
         said += f"{offered}, median {_median_said(rows[offered])}"
-    elif math.isinf(rows[winner]["seconds"][0]):
-        return "no median reached the target: the rule decides nothing and the default stays"
     return said
 
 

@@ -372,6 +372,7 @@ def test_the_rule_decides_nothing_where_no_median_reached_and_names_only_what_a_
     said = search_replay.verdict(tables, rows)
     assert said.startswith("winner by the rule: grid order + none, median 0.400")
     assert said.endswith("no median reached the target, so the rule decides nothing and the default stays")
+    rows["GP + none"] = {**never, "reached": 0.6}  # first by its share reached, but its median not reached either
     del rows["grid order + none"]
     assert (
         search_replay.verdict(tables, rows)
