@@ -407,7 +407,7 @@ def floor(table: Table, seeds: int) -> list[float]:
     for seed in range(seeds):
         draws = random.Random(f"{seed}:floor")
         chosen = [(key, draws.choice(runs)) for key, runs in table.runs.items()]
-        val, key = max((max(a for _, a in run.curve), key) for key, run in chosen if not run.diverged)
+        _, key = max((max(a for _, a in run.curve), key) for key, run in chosen if not run.diverged)
         regrets.append(100 * (best - table.mean_test(key)))
     return regrets
 
@@ -608,7 +608,7 @@ def print_summary(summary: dict[str, Any], tables: list[Table], args: argparse.N
     m, q1, q3 = summary["floor"]["regret"]
     within = ", ".join(f"{100 * tol:g} points {share:.2f}" for tol, share in summary["floor"]["within"].items())
     print(
-        f"the floor, the whole grid once on drawn seeds judged by validation: {m:.2f} [{q1:.2f}, {q3:.2f}] points "
+        f"the whole grid once, on drawn seeds, judged by validation: {m:.2f} [{q1:.2f}, {q3:.2f}] points "
         f"below the best (median [IQR]); within {within} of its draws"
     )
     if "default_budget" in summary:
@@ -631,9 +631,9 @@ def _seeds_said(rows: dict[str, Any]) -> str:
     return "search seeds: " + ", ".join(f"{name} {row['seeds']}" for name, row in rows.items())
 
 
-def plot(tables: list[Table], results: dict, algorithms: list[str], path: str, grid_floor: float | None = None) -> None:
+def plot(tables: list[Table], results: dict, algorithms: list[str], path: str, whole_grid: float | None = None) -> None:
     """The incumbent's median distance to the best (points) against the fraction of the grid's GPU-seconds spent;
-    ``grid_floor``: the whole grid's median, drawn as a line."""
+    ``whole_grid``: the whole grid's median (``grid_floor``), drawn as a line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -659,8 +659,8 @@ def plot(tables: list[Table], results: dict, algorithms: list[str], path: str, g
         )
     ax.axvline(0.05, color="grey", lw=0.8)
     ax.axhline(0.5, color="grey", lw=0.8)
-    if grid_floor is not None:
-        ax.axhline(grid_floor, color="black", lw=0.8, ls="-.", label="the whole grid once (median)")
+    if whole_grid is not None:
+        ax.axhline(whole_grid, color="black", lw=0.8, ls="-.", label="the whole grid once (median)")
     ax.set_yscale("symlog", linthresh=1.0)
     ax.set_ylim(bottom=0)
     ax.set(
@@ -766,6 +766,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     results = run_all(tables, algorithms, args)
     algorithms = [a for a in algorithms if a in results[tables[0].name]]  # --from-cache leaves out the uncached
+    if not algorithms:
+        print("error: --from-cache: no algorithm is cached on every table; replay them first", file=sys.stderr)
+        return 2
     summary = summarise(tables, results, algorithms)
     summary["floor"] = grid_floor(tables, max(row["seeds"] for row in summary["rows"].values()))
     print_summary(summary, tables, args)

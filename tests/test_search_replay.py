@@ -178,6 +178,8 @@ def test_the_figures_from_the_cache_take_each_algorithm_as_far_as_every_table_ha
     rows = json.loads(out.read_text())["rows"]
     assert {name: row["seeds"] for name, row in rows.items()} == {"TPE + ASHA": 3, "random + ASHA": 2}
     assert len(list(tmp_path.rglob("*.json"))) == 5 + 1  # the five replays and the figures: no replay added
+    assert search_replay.main([*argv[:-4], "--samplers", "GP", "--schedulers", "ASHA"]) == 2  # nothing cached
+    assert capsys.readouterr().err.strip().endswith("no algorithm is cached on every table; replay them first")
     rows["TPE + ASHA"]["seconds"] = (0.5, 0.1, 0.9)  # the default reaching, at a median of half the grid
     rows["TPE + ASHA"]["per_table"] = {t: (0.5, 0.1, 0.9) for t in rows["TPE + ASHA"]["per_table"]}
     rows["random + ASHA"]["seconds"] = (0.0, 0.0, 0.0)  # cheapest, but on fewer seeds than the default
