@@ -51,7 +51,7 @@ CURVES = {"a": {"val_acc": {8: 0.4, 16: 0.6}}, "b": {"val_acc": {8: 0.3}}, "c": 
 def test_the_study_file_appears_whole_with_its_study_and_a_second_opening_makes_nothing(tmp_path, monkeypatch):
     """A reader that opens optuna.db as soon as it is there (the printed optuna-dashboard command, load_study while the
     search starts) must find its tables and the study made: Optuna's own opening would otherwise race to make them
-    ("UNIQUE constraint failed: alembic_version", as a CI run saw)."""
+    ("UNIQUE constraint failed: alembic_version")."""
     spec_path = tmp_path / "tpe.yaml"
     spec_path.write_text(space_text(**TPE))
     spec = load_space(str(spec_path))
