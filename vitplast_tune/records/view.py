@@ -19,12 +19,15 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
 from vitplast_tune._compat import mlflow as mlflow_internals
 from vitplast_tune.components import COMPONENT_FLAGS
 from vitplast_tune.names import view_key
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 # The experiment's kind: model training, not GenAI (MLflow 3's ExperimentKind). Read only by MLflow UIs whose
 # workflow-type flag is off: 3.17 and 3.18 ignore it and take the mode from ``workflowType`` (see above).
@@ -227,7 +230,9 @@ def comparison_filter(run_ids: list[str]) -> str:
     return "attributes.run_id IN (" + ", ".join(f"'{r}'" for r in run_ids) + ")"
 
 
-def publish_comparison(client, experiment_id: str, searches: list[str], run_ids: list[str], base_url: str) -> str:
+def publish_comparison(
+    client: MlflowClient, experiment_id: str, searches: list[str], run_ids: list[str], base_url: str
+) -> str:
     """Save one view of several searches' trials (``run_ids``), each run's search a column, and return its link.
 
     Args:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -24,10 +25,16 @@ from vitplast_tune.lab.stages import base_space, stage_components, stage_space
 from vitplast_tune.lab.tasks import FULL, MODELS, SINGLES, TASKS, Lab, lab_minutes, read_lab_record, record_stage
 from vitplast_tune.storage import SEARCH_FILE
 
+if TYPE_CHECKING:
+    from vitplast_tune.analysis.subsets import LabResult
+    from vitplast_tune.plan.options import SearchOptions
+
 _log = log.get_logger(__name__)
 
 
-def stage_options(lab: Lab, stage: str, components: list[str], lrs: list[float] | None = None, verbose: int = 1):
+def stage_options(
+    lab: Lab, stage: str, components: list[str], lrs: list[float] | None = None, verbose: int = 1
+) -> SearchOptions:
     """The search options of one stage: its space file, in the lab's folder and MLflow store, resumed when started.
 
     Args:
@@ -174,7 +181,7 @@ def run_lab(lab: Lab, *, even_if_unqualified: bool = False) -> tuple[check.Quali
     return found, analyze_lab(lab)
 
 
-def in_network(lab: Lab, subsets) -> pd.Series:
+def in_network(lab: Lab, subsets: Iterable[str]) -> pd.Series:
     """Each subset's mean in-network plasticity (measured once per model, then read from its cache).
 
     Args:
@@ -193,7 +200,7 @@ def in_network(lab: Lab, subsets) -> pd.Series:
     return in_network_scores(settings, list(subsets))["in_network_mean"]
 
 
-def keep(lab: Lab, out) -> None:
+def keep(lab: Lab, out: Path) -> None:
     """Write the lab's kept records (``lab.records``: trials, curves, per-image test correctness) into ``out``.
 
     Args:
@@ -228,7 +235,7 @@ def analyze_lab(lab: Lab, *, n_boot: int | None = None) -> Any:
     return results
 
 
-def describe_report(lab: Lab, results) -> str:
+def describe_report(lab: Lab, results: list[LabResult]) -> str:
     """The lab's analysis as text, with the minutes its searches took.
 
     Args:
