@@ -6,7 +6,13 @@ import pandas as pd
 import pytest
 
 from vitplast_tune.analysis.analyze import SearchAnalysis
-from vitplast_tune.analysis.prediction import TrialAnalysis, analyze_trials, plasticity_verdict
+from vitplast_tune.analysis.prediction import (
+    TrialAnalysis,
+    analyze_trials,
+    describe_correlations,
+    plasticity_verdict,
+    read_correlations,
+)
 from vitplast_tune.records.answer import answer_lines, answer_of, ratio
 
 
@@ -93,12 +99,16 @@ def test_a_search_without_baselines_or_trials_says_so():
     ]
 
 
-def test_the_plasticity_line_is_the_analysis_verdict(tmp_path):
+def ranked_by_plasticity(n=40):
+    """``n`` trials whose plasticity ranks them by accuracy and whose parameter count does not."""
     rng = np.random.default_rng(0)
-    n = 40
     acc = np.linspace(0.5, 0.95, n)
     trials = pd.DataFrame([trial("mha", 0.1, a, int(p)) for a, p in zip(acc, rng.permutation(np.arange(1, n + 1)))])
-    trials["plasticity_mean"] = acc + 0.001 * rng.normal(size=n)  # ranks the trials; the parameter count does not
+    return trials.assign(plasticity_mean=acc + 0.001 * rng.normal(size=n))
+
+
+def test_the_plasticity_line_is_the_analysis_verdict(tmp_path):
+    trials = ranked_by_plasticity()
     analysis = SearchAnalysis(trials=analyze_trials(trials, tmp_path, n_boot=300))
     line = answer_lines(trials, analysis)[-1]
     assert line.startswith(
@@ -163,3 +173,19 @@ def test_scores_of_one_verdict_are_said_once_with_their_figures():
 
 def table_of_one():
     return table(trial("mha", 0.1, 0.9, 10))
+
+
+def test_a_correlations_table_read_back_says_what_it_said_before_it_was_written(tmp_path):
+    """An empty note written to correlations.csv comes back as NaN from a plain read, which is true: read back as a
+    search reads its records, and even read plainly, the table gives the plasticity line and the text it gave."""
+    trials = ranked_by_plasticity()
+    written = analyze_trials(trials, tmp_path, n_boot=300)
+    assert (written.correlations["note"] == "").all()
+    before = answer_lines(trials, SearchAnalysis(trials=written))[-1]
+    assert "plasticity_mean: better than log(trainable parameters)" in before
+    path = tmp_path / "correlations.csv"
+    for table in (read_correlations(path), pd.read_csv(path)):
+        again = TrialAnalysis(table, written.single_components, [], written.n_finished)
+        assert answer_lines(trials, SearchAnalysis(trials=again))[-1] == before
+        assert describe_correlations(table) == describe_correlations(written.correlations)
+    assert (read_correlations(path)["note"] == "").all()

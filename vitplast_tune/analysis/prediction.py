@@ -31,6 +31,7 @@ from vitplast_tune.components import HEAD
 from vitplast_tune.predictors.scores import BASELINE, log_trainable_params
 
 SCORES: tuple[str, ...] = ("plasticity_mean", "plasticity_max", "plasticity_weighted")
+TEXT_COLUMNS = ("note", "verdict")  # the correlations table's text, "" where a row has none
 
 
 @dataclass
@@ -41,6 +42,27 @@ class TrialAnalysis:
     single_components: pd.DataFrame
     files: list[Path]
     n_finished: int
+
+
+def read_correlations(path: str | Path) -> pd.DataFrame:
+    """Read a correlations table (``correlations.csv``, ``analyze_trials``) back as it was written.
+
+    pandas reads an empty field as NaN, which is true where the "" written was false: the notes and verdicts come
+    back as text, "" where a row has none.
+
+    Args:
+        path: The CSV file.
+
+    Returns:
+        The table, one row per predictor and target.
+    """
+    return with_text(pd.read_csv(path))
+
+
+def with_text(table: pd.DataFrame) -> pd.DataFrame:
+    """Give a correlations table its notes and verdicts as text, "" where one is missing (NaN, None)."""
+    present = [c for c in TEXT_COLUMNS if c in table]
+    return table.assign(**{c: table[c].astype(object).where(table[c].notna(), "") for c in present})
 
 
 def finished_trials(trials: pd.DataFrame) -> pd.DataFrame:
@@ -149,7 +171,7 @@ def _with_partials(
     if not ("lr" in frame and pd.to_numeric(frame["lr"], errors="coerce").nunique() > 1):
         return table
     base = numeric(frame[BASELINE])
-    for i, row in table[table["note"] == ""].iterrows():
+    for i, row in table[with_text(table)["note"] == ""].iterrows():
         common = frame[np.isfinite(base) & np.isfinite(numeric(frame[row["predictor"]]))]
         p = partial_correlations(
             common, [row["predictor"]], row["target"], "lr", n_boot=n_boot, seed=seed, min_trials=min_trials
@@ -177,6 +199,7 @@ CONFOUND_NOTE = (
 
 def describe_correlations(table: pd.DataFrame) -> str:
     """Plain lines per target: each predictor's Spearman with its interval, then plasticity vs the baseline."""
+    table = with_text(table)  # read back from CSV, an empty note is NaN: no note all the same
     lines = [f"  ({CONFOUND_NOTE})"] if "partial_spearman" in table and table["partial_spearman"].notna().any() else []
     if "p_holm" in table and table["p_holm"].notna().any():
         family = int(table["p_holm"].notna().sum())
@@ -214,6 +237,7 @@ def plasticity_verdict(table: pd.DataFrame) -> str:
 def judged_scores(table: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     """The target with the most trials and its plasticity scores' rows that carry a verdict (or its "no verdict");
     ("", empty) when none does."""
+    table = with_text(table)
     scored = table[(table["note"] == "") & table["predictor"].isin(SCORES)] if not table.empty else table
     if scored.empty or "verdict" not in scored:
         return "", scored.head(0)
@@ -225,6 +249,7 @@ def judged_scores(table: pd.DataFrame) -> tuple[str, pd.DataFrame]:
 def _verdicts(rows: pd.DataFrame) -> list[str]:
     """Each plasticity score against log(trainable params), paired bootstrap, its interval and verdict adjusted for
     every verdict of the analysis (Holm); below ``correlation.MIN_POINTS`` trials the figures without a verdict."""
+    rows = with_text(rows)
     valid = rows[(rows["note"] == "") & rows["predictor"].isin(SCORES)]
     if valid.empty or "verdict" not in valid or not (valid["verdict"] != "").any():
         return []

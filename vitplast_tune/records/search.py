@@ -242,12 +242,12 @@ class Search:
         Returns:
             One row per score and target: Spearman, its interval, the difference with the baseline and the verdict.
         """
+        from vitplast_tune.analysis.prediction import analyze_trials, read_correlations
+
         path = self.place.results_dir / "analysis" / "correlations.csv"
         if path.is_file():
-            return pd.read_csv(path)
+            return read_correlations(path)
         import tempfile
-
-        from vitplast_tune.analysis.prediction import analyze_trials
 
         trials = self.trials
         if trials.empty or "plasticity_mean" not in trials:
@@ -258,14 +258,14 @@ class Search:
     def _analysis(self):
         """The recorded per-trial analysis as a ``SearchAnalysis`` for the summary (None when none is recorded)."""
         from vitplast_tune.analysis.analyze import SearchAnalysis
-        from vitplast_tune.analysis.prediction import TrialAnalysis
+        from vitplast_tune.analysis.prediction import TrialAnalysis, read_correlations
 
         folder = self.place.results_dir / "analysis"
         if not (folder / "correlations.csv").is_file():
             return None
         single = folder / "single_components.csv"
         singles = pd.read_csv(single) if single.is_file() and single.stat().st_size > 1 else pd.DataFrame()
-        table = pd.read_csv(folder / "correlations.csv")
+        table = read_correlations(folder / "correlations.csv")
         finished = sum(self.trials["status"] == "finished")
         return SearchAnalysis(trials=TrialAnalysis(table, singles, [], finished))
 
