@@ -26,10 +26,11 @@ def parser() -> Parser:
 
 
 def analyze_main(argv: Sequence[str] | None = None) -> int:
-    """Analyze finished searches again and print the summary (one --name) or the cross-dataset table (several)."""
+    """Analyze finished searches again and print the summary (one --name, kept in its folder as printed) or the
+    cross-dataset table (several)."""
     args = parser().parse_args(argv)
     from vitplast_tune import workflows
-    from vitplast_tune.records.result import summary
+    from vitplast_tune.records.result import keep_summary
 
     twice = sorted({n for n in args.name if args.name.count(n) > 1})
     if twice:
@@ -40,7 +41,7 @@ def analyze_main(argv: Sequence[str] | None = None) -> int:
         outputs.output_dir(args.out, "--out")
     if len(args.name) == 1:
         result = workflows.reanalyze(args.name[0], args.storage, args.tracking_uri, criteria=args.criteria)
-        print_json(as_json(result)) if args.json else print(summary(result))
+        print_json(as_json(result)) if args.json else print(keep_summary(result))
     elif args.json:
         gains, agreement, out = workflows.cross_dataset(args.name, args.storage, args.out)
         print_json({"names": args.name, "gains": gains, "agreement": agreement, "files": str(out)})

@@ -63,7 +63,7 @@ def options_of(args: argparse.Namespace):
 
 
 def search_main(argv: Sequence[str] | None = None) -> int:
-    """Run (or resume) a search from command-line arguments and print its summary."""
+    """Run (or resume) a search from command-line arguments and print its summary, kept in its folder as printed."""
     started = time.perf_counter()
     args = parser().parse_args(argv)
     from vitplast_tune.timings import Timings
@@ -76,10 +76,10 @@ def search_main(argv: Sequence[str] | None = None) -> int:
 
         print(dry_run(options))
         return 0
-    from vitplast_tune.records.result import summary
+    from vitplast_tune.records.result import keep_summary
     from vitplast_tune.run import driver
 
-    print(summary(driver.run(options, timings=timings)))
+    print(keep_summary(driver.run(options, timings=timings)))
     return 0
 
 

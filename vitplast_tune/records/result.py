@@ -1,15 +1,19 @@
 """What a finished search returns (``SearchResult``: its trials and where everything lies) and the text a person
 reads at the end: the top trials, the Pareto fronts, the analysis, and where the results, MLflow runs, Optuna study
-and best model are."""
+and best model are; that text kept as printed (``summary.txt``), which ``Search.summary()`` reads back."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
 from vitplast_tune.analysis.analyze import SearchAnalysis
 from vitplast_tune.config import FinetuneConfig
+from vitplast_tune.log import get_logger
 from vitplast_tune.records.answer import answer_lines
 from vitplast_tune.records.cost import cost_lines
 from vitplast_tune.records.pareto import describe_pareto
@@ -20,6 +24,11 @@ from vitplast_tune.space.files import SearchSpec, searched_augmentations
 from vitplast_tune.space.objectives import objective_of
 from vitplast_tune.storage import SearchPlace
 from vitplast_tune.timings import Timings
+
+SUMMARY_FILE = "summary.txt"  # the summary a search printed at its end, in its results folder
+TOP_TRIALS = 10  # how many of the top trials the printed summary shows
+
+log = get_logger(__name__)
 
 
 @dataclass
@@ -57,7 +66,7 @@ class SearchResult:
     notes: list[str] = field(default_factory=list)  # adjustments the search made and said (e.g. a clamped grace period)
 
 
-def summary(result: SearchResult, k: int = 10) -> str:
+def summary(result: SearchResult, k: int = TOP_TRIALS) -> str:
     """Summarize a finished search as the text a person reads at the end.
 
     The answer comes first, then where the time went, the top trials, the analysis, where results lie and how to
@@ -107,6 +116,55 @@ def summary(result: SearchResult, k: int = 10) -> str:
     if result.study is not None:
         lines.append(result.study.describe())
     return "\n".join(lines + _mlflow_lines(result))
+
+
+def keep_summary(result: SearchResult) -> str:
+    """Summarize a finished search and keep the text as it is printed, for ``Search.summary()`` to read back.
+
+    The text goes to ``SUMMARY_FILE`` in the search's results folder whole or not at all (a temporary file renamed
+    over the old one), with the newline ``print`` adds. A folder that cannot take it keeps none, said in a warning:
+    ``Search.summary()`` then rebuilds the text from the records.
+
+    Args:
+        result: The finished search.
+
+    Returns:
+        The text, for the caller to print.
+    """
+    text = summary(result)
+    folder = result.place.results_dir
+    partial = folder / f".{SUMMARY_FILE}.{os.getpid()}.tmp"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        partial.write_text(text + "\n", encoding="utf-8")
+        os.replace(partial, folder / SUMMARY_FILE)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        log.warning(f"warning: the summary is not kept in {folder / SUMMARY_FILE} ({exc.strerror or exc})")
+    return text
+
+
+def kept_summary(folder: Path) -> str | None:
+    """Read the summary a search printed at its end (``keep_summary``) from its results folder.
+
+    Args:
+        folder: The search's results folder.
+
+    Returns:
+        The text as printed, less the newline ``print`` adds; None when the folder keeps none.
+    """
+    path = folder / SUMMARY_FILE
+    return path.read_text(encoding="utf-8").removesuffix("\n") if path.is_file() else None
+
+
+def forget_summary(folder: Path) -> None:
+    """Remove the summary a search kept, once its analysis is done again and the text no longer says it.
+
+    Args:
+        folder: The search's results folder.
+    """
+    (folder / SUMMARY_FILE).unlink(missing_ok=True)
 
 
 def _failure_lines(trials: pd.DataFrame, most: int = 5) -> list[str]:

@@ -208,7 +208,9 @@ class Search:
     def summary(self, k: int = 10) -> str:
         """Summarize the search as the text it prints at its end.
 
-        The answer, the top ``k`` trials, the Pareto fronts, the analysis recorded, and where everything lies.
+        The answer, the top ``k`` trials, the Pareto fronts, the analysis recorded, and where everything lies. A
+        finished search gives the very text its command printed (``summary.txt`` in its folder, timings and links
+        included) for the ``k`` printed; otherwise the text is made again from its records.
 
         Args:
             k: how many of the top trials to show.
@@ -216,8 +218,11 @@ class Search:
         Returns:
             The summary, lines joined.
         """
-        from vitplast_tune.records.result import SearchResult, summary
+        from vitplast_tune.records.result import TOP_TRIALS, SearchResult, kept_summary, summary
 
+        kept = kept_summary(self.place.results_dir) if k == TOP_TRIALS and self.status == "finished" else None
+        if kept is not None:
+            return kept
         result = SearchResult(self.place, self.spec, self.settings, self.trials, self.record["parent_run_id"])
         result.analysis = self._analysis()
         return summary(result, k)

@@ -13,7 +13,7 @@ from vitplast_tune.analysis import protocol
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.plan.options import EXPERIMENT
 from vitplast_tune.records import tracking
-from vitplast_tune.records.result import SearchResult
+from vitplast_tune.records.result import SearchResult, forget_summary
 from vitplast_tune.records.table import read_trials
 from vitplast_tune.space.files import load_space
 from vitplast_tune.storage import SearchPlace, default_storage, read_record
@@ -23,6 +23,9 @@ def reanalyze(
     name: str, storage: str | None = None, tracking_uri: str | None = None, criteria: bool = False
 ) -> SearchResult:
     """Analyze a finished search again from its stored trial table, and log the analysis to its parent run.
+
+    The summary the search kept as printed (``records.result.keep_summary``) no longer says its analysis: it is
+    removed, and ``vitplast analyze`` keeps the one it prints.
 
     Args:
         name: The search's name.
@@ -49,6 +52,7 @@ def reanalyze(
 
     with mlflow_internals.no_artifact_progress_bar():
         driver.analyze(result, tracking.client(uri))
+    forget_summary(result.place.results_dir)
     return result
 
 
