@@ -64,6 +64,17 @@ def test_the_answer_names_the_best_trial_the_cheap_close_one_and_both_baselines(
     assert "it is full finetuning" in lines[2] and "+6.00 points over the linear probe" in lines[2]
 
 
+def test_an_answer_printed_is_its_line_and_keeps_its_numbers():
+    trials = table(trial("all", 0.03, 0.990, 400_000, test=0.975), trial("head", 0.3, 0.930, 1_000))
+    found = answer_of(trials)
+    assert str(found) == (
+        "Answer: finetune all at lr 0.03 (99.00% best validation accuracy, test 97.50%, 400,000 trainable parameters), "
+        "the best of 2 trials."
+    )
+    assert found.line == str(found) == answer_lines(trials)[0]
+    assert found.best["components"] == "all" and found.n_trials == 2 and found.baselines[0].kind == "compared"
+
+
 def test_a_baseline_stopped_before_the_bests_budget_is_not_compared_with_it():
     trials = table(
         trial("mha", 0.05, 0.99, 100_000, step=200) | {"max_steps": 200},

@@ -40,13 +40,28 @@ class Baseline:
 
 @dataclass(frozen=True)
 class Answer:
-    """The numbers behind the printed answer: the best trial, the cheapest trial close to it, the baselines."""
+    """The numbers behind the printed answer: the best trial, the cheapest trial close to it, the baselines.
+
+    Printed (``str``), it is the answer's line, the summary's first (``line``).
+    """
 
     n_trials: int
     best: dict[str, Any]  # the best trial's row of the trial table
     cheaper: dict[str, Any] | None = None  # the full-budget trial with the fewest parameters within CLOSE_POINTS
     cheaper_share: float | None = None  # its trainable parameters over the best's
     baselines: tuple[Baseline, ...] = field(default_factory=tuple)
+
+    @property
+    def line(self) -> str:
+        """The answer as the summary opens with it: ``Answer: finetune ...``, the best trial as an instruction."""
+        best = self.best
+        return (
+            f"Answer: finetune {_what(best)} ({pct(best['best_val_acc'])} best validation accuracy, test "
+            f"{pct(best['test_acc'])}, {_params(best)} trainable parameters), the best of {self.n_trials} trials."
+        )
+
+    def __str__(self) -> str:
+        return self.line
 
 
 def answer_of(trials: pd.DataFrame) -> Answer | None:
@@ -80,11 +95,7 @@ def answer_lines(trials: pd.DataFrame, analysis: SearchAnalysis | None = None) -
     found = answer_of(trials)
     if found is None:
         return ["Answer: none yet (no trial reported a validation accuracy)."]
-    best = found.best
-    lines = [
-        f"Answer: finetune {_what(best)} ({pct(best['best_val_acc'])} best validation accuracy, test "
-        f"{pct(best['test_acc'])}, {_params(best)} trainable parameters), the best of {found.n_trials} trials."
-    ]
+    lines = [found.line]
     cheaper = ""
     if found.cheaper is not None and found.cheaper_share is not None:
         c = found.cheaper

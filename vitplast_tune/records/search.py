@@ -200,7 +200,8 @@ class Search:
 
     @property
     def answer(self):
-        """The numbers behind the answer the summary opens with (``records.answer.Answer``), or None."""
+        """The numbers behind the answer the summary opens with (``records.answer.Answer``; printed, its line
+        ``Answer: finetune ...``), or None before any trial reported a validation accuracy."""
         from vitplast_tune.records.answer import answer_of
 
         return answer_of(self.trials)
