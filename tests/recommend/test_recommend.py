@@ -2,8 +2,10 @@
 verify: the verdict."""
 
 import json
+import math
 
 import pandas as pd
+import pytest
 
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.recommend import ranking, verify
@@ -155,13 +157,12 @@ def test_verify_space_is_a_grid_of_the_top_subsets_all_and_head(tmp_path):
     assert [c["components"] for c in spec.grid[::3]] == ["fc1", "mha+fc1", "emb", "all", "head"]
 
 
-def test_subset_scores_count_methods_and_depth_as_a_run_trains_them(tmp_path):
+def measured_testbed(folder):
+    """The plasticity report of the testbed ViT (no head, as measured), its fc1 ten times as plastic."""
     from vitplast_tune import components, freezing
-    from vitplast_tune.config import trial_config
     from vitplast_tune.predictors import report, scores
     from vitplast_tune.vit import models
     from vitplast_tune.vit.families.registry import layout_of
-    from vitplast_tune.vit.methods import trainable_parameters
 
     model = models.create_model("vit_testbed_patch8_32", 0, pretrained=False)  # as measured: no head
     counts = freezing.count_parameters(model, layout=layout_of(model))
@@ -176,7 +177,16 @@ def test_subset_scores_count_methods_and_depth_as_a_run_trains_them(tmp_path):
         "component_params": counts,
         "parameter_summary": freezing.parameter_summary(model, layout=layout_of(model)),
     }
-    measured = report.PlasticityReport(table, scores.aggregate_plasticity(table), tmp_path, meta=meta)
+    return report.PlasticityReport(table, scores.aggregate_plasticity(table), folder, meta=meta)
+
+
+def test_subset_scores_count_methods_and_depth_as_a_run_trains_them(tmp_path):
+    from vitplast_tune import components
+    from vitplast_tune.config import trial_config
+    from vitplast_tune.predictors import report
+    from vitplast_tune.vit.methods import trainable_parameters
+
+    measured = measured_testbed(tmp_path)
     settings = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False, depth="last", lora_rank=4)
     subsets = ["mha:lora", "mha", "fc1:bitfit+emb", "all"]
     scored = ranking.subset_scores(report.Predictors(measured), settings, subsets=subsets).set_index("components")
@@ -187,3 +197,27 @@ def test_subset_scores_count_methods_and_depth_as_a_run_trains_them(tmp_path):
     assert scored.loc["emb+fc1:bitfit", "plasticity_max"] == 40.0
     everywhere = ranking.subset_scores(report.Predictors(measured), FinetuneConfig(), subsets=["mha"])
     assert everywhere["plasticity_mean"].iloc[0] == 2.5  # the mean over the four layers
+
+
+def test_recommend_the_search_table_and_its_analysis_show_one_log10_of_a_parameter_count(tmp_path):
+    """The baseline recommend ranks by, the trial table's log10_trainable_params and the analysis' baseline of the
+    same count are one number, its base-10 log."""
+    from types import SimpleNamespace
+
+    from vitplast_tune.analysis.prediction import analyze_trials
+    from vitplast_tune.predictors import report
+    from vitplast_tune.predictors.scores import BASELINE
+    from vitplast_tune.records.table import trial_table
+
+    settings = FinetuneConfig(model="vit_testbed_patch8_32", pretrained=False)
+    scored = ranking.subset_scores(report.Predictors(measured_testbed(tmp_path)), settings, subsets=["mha"]).iloc[0]
+    count = int(scored["trainable_params"])
+    assert scored[BASELINE] == pytest.approx(math.log10(count))
+    metrics = {"trial_id": "t1", "trainable_params": count, "best_val_acc": 0.9, "val_acc": 0.9, "step": 10}
+    grid = [SimpleNamespace(config={"components": "mha", "lr": 0.1, "max_steps": 10}, metrics=metrics, error=None,
+                            metrics_dataframe=None)]  # fmt: skip
+    trials = trial_table(grid, settings)
+    assert trials.loc[0, "log10_trainable_params"] == scored[BASELINE]
+    analyze_trials(trials, tmp_path / "analysis", n_boot=10)
+    analyzed = pd.read_csv(tmp_path / "analysis" / "finished_trials.csv")
+    assert analyzed.loc[0, BASELINE] == pytest.approx(scored[BASELINE], rel=1e-15)

@@ -3,7 +3,9 @@ mean, max and parameter-weighted mean) and the gradient criteria (a subset's gra
 weight norm, Auto-RGN), averaged over the head initialisations they were measured with.
 
 pandas only: the search's driver scores every trial without torch; ``vit/plasticity.py`` and ``vit/gradients.py``
-measure the tables. The baseline every predictor must beat is the log of the trainable parameter count.
+measure the tables. The baseline every predictor must beat is the base-10 log of the trainable parameter count
+(``log_trainable_params``, the one place it is computed: the search's trial table, its analysis and ``recommend``
+show the same number).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ GRADIENT_SCORES: tuple[str, ...] = (
     "grad_norm_ratio",
     "auto_rgn",
 )  # a subset's gradient scores (vit/gradients.py)
-BASELINE = "log_trainable_params"  # the naive predictor every other one must beat
+BASELINE = "log_trainable_params"  # the naive predictor every other one must beat: log10 of the trainable parameters
 LAB_PREDICTORS: tuple[str, ...] = (  # what a lab judges, in the pre-registration's order, the baseline last
     "plasticity_mean",
     "plasticity_max",
@@ -210,17 +212,20 @@ def _check_table(table: pd.DataFrame) -> None:
 
 
 def log_trainable_params(counts: float | Iterable[float] | pd.Series) -> float | np.ndarray:
-    """Compute the baseline predictor, the natural log of a trainable-parameter count.
+    """Compute the baseline predictor, the base-10 log of a trainable-parameter count (6.0 for a million).
+
+    Every log of a parameter count a user sees is this one: the search's trial table (``log10_trainable_params``),
+    its analysis and ``recommend`` (``log_trainable_params``). Rank statistics read any base alike.
 
     Args:
         counts: A count, or an array or column of counts.
 
     Returns:
-        The log of the count (a float), or of each count (an array); NaN where it is not a positive number.
+        The log10 of the count (a float), or of each count (an array); NaN where it is not a positive number.
     """
     values = np.asarray(pd.to_numeric(counts, errors="coerce"), dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        logs = np.where(values > 0, np.log(values), np.nan)
+        logs = np.where(values > 0, np.log10(values), np.nan)
     return float(logs) if logs.ndim == 0 else logs
 
 

@@ -7,7 +7,6 @@ The grid is duck-typed (each result's config, metrics, error and metrics datafra
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pandas as pd
 from vitplast_tune.components import ALL, ENCODING_KEYS, method_label, subset_name
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.predictors import report
+from vitplast_tune.predictors.scores import log_trainable_params
 from vitplast_tune.space.files import SearchSpec
 
 # Where a trial's time went (training.finetune's cumulative timing metrics at its last report).
@@ -58,7 +58,7 @@ def trial_table(
                 "step": metrics.get("step"),
                 "trainable_params": metrics.get("trainable_params"),
                 "images_per_s": images_per_s(result, cfg.batch_size * cfg.grad_accum_steps),  # the effective batch
-                "log10_trainable_params": _log10(metrics.get("trainable_params")),
+                "log10_trainable_params": log_trainable_params(metrics.get("trainable_params")),
                 "best_val_loss": _lowest(result, "val_loss"),
                 **{k: metrics.get(k) for k in TRIAL_TIMES},
                 "val_acc_per_gpu_hour": metrics.get("val_acc_per_gpu_hour"),  # at its last report, as Optuna got it
@@ -199,10 +199,6 @@ def _lowest(result, column: str) -> float | None:
     if frame is None or column not in frame or frame[column].dropna().empty:
         return None
     return float(frame[column].min())
-
-
-def _log10(value: Any) -> float | None:
-    return math.log10(value) if isinstance(value, (int, float)) and not pd.isna(value) and value > 0 else None
 
 
 def top_trials(trials: pd.DataFrame, spec: SearchSpec, k: int = 10) -> pd.DataFrame:

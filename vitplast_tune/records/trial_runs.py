@@ -20,6 +20,7 @@ from ray.tune import Callback
 from vitplast_tune.components import component_flags, component_methods, method_label, subset_name
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.predictors import report
+from vitplast_tune.predictors.scores import log_trainable_params
 from vitplast_tune.records.table import error_line, trial_label
 from vitplast_tune.records.tracking import (
     CURVE_METRICS,
@@ -259,7 +260,7 @@ def live_metrics(result: dict[str, Any]) -> dict[str, Any]:
     latest ``val_acc`` as ``val_acc_common`` (replaced by the accuracy at the common step when the search ends, see
     ``log_trial_finals``), ``trainable_params`` and its log10."""
     params = result.get("trainable_params")
-    log10 = math.log10(params) if is_number(params) and params > 0 else None
+    log10 = log_trainable_params(params) if is_number(params) else None  # NaN for none: not logged
     return {"val_acc_common": result.get("val_acc"), "trainable_params": params, "log10_trainable_params": log10}
 
 
