@@ -1,6 +1,6 @@
 """Where to finetune: depth as a dimension of a search. Per configuration (a subset with its methods, at a depth) at
 its best learning rate, does the plasticity of the layers it trains predict its test accuracy, beside the naive
-baseline log(#trainable parameters)? Within each subset, is its most plastic depth its best one?
+baseline log10(#trainable parameters)? Within each subset, is its most plastic depth its best one?
 
 A per-layer question asks for each layer's plasticity on its real input: the in-network variant
 (``in_network_mean``, the mean over the layers a configuration trains) when the analysis has it, the trials'
@@ -63,7 +63,7 @@ def varies_depth(trials: pd.DataFrame) -> bool:
 def depth_table(trials: pd.DataFrame, predictors: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (components, depth) at its best lr (mean validation accuracy over seeds): test accuracy there (mean, std,
     seeds), the plasticity of the layers it trains (the trials' mean and max; ``predictors``, indexed by (components,
-    depth), adds e.g. ``in_network_mean``) and log(#trainable parameters)."""
+    depth), adds e.g. ``in_network_mean``) and log10(#trainable parameters)."""
     select = "best_val_acc" if "best_val_acc" in trials else "val_acc"
     table = best_lr_table(trials, "test_acc", select_by=select)
     keys = pd.MultiIndex.from_arrays(

@@ -1,5 +1,5 @@
 """The analysis of one search's trials: does the plasticity of a trial's subset predict its accuracy,
-beside the naive baseline log(trainable parameters)? Correlations per view, written and described.
+beside the naive baseline log10(trainable parameters)? Correlations per view, written and described.
 
 Pure functions on pandas objects; nothing here needs Ray or MLflow.
 """
@@ -84,7 +84,7 @@ def analyze_trials(
     n_boot: int = 1000,
     seed: int = 0,
 ) -> TrialAnalysis:
-    """Correlate each plasticity score, and the naive baseline log(trainable parameters), with accuracy.
+    """Correlate each plasticity score, and the naive baseline log10(trainable parameters), with accuracy.
 
     Two views: final ``target`` of the finished trials (those that trained their whole budget),
     and, when the table has it, ``val_acc_common`` of every trial (accuracy at the last step all
@@ -226,7 +226,7 @@ def describe_correlations(table: pd.DataFrame) -> str:
 
 
 def plasticity_verdict(table: pd.DataFrame) -> str:
-    """The sentences that say whether each plasticity score ranked the trials better than log(trainable parameters)
+    """The sentences that say whether each plasticity score ranked the trials better than log10(trainable parameters)
     (their verdicts adjusted together, Holm), on the target with the most trials ("" when the table supports no
     verdict), prefixed by that target's name."""
     target, rows = judged_scores(table)
@@ -247,7 +247,7 @@ def judged_scores(table: pd.DataFrame) -> tuple[str, pd.DataFrame]:
 
 
 def _verdicts(rows: pd.DataFrame) -> list[str]:
-    """Each plasticity score against log(trainable params), paired bootstrap, its interval and verdict adjusted for
+    """Each plasticity score against log10(trainable params), paired bootstrap, its interval and verdict adjusted for
     every verdict of the analysis (Holm); below ``correlation.MIN_POINTS`` trials the figures without a verdict."""
     rows = with_text(rows)
     valid = rows[(rows["note"] == "") & rows["predictor"].isin(SCORES)]

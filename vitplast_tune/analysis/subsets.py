@@ -1,6 +1,6 @@
 """The criteria lab: per subset at its best learning rate, which predictor computed before training (plasticity,
 gradient norms, Auto-RGN, "contains attention or feed-forward") ranks the subsets' test accuracy better than
-log(#trainable parameters)?
+log10(#trainable parameters)?
 
 Every subset of the block components is taken at its best rate (mean validation accuracy over seeds), and a subset
 whose best rate lies at an end of the rates it was trained at is marked and left out of the verdict (a lab extends its
