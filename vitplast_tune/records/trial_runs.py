@@ -260,7 +260,7 @@ def live_metrics(result: dict[str, Any]) -> dict[str, Any]:
     latest ``val_acc`` as ``val_acc_common`` (replaced by the accuracy at the common step when the search ends, see
     ``log_trial_finals``), ``trainable_params`` and its log10."""
     params = result.get("trainable_params")
-    log10 = log_trainable_params(params) if is_number(params) else None  # NaN for none: not logged
+    log10 = log_trainable_params(params) if is_number(params) else None  # NaN for a count of 0: not logged
     return {"val_acc_common": result.get("val_acc"), "trainable_params": params, "log10_trainable_params": log10}
 
 
