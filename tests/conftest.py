@@ -19,6 +19,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+# One compute thread per process, set before torch loads: the suite runs two test processes on two cores, each
+# starting Ray workers and child processes, and OpenMP's threads of a process that has two spin on a busy core
+# (the fast tests of tests/vit took 1.4-1.9x the CPU time with torch's default of two threads). Ray's workers get
+# as many threads as their CPUs anyway; the children these tests start inherit this.
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
+
 import pytest
 import torch
 from _spaces import space_text
