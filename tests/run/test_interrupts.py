@@ -51,13 +51,16 @@ def test_sigterm_calls_tunes_graceful_stop_while_tune_runs():
 
 def test_the_resume_command_names_the_space_and_the_flags_the_record_lacks(tmp_path, tiny_space):
     shipped = load_space("paper_grid")
-    options = SearchOptions(space="paper_grid", plasticity=False, cpus_per_trial=2, resources_per_trial={"a100": 1})
+    options = SearchOptions(
+        space="paper_grid", plasticity=False, cpus_per_trial=2, resources_per_trial={"a100": 1}, workers_per_trial=2
+    )
     plan = SearchPlan(shipped, Running.of(options), "grid-1", str(tmp_path), "sqlite:///x.db", FinetuneConfig())
     words = shlex.split(resume_command(plan))
     assert words[:8] == ["vitplast", "search", "--space", "paper_grid", "--name", "grid-1", "--storage", str(tmp_path)]
     assert words[-1] == "--resume" and "--no-plasticity" in words
     assert words[words.index("--cpus-per-trial") + 1] == "2" and "--gpus-per-trial" not in words
     assert words[words.index("--resources-per-trial") + 1] == '{"a100": 1}'
+    assert words[words.index("--workers-per-trial") + 1] == "2"  # a data-parallel trial resumes on as many workers
 
     tiny_space()  # tmp_path/space.yaml; the test runs in tmp_path (conftest), so the relative name finds it
     own = load_space("space.yaml")
