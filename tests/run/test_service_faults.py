@@ -42,7 +42,12 @@ class StopTheServer(Callback):
             self.server.stop()
 
 
-def test_a_tracking_server_stopped_mid_search_stops_it_and_resume_keeps_one_run_per_trial(ray_local, tmp_path):
+def test_a_tracking_server_stopped_mid_search_stops_it_and_resume_keeps_one_run_per_trial(
+    ray_local, tmp_path, monkeypatch
+):
+    # One retry, not the search's six (about a minute of backoff against a refused port, records.tracking): a user's
+    # setting wins, and the way a call that fails is noticed is the same.
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     server = MlflowServer(f"sqlite:///{tmp_path / 'server.db'}", None, "artifacts", tmp_path)
     try:
         (tmp_path / "space.yaml").write_text(SPACE)
