@@ -338,10 +338,14 @@ class FinetuneConfig:
         return asdict(self)
 
 
+FINALIST_KEY = "finalist"  # in a finalist trial's config: which finalist it is (``space.finalists``), not a setting
+NOT_SETTINGS = (*components.ENCODING_KEYS, FINALIST_KEY)  # what a trial's config holds besides its settings
+
+
 def trial_config(config: dict[str, Any], settings: FinetuneConfig) -> FinetuneConfig:
     """Make a trial's settings: its sampled parameters over the search's settings.
 
-    Optuna's component encodings (``components.ENCODING_KEYS``) are left out.
+    Optuna's component encodings (``components.ENCODING_KEYS``) and a finalist's mark (``FINALIST_KEY``) are left out.
 
     Args:
         config: The trial's sampled parameters.
@@ -353,7 +357,7 @@ def trial_config(config: dict[str, Any], settings: FinetuneConfig) -> FinetuneCo
     Raises:
         UserError: A parameter is no setting.
     """
-    return settings.merged({k: v for k, v in config.items() if k not in components.ENCODING_KEYS})
+    return settings.merged({k: v for k, v in config.items() if k not in NOT_SETTINGS})
 
 
 # ----------------------------------------------------------------------------- --set KEY=VALUE

@@ -110,6 +110,9 @@ class SearchOptions:
         name: The search's name (the MLflow parent run and the results folder); None: ``<space>-<date>``.
         resume: Continue the interrupted search ``name``, with its recorded settings.
         num_samples: The number of trials (a grid: repeats of the grid); None: the space file's.
+        finalists_top: The best configurations trained again after the trials, beside the two baselines (0: no
+            finalists stage); None: the space file's ``finalists``, else none.
+        finalists_seeds: The seeds each finalist trains on (0: no finalists stage); None: the space file's.
         seed: The seed of the search algorithm, and the training seed unless the space sets one.
         objective: What the search optimises: accuracy (the space file's metric), accuracy_per_gpu_hour (validation
             accuracy per hour of the trial's own training steps) or pareto (Optuna's multi-objective TPE over
@@ -178,6 +181,19 @@ class SearchOptions:
     )
     num_samples: int | None = _option(
         None, "number of trials (a grid: repeats of the grid); default: the space file's", group="search", type=int
+    )
+    finalists_top: int | None = _option(
+        None,
+        "the best configurations trained again on several seeds after the trials, beside full finetuning and "
+        "the linear probe (0: no finalists stage); default: the space file's finalists, else 0",
+        group="search",
+        type=int,
+    )
+    finalists_seeds: int | None = _option(
+        None,
+        "the seeds each finalist trains on (0: no finalists stage); default: the space file's",
+        group="search",
+        type=int,
     )
     seed: int | None = _option(
         None,

@@ -13,7 +13,7 @@ from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.errors import UserError
 from vitplast_tune.lock import check_not_running
 from vitplast_tune.names import check_name, default_name
-from vitplast_tune.plan import checks, inputs, resume, services, state, trials
+from vitplast_tune.plan import checks, finalists, inputs, resume, services, state, trials
 from vitplast_tune.plan.options import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_SEED,
@@ -84,6 +84,11 @@ def new_plan(
     """The plan of a new search, and a note for each MLflow setting taken from the environment."""
     settings, corners = trial_settings(spec, options)
     tracking_uri, experiment, said = mlflow_target(options, storage)
+    flagged = options.finalists_top is not None or options.finalists_seeds is not None
+    spec, staged = finalists.fit_finalists(
+        finalists.with_finalists(spec, options.finalists_top, options.finalists_seeds), flagged
+    )
+    said += staged
     said += [
         f"{key} given on the command line is searched by {spec.path.name}: each trial samples its own, the value "
         "given is unused"

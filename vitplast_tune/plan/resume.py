@@ -18,6 +18,7 @@ from vitplast_tune.plan.options import (
 )
 from vitplast_tune.plan.search_plan import Running, SearchPlan
 from vitplast_tune.space.files import SearchSpec, spaces_dir
+from vitplast_tune.space.finalists import Finalists
 from vitplast_tune.storage import SEARCH_FILE, read_record
 
 # Settings a resumed search may change: where the data comes from, not what the trials do.
@@ -53,17 +54,21 @@ def resumed_plan(
 ) -> SearchPlan:
     """The plan of a resumed search: its recorded settings; a flag that would change them is refused.
 
-    ``--max-failures`` applies to the remaining trials; ``--num-samples``, ``--max-concurrent``, ``--seed``,
-    ``--tracking-uri`` and ``--experiment`` are fixed when the search starts, so a different value is refused (MLflow's
-    environment variables do not apply: the search goes on where it started).
+    ``--max-failures`` applies to the remaining trials; ``--num-samples``, the finalists' flags, ``--max-concurrent``,
+    ``--seed``, ``--tracking-uri`` and ``--experiment`` are fixed when the search starts, so a different value is
+    refused (MLflow's environment variables do not apply: the search goes on where it started). A search recorded
+    before the finalists stage existed has none.
     """
     saved = record["settings"]
+    stage = Finalists(**record.get("finalists", {}))  # none before the stage existed
     for key, value in options.settings.items():
         if key not in RESUMABLE_SETTINGS and value != saved.get(key):
             refuse(option(key, value), saved.get(key), name)
     fixed = {
         "num-samples": (options.num_samples, record.get("num_samples", spec.num_samples)),
         "budgets": (_listed(options.budgets), record.get("budgets", _listed(spec.budget_steps))),
+        "finalists-top": (options.finalists_top, stage.top),
+        "finalists-seeds": (options.finalists_seeds, stage.seeds),
         "max-concurrent": (options.max_concurrent, record.get("max_concurrent")),
         "seed": (options.seed, record.get("seed", DEFAULT_SEED)),
         "tracking-uri": (options.tracking_uri, record["tracking_uri"]),
@@ -79,7 +84,7 @@ def resumed_plan(
             f"on {workers}; resume with {option('workers_per_trial', started)} (and the resources it ran with: the "
             "command the interrupted search printed has them)"
         )
-    spec = replace(spec, num_samples=fixed["num-samples"][1])
+    spec = replace(spec, num_samples=fixed["num-samples"][1], finalists=stage)
     if fixed["budgets"][1] is not None:
         spec = spec.with_overrides(budgets=fixed["budgets"][1])
     changed = {k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}

@@ -177,6 +177,7 @@ class SearchPlan:
             "settings": self.settings.to_dict(),
             "num_samples": self.spec.num_samples,
             "budgets": list(self.spec.budget_steps) or None,
+            "finalists": {"top": self.spec.finalists.top, "seeds": self.spec.finalists.seeds},
             "seed": self.seed,
             "max_concurrent": self.max_concurrent,
             "max_failures": self.max_failures,

@@ -102,14 +102,19 @@ class Search:
 
     @cached_property
     def spec(self):
-        """The search's space (``SearchSpec``), read from the file it recorded, with the trial count and budgets the
-        search ran (``num_samples=`` and ``budgets=`` override the file's)."""
+        """The search's space (``SearchSpec``), read from the file it recorded, with the trial count, budgets and
+        finalists stage the search ran (``num_samples=``, ``budgets=`` and the finalists' flags override the file's;
+        a search recorded before the stage existed has none)."""
+        from dataclasses import replace
+
         from vitplast_tune.space.files import load_space
+        from vitplast_tune.space.finalists import Finalists
 
         budgets = self.record.get("budgets")
-        return load_space(self.record["space_path"]).with_overrides(
+        spec = load_space(self.record["space_path"]).with_overrides(
             num_samples=self.record.get("num_samples"), budgets=tuple(budgets) if budgets else None
         )
+        return replace(spec, finalists=Finalists(**self.record.get("finalists", {})))
 
     @property
     def settings(self):
@@ -120,8 +125,8 @@ class Search:
 
     @property
     def total_trials(self) -> int:
-        """How many trials the search runs in all."""
-        return int(self.spec.total_trials)
+        """How many trials the search runs in all (its finalists stage's at most)."""
+        return int(self.spec.total_trials + self.spec.finalists.trials)
 
     @property
     def trials(self) -> pd.DataFrame:

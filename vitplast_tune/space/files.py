@@ -19,7 +19,8 @@ objectives (its Pareto front; no early stopping then: schedulers take one metric
 ``max_trainable_params: N`` is a parameter budget (trials over it are not trained);
 ``warm_start: K`` enqueues the K subsets ``recommend`` ranks best as TPE's first trials;
 ``budgets: [150, {steps: 600, lr: [0.1]}]`` runs a grid at several step budgets (each trial's ``max_steps``),
-an entry with ``steps`` narrowing some parameters to fewer of their choices at that budget.
+an entry with ``steps`` narrowing some parameters to fewer of their choices at that budget;
+``finalists: {top: K, seeds: N}`` trains the K best configurations and the baselines again on N seeds after the trials.
 
 A subset is encoded for Optuna as one boolean per component (``train_emb`` ... ``train_fc2``).
 """
@@ -38,6 +39,7 @@ import yaml
 
 from vitplast_tune.errors import SpaceError, did_you_mean
 from vitplast_tune.space.distributions import Constant, Distribution, Subsets, parse_param
+from vitplast_tune.space.finalists import OFF, Finalists, parse_finalists
 
 SHIPPED = "vitplast_tune.search_spaces"  # the repository's search_spaces/, installed under this name (pyproject.toml)
 
@@ -68,6 +70,7 @@ _TOP_KEYS = (
     "max_trainable_params",
     "warm_start",
     "budgets",
+    "finalists",
     "parameters",
     "defaults",
 )
@@ -112,6 +115,7 @@ class SearchSpec:
         max_trainable_params: The parameter budget: trials over it are not trained (None: no budget).
         warm_start: How many recommended subsets TPE tries first.
         budgets: The step budgets of a grid run at several (each trial's ``max_steps``).
+        finalists: The finalists stage after the search's trials (``space.finalists``; ``OFF`` without the key).
     """
 
     name: str
@@ -130,6 +134,7 @@ class SearchSpec:
     max_trainable_params: int | None = None  # the parameter budget: trials over it are not trained
     warm_start: int = 0  # the recommended subsets TPE tries first
     budgets: tuple[Budget, ...] = ()  # a grid at several step budgets (each trial's max_steps)
+    finalists: Finalists = OFF  # the best configurations and the baselines again on several seeds, after the trials
 
     @property
     def multi_objective(self) -> bool:
@@ -294,8 +299,11 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
         text=text,
         criteria=_flag(raw.get("criteria", False), where, "criteria"),
         objectives=objectives,
-        max_trainable_params=_optional_int(raw.get("max_trainable_params"), where, "max_trainable_params"),
+        max_trainable_params=None
+        if (most := raw.get("max_trainable_params")) is None
+        else _positive_int(most, where, "max_trainable_params"),
         warm_start=_positive_int(raw.get("warm_start", 0), where, "warm_start", minimum=0),
+        finalists=parse_finalists(raw.get("finalists"), where),
     )
     spec = replace(spec, budgets=parse_budgets(raw.get("budgets"), spec.parameters, where))
     _check_algorithm(spec)
@@ -420,10 +428,6 @@ def _flag(value: Any, where: str, what: str) -> bool:
     if not isinstance(value, bool):
         raise SpaceError(f"{where}: {what} must be true or false, got {value!r}")
     return value
-
-
-def _optional_int(value: Any, where: str, what: str) -> int | None:
-    return None if value is None else _positive_int(value, where, what)
 
 
 def _positive_int(value: Any, where: str, what: str, minimum: int = 1) -> int:

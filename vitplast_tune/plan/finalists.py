@@ -1,0 +1,81 @@
+"""The finalists stage of a search's plan (``space.finalists``): the flags over the space file's key, whether the stage
+fits the search (else refused, or a space file's stage turned off with a note), and the seeds it trains on."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from vitplast_tune.errors import SpaceError
+from vitplast_tune.space.files import SearchSpec
+from vitplast_tune.space.finalists import BASELINES, OFF, Finalists, count
+
+
+def with_finalists(spec: SearchSpec, top: int | None, seeds: int | None) -> SearchSpec:
+    """Apply the command line's ``--finalists-top`` and ``--finalists-seeds`` to a copy of the space.
+
+    Args:
+        spec: The space.
+        top: The configurations in place of the file's (None: the file's).
+        seeds: The seeds in place of the file's (None: the file's).
+
+    Returns:
+        The copy (``spec`` when neither is given).
+
+    Raises:
+        SpaceError: A count below 0.
+    """
+    if top is None and seeds is None:
+        return spec
+    given = spec.finalists
+    top = given.top if top is None else count(top, "--finalists-top")
+    seeds = given.seeds if seeds is None else count(seeds, "--finalists-seeds")
+    return replace(spec, finalists=Finalists(top, seeds))
+
+
+def fit_finalists(spec: SearchSpec, flagged: bool) -> tuple[SearchSpec, list[str]]:
+    """Check that the space's finalists stage fits its search, or turn off a space file's stage that does not.
+
+    The stage needs Optuna (grid and random search run Tune's variant generator, which suggests no trial after the
+    search's), and one objective, validation accuracy (it ranks and judges by it). A space file's stage (not the
+    flags') is turned off, with a note, under an ``--objective`` that is not accuracy, and when the search has no
+    more trials than the stage has configurations (``--num-samples``; it would train every trial's configuration
+    again: a smoke test, not a search).
+
+    Args:
+        spec: The space, with the options' overrides.
+        flagged: Whether ``--finalists-top`` or ``--finalists-seeds`` set the stage.
+
+    Returns:
+        The space (its stage off where turned off) and the notes saying so.
+
+    Raises:
+        SpaceError: The stage asked of a grid or random search, or by a flag of a search that is not on accuracy.
+    """
+    stage = spec.finalists
+    if not stage.on:
+        return (spec if stage == OFF else replace(spec, finalists=OFF)), []
+    asked = "--finalists-top/--finalists-seeds" if flagged else f"{spec.path.name}'s finalists"
+    if spec.algorithm != "optuna":
+        raise SpaceError(
+            f"{asked}: the finalists stage needs algorithm: optuna ({spec.algorithm} search runs the configurations "
+            "it lists, and no stage after them); set finalists: {top: 0, seeds: 0} or --finalists-top 0"
+        )
+    why = None
+    if spec.multi_objective or spec.metric != "val_acc":
+        why = f"it ranks and judges by validation accuracy, and this search optimises {spec.metric}"
+        if flagged:
+            raise SpaceError(f"{asked}: {why} (with --objective accuracy it applies)")
+    elif not flagged and spec.num_samples <= stage.top + len(BASELINES):
+        why = f"{spec.num_samples} trial(s) are no more than its {stage.top + len(BASELINES)} configurations"
+    if why is None:
+        return spec, []
+    note = f"no finalists stage ({why}); --finalists-top and --finalists-seeds ask for one"
+    return replace(spec, finalists=OFF), [note]
+
+
+def finalist_seeds(spec: SearchSpec, seed: int) -> list[int]:
+    """The seeds the finalists train on: the next ones above the search's training ``seed`` and any seed its space
+    samples, so that none is a seed a trial of the search trained on."""
+    sampled = spec.parameters.get("seed")
+    taken = [seed, *(v for v in (sampled.corners() if sampled is not None else []) if isinstance(v, int))]
+    return list(range(max(taken) + 1, max(taken) + 1 + spec.finalists.seeds))
