@@ -1,6 +1,7 @@
 """The answer a search opens its summary with: the subset and rate to use, how it compares with the linear probe,
 full finetuning and the cheapest trial close to it, and whether plasticity predicted the trials' accuracy; the
-numbers first (``Answer``, what ``vt.load_search(name).answer`` gives), every word chosen from them.
+numbers first (``Answer``, what ``vt.load_search(name).answer`` gives), every word chosen from them. A search with a
+finalists stage answers by its finalists instead (``records.finalists``: the one-standard-error rule).
 
 Like is compared with like: a baseline is compared at the best trial's step budget, so a baseline trial that the
 scheduler stopped earlier is not compared with a longer-trained best; it is named as stopped, with its step.
@@ -15,7 +16,8 @@ import pandas as pd
 
 from vitplast_tune.analysis.analyze import SearchAnalysis
 from vitplast_tune.analysis.prediction import TARGET_LABELS, finished_trials, judged_scores
-from vitplast_tune.records.table import pct
+from vitplast_tune.records.finalists import FinalAnswer, final_answer
+from vitplast_tune.records.table import instruction, params_text, pct, search_trials
 
 CLOSE_POINTS = 1.0  # "close to the best": within this many points of its best validation accuracy
 BASELINES = (("head", "the linear probe"), ("all", "full finetuning"))
@@ -56,19 +58,34 @@ class Answer:
         """The answer as the summary opens with it: ``Answer: finetune ...``, the best trial as an instruction."""
         best = self.best
         return (
-            f"Answer: finetune {_what(best)} ({pct(best['best_val_acc'])} best validation accuracy, test "
-            f"{pct(best['test_acc'])}, {_params(best)} trainable parameters), the best of {self.n_trials} trials."
+            f"Answer: finetune {instruction(best)} ({pct(best['best_val_acc'])} best validation accuracy, test "
+            f"{pct(best['test_acc'])}, {params_text(best)} trainable parameters), the best of {self.n_trials} trials."
         )
 
     def __str__(self) -> str:
         return self.line
 
 
-def answer_of(trials: pd.DataFrame) -> Answer | None:
+def answer_of(trials: pd.DataFrame) -> Answer | FinalAnswer | None:
     """The answer's numbers from a trial table.
 
     Args:
         trials: the search's trial table (``records.trial_table``), one row per trial.
+
+    Returns:
+        The finalists' ``FinalAnswer`` (``records.finalists``: the one-standard-error rule) where a finalist trained;
+        else the ``Answer`` of the search's best trial; None when no trial reported a validation accuracy.
+    """
+    if (final := final_answer(trials)) is not None:
+        return final
+    return best_answer(search_trials(trials))
+
+
+def best_answer(trials: pd.DataFrame) -> Answer | None:
+    """The answer's numbers from the search's trials alone: its best trial, the cheapest close to it, the baselines.
+
+    Args:
+        trials: the search's trials (no finalists).
 
     Returns:
         The ``Answer``, or None when no trial reported a validation accuracy.
@@ -83,7 +100,8 @@ def answer_of(trials: pd.DataFrame) -> Answer | None:
 
 
 def answer_lines(trials: pd.DataFrame, analysis: SearchAnalysis | None = None) -> list[str]:
-    """The summary's opening lines: the best trial as an instruction, then the comparisons the trials allow.
+    """The summary's opening lines: the finalists' answer where a finalist trained (``records.finalists``), else the
+    best trial as an instruction; then the comparisons the trials allow.
 
     Args:
         trials: the search's trial table.
@@ -92,7 +110,9 @@ def answer_lines(trials: pd.DataFrame, analysis: SearchAnalysis | None = None) -
     Returns:
         The lines, the first one ``Answer: ...``.
     """
-    found = answer_of(trials)
+    if (final := final_answer(trials)) is not None:
+        return [*final.lines(), f"  {_plasticity(analysis)}"]
+    found = best_answer(search_trials(trials))
     if found is None:
         return ["Answer: none yet (no trial reported a validation accuracy)."]
     lines = [found.line]
@@ -100,8 +120,8 @@ def answer_lines(trials: pd.DataFrame, analysis: SearchAnalysis | None = None) -
     if found.cheaper is not None and found.cheaper_share is not None:
         c = found.cheaper
         cheaper = (
-            f"Within {CLOSE_POINTS:g} point of it, fewest parameters: {_what(c)} ({pct(c['best_val_acc'])}, "
-            f"{_params(c)} trainable, {ratio(found.cheaper_share)} the best's)."
+            f"Within {CLOSE_POINTS:g} point of it, fewest parameters: {instruction(c)} ({pct(c['best_val_acc'])}, "
+            f"{params_text(c)} trainable, {ratio(found.cheaper_share)} the best's)."
         )
     against = "Against the baselines (validation accuracy): " + "; ".join(map(_said, found.baselines)) + "."
     lines += [f"  {line}" for line in (cheaper, against, _plasticity(analysis)) if line]
@@ -111,22 +131,6 @@ def answer_lines(trials: pd.DataFrame, analysis: SearchAnalysis | None = None) -
 def ratio(value: float) -> str:
     """A ratio as the answer prints it, three significant digits so that 0.997 is not 1: ``0.997x``, ``0.5x``."""
     return f"{value:.3g}x"
-
-
-def _what(row: dict[str, Any]) -> str:
-    """A trial as an instruction: its subset (and depth) and learning rate."""
-    depth = row.get("depth")
-    where = f" in the {depth} blocks" if isinstance(depth, str) and depth not in ("", "all") else ""
-    lr = row.get("lr")
-    return (
-        f"{row['components']}{where} at lr {lr:.3g}"
-        if lr is not None and pd.notna(lr)
-        else f"{row['components']}{where}"
-    )
-
-
-def _params(row: dict[str, Any]) -> str:
-    return "?" if pd.isna(row.get("trainable_params")) else f"{int(row['trainable_params']):,}"
 
 
 def _cheaper(ok: pd.DataFrame, best: pd.Series) -> tuple[pd.Series | None, float | None]:

@@ -18,7 +18,7 @@ from vitplast_tune.records.answer import answer_lines
 from vitplast_tune.records.cost import cost_lines
 from vitplast_tune.records.pareto import describe_pareto
 from vitplast_tune.records.study import StudyRecord
-from vitplast_tune.records.table import display_table, top_trials
+from vitplast_tune.records.table import display_table, search_trials, top_trials
 from vitplast_tune.records.view import View, run_link, ui_base_url
 from vitplast_tune.space.files import SearchSpec, searched_augmentations
 from vitplast_tune.space.objectives import objective_of
@@ -65,6 +65,11 @@ class SearchResult:
     best_run_id: str | None = None  # the best trial's MLflow run (tagged vitplast.best)
     notes: list[str] = field(default_factory=list)  # adjustments the search made and said (e.g. a clamped grace period)
 
+    @property
+    def search_trials(self) -> pd.DataFrame:
+        """The trial table's trials of the search itself, without its finalists (``space.finalists``)."""
+        return search_trials(self.trials)
+
 
 def summary(result: SearchResult, k: int = TOP_TRIALS) -> str:
     """Summarize a finished search as the text a person reads at the end.
@@ -80,7 +85,7 @@ def summary(result: SearchResult, k: int = TOP_TRIALS) -> str:
         The text.
     """
     place, spec, settings = result.place, result.spec, result.settings
-    top = top_trials(result.trials, spec, k)
+    top = top_trials(result.search_trials, spec, k)  # the finalists are in the answer
     objective = objective_of(spec)
     answer = answer_lines(result.trials, result.analysis) if spec.metric == "val_acc" or objective != "accuracy" else []
     answer += cost_lines(result.trials, objective) if answer else []

@@ -5,8 +5,8 @@ the search runs (``run.live_study`` creates it before the first trial and adds e
 
 The study's parameters are one boolean per component (``train_emb`` ... ``train_fc2``, when the subset varies) and
 every other parameter the space searches (``lr``, ...), with their Optuna distributions. Each Ray Tune trial is one
-Optuna trial: COMPLETE when it trained its whole budget, PRUNED when the scheduler stopped it earlier (or it was over
-the parameter budget), FAIL when it errored or diverged; its value is the search's metric at its last report (one
+Optuna trial (a finalist, trained again after the search, is none): COMPLETE when it trained its whole budget,
+PRUNED when the scheduler stopped it earlier (or it was over the parameter budget), FAIL when it errored or diverged; its value is the search's metric at its last report (one
 value per objective), its intermediate values the metric at each evaluation step, and its user attributes the Ray
 trial id, the subset, the test accuracy and the MLflow run (an Optuna trial is fixed once it ends, so what is known
 only when the whole search has ended, such as the accuracy at the common step, is in the trial table and MLflow
@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 
 from vitplast_tune.components import COMPONENT_FLAGS, component_flags
+from vitplast_tune.records.table import search_trials
 from vitplast_tune.space import distributions as dist
 from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.storage import STUDY_FILE
@@ -186,6 +187,9 @@ def write_study(
 ) -> StudyRecord:
     """Add the trials of the table that the study ``name`` in ``directory/optuna.db`` lacks (created when missing).
 
+    The finalists (``space.finalists``) are left out: the study holds the trials the search's sampler drew, as TPE's
+    own study does.
+
     Args:
         directory: The search's directory.
         name: The study's name.
@@ -197,6 +201,7 @@ def write_study(
         Where the study lies and how many trials it holds and this write added.
     """
     study = open_study(directory, name, spec)
+    trials = search_trials(trials)  # the finalists are no trials of the search's sampler
     new = trials[~trials["trial_id"].astype(str).isin(known_trials(study))]
     study.add_trials(frozen_trials(new, spec, curves))
     return StudyRecord(storage_url(directory), name, len(study.get_trials(deepcopy=False)), len(new))

@@ -13,12 +13,14 @@ from typing import Any
 
 import pandas as pd
 
-from vitplast_tune.components import ALL, ENCODING_KEYS, method_label, subset_name
-from vitplast_tune.config import FinetuneConfig, trial_config
+from vitplast_tune.components import ALL, method_label, subset_name
+from vitplast_tune.config import NOT_SETTINGS, FinetuneConfig, trial_config
 from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import log_trainable_params
 from vitplast_tune.space.files import SearchSpec
+from vitplast_tune.space.finalists import finalist_of
 
+SEARCH, FINALIST = "search", "finalist"  # a trial's stage: one of the search's, or a finalist trained again after them
 # Where a trial's time went (training.finetune's cumulative timing metrics at its last report).
 TRIAL_TIMES = ("time_setup_s", "time_in_steps_s", "time_in_eval_s")
 
@@ -30,7 +32,9 @@ def trial_table(
 
     ``val_acc_common`` is each trial's validation accuracy at ``common_step``, the last evaluation
     every trial reached: with early stopping, the one budget all trials share. ``best_val_loss`` is
-    the lowest validation loss it reported (a tie-break between equal accuracies).
+    the lowest validation loss it reported (a tie-break between equal accuracies). ``stage`` says whether a trial is
+    one of the search's (``search``) or a finalist (``finalist``: ``finalist`` numbers its configuration, ``lr_from``
+    says whose rate it took, ``space.finalists``); ``seed`` is each trial's training seed.
 
     Args:
         grid: Ray Tune's result grid, or any results with its ``config``, ``metrics``, ``error`` and
@@ -45,13 +49,17 @@ def trial_table(
     for result in grid:
         config, metrics = result.config or {}, result.metrics or {}
         cfg = trial_config(config, settings)
-        subset = subset_name(cfg.components)
+        subset, mark = subset_name(cfg.components), finalist_of(config)
         rows.append(
             {
                 "trial_id": metrics.get("trial_id", ""),
                 "components": subset,
                 "method": method_label(subset),
-                **{k: v for k, v in config.items() if k != "components" and k not in ENCODING_KEYS},
+                **{k: v for k, v in config.items() if k != "components" and k not in NOT_SETTINGS},
+                "stage": FINALIST if mark else SEARCH,
+                "seed": cfg.seed,
+                "finalist": mark["index"] if mark else None,
+                "lr_from": mark["lr_from"] if mark else None,
                 "val_acc": metrics.get("val_acc"),
                 "best_val_acc": metrics.get("best_val_acc"),
                 "test_acc": metrics.get("test_acc"),
@@ -75,6 +83,30 @@ def trial_table(
     for row, curve in zip(rows, curves):
         row["common_step"], row["val_acc_common"] = common, curve.get(common)
     return pd.DataFrame(rows)
+
+
+def search_trials(trials: pd.DataFrame) -> pd.DataFrame:
+    """Keep the trials of the search itself, without its finalists (a table written before the stage existed: all).
+
+    Args:
+        trials: The trial table.
+
+    Returns:
+        Its rows of stage ``search``.
+    """
+    return trials[trials["stage"] != FINALIST] if "stage" in trials else trials
+
+
+def finalist_trials(trials: pd.DataFrame) -> pd.DataFrame:
+    """Keep the finalists' trials of a trial table (none in a table written before the stage existed).
+
+    Args:
+        trials: The trial table.
+
+    Returns:
+        Its rows of stage ``finalist``.
+    """
+    return trials[trials["stage"] == FINALIST] if "stage" in trials else trials.iloc[0:0]
 
 
 def write_trials(trials: pd.DataFrame, directory: Path | None) -> Path | None:
@@ -274,3 +306,34 @@ def display_table(top: pd.DataFrame) -> pd.DataFrame:
             "trainable": top["trainable_params"].map(lambda v: "" if pd.isna(v) else f"{int(v):,}"),
         }
     )
+
+
+def instruction(row: dict[str, Any]) -> str:
+    """A trial's configuration as the answer says what to finetune: its subset, depth and learning rate.
+
+    Args:
+        row: Its row of the trial table.
+
+    Returns:
+        The words, e.g. "mha+fc1 in the last blocks at lr 0.0312".
+    """
+    depth = row.get("depth")
+    where = f" in the {depth} blocks" if isinstance(depth, str) and depth not in ("", "all") else ""
+    lr = row.get("lr")
+    return (
+        f"{row['components']}{where} at lr {lr:.3g}"
+        if lr is not None and pd.notna(lr)
+        else f"{row['components']}{where}"
+    )
+
+
+def params_text(row: dict[str, Any]) -> str:
+    """A trial's trainable parameters as the answer prints them ("468,778"; "?" where unknown).
+
+    Args:
+        row: Its row of the trial table.
+
+    Returns:
+        The count, with thousands separated.
+    """
+    return "?" if pd.isna(row.get("trainable_params")) else f"{int(row['trainable_params']):,}"

@@ -1,0 +1,303 @@
+"""The answer of a search with a finalists stage (``space.finalists``), by the one-standard-error rule: pure functions
+over the trial table's finalist rows, which ``records.answer`` opens the summary with.
+
+Each finalist configuration trained on the same seeds; a seed that failed or diverged is left out of its means (and
+said). The best configuration has the highest mean validation accuracy; every configuration whose mean is within one
+standard error of that mean (the best's SE over its seeds) cannot be told apart from it, and of those the one with the
+fewest trainable parameters is the answer (the rule cross-validation has used since Breiman et al., 1984). Its test
+accuracy is given as a mean and its standard deviation over seeds, and its gain over full finetuning and over the
+linear probe as a mean difference of test accuracy with a 95% interval (mean ± 1.96 standard errors of the
+difference, paired by seed where both trained on the same seeds). With one seed no standard error exists: the best
+mean alone is chosen, and the answer says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from vitplast_tune.components import ALL, HEAD
+from vitplast_tune.records.table import finalist_trials, instruction, pct
+
+Z95 = 1.96  # a 95% interval: the mean difference ± this many standard errors
+LABELS = {ALL: "full finetuning", HEAD: "the linear probe"}
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One finalist configuration over its seeds.
+
+    Attributes:
+        index: Its number among the finalists (best first, the baselines last).
+        row: Its first row of the trial table (its subset, depth, rate, trainable parameters).
+        val: Best validation accuracy by seed, the seeds that trained.
+        test: Test accuracy by seed, the same seeds.
+        failed: The seeds that failed or diverged, left out.
+        baseline: ``all`` or ``head`` where it is a baseline, else None.
+        lr_from: Where its rate came from: ``own`` (its own best trial), ``best`` (the search's best trial).
+    """
+
+    index: int
+    row: dict[str, Any]
+    val: dict[int, float]
+    test: dict[int, float]
+    failed: tuple[int, ...] = ()
+    baseline: str | None = None
+    lr_from: str = "own"
+
+    @property
+    def n(self) -> int:
+        """The seeds that trained."""
+        return len(self.val)
+
+    @property
+    def mean_val(self) -> float:
+        """Its mean validation accuracy over seeds."""
+        return _mean(list(self.val.values()))
+
+    @property
+    def se_val(self) -> float:
+        """The standard error of that mean (NaN with one seed)."""
+        return _sd(list(self.val.values())) / math.sqrt(self.n) if self.n > 1 else math.nan
+
+    @property
+    def mean_test(self) -> float:
+        """Its mean test accuracy over seeds."""
+        return _mean(list(self.test.values()))
+
+    @property
+    def sd_test(self) -> float:
+        """The standard deviation of its test accuracy over seeds (NaN with one seed)."""
+        return _sd(list(self.test.values()))
+
+    @property
+    def params(self) -> float:
+        """Its trainable parameters (infinite where unknown: never the cheaper one)."""
+        value = self.row.get("trainable_params")
+        return math.inf if value is None or pd.isna(value) else float(value)
+
+    @property
+    def name(self) -> str:
+        """Its subset, depth and rate, in words."""
+        return instruction(self.row)
+
+
+@dataclass(frozen=True)
+class Gain:
+    """The chosen configuration's test accuracy over one baseline's, in points.
+
+    ``kind``: ``itself`` (the chosen one is that baseline), ``failed`` (no seed of the baseline trained), ``compared``
+    (``points``: the mean difference; ``half``: 1.96 standard errors of it, NaN with one seed; ``n``: the seeds,
+    ``paired`` when both trained on the same seeds).
+    """
+
+    label: str
+    kind: str
+    points: float = math.nan
+    half: float = math.nan
+    n: int = 0
+    paired: bool = False
+
+    def said(self) -> str:
+        """The gain in words."""
+        if self.kind == "itself":
+            return f"it is {self.label}"
+        if self.kind == "failed":
+            return f"{self.label}: every seed failed, not compared"
+        interval = (
+            f"95% interval {self.points - self.half:+.2f} to {self.points + self.half:+.2f}"
+            if math.isfinite(self.half)
+            else "one seed: no interval"
+        )
+        how = "paired by seed" if self.paired else "unpaired"
+        return f"{self.points:+.2f} points over {self.label} ({interval}, {how}, n={self.n})"
+
+
+@dataclass(frozen=True)
+class FinalAnswer:
+    """The finalists' answer: the configuration chosen by the one-standard-error rule and what it is compared with.
+
+    Printed (``str``), it is the answer's line, the summary's first (``line``).
+
+    Attributes:
+        chosen: The configuration with the fewest trainable parameters within one SE of the best mean.
+        best: The configuration with the best mean validation accuracy.
+        configurations: Every finalist configuration with a seed that trained, best mean first.
+        tied: The others within one SE of the best mean (the chosen one's one-SE set, less itself).
+        gains: Its gain over full finetuning and over the linear probe (a baseline with no finalist: left out).
+        seeds: The seeds the finalists trained on.
+        lost: Configurations no seed of which trained.
+    """
+
+    chosen: Configuration
+    best: Configuration
+    configurations: tuple[Configuration, ...]
+    tied: tuple[Configuration, ...]
+    gains: tuple[Gain, ...]
+    seeds: tuple[int, ...]
+    lost: tuple[Configuration, ...] = field(default_factory=tuple)
+
+    @property
+    def line(self) -> str:
+        """The answer in plain words: what to finetune at what rate, its test accuracy over seeds, its gains over the
+        baselines, and what it cannot be told apart from."""
+        c = self.chosen
+        spread = f" ± {100 * c.sd_test:.2f} (SD over {c.n} seeds)" if c.n > 1 else " (one seed: no spread)"
+        gains = "; ".join(g.said() for g in self.gains)
+        tied = ", ".join(t.name for t in self.tied)
+        apart = f"not distinguishable from {tied}" if tied else "distinguishable from every other finalist"
+        return (
+            f"Answer: finetune {c.name}: test accuracy {pct(c.mean_test)}{spread}; {gains}; {apart} (within one "
+            "standard error of the best mean validation accuracy)."
+        )
+
+    def lines(self) -> list[str]:
+        """The answer's lines: its line, then how it was chosen, where the baselines' rates came from, the seeds left
+        out and each finalist."""
+        c, b = self.chosen, self.best
+        if math.isfinite(b.se_val):
+            rule = (
+                f"Chosen by the one-standard-error rule: of {len(self.configurations)} finalist configurations, each "
+                f"trained again on seeds {', '.join(map(str, self.seeds))} at the whole budget, the one with the "
+                f"fewest trainable parameters ({_count(c.params)}) whose mean validation accuracy ({pct(c.mean_val)}) "
+                f"is within one standard error ({100 * b.se_val:.2f} points) of the best mean ({pct(b.mean_val)}, "
+                f"{b.name})."
+            )
+        else:
+            rule = (
+                f"Chosen by the best mean validation accuracy ({pct(b.mean_val)}) of {len(self.configurations)} "
+                "finalist configurations: with one seed that trained, the best has no standard error, so no "
+                "configuration is within one of it."
+            )
+        lines = [self.line, f"  {rule}"]
+        rates = [
+            f"{LABELS[x.baseline]} at "
+            + ("its own best trial's rate" if x.lr_from == "own" else "the best trial's rate (the search ran none)")
+            for x in (*self.configurations, *self.lost)
+            if x.baseline is not None
+        ]
+        if rates:
+            lines.append("  The baselines' rates: " + "; ".join(rates) + ".")
+        failed = [f"{x.name} seed {s}" for x in (*self.configurations, *self.lost) for s in x.failed]
+        if failed:
+            lines.append(f"  Left out (failed or diverged): {', '.join(failed)}.")
+        each = [
+            f"{x.name}: validation {pct(x.mean_val)}, test {pct(x.mean_test)}"
+            + (f" ± {100 * x.sd_test:.2f}" if x.n > 1 else "")
+            + f" (n={x.n})"
+            for x in self.configurations
+        ]
+        return [*lines, "  Finalists (mean over seeds): " + "; ".join(each) + "."]
+
+    def __str__(self) -> str:
+        return self.line
+
+
+def configurations(trials: pd.DataFrame) -> list[Configuration]:
+    """Group a trial table's finalist rows by configuration.
+
+    Args:
+        trials: The trial table (its rows of stage ``finalist`` are read).
+
+    Returns:
+        One ``Configuration`` per finalist configuration, by its number.
+    """
+    rows = finalist_trials(trials)
+    if rows.empty:
+        return []
+    found = []
+    for index, group in rows.groupby("finalist", sort=True):
+        ok = ~group["diverged"].astype(bool) & group["best_val_acc"].notna()
+        if "error" in group:
+            ok &= group["error"].isna()
+        if "over_budget" in group:
+            ok &= ~group["over_budget"].fillna(False).astype(bool)
+        good = group[ok]
+        first = group.iloc[0].to_dict()
+        lr_from = first.get("lr_from")
+        found.append(
+            Configuration(
+                int(index),
+                first,
+                {int(s): float(v) for s, v in zip(good["seed"], good["best_val_acc"])},
+                {int(s): float(v) for s, v in zip(good["seed"], good["test_acc"]) if pd.notna(v)},
+                tuple(int(s) for s in group.loc[~ok, "seed"]),
+                _baseline(first),
+                lr_from if isinstance(lr_from, str) else "own",
+            )
+        )
+    return found
+
+
+def final_answer(trials: pd.DataFrame) -> FinalAnswer | None:
+    """The finalists' answer of a trial table, by the one-standard-error rule (see the module's docstring).
+
+    Args:
+        trials: The trial table.
+
+    Returns:
+        The answer; None when no finalist trained (no stage, or every seed failed).
+    """
+    every = configurations(trials)
+    found = sorted((c for c in every if c.n), key=lambda c: -c.mean_val)
+    if not found:
+        return None
+    best = found[0]
+    floor = best.mean_val - (best.se_val if math.isfinite(best.se_val) else 0.0)
+    within = [c for c in found if c.mean_val >= floor - 1e-12]
+    chosen = min(within, key=lambda c: (c.params, -c.mean_val))
+    gains = tuple(gain(chosen, x) for x in every if x.baseline is not None)
+    seeds = tuple(sorted({s for c in every for s in (*c.val, *c.failed)}))
+    tied = tuple(c for c in within if c is not chosen)
+    return FinalAnswer(chosen, best, tuple(found), tied, gains, seeds, tuple(c for c in every if not c.n))
+
+
+def gain(chosen: Configuration, baseline: Configuration) -> Gain:
+    """The chosen configuration's test accuracy over a baseline's, in points, with a 95% interval over seeds.
+
+    Args:
+        chosen: The chosen configuration.
+        baseline: A baseline's configuration.
+
+    Returns:
+        The gain: paired by seed when both trained on the same seeds, else a difference of means.
+    """
+    label = LABELS[baseline.baseline or ALL]
+    if baseline is chosen or baseline.index == chosen.index:
+        return Gain(label, "itself")
+    if not baseline.test or not chosen.test:
+        return Gain(label, "failed")
+    if set(baseline.test) == set(chosen.test):
+        diffs = [chosen.test[s] - baseline.test[s] for s in sorted(chosen.test)]
+        se = _sd(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else math.nan
+        return Gain(label, "compared", 100 * _mean(diffs), 100 * Z95 * se, len(diffs), paired=True)
+    a, b = list(chosen.test.values()), list(baseline.test.values())
+    se = math.sqrt(_sd(a) ** 2 / len(a) + _sd(b) ** 2 / len(b)) if min(len(a), len(b)) > 1 else math.nan
+    return Gain(label, "compared", 100 * (_mean(a) - _mean(b)), 100 * Z95 * se, min(len(a), len(b)))
+
+
+def _baseline(row: dict[str, Any]) -> str | None:
+    """The baseline a finalist's row is (full finetuning in every block, or the linear probe), or None."""
+    depth = row.get("depth")
+    everywhere = depth is None or (isinstance(depth, float) and math.isnan(depth)) or depth in ("", "all")
+    components = row.get("components")
+    return components if components == HEAD or (components == ALL and everywhere) else None
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def _sd(values: list[float]) -> float:
+    """The sample standard deviation (n - 1); NaN under two values."""
+    if len(values) < 2:
+        return math.nan
+    m = _mean(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def _count(params: float) -> str:
+    return "?" if not math.isfinite(params) else f"{int(params):,}"
