@@ -6,7 +6,8 @@ the default trial (the space's first configuration) and the largest subset the s
 * the most: every trial trains its whole budget, in waves of as many trials as run at once;
 * the fewest: the scheduler stops every trial it can (ASHA: only a 1/reduction_factor share of the trials goes on at
   each rung; median stopping: half the trials stop after the grace period), the steps shared by the trials that run
-  at once, and never less than one whole trial.
+  at once, and never less than one whole trial;
+* then, with a finalists stage (``space.finalists``), its most trials, each its whole budget, after the search's.
 
 What it leaves out is printed with it (``CAVEATS``).
 """
@@ -20,6 +21,7 @@ from typing import Any
 from vitplast_tune.components import ALL, parse_subset
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.errors import UserError
+from vitplast_tune.plan.finalists import finalist_seeds
 from vitplast_tune.plan.resources import LOWER, TRIAL_PROCESS_CPU, ray_request, show_resources
 from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.space.distributions import Choice, Constant, Subsets
@@ -98,6 +100,9 @@ def describe_trials(plan: SearchPlan) -> list[str]:
     metric = ", ".join(f"{m} ({d})" for m, d in spec.objectives) or f"{spec.metric} ({spec.mode})"
     lines = [f"space:      {spec.path}" + (f": {spec.description}" if spec.description else "")]
     lines.append(f"trials:     {spec.total_trials}, {spec.algorithm} (seed {plan.seed}), {stop}; metric {metric}")
+    if spec.finalists.on:
+        seeds = ", ".join(map(str, finalist_seeds(spec, s.seed)))
+        lines.append(f"finalists:  {spec.finalists.describe()} (seeds {seeds})")
     if spec.algorithm == "grid":
         grid = spec.grid
         lines.append(f"grid:       {len(grid)} configurations x {spec.num_samples} repeat(s):")
@@ -166,14 +171,17 @@ def step_budget(spec: SearchSpec, max_steps: int, eval_every: int) -> tuple[floa
 
 
 def wall_range(plan: SearchPlan, timings: list[Timing], at_once: int) -> tuple[float, float]:
-    """(fewest, most) seconds of the search's trials: see the module's docstring."""
-    s, n = plan.settings, plan.spec.total_trials
+    """(fewest, most) seconds of the search's trials, then its finalists': see the module's docstring."""
+    s, n, finals = plan.settings, plan.spec.total_trials, plan.spec.finalists.trials
     fast, slow = min(timings, key=lambda t: t.step_s), max(timings, key=lambda t: t.step_s)
     fewest_steps, _ = step_budget(plan.spec, s.max_steps, s.eval_every)
     most = math.ceil(n / at_once) * slow.trial_s(s.max_steps, s.eval_every)
     per_step = fast.step_s + fast.val_eval_s / s.eval_every
     fewest = (fewest_steps * per_step + n * (fast.setup_s + fast.test_eval_s)) / at_once
-    return max(fewest, fast.trial_s(s.max_steps, s.eval_every)), most
+    fewest = max(fewest, fast.trial_s(s.max_steps, s.eval_every))
+    # the finalists start once the search's trials have ended, and each trains its whole budget
+    most += math.ceil(finals / at_once) * slow.trial_s(s.max_steps, s.eval_every)
+    return fewest + finals * fast.trial_s(s.max_steps, s.eval_every) / at_once, most
 
 
 def describe_estimate(plan: SearchPlan, timings: list[Timing], device: str, at_once: int) -> list[str]:

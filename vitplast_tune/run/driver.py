@@ -169,7 +169,7 @@ def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings |
 def _check_ended(plan: SearchPlan, records: _Records) -> None:
     """Every trial ended (Tune's saved state says so), else the search was stopped: runs closed KILLED and
     SearchInterrupted raised."""
-    unfinished = tuner.unfinished(plan.location, plan.spec.total_trials)
+    unfinished = tuner.unfinished(plan.location, plan.spec)
     if unfinished or guard.current_fault():
         _close_stopped(records)
         raise _interrupted(plan, records, f"{unfinished} trial(s) unfinished")
@@ -316,7 +316,7 @@ def _tune(
     if plan.running.verbose:
         from vitplast_tune.run.progress import Progress
 
-        callbacks.append(Progress(plan.spec.total_trials))
+        callbacks.append(Progress(plan.spec.total_trials, finalists=plan.spec.finalists.trials))
     if plan.running.resources.workers > 1:
         callbacks.append(parallel.ReleaseOrphans())  # the resources of a stopped trial's Train run, for the next
     if trainable is None:
@@ -358,7 +358,7 @@ def analyze(
 ) -> None:
     """Run every analysis the search supports (see ``analysis.analyze.analyze_search``) and log it to the parent run.
 
-    The analysis is kept as ``result.analysis``.
+    The analysis is of the search's trials, not its finalists (``space.finalists``); it is kept as ``result.analysis``.
 
     Args:
         result: The finished search.
@@ -367,7 +367,7 @@ def analyze(
         measuring: Where its measurements run (``runner``, ``decoded``, ``staged``: see ``predictors.report``).
         once: Whether a table the parent run already holds is left unlogged (a resumed search's end).
     """
-    spec, found, o = result.spec, result.trials, running or Running.of(SearchOptions())
+    spec, found, o = result.spec, result.search_trials, running or Running.of(SearchOptions())
     parameters = None if found.empty else (study.parameter_table(found, spec), study.study_parameters(spec))
     result.analysis = analyze_search(
         found,

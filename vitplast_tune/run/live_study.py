@@ -1,7 +1,8 @@
 """The search's Optuna study while it runs: ``LiveStudy``, a Tune callback on the driver, makes the study
 (``records.study``: ``optuna.db`` in the search's directory, named as the search) before the first trial and adds each
-trial as it ends, COMPLETE, PRUNED or FAIL with its intermediate values and MLflow run, so that ``optuna.load_study``
-and ``optuna-dashboard`` follow a running search; a resumed search adds to the same study.
+trial as it ends, COMPLETE, PRUNED or FAIL with its intermediate values and MLflow run (a finalist is no trial of
+the search's sampler: not added), so that ``optuna.load_study`` and ``optuna-dashboard`` follow a running search; a
+resumed search adds to the same study.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from vitplast_tune.records.study import frozen_trials, known_trials, open_study,
 from vitplast_tune.records.table import trial_table
 from vitplast_tune.records.tracking import is_number
 from vitplast_tune.space.files import SearchSpec
+from vitplast_tune.space.finalists import finalist_of
 
 
 class LiveStudy(Callback):
@@ -76,8 +78,8 @@ class LiveStudy(Callback):
     def _add(self, trial, error: str | None) -> None:
         curves = {trial.trial_id: self.curves.pop(trial.trial_id, {})}
         study = self.study
-        if trial.trial_id in self._known:  # a resumed search's trial that ended before
-            return
+        if trial.trial_id in self._known or finalist_of(trial.config or {}) is not None:
+            return  # a resumed search's trial that ended before, or a finalist: no trial of the search's sampler
         run_id = self.run_of(trial.trial_id) if self.run_of is not None else None
         row = trial_table([_Ended(trial, error)], self.settings).assign(run_id=run_id)
         study.add_trial(frozen_trials(row, self.spec, curves)[0])

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ray.tune import Callback
 
 from vitplast_tune.records.table import pct, trial_label
+from vitplast_tune.space.finalists import finalist_of
 
 if TYPE_CHECKING:
     from ray.tune.experiment import Trial
@@ -57,11 +58,13 @@ class Progress(Callback):
     """A Tune callback that prints one line per finished trial, under a tqdm bar or with a heartbeat line.
 
     Args:
-        total: How many trials the search runs.
+        total: How many trials the search runs before its finalists.
         every_s: Seconds between heartbeat lines when there is no bar.
         stream: Where the lines go (None: stderr).
         clock: What gives the time (tests pass a fake one).
         bar: Whether to show a tqdm bar (None: when ``stream`` is interactive).
+        finalists: The most trials its finalists stage runs: counted in the total until the first finalist says how
+            many there are.
     """
 
     def __init__(
@@ -71,8 +74,9 @@ class Progress(Callback):
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
         bar: bool | None = None,
+        finalists: int = 0,
     ):
-        self.total, self.every_s, self.clock = total, every_s, clock
+        self.main, self.total, self.every_s, self.clock = total, total + finalists, every_s, clock
         self.stream = stream or sys.stderr  # progress, as the library's messages: results go to stdout
         self.done, self.best, self.started, self.last, self.drawn = 0, None, clock(), clock(), clock()
         self.began: dict[str, float] = {}  # trial id -> when it started (or was restored) in this run: the running
@@ -97,8 +101,12 @@ class Progress(Callback):
             )
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        """Note when a trial starts (or is restored) in this run."""
+        """Note when a trial starts (or is restored) in this run; a finalist's says how many finalists there are."""
         self.began[trial.trial_id] = self.clock()
+        if (mark := finalist_of(trial.config or {})) is not None and self.total != self.main + int(mark["of"]):
+            self.total = self.main + int(mark["of"])
+            if self.bar is not None:
+                self.bar.total = self.total
         self.peak = max(self.peak, len(self.began), 1)
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
@@ -106,6 +114,8 @@ class Progress(Callback):
         self._ended(trials, trial)
         r = trial.last_result or {}
         name = trial_label(trial.config)
+        if (mark := finalist_of(trial.config or {})) is not None:
+            name += f" seed={trial.config.get('seed')} (finalist {mark['index']})"
         if r.get("diverged"):
             return self._print(f"{name}: diverged ({r.get('error', '')})", trials)
         acc = r.get("best_val_acc")

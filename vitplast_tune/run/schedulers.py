@@ -1,4 +1,5 @@
-"""The space's early-stopping rule as a Ray Tune scheduler over training steps: ASHA, median stopping, or none."""
+"""The space's early-stopping rule as a Ray Tune scheduler over training steps: ASHA, median stopping, or none; the
+finalists (``run.finalists``) never stopped early."""
 
 from __future__ import annotations
 
@@ -18,15 +19,17 @@ def scheduler(spec: SearchSpec, max_steps: int) -> TrialScheduler:
         max_steps: The trial budget, ASHA's longest rung.
 
     Returns:
-        Ray Tune's scheduler.
+        Ray Tune's scheduler; ASHA and median stopping pass over the finalists.
     """
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
+    from ray.tune.schedulers import FIFOScheduler
+
+    from vitplast_tune.run.finalists import SparingASHA, SparingMedian
 
     s = spec.scheduler
     if s.name == "asha":
-        return ASHAScheduler(
+        return SparingASHA(
             time_attr="step", max_t=max_steps, grace_period=s.grace_period, reduction_factor=s.reduction_factor
         )
     if s.name == "median":
-        return MedianStoppingRule(time_attr="step", grace_period=s.grace_period)
+        return SparingMedian(time_attr="step", grace_period=s.grace_period)
     return FIFOScheduler()

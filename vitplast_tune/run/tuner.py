@@ -18,9 +18,10 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from vitplast_tune import environment
 from vitplast_tune._compat import ray_tune
 from vitplast_tune.log import quieted
+from vitplast_tune.plan.finalists import finalist_seeds
 from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.records import tracking
-from vitplast_tune.run import guard, optuna_search, parallel, schedulers, variants
+from vitplast_tune.run import finalists, guard, optuna_search, parallel, schedulers, variants
 from vitplast_tune.space.files import SearchSpec
 
 if TYPE_CHECKING:
@@ -28,7 +29,11 @@ if TYPE_CHECKING:
 
 
 def search_algorithm(
-    spec: SearchSpec, seed: int, max_concurrent: int | None = None, warm_start: Sequence[str] = ()
+    spec: SearchSpec,
+    seed: int,
+    max_concurrent: int | None = None,
+    warm_start: Sequence[str] = (),
+    finalist_seeds: Sequence[int] = (),
 ) -> Searcher | SearchAlgorithm:
     """Make the space's search algorithm: Optuna TPE (``optuna_search``), or Tune's variant generator.
 
@@ -37,13 +42,17 @@ def search_algorithm(
         seed: The algorithm's seed.
         max_concurrent: The most trials running at once (None: no limit).
         warm_start: Subsets ranked best first (``recommend``), of which TPE tries ``spec.warm_start`` first.
+        finalist_seeds: The seeds of the space's finalists stage, if it has one (``plan.finalists``).
 
     Returns:
-        The searcher (TPE, limited to ``max_concurrent`` trials at once when given), or the variant generator.
+        The searcher (TPE, then the finalists, limited to ``max_concurrent`` trials at once when given), or the
+        variant generator.
     """
     if spec.algorithm != "optuna":
         return variants.variant_generator(spec, seed, max_concurrent)
     searcher = optuna_search.optuna_searcher(spec, seed, warm_start)
+    if spec.finalists.on:
+        searcher = finalists.FinalistSearcher(searcher, spec.num_samples, spec.finalists, finalist_seeds)
     if max_concurrent:
         from ray.tune.search import ConcurrencyLimiter
 
@@ -100,8 +109,9 @@ def tune_environment(plan: SearchPlan, cluster_grows: bool) -> Iterator[dict[str
             os.environ.pop(key, None)
 
 
-def unfinished(location: str, total: int) -> int:
-    """How many of a search's ``total`` trials have not ended (never created or started, or stopped by Ctrl-C).
+def unfinished(location: str, spec: SearchSpec) -> int:
+    """How many of a search's trials, its finalists' included, have not ended (never created or started, or
+    stopped by Ctrl-C).
 
     Tune's cleanup marks the pending and running trials of an interrupted search TERMINATED in the grid it
     returns; the experiment state it saved just before says what they were. Counting the trials that ended
@@ -111,8 +121,8 @@ def unfinished(location: str, total: int) -> int:
     from ray.tune import ExperimentAnalysis
 
     with quieted(ray_tune.EXPERIMENT_ANALYSIS_LOGGER):  # not "failed to fetch metrics" of held-back trials
-        statuses = [t.status for t in ExperimentAnalysis(location).trials]
-    return max(total - sum(status in ("TERMINATED", "ERROR") for status in statuses), 0)
+        trials = ExperimentAnalysis(location).trials
+    return finalists.unfinished(trials, spec.total_trials, spec.finalists)
 
 
 def saved_trials(location: str) -> dict[str, str] | None:
@@ -156,9 +166,11 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
         tune_config=tune.TuneConfig(
             metric=spec.metric,
             mode=spec.mode,
-            num_samples=spec.total_trials if variants.grid_points(spec) else spec.num_samples,
+            num_samples=spec.total_trials if variants.grid_points(spec) else spec.num_samples + spec.finalists.trials,
             reuse_actors=True,
-            search_alg=search_algorithm(spec, plan.seed, concurrency(plan), warm_start),
+            search_alg=search_algorithm(
+                spec, plan.seed, concurrency(plan), warm_start, finalist_seeds(spec, plan.settings.seed)
+            ),
             scheduler=schedulers.scheduler(spec, plan.settings.max_steps),
             trial_dirname_creator=trial_dirname,
         ),
