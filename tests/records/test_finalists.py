@@ -114,7 +114,9 @@ def test_a_baseline_can_be_the_answer():
     found = final_answer(trials)
     assert found is not None and found.chosen.name == "all at lr 0.1" and found.tied == ()
     assert found.gains[0].said() == "it is full finetuning"
-    assert "; it is full finetuning; " in found.line and "distinguishable from every other finalist" in found.line
+    assert "; it is full finetuning; " in found.line and found.line.endswith(
+        "; no other finalist within one standard error of its mean validation accuracy."
+    )
 
 
 def test_one_seed_has_no_standard_error_and_the_answer_says_so():

@@ -148,11 +148,12 @@ class FinalAnswer:
         spread = f" ± {100 * c.sd_test:.2f} (SD over {c.n} seeds)" if c.n > 1 else " (one seed: no spread)"
         gains = "; ".join(g.said() for g in self.gains)
         tied = ", ".join(t.name for t in self.tied)
-        apart = f"not distinguishable from {tied}" if tied else "distinguishable from every other finalist"
-        return (
-            f"Answer: finetune {c.name}: test accuracy {pct(c.mean_test)}{spread}; {gains}; {apart} (within one "
-            "standard error of the best mean validation accuracy)."
+        apart = (
+            f"not distinguishable from {tied} (within one standard error of the best mean validation accuracy)"
+            if tied
+            else "no other finalist within one standard error of its mean validation accuracy"
         )
+        return f"Answer: finetune {c.name}: test accuracy {pct(c.mean_test)}{spread}; {gains}; {apart}."
 
     def lines(self) -> list[str]:
         """The answer's lines: its line, then how it was chosen, where the baselines' rates came from, the seeds left
