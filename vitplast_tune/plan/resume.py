@@ -87,14 +87,7 @@ def resumed_plan(
     spec = replace(spec, num_samples=fixed["num-samples"][1], finalists=stage)
     if fixed["budgets"][1] is not None:
         spec = spec.with_overrides(budgets=fixed["budgets"][1])
-    changed = {k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}
-    try:
-        settings = FinetuneConfig.from_dict({"augment": RECORDED_AUGMENTATION, **saved, **changed}).validate()
-    except UserError as exc:
-        raise ResumeError(
-            f"{exc} (in the settings recorded in {name}/{SEARCH_FILE}); restore the record, or start a new search "
-            "with another --name"
-        ) from None
+    settings = _recorded_settings(saved, options, name)
     max_failures = (
         record.get("max_failures", DEFAULT_MAX_FAILURES) if options.max_failures is None else options.max_failures
     )
@@ -112,6 +105,18 @@ def resumed_plan(
         experiment=fixed["experiment"][1],
         corners=tuple(trial_config(c, settings) for c in spec.corner_configs()),
     )
+
+
+def _recorded_settings(saved: dict[str, Any], options: SearchOptions, name: str) -> FinetuneConfig:
+    """The trial settings search ``name`` recorded (``saved``), with those a resume may change, validated."""
+    changed = {k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}
+    try:
+        return FinetuneConfig.from_dict({"augment": RECORDED_AUGMENTATION, **saved, **changed}).validate()
+    except UserError as exc:
+        raise ResumeError(
+            f"{exc} (in the settings recorded in {name}/{SEARCH_FILE}); restore the record, or start a new search "
+            "with another --name"
+        ) from None
 
 
 def refuse(given: str, recorded: Any, name: str) -> None:
