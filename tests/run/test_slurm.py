@@ -93,35 +93,6 @@ def driver_line(log: Path) -> str:
     return line
 
 
-@pytest.mark.slow
-def test_a_search_submitted_with_sbatch_finishes_with_its_trials_in_mlflow(slurm, tmp_path):
-    started = time.monotonic()
-    space, storage = write_space(tmp_path / "space.yaml", ["mha", "fc1", "head"], steps=16), tmp_path / "results"
-    job, log = submit(slurm, tmp_path, [*search_args(space, "on-slurm", storage), "--max-failures", "0"])
-    state = slurm.wait(job, JOB_TIMEOUT_S, log)
-    out = log.read_text()
-    assert (state["JobState"], state["ExitCode"]) == ("COMPLETED", "0:0"), out[-6000:]
-
-    # Ray over the allocation: the CPUs and the GPU SLURM gave the job, and the search joined that cluster.
-    found = re.search(r"Ray cluster at (\S+): 1 of 1 node\(s\), \{CPU: (\d+), GPU: (\d+)\}", out)
-    assert found and found.groups()[1:] == (str(slurm.cpus), "1"), out[-6000:]
-    address = found.group(1)
-    assert f"Joining the Ray cluster at {address} (--address)" in out
-    assert "--resume" not in driver_line(log)  # a new search: no record to resume
-
-    directory = storage / "on-slurm"
-    record = json.loads((directory / "vitplast_search.json").read_text())
-    trials = pd.read_csv(directory / "trials.csv", dtype={"trial_id": str})
-    assert sorted(trials["components"]) == ["fc1", "head", "mha"] and (trials["step"] == 16).all()
-    client, by_trial = runs_by_trial(record)
-    assert client.get_run(record["parent_run_id"]).info.status == "FINISHED"
-    assert sorted(by_trial) == sorted(trials["trial_id"])
-    assert all(len(runs) == 1 and runs[0].info.status == "FINISHED" for runs in by_trial.values())
-    assert {runs[0].data.tags["ray.node_ip"] for runs in by_trial.values()} == {address.rsplit(":", 1)[0]}
-    assert not (left := slurm.job_pids()), f"processes of the job outlived it:\n{slurm.describe(left)}"
-    print(f"SLURM job {job}: submitted to the end of the test in {time.monotonic() - started:.0f} s")
-
-
 def second_trial_checkpointed(directory: Path) -> dict | None:
     """The search's record, once one trial's run is FINISHED and the other's RUNNING with a checkpoint on disk."""
     if not (directory / "vitplast_search.json").is_file():
@@ -147,10 +118,14 @@ def wait_for(condition, slurm: LocalSlurm, job: str, log: Path, timeout_s: float
 
 
 @pytest.mark.slow
-def test_the_time_limit_signal_stops_the_search_and_the_resubmitted_job_resumes_it(slurm, tmp_path):
-    """SIGTERM to the batch shell once the first of two trials ended and the second checkpointed: the job stops
-    the search (runs KILLED, the resume command printed) and exits 143. The same sbatch command again resumes it:
-    both trials end under their first ids, one MLflow run each, the interrupted one continued from its checkpoint."""
+def test_a_search_submitted_with_sbatch_stops_at_the_time_limit_signal_and_the_resubmitted_job_resumes_it(
+    slurm, tmp_path
+):
+    """The shipped script submitted with sbatch: Ray over the allocation (the CPUs and the GPU SLURM gave the job),
+    the search joins it. SIGTERM to the batch shell once the first of two trials ended and the second checkpointed:
+    the job stops the search (runs KILLED, the resume command printed) and exits 143, leaving no process behind. The
+    same sbatch command again resumes it: both trials end under their first ids, one MLflow run each, the interrupted
+    one continued from its checkpoint, every trial on the allocation's node."""
     started = time.monotonic()
     space, storage = write_space(tmp_path / "two.yaml", ["mha", "fc1"], steps=192), tmp_path / "results"
     args = [*search_args(space, "limited", storage), "--max-concurrent", "1"]
@@ -163,6 +138,11 @@ def test_the_time_limit_signal_stops_the_search_and_the_resubmitted_job_resumes_
     assert (state["JobState"], state["ExitCode"]) == ("FAILED", "143:0"), out[-6000:]
     assert "SIGTERM from SLURM" in out and "continue the search with" in out, out[-6000:]
     assert "submit the same sbatch command again" in out
+    found = re.search(r"Ray cluster at (\S+): 1 of 1 node\(s\), \{CPU: (\d+), GPU: (\d+)\}", out)
+    assert found and found.groups()[1:] == (str(slurm.cpus), "1"), out[-6000:]
+    address = found.group(1)
+    assert f"Joining the Ray cluster at {address} (--address)" in out
+    assert "--resume" not in driver_line(log)  # a new search: no record to resume
     assert not (directory / "trials.csv").exists()
     client, by_trial = runs_by_trial(record)
     assert client.get_run(record["parent_run_id"]).info.status == "KILLED"
@@ -185,6 +165,8 @@ def test_the_time_limit_signal_stops_the_search_and_the_resubmitted_job_resumes_
     (run,) = by_trial[interrupted]
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_acc")]
     assert set(steps) == set(range(8, 193, 8)) and len(steps) <= len(set(steps)) + 2  # continued, not restarted
+    assert {runs[0].data.tags["ray.node_ip"] for runs in by_trial.values()} == {address.rsplit(":", 1)[0]}
+    assert not (left := slurm.job_pids()), f"processes of the job outlived it:\n{slurm.describe(left)}"
     total = time.monotonic() - started
     print(f"SLURM jobs {first} (stopped) and {second} (resumed): {stopped:.0f} s and {total - stopped:.0f} s")
 
