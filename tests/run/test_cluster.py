@@ -3,7 +3,8 @@
 Every cluster here is started by the test with ``ray start --block`` (its own temp dir and ports)
 and stopped by pid (tests/_raycluster.py); the search runs as ``scripts/search.py --address ...``
 in a subprocess, as a user would run it. Trials are tiny (a random testbed ViT, a few steps), and
-each node has one CPU. Runs and node tags are read back with MlflowClient.
+each node has one CPU. Runs and node tags are read back with MlflowClient. On the two-node cluster, a
+trial of two data-parallel workers (``--workers-per-trial 2 --placement spread``) trains on both nodes.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from vitplast_tune.run.cluster import CONFIG_ENV, node_types
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_DIR = ROOT / "scripts" / "cluster"
 SPREAD_STEPS = 200  # a few seconds per trial
+DDP_STEPS = {"max_steps": 8, "eval_every": 2}  # the data-parallel trial: four evaluations to compare
 FAKE_HEAD_NODE_ID = "f" * 51 + "00000"  # the fake provider's head; its workers are f...f00001, f...f00002
 
 
@@ -313,6 +315,53 @@ class TestTwoNodeCluster:
     def test_fixed_cluster_does_not_autoscale(self, two_nodes):
         out = two_nodes.query("from vitplast_tune.run import cluster\nprint('AUTOSCALES', cluster.autoscales())")
         assert "AUTOSCALES False" in out.stdout, out.stdout + out.stderr
+
+    @pytest.fixture(scope="class")
+    def data_parallel(self, two_nodes, mlflow_server, tmp_path_factory):
+        """The same one-trial search on one worker and on two workers spread over the two nodes (half a CPU each)."""
+        root = tmp_path_factory.mktemp("two-worker-search")
+        space = root / "space.yaml"
+        exact = dict(augment="none", precision="fp32", batch_size=16, warmup_steps=2, grad_clip=0.0)
+        space.write_text(space_text(parameters={"components": {"choice": ["fc1"]}}, defaults={**exact, **DDP_STEPS}))
+        for name, extra in [("one", ()), ("two", ("--workers-per-trial", "2", "--placement", "spread"))]:
+            cmd = search_command(space, name, root / "results", "--address", two_nodes.address)
+            cmd += ["--tracking-uri", mlflow_server.uri, *extra]
+            proc = subprocess.run(cmd, env=two_nodes.env(), capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, explain(proc)
+        return {name: child_runs(mlflow_server.uri, name)[1] for name in ("one", "two")}, root / "results"
+
+    def test_two_workers_on_two_nodes_follow_the_loss_curve_of_one_worker(
+        self, two_nodes, mlflow_server, data_parallel
+    ):
+        """A Ray Train run of two gloo ranks, one on each node, the model in DDP, against one worker at the same batch:
+        the same loss curve (within 1e-6 at every evaluation: only the order of float sums differs), metrics, params,
+        checkpoints and best model."""
+        (runs, results), client = data_parallel, MlflowClient(mlflow_server.uri)
+        ((one,), (two,)) = runs["one"], runs["two"]
+        assert one.info.status == two.info.status == "FINISHED"
+        nodes = {n["NodeID"] for n in two_nodes.alive_nodes()}
+        worker_nodes = two.data.tags[tracking.WORKER_NODES_TAG].split(",")
+        assert two.data.tags[tracking.WORKERS_TAG] == "2" and len(worker_nodes) == 2
+        assert set(worker_nodes) == nodes  # one worker on each node
+        assert two.data.tags["ray.node_id"] == worker_nodes[0]  # the run's node: rank 0's
+        steps = list(range(DDP_STEPS["eval_every"], DDP_STEPS["max_steps"] + 1, DDP_STEPS["eval_every"]))
+        for metric in ("train_loss", "val_loss"):
+            curves = [
+                sorted((m.step, m.value) for m in client.get_metric_history(r.info.run_id, metric)) for r in (one, two)
+            ]
+            assert [s for s, _ in curves[0]] == [s for s, _ in curves[1]] == steps  # one value a step: rank 0's
+            assert [v for _, v in curves[1]] == pytest.approx([v for _, v in curves[0]], rel=0, abs=1e-6), metric
+        assert set(two.data.metrics) == set(one.data.metrics) and two.data.params == one.data.params
+        kept = [sorted(p.parent.name for p in (results / name).rglob("state.pt")) for name in ("one", "two")]
+        assert kept[0] == kept[1] and len(kept[0]) == 2  # the two latest checkpoints, in the search's storage
+        import torch
+
+        from vitplast_tune.vit import best_model
+
+        models = [best_model.load_best_model(name, results) for name in ("one", "two")]
+        x = torch.randn(3, 3, 32, 32)
+        with torch.no_grad():
+            torch.testing.assert_close(models[1](x), models[0](x), rtol=1e-3, atol=1e-4)
 
 
 # ----------------------------------------------------------------------------- autoscaling (fake provider)

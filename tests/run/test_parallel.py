@@ -1,7 +1,7 @@
 """A trial on two workers (a Ray Train run of two gloo ranks on the CPU, the model in DDP): a two-worker run resumed
 from its checkpoint ends as the uninterrupted one; the workers' requests, the dry run's words and a failed run's
 one-line cause. Against one worker (the same loss curve within 1e-6 at every evaluation, reports, checkpoints, MLflow
-records and best model), as a user runs it on two nodes: tests/run/test_parallel_search.py."""
+records and best model), as a user runs it on two nodes: tests/run/test_cluster.py."""
 
 from __future__ import annotations
 
