@@ -120,7 +120,7 @@ class FinalistSearcher(Searcher):
 
 def is_finalist(trial: Trial) -> bool:
     """Whether a Tune trial is one of the finalists (its config marked by ``space.finalists.choose``)."""
-    return finalist_of(trial.config or {}) is not None
+    return finalist_of(getattr(trial, "config", None) or {}) is not None  # a replay's trials may have none
 
 
 class _Sparing(TrialScheduler):
