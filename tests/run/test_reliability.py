@@ -1,7 +1,10 @@
 """A killed driver resumes, a diverging trial fails cleanly, a signal at any phase is resumed.
 
 A worker lost mid-trial is retried from its checkpoint on another node, where it can read nothing but the shared
-store: tests/run/test_share_nothing.py (the same Tune retry, the stricter case)."""
+store: tests/run/test_share_nothing.py (the same Tune retry, the stricter case). SIGTERM mid-trial (runs KILLED, exit
+143, the resume command printed, each trial continued in its own run) is the SLURM time-limit test's
+(tests/run/test_slurm.py: SLURM sends the search SIGTERM); SIGTERM reaches Tune's Ctrl-C handler
+(tests/run/test_interrupts.py), so that is Ctrl-C's path too."""
 
 import json
 import os
@@ -220,63 +223,6 @@ def second_trial_checkpointed(directory):
     if "FINISHED" in status.values() and running and list(directory.glob(f"trial_{running[0]}/checkpoint_*")):
         return record
     return None
-
-
-def test_sigterm_stops_like_ctrl_c_and_the_printed_command_resumes_each_trial_in_its_run(tmp_path, owned_ray):
-    """SIGTERM (kill, timeout, Kubernetes, batch schedulers) after the first of two trials: runs closed KILLED, no
-    results written, the resume command printed, exit 143; that command ends the search with exactly two trial runs,
-    none RUNNING. SIGTERM reaches the Ctrl-C handler Tune installs (test_interrupts.py): this is Ctrl-C's path too."""
-    space = write_space(
-        tmp_path / "two.yaml",
-        algorithm="grid",
-        num_samples=1,
-        components="{choice: [mha, fc1]}",
-        lr="{choice: [0.05]}",
-        steps=96,
-    )
-    directory, log = tmp_path / "results" / "term", tmp_path / "search.log"
-    args = ["--space", str(space), "--name", "term", "--storage", str(directory.parent), "--max-concurrent", "1"]
-    cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--no-plasticity", *args]
-    held = tmp_path / "holds"  # the driver waits at the second trial's checkpoint for the signal (holds)
-    env = {**owned_ray.env, holds.HOLD_ENV: f"checkpoint:{held}"}
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        wait_until(lambda: (held / "checkpoint.held").exists(), proc, log, what="a second trial's checkpoint")
-        record = second_trial_checkpointed(directory)
-        assert record is not None  # one trial FINISHED, the other RUNNING with its checkpoint, held there
-        os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=300)
-    out = log.read_text()
-    assert proc.returncode == 143, out
-    assert "Traceback" not in out and "core dumped" not in out.lower(), out
-    assert "trial(s) unfinished" in out  # Tune marks the pending trials TERMINATED on cleanup: not finished ones
-    assert not (directory / "trials.csv").exists() and not (directory / "analysis").exists()
-    client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
-    assert client.get_run(record["parent_run_id"]).info.status == "KILLED"
-    assert sorted(runs[0].info.status for runs in by_trial.values()) == ["FINISHED", "KILLED"], out
-    interrupted = next(t for t, runs in by_trial.items() if runs[0].info.status == "KILLED")
-
-    (line,) = [line for line in out.splitlines() if "continue the search with vitplast search" in line]
-    command = shlex.split(line.split("continue the search with ", 1)[1])
-    assert command[:4] == ["vitplast", "search", "--space", str(space)] and "--no-plasticity" in command
-    resumed = subprocess.run(  # the printed command, run as python -m vitplast_tune (the same command)
-        [sys.executable, "-m", "vitplast_tune", *command[1:]],
-        capture_output=True,
-        text=True,
-        env=owned_ray.env,
-        timeout=900,
-        cwd=ROOT,  # anywhere: the command names the space file by its absolute path
-    )
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    trials = pd.read_csv(directory / "trials.csv", dtype={"trial_id": str})
-    assert len(trials) == 2 and (trials["step"] == 96).all() and trials["error"].isna().all()
-    client, by_trial = child_runs_by_trial(record["parent_run_id"], record["tracking_uri"])
-    assert sorted(by_trial) == sorted(trials["trial_id"]) and interrupted in by_trial  # continued under its own id
-    assert all(len(runs) == 1 and runs[0].info.status == "FINISHED" for runs in by_trial.values())
-    assert client.get_run(record["parent_run_id"]).info.status == "FINISHED"
-    (run,) = by_trial[interrupted]
-    steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_acc")]
-    assert set(steps) == set(range(8, 97, 8)) and len(steps) <= len(set(steps)) + 2  # continued, not restarted
 
 
 def study_while_running(study_url, directory):

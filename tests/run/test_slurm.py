@@ -137,13 +137,14 @@ def test_a_search_submitted_with_sbatch_stops_at_the_time_limit_signal_and_the_r
     out = log.read_text()
     assert (state["JobState"], state["ExitCode"]) == ("FAILED", "143:0"), out[-6000:]
     assert "SIGTERM from SLURM" in out and "continue the search with" in out, out[-6000:]
+    assert "trial(s) unfinished" in out and "Traceback" not in out, out[-6000:]
     assert "submit the same sbatch command again" in out
     found = re.search(r"Ray cluster at (\S+): 1 of 1 node\(s\), \{CPU: (\d+), GPU: (\d+)\}", out)
     assert found and found.groups()[1:] == (str(slurm.cpus), "1"), out[-6000:]
     address = found.group(1)
     assert f"Joining the Ray cluster at {address} (--address)" in out
     assert "--resume" not in driver_line(log)  # a new search: no record to resume
-    assert not (directory / "trials.csv").exists()
+    assert not (directory / "trials.csv").exists() and not (directory / "analysis").exists()  # no results written
     client, by_trial = runs_by_trial(record)
     assert client.get_run(record["parent_run_id"]).info.status == "KILLED"
     assert sorted(runs[0].info.status for runs in by_trial.values()) == ["FINISHED", "KILLED"], out[-6000:]
