@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,8 @@ def _session_isolation(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _isolation(tmp_path, monkeypatch):
-    """This test's own cache, results, working and Ray temp directories."""
+    """This test's own cache, results, working and Ray temp directories; after it, MLflow's process-wide tracking
+    URI and active run are reset, so that neither reaches the next test of this worker."""
     ray_tmp = _short_dir("vt")
     monkeypatch.setenv("VITPLAST_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("VITPLAST_RESULTS_DIR", str(tmp_path / "results"))
@@ -84,6 +86,10 @@ def _isolation(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     yield
     shutil.rmtree(ray_tmp, ignore_errors=True)
+    if (mlflow := sys.modules.get("mlflow")) is not None:  # loaded by this test or an earlier one
+        if mlflow.active_run() is not None:
+            mlflow.end_run()
+        mlflow.set_tracking_uri(None)
 
 
 class _Messages(logging.Handler):

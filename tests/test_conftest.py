@@ -27,6 +27,7 @@ def test_a_skip_fails_when_skips_are_strict(tmp_path):
 
 
 def test_each_test_has_its_own_cache_results_cwd_and_ray_temp_dir_and_no_inherited_mlflow_target(tmp_path):
+    """And one compute thread, and no MLflow tracking URI pinned by the test before it."""
     body = (
         "import os\nfrom pathlib import Path\n\n"
         "def test_a(tmp_path):\n"
@@ -35,9 +36,14 @@ def test_each_test_has_its_own_cache_results_cwd_and_ray_temp_dir_and_no_inherit
         "    assert Path.cwd() == tmp_path and 'RAY_ADDRESS' not in os.environ\n"
         "    assert not {'MLFLOW_TRACKING_URI', 'MLFLOW_EXPERIMENT_NAME', 'MLFLOW_EXPERIMENT_ID'} & set(os.environ)\n"
         "    assert os.environ['RAY_TMPDIR'] != os.environ.get('OUTER_RAY_TMPDIR')\n"
-        "    Path('written').write_text('x')\n\n"
+        "    Path('written').write_text('x')\n"
+        "    import mlflow\n"
+        "    mlflow.set_tracking_uri('sqlite:///pinned.db')\n\n"
         "def test_b():\n"
+        "    import mlflow, torch\n"
         "    assert not Path('written').exists()\n"
+        "    assert 'pinned' not in mlflow.get_tracking_uri()  # a URI the last test pinned is gone\n"
+        "    assert os.environ['OMP_NUM_THREADS'] == '1' and torch.get_num_threads() == 1\n"
     )
     env = {"RAY_ADDRESS": "10.0.0.1:6379", "OUTER_RAY_TMPDIR": os.environ["RAY_TMPDIR"]}
     env |= {"MLFLOW_TRACKING_URI": "http://10.0.0.1:5000", "MLFLOW_EXPERIMENT_NAME": "x", "MLFLOW_EXPERIMENT_ID": "7"}
