@@ -381,8 +381,11 @@ def test_fake_autoscaler_adds_workers_for_trials_and_removes_them(tmp_path):
     try:
         nodes = c.alive_nodes()
         assert [n["NodeID"] for n in nodes] == [FAKE_HEAD_NODE_ID]
-        probe = c.query(
-            "from vitplast_tune.run import cluster\nimport time\ntime.sleep(2)\nprint('AUTOSCALES', cluster.autoscales())"
+        probe = c.query(  # the autoscaler's state, once it has reported (a loaded machine may take a while)
+            "from vitplast_tune.run import cluster\nimport time\ndeadline = time.time() + 60\n"
+            "while not cluster.autoscales() and time.time() < deadline:\n    time.sleep(0.2)\n"
+            "print('AUTOSCALES', cluster.autoscales())",
+            timeout=120,
         )
         assert "AUTOSCALES True" in probe.stdout, probe.stdout + probe.stderr
         tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
