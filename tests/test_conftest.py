@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a fresh pytest in a child process per case
+
 TESTS = Path(__file__).resolve().parent
 
 

@@ -34,6 +34,7 @@ def fetch(face: str) -> dict:
     return json.loads(out.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow  # a child process or a server of its own
 @pytest.mark.parametrize("face", FACES)
 def test_every_name_in_a_faces_all_imports(face):
     found = fetch(face)
@@ -45,6 +46,7 @@ def test_the_faces_are_the_subpackages_with_an_all():
     assert {"vitplast_tune", "vitplast_tune.records", "vitplast_tune.run", "vitplast_tune.vit"} <= set(FACES)
 
 
+@pytest.mark.slow  # a child process or a server of its own
 def test_star_import_of_the_package_works():
     code = "from vitplast_tune import *; import vitplast_tune as vt; print(sorted(set(vt.__all__) - set(dir())))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -318,6 +318,7 @@ def test_search_script_refuses_a_bad_space_quickly(tmp_path):
     assert ray_sessions() == set()
 
 
+@pytest.mark.slow  # a child process or a server of its own
 def test_search_refuses_wrong_types_in_a_child_process_check(tmp_path):
     """The command line checks model and data in a child process (no torch in the driver): errors come back."""
     (tmp_path / "space.yaml").write_text(GOOD + "max_trainable_params: 100\n")
@@ -326,6 +327,7 @@ def test_search_refuses_wrong_types_in_a_child_process_check(tmp_path):
     assert ray_sessions() == set()
 
 
+@pytest.mark.slow  # a child process or a server of its own
 def test_address_with_nothing_listening_fails_within_the_timeout(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -340,6 +342,7 @@ def test_address_with_nothing_listening_fails_within_the_timeout(tmp_path):
     assert ray_sessions() == set()
 
 
+@pytest.mark.slow  # a child process or a server of its own
 def test_a_postgresql_store_that_takes_the_connection_and_never_answers_is_refused_before_ray(tmp_path):
     (tmp_path / "space.yaml").write_text(GOOD)
     args = ["--space", str(tmp_path / "space.yaml"), "--no-plasticity", "--storage", str(tmp_path / "results")]
@@ -468,6 +471,7 @@ def run_search(tmp_path, *args, timeout=120):
     return proc, time.perf_counter() - started, storage
 
 
+@pytest.mark.slow  # a child process or a server of its own
 def test_dry_run_plans_and_estimates_without_starting_anything(tmp_path):
     """--dry-run validates as a search does, prints the trials, resources, concurrency and an estimate from steps
     timed here, and exits 0: no Ray session, no MLflow store, no search record."""

@@ -68,6 +68,7 @@ def test_a_sqlite_store_cut_short_is_one_line(tmp_path, capsys):
     assert f"the MLflow store {store} (from --tracking-uri) is corrupt (truncated: " in line
 
 
+@pytest.mark.slow  # a child process or a server of its own
 def test_a_storage_endpoint_that_is_closed_or_refuses_is_one_line(tmp_path, capsys):
     port = closed_port()
     uri = f"s3://bucket/searches?endpoint_override=127.0.0.1:{port}&scheme=http"  # a traceback after Ray before

@@ -115,6 +115,7 @@ def test_a_killed_build_leaves_nothing_half_written(tmp_path, cache_root):
     assert len(image_cache.CachedImages(directory)) == 6
 
 
+@pytest.mark.slow  # a child process or a server of its own
 def test_two_processes_on_one_node_build_it_once(tmp_path):
     root = folder(tmp_path / "data")
     script = (

@@ -12,6 +12,8 @@ import yaml
 
 from vitplast_tune.lab import page, report, verdict_page
 
+pytestmark = pytest.mark.slow  # each page regenerated from the kept labs, bootstraps and all
+
 NUMBER = re.compile(r"[-+]?\d+\.\d+|[-+]?\d+")
 
 

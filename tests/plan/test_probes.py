@@ -87,6 +87,7 @@ def test_a_tracking_server_whose_artifact_store_takes_no_file_is_refused():
         services.check_tracking(url, "--tracking-uri", timeout_s=5)
 
 
+@pytest.mark.slow  # a child process or a server of its own
 def test_a_real_tracking_server_takes_the_probe_file_and_keeps_nothing_of_it(tmp_path):
     from _services import MlflowServer
 

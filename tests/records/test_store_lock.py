@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 OPEN_TOGETHER = """
 import sys, time
 from pathlib import Path
@@ -23,6 +25,7 @@ print(client.create_run(tracking.experiment_id(client, "shared"), run_name=name)
 """
 
 
+@pytest.mark.slow  # a child process or a server of its own
 def test_processes_opening_one_new_sqlite_store_together_all_record(tmp_path):
     for attempt in range(3):  # each a new store: the race lost once in three would show
         store = tmp_path / f"store{attempt}" / "mlflow.db"
