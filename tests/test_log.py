@@ -63,3 +63,36 @@ def test_another_librarys_logger_is_quieted_for_a_block_and_restored_after(caplo
     other.warning("after")
     assert [r.getMessage() for r in caplog.records if r.name == "some_library"] == ["before", "an error still", "after"]
     assert other.level == logging.INFO
+
+
+
+def test_ray_s_and_mlflow_s_start_up_notices_show_only_when_verbose(tmp_path, capfd, monkeypatch):
+    """What a search's first seconds printed before its first progress line (issue 57): Ray's token-authentication
+    warning (the real function Ray calls at every local start) and MLflow's "Creating initial MLflow database tables"
+    (a real SQLite store made), through their own handlers; hidden by default, shown by --verbose and by
+    VITPLAST_LOG_LEVEL=DEBUG."""
+    import logging
+
+    from mlflow.tracking import MlflowClient
+    from ray._private.authentication import authentication_token_setup as auth
+
+    from vitplast_tune import log
+    from vitplast_tune.cli.base import quiet_library
+
+    def said(db: str, **flags: bool) -> str:
+        quiet_library(False, **flags)
+        auth._warn_token_auth_enabled()
+        MlflowClient(f"sqlite:///{tmp_path / db}.db").search_experiments()
+        return capfd.readouterr().err
+
+    try:
+        quiet = said("quiet")
+        verbose = said("verbose", verbose=True)
+        monkeypatch.setenv("VITPLAST_LOG_LEVEL", "debug")
+        by_environment = said("environment")
+    finally:
+        log.set_verbosity(logging.INFO)
+        log.quiet_notices(shown=True)
+    assert "Token authentication" not in quiet and "Creating initial MLflow database tables" not in quiet
+    for text in (verbose, by_environment):
+        assert "Token authentication is enabled" in text and "Creating initial MLflow database tables" in text
