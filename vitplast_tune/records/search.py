@@ -281,18 +281,23 @@ class Search:
         return SearchAnalysis(trials=TrialAnalysis(table, singles, [], finished))
 
     def describe(self) -> dict[str, Any]:
-        """Where the search stands, as plain values (``vitplast status NAME --json`` prints them).
+        """Where the search stands and where its records lie, as plain values (``vitplast status NAME --json``).
 
         Returns:
             ``name``, ``status`` (finished, running, stopped), ``trials`` (in all), ``ended``, ``finished``,
             ``pruned``, ``failed``, ``left`` (trials not ended yet), ``best`` (the best trial's subset, learning rate
-            and validation accuracy, or None), ``elapsed_s`` (since its MLflow parent run started, until it ended).
+            and validation accuracy, or None), ``answer`` (the summary's answer line, or None), ``elapsed_s`` (the
+            driver's wall time as its summary said it, else since its MLflow parent run started), and where the
+            records lie: ``directory``, ``storage``, ``tracking_uri``, ``experiment``, ``experiment_id`` and
+            ``parent_run_id`` (MLflow), ``study_url`` and ``study_name`` (Optuna; None before the study is made).
         """
         trials, best = self.trials, self.best_trial
         counts = trials["status"].value_counts().to_dict() if "status" in trials else {}
         said = None
         if best is not None:
             said = {k: _plain(best.get(k)) for k in ("components", "lr", "best_val_acc", "test_acc") if k in best}
+        parent = self._parent_run()
+        study = self.directory / STUDY_FILE
         return {
             "name": self.name,
             "status": self.status,
@@ -301,22 +306,27 @@ class Search:
             **{state: int(counts.get(state, 0)) for state in STATUSES},
             "left": max(0, self.total_trials - len(trials)),
             "best": said,
-            "elapsed_s": self._elapsed_s(),
+            "answer": str(answer) if (answer := self.answer) is not None else None,
+            "elapsed_s": _elapsed_s(parent),
+            "directory": str(self.directory),
+            "storage": str(self.place.storage),
+            "tracking_uri": self.place.tracking_uri,
+            "experiment": self.place.experiment,
+            "experiment_id": parent.info.experiment_id if parent is not None else None,
+            "parent_run_id": self.record.get("parent_run_id"),
+            "study_url": f"sqlite:///{study}" if study.is_file() else None,
+            "study_name": self.name if study.is_file() else None,
         }
 
-    def _elapsed_s(self) -> float | None:
-        """Seconds since the parent run started, until it ended (None when the tracking store does not answer)."""
-        import time
-
+    def _parent_run(self):
+        """The search's MLflow parent run, or None when the tracking store does not answer."""
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
         try:
-            info = MlflowClient(self.place.tracking_uri).get_run(self.record["parent_run_id"]).info
+            return MlflowClient(self.place.tracking_uri).get_run(self.record["parent_run_id"])
         except (MlflowException, OSError):
             return None
-        end = info.end_time if info.status != "RUNNING" and info.end_time else time.time() * 1000
-        return round((end - info.start_time) / 1000, 1)
 
     def __repr__(self) -> str:
         said = f"{len(self.trials)}/{self.total_trials} trials"
@@ -325,6 +335,23 @@ class Search:
         if best is not None and isinstance(accuracy, float) and accuracy == accuracy:  # a number, not NaN
             said += f", best {best['components']} {100 * accuracy:.2f}%"
         return f"Search({self.name!r}, {self.status}, {said})"
+
+
+def _elapsed_s(parent) -> float | None:
+    """A search's wall time in seconds: what its driver recorded at its end (``ELAPSED_METRIC``, the summary's "in N
+    min"), else since its MLflow parent run started, until it ended (a running or stopped search); None without the
+    run."""
+    import time
+
+    from vitplast_tune.records.tracking import ELAPSED_METRIC
+
+    if parent is None:
+        return None
+    if (recorded := parent.data.metrics.get(ELAPSED_METRIC)) is not None:
+        return round(recorded, 1)
+    info = parent.info
+    end = info.end_time if info.status != "RUNNING" and info.end_time else time.time() * 1000
+    return round((end - info.start_time) / 1000, 1)
 
 
 def _trial_status(row: pd.Series) -> str:
