@@ -65,7 +65,6 @@ def test_another_librarys_logger_is_quieted_for_a_block_and_restored_after(caplo
     assert other.level == logging.INFO
 
 
-
 def test_ray_s_and_mlflow_s_start_up_notices_show_only_when_verbose(tmp_path, capfd, monkeypatch):
     """What a search's first seconds printed before its first progress line (issue 57): Ray's token-authentication
     warning (the real function Ray calls at every local start) and MLflow's "Creating initial MLflow database tables"

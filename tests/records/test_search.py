@@ -17,8 +17,8 @@ import pytest
 import torch
 import yaml
 from _raycluster import OwnedRay
-from mlflow.tracking import MlflowClient
 from _spaces import TINY_SPACE
+from mlflow.tracking import MlflowClient
 
 import vitplast_tune as vt
 
