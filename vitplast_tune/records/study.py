@@ -36,7 +36,7 @@ from vitplast_tune.components import COMPONENT_FLAGS, component_flags
 from vitplast_tune.records.table import search_trials
 from vitplast_tune.space import distributions as dist
 from vitplast_tune.space.files import SearchSpec
-from vitplast_tune.storage import STUDY_FILE
+from vitplast_tune.storage import STUDY_FILE, spoken
 
 TRIAL_ATTR = "ray_trial_id"  # the user attribute that ties an Optuna trial to its Ray Tune trial
 USER_ATTRS = ("components", "best_val_acc", "test_acc", "step", "trainable_params", "run_id")
@@ -64,7 +64,7 @@ class StudyRecord:
         Returns:
             The line.
         """
-        return f"Optuna study:       optuna-dashboard {self.url}   (study '{self.name}', {self.trials} trials)"
+        return f"Optuna study:       optuna-dashboard {spoken(self.url)}   (study '{self.name}', {self.trials} trials)"
 
 
 def storage_url(directory: Path) -> str:

@@ -35,7 +35,7 @@ from vitplast_tune.run import before_trials, guard, interrupts, nodes, parallel,
 from vitplast_tune.run.live_study import LiveStudy
 from vitplast_tune.run.trainable import train_trial
 from vitplast_tune.space.objectives import objective_of
-from vitplast_tune.storage import write_record
+from vitplast_tune.storage import spoken, write_record
 from vitplast_tune.timings import Timings
 
 if TYPE_CHECKING:
@@ -311,7 +311,7 @@ def _tune(
     tracker = trial_runs.MlflowTracker(plan.tracking_uri, parent, describe, orphans)
     live = LiveStudy(plan.results_dir, plan.name, plan.spec, plan.settings, run_of=tracker.runs.get)
     live.setup()  # the study made before its command is printed: a dashboard opened then must not race its making
-    log.info(f"Optuna study (fills in as trials end): optuna-dashboard {live.url}   (study '{plan.name}')")
+    log.info(f"Optuna study (fills in as trials end): optuna-dashboard {spoken(live.url)}   (study '{plan.name}')")
     callbacks = [tracker, live, *callbacks]
     if plan.running.verbose:
         from vitplast_tune.run.progress import Progress
