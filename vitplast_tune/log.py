@@ -88,8 +88,10 @@ def environment_level() -> int | None:
 
 
 def quiet_notices(shown: bool = False) -> None:
-    """Let through other projects' start-up notices only when ``shown`` (``_compat.notices.STARTUP_NOTICES``: Ray's
-    token-authentication warning, MLflow's "Creating initial MLflow database tables"); a failure still shows.
+    """Let other projects' start-up notices through only when ``shown``.
+
+    The notices are ``_compat.notices.STARTUP_NOTICES``': Ray's token-authentication warning, MLflow's "Creating
+    initial MLflow database tables"; a failure still shows.
 
     Args:
         shown: Whether the notices show (``--verbose``): their loggers' levels are then left to their projects.

@@ -92,8 +92,10 @@ def default_storage() -> Path:
 
 
 def spoken(location: str | Path) -> str:
-    """A path or a SQLite URL as a user types it: the home folder as ``~`` in a path, as ``$HOME`` in a URL (which a
-    shell expands; ``sqlite:///$HOME/x.db``, not ``sqlite:////home/me/x.db``); anything else as it is.
+    """Write a path or a SQLite URL as a user types it.
+
+    The home folder becomes ``~`` in a path and ``$HOME`` in a URL, which a shell expands (``sqlite:///$HOME/x.db``,
+    not ``sqlite:////home/me/x.db``); anything else stays as it is.
 
     Args:
         location: A local path, a ``sqlite:///`` URL, or another URI.
