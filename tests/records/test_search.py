@@ -137,7 +137,8 @@ def test_list_and_status_print_json_for_scripts(searched):
     parent = MlflowClient(uri).get_run(search.record["parent_run_id"])
     assert said["experiment_id"] == parent.info.experiment_id and said["parent_run_id"] == parent.info.run_id
     assert len(optuna.load_study(study_name=said["study_name"], storage=said["study_url"]).trials) == 3
-    assert f" in {said['elapsed_s'] / 60:.1f} min " in search.summary()  # one elapsed time: the summary's
+    recorded = parent.data.metrics["elapsed_s"]  # one elapsed time: the driver's, in status and in the summary
+    assert said["elapsed_s"] == round(recorded, 1) and f" in {recorded / 60:.1f} min " in search.summary()
     text = vitplast("status", "face", "--storage", str(storage)).stdout
     assert text.startswith("Search face: finished, 3 of 3 trials ended (3 finished, 0 pruned, 0 failed), 0 left")
     analyzed = vitplast("analyze", "--name", "face", "--storage", str(storage), "--json")

@@ -216,7 +216,8 @@ class Search:
 
         The answer, the top ``k`` trials, the Pareto fronts, the analysis recorded, and where everything lies. A
         finished search gives the very text its command printed (``summary.txt`` in its folder, timings and links
-        included) for the ``k`` printed; otherwise the text is made again from its records.
+        included) for the ``k`` printed; otherwise the text is made again from its records, with the wall time its
+        driver recorded.
 
         Args:
             k: how many of the top trials to show.
@@ -230,7 +231,7 @@ class Search:
         if kept is not None:
             return kept
         result = SearchResult(self.place, self.spec, self.settings, self.trials, self.record["parent_run_id"])
-        result.analysis = self._analysis()
+        result.analysis, result.elapsed_s = self._analysis(), _recorded_elapsed_s(self._parent_run()) or 0.0
         return summary(result, k)
 
     def pareto(self) -> dict[str, pd.DataFrame]:
@@ -337,17 +338,23 @@ class Search:
         return f"Search({self.name!r}, {self.status}, {said})"
 
 
+def _recorded_elapsed_s(parent) -> float | None:
+    """The wall time a search's driver recorded at its end (``ELAPSED_METRIC``), or None (running, or recorded
+    before)."""
+    from vitplast_tune.records.tracking import ELAPSED_METRIC
+
+    return parent.data.metrics.get(ELAPSED_METRIC) if parent is not None else None
+
+
 def _elapsed_s(parent) -> float | None:
     """A search's wall time in seconds: what its driver recorded at its end (``ELAPSED_METRIC``, the summary's "in N
     min"), else since its MLflow parent run started, until it ended (a running or stopped search); None without the
     run."""
     import time
 
-    from vitplast_tune.records.tracking import ELAPSED_METRIC
-
     if parent is None:
         return None
-    if (recorded := parent.data.metrics.get(ELAPSED_METRIC)) is not None:
+    if (recorded := _recorded_elapsed_s(parent)) is not None:
         return round(recorded, 1)
     info = parent.info
     end = info.end_time if info.status != "RUNNING" and info.end_time else time.time() * 1000
