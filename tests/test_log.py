@@ -71,6 +71,7 @@ def test_ray_s_and_mlflow_s_start_up_notices_show_only_when_verbose(tmp_path, mo
     (a real SQLite store made); let out of their loggers by --verbose and VITPLAST_LOG_LEVEL=DEBUG only. A handler on
     each logger sees what the logger lets out (the projects' own handlers hold whatever stream they were made with)."""
     import logging
+    import logging.handlers
 
     from mlflow.tracking import MlflowClient
     from ray._private.authentication import authentication_token_setup as auth
@@ -79,23 +80,15 @@ def test_ray_s_and_mlflow_s_start_up_notices_show_only_when_verbose(tmp_path, mo
     from vitplast_tune._compat.notices import STARTUP_NOTICES
     from vitplast_tune.cli.base import quiet_library
 
-    class Seen(logging.Handler):
-        def __init__(self):
-            super().__init__(logging.DEBUG)
-            self.messages: list[str] = []
-
-        def emit(self, record: logging.LogRecord) -> None:
-            self.messages.append(record.getMessage())
-
-    seen = Seen()
+    seen = logging.handlers.BufferingHandler(capacity=10_000)  # keeps every record it is given
     loggers = [logging.getLogger(name) for name in STARTUP_NOTICES]
 
     def said(db: str, **flags: bool) -> str:
         quiet_library(False, **flags)
-        seen.messages.clear()
+        seen.buffer.clear()
         auth._warn_token_auth_enabled()
         MlflowClient(f"sqlite:///{tmp_path / db}.db").search_experiments()
-        return "\n".join(seen.messages)
+        return "\n".join(record.getMessage() for record in seen.buffer)
 
     for logger in loggers:
         logger.addHandler(seen)
