@@ -1,19 +1,27 @@
 """The pre-registered verdict's page and the README's quoted verdict, generated from the labs kept in
 ``docs/results/data/lab-v2`` alone (``scripts/lab_results_page.py`` writes them; a test generates them again and
-compares): the labs kept so far, the verdict as ``vitplast lab pooled --from`` prints it (an interim look, figures and
-no words, until every lab the design names is kept), and its forest plots."""
+compares): the labs kept so far; the paper's ordering of the single components (exploratory, ``ordering``); what the
+family cannot say (the predictors read as worse, exploratory; each test's power); the deviations from the
+pre-registration with a sensitivity row; the verdict as ``vitplast lab pooled --from`` prints it (an interim look,
+figures and no words, until every lab the design names is kept), and its forest plots."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
+from vitplast_tune.analysis.multiple import defined
+from vitplast_tune.analysis.protocol import best_lr_table
+from vitplast_tune.analysis.verdicts import decision, format_mc
 from vitplast_tune.errors import UserError
-from vitplast_tune.lab import analysis, forest, kept, pooled, report
+from vitplast_tune.lab import analysis, forest, kept, ordering, pooled, report
 from vitplast_tune.lab.page import Page, printout_and_plots
 
 KEPT = "docs/results/data/lab-v2"  # the whole labs (lab.*; their checks are under checks/)
+CHECKS = f"{KEPT}/checks"  # every task's check on each model
 DESIGN = f"{KEPT}/amendment-2.yaml"  # the file the run was given: the pre-registration with its tasks added
 PAGE, IMAGES = "docs/results/lab-v2.md", "docs/results/img/lab-v2"
 OUT = "pooled-v2"  # the --out the page's command names
@@ -28,17 +36,26 @@ def kept_labs(root: Path) -> list[Path]:
 
 def labs_table(labs: list[analysis.LabAnalysis]) -> pd.DataFrame:
     """One row per kept lab: its model and task, trials and seeds, when it finished, and the test accuracy (mean over
-    seeds, each subset at its best rate by validation) of full finetuning, the head alone and the best subset."""
+    seeds, each subset at its best rate by validation) of full finetuning, the head alone, the best subset chosen by
+    validation (the highest mean validation accuracy at its rate) and the one with the highest test mean (chosen by
+    test: a winner's curse)."""
     rows = []
     for a in labs:
         r, t = a.records, a.table.set_index("components")
-        best = a.table.loc[a.table["in_verdict"]].sort_values(by="mean", ascending=False, kind="stable").iloc[0]
+        by_test = a.table.loc[a.table["in_verdict"]].sort_values(by="mean", ascending=False, kind="stable").iloc[0]
+        val = best_lr_table(r.trials, r.select, select_by=r.select).set_index("components")["mean"]
+        by_val = val.reindex(t.index[t["in_verdict"]]).sort_values(ascending=False, kind="stable").index[0]
         rows.append(
             {"lab": r.name, "model": r.model, "task": r.task, "trials": len(r.trials), "seeds": r.seeds}
             | {"finished": str(r.record.get("finished", ""))[:10], "full": _acc(t, "all"), "head": _acc(t, "head")}
-            | {"best subset": f"{best['components']} at {best['lr']:g}: {100 * best['mean']:.2f}%"}
+            | {"best subset (by validation)": _best(by_val, t.loc[by_val, "lr"], t.loc[by_val, "mean"])}
+            | {"highest test mean (chosen by test)": _best(by_test["components"], by_test["lr"], by_test["mean"])}
         )
     return pd.DataFrame(rows)
+
+
+def _best(components: str, lr: float, mean: float) -> str:
+    return f"{components} at {lr:g}: {100 * mean:.2f}%"
 
 
 def _acc(table: pd.DataFrame, components: str) -> str:
@@ -66,20 +83,28 @@ def generate(root: Path, images: Path | None = None) -> Page:
     if not folders:
         raise UserError(f"no lab is kept in {KEPT} yet")
     design = report.design_for(folders, root / DESIGN)
-    labs = [analysis.analyze_lab(kept.read_kept(f), design) for f in folders]
-    result = pooled.pool(labs, design)
+    records = [kept.read_kept(f) for f in folders]
+    result = pooled.pool([analysis.analyze_lab(r, design) for r in records], design)
+    fixed = pooled.pool([analysis.analyze_lab(r, design, draw_subsets=False) for r in records], design)
+    gaps = [g for r in records if (g := ordering.gap_of(r, n_boot=design.resamples, seed=design.bootstrap_seed))]
+    checks = [kept.read_kept(f) for f in sorted((root / CHECKS).glob("lab.*")) if (f / "trials.csv").is_file()]
+    order = ordering.ordering(gaps, *ordering.checks_gaps(checks)) if gaps else None
     # an interim look's plots would change with every lab kept (and weigh on the repository): drawn once, at the end
     plots = [] if result.interim else forest.forest_plots(result, images or root / IMAGES)
     text = report.describe_pooled(result)
     rel = [f.relative_to(root).as_posix() for f in folders]
-    lines = _markdown(result, text, plots, f"vitplast lab pooled --from {' '.join(rel)} --design {DESIGN} --out {OUT}")
-    said = text.split(report.SAYS)[1].strip().splitlines()
+    command = f"vitplast lab pooled --from {' '.join(rel)} --design {DESIGN} --out {OUT}"
+    sections = [*_ordering_section(order), *_unsaid_section(result), *_deviations_section(result, fixed)]
+    lines = _markdown(result, text, plots, command, sections)
+    said = text.split(report.SAYS)[1].strip().splitlines() + ([ordering.finding(order)] if order else [])
     readme = "\n".join([README_START, *(f"> {s.strip()}\n>" for s in said)]).rstrip(">\n") + "\n" + README_END
     return Page("\n".join(lines).rstrip() + "\n", result, plots, readme)
 
 
-def _markdown(result: pooled.PooledResult, text: str, plots: list[Path], command: str) -> list[str]:
-    """The page's lines: the labs kept, the printout of ``command``, the forest plots."""
+def _markdown(
+    result: pooled.PooledResult, text: str, plots: list[Path], command: str, sections: list[str]
+) -> list[str]:
+    """The page's lines: the labs kept, the ``sections``, the printout of ``command``, the forest plots."""
     design = result.design
     expected = design.tasks_per_model * len(design.models)
     state = f"an interim look: {result.interim}" if result.interim else "every lab the design names is kept"
@@ -99,12 +124,200 @@ def _markdown(result: pooled.PooledResult, text: str, plots: list[Path], command
         "",
         *_markdown_table(labs_table(result.labs)),
         "",
+        *sections,
         *printout_and_plots(command, text),
         "Per predictor, each lab's Spearman difference to log(#trainable parameters) with its 95% interval, each "
         "model's and the overall pooled diamond, the equivalence margin drawn.",
         "",
         *([f"![{p.stem}](img/lab-v2/{p.name})\n" for p in plots] or ["Drawn when every lab the design names is kept."]),
     ]
+
+
+def _ordering_section(order: ordering.Ordering | None) -> list[str]:
+    if order is None:
+        return []
+    return ["## The paper's ordering of the single components (exploratory)", "", *ordering.describe(order), ""]
+
+
+def worse_table(result: pooled.PooledResult) -> pd.DataFrame:
+    """Each "better" claim read the other way (exploratory: no claim of the family): the pooled difference and its
+    interval at the claim's level, the labs below 0, those whose 95% interval lies below 0, and the share of pooled
+    resamples at or above 0 (a one-sided p of "worse", uncorrected)."""
+    per = result.per_lab[result.per_lab["what"] == analysis.SUBSETS]
+    rows = []
+    for j in result.judged:
+        if j.claim.claim != "better" or j.result is None:
+            continue
+        r, lab = j.result, per[per["predictor"] == j.claim.predictor]
+        rows.append(
+            {"predictor": j.claim.predictor, "diff": r.estimate, "low": r.low, "high": r.high, "level": r.level}
+            | {"interval_se": r.interval_se, "labs": int(lab["diff"].notna().sum())}
+            | {"below": int((lab["diff"] < 0).sum()), "clearly_below": int((lab["high"] < 0).sum())}
+            | {"share": float(np.mean(defined(j.samples) >= 0)), "decision": decision(r)}
+        )
+    return pd.DataFrame(rows)
+
+
+def _interval(w, levels: int = 1) -> str:
+    """A row's difference and interval, with the interval's level where the rows' levels differ (``levels`` > 1)."""
+    level = f" ({100 * w.level:.3g}%)" if levels > 1 else ""
+    return f"{w.diff:+.2f} [{format_mc(w.low, w.interval_se)}, {format_mc(w.high, w.interval_se)}]{level}"
+
+
+def _level(table: pd.DataFrame) -> tuple[str, int]:
+    """The rows' interval level in words ("the family's 99.4%"; "each claim's corrected" where they differ) and how
+    many levels there are."""
+    levels = table["level"].round(6).unique()
+    return (f"the family's {100 * levels[0]:.3g}%" if len(levels) == 1 else "each claim's corrected"), len(levels)
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names) if names else "none"
+
+
+def _unsaid_section(result: pooled.PooledResult) -> list[str]:
+    """What the family cannot say: the predictors read as worse (exploratory), and each pre-registered test's power
+    with the claims the design could not have established."""
+    worse = worse_table(result)
+    if worse.empty:
+        return []
+    family = sum(j.result is not None for j in result.judged)
+    level, levels = _level(worse)
+    below, above = (list(worse.loc[side, "predictor"]) for side in (worse["high"] < 0, worse["low"] > 0))
+    between = [p for p in worse["predictor"] if p not in below + above]
+    rows = [
+        f"| {w.predictor} | {_interval(w, levels)} | {w.below} of {w.labs} | {w.clearly_below} of {w.labs} | "
+        f"{w.share:.3g} |"
+        for w in worse.itertuples()
+    ]
+    return [
+        "## What the family cannot say",
+        "",
+        f'**Worse than the baseline (exploratory).** The family names "better" and "equivalent" only, so its '
+        f'words for a predictor that ranks the subsets worse than {pooled.BASELINE_WORDS} are "not shown better". '
+        f"Read the other way, outside the family and under no correction, at {level} level, the pooled "
+        f"interval lies below 0 (worse than the baseline) for {_names(below)}; above 0 for {_names(above)}; it holds "
+        f"0 for {_names(between)}.",
+        "",
+        f"| predictor | pooled difference [interval at {level} level] | labs below 0 | labs whose 95% interval lies "
+        "below 0 | share of pooled resamples at or above 0 |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+        *_power_lines(result, family),
+        "",
+    ]
+
+
+def _power_lines(result: pooled.PooledResult, family: int) -> list[str]:
+    """Each pre-registered test's power (the printout's normal approximation) and what it could not establish."""
+    d, power = result.design, result.power
+    if power.empty:
+        return []
+    of = {(r.predictor, r.what): r for r in power.itertuples()}
+    claims = {"better": (analysis.SUBSETS, "superiority"), "equivalent": (analysis.SUBSETS, "equivalence")}
+    claims["narrower"] = (analysis.SINGLES, "superiority")
+    found = {}  # (claim, predictor) -> power
+    for j in result.judged:
+        what, column = claims[j.claim.claim]
+        if j.result is not None and (row := of.get((j.claim.predictor, what))) is not None:
+            found[(j.claim.claim, j.claim.predictor)] = float(getattr(row, column))
+    predictors = list(dict.fromkeys(p for _, p in found))
+    cell = lambda c, p: f"{found[(c, p)]:.2f}" if (c, p) in found else "-"
+    rows = [f"| {p} | {cell('better', p)} | {cell('equivalent', p)} | {cell('narrower', p)} |" for p in predictors]
+    z = float(stats.norm.ppf(1 - d.alpha / max(family, 1)))
+    ses = power.loc[power["what"] == analysis.SUBSETS, "se_pooled"]
+    none = [f"{c} {p}" for (c, p), v in found.items() if v < 0.005]
+    low = [f"{c} {p} ({v:.2f})" for (c, p), v in found.items() if 0.005 <= v < 0.5]
+    return [
+        f"**The power of each pre-registered test** (the printout's normal approximation at the strictest threshold, "
+        f'{d.alpha:g}/{family}; "better" when the true difference is +{d.margin:g}, "equivalent" when it is 0):',
+        "",
+        f"| predictor | better (subsets) | equivalent within ±{d.margin:g} (subsets) | narrower (single components) |",
+        "|---|---|---|---|",
+        *rows,
+        "",
+        f"Equivalence within ±{d.margin:g} has any power only for a pooled standard error below "
+        f"{d.margin:g}/{z:.2f} = {d.margin / z:.3f} (80% needs {d.margin / (z + stats.norm.ppf(0.9)):.3f}); on the "
+        f"subsets the pooled errors are {ses.min():.3f} to {ses.max():.3f}. **The design could not have established** "
+        f"(power below 0.005): {_names(none)}. Its power was below 0.5 for: {_names(low)}.",
+    ]
+
+
+def _deviations_section(result: pooled.PooledResult, fixed: pooled.PooledResult) -> list[str]:
+    """What the analysis does that the pre-registration does not say, each with what it changes."""
+    drawn_w, fixed_w = worse_table(result), worse_table(fixed)
+    if drawn_w.empty:
+        return []
+    ratio = (fixed_w["high"] - fixed_w["low"]) / (drawn_w["high"] - drawn_w["low"])
+    changed = [
+        f"{a.claim.claim} {a.claim.predictor} ({decision(a.result)} -> {decision(b.result)})"
+        for a, b in zip(result.judged, fixed.judged)
+        if a.result is not None and b.result is not None and decision(a.result) != decision(b.result)
+    ]
+    tested = sum(j.result is not None for j in result.judged)
+    same = f"the family's {tested} decisions stay the same" if not changed else f"changed: {', '.join(changed)}"
+    below_drawn = list(drawn_w.loc[drawn_w["high"] < 0, "predictor"])
+    below_fixed = list(fixed_w.loc[fixed_w["high"] < 0, "predictor"])
+    level, levels = _level(pd.concat([drawn_w, fixed_w]))
+    rows = [
+        f"| {a.predictor} | {_interval(a, levels)}, {a.decision} | {_interval(b, levels)}, {b.decision} | "
+        f"{_ratio(r)} | {'yes' if a.high < 0 else 'no'} / {'yes' if b.high < 0 else 'no'} |"
+        for a, b, r in zip(drawn_w.itertuples(), fixed_w.itertuples(), ratio)
+    ]
+    return [
+        "## Deviations from the pre-registration",
+        "",
+        "- **The subsets are resampled.** The pre-registration names the seeds and the test images as what the "
+        "crossed bootstrap draws; the analysis also draws the 31 subsets anew in each resample (`draw_subsets=True` "
+        "in `vitplast_tune/lab/analysis.py`). Kept fixed (the sensitivity row below), the pooled intervals are "
+        f"{ratio.min():.2f} to {ratio.max():.2f} times as wide (median {ratio.median():.2f}), {same}; read the other "
+        f"way (exploratory), {_names(below_fixed)} then rank the subsets worse than {pooled.BASELINE_WORDS}, against "
+        f"{_names(below_drawn)} with the subsets drawn.",
+        _tasks_line(result),
+        "- **The labs table's best subset** is chosen on validation, as every rate is; the highest test mean (chosen "
+        f"by test, a winner's curse) differs from it in {_best_differs(result.labs)} of {len(result.labs)} labs and "
+        "stands beside it, labelled.",
+        "",
+        f'The "better" claims with the subsets drawn (the verdict) and kept fixed (sensitivity): the pooled difference '
+        f"[interval at {level} level] and the decision, the fixed interval's width over the drawn one's, and whether "
+        'the interval lies below 0 (exploratory "worse", drawn / fixed):',
+        "",
+        "| predictor | subsets drawn | subsets fixed | width, fixed / drawn | below 0 |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.2f}" if np.isfinite(value) else "-"  # "-": the drawn interval has no width (the baseline itself)
+
+
+def _tasks_line(result: pooled.PooledResult) -> str:
+    """The labs against the distinct tasks they cover, which tasks two models share, and what the pooling assumes."""
+    short = {v: k for k, v in result.design.models.items()}
+    labs = pd.DataFrame(
+        {"task": a.records.task, "model": short.get(a.records.model, a.records.model)} for a in result.labs
+    )
+    models = labs.groupby("task", sort=True)["model"].apply(lambda m: tuple(sorted(m)))
+    if len(models) == len(result.labs):
+        return f"- **{len(result.labs)} labs on {len(models)} distinct tasks**: each lab its own task."
+    groups = models.groupby(models, sort=False).groups  # the models -> the tasks on exactly those models
+    on = sorted(groups.items(), key=lambda kv: (-len(kv[0]), kv[0]))
+    where = "; ".join(f"{', '.join(tasks)} on {' and '.join(m)}{' only' if len(m) == 1 else ''}" for m, tasks in on)
+    return (
+        f"- **{len(result.labs)} labs on {len(models)} distinct tasks**: {where}. The pooled mean, the random-effects "
+        "headline and the power count each lab as a task: a task on two models counts twice, and its two labs share "
+        "their test images and seed values, a dependence the bootstrap draws leave out."
+    )
+
+
+def _best_differs(labs: list[analysis.LabAnalysis]) -> int:
+    table = labs_table(labs)
+    pick = lambda cell: cell.split(" at ")[0]
+    by_val, by_test = table["best subset (by validation)"].map(pick), table["highest test mean (chosen by test)"]
+    return int((by_val != by_test.map(pick)).sum())
 
 
 def readme_with(readme: str, block: str) -> str:
