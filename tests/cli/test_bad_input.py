@@ -554,3 +554,39 @@ def test_a_hub_id_offline_is_refused_at_once_in_one_line(world, capsys, monkeypa
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     line = refused("search", argv, world, capsys)
     assert 'model "hf:nobody/no-vit": the Hugging Face hub huggingface.co cannot be reached' in line
+
+
+def test_a_timm_model_whose_weights_are_on_the_hub_is_refused_offline_in_seconds(world, capsys, monkeypatch):
+    """A timm tag whose weights are on the hub (``vit_base_patch16_224``) and not in the cache, with the hub off
+    (HF_HUB_OFFLINE) or not answering: one line naming --weights and the cache, before Ray, the dry run too, in
+    seconds (no download's retries); the same weights in the cache pass."""
+    from huggingface_hub import constants
+
+    from vitplast_tune.vit import models
+
+    cache = world / "hf-cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))  # children read the variable, this process huggingface_hub's
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    argv = ["--space", str(world / "space.yaml"), "--storage", str(world / "results"), "--model"]
+    argv += ["vit_base_patch16_224", "--set", "pretrained=true"]
+    hub_id = "timm/vit_base_patch16_224.augreg2_in21k_ft_in1k"
+    for extra in ([], ["--dry-run"]):
+        started = time.perf_counter()
+        line = refused("search", argv + extra, world, capsys)
+        assert time.perf_counter() - started < 10, "the hub was asked for longer than its timeout"
+        assert f'the weights of "vit_base_patch16_224" ({hub_id}) are not in the Hugging Face cache {cache}' in line
+        assert "the hub is off (HF_HUB_OFFLINE)" in line and "pass --weights PATH" in line
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    with socket.socket() as closed:  # bound, never listening: a host that refuses the connection
+        closed.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed.getsockname()[1]}")
+        line = refused("search", argv + ["--dry-run"], world, capsys)
+        assert "and the hub 127.0.0.1 cannot be reached (Connection refused); with no network, pass --weights" in line
+        snapshot = cache / f"models--{hub_id.replace('/', '--')}" / "snapshots" / "0123abc"
+        snapshot.mkdir(parents=True)
+        (snapshot / "model.safetensors").write_bytes(b"cached")
+        (snapshot.parents[1] / "refs").mkdir()
+        (snapshot.parents[1] / "refs" / "main").write_text("0123abc")
+        models.check_weights("vit_base_patch16_224", None, pretrained=True)  # cached: the hub is not asked
