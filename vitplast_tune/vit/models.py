@@ -21,8 +21,10 @@ from torch import nn
 
 from vitplast_tune.config import TESTBED_MODEL, TESTBED_SEED1_MODEL, TESTBED_SEED1_WEIGHTS, TESTBED_WEIGHTS
 from vitplast_tune.errors import UserError, did_you_mean
-from vitplast_tune.vit import hub
-from vitplast_tune.vit import tiny  # noqa: F401  (registers the tiny models of every family with timm)
+from vitplast_tune.vit import (
+    hub,
+    tiny,  # noqa: F401  (registers the tiny models of every family with timm)
+)
 from vitplast_tune.vit.families import hf
 from vitplast_tune.vit.families.base import Family
 from vitplast_tune.vit.families.registry import family_of, unsupported
