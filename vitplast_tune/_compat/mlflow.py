@@ -74,3 +74,21 @@ def no_artifact_progress_bar() -> Iterator[None]:
             os.environ.pop(key, None)
         else:
             os.environ[key] = saved
+
+
+# What a database says when an insert meets a key another client wrote first (PostgreSQL, SQLite, MySQL); MLflow's SQL
+# store passes it on in its exception's message, also through a tracking server.
+_DUPLICATE_KEY = ("UniqueViolation", "duplicate key value", "UNIQUE constraint failed", "Duplicate entry")
+
+
+def written_first_by_another(exc: BaseException) -> bool:
+    """Whether MLflow refused a write because another client wrote the same record (a unique key) between MLflow's
+    look for it and its insert: the race of two searches on one tracking store, where the record is there.
+
+    Args:
+        exc: What MLflow raised (from its SQL store, or through a tracking server).
+
+    Returns:
+        True when the message is a database's unique-key violation.
+    """
+    return any(said in str(exc) for said in _DUPLICATE_KEY)

@@ -28,6 +28,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.tracking.context.registry import resolve_tags
 
 from vitplast_tune import environment, storage
+from vitplast_tune._compat import mlflow as mlflow_internals
 from vitplast_tune.records import view
 from vitplast_tune.storage import BEST_TRIAL_DIR, WEIGHTS_FILE, is_uri
 
@@ -238,6 +239,26 @@ def log_metrics(
     batch = [Metric(k, float(v), now, step) for k, v in metrics.items() if is_number(v)]
     if batch:
         mlflow.log_batch(run_id, metrics=batch)
+
+
+def log_inputs(mlflow: MlflowClient, run_id: str, inputs: list) -> None:
+    """Log dataset inputs to a run; a dataset another search logged to the experiment at the same moment is taken as
+    logged (MLflow's insert of it fails on its key, and the write is made again, which finds it and links the run).
+
+    Args:
+        mlflow: The client.
+        run_id: The run.
+        inputs: MLflow ``DatasetInput`` entities.
+
+    Raises:
+        MlflowException: On any other failure, or when the write fails twice.
+    """
+    try:
+        mlflow.log_inputs(run_id, datasets=inputs)
+    except MlflowException as exc:
+        if not mlflow_internals.written_first_by_another(exc):
+            raise
+        mlflow.log_inputs(run_id, datasets=inputs)  # MLflow's store rolled the first back: nothing is half-written
 
 
 def trial_runs(mlflow: MlflowClient, parent_run_id: str) -> dict[str, str]:
