@@ -4,6 +4,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from _servers import MLFLOW_API, http_server
@@ -269,9 +270,12 @@ def test_relative_weights_and_data_paths_are_resolved_before_trials(tmp_path, mo
 
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "w.safetensors").write_bytes(TESTBED_WEIGHTS.read_bytes())
-    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "CIFAR-10-C").mkdir(parents=True)  # a dataset read from data_dir: CIFAR-10-C's two files
+    np.save(tmp_path / "data" / "CIFAR-10-C" / "snow.npy", np.zeros((50, 32, 32, 3), dtype=np.uint8))
+    np.save(tmp_path / "data" / "CIFAR-10-C" / "labels.npy", np.tile(np.arange(10), 5).astype(np.uint8))
     monkeypatch.chdir(tmp_path)
     settings = {"weights": "models/w.safetensors", "data_dir": "data", "model": "vit_testbed_patch8_32"}
+    settings["dataset"] = "cifar10c:snow"
     prepared = prepare(options(tmp_path, settings=settings))
     assert prepared.settings.weights == str(tmp_path / "models" / "w.safetensors")
     assert prepared.settings.data_dir == str(tmp_path / "data")
