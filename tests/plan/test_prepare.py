@@ -116,12 +116,22 @@ def test_resume_keeps_the_recorded_settings_and_identity(tmp_path):
         (dict(seed=4), "seed=4 differs from the 0"),
         (dict(tracking_uri="sqlite:////tmp/elsewhere.db"), "tracking_uri='sqlite:////tmp/elsewhere.db' differs"),
         (dict(experiment="other"), "experiment='other' differs from the 'vitplast_tune'"),
+        (dict(objective="accuracy_per_gpu_hour"), "objective='accuracy_per_gpu_hour' differs from the 'accuracy'"),
     ],
 )
 def test_resume_refuses_a_change_that_would_make_the_search_inconsistent(tmp_path, change, message):
     started(tmp_path, settings={"max_steps": 40})
     with pytest.raises(UserError, match=message):
         prepare(options(tmp_path, resume=True, **change))
+
+
+def test_a_resume_optimises_what_the_search_started_with(tmp_path):
+    """A search started with --objective accuracy_per_gpu_hour resumes with it, without the flag: one study, one
+    objective; giving it again is no change."""
+    first = started(tmp_path, settings={"max_steps": 40}, objective="accuracy_per_gpu_hour")
+    for given in (None, "accuracy_per_gpu_hour"):
+        resumed = prepare(options(tmp_path, resume=True, objective=given))
+        assert (resumed.spec.metric, resumed.spec.mode) == (first.spec.metric, first.spec.mode) != ("val_acc", "max")
 
 
 def test_resume_refuses_other_workers_per_trial_than_the_search_started_with(tmp_path):
