@@ -52,6 +52,11 @@ SEARCH = [
     ([], edit("num_samples", "num_sample"), 'did you mean "num_samples"'),
     (["--data-dir", "{tmp}"], GOOD, '--data-dir does not apply to dataset "digits" and "fractals", shipped or'),
     (["--download"], GOOD, '--download does not apply to dataset "digits" and "fractals"'),
+    (
+        ["--experiment", "e" * 501],
+        GOOD,
+        "--experiment is 501 characters long; MLflow takes experiment names of at most 500",
+    ),
     (["--set", "image_cache=64"], GOOD, 'image_cache 64 does not apply to dataset "digits", held decoded in memory'),
     ([], edit("{subsets: any}", "[mha, mlp]"), 'unknown component "mlp"'),
     ([], edit("{subsets: any}", "[]"), "empty or malformed component subset"),

@@ -315,3 +315,15 @@ def test_the_cluster_a_search_joins_is_resolved_once_in_its_plan(monkeypatch):
     assert Running.of(SearchOptions(address="local")).joining is None  # a local Ray instance of its own
     monkeypatch.delenv("RAY_ADDRESS")
     assert Running.of(SearchOptions()).joining is None
+
+
+def test_an_experiment_name_from_the_environment_longer_than_mlflow_takes_is_refused_naming_it(tmp_path, monkeypatch):
+    from vitplast_tune.plan.planner import mlflow_target
+
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "e" * 501)
+    with pytest.raises(
+        UserError, match=r"^\$MLFLOW_EXPERIMENT_NAME is 501 characters long; MLflow takes .* at most 500"
+    ):
+        mlflow_target(SearchOptions(), str(tmp_path))
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "e" * 500)
+    assert mlflow_target(SearchOptions(), str(tmp_path))[1] == "e" * 500

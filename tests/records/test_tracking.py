@@ -40,6 +40,8 @@ def test_experiment_folders_are_safe_and_unique_names():
     assert where("team runs") == f"team-runs-{digest('team runs')}" != where("team-runs")
     assert where("../x") == f"x-{digest('../x')}"
     assert where("12") == f"12-{digest('12')}"  # never digits alone: an mlflow server's own folders are experiment ids
+    long = "e" * 500  # as long as MLflow takes: a folder name of at most 255 bytes, still one per name
+    assert where(long) == f"{'e' * 200}-{digest(long)}" != where("e" * 499)
 
 
 def test_a_new_experiment_keeps_its_artifacts_where_it_was_told(tmp_path):

@@ -19,6 +19,7 @@ from vitplast_tune import environment
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # + the view's key: a JSON envelope {name, createdAt, updatedAt, state}
 VIEW_FORMAT_VERSIONS = ("3.17", "3.18")  # major.minor of the UIs whose bundle reads that format
 MAX_KEY = 250  # MLflow's longest tag key (and param key)
+MAX_EXPERIMENT_NAME = 500  # MLflow's longest experiment name (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH)
 
 
 def installed_version() -> str:

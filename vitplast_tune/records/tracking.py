@@ -153,11 +153,11 @@ def artifact_location(tracking_uri: str, experiment: str, storage: str) -> str |
 
 
 def _folder_name(experiment: str) -> str:
-    """A folder name for an experiment: its name when that is safe, else a safe form with a hash of the name (never
-    digits alone, which an ``mlflow server``'s own experiment folders use)."""
+    """A folder name for an experiment: its name when that is safe, else a safe form (200 characters at most) with a
+    hash of the name (never digits alone, which an ``mlflow server``'s own experiment folders use)."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", experiment).strip("-.") or "experiment"
-    if safe != experiment or safe.isdigit():
-        safe = f"{safe}-{hashlib.sha256(experiment.encode()).hexdigest()[:8]}"
+    if safe != experiment or safe.isdigit() or len(safe) > 200:  # a file system takes names of 255 bytes at most
+        safe = f"{safe[:200]}-{hashlib.sha256(experiment.encode()).hexdigest()[:8]}"
     return safe
 
 
