@@ -600,3 +600,27 @@ def test_a_timm_model_whose_weights_are_on_the_hub_is_refused_offline_in_seconds
         (snapshot.parents[1] / "refs").mkdir()
         (snapshot.parents[1] / "refs" / "main").write_text("0123abc")
         models.check_weights("vit_base_patch16_224", None, pretrained=True)  # cached: the hub is not asked
+
+
+def test_list_says_a_damaged_record_in_one_line_and_still_lists_the_others(world, capsys):
+    """One search's record is not JSON: its line says so and names the file; every other search is listed; the MLflow
+    store a record names, gone, is not made anew by the read; a tracking server that is down is given up in seconds
+    (MLflow's own retries take a minute)."""
+    from vitplast_tune import cli
+
+    record = json.loads((world / "results" / "started" / "vitplast_search.json").read_text())
+    (world / "results" / "remote").mkdir()
+    with socket.socket() as down:  # bound, never listening: a server that is down
+        down.bind(("127.0.0.1", 0))
+        record["tracking_uri"] = f"http://127.0.0.1:{down.getsockname()[1]}"
+        (world / "results" / "remote" / "vitplast_search.json").write_text(json.dumps(record))
+        started = time.perf_counter()
+        with pytest.raises(SystemExit) as exited:
+            cli.COMMANDS["list"](["--storage", str(world / "results")])
+        assert time.perf_counter() - started < 10
+    lines = capsys.readouterr().out.splitlines()
+    names = ["corrupt", "deep", "remote", "started", "typed"]
+    assert exited.value.code == 0 and [line.split()[0] for line in lines] == names
+    assert lines[0].startswith("corrupt  unreadable: ") and "corrupt/vitplast_search.json" in lines[0]
+    assert lines[2:4] == ["remote  stopped  0/2 trials", "started  stopped  0/2 trials"]
+    assert not (world / "elsewhere.db").exists(), "a read made an MLflow store"

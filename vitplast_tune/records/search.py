@@ -311,8 +311,14 @@ class Search:
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
+        from vitplast_tune.records.tracking import bounded_calls, sqlite_file
+
+        store = sqlite_file(self.place.tracking_uri)
+        if store is not None and not store.is_file():  # gone: never made anew by a read
+            return None
         try:
-            info = MlflowClient(self.place.tracking_uri).get_run(self.record["parent_run_id"]).info
+            with bounded_calls(retries=0, timeout_s=5):  # a server that is down: noticed in seconds, not minutes
+                info = MlflowClient(self.place.tracking_uri).get_run(self.record["parent_run_id"]).info
         except (MlflowException, OSError):
             return None
         end = info.end_time if info.status != "RUNNING" and info.end_time else time.time() * 1000

@@ -111,15 +111,21 @@ def store_lock(tracking_uri: str) -> Iterator[None]:
     Args:
         tracking_uri: the tracking URI (``sqlite:///path/mlflow.db`` takes the lock).
     """
-    database = tracking_uri.split(":///", 1)[1].split("?")[0] if tracking_uri.startswith("sqlite:///") else ""
-    if not database or database == ":memory:":
+    path = sqlite_file(tracking_uri)
+    if path is None:
         yield
         return
-    path = Path(database).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(f"{path.name}.lock"), "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
         yield
+
+
+def sqlite_file(tracking_uri: str) -> Path | None:
+    """The database file of a SQLite tracking URI (``sqlite:///path/mlflow.db``, ``~`` expanded); None for other
+    stores and an in-memory database."""
+    database = tracking_uri.split(":///", 1)[1].split("?")[0] if tracking_uri.startswith("sqlite:///") else ""
+    return Path(database).expanduser() if database and database != ":memory:" else None
 
 
 def experiment_id(mlflow: MlflowClient, name: str, artifact_location: str | None = None) -> str:
@@ -143,9 +149,8 @@ def artifact_location(tracking_uri: str, experiment: str, storage: str) -> str |
     the file store's own folder for ``file:`` (None); under the search storage for other databases."""
     scheme = urlsplit(tracking_uri).scheme.lower()
     folder = _folder_name(experiment)
-    database = tracking_uri.split(":///", 1)[1].split("?")[0] if tracking_uri.startswith("sqlite:///") else ""
-    if scheme == "sqlite" and database and database != ":memory:":
-        return str(Path(database).expanduser().resolve().parent / ARTIFACTS_DIR / folder)
+    if (database := sqlite_file(tracking_uri)) is not None:
+        return str(database.resolve().parent / ARTIFACTS_DIR / folder)
     if scheme in ("http", "https", "databricks", "file", ""):
         return None
     root = storage if is_uri(storage) else str(Path(storage).expanduser().resolve())
