@@ -229,3 +229,30 @@ def test_ctrl_c_while_a_resume_checks_its_plan_says_the_same_command_continues_i
         str(stopped.value)
         == "stopped before its trials ended; nothing is lost: continue the search with the same command"
     )
+
+
+def test_sigterm_while_a_labs_ray_starts_ends_as_a_later_one(monkeypatch):
+    """The lab starts one Ray for its stages: SIGTERM just after ``ray.init`` put in its handler (which exits 15
+    without a word) ends in SearchInterrupted with 143, which the lab command says in one line."""
+    import ray
+
+    from vitplast_tune.errors import SearchInterrupted
+    from vitplast_tune.workflows import lab
+
+    real = ray._private.utils.set_sigterm_handler
+
+    def signalled(handler):
+        real(handler)
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs before the next line
+
+    monkeypatch.setattr(ray._private.utils, "set_sigterm_handler", signalled)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # this process's Ray (ray_local) is left alone
+    monkeypatch.setattr(ray, "shutdown", lambda *args, **kwargs: None)
+    before = signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        with pytest.raises(SearchInterrupted) as stopped, lab.ray_session():
+            pass
+        assert signal.getsignal(signal.SIGTERM) is _raise_on_sigterm
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert stopped.value.exit_code == 143
