@@ -20,6 +20,7 @@ import torch
 from _commands import ray_sessions, refused
 from _families import hf_folder
 
+from vitplast_tune import cli
 from vitplast_tune.config import TESTBED_WEIGHTS
 from vitplast_tune.space import load_space
 
@@ -511,8 +512,8 @@ def test_dry_run_plans_and_estimates_without_starting_anything(tmp_path):
 
 
 def test_the_commands_that_read_records_name_the_damaged_file_and_what_to_do(tmp_path, capsys):
-    """A trial table cut short (analyze, status, list) and a corrupt MLflow store (ui): one line naming the file,
-    what is wrong and what to do; no traceback, no Ray."""
+    """A trial table cut short (analyze, status; list says it on that search's line) and a corrupt MLflow store (ui):
+    one line naming the file, what is wrong and what to do; no traceback, no Ray."""
     storage, store = tmp_path / "results", tmp_path / "mlflow.db"
     folder = storage / "cut"
     folder.mkdir(parents=True)
@@ -530,11 +531,15 @@ def test_the_commands_that_read_records_name_the_damaged_file_and_what_to_do(tmp
     for command, args in (
         ("analyze", ["--name", "cut", "--storage", str(storage)]),
         ("status", ["cut", "--storage", str(storage)]),
-        ("list", ["--storage", str(storage)]),
     ):
         line = refused(command, args, tmp_path, capsys)
         assert f"the trial table {folder / 'trials.csv'} is damaged (cut short: its last line is not whole)" in line
         assert "run the search again with --resume" in line
+    with pytest.raises(SystemExit) as exited:  # list: that search's line says it, the others are listed
+        cli.COMMANDS["list"](["--storage", str(storage)])
+    (line,) = capsys.readouterr().out.splitlines()
+    assert exited.value.code == 0 and line.startswith("cut  unreadable: the trial table")
+    assert "is damaged (cut short: its last line is not whole)" in line
     (folder / "trials.csv").write_text("trial_id,components,best_val_acc,diverged\na0,mha,0.5\n")
     assert "line 2 has 3 fields, the header 4" in refused(
         "status", ["cut", "--storage", str(storage)], tmp_path, capsys
@@ -624,3 +629,13 @@ def test_list_says_a_damaged_record_in_one_line_and_still_lists_the_others(world
     assert lines[0].startswith("corrupt  unreadable: ") and "corrupt/vitplast_search.json" in lines[0]
     assert lines[2:4] == ["remote  stopped  0/2 trials", "started  stopped  0/2 trials"]
     assert not (world / "elsewhere.db").exists(), "a read made an MLflow store"
+
+
+def test_reading_a_search_whose_study_is_gone_says_so_and_makes_no_study(world):
+    from vitplast_tune.errors import UserError
+    from vitplast_tune.records.search import load_search
+
+    search = load_search("started", world / "results")
+    with pytest.raises(UserError, match=r'search "started" has no Optuna study in .*started/optuna.db \(missing'):
+        _ = search.study
+    assert not (world / "results" / "started" / "optuna.db").exists(), "a read made an Optuna study"

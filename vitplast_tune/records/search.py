@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from vitplast_tune.errors import SearchNotFound
+from vitplast_tune.errors import SearchNotFound, UserError
 from vitplast_tune.lock import running_owner
 from vitplast_tune.storage import SEARCH_FILE, STUDY_FILE, SearchPlace, default_storage, read_record
 
@@ -147,11 +147,16 @@ class Search:
     @property
     def study(self):
         """The search's Optuna study on its own storage (``optuna.db`` in its folder), the one ``optuna-dashboard``
-        opens: not a copy."""
+        opens: not a copy; UserError, and no file made, where the study is not there."""
         import optuna
 
-        from vitplast_tune.records.study import storage_url
+        from vitplast_tune.records.study import storage_url, study_made
 
+        if not study_made(self.directory / STUDY_FILE, self.name):  # Optuna's own opening would make an empty one
+            raise UserError(
+                f'search "{self.name}" has no Optuna study in {self.directory / STUDY_FILE} (missing, unreadable, '
+                "or not made yet): restore the file, or let the search start its trials"
+            )
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         return optuna.load_study(study_name=self.name, storage=storage_url(self.directory))
 
