@@ -84,8 +84,10 @@ class Design:
     amends_sha256: str = ""
 
     def ran_under(self, recorded: str | None, name: str) -> None:
-        """Check that a lab was run under this design: the pre-registration's SHA-256 it recorded (None: a lab of
-        before that record) is this file's, or, for an amendment, the one's it amends.
+        """Check that a lab was run under this design.
+
+        The pre-registration's SHA-256 it recorded (None: a lab of before that record) must be this file's, or, for
+        an amendment, that of the file it amends.
 
         Args:
             recorded: The lab's ``preregistration_sha256``.

@@ -112,8 +112,9 @@ def bracketed_stage(lab: Lab, stage: str, components: list[str]) -> pd.DataFrame
 
 @contextlib.contextmanager
 def ray_session() -> Iterator[None]:
-    """One local Ray instance for every stage search run inside, shut down after; nothing when Ray runs already. A
-    signal while Ray starts or between stages ends in SearchInterrupted, as one within a stage's search does.
+    """One local Ray instance for every stage search run inside, shut down after; nothing when Ray runs already.
+
+    A signal while Ray starts or between stages ends in SearchInterrupted, as one within a stage's search does.
 
     Yields:
         Nothing: the stages run inside.
