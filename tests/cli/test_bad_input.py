@@ -631,7 +631,7 @@ def test_list_says_a_damaged_record_in_one_line_and_still_lists_the_others(world
     assert not (world / "elsewhere.db").exists(), "a read made an MLflow store"
 
 
-def test_reading_a_search_whose_study_is_gone_says_so_and_makes_no_study(world):
+def test_reading_a_search_whose_study_or_store_is_gone_says_so_and_makes_none(world):
     from vitplast_tune.errors import UserError
     from vitplast_tune.records.search import load_search
 
@@ -639,3 +639,6 @@ def test_reading_a_search_whose_study_is_gone_says_so_and_makes_no_study(world):
     with pytest.raises(UserError, match=r'search "started" has no Optuna study in .*started/optuna.db \(missing'):
         _ = search.study
     assert not (world / "results" / "started" / "optuna.db").exists(), "a read made an Optuna study"
+    with pytest.raises(UserError, match=f'the MLflow store {world / "elsewhere.db"} of search "started" is not'):
+        search.runs()
+    assert not (world / "elsewhere.db").exists(), "a read made an MLflow store"

@@ -167,10 +167,21 @@ class Search:
 
         Returns:
             One row per trial run, MLflow's columns (``run_id``, ``params.*``, ``metrics.*``, ``tags.*``).
+
+        Raises:
+            UserError: The search's SQLite store is not there (a read never makes one).
         """
         import mlflow
         from mlflow.tracking import MlflowClient
 
+        from vitplast_tune.records.tracking import sqlite_file
+
+        store = sqlite_file(self.place.tracking_uri)
+        if store is not None and not store.is_file():
+            raise UserError(
+                f'the MLflow store {store} of search "{self.name}" is not there; restore it, or pass the tracking URI '
+                "it moved to (tracking_uri=)"
+            )
         client = MlflowClient(self.place.tracking_uri)
         experiment = client.get_experiment_by_name(self.place.experiment)
         if experiment is None:
