@@ -152,3 +152,26 @@ def test_every_flag_the_pages_name_is_a_flag_of_a_command():
     flags |= set(re.findall(r"^##?SBATCH (--[a-z-]+)", (ROOT / "scripts/cluster/slurm.sbatch").read_text(), re.M))
     unknown = {f: page for f, page in named.items() if f not in flags | SLURM_FLAGS | MLFLOW_FLAGS}
     assert len(named) > 20 and unknown == {}
+
+
+EVERY_PAGE = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "docs").rglob("*.ipynb"))]
+RETIRED = re.compile(rf"\bvitplast-(?:{'|'.join(cli.COMMANDS)})\b")  # the older aliases: `vitplast COMMAND` is the name
+
+
+def test_the_command_line_page_lists_every_subcommand():
+    page = (ROOT / "docs" / "guide" / "command-line.md").read_text()
+    assert [name for name in cli.COMMANDS if f"| `vitplast {name}` |" not in page] == []
+
+
+def test_no_page_names_a_command_by_its_retired_alias():
+    found = {str(p.relative_to(ROOT)): sorted(set(RETIRED.findall(p.read_text()))) for p in EVERY_PAGE}
+    assert len(found) > 30 and {page: names for page, names in found.items() if names} == {}
+
+
+def test_the_readmes_python_search_takes_a_name_of_its_own():
+    """The README's ``vt.run_search(..., name=...)`` follows its main command, whose search already holds that name:
+    the same name is refused ("search quickstart already exists")."""
+    readme = (ROOT / "README.md").read_text()
+    main = re.search(r"--name (\S+)", readme.split("## Quickstart", 1)[1]).group(1)
+    names = re.findall(r'vt\.run_search\([^)`]*name="([^"]+)"', readme)
+    assert names and main not in names

@@ -63,3 +63,45 @@ def test_another_librarys_logger_is_quieted_for_a_block_and_restored_after(caplo
     other.warning("after")
     assert [r.getMessage() for r in caplog.records if r.name == "some_library"] == ["before", "an error still", "after"]
     assert other.level == logging.INFO
+
+
+def test_ray_s_and_mlflow_s_start_up_notices_show_only_when_verbose(tmp_path, monkeypatch):
+    """What a search's first seconds printed before its first progress line (issue 57): Ray's token-authentication
+    warning (the real function Ray calls at every local start) and MLflow's "Creating initial MLflow database tables"
+    (a real SQLite store made); let out of their loggers by --verbose and VITPLAST_LOG_LEVEL=DEBUG only. A handler on
+    each logger sees what the logger lets out (the projects' own handlers hold whatever stream they were made with)."""
+    import logging
+    import logging.handlers
+
+    from mlflow.tracking import MlflowClient
+    from ray._private.authentication import authentication_token_setup as auth
+
+    from vitplast_tune import log
+    from vitplast_tune._compat.notices import STARTUP_NOTICES
+    from vitplast_tune.cli.base import quiet_library
+
+    seen = logging.handlers.BufferingHandler(capacity=10_000)  # keeps every record it is given
+    loggers = [logging.getLogger(name) for name in STARTUP_NOTICES]
+
+    def said(db: str, **flags: bool) -> str:
+        quiet_library(False, **flags)
+        seen.buffer.clear()
+        auth._warn_token_auth_enabled()
+        MlflowClient(f"sqlite:///{tmp_path / db}.db").search_experiments()
+        return "\n".join(record.getMessage() for record in seen.buffer)
+
+    for logger in loggers:
+        logger.addHandler(seen)
+    try:
+        quiet = said("quiet")
+        verbose = said("verbose", verbose=True)
+        monkeypatch.setenv("VITPLAST_LOG_LEVEL", "debug")
+        by_environment = said("environment")
+    finally:
+        for logger in loggers:
+            logger.removeHandler(seen)
+        log.set_verbosity(logging.INFO)
+        log.quiet_notices(shown=True)
+    assert "Token authentication" not in quiet and "Creating initial MLflow database tables" not in quiet
+    for text in (verbose, by_environment):
+        assert "Token authentication is enabled" in text and "Creating initial MLflow database tables" in text

@@ -50,6 +50,13 @@ VARIABLES: dict[str, Variable] = _by_name(
         read_by="config.cache_dir",
     ),
     Variable(
+        "VITPLAST_LOG_LEVEL",
+        "How much the library says on standard error: DEBUG, INFO, WARNING or ERROR; at DEBUG the commands also show "
+        "Ray's and MLflow's start-up notices (as --verbose does); --quiet and --verbose win.",
+        "INFO, without those notices",
+        read_by="log",
+    ),
+    Variable(
         "VITPLAST_CLUSTER_CONFIG",
         "The Ray cluster launcher YAML whose node types a trial too large for every node may be placed on.",
         "~/ray_bootstrap_config.yaml, else the node types the cluster reports",

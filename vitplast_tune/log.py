@@ -5,8 +5,9 @@ level (``--quiet``). Results (summary tables, the answer, JSON) are the commands
 not log lines.
 
 By default the library's messages at INFO and above go to standard error, one line each. A level the user sets on
-the ``vitplast_tune`` logger holds, before or after the import: the default level INFO is set only where none is.
-``disable_default_handler()`` leaves the messages to the application's own logging configuration.
+the ``vitplast_tune`` logger holds, before or after the import: the default level (``VITPLAST_LOG_LEVEL``, else INFO)
+is set only where none is. ``disable_default_handler()`` leaves the messages to the application's own logging
+configuration. The commands also quiet other projects' start-up notices (``quiet_notices``) below DEBUG.
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from vitplast_tune import environment
+from vitplast_tune._compat.notices import STARTUP_NOTICES
+
 ROOT = "vitplast_tune"
+LEVEL_ENV = "VITPLAST_LOG_LEVEL"
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _lock = threading.Lock()
 _handler: logging.Handler | None = None
 
@@ -57,7 +63,7 @@ def _default_handler() -> None:
         root = logging.getLogger(ROOT)
         root.addHandler(_handler)
         if root.level == logging.NOTSET:  # a level the user set before the first module loaded holds
-            root.setLevel(logging.INFO)
+            root.setLevel(environment_level() or logging.INFO)
         root.propagate = False
 
 
@@ -69,6 +75,29 @@ def set_verbosity(level: int) -> None:
     """
     _default_handler()
     logging.getLogger(ROOT).setLevel(level)
+
+
+def environment_level() -> int | None:
+    """The level ``VITPLAST_LOG_LEVEL`` names (DEBUG, INFO, WARNING or ERROR, in any case).
+
+    Returns:
+        The ``logging`` level, or None when the variable is unset, empty or names none of them.
+    """
+    name = (environment.read(LEVEL_ENV) or "").strip().upper()
+    return getattr(logging, name) if name in LEVELS else None
+
+
+def quiet_notices(shown: bool = False) -> None:
+    """Let other projects' start-up notices through only when ``shown``.
+
+    The notices are ``_compat.notices.STARTUP_NOTICES``': Ray's token-authentication warning, MLflow's "Creating
+    initial MLflow database tables"; a failure still shows.
+
+    Args:
+        shown: Whether the notices show (``--verbose``): their loggers' levels are then left to their projects.
+    """
+    for name, level in STARTUP_NOTICES.items():
+        logging.getLogger(name).setLevel(logging.NOTSET if shown else level)
 
 
 def get_verbosity() -> int:

@@ -91,6 +91,25 @@ def default_storage() -> Path:
     return Path(environment.read(RESULTS_ENV) or Path.home() / "vitplast_tune_results").expanduser()
 
 
+def spoken(location: str | Path) -> str:
+    """Write a path or a SQLite URL as a user types it.
+
+    The home folder becomes ``~`` in a path and ``$HOME`` in a URL, which a shell expands (``sqlite:///$HOME/x.db``,
+    not ``sqlite:////home/me/x.db``); anything else stays as it is.
+
+    Args:
+        location: A local path, a ``sqlite:///`` URL, or another URI.
+
+    Returns:
+        The text to print.
+    """
+    text, home = str(location), str(Path.home())
+    for prefix, shown in (("sqlite:///", "sqlite:///$HOME"), ("", "~")):
+        if home != "/" and (text == prefix + home or text.startswith(f"{prefix}{home}/")):
+            return shown + text[len(prefix + home) :]
+    return text
+
+
 def is_uri(path: str) -> bool:
     """Tell whether a storage location is a URI (s3://, gs://, ...) rather than a local path.
 

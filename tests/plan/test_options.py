@@ -16,11 +16,16 @@ from vitplast_tune.plan.options import SearchOptions, resumed_with
 
 def test_every_option_is_a_flag_and_every_flag_an_option():
     parser = cli.parser()
-    by_dest = {a.dest: a for a in parser._actions if a.dest not in ("help", "dry_run")}
+    by_dest = {}
+    for action in parser._actions:  # the option's own flag first; --verbose, a second flag of verbose, after it
+        if action.dest not in ("help", "dry_run"):
+            by_dest.setdefault(action.dest, action)
     assert set(by_dest) == {f.name for f in dataclasses.fields(SearchOptions)}
     for f in dataclasses.fields(SearchOptions):
         assert by_dest[f.name].help.startswith(f.metadata["help"])  # the field's help, its default said after it
     assert by_dest["settings"].option_strings == ["--set"] and by_dest["verbose"].option_strings == ["--quiet"]
+    assert [a.option_strings for a in parser._actions if a.dest == "verbose"] == [["--quiet"], ["--verbose"]]
+    assert cli.options_of(parser.parse_args(["--verbose"])).verbose == 2
     assert by_dest["max_trainable_params"].option_strings == ["--max-trainable-params"]  # no flag before
 
 

@@ -39,7 +39,7 @@ def test_the_search_command_keeps_what_it_prints_and_the_search_reads_it_back(tm
 
     result = finished_search(tmp_path)
     monkeypatch.setattr(driver, "run", lambda options, timings: result)  # the search ran: no Ray here
-    monkeypatch.setattr(command, "quiet_library", lambda quiet: None)
+    monkeypatch.setattr(command, "quiet_library", lambda quiet, verbose=False: None)
     assert command.search_main(["--space", "component_subsets", "--name", "s", "--storage", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     folder = tmp_path / "s"

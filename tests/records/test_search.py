@@ -18,6 +18,7 @@ import torch
 import yaml
 from _raycluster import OwnedRay
 from _spaces import TINY_SPACE
+from mlflow.tracking import MlflowClient
 
 import vitplast_tune as vt
 
@@ -122,7 +123,7 @@ def test_a_missing_search_is_refused_with_the_known_names(searched):
 
 
 def test_list_and_status_print_json_for_scripts(searched):
-    search, storage, _ = searched
+    search, storage, uri = searched
     listed = vitplast("list", "--storage", str(storage), "--json")
     status = vitplast("status", "face", "--storage", str(storage), "--json")
     assert listed.returncode == status.returncode == 0, listed.stderr + status.stderr
@@ -131,6 +132,13 @@ def test_list_and_status_print_json_for_scripts(searched):
     assert found == said and said["status"] == "finished" and said["trials"] == said["ended"] == said["finished"] == 3
     assert said["left"] == 0 and said["best"]["components"] == search.best_trial["components"]
     assert said["elapsed_s"] > 0
+    # Where its records lie, for a script to open them (issue 57): the stores, the experiment, the study, the answer.
+    assert (said["storage"], said["tracking_uri"], said["answer"]) == (str(storage), uri, str(search.answer))
+    parent = MlflowClient(uri).get_run(search.record["parent_run_id"])
+    assert said["experiment_id"] == parent.info.experiment_id and said["parent_run_id"] == parent.info.run_id
+    assert len(optuna.load_study(study_name=said["study_name"], storage=said["study_url"]).trials) == 3
+    recorded = parent.data.metrics["elapsed_s"]  # one elapsed time: the driver's, in status and in the summary
+    assert said["elapsed_s"] == round(recorded, 1) and f" in {recorded / 60:.1f} min " in search.summary()
     text = vitplast("status", "face", "--storage", str(storage)).stdout
     assert text.startswith("Search face: finished, 3 of 3 trials ended (3 finished, 0 pruned, 0 failed), 0 left")
     analyzed = vitplast("analyze", "--name", "face", "--storage", str(storage), "--json")

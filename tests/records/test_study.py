@@ -39,7 +39,7 @@ def table(rows):
 
 
 ROWS = [
-    dict(trial_id="a", components="mha+fc1", lr=0.1, step=16, val_acc=0.6),
+    dict(trial_id="a", components="mha+fc1", lr=0.1, step=16, val_acc=0.6, started_at=1.7e9, ended_at=1.7e9 + 42.5),
     dict(trial_id="b", components="fc2", lr=0.02, step=8, val_acc=0.3),  # stopped early by the scheduler
     dict(trial_id="c", components="all", lr=0.3, step=8, val_acc=math.nan, diverged=True),
     dict(trial_id="d", components="ln1", lr=0.05, step=0, val_acc=math.nan, over_budget=True),
@@ -94,6 +94,8 @@ def test_each_trial_is_one_optuna_trial_with_every_flag_and_resume_adds_only_new
     assert all(set(t.params) == {*FLAGS, "lr"} for t in loaded.trials)  # fc2 alone: every flag, fc2's True too
     assert by_id["b"].params["train_fc2"] is True
     assert loaded.direction == optuna.study.StudyDirection.MAXIMIZE and loaded.user_attrs["space"] == "tpe"
+    durations = loaded.trials_dataframe().set_index("user_attrs_" + TRIAL_ATTR)["duration"]
+    assert durations["a"] == pd.Timedelta(seconds=42.5)  # the Ray trial's start and end, not Optuna's "now" twice
 
 
 def test_a_grid_study_has_the_grids_parameters():
@@ -143,6 +145,7 @@ def test_after_a_real_search_load_study_gives_every_trial_and_a_resume_adds_none
         )
         assert trial.state.name == ("COMPLETE" if row.step == 16 else "PRUNED") and trial.value == row.val_acc
         assert max(trial.intermediate_values) == row.step and trial.user_attrs["run_id"] == row.run_id
+    assert (loaded.trials_dataframe()["duration"] > pd.Timedelta(0)).all()  # each trial's real start and end
 
     resumed = run_search(SearchOptions(**{**vars(options), "resume": True}))
     assert resumed.study.added == 0 and resumed.study.trials == 6

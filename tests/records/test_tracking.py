@@ -150,3 +150,17 @@ def test_a_record_another_search_writes_between_mlflows_check_and_insert_is_take
         view.save_view(ours, experiment, "k", "ours", {})
     assert raced == ["SqlExperimentTag"]
     assert json.loads(ours.get_experiment(experiment).tags[tag])["name"] == "ours"
+
+
+def test_a_search_s_elapsed_time_is_the_one_its_driver_recorded_else_its_parent_run_s_span(tmp_path):
+    """``vitplast status`` said 4.8 min (the parent run's span) where the summary said 5.4 (the driver's wall time,
+    imports and Ray's start included): the driver now records its time on the parent run, and status reads it."""
+    from vitplast_tune.records.search import _elapsed_s
+    from vitplast_tune.records.tracking import ELAPSED_METRIC
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.create_run(client.create_experiment("e"), start_time=1_000_000).info.run_id
+    client.set_terminated(run, "FINISHED", end_time=1_288_000)
+    assert _elapsed_s(client.get_run(run)) == 288.0  # a search recorded before: its parent run's span
+    client.log_metric(run, ELAPSED_METRIC, 324.04)
+    assert _elapsed_s(client.get_run(run)) == 324.0 and _elapsed_s(None) is None

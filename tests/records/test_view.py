@@ -96,6 +96,30 @@ def test_the_ui_command_names_the_search_and_its_storage_unless_a_server_records
     assert ui_command(plan("http://127.0.0.1:5000", tmp_path / "default")) is None
 
 
+def test_paths_print_as_a_user_types_them_and_a_shell_reads_them_back(tmp_path, monkeypatch):
+    """A store under the home folder printed as ``sqlite:////home/me/...`` (four slashes, issue 57) reads as a typo:
+    it prints as ``~/...``, or ``sqlite:///$HOME/...`` in a URL, which the shell turns back into the same store."""
+    import subprocess
+
+    from vitplast_tune.storage import SearchPlace, spoken
+
+    home = tmp_path / "me"
+    monkeypatch.setenv("HOME", str(home))
+    uri = f"sqlite:///{home / 'results' / 'mlflow.db'}"
+    assert spoken(uri) == "sqlite:///$HOME/results/mlflow.db" and spoken(home / "results" / "q") == "~/results/q"
+    assert [spoken(t) for t in (f"{home}x/a", "s3://b/r", "sqlite:////srv/m.db")] == [
+        f"{home}x/a",
+        "s3://b/r",
+        "sqlite:////srv/m.db",
+    ]
+    typed = subprocess.run(
+        ["bash", "-c", f"echo {spoken(uri)} {spoken(home / 'results')}"], capture_output=True, text=True
+    )
+    assert typed.stdout.split() == [uri, str(home / "results")]
+    place = SearchPlace("s", str(home / "results"), uri, "e")
+    assert ui_command(place) == "vitplast ui s --storage ~/results"
+
+
 @pytest.mark.slow
 def test_a_search_on_an_mlflow_whose_ui_format_is_unknown_says_so_and_links_the_filtered_trials(
     ray_local, tiny_space, tmp_path, monkeypatch, library_log

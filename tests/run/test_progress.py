@@ -1,6 +1,7 @@
 """Progress lines and the bar, driven by Ray Tune's callback hooks with fake trials and a fake clock (past one hour)."""
 
 import io
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -102,6 +103,44 @@ def test_a_bar_on_a_terminal_keeps_the_lines_above_it():
     text = out.getvalue()
     assert "[1:06:40] 1/2 trials done | mha+fc1 lr=0.05: best val_acc 75.00%" in text
     assert "trials 2/2 |" in text and progress.bar is None  # the bar was drawn, then closed
+
+
+@pytest.mark.parametrize("columns", [0, 100])
+def test_a_bar_shows_on_a_pseudo_terminal_sized_or_not(columns):
+    """On a pseudo-terminal nobody sized (``script``, a harness: 0 x 0), the bar's class said use_bar True and tqdm
+    drew nothing, taking its 0 rows for -1 and the bar for below the screen (issue 57): only the lines showed."""
+    import fcntl
+    import struct
+    import termios
+
+    master, follower = os.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40 if columns else 0, columns, 0, 0))
+    fake = FakeClock()
+    with os.fdopen(follower, "w", buffering=1) as terminal:
+        progress = Progress(total=3, stream=terminal, clock=fake)
+        assert progress.use_bar
+        progress.setup()
+        a = trial("a")
+        progress.on_trial_start(0, [a], a)
+        fake.now += 5
+        a.status, a.last_result = "TERMINATED", {"best_val_acc": 0.5, "best_step": 8, "step": 8, "max_steps": 8}
+        progress.on_trial_complete(1, [a], a)
+        progress.on_experiment_end([a])
+    os.set_blocking(master, False)
+    shown = b""
+    while chunk := _read(master):
+        shown += chunk
+    os.close(master)
+    shown = shown.decode()
+    assert "[00:05] 1/3 trials done | mha+fc1 lr=0.05: best val_acc 50.00%" in shown
+    assert "\rtrials 1/3 |" in shown and "best 50.00% (mha+fc1 lr=0.05) | ETA 00:10" in shown  # the bar, drawn
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, 1 << 16)
+    except (BlockingIOError, OSError):  # nothing more written; OSError (EIO): the other end closed
+        return b""
 
 
 def test_every_hook_of_the_search_s_callbacks_is_one_tune_calls():

@@ -26,6 +26,7 @@ class Parser(argparse.ArgumentParser):
 def run_main(main: Callable[[], int | None]) -> NoReturn:
     """Call ``main()`` and exit with its code; a UserError prints ``error: <message>`` and exits 2, an interrupted
     search exits 130 (Ctrl-C) or 143 (SIGTERM), a search whose every trial failed 1. Messages name options as flags here (``errors.flags_spoken``)."""
+    log.quiet_notices(shown=log.environment_level() == logging.DEBUG)  # a command's own flags may show them
     try:
         with flags_spoken():
             code = main()
@@ -44,9 +45,13 @@ def run_main(main: Callable[[], int | None]) -> NoReturn:
     sys.exit(code or 0)
 
 
-def quiet_library(quiet: bool) -> None:
-    """The library's messages at WARNING and above only (``--quiet``), else at INFO (``log``)."""
-    log.set_verbosity(logging.WARNING if quiet else logging.INFO)
+def quiet_library(quiet: bool, verbose: bool = False) -> None:
+    """Set how much a command says on stderr: the library's messages at WARNING and above only (``--quiet``), at DEBUG
+    with other projects' start-up notices (``--verbose``), else at ``VITPLAST_LOG_LEVEL``'s level or INFO (``log``);
+    the notices (Ray's token authentication, MLflow's new tables) show only at DEBUG."""
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else log.environment_level() or logging.INFO
+    log.set_verbosity(level)
+    log.quiet_notices(shown=level <= logging.DEBUG)
 
 
 def plain(value: Any) -> Any:

@@ -113,10 +113,24 @@ def plasticity_main(argv: Sequence[str] | None = None) -> int:
         f"plasticity ({meta['variant']} variant) of {meta['model']}: {meta['dataset']} test vs "
         f"{meta['reference']} {meta['reference_split']}, {meta['n_pairs']} pairs, {meta['seconds']:.1f} s"
     )
-    print(report.ranking.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(ranking_text(report.ranking))
     for kind, path in report.files.items():
         print(f"{kind:>4}: {path}")
     return 0
+
+
+def ranking_text(ranking) -> str:
+    """The per-component table as printed: a component without a rank shows ``-``, and a line says why ``emb`` has
+    none (``predictors.scores.aggregate_plasticity``)."""
+    unranked = ranking["rank"].isna()
+    shown = ranking.assign(rank=ranking["rank"].astype(object).where(~unranked, "-"))
+    text = shown.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    if unranked.any() and "emb" in set(ranking.loc[unranked, "component"]):
+        text += (
+            "\n(emb has no rank: its ratio is measured from the pixels, a scale of its own; the block components are "
+            "ranked among themselves, 1 = most plastic)"
+        )
+    return text
 
 
 def entry(argv: Sequence[str] | None = None) -> NoReturn:

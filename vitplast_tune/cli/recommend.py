@@ -12,11 +12,15 @@ from vitplast_tune import outputs, storage
 from vitplast_tune.cli.base import Parser, positive_int, print_json, run_main
 from vitplast_tune.errors import UserError
 
-HELP = "Rank which component subsets to finetune from their measured predictors and recorded evidence, no search."
+HELP = (
+    "Rank which component subsets to finetune, by trainable parameters unless a pooled criteria-lab verdict backs "
+    "a criterion; no search."
+)
 RECOMMEND_HELP = """Which component subsets to finetune, in minutes and with no search: measure plasticity and the
-gradient criteria of --model on --dataset, rank every subset by the criterion with the best evidence on the searches recorded so far,
-and print the ranking with that evidence. --verify K then runs a short grid over the top K subsets, full finetuning
-and the linear probe, and says whether the recommendation held.
+gradient criteria of --model on --dataset, rank every subset by its number of trainable parameters (the baseline
+every criterion must beat), or by a criterion that a pooled criteria-lab verdict recorded under --storage found
+better (vitplast lab pooled), and print the ranking with the evidence recorded so far. --verify K then runs a
+short grid over the top K subsets, full finetuning and the linear probe, and says whether the recommendation held.
 
     vitplast recommend --model vit_testbed_patch8_32.fractal --dataset digits --verify 3"""
 

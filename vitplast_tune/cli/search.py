@@ -38,6 +38,14 @@ def parser() -> argparse.ArgumentParser:
         groups[meta["group"]].add_argument(flag, dest=f.name, help=meta["help"] + said, **meta["argparse"])
         if f.name == "verbose":
             groups["search"].add_argument(
+                "--verbose",
+                dest="verbose",
+                action="store_const",
+                const=2,
+                help="more on stderr: the library's DEBUG messages and Ray's and MLflow's start-up notices (as "
+                "VITPLAST_LOG_LEVEL=DEBUG does)",
+            )
+            groups["search"].add_argument(
                 "--dry-run",
                 action="store_true",
                 default=False,
@@ -70,7 +78,7 @@ def search_main(argv: Sequence[str] | None = None) -> int:
 
     timings = Timings({"imports": time.perf_counter() - started})
     options = options_of(args)
-    quiet_library(options.verbose == 0)
+    quiet_library(options.verbose == 0, options.verbose >= 2)
     if args.dry_run:
         from vitplast_tune.workflows.preview import dry_run
 

@@ -117,7 +117,8 @@ class SearchOptions:
         objective: What the search optimises: accuracy (the space file's metric), accuracy_per_gpu_hour (validation
             accuracy per hour of the trial's own training steps) or pareto (Optuna's multi-objective TPE over
             accuracy and training seconds; needs a space with scheduler: fifo); None: the space file's metric.
-        verbose: The progress output while trials run (0: no progress lines).
+        verbose: The progress output while trials run (0: no progress lines; 2: also, from the command line, the
+            library's DEBUG messages and Ray's and MLflow's start-up notices).
         max_steps: Training steps per trial.
         budgets: A grid at several step budgets, analyzed apart; the i-th replaces the space's i-th budget and keeps
             what it narrows; None: the space's budgets.

@@ -22,7 +22,7 @@ from vitplast_tune.records.table import display_table, search_trials, top_trials
 from vitplast_tune.records.view import View, run_link, ui_base_url
 from vitplast_tune.space.files import SearchSpec, searched_augmentations
 from vitplast_tune.space.objectives import objective_of
-from vitplast_tune.storage import SearchPlace
+from vitplast_tune.storage import SearchPlace, spoken
 from vitplast_tune.timings import Timings
 
 SUMMARY_FILE = "summary.txt"  # the summary a search printed at its end, in its results folder
@@ -115,9 +115,9 @@ def summary(result: SearchResult, k: int = TOP_TRIALS) -> str:
         lines += ["", text] if (text := describe_pareto(result.trials)) else []
     if result.analysis is not None and (text := result.analysis.describe()):
         lines += ["", text]
-    lines += ["", f"Results (Ray Tune): {place.location}"]
+    lines += ["", f"Results (Ray Tune): {spoken(place.location)}"]
     if place.local_dir is not None:
-        lines.append(f"Trial table:        {place.local_dir / 'trials.csv'}")
+        lines.append(f"Trial table:        {spoken(place.local_dir / 'trials.csv')}")
     if result.study is not None:
         lines.append(result.study.describe())
     return "\n".join(lines + _mlflow_lines(result))
@@ -188,7 +188,9 @@ def _mlflow_lines(result: SearchResult) -> list[str]:
     """Where the runs are, the command that opens them in the MLflow UI, the view's link, the best trial's run and the
     lines that load the best model."""
     place = result.place
-    lines = [f"MLflow runs:        {place.tracking_uri}   (experiment '{place.experiment}', parent run '{place.name}')"]
+    lines = [
+        f"MLflow runs:        {spoken(place.tracking_uri)}   (experiment '{place.experiment}', parent run '{place.name}')"
+    ]
     if command := ui_command(place):
         lines.append(f"MLflow UI:          {command}" + ("   (serves the view below)" if place.local_dir else ""))
     if result.view is not None:
@@ -218,8 +220,8 @@ def ui_command(place: SearchPlace) -> str | None:
     if place.tracking_uri.startswith(("http://", "https://")):
         return None
     if place.local_dir is None:
-        return f"mlflow ui --backend-store-uri {place.tracking_uri} --host 127.0.0.1"
-    return f"vitplast ui {place.name}" + ("" if place.in_default_storage() else f" --storage {place.storage}")
+        return f"mlflow ui --backend-store-uri {spoken(place.tracking_uri)} --host 127.0.0.1"
+    return f"vitplast ui {place.name}" + ("" if place.in_default_storage() else f" --storage {spoken(place.storage)}")
 
 
 def augmentation_text(spec: SearchSpec, settings: FinetuneConfig) -> str:

@@ -232,7 +232,8 @@ class Search:
 
         The answer, the top ``k`` trials, the Pareto fronts, the analysis recorded, and where everything lies. A
         finished search gives the very text its command printed (``summary.txt`` in its folder, timings and links
-        included) for the ``k`` printed; otherwise the text is made again from its records.
+        included) for the ``k`` printed; otherwise the text is made again from its records, with the wall time its
+        driver recorded.
 
         Args:
             k: how many of the top trials to show.
@@ -246,7 +247,7 @@ class Search:
         if kept is not None:
             return kept
         result = SearchResult(self.place, self.spec, self.settings, self.trials, self.record["parent_run_id"])
-        result.analysis = self._analysis()
+        result.analysis, result.elapsed_s = self._analysis(), _recorded_elapsed_s(self._parent_run()) or 0.0
         return summary(result, k)
 
     def pareto(self) -> dict[str, pd.DataFrame]:
@@ -297,18 +298,23 @@ class Search:
         return SearchAnalysis(trials=TrialAnalysis(table, singles, [], finished))
 
     def describe(self) -> dict[str, Any]:
-        """Where the search stands, as plain values (``vitplast status NAME --json`` prints them).
+        """Where the search stands and where its records lie, as plain values (``vitplast status NAME --json``).
 
         Returns:
             ``name``, ``status`` (finished, running, stopped), ``trials`` (in all), ``ended``, ``finished``,
             ``pruned``, ``failed``, ``left`` (trials not ended yet), ``best`` (the best trial's subset, learning rate
-            and validation accuracy, or None), ``elapsed_s`` (since its MLflow parent run started, until it ended).
+            and validation accuracy, or None), ``answer`` (the summary's answer line, or None), ``elapsed_s`` (the
+            driver's wall time as its summary said it, else since its MLflow parent run started), and where the
+            records lie: ``directory``, ``storage``, ``tracking_uri``, ``experiment``, ``experiment_id`` and
+            ``parent_run_id`` (MLflow), ``study_url`` and ``study_name`` (Optuna; None before the study is made).
         """
         trials, best = self.trials, self.best_trial
         counts = trials["status"].value_counts().to_dict() if "status" in trials else {}
         said = None
         if best is not None:
             said = {k: _plain(best.get(k)) for k in ("components", "lr", "best_val_acc", "test_acc") if k in best}
+        parent = self._parent_run()
+        study = self.directory / STUDY_FILE
         return {
             "name": self.name,
             "status": self.status,
@@ -317,13 +323,20 @@ class Search:
             **{state: int(counts.get(state, 0)) for state in STATUSES},
             "left": max(0, self.total_trials - len(trials)),
             "best": said,
-            "elapsed_s": self._elapsed_s(),
+            "answer": str(answer) if (answer := self.answer) is not None else None,
+            "elapsed_s": _elapsed_s(parent),
+            "directory": str(self.directory),
+            "storage": str(self.place.storage),
+            "tracking_uri": self.place.tracking_uri,
+            "experiment": self.place.experiment,
+            "experiment_id": parent.info.experiment_id if parent is not None else None,
+            "parent_run_id": self.record.get("parent_run_id"),
+            "study_url": f"sqlite:///{study}" if study.is_file() else None,
+            "study_name": self.name if study.is_file() else None,
         }
 
-    def _elapsed_s(self) -> float | None:
-        """Seconds since the parent run started, until it ended (None when the tracking store does not answer)."""
-        import time
-
+    def _parent_run(self):
+        """The search's MLflow parent run, or None when the tracking store does not answer."""
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
@@ -334,11 +347,9 @@ class Search:
             return None
         try:
             with bounded_calls(retries=0, timeout_s=5):  # a server that is down: noticed in seconds, not minutes
-                info = MlflowClient(self.place.tracking_uri).get_run(self.record["parent_run_id"]).info
+                return MlflowClient(self.place.tracking_uri).get_run(self.record["parent_run_id"])
         except (MlflowException, OSError):
             return None
-        end = info.end_time if info.status != "RUNNING" and info.end_time else time.time() * 1000
-        return round((end - info.start_time) / 1000, 1)
 
     def __repr__(self) -> str:
         said = f"{len(self.trials)}/{self.total_trials} trials"
@@ -347,6 +358,29 @@ class Search:
         if best is not None and isinstance(accuracy, float) and accuracy == accuracy:  # a number, not NaN
             said += f", best {best['components']} {100 * accuracy:.2f}%"
         return f"Search({self.name!r}, {self.status}, {said})"
+
+
+def _recorded_elapsed_s(parent) -> float | None:
+    """The wall time a search's driver recorded at its end (``ELAPSED_METRIC``), or None (running, or recorded
+    before)."""
+    from vitplast_tune.records.tracking import ELAPSED_METRIC
+
+    return parent.data.metrics.get(ELAPSED_METRIC) if parent is not None else None
+
+
+def _elapsed_s(parent) -> float | None:
+    """A search's wall time in seconds: what its driver recorded at its end (``ELAPSED_METRIC``, the summary's "in N
+    min"), else since its MLflow parent run started, until it ended (a running or stopped search); None without the
+    run."""
+    import time
+
+    if parent is None:
+        return None
+    if (recorded := _recorded_elapsed_s(parent)) is not None:
+        return round(recorded, 1)
+    info = parent.info
+    end = info.end_time if info.status != "RUNNING" and info.end_time else time.time() * 1000
+    return round((end - info.start_time) / 1000, 1)
 
 
 def _trial_status(row: pd.Series) -> str:

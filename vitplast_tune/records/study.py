@@ -7,7 +7,8 @@ The study's parameters are one boolean per component (``train_emb`` ... ``train_
 every other parameter the space searches (``lr``, ...), with their Optuna distributions. Each Ray Tune trial is one
 Optuna trial (a finalist, trained again after the search, is none): COMPLETE when it trained its whole budget,
 PRUNED when the scheduler stopped it earlier (or it was over the parameter budget), FAIL when it errored or diverged; its value is the search's metric at its last report (one
-value per objective), its intermediate values the metric at each evaluation step, and its user attributes the Ray
+value per objective), its intermediate values the metric at each evaluation step, its start and end the Ray trial's
+(``trials_dataframe()``'s ``duration``: the seconds it ran), and its user attributes the Ray
 trial id, the subset, the test accuracy and the MLflow run (an Optuna trial is fixed once it ends, so what is known
 only when the whole search has ended, such as the accuracy at the common step, is in the trial table and MLflow
 instead). A resumed search adds to the same study only the trials it lacks.
@@ -25,6 +26,7 @@ import math
 import os
 import sqlite3
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from vitplast_tune.components import COMPONENT_FLAGS, component_flags
 from vitplast_tune.records.table import search_trials
 from vitplast_tune.space import distributions as dist
 from vitplast_tune.space.files import SearchSpec
-from vitplast_tune.storage import STUDY_FILE
+from vitplast_tune.storage import STUDY_FILE, spoken
 
 TRIAL_ATTR = "ray_trial_id"  # the user attribute that ties an Optuna trial to its Ray Tune trial
 USER_ATTRS = ("components", "best_val_acc", "test_acc", "step", "trainable_params", "run_id")
@@ -62,7 +64,7 @@ class StudyRecord:
         Returns:
             The line.
         """
-        return f"Optuna study:       optuna-dashboard {self.url}   (study '{self.name}', {self.trials} trials)"
+        return f"Optuna study:       optuna-dashboard {spoken(self.url)}   (study '{self.name}', {self.trials} trials)"
 
 
 def storage_url(directory: Path) -> str:
@@ -114,16 +116,18 @@ def frozen_trials(trials: pd.DataFrame, spec: SearchSpec, curves: dict[str, dict
         curve = curves.get(str(row["trial_id"]), {})
         state, finals = _state_and_values(row, [_last(curve.get(m)) for m in objectives])
         steps = {} if len(objectives) > 1 else {s: v for s, v in (curve.get(spec.metric) or {}).items() if _finite(v)}
-        made.append(
-            create_trial(
-                state=state,
-                values=finals,
-                params={k: _plain(v) for k, v in values.items()},
-                distributions=distributions,
-                user_attrs={TRIAL_ATTR: str(row["trial_id"]), **_user_attrs(row)},
-                intermediate_values=steps,
-            )
+        trial = create_trial(
+            state=state,
+            values=finals,
+            params={k: _plain(v) for k, v in values.items()},
+            distributions=distributions,
+            user_attrs={TRIAL_ATTR: str(row["trial_id"]), **_user_attrs(row)},
+            intermediate_values=steps,
         )
+        if _finite(row.get("started_at")) and _finite(row.get("ended_at")):  # else Optuna's: now, a duration of 0
+            trial.datetime_start = datetime.fromtimestamp(row["started_at"])
+            trial.datetime_complete = datetime.fromtimestamp(row["ended_at"])
+        made.append(trial)
     return made
 
 

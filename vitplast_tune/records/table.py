@@ -69,6 +69,7 @@ def trial_table(
                 "log10_trainable_params": log_trainable_params(metrics.get("trainable_params")),
                 "best_val_loss": _lowest(result, "val_loss"),
                 **{k: metrics.get(k) for k in TRIAL_TIMES},
+                **trial_span(metrics),
                 "val_acc_per_gpu_hour": metrics.get("val_acc_per_gpu_hour"),  # at its last report, as Optuna got it
                 "max_steps": config.get("max_steps", settings.max_steps),
                 "diverged": bool(metrics.get("diverged", 0)),
@@ -224,6 +225,14 @@ def images_per_s(result, batch_size: int) -> float | None:
     if frame is None or "steps_per_s" not in frame or frame["steps_per_s"].dropna().empty:
         return None
     return float(frame["steps_per_s"].dropna().median() * batch_size)
+
+
+def trial_span(metrics: dict[str, Any]) -> dict[str, float | None]:
+    """When a trial started and ended, in Unix seconds: ``ended_at`` Tune's time of its last report (``timestamp``),
+    ``started_at`` that less the seconds it ran (``time_total_s``); None each where Tune reported none."""
+    ended, ran = metrics.get("timestamp"), metrics.get("time_total_s")
+    known = isinstance(ended, (int, float)) and isinstance(ran, (int, float))
+    return {"started_at": float(ended - ran) if known else None, "ended_at": float(ended) if known else None}
 
 
 def _lowest(result, column: str) -> float | None:

@@ -51,6 +51,7 @@ VIEW_LINK_TAG = "vitplast.view_link"
 STUDY_TAG = "vitplast.optuna_study"  # the search's Optuna study: its storage URL and name (records/study.py)
 BEST_TAG = "vitplast.best"  # "true" on the best trial's run
 BEST_RUN_TAG = "vitplast.best_run_id"  # on the parent run: the best trial's run
+ELAPSED_METRIC = "elapsed_s"  # on the parent run: the driver's wall time at its end, as its summary and status say it
 CURVE_METRICS = (
     *("train_loss", "val_acc", "val_loss", "best_val_acc", "current_lr", "steps_per_s", "images_per_s"),
     *("time_in_steps_s", "val_acc_per_gpu_hour"),  # the trial's training seconds so far, and accuracy per GPU-hour

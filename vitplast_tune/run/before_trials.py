@@ -14,6 +14,7 @@ from vitplast_tune.log import get_logger
 from vitplast_tune.plan import resources
 from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.predictors.report import Predictors, describe_gradients, gradient_report, search_report
+from vitplast_tune.storage import spoken
 from vitplast_tune.timings import Timings
 
 log = get_logger(__name__)
@@ -119,7 +120,9 @@ def measure_predictors(
             )
         ranked = measured.ranking.dropna(subset=["rank"]).sort_values("rank")
         order = " > ".join(f"{r.component} {r.plasticity:.3g}" for r in ranked.itertuples())
-        log.info(f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {measured.out_dir})")
+        log.info(
+            f"  ranking: {order}  ({'cached' if measured.meta.get('reused') else 'measured'}, {spoken(measured.out_dir)})"
+        )
         with timings.phase("gradients"):
             gradients = gradient_report(s, decoded=plan.decoded, runner=run, staged=list(staged))
         log.info(

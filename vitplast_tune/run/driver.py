@@ -35,7 +35,7 @@ from vitplast_tune.run import before_trials, guard, interrupts, nodes, parallel,
 from vitplast_tune.run.live_study import LiveStudy
 from vitplast_tune.run.trainable import train_trial
 from vitplast_tune.space.objectives import objective_of
-from vitplast_tune.storage import write_record
+from vitplast_tune.storage import spoken, write_record
 from vitplast_tune.timings import Timings
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings |
             tuned = _record_and_tune(plan, callbacks, records, timings, trainable)
             _check_ended(plan, records)
             with interrupts.deferred():  # every trial ended: SIGTERM waits for the results (Ctrl-C still stops)
-                result = _finish(plan, tuned, records, timings)
+                result = _finish(plan, tuned, records, timings, started)
         except KeyboardInterrupt:
             _close_stopped(records)
             raise _interrupted(plan, records) from None
@@ -163,7 +163,6 @@ def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings |
             if owns_ray:
                 with timings.phase("ray_stop"):
                     ray.shutdown()
-    result.elapsed_s = time.perf_counter() - started
     return result
 
 
@@ -177,7 +176,7 @@ def _check_ended(plan: SearchPlan, records: _Records) -> None:
     records.ended = True
 
 
-def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings) -> SearchResult:
+def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings, started: float) -> SearchResult:
     """The end phase, every trial ended: the results recorded (MLflow, trial table, Pareto fronts), the best model
     built in a Ray worker with a trial's resources and logged, the Optuna study completed, the analyses (that worker
     makes their measurements), then the parent run ended FINISHED. Each step writes what a resumed search lacks."""
@@ -203,8 +202,9 @@ def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings
         with timings.phase("analysis"):
             measuring = {"runner": runner, "decoded": plan.decoded, "staged": tuned.staged}
             analyze(result, mlflow, running, measuring=measuring, once=True)
-    result.timings = timings
+    result.timings, result.elapsed_s = timings, time.perf_counter() - started  # as the summary and status say it
     mlflow.log_dict(parent, timings.seconds, "timings.json")
+    mlflow.log_metric(parent, tracking.ELAPSED_METRIC, result.elapsed_s)
     mlflow.set_terminated(parent, status="FINISHED")
     return result
 
@@ -312,7 +312,7 @@ def _tune(
     tracker = trial_runs.MlflowTracker(plan.tracking_uri, parent, describe, orphans)
     live = LiveStudy(plan.results_dir, plan.name, plan.spec, plan.settings, run_of=tracker.runs.get)
     live.setup()  # the study made before its command is printed: a dashboard opened then must not race its making
-    log.info(f"Optuna study (fills in as trials end): optuna-dashboard {live.url}   (study '{plan.name}')")
+    log.info(f"Optuna study (fills in as trials end): optuna-dashboard {spoken(live.url)}   (study '{plan.name}')")
     callbacks = [tracker, live, *callbacks]
     if plan.running.verbose:
         from vitplast_tune.run.progress import Progress

@@ -9,6 +9,7 @@ the stopped ones.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -54,6 +55,17 @@ def interactive(stream: TextIO) -> bool:
     return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
 
 
+def bar_shape(stream: TextIO) -> dict[str, Any]:
+    """How tqdm sizes the bar on ``stream``: to the terminal's width as it changes, or 80 columns and 24 rows where the
+    terminal says it has none (a pseudo-terminal nobody sized, as ``script`` or a test harness makes: tqdm reads its
+    0 x 0 as -1 rows, takes the bar for below the screen's last row and draws nothing)."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # no terminal (a notebook's stream): tqdm's own sizing
+        return {"dynamic_ncols": True}
+    return {"ncols": 80, "nrows": 24} if 0 in size else {"dynamic_ncols": True}
+
+
 class Progress(Callback):
     """A Tune callback that prints one line per finished trial, under a tqdm bar or with a heartbeat line.
 
@@ -96,8 +108,8 @@ class Progress(Callback):
                 total=self.total,
                 desc="trials",
                 file=self.stream,
-                dynamic_ncols=True,
                 bar_format="{desc} {n_fmt}/{total_fmt} |{bar}| {elapsed} elapsed{postfix}",
+                **bar_shape(self.stream),
             )
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
