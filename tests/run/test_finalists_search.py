@@ -1,5 +1,6 @@
-"""The finalists stage end to end, once: a tiny TPE + ASHA search whose finalists train at the whole budget on new
-seeds as trials of the same search, tagged in MLflow, kept out of the Optuna study, and answered by."""
+"""The baselines' reference trials and the finalists stage end to end, once: a tiny TPE + ASHA search whose reference
+trials and finalists train at the whole budget (the finalists on new seeds) as trials of the same search, tagged in
+MLflow, kept out of the Optuna study, and answered by."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def test_a_search_trains_its_finalists_on_new_seeds_records_them_and_answers_by_
         parameters={"components": {"choice": ["mha", "fc1"]}, "lr": {"loguniform": [0.01, 0.1]}},
         defaults={"max_steps": 8, "eval_every": 4},
         finalists={"top": 1, "seeds": 2},
+        baselines={"rates": 1},  # full finetuning and the probe once each, at lr 10^-1.5 (the middle of the range)
     )
     storage = tmp_path / "results"
     options = SearchOptions(space=str(space), name="fin", storage=str(storage), plasticity=False, verbose=0)
@@ -31,17 +33,20 @@ def test_a_search_trains_its_finalists_on_new_seeds_records_them_and_answers_by_
 
     table = pd.read_csv(storage / "fin" / "trials.csv")
     finals, searched = table[table["stage"] == "finalist"], table[table["stage"] == "search"]
+    references = table[table["stage"] == "baseline"]
     assert len(searched) == 4 and (searched["seed"] == 0).all()
+    assert sorted(references["components"]) == ["all", "head"] and (references["step"] == 8).all()  # never stopped
     assert len(finals) == (1 + 2) * 2 and (finals["step"] == 8).all()  # the whole budget: ASHA passed them over
     assert sorted(finals["seed"].unique()) == [1, 2] and finals.groupby("finalist")["seed"].nunique().eq(2).all()
-    assert {"all", "head"} <= set(finals["components"])
+    baselines = finals[finals["components"].isin(["all", "head"])]
+    assert len(baselines) == 4 and (baselines["lr"] == 0.0316).all() and (baselines["lr_from"] == "own").all()
 
     runs = child_runs(MlflowClient(result.place.tracking_uri), result.parent_run_id)
     tags = sorted((r.data.tags.get(STAGE_TAG), r.data.tags.get(SEED_TAG)) for r in runs)
-    assert tags == [("finalist", "1")] * 3 + [("finalist", "2")] * 3 + [("search", "0")] * 4
+    assert tags == [("baseline", "0")] * 2 + [("finalist", "1")] * 3 + [("finalist", "2")] * 3 + [("search", "0")] * 4
 
     study = optuna.load_study(study_name="fin", storage=f"sqlite:///{storage / 'fin' / 'optuna.db'}")
-    assert len(study.trials) == 4  # the search's trials alone, as TPE's study holds them
+    assert len(study.trials) == 4  # the trials TPE drew alone, as its own study holds them
 
     text = summary(result)
     first = text.splitlines()[0]

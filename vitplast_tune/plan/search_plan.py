@@ -178,6 +178,7 @@ class SearchPlan:
             "num_samples": self.spec.num_samples,
             "budgets": list(self.spec.budget_steps) or None,
             "finalists": {"top": self.spec.finalists.top, "seeds": self.spec.finalists.seeds},
+            "baselines": self.spec.baselines,  # rates per baseline of its reference trials
             "seed": self.seed,
             "max_concurrent": self.max_concurrent,
             "max_failures": self.max_failures,
