@@ -152,7 +152,7 @@ def test_the_schedulers_never_stop_a_reference_trial_or_a_finalist_nor_rank_a_tr
     a, b = FakeTrial("a"), FakeTrial("b")
     f1, f3 = (FakeTrial(f"f{i}", FINALIST) for i in (1, 3))
     f2 = FakeTrial("f2", REFERENCES[0])  # a baseline's reference trial
-    reports = ((a, 0.5), (f1, 0.99), (f2, 0.95), (b, 0.8), (f3, 0.01))  # all at ASHA's first rung, step 10
+    reports = ((a, 0.5), (f1, 0.99), (f2, 0.2), (b, 0.8), (f3, 0.01))  # all at ASHA's first rung, step 10
     actions = {}
     for kind in (SparingASHA, ASHAScheduler):
         scheduler = asha(kind)
@@ -162,8 +162,8 @@ def test_the_schedulers_never_stop_a_reference_trial_or_a_finalist_nor_rank_a_tr
         for trial, _ in reports:  # a finalist's end leaves the rungs alone
             scheduler.on_trial_complete(None, trial, {"step": 100, "val_acc": 0.5})
     go, stop = TrialScheduler.CONTINUE, TrialScheduler.STOP
-    assert actions[ASHAScheduler] == [go, go, go, stop, stop]  # b below the finalists' cutoff; f3 below everyone's
-    assert actions[SparingASHA] == [go] * 5  # b ranked against a alone; no finalist stopped
+    assert actions[ASHAScheduler] == [go, go, stop, go, stop]  # f2 below a and f1, f3 below everyone
+    assert actions[SparingASHA] == [go] * 5  # b ranked against a alone; no reference trial nor finalist stopped
     with pytest.raises(KeyError):
         asha(ASHAScheduler).on_trial_remove(None, FakeTrial("never added"))
     asha().on_trial_remove(None, FakeTrial("f4", FINALIST))  # never added, never removed

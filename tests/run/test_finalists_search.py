@@ -4,6 +4,9 @@ MLflow, kept out of the Optuna study, and answered by."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import optuna
 import pandas as pd
 import pytest
@@ -12,6 +15,7 @@ from mlflow.tracking import MlflowClient
 import vitplast_tune as vt
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import summary
+from vitplast_tune.records.finalists import final_answer
 from vitplast_tune.records.tracking import SEED_TAG, STAGE_TAG, child_runs
 from vitplast_tune.run.driver import run
 
@@ -55,3 +59,9 @@ def test_a_search_trains_its_finalists_on_new_seeds_records_them_and_answers_by_
     assert "over the linear probe" in first or "it is the linear probe" in first
     assert "one-standard-error rule" in text.splitlines()[1] or "no standard error" in text.splitlines()[1]
     assert str(vt.load_search("fin", storage=storage).answer) == first
+
+    chosen = final_answer(table).chosen  # the best model is the answer's configuration, not the best single trial
+    best = vt.load_search("fin", storage=storage).best_trial
+    assert best["stage"] == "finalist" and best["finalist"] == chosen.index
+    kept = MlflowClient(result.place.tracking_uri).download_artifacts(result.parent_run_id, "best_trial/trial.json")
+    assert json.loads(Path(kept).read_text())["trial_id"] == best["trial_id"]

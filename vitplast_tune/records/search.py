@@ -182,10 +182,12 @@ class Search:
 
     @property
     def best_trial(self) -> pd.Series | None:
-        """The trial with the best validation metric (the row of ``trials``), or None before any trial ended."""
-        from vitplast_tune.records.table import top_trials
+        """The trial that stands for the answer, whose weights ``best_model`` loads (the row of ``trials``): the
+        finalists' chosen configuration's best seed, else the trial of the best validation metric
+        (``records.finalists.answer_trial``); None before any trial ended."""
+        from vitplast_tune.records.finalists import answer_trial
 
-        top = top_trials(self.trials, self.spec, 1)
+        top = answer_trial(self.trials, self.spec)
         return None if top.empty else top.iloc[0]
 
     def best_model(self, device: str = "cpu") -> nn.Module:
