@@ -204,8 +204,11 @@ class _Progress:
         self.spent_steps += steps
 
     def ended(self, key: Key, run: Run, i: int, diverged: bool) -> None:
-        """A trial ended after its ``i``-th evaluation: the incumbent, the path and the figures once it reaches."""
+        """A trial ended after its ``i``-th evaluation: the incumbent, the path, the trial (``ended``: its subset, rate,
+        best validation accuracy or None where it diverged, seed and seconds) and the figures once it reaches."""
         best_val = max(a for _, a in run.curve[: i + 1])
+        cost = run.curve[i][0] * run.seconds_per_step
+        self.out.setdefault("ended", []).append([*key, None if diverged else best_val, run.seed, round(cost, 4)])
         if not diverged and (self.incumbent is None or best_val > self.incumbent[0]):
             self.incumbent = (best_val, key)
         test = self.table.mean_test(self.incumbent[1]) if self.incumbent else 0.0
@@ -216,7 +219,16 @@ class _Progress:
             self.out.update(reached, trials=self.launched)
 
 
-def replay(table: Table, algorithm: str, seed: int, tolerance: float, budget: float, max_trials: int, workers: int):
+def replay(
+    table: Table,
+    algorithm: str,
+    seed: int,
+    tolerance: float,
+    budget: float,
+    max_trials: int,
+    workers: int,
+    references: tuple[Key, ...] = (),
+):
     """One replayed search of ``table``.
 
     Args:
@@ -227,11 +239,17 @@ def replay(table: Table, algorithm: str, seed: int, tolerance: float, budget: fl
         budget: the replay starts no trial once it spent this fraction of the grid's seconds.
         max_trials: nor after this many trials.
         workers: trials running at once.
+        references: configurations trained first, as the search's baselines' reference trials are
+            (``vitplast_tune.space.baselines``): counted in ``max_trials``, never stopped by the scheduler (the
+            search's own SparingASHA), unheard by the sampler.
 
     Returns:
         ``reached_s`` and ``reached_steps`` (fractions of the grid's, None when not reached), ``trials`` started by
-        then, and ``path``: (fraction of the grid's seconds, incumbent's mean test accuracy) at each trial's end.
+        then, ``path``: (fraction of the grid's seconds, incumbent's mean test accuracy) at each trial's end, and
+        ``ended``: each trial as it ended (subset, lr, best validation accuracy or None, seed, seconds).
     """
+    from vitplast_tune.config import REFERENCE_KEY
+
     np.random.seed(seed)  # Ray's HyperBand draws each trial's bracket from numpy's global generator
     sampler_name, scheduler_name = algorithm.split(" + ")
     search = searcher(sampler_name, table, seed)
@@ -244,12 +262,15 @@ def replay(table: Table, algorithm: str, seed: int, tolerance: float, budget: fl
     def launch(now: float) -> None:
         if progress.launched >= max_trials or progress.spent_s >= budget * table.grid_seconds:
             return
-        trial = SimpleNamespace(trial_id=f"replay_{progress.launched:05d}")
-        config = search.suggest(trial.trial_id)
-        if config is None:
+        trial = SimpleNamespace(trial_id=f"replay_{progress.launched:05d}", config={})
+        if progress.launched < len(references):  # a reference trial: marked, so that the scheduler spares it
+            key = references[progress.launched]
+            trial.config = {REFERENCE_KEY: {"index": progress.launched + 1, "of": len(references)}}
+        elif (config := search.suggest(trial.trial_id)) is not None:
+            key = config_key(table, config)
+        else:
             return
         progress.launched += 1
-        key = config_key(table, config)
         run = draws.choice(table.runs[key])
         sched.on_trial_add(None, trial)
         heapq.heappush(events, (now + run.curve[0][0] * run.seconds_per_step, next(order), trial, key, run, 0))
@@ -264,11 +285,12 @@ def replay(table: Table, algorithm: str, seed: int, tolerance: float, budget: fl
         result = {"step": step, "val_acc": acc, "max_steps": table.max_steps, "diverged": run.diverged and last}
         result.update(training_iteration=i + 1, trial_id=trial.trial_id)
         decision = sched.on_trial_result(None, trial, result)
-        if decision != TrialScheduler.STOP:
+        if decision != TrialScheduler.STOP and not trial.config:  # the sampler hears of its own trials alone
             search.on_trial_result(trial.trial_id, result)
         if decision == TrialScheduler.STOP or last:
             sched.on_trial_complete(None, trial, result)
-            search.on_trial_complete(trial.trial_id, result=result, error=result["diverged"])
+            if not trial.config:
+                search.on_trial_complete(trial.trial_id, result=result, error=result["diverged"])
             progress.ended(key, run, i, result["diverged"])
             launch(now)
         else:
