@@ -61,7 +61,9 @@ def test_a_search_trains_its_finalists_on_new_seeds_records_them_and_answers_by_
     assert str(vt.load_search("fin", storage=storage).answer) == first
 
     chosen = final_answer(table).chosen  # the best model is the answer's configuration, not the best single trial
-    best = vt.load_search("fin", storage=storage).best_trial
+    search = vt.load_search("fin", storage=storage)
+    assert search.total_trials == 4 + 2 + 6 and search.describe()["left"] == 0
+    best = search.best_trial
     assert best["stage"] == "finalist" and best["finalist"] == chosen.index
     kept = MlflowClient(result.place.tracking_uri).download_artifacts(result.parent_run_id, "best_trial/trial.json")
     assert json.loads(Path(kept).read_text())["trial_id"] == best["trial_id"]

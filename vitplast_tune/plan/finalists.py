@@ -47,8 +47,8 @@ def fit_finalists(spec: SearchSpec, flagged: bool) -> tuple[SearchSpec, list[str
         spec: The space, with the options' overrides.
         flagged: Whether ``--finalists-top`` or ``--finalists-seeds`` set the stage.
 
-    The baselines' reference trials are turned off too, with a note, where the search has no more trials than they
-    are (``fit_baselines``).
+    The baselines' reference trials are turned off too, with a note, where the search has fewer than twice as many
+    trials of its own (``fit_baselines``).
 
     Returns:
         The space (its stage off where turned off) and the notes saying so.
@@ -62,8 +62,8 @@ def fit_finalists(spec: SearchSpec, flagged: bool) -> tuple[SearchSpec, list[str
 
 
 def fit_baselines(spec: SearchSpec) -> tuple[SearchSpec, list[str]]:
-    """Turn off the baselines' reference trials, with a note, where the search has no more trials than they are
-    (``--num-samples``: a smoke test, not a search).
+    """Turn off the baselines' reference trials, with a note, where the search has fewer than twice as many trials of
+    its own (``--num-samples``): they would be a third of its trials or more, a smoke test rather than a search.
 
     Args:
         spec: The space, with the options' overrides.
@@ -72,11 +72,11 @@ def fit_baselines(spec: SearchSpec) -> tuple[SearchSpec, list[str]]:
         The space (without baselines where turned off) and the note saying so.
     """
     made = len(references(spec))
-    if not made or spec.num_samples > made:
+    if not made or spec.num_samples >= 2 * made:
         return spec, []
     note = (
-        f"no baselines' reference trials ({spec.num_samples} trial(s) are no more than its {made}: full finetuning "
-        f"and the linear probe at {spec.baselines} rate(s) each); a space's baselines: {{rates: R}} sets them"
+        f"no baselines' reference trials ({spec.num_samples} trial(s) are fewer than twice their {made}: full "
+        f"finetuning and the linear probe at {spec.baselines} rate(s) each); a space's baselines: {{rates: R}} sets them"
     )
     return replace(spec, baselines=0), [note]
 

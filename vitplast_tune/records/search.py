@@ -102,9 +102,9 @@ class Search:
 
     @cached_property
     def spec(self):
-        """The search's space (``SearchSpec``), read from the file it recorded, with the trial count, budgets and
-        finalists stage the search ran (``num_samples=``, ``budgets=`` and the finalists' flags override the file's;
-        a search recorded before the stage existed has none)."""
+        """The search's space (``SearchSpec``), read from the file it recorded, with the trial count, budgets,
+        finalists stage and reference trials the search ran (``num_samples=``, ``budgets=`` and the finalists' flags
+        override the file's; a search recorded before the stage or the reference trials existed has none)."""
         from dataclasses import replace
 
         from vitplast_tune.space.files import load_space
@@ -114,7 +114,9 @@ class Search:
         spec = load_space(self.record["space_path"]).with_overrides(
             num_samples=self.record.get("num_samples"), budgets=tuple(budgets) if budgets else None
         )
-        return replace(spec, finalists=Finalists(**self.record.get("finalists", {})))
+        return replace(
+            spec, finalists=Finalists(**self.record.get("finalists", {})), baselines=self.record.get("baselines", 0)
+        )
 
     @property
     def settings(self):
@@ -125,7 +127,7 @@ class Search:
 
     @property
     def total_trials(self) -> int:
-        """How many trials the search runs in all (its finalists stage's at most)."""
+        """How many trials the search runs in all (its reference trials, and its finalists stage's at most)."""
         return int(self.spec.total_trials + self.spec.finalists.trials)
 
     @property
