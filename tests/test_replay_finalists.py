@@ -38,14 +38,15 @@ def test_the_stage_trains_the_best_and_both_baselines_on_new_seeds_and_answers_b
     table, params = _table(), {"b": 300.0, "c": 100.0, "all": 1000.0, "head": 1.0}
     ended = [["all", 0.1, 0.80, 0, 30.0], ["head", 1.0, 0.60, 0, 10.0], ["b", 0.1, 0.97, 2, 10.0]]
     ended += [["c", 0.1, 0.90, 0, 10.0]]
-    assert replay_finalists.finalists(table, ended, 0, 0, 0, params) == (("b", 0.1), 0.0)  # no stage: the best trial
-    key, spent = replay_finalists.finalists(table, ended, 2, 3, 0, params)
+    no_stage = replay_finalists.finalists(table, ended, 0, 0, 0, params)
+    assert no_stage == (("b", 0.1), ("b", 0.1), 0.0)  # the best trial
+    key, best_mean, spent = replay_finalists.finalists(table, ended, 2, 3, 0, params)
     # on seeds the search did not draw, b has the best mean (95.67%, SE 0.33 points) and c (95.50%) is within one SE
     # of it with a third of its parameters: the answer
-    assert key == ("c", 0.1)
+    assert key == ("c", 0.1) and best_mean == ("b", 0.1)
     assert spent == pytest.approx(3 * (10 + 10 + 30 + 10))  # b, c, full finetuning and the probe at its own rate
     one = replay_finalists.finalists(table, ended, 1, 3, 0, params)
-    assert one[0] == ("b", 0.1) and one[1] == pytest.approx(3 * (10 + 30 + 10))
+    assert one[0] == ("b", 0.1) and one[2] == pytest.approx(3 * (10 + 30 + 10))
     assert replay_finalists.ceiling(table) == pytest.approx(0.0)  # b by mean validation is b by mean test
 
 
@@ -63,3 +64,17 @@ def test_the_page_and_the_figures_come_from_a_few_cached_replays(tmp_path, capsy
     assert [(r["trials"], r["top"], r["seeds"], r["replays"]) for r in figures["rows"]] == [(4, 0, 0, 2), (4, 1, 2, 2)]
     staged = figures["rows"][1]
     assert staged["cost"][0] > figures["rows"][0]["cost"][0]  # the stage's runs are charged
+    assert figures["choice"]["best"]["trials"] == 4 and "The default, chosen by the one-standard-error rule" in text
+
+
+def test_the_default_is_the_cheapest_setting_within_one_standard_error_of_the_best_share():
+    def row(t, share, cost):
+        return {"trials": t, "top": 1, "seeds": 2, "within": {0.005: share, 0.01: share}, "cost": (cost, cost, cost)}
+
+    rows = [row(10, 0.40, 0.2), row(20, 0.50, 0.3), row(30, 0.52, 0.35), row(60, 0.9, 0.9)]
+    rows = [{**r, "replays": 100} for r in rows]
+    picked = replay_finalists.choose(rows, {0.005: 0.75, 0.01: 0.8})  # the goal: 0.675 at 0.4; none meets it
+    assert not picked["met"] and picked["best"]["trials"] == 30  # the best share at no more than 0.4
+    assert picked["trials"] == 20 and picked["se"] == pytest.approx((0.52 * 0.48 / 100) ** 0.5)  # 0.50 >= 0.52 - 0.05
+    met = replay_finalists.choose(rows, {0.005: 0.5, 0.01: 0.5})  # the goal: 0.45 at 0.4
+    assert met["met"] and met["trials"] == 20

@@ -56,7 +56,7 @@ def test_the_rates_spread_over_the_rate_dimension():
 def test_the_reference_trials_are_both_baselines_at_each_rate_marked_and_staged(tiny_space):
     parameters = {**SUBSETS, "depth": {"choice": ["first", "last"]}, "lora_rank": {"choice": [8, 4]}}
     spec = load_space(tiny_space(algorithm="optuna", num_samples=20, parameters=parameters, baselines={"rates": 2}))
-    made = references(spec)
+    made = references(spec.parameters, spec.baselines)
     assert [(c["components"], c["lr"], c["depth"], c["lora_rank"]) for c in made] == [
         ("all", 0.00562, "all", 8),
         ("head", 0.00562, "all", 8),

@@ -102,7 +102,7 @@ def describe_trials(plan: SearchPlan) -> list[str]:
     metric = ", ".join(f"{m} ({d})" for m, d in spec.objectives) or f"{spec.metric} ({spec.mode})"
     lines = [f"space:      {spec.path}" + (f": {spec.description}" if spec.description else "")]
     lines.append(f"trials:     {spec.total_trials}, {spec.algorithm} (seed {plan.seed}), {stop}; metric {metric}")
-    if made := references(spec):
+    if made := references(spec.parameters, spec.baselines):
         rates = ", ".join(dict.fromkeys(f"{c['lr']:g}" for c in made if "lr" in c)) or "the settings' rate"
         lines.append(
             f"baselines:  {len(made)} of them, full finetuning and the linear probe at lr {rates}, never stopped"
@@ -162,7 +162,7 @@ def describe_resources(plan: SearchPlan, where: str, nodes: list[dict[str, Any]]
 
 def step_budget(spec: SearchSpec, max_steps: int, eval_every: int) -> tuple[float, float]:
     """(fewest, most) training steps the sampler's trials of ``spec`` take together (see the module's docstring)."""
-    n, s = spec.total_trials - len(references(spec)), spec.scheduler
+    n, s = spec.total_trials - len(references(spec.parameters, spec.baselines)), spec.scheduler
     most = float(n * max_steps)
     at_report = lambda step: min(math.ceil(step / eval_every) * eval_every, max_steps)  # a trial stops at a report
     if s.name == "median":
@@ -179,7 +179,7 @@ def step_budget(spec: SearchSpec, max_steps: int, eval_every: int) -> tuple[floa
 
 def wall_range(plan: SearchPlan, timings: list[Timing], at_once: int) -> tuple[float, float]:
     """(fewest, most) seconds of the search's trials, then its finalists': see the module's docstring."""
-    made = len(references(plan.spec))  # whole-budget trials, counted with the finalists
+    made = len(references(plan.spec.parameters, plan.spec.baselines))  # whole-budget trials, counted with the finalists
     s, n, finals = plan.settings, plan.spec.total_trials - made, plan.spec.finalists.trials + made
     fast, slow = min(timings, key=lambda t: t.step_s), max(timings, key=lambda t: t.step_s)
     fewest_steps, _ = step_budget(plan.spec, s.max_steps, s.eval_every)

@@ -71,7 +71,7 @@ def fit_baselines(spec: SearchSpec) -> tuple[SearchSpec, list[str]]:
     Returns:
         The space (without baselines where turned off) and the note saying so.
     """
-    made = len(references(spec))
+    made = len(references(spec.parameters, spec.baselines))
     if not made or spec.num_samples >= 2 * made:
         return spec, []
     note = (

@@ -52,7 +52,7 @@ def search_algorithm(
     if spec.algorithm != "optuna":
         return variants.variant_generator(spec, seed, max_concurrent)
     searcher = optuna_search.optuna_searcher(spec, seed, warm_start)
-    made = references(spec)
+    made = references(spec.parameters, spec.baselines)
     if spec.finalists.on or made:
         searcher = finalists.StagedSearcher(searcher, spec.num_samples, spec.finalists, finalist_seeds, made)
     if max_concurrent:
@@ -170,7 +170,7 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
             mode=spec.mode,
             num_samples=spec.total_trials
             if variants.grid_points(spec)
-            else spec.num_samples + len(references(spec)) + spec.finalists.trials,
+            else spec.num_samples + len(references(spec.parameters, spec.baselines)) + spec.finalists.trials,
             reuse_actors=True,
             search_alg=search_algorithm(
                 spec, plan.seed, concurrency(plan), warm_start, finalist_seeds(spec, plan.settings.seed)

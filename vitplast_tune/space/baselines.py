@@ -13,35 +13,33 @@ constant) trains ``DEFAULT_RATES`` rates of each; any other search none.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vitplast_tune.components import ALL, HEAD
 from vitplast_tune.config import FINALIST_KEY, REFERENCE_KEY
 from vitplast_tune.errors import SpaceError
 from vitplast_tune.space.distributions import Choice, Constant, Distribution, LogUniform, Uniform
 
-if TYPE_CHECKING:
-    from vitplast_tune.space.files import SearchSpec
-
 BASELINES = (ALL, HEAD)  # full finetuning and the linear probe
 DEFAULT_RATES = 3  # rates of each baseline where a space has no ``baselines`` key and searches components with TPE
 SEARCH, BASELINE, FINALIST = "search", "baseline", "finalist"  # a trial's stage (``stage_of``)
 
 
-def applies(spec: SearchSpec) -> bool:
+def applies(algorithm: str, parameters: dict[str, Distribution]) -> bool:
     """Whether a space can train reference trials: a TPE search (``algorithm: optuna``) whose components vary, and
     whose rate, if it has one, is a constant, a choice or a range of floats (``sweep``)."""
-    components, lr = spec.parameters.get("components"), spec.parameters.get("lr")
+    components, lr = parameters.get("components"), parameters.get("lr")
     varies = components is not None and not isinstance(components, Constant)
-    return spec.algorithm == "optuna" and varies and (lr is None or isinstance(lr, (Constant, Choice, Uniform)))
+    return algorithm == "optuna" and varies and (lr is None or isinstance(lr, (Constant, Choice, Uniform)))
 
 
-def parse_baselines(raw: Any, spec: SearchSpec, where: str) -> int:
+def parse_baselines(raw: Any, algorithm: str, parameters: dict[str, Distribution], where: str) -> int:
     """Read a space file's ``baselines`` key: how many rates each baseline trains at.
 
     Args:
         raw: The key's value: ``{rates: R}`` (None: absent).
-        spec: The space read so far (its algorithm and parameters).
+        algorithm: The space's algorithm.
+        parameters: Its parameters.
         where: The file, for messages.
 
     Returns:
@@ -51,11 +49,11 @@ def parse_baselines(raw: Any, spec: SearchSpec, where: str) -> int:
         SpaceError: Not ``{rates: R}`` with R an integer >= 0, or R > 0 in a space that does not apply (``applies``).
     """
     if raw is None:
-        return DEFAULT_RATES if applies(spec) else 0
+        return DEFAULT_RATES if applies(algorithm, parameters) else 0
     rates = raw.get("rates") if isinstance(raw, dict) and set(raw) == {"rates"} else None
     if isinstance(rates, bool) or not isinstance(rates, int) or rates < 0:
         raise SpaceError(f"{where}: baselines must be {{rates: R}}, R an integer >= 0 (0: none), got {raw!r}")
-    if rates and not applies(spec):
+    if rates and not applies(algorithm, parameters):
         raise SpaceError(
             f"{where}: baselines need algorithm: optuna, a components parameter that varies and an lr of "
             "{loguniform|uniform|choice: ...} or a constant (a grid lists its own: add all and head to its "
@@ -93,7 +91,7 @@ def sweep(lr: Distribution | None, rates: int) -> list[float | None]:
     return [lr.corners()[0]]
 
 
-def references(spec: SearchSpec) -> list[dict[str, Any]]:
+def references(parameters: dict[str, Distribution], rates: int) -> list[dict[str, Any]]:
     """The configs of a space's reference trials, in the order they are suggested: each rate of the sweep, full
     finetuning then the linear probe.
 
@@ -101,18 +99,19 @@ def references(spec: SearchSpec) -> list[dict[str, Any]]:
     subset, its rate and ``REFERENCE_KEY``: its number (from 1) and the reference trials in all (``of``).
 
     Args:
-        spec: The space (its ``baselines``: rates per baseline, 0 for none).
+        parameters: The space's parameters.
+        rates: The rates per baseline (a ``SearchSpec``'s ``baselines``; 0: none).
 
     Returns:
         The configs; none without baselines.
     """
     base: dict[str, Any] = {}
-    for name, p in spec.parameters.items():
+    for name, p in parameters.items():
         if name not in ("components", "lr", "seed", "blocks"):
             base[name] = "all" if name == "depth" else (p.value if isinstance(p, Constant) else p.corners()[0])
     made = [
         {**base, "components": name, **({"lr": rate} if rate is not None else {})}
-        for rate in sweep(spec.parameters.get("lr"), spec.baselines)
+        for rate in sweep(parameters.get("lr"), rates)
         for name in BASELINES
     ]
     return [{**config, REFERENCE_KEY: {"index": i + 1, "of": len(made)}} for i, config in enumerate(made)]

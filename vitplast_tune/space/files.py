@@ -170,7 +170,9 @@ class SearchSpec:
         """Trials this space runs before any finalists: num_samples (and the baselines' reference trials), or grid size
         times num_samples for a grid."""
         return (
-            len(self.grid) * self.num_samples if self.algorithm == "grid" else self.num_samples + len(references(self))
+            len(self.grid) * self.num_samples
+            if self.algorithm == "grid"
+            else self.num_samples + len(references(self.parameters, self.baselines))
         )
 
     def example(self) -> dict[str, Any]:
@@ -300,7 +302,7 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
         finalists=parse_finalists(raw.get("finalists"), where),
     )
     spec = replace(spec, budgets=parse_budgets(raw.get("budgets"), spec.parameters, where))
-    spec = replace(spec, baselines=parse_baselines(raw.get("baselines"), spec, where))
+    spec = replace(spec, baselines=parse_baselines(raw.get("baselines"), spec.algorithm, spec.parameters, where))
     _check_algorithm(spec)
     return spec
 
