@@ -220,14 +220,7 @@ class _Progress:
 
 
 def replay(
-    table: Table,
-    algorithm: str,
-    seed: int,
-    tolerance: float,
-    budget: float,
-    max_trials: int,
-    workers: int,
-    references: tuple[Key, ...] = (),
+    table: Table, algorithm: str, seed: int, tolerance: float, budget: float, max_trials: int, workers: int, refs=()
 ):
     """One replayed search of ``table``.
 
@@ -239,20 +232,15 @@ def replay(
         budget: the replay starts no trial once it spent this fraction of the grid's seconds.
         max_trials: nor after this many trials.
         workers: trials running at once.
-        references: configurations trained first, as the search's baselines' reference trials are
-            (``vitplast_tune.space.baselines``): counted in ``max_trials``, never stopped by the scheduler (the
-            search's own SparingASHA), unheard by the sampler.
+        refs: configurations trained first, as the search's reference trials (``_next_key``).
 
     Returns:
-        ``reached_s`` and ``reached_steps`` (fractions of the grid's, None when not reached), ``trials`` started by
-        then, ``path``: (fraction of the grid's seconds, incumbent's mean test accuracy) at each trial's end, and
-        ``ended``: each trial as it ended (subset, lr, best validation accuracy or None, seed, seconds).
+        ``reached_s``, ``reached_steps`` (fractions of the grid's, None when not reached), ``trials`` started by then,
+        ``path`` (fraction of the grid's seconds, incumbent's mean test accuracy) and ``ended`` (``_Progress.ended``).
     """
-    from vitplast_tune.config import REFERENCE_KEY
-
     np.random.seed(seed)  # Ray's HyperBand draws each trial's bracket from numpy's global generator
     sampler_name, scheduler_name = algorithm.split(" + ")
-    search = searcher(sampler_name, table, seed)
+    search = _OwnTrials(searcher(sampler_name, table, seed))
     sched = scheduler("none" if table.final_only else scheduler_name, table.max_steps)
     draws = random.Random(f"{seed}:seeds")  # the same draws for every algorithm at this seed: paired
     progress = _Progress(table, table.best[1] - tolerance)
@@ -263,12 +251,7 @@ def replay(
         if progress.launched >= max_trials or progress.spent_s >= budget * table.grid_seconds:
             return
         trial = SimpleNamespace(trial_id=f"replay_{progress.launched:05d}", config={})
-        if progress.launched < len(references):  # a reference trial: marked, so that the scheduler spares it
-            key = references[progress.launched]
-            trial.config = {REFERENCE_KEY: {"index": progress.launched + 1, "of": len(references)}}
-        elif (config := search.suggest(trial.trial_id)) is not None:
-            key = config_key(table, config)
-        else:
+        if (key := _next_key(trial, search, table, progress.launched, refs)) is None:
             return
         progress.launched += 1
         run = draws.choice(table.runs[key])
@@ -285,18 +268,52 @@ def replay(
         result = {"step": step, "val_acc": acc, "max_steps": table.max_steps, "diverged": run.diverged and last}
         result.update(training_iteration=i + 1, trial_id=trial.trial_id)
         decision = sched.on_trial_result(None, trial, result)
-        if decision != TrialScheduler.STOP and not trial.config:  # the sampler hears of its own trials alone
+        if decision != TrialScheduler.STOP:
             search.on_trial_result(trial.trial_id, result)
         if decision == TrialScheduler.STOP or last:
             sched.on_trial_complete(None, trial, result)
-            if not trial.config:
-                search.on_trial_complete(trial.trial_id, result=result, error=result["diverged"])
+            search.on_trial_complete(trial.trial_id, result=result, error=result["diverged"])
             progress.ended(key, run, i, result["diverged"])
             launch(now)
         else:
             following = (run.curve[i + 1][0] - step) * run.seconds_per_step
             heapq.heappush(events, (now + following, next(order), trial, key, run, i + 1))
     return progress.out
+
+
+REFERENCE_PREFIX = "reference_"  # a reference trial's id in a replay
+
+
+class _OwnTrials:
+    """A sampler's searcher told of its own trials alone: never of a reference trial (``_next_key``)."""
+
+    def __init__(self, search):
+        self.search = search
+
+    def suggest(self, trial_id: str) -> dict | None:
+        return self.search.suggest(trial_id)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if not trial_id.startswith(REFERENCE_PREFIX):
+            self.search.on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if not trial_id.startswith(REFERENCE_PREFIX):
+            self.search.on_trial_complete(trial_id, result=result, error=error)
+
+
+def _next_key(trial: SimpleNamespace, search, table: Table, launched: int, references: tuple[Key, ...]) -> Key | None:
+    """The configuration the next trial trains: the next reference trial's, marked in the trial's config as the
+    search marks its baselines' (``vitplast_tune.space.baselines``: the scheduler never stops one, the sampler never
+    hears of one); then the sampler's suggestion (None: it has none)."""
+    from vitplast_tune.config import REFERENCE_KEY
+
+    if launched < len(references):
+        trial.trial_id = f"{REFERENCE_PREFIX}{launched:05d}"
+        trial.config = {REFERENCE_KEY: {"index": launched + 1, "of": len(references)}}
+        return references[launched]
+    config = search.suggest(trial.trial_id)
+    return None if config is None else config_key(table, config)
 
 
 # ----------------------------------------------------------------------------- all replays, cached

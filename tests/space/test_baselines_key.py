@@ -27,6 +27,8 @@ def test_a_tpe_search_over_components_has_baselines_unless_its_key_turns_them_of
     assert load_space(tiny_space(name="grid")).baselines == 0  # a grid lists its own configurations
     fixed = tiny_space(name="fixed", algorithm="optuna", num_samples=20, parameters={"components": "mha"})
     assert load_space(fixed).baselines == 0  # components not searched: nothing to compare
+    few = tiny_space(name="few", algorithm="optuna", num_samples=11, parameters=SUBSETS)
+    assert load_space(few).baselines == 0  # fewer than twice its 6 reference trials: none unless the key asks
 
 
 @pytest.mark.parametrize(
@@ -50,7 +52,7 @@ def test_the_rates_spread_over_the_rate_dimension():
     assert sweep(Choice("lr", (1.0, 0.01, 0.03, 0.1, 0.3)), 3) == [0.01, 0.1, 1.0]
     assert sweep(Choice("lr", (0.3, 0.1)), 3) == [0.1, 0.3]  # fewer listed than asked: each once
     assert sweep(Constant("lr", 0.2), 3) == [0.2] and sweep(None, 3) == [None] and sweep(RandInt("lr", 1, 4), 2) == [1]
-    assert sweep(LogUniform("lr", 1e-3, 1.0), 0) == []
+    assert sweep(LogUniform("lr", 1e-3, 1.0), 0) == [] and sweep(Choice("lr", (0.1, "fast")), 3) == [0.1]
 
 
 def test_the_reference_trials_are_both_baselines_at_each_rate_marked_and_staged(tiny_space):

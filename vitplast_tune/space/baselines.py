@@ -7,7 +7,9 @@ come first, each marked in its config (``REFERENCE_KEY``); Ray Tune's scheduler 
 (``run.finalists``) and TPE does not learn from them (its study holds the trials it drew).
 
 Where the space has no key, a TPE search over components (``algorithm: optuna`` and a ``components`` that is not a
-constant) trains ``DEFAULT_RATES`` rates of each; any other search none.
+constant) of at least ``DEFAULT_TRIALS`` trials (twice the reference trials ``DEFAULT_RATES`` makes) trains
+``DEFAULT_RATES`` rates of each; any other search none, a smoke test of a few trials included (a plan turns off the
+reference trials of a search with fewer than twice as many trials of its own, with a note: ``plan.finalists``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from vitplast_tune.space.distributions import Choice, Constant, Distribution, Lo
 
 BASELINES = (ALL, HEAD)  # full finetuning and the linear probe
 DEFAULT_RATES = 3  # rates of each baseline where a space has no ``baselines`` key and searches components with TPE
+DEFAULT_TRIALS = 2 * 2 * DEFAULT_RATES  # and runs at least this many trials: twice its reference trials
 SEARCH, BASELINE, FINALIST = "search", "baseline", "finalist"  # a trial's stage (``stage_of``)
 
 
@@ -33,23 +36,25 @@ def applies(algorithm: str, parameters: dict[str, Distribution]) -> bool:
     return algorithm == "optuna" and varies and (lr is None or isinstance(lr, (Constant, Choice, Uniform)))
 
 
-def parse_baselines(raw: Any, algorithm: str, parameters: dict[str, Distribution], where: str) -> int:
+def parse_baselines(raw: Any, algorithm: str, parameters: dict[str, Distribution], num_samples: int, where: str) -> int:
     """Read a space file's ``baselines`` key: how many rates each baseline trains at.
 
     Args:
         raw: The key's value: ``{rates: R}`` (None: absent).
         algorithm: The space's algorithm.
         parameters: Its parameters.
+        num_samples: Its trials.
         where: The file, for messages.
 
     Returns:
-        The rates per baseline: the key's, else ``DEFAULT_RATES`` where the space applies (``applies``), else 0.
+        The rates per baseline: the key's, else ``DEFAULT_RATES`` where the space applies (``applies``) and runs at
+        least ``DEFAULT_TRIALS`` trials, else 0.
 
     Raises:
         SpaceError: Not ``{rates: R}`` with R an integer >= 0, or R > 0 in a space that does not apply (``applies``).
     """
     if raw is None:
-        return DEFAULT_RATES if applies(algorithm, parameters) else 0
+        return DEFAULT_RATES if applies(algorithm, parameters) and num_samples >= DEFAULT_TRIALS else 0
     rates = raw.get("rates") if isinstance(raw, dict) and set(raw) == {"rates"} else None
     if isinstance(rates, bool) or not isinstance(rates, int) or rates < 0:
         raise SpaceError(f"{where}: baselines must be {{rates: R}}, R an integer >= 0 (0: none), got {raw!r}")
@@ -81,6 +86,8 @@ def sweep(lr: Distribution | None, rates: int) -> list[float | None]:
     if isinstance(lr, Constant):
         return [lr.value]
     if isinstance(lr, Choice):
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in lr.values):
+            return [lr.values[0]]  # not all rates: the settings' check names the bad one
         values = sorted(float(v) for v in lr.values)
         picks = sorted({round((i + 0.5) * len(values) / rates - 0.5) for i in range(rates)})
         return [values[min(max(i, 0), len(values) - 1)] for i in picks]

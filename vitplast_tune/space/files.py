@@ -302,7 +302,9 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
         finalists=parse_finalists(raw.get("finalists"), where),
     )
     spec = replace(spec, budgets=parse_budgets(raw.get("budgets"), spec.parameters, where))
-    spec = replace(spec, baselines=parse_baselines(raw.get("baselines"), spec.algorithm, spec.parameters, where))
+    spec = replace(
+        spec, baselines=parse_baselines(raw.get("baselines"), spec.algorithm, spec.parameters, spec.num_samples, where)
+    )
     _check_algorithm(spec)
     return spec
 
