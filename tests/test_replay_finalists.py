@@ -78,3 +78,33 @@ def test_the_default_is_the_cheapest_setting_within_one_standard_error_of_the_be
     assert picked["trials"] == 20 and picked["se"] == pytest.approx((0.52 * 0.48 / 100) ** 0.5)  # 0.50 >= 0.52 - 0.05
     met = replay_finalists.choose(rows, {0.005: 0.5, 0.01: 0.5})  # the goal: 0.45 at 0.4
     assert met["met"] and met["trials"] == 20
+
+
+def test_the_agreement_of_answers_compares_each_chosen_subset_with_the_others_one_se_sets():
+    from benchmarks import answer_agreement
+    from vitplast_tune.records.finalists import Configuration, FinalAnswer
+
+    def config(components, lr, depth="all"):
+        return Configuration(1, {"components": components, "lr": lr, "depth": depth}, {1: 0.9}, {1: 0.9})
+
+    def answer(chosen, *tied):
+        return FinalAnswer(chosen, chosen, (chosen, *tied), tuple(tied), (), (1,))
+
+    answers = {
+        "s0": answer(config("fc1", 0.1), config("mha+fc1", 0.2)),
+        "s1": answer(config("mha+fc1", 0.3)),  # another rate: the same subset
+        "s2": answer(config("fc1", 0.1, depth="last")),
+    }
+    found = answer_agreement.agreement(answers)
+    assert found["searches"]["s0"]["set"] == ["fc1", "mha+fc1"] and found["searches"]["s2"]["chosen"] == "fc1 @last"
+    assert found["pairs"] == [
+        ("s0", "s1", False),
+        ("s0", "s2", False),
+        ("s1", "s0", True),
+        ("s1", "s2", False),
+        ("s2", "s0", False),
+        ("s2", "s1", False),
+    ]
+    said = answer_agreement.lines(found)
+    assert "1 of 6 ordered pairs agree (A's chosen subset in B's one-SE set):" in said
+    assert "| s1 | mha+fc1 (lr 0.3) | mha+fc1 |" in said
