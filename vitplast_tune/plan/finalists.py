@@ -43,12 +43,12 @@ def fit_finalists(spec: SearchSpec, flagged: bool) -> tuple[SearchSpec, list[str
     more trials than the stage has configurations (``--num-samples``; it would train every trial's configuration
     again: a smoke test, not a search).
 
+    The baselines' reference trials are turned off too, with a note, where the search has fewer than twice as many
+    trials of its own (``fit_baselines``).
+
     Args:
         spec: The space, with the options' overrides.
         flagged: Whether ``--finalists-top`` or ``--finalists-seeds`` set the stage.
-
-    The baselines' reference trials are turned off too, with a note, where the search has fewer than twice as many
-    trials of its own (``fit_baselines``).
 
     Returns:
         The space (its stage off where turned off) and the notes saying so.
