@@ -52,6 +52,9 @@ def agreement(answers: dict[str, Any]) -> dict[str, Any]:
             "chosen": subset(a.chosen),
             "lr": float(a.chosen.row["lr"]),
             "set": sorted({subset(c) for c in (a.chosen, *a.tied)}),
+            "finalists": len(a.configurations),
+            "test": a.chosen.mean_test,
+            "gains": {g.label: g.points for g in a.gains if g.kind == "compared"},
             "line": a.line,
         }
         for name, a in answers.items()
@@ -71,6 +74,29 @@ def lines(found: dict[str, Any]) -> list[str]:
         f"- {a}'s {found['searches'][a]['chosen']} {'is' if ok else 'is not'} in {b}'s set"
         for a, b, ok in found["pairs"]
     ]
+    return [*out, "", *beside(found)]
+
+
+def beside(found: dict[str, Any]) -> list[str]:
+    """What the searches share beside the sets, generated from their answers: the chosen ones' test accuracies, their
+    gains over the baselines, the components every chosen subset holds, and what a one-SE set can hold."""
+    searches = list(found["searches"].values())
+    tests = [100 * s["test"] for s in searches]
+    out = [
+        f"- The chosen configurations' mean test accuracies over their finalists' seeds: "
+        f"{', '.join(f'{t:.2f}%' for t in tests)} (a spread of {max(tests) - min(tests):.2f} points)."
+    ]
+    for label in dict.fromkeys(k for s in searches for k in s["gains"]):
+        gains = [s["gains"][label] for s in searches if label in s["gains"]]
+        out.append(f"- Their gains over {label}: {', '.join(f'{g:+.2f}' for g in gains)} points.")
+    common = set.intersection(*(set(s["chosen"].split(" @")[0].split("+")) for s in searches))
+    out.append(f"- Components in every chosen subset: {', '.join(sorted(common)) or 'none'}.")
+    out.append(
+        "- A one-SE set holds only configurations its own search trained again (its finalists: "
+        + ", ".join(str(s["finalists"]) for s in searches)
+        + ", the baselines included): another search's choice is in it only where both searches' best "
+        "configurations held the same subset."
+    )
     return out
 
 

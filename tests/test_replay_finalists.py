@@ -108,3 +108,4 @@ def test_the_agreement_of_answers_compares_each_chosen_subset_with_the_others_on
     said = answer_agreement.lines(found)
     assert "1 of 6 ordered pairs agree (A's chosen subset in B's one-SE set):" in said
     assert "| s1 | mha+fc1 (lr 0.3) | mha+fc1 |" in said
+    assert "- Components in every chosen subset: fc1." in said  # fc1, mha+fc1 and fc1 @last share fc1
