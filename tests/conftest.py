@@ -29,6 +29,7 @@ os.environ["MKL_NUM_THREADS"] = "1"
 
 import pytest
 import torch
+from _costs import costliest_first, load_costs
 from _spaces import space_text
 from timm.models.vision_transformer import VisionTransformer
 
@@ -143,6 +144,16 @@ def ray_local():
     )
     yield ray
     ray.shutdown()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Order the test files from the costliest down (``tests/file_costs.json``, written by ``tests/_costs.py``).
+
+    pytest-xdist, under ``--dist loadfile --no-loadscope-reorder`` (pyproject.toml), hands whole files to the
+    workers in this order as each frees up; costliest first, both workers end together instead of one running a long
+    end-to-end file alone at the end. The tests of one file keep their order.
+    """
+    costliest_first(items, load_costs())
 
 
 STRICT_SKIPS = "VITPLAST_STRICT_SKIPS"  # CI sets it: a test that skips there fails instead

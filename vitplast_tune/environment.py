@@ -130,17 +130,19 @@ VARIABLES: dict[str, Variable] = _by_name(
     ),
     Variable(
         "HF_HUB_OFFLINE",
-        "Hugging Face's own: set (1, true, yes, on), an hf: hub id not in the local cache is refused at once.",
+        "Hugging Face's own: set (1, true, yes, on), a model whose weights (a timm tag's or an hf: hub id's) are not "
+        "in the local cache is refused at once.",
         "the hub is asked, within a few seconds",
         "honoured",
-        "vit.families.hf",
+        "vit.hub",
     ),
     Variable(
         "HF_ENDPOINT",
-        "Hugging Face's own: the hub's address, asked before an hf: hub id not in the local cache is loaded.",
+        "Hugging Face's own: the hub's address, asked before a model whose weights are not in the local cache is "
+        "loaded.",
         "Hugging Face's hub",
         "honoured",
-        "vit.families.hf",
+        "vit.hub",
     ),
     *(
         Variable(

@@ -20,6 +20,7 @@ import torch
 from _commands import ray_sessions, refused
 from _families import hf_folder
 
+from vitplast_tune import cli
 from vitplast_tune.config import TESTBED_WEIGHTS
 from vitplast_tune.space import load_space
 
@@ -50,6 +51,14 @@ def edit(old: str, new: str, base: str = GOOD) -> str:
 SEARCH = [
     ([], edit("mode: max", "mode: [max"), "malformed YAML"),
     ([], edit("num_samples", "num_sample"), 'did you mean "num_samples"'),
+    (["--data-dir", "{tmp}"], GOOD, '--data-dir does not apply to dataset "digits" and "fractals", shipped or'),
+    (["--download"], GOOD, '--download does not apply to dataset "digits" and "fractals"'),
+    (
+        ["--experiment", "e" * 501],
+        GOOD,
+        "--experiment is 501 characters long; MLflow takes experiment names of at most 500",
+    ),
+    (["--set", "image_cache=64"], GOOD, 'image_cache 64 does not apply to dataset "digits", held decoded in memory'),
     ([], edit("{subsets: any}", "[mha, mlp]"), 'unknown component "mlp"'),
     ([], edit("{subsets: any}", "[]"), "empty or malformed component subset"),
     ([], edit("[1.0e-3, 1.0]", "[0, 1.0]"), "loguniform range must be positive"),
@@ -178,6 +187,7 @@ OTHERS = [
     ("plasticity", ["--batch-size", "0"], "--batch-size: must be a positive integer, not 0"),
     ("plasticity", ["--max-pairs", "-3"], "--max-pairs: must be a positive integer, not -3"),
     ("plasticity", ["--variant", "papr"], "--variant: invalid choice: 'papr'"),
+    ("plasticity", ["--data-dir", "{tmp}"], '--data-dir does not apply to dataset "digits" and "fractals"'),
     ("pretrain", ["--out", "{tmp}"], "--out {tmp} is a folder"),
     ("pretrain", ["--out", "{tmp}/a-file/model.safetensors"], "lies under {tmp}/a-file, which is a file"),
     ("pretrain", ["--out", "{tmp}/model.pt"], "must end in .safetensors"),
@@ -197,6 +207,7 @@ OTHERS = [
     ("recommend", ["--plasticity-pairs", "0"], "--plasticity-pairs: must be a positive integer"),
     ("recommend", ["--budget-params", "0"], "--budget-params: must be a positive integer"),
     ("recommend", ["--weights", "{tmp}/nope.safetensors"], "nope.safetensors does not exist"),
+    ("recommend", ["--data-dir", "{tmp}"], '--data-dir does not apply to dataset "digits"'),
     ("lab", ["run", "digit"], 'unknown task "digit" (did you mean "digits"?); tasks: digits, digits_c-contrast'),
     ("lab", ["run", "digits", "--model", "s9"], 'unknown model "s9"; models: s0'),
     ("lab", ["run", "digits", "fractals_novel"], "run takes one task"),
@@ -501,8 +512,8 @@ def test_dry_run_plans_and_estimates_without_starting_anything(tmp_path):
 
 
 def test_the_commands_that_read_records_name_the_damaged_file_and_what_to_do(tmp_path, capsys):
-    """A trial table cut short (analyze, status, list) and a corrupt MLflow store (ui): one line naming the file,
-    what is wrong and what to do; no traceback, no Ray."""
+    """A trial table cut short (analyze, status; list says it on that search's line) and a corrupt MLflow store (ui):
+    one line naming the file, what is wrong and what to do; no traceback, no Ray."""
     storage, store = tmp_path / "results", tmp_path / "mlflow.db"
     folder = storage / "cut"
     folder.mkdir(parents=True)
@@ -520,11 +531,15 @@ def test_the_commands_that_read_records_name_the_damaged_file_and_what_to_do(tmp
     for command, args in (
         ("analyze", ["--name", "cut", "--storage", str(storage)]),
         ("status", ["cut", "--storage", str(storage)]),
-        ("list", ["--storage", str(storage)]),
     ):
         line = refused(command, args, tmp_path, capsys)
         assert f"the trial table {folder / 'trials.csv'} is damaged (cut short: its last line is not whole)" in line
         assert "run the search again with --resume" in line
+    with pytest.raises(SystemExit) as exited:  # list: that search's line says it, the others are listed
+        cli.COMMANDS["list"](["--storage", str(storage)])
+    (line,) = capsys.readouterr().out.splitlines()
+    assert exited.value.code == 0 and line.startswith("cut  unreadable: the trial table")
+    assert "is damaged (cut short: its last line is not whole)" in line
     (folder / "trials.csv").write_text("trial_id,components,best_val_acc,diverged\na0,mha,0.5\n")
     assert "line 2 has 3 fields, the header 4" in refused(
         "status", ["cut", "--storage", str(storage)], tmp_path, capsys
@@ -554,3 +569,76 @@ def test_a_hub_id_offline_is_refused_at_once_in_one_line(world, capsys, monkeypa
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     line = refused("search", argv, world, capsys)
     assert 'model "hf:nobody/no-vit": the Hugging Face hub huggingface.co cannot be reached' in line
+
+
+def test_a_timm_model_whose_weights_are_on_the_hub_is_refused_offline_in_seconds(world, capsys, monkeypatch):
+    """A timm tag whose weights are on the hub (``vit_base_patch16_224``) and not in the cache, with the hub off
+    (HF_HUB_OFFLINE) or not answering: one line naming --weights and the cache, before Ray, the dry run too, in
+    seconds (no download's retries); the same weights in the cache pass."""
+    from huggingface_hub import constants
+
+    from vitplast_tune.vit import models
+
+    cache = world / "hf-cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))  # children read the variable, this process huggingface_hub's
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    argv = ["--space", str(world / "space.yaml"), "--storage", str(world / "results"), "--model"]
+    argv += ["vit_base_patch16_224", "--set", "pretrained=true"]
+    hub_id = "timm/vit_base_patch16_224.augreg2_in21k_ft_in1k"
+    for extra in ([], ["--dry-run"]):
+        started = time.perf_counter()
+        line = refused("search", argv + extra, world, capsys)
+        assert time.perf_counter() - started < 10, "the hub was asked for longer than its timeout"
+        assert f'the weights of "vit_base_patch16_224" ({hub_id}) are not in the Hugging Face cache {cache}' in line
+        assert "the hub is off (HF_HUB_OFFLINE)" in line and "pass --weights PATH" in line
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    with socket.socket() as closed:  # bound, never listening: a host that refuses the connection
+        closed.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed.getsockname()[1]}")
+        line = refused("search", argv + ["--dry-run"], world, capsys)
+        assert "and the hub 127.0.0.1 cannot be reached (Connection refused); with no network, pass --weights" in line
+        snapshot = cache / f"models--{hub_id.replace('/', '--')}" / "snapshots" / "0123abc"
+        snapshot.mkdir(parents=True)
+        (snapshot / "model.safetensors").write_bytes(b"cached")
+        (snapshot.parents[1] / "refs").mkdir()
+        (snapshot.parents[1] / "refs" / "main").write_text("0123abc")
+        models.check_weights("vit_base_patch16_224", None, pretrained=True)  # cached: the hub is not asked
+
+
+def test_list_says_a_damaged_record_in_one_line_and_still_lists_the_others(world, capsys):
+    """One search's record is not JSON: its line says so and names the file; every other search is listed; the MLflow
+    store a record names, gone, is not made anew by the read; a tracking server that is down is given up in seconds
+    (MLflow's own retries take a minute)."""
+    from vitplast_tune import cli
+
+    record = json.loads((world / "results" / "started" / "vitplast_search.json").read_text())
+    (world / "results" / "remote").mkdir()
+    with socket.socket() as down:  # bound, never listening: a server that is down
+        down.bind(("127.0.0.1", 0))
+        record["tracking_uri"] = f"http://127.0.0.1:{down.getsockname()[1]}"
+        (world / "results" / "remote" / "vitplast_search.json").write_text(json.dumps(record))
+        started = time.perf_counter()
+        with pytest.raises(SystemExit) as exited:
+            cli.COMMANDS["list"](["--storage", str(world / "results")])
+        assert time.perf_counter() - started < 10
+    lines = capsys.readouterr().out.splitlines()
+    names = ["corrupt", "deep", "remote", "started", "typed"]
+    assert exited.value.code == 0 and [line.split()[0] for line in lines] == names
+    assert lines[0].startswith("corrupt  unreadable: ") and "corrupt/vitplast_search.json" in lines[0]
+    assert lines[2:4] == ["remote  stopped  0/2 trials", "started  stopped  0/2 trials"]
+    assert not (world / "elsewhere.db").exists(), "a read made an MLflow store"
+
+
+def test_reading_a_search_whose_study_or_store_is_gone_says_so_and_makes_none(world):
+    from vitplast_tune.errors import UserError
+    from vitplast_tune.records.search import load_search
+
+    search = load_search("started", world / "results")
+    with pytest.raises(UserError, match=r'search "started" has no Optuna study in .*started/optuna.db \(missing'):
+        _ = search.study
+    assert not (world / "results" / "started" / "optuna.db").exists(), "a read made an Optuna study"
+    with pytest.raises(UserError, match=f'the MLflow store {world / "elsewhere.db"} of search "started" is not'):
+        search.runs()
+    assert not (world / "elsewhere.db").exists(), "a read made an MLflow store"

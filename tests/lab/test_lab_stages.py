@@ -203,3 +203,27 @@ def test_a_lab_is_refused_before_ray_without_a_folder_when_it_cannot_run_or_diff
     tasks.write_lab_record(lab_dir, {**record, "seeds": [1, 2, 3]})  # a registered run's seeds
     with pytest.raises(UserError, match=r"started with seeds \[1, 2, 3\] \(lab.json\), not None"):
         lab_stages.check_lab(lab)
+
+
+def test_a_lab_whose_first_stage_started_with_other_rates_is_refused_before_ray(tmp_path, capsys):
+    """A lab interrupted in its first stage (no lab.json yet), run again with a space of other rates: one line naming
+    the stage, before Ray, and the stage's space file is not rewritten; as it started, it goes on."""
+    from _commands import refused
+
+    from vitplast_tune.space.files import spaces_dir
+    from vitplast_tune.storage import SEARCH_FILE
+
+    storage = tmp_path / "labs"
+    lab = tasks.Lab("digits", storage=storage)
+    started = lab_stages.stage_space(lab, "full", ["all"])  # what run_stage writes before its search starts
+    (lab.dir / "full").mkdir(parents=True)
+    (lab.dir / "full" / SEARCH_FILE).write_text("{}")  # the stage's search started, and was interrupted
+    text = started.read_text()
+    other = tmp_path / "other_lab.yaml"
+    raw = yaml.safe_load((spaces_dir() / "criteria_lab.yaml").read_text())
+    raw["parameters"]["lr"] = {"choice": [0.01, 0.02, 0.04]}
+    other.write_text(yaml.safe_dump(raw))
+    line = refused("lab", ["run", "digits", "--storage", str(storage), "--space", str(other)], tmp_path, capsys)
+    assert f"lab.s0.digits in {storage}: its stage full was started with another space than --space {other}" in line
+    assert started.read_text() == text and not (lab.dir / "lab.json").exists()
+    lab_stages.check_lab(lab)  # as it started: goes on

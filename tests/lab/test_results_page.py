@@ -77,6 +77,9 @@ def test_the_readme_quotes_the_verdict_the_analysis_prints(verdict):
     assert verdict_page.README_START in readme and verdict_page.readme_with(readme, verdict.readme) == readme
     said = verdict.text.split(report.SAYS)[1].split("```")[0].strip().splitlines()
     assert said and all(f"> {line.strip()}" in readme for line in said)
+    finding = verdict.readme.splitlines()[-2]  # the single components' finding, a line of the page quoted whole
+    assert finding.startswith("> Exploratory, outside the pre-registered family:") and finding in readme
+    assert finding[2:] in verdict.text.splitlines() and "positive in 8 of 8 labs" in finding
     if verdict.result.interim:  # fewer labs than the design judges: figures, and no words
         assert "Interim, figures only" in verdict.readme and "rank the subsets" not in verdict.readme
 

@@ -193,6 +193,25 @@ def test_the_analysis_reads_an_amendment_as_its_preregistration_with_the_tasks_i
         read_design(tmp_path / "amendment.yaml")
 
 
+def test_a_lab_is_judged_only_under_the_preregistration_it_ran_under(tmp_path):
+    """Each kept lab of the registered run recorded the SHA-256 of the file it ran under (amendment 2): pooled or
+    analysed under that file edited since, or under another (the pre-registration it amends), it is refused in one
+    line naming the lab and both hashes, before any resample."""
+    data = Path(__file__).resolve().parents[2] / "docs" / "results" / "data" / "lab-v2"
+    lab = data / "lab.s0.digits_c-contrast"
+    ran = json.loads((lab / "lab.json").read_text())["preregistration_sha256"]
+    assert ran == read_design(data / "amendment-2.yaml").sha256
+    (tmp_path / "preregistration.yaml").write_bytes((data / "preregistration.yaml").read_bytes())
+    edited = tmp_path / "amendment-2.yaml"
+    edited.write_bytes((data / "amendment-2.yaml").read_bytes() + b"\n# edited after the labs ran\n")
+    said = f"lab lab.s0.digits_c-contrast ran under the pre-registration of SHA-256 {ran[:12]}, not "
+    with pytest.raises(UserError, match=f"{said}{edited}"):
+        report.pool_folders([lab], tmp_path / "pooled", design=edited)
+    with pytest.raises(UserError, match=f"{said}{data / 'preregistration.yaml'}"):
+        report.analyze_folder(lab, data / "preregistration.yaml")
+    assert not (tmp_path / "pooled").exists()
+
+
 def test_subsets_whose_resampled_accuracies_are_equal_tie_exactly():
     """On 359 test images an accuracy is no binary fraction: averaged as floats, two subsets with the same number of
     correct images over the drawn seeds differed in the last bit and got distinct ranks (29 of 2,000 resamples of

@@ -4,6 +4,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from _servers import MLFLOW_API, http_server
@@ -115,12 +116,22 @@ def test_resume_keeps_the_recorded_settings_and_identity(tmp_path):
         (dict(seed=4), "seed=4 differs from the 0"),
         (dict(tracking_uri="sqlite:////tmp/elsewhere.db"), "tracking_uri='sqlite:////tmp/elsewhere.db' differs"),
         (dict(experiment="other"), "experiment='other' differs from the 'vitplast_tune'"),
+        (dict(objective="accuracy_per_gpu_hour"), "objective='accuracy_per_gpu_hour' differs from the 'accuracy'"),
     ],
 )
 def test_resume_refuses_a_change_that_would_make_the_search_inconsistent(tmp_path, change, message):
     started(tmp_path, settings={"max_steps": 40})
     with pytest.raises(UserError, match=message):
         prepare(options(tmp_path, resume=True, **change))
+
+
+def test_a_resume_optimises_what_the_search_started_with(tmp_path):
+    """A search started with --objective accuracy_per_gpu_hour resumes with it, without the flag: one study, one
+    objective; giving it again is no change."""
+    first = started(tmp_path, settings={"max_steps": 40}, objective="accuracy_per_gpu_hour")
+    for given in (None, "accuracy_per_gpu_hour"):
+        resumed = prepare(options(tmp_path, resume=True, objective=given))
+        assert (resumed.spec.metric, resumed.spec.mode) == (first.spec.metric, first.spec.mode) != ("val_acc", "max")
 
 
 def test_resume_refuses_other_workers_per_trial_than_the_search_started_with(tmp_path):
@@ -269,9 +280,12 @@ def test_relative_weights_and_data_paths_are_resolved_before_trials(tmp_path, mo
 
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "w.safetensors").write_bytes(TESTBED_WEIGHTS.read_bytes())
-    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "CIFAR-10-C").mkdir(parents=True)  # a dataset read from data_dir: CIFAR-10-C's two files
+    np.save(tmp_path / "data" / "CIFAR-10-C" / "snow.npy", np.zeros((50, 32, 32, 3), dtype=np.uint8))
+    np.save(tmp_path / "data" / "CIFAR-10-C" / "labels.npy", np.tile(np.arange(10), 5).astype(np.uint8))
     monkeypatch.chdir(tmp_path)
     settings = {"weights": "models/w.safetensors", "data_dir": "data", "model": "vit_testbed_patch8_32"}
+    settings["dataset"] = "cifar10c:snow"
     prepared = prepare(options(tmp_path, settings=settings))
     assert prepared.settings.weights == str(tmp_path / "models" / "w.safetensors")
     assert prepared.settings.data_dir == str(tmp_path / "data")
@@ -301,3 +315,15 @@ def test_the_cluster_a_search_joins_is_resolved_once_in_its_plan(monkeypatch):
     assert Running.of(SearchOptions(address="local")).joining is None  # a local Ray instance of its own
     monkeypatch.delenv("RAY_ADDRESS")
     assert Running.of(SearchOptions()).joining is None
+
+
+def test_an_experiment_name_from_the_environment_longer_than_mlflow_takes_is_refused_naming_it(tmp_path, monkeypatch):
+    from vitplast_tune.plan.planner import mlflow_target
+
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "e" * 501)
+    with pytest.raises(
+        UserError, match=r"^\$MLFLOW_EXPERIMENT_NAME is 501 characters long; MLflow takes .* at most 500"
+    ):
+        mlflow_target(SearchOptions(), str(tmp_path))
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "e" * 500)
+    assert mlflow_target(SearchOptions(), str(tmp_path))[1] == "e" * 500

@@ -1,8 +1,11 @@
 """MLflow records from the driver, on a real SQLite store: where an experiment's artifacts go, and what a trial's run
 holds while it trains (what the view's charts plot)."""
 
+import contextlib
 import hashlib
+import json
 import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -37,6 +40,8 @@ def test_experiment_folders_are_safe_and_unique_names():
     assert where("team runs") == f"team-runs-{digest('team runs')}" != where("team-runs")
     assert where("../x") == f"x-{digest('../x')}"
     assert where("12") == f"12-{digest('12')}"  # never digits alone: an mlflow server's own folders are experiment ids
+    long = "e" * 500  # as long as MLflow takes: a folder name of at most 255 bytes, still one per name
+    assert where(long) == f"{'e' * 200}-{digest(long)}" != where("e" * 499)
 
 
 def test_a_new_experiment_keeps_its_artifacts_where_it_was_told(tmp_path):
@@ -93,3 +98,55 @@ def _frame(row):
     import pandas as pd
 
     return pd.DataFrame([vars(row)])
+
+
+@contextlib.contextmanager
+def another_client_first(kind: type, write: Callable[[], None]) -> Iterator[list[str]]:
+    """While in the block, the first flush that inserts a ``kind`` record runs ``write`` (another client's) first:
+    the race of two writers on one store, between MLflow's look for the record and its insert, made to happen."""
+    from sqlalchemy import event
+    from sqlalchemy.orm import Session
+
+    raced: list[str] = []
+
+    def theirs_first(session, *args):
+        if not raced and any(isinstance(o, kind) for o in session.new):
+            raced.append(kind.__name__)
+            write()
+
+    event.listen(Session, "before_flush", theirs_first)
+    try:
+        yield raced
+    finally:
+        event.remove(Session, "before_flush", theirs_first)
+
+
+def test_a_record_another_search_writes_between_mlflows_check_and_insert_is_taken_as_written(tmp_path):
+    """Two searches on one store write the same record at once: the other's insert lands between MLflow's look and
+    its own insert, and MLflow refuses ours on the record's key. A dataset input: the trial's run is made all the
+    same, with both inputs; a saved view of the same name: ours replaces theirs."""
+    from mlflow.store.tracking.dbmodels.models import SqlDataset, SqlExperimentTag
+
+    from vitplast_tune._compat import mlflow as mlflow_internals
+    from vitplast_tune.config import FinetuneConfig
+    from vitplast_tune.records import view
+    from vitplast_tune.records.trial_runs import dataset_inputs
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ours, theirs = MlflowClient(uri), MlflowClient(uri)
+    experiment = experiment_id(ours, "team", str(tmp_path / "a"))
+    parent, other = (c.create_run(experiment).info.run_id for c in (ours, theirs))
+    inputs = dataset_inputs(FinetuneConfig())
+    tracker = MlflowTracker(uri, parent, lambda config: TrialRun("mha", {"lr": 0.1}, {}, inputs=inputs))
+    with another_client_first(SqlDataset, lambda: theirs.log_inputs(other, datasets=inputs)) as raced:
+        run_id = tracker.run_id(SimpleNamespace(trial_id="t1", config={}))
+    assert raced == ["SqlDataset"]
+    for run in (run_id, other):
+        logged = ours.get_run(run).inputs.dataset_inputs
+        assert sorted(i.dataset.name for i in logged) == ["digits-train", "digits-val"]
+
+    tag = mlflow_internals.VIEW_TAG_PREFIX + "k"
+    with another_client_first(SqlExperimentTag, lambda: theirs.set_experiment_tag(experiment, tag, "theirs")) as raced:
+        view.save_view(ours, experiment, "k", "ours", {})
+    assert raced == ["SqlExperimentTag"]
+    assert json.loads(ours.get_experiment(experiment).tags[tag])["name"] == "ours"

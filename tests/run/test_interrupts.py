@@ -169,3 +169,90 @@ def test_the_resume_of_a_search_with_trials_that_never_ran_warns_of_none(tmp_pat
     assert len(tunes) == 1 and tunes[0].startswith("Failed to fetch metrics for "), tunes
     assert seen == [] and logger.getEffectiveLevel() <= logging.WARNING  # and the level as it was
     assert isinstance(restored, tune.Tuner)
+
+
+@pytest.mark.parametrize("phase", ["checking the plan", "starting Ray"])
+def test_a_signal_during_start_up_ends_with_the_line_and_code_of_a_later_one(
+    phase, tiny_space, tmp_path, monkeypatch, capsys
+):
+    """SIGTERM while the plan is checked or while Ray starts (``ray.init`` has just put in its own
+    handler, which exits with status 15 and no word): the line of an interrupt before anything is recorded, exit 143;
+    no Ray instance, the caller's handlers back."""
+    import ray
+    from _commands import ray_sessions, search_args
+
+    from vitplast_tune import cli
+    from vitplast_tune.plan import inputs, resources
+
+    def signalled(real):
+        def call(*args, **kwargs):
+            result = real(*args, **kwargs) if phase == "starting Ray" else None
+            os.kill(os.getpid(), signal.SIGTERM)  # its handler runs before the next line
+            return result if phase == "starting Ray" else real(*args, **kwargs)
+
+        return call
+
+    if phase == "checking the plan":
+        monkeypatch.setattr(inputs, "check_inputs", signalled(inputs.check_inputs))
+    else:  # ray.init, right after it put in its SIGTERM handler, before it starts anything
+        monkeypatch.setattr(
+            ray._private.utils, "set_sigterm_handler", signalled(ray._private.utils.set_sigterm_handler)
+        )
+        monkeypatch.setattr(ray, "is_initialized", lambda: False)  # this process's Ray (ray_local) is left alone
+        monkeypatch.setattr(ray, "shutdown", lambda *args, **kwargs: None)
+    monkeypatch.setattr(resources, "ray_running_here", lambda: False)  # as a fresh command-line process
+    before = signal.signal(signal.SIGTERM, _raise_on_sigterm)  # a caller's handler: what SIGTERM did unhandled
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as exited:
+            cli.COMMANDS["search"](search_args(tiny_space(), "s", tmp_path / "results"))
+        assert {s: signal.getsignal(s) for s in handlers} == handlers  # the caller's handlers back
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    err = capsys.readouterr().err.strip()
+    assert exited.value.code == 143 and "Traceback" not in err, err
+    assert err.splitlines()[-1] == (
+        "interrupted: stopped before its trials ended, before anything was recorded: nothing to resume; run the same "
+        "command again"
+    )
+    assert ray_sessions() == set()
+
+
+def test_ctrl_c_while_a_resume_checks_its_plan_says_the_same_command_continues_it():
+    from vitplast_tune.errors import SearchInterrupted
+
+    with pytest.raises(SearchInterrupted) as stopped, interrupts.before_start(resuming=True):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the handler runs at once; never reached
+    assert stopped.value.exit_code == 130
+    assert (
+        str(stopped.value)
+        == "stopped before its trials ended; nothing is lost: continue the search with the same command"
+    )
+
+
+def test_sigterm_while_a_labs_ray_starts_ends_as_a_later_one(monkeypatch):
+    """The lab starts one Ray for its stages: SIGTERM just after ``ray.init`` put in its handler (which exits 15
+    without a word) ends in SearchInterrupted with 143, which the lab command says in one line."""
+    import ray
+
+    from vitplast_tune.errors import SearchInterrupted
+    from vitplast_tune.workflows import lab
+
+    real = ray._private.utils.set_sigterm_handler
+
+    def signalled(handler):
+        real(handler)
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs before the next line
+
+    monkeypatch.setattr(ray._private.utils, "set_sigterm_handler", signalled)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # this process's Ray (ray_local) is left alone
+    monkeypatch.setattr(ray, "shutdown", lambda *args, **kwargs: None)
+    before = signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        with pytest.raises(SearchInterrupted) as stopped, lab.ray_session():
+            pass
+        assert signal.getsignal(signal.SIGTERM) is _raise_on_sigterm
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert stopped.value.exit_code == 143

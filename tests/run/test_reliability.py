@@ -4,7 +4,8 @@ A worker lost mid-trial is retried from its checkpoint on another node, where it
 store: tests/run/test_share_nothing.py (the same Tune retry, the stricter case). SIGTERM mid-trial (runs KILLED, exit
 143, the resume command printed, each trial continued in its own run) is the SLURM time-limit test's
 (tests/run/test_slurm.py: SLURM sends the search SIGTERM); SIGTERM reaches Tune's Ctrl-C handler
-(tests/run/test_interrupts.py), so that is Ctrl-C's path too."""
+(tests/run/test_interrupts.py), so that is Ctrl-C's path too. A budget below the scheduler's grace period is clamped in
+the plan, with a note (tests/plan/test_prepare.py)."""
 
 import json
 import os
@@ -143,25 +144,6 @@ def test_sigkilled_driver_resumes_without_losing_or_repeating_trials(tmp_path, o
     assert len({tuple(sorted(t.params.items())) for t in study_trials}) == total  # no repeated suggestion
     states = sorted(t.state.name for t in study_trials)
     assert states == sorted("PRUNED" if s else "COMPLETE" for s in stopped)  # ASHA's stopped trials are not final
-
-
-def test_a_budget_below_the_grace_period_runs_to_the_end(ray_local, tmp_path):
-    """The shipped space's ASHA (grace period 50) under --max-steps 40: one note says so (the search prints its
-    notes first), and every trial trains to 40."""
-    options = SearchOptions(
-        space="component_subsets",
-        name="short",
-        storage=str(tmp_path / "results"),
-        num_samples=3,
-        settings={"max_steps": 40},
-        plasticity=False,
-        verbose=0,
-    )
-    result = run_search(options)
-    (note,) = [n for n in result.notes if "grace_period" in n]
-    assert "grace_period 50 is above max_steps 40: using 40" in note
-    trials = pd.read_csv(tmp_path / "results" / "short" / "trials.csv")
-    assert len(trials) == 3 and (trials["step"] == 40).all() and len(result.trials) == 3
 
 
 def test_diverging_trial_is_failed_in_mlflow_and_optuna(ray_local, tmp_path):

@@ -9,10 +9,12 @@ both sides reach is an S3 server on 127.0.0.1 (moto), given as ``--storage s3://
 * a local ``--storage`` path the worker cannot see is refused before anything starts (exit 2);
 * a file dataset (an image folder) and local weights, both given as relative paths, with plasticity: every
   trial and measurement runs on the worker, and the driver logs the best weights read back from S3;
-* a trial given a GPU on a node where CUDA is not visible fails with that reason instead of training on the CPU;
 * an in-memory dataset (digits) with plasticity, while the worker is killed mid-trial (its raylet SIGKILLed
   once a checkpoint is in S3) and a new, empty worker joins: the trials resume there from their S3
   checkpoints, every trial finishes and the best weights are logged.
+
+A trial given a GPU where CUDA is not visible fails with that reason (tests/vit/test_devices.py); a trial's
+failure reaches its MLflow run (tests/run/test_reliability.py, the diverging trial).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from mlflow.tracking import MlflowClient
 
 from vitplast_tune.config import TESTBED_WEIGHTS
 from vitplast_tune.plan import EXPERIMENT
-from vitplast_tune.records.tracking import BEST_WEIGHTS, FAILURE_TAG, child_runs, find_search_run
+from vitplast_tune.records.tracking import BEST_WEIGHTS, child_runs, find_search_run
 
 ROOT = Path(__file__).resolve().parents[2]
 KILL_STEPS = 60  # long enough that the worker dies mid-trial, after its first checkpoints
@@ -176,28 +178,6 @@ def test_a_file_dataset_and_local_weights_reach_the_worker(cluster, s3, tracking
     assert measured["measured_on"]["node_id"] == worker
     assert best_weights(client, parent.info.run_id, tmp_path / "best")
     assert any("/files/trial_" in k and "/checkpoint_" in k for k in s3.keys("searches/files/"))
-
-
-def test_a_trial_given_a_gpu_without_cuda_fails_with_the_reason(cluster, s3, tracking_uri, tmp_path):
-    # The worker has a GPU as a Ray resource only: CUDA is not visible to torch there.
-    cmd = search_command(
-        tmp_path,
-        "no-cuda",
-        s3.uri("searches"),
-        tracking_uri,
-        cluster.address,
-        "--no-plasticity",
-        "--gpus-per-trial",
-        "1",
-        "--max-failures",
-        "0",
-        components=["head"],
-    )
-    proc = run(cmd, cluster, tmp_path, timeout=600)
-    _, _, children = search_runs(tracking_uri, "no-cuda")
-    assert len(children) == 1 and children[0].info.status == "FAILED", explain(proc)
-    reason = children[0].data.tags[FAILURE_TAG]
-    assert "CUDA is not visible" in reason and "GPU" in reason, reason
 
 
 def test_an_in_memory_dataset_survives_a_killed_worker(cluster, s3, tracking_uri, tmp_path):

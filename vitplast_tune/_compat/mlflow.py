@@ -19,6 +19,7 @@ from vitplast_tune import environment
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # + the view's key: a JSON envelope {name, createdAt, updatedAt, state}
 VIEW_FORMAT_VERSIONS = ("3.17", "3.18")  # major.minor of the UIs whose bundle reads that format
 MAX_KEY = 250  # MLflow's longest tag key (and param key)
+MAX_EXPERIMENT_NAME = 500  # MLflow's longest experiment name (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH)
 
 
 def installed_version() -> str:
@@ -74,3 +75,21 @@ def no_artifact_progress_bar() -> Iterator[None]:
             os.environ.pop(key, None)
         else:
             os.environ[key] = saved
+
+
+# What a database says when an insert meets a key another client wrote first (PostgreSQL, SQLite, MySQL); MLflow's SQL
+# store passes it on in its exception's message, also through a tracking server.
+_DUPLICATE_KEY = ("UniqueViolation", "duplicate key value", "UNIQUE constraint failed", "Duplicate entry")
+
+
+def written_first_by_another(exc: BaseException) -> bool:
+    """Whether MLflow refused a write because another client wrote the same record (a unique key) between MLflow's
+    look for it and its insert: the race of two searches on one tracking store, where the record is there.
+
+    Args:
+        exc: What MLflow raised (from its SQL store, or through a tracking server).
+
+    Returns:
+        True when the message is a database's unique-key violation.
+    """
+    return any(said in str(exc) for said in _DUPLICATE_KEY)

@@ -22,7 +22,9 @@ def parser() -> Parser:
 
 
 def line(said: dict) -> str:
-    """One search as a line: ``name  status  ended/trials trials  best ...``."""
+    """One search as a line: ``name  status  ended/trials trials  best ...`` (an unreadable one: why)."""
+    if said["status"] == UNREADABLE:
+        return f"{said['name']}  {UNREADABLE}: {said['error']}"
     best = said["best"]
     top = f"  best {best['components']} {100 * best['best_val_acc']:.2f}%" if best and best.get("best_val_acc") else ""
     return f"{said['name']}  {said['status']}  {said['ended']}/{said['trials']} trials{top}"
@@ -33,12 +35,29 @@ def list_main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from vitplast_tune.records.search import list_searches, load_search
 
-    found = [load_search(name, args.storage).describe() for name in list_searches(args.storage)]
+    found = [_described(name, args.storage, load_search) for name in list_searches(args.storage)]
     if args.json:
         print(json.dumps(found, indent=2))
     else:
         print("\n".join(map(line, found)) if found else "no search recorded here")
     return 0
+
+
+UNREADABLE = "unreadable"
+
+
+def _described(name: str, storage: str | None, load_search) -> dict:
+    """Where search ``name`` stands (``Search.describe``); a search whose records cannot be read is said so, with
+    why, and does not hide the others."""
+    from vitplast_tune.errors import UserError
+
+    try:
+        return load_search(name, storage).describe()
+    except UserError as exc:  # a damaged record, trial table or store: the message names it and what to do
+        return {"name": name, "status": UNREADABLE, "error": str(exc)}
+    except Exception as exc:  # anything else a damaged file makes a library raise: one line too
+        said = " ".join(str(exc).split())[:300]
+        return {"name": name, "status": UNREADABLE, "error": f"{type(exc).__name__}: {said}; vitplast status {name}"}
 
 
 def entry(argv: Sequence[str] | None = None) -> NoReturn:

@@ -84,10 +84,12 @@ def parser() -> argparse.ArgumentParser:
 def plasticity_main(argv: Sequence[str] | None = None) -> int:
     """Measure plasticity from command-line arguments; print the ranking and the files written."""
     args = parser().parse_args(argv)
+    from vitplast_tune.data import datasets
     from vitplast_tune.predictors.report import plasticity_report
     from vitplast_tune.vit.devices import resolve_device
 
     resolve_device(args.device)  # before any work: a device torch does not know, or a GPU that is not there
+    datasets.check_applies((args.dataset, args.reference), args.data_dir, args.download)
     if args.out is not None:
         outputs.output_dir(args.out, "--out")
 

@@ -53,6 +53,7 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
 
     args = parser().parse_args(argv)
     from vitplast_tune import workflows
+    from vitplast_tune.data import datasets
     from vitplast_tune.recommend import ranking, verify
     from vitplast_tune.vit import models
 
@@ -63,6 +64,7 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
     chosen = dict(model=args.model, weights=args.weights, dataset=args.dataset, data_dir=args.data_dir)
     settings = FinetuneConfig(**chosen)
     models.check_weights(settings.model, settings.weights, settings.pretrained)
+    datasets.check_applies(settings.dataset, settings.data_dir, False)
     root = Path(args.storage).expanduser() if args.storage else storage.default_storage()
     rec = ranking.recommend(settings, root, budget=args.budget_params, plasticity_pairs=args.plasticity_pairs)
     said = ranking.as_plain(rec, args.top)

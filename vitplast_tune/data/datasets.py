@@ -33,7 +33,7 @@ from vitplast_tune.config import default_data_dir  # re-exported: data.default_d
 from vitplast_tune.data import generated, image_files, transforms
 from vitplast_tune.data.decoded import InMemory  # re-exported: data.InMemory
 from vitplast_tune.data.splits import Splits, split_in_memory
-from vitplast_tune.errors import DataError, did_you_mean
+from vitplast_tune.errors import DataError, OptionsError, did_you_mean, option
 
 CIFAR10C_CORRUPTIONS = (
     "brightness",
@@ -64,6 +64,7 @@ _NUM_CLASSES: dict[str, int] = {}
 _FROM_FILES: set[str] = set()  # loaders that read image files lazily, and take ``image_cache`` and ``augment``
 _AUGMENT: dict[str, str] = {}  # each dataset's default training augmentation (transforms.AUGMENTATIONS)
 _OPTIONS: dict[str, tuple[str, ...]] = {}  # families named with ":<option>" (a corruption) and the options they take
+_MADE_HERE: set[str] = set()  # shipped or generated into the cache: no data folder is read, nothing downloaded
 
 
 def register_dataset(
@@ -72,6 +73,7 @@ def register_dataset(
     from_files: bool = False,
     augment: str = transforms.DEFAULT_AUGMENTATION,
     options: tuple[str, ...] = (),
+    made_here: bool = False,
 ) -> Callable[[Loader], Loader]:
     """Make a decorator that registers a dataset loader under ``name``.
 
@@ -87,6 +89,7 @@ def register_dataset(
             run leaves ``FinetuneConfig.augment`` unset.
         options: The options of a family named ``<name>:<option>`` (a corruption), passed to the loader as
             ``option``.
+        made_here: Whether the data is shipped or generated here: it reads no ``data_dir`` and downloads nothing.
 
     Returns:
         The decorator, which registers the loader and returns it unchanged.
@@ -105,6 +108,8 @@ def register_dataset(
             _FROM_FILES.add(name)
         if options:
             _OPTIONS[name] = tuple(options)
+        if made_here:
+            _MADE_HERE.add(name)
         return fn
 
     return add
@@ -150,6 +155,38 @@ def num_classes(name: str, data_dir: str | Path | None = None, download: bool = 
     if family in _NUM_CLASSES:
         return _NUM_CLASSES[family]
     return len(image_files.imagefolder_classes(_root(data_dir)))
+
+
+def check_applies(
+    names: str | tuple[str, ...], data_dir: str | Path | None, download: bool, image_cache: int = 0
+) -> None:
+    """Refuse a data setting that no dataset of ``names`` would read, rather than ignore it without a word.
+
+    Args:
+        names: The datasets the settings go to (known: ``check_dataset_name``), e.g. a search's and its plasticity
+            reference.
+        data_dir: The data folder given (None: none given).
+        download: Whether downloading was asked for.
+        image_cache: The image cache's size asked for (0: none).
+
+    Raises:
+        OptionsError: A data folder or a download for datasets all shipped or generated here (digits, the fractals),
+            or an image cache for datasets none of which is read from image files; the message names the setting.
+    """
+    names = (names,) if isinstance(names, str) else names
+    said = " and ".join(f'"{n}"' for n in names)
+    if all(n.partition(":")[0] in _MADE_HERE for n in names):
+        for key, given in (("data_dir", data_dir is not None), ("download", download)):
+            if given:
+                raise OptionsError(
+                    f"{option(key)} does not apply to dataset {said}, shipped or generated here and read from no "
+                    f"folder; leave {option(key)} out, or name a dataset read from files (cifar10, pets, imagefolder, ...)"
+                )
+    if image_cache > 0 and not any(n.partition(":")[0] in _FROM_FILES or image_files.is_timm_name(n) for n in names):
+        raise OptionsError(
+            f"image_cache {image_cache} does not apply to dataset {said}, held decoded in memory (the image cache is "
+            f"for datasets of image files: {', '.join(sorted(_FROM_FILES))}); set it to 0"
+        )
 
 
 def list_datasets() -> list[str]:
@@ -281,7 +318,7 @@ def _root(data_dir: str | Path | None) -> Path:
 # ----------------------------------------------------------------------------- offline datasets
 
 
-@register_dataset("digits", num_classes=10, augment="light")
+@register_dataset("digits", num_classes=10, augment="light", made_here=True)
 def _digits(data_config, root, download, seed, val_fraction) -> InMemory:
     """scikit-learn's 1,797 8x8 digits (shipped with the package), kept 8x8 and one channel."""
     from sklearn.datasets import load_digits
@@ -291,7 +328,7 @@ def _digits(data_config, root, download, seed, val_fraction) -> InMemory:
     return InMemory(images, bunch.target.astype(np.int64))
 
 
-@register_dataset("fractals", num_classes=64, augment="light")
+@register_dataset("fractals", num_classes=64, augment="light", made_here=True)
 def _fractals(data_config, root, download, seed, val_fraction) -> InMemory:
     """Formula-driven IFS fractals (generated, deterministic) rendered at the model's resolution, as uint8."""
     from vitplast_tune.data.fractals import fractal_dataset
@@ -300,20 +337,24 @@ def _fractals(data_config, root, download, seed, val_fraction) -> InMemory:
     return InMemory(_to_uint8(images), labels.numpy().astype(np.int64))
 
 
-@register_dataset("digits_c", num_classes=10, augment="light", options=generated.CORRUPTIONS)
+@register_dataset("digits_c", num_classes=10, augment="light", options=generated.CORRUPTIONS, made_here=True)
 def _digits_c(data_config, root, download, seed, val_fraction, option: str = "") -> InMemory:
     """Digits upscaled to 32 px under a CIFAR-10-C corruption at severity 5, generated once into the cache."""
     return generated.digits_c(option)
 
 
-@register_dataset("fractals_novel", num_classes=generated.NOVEL_CLASSES, augment="light")
+@register_dataset("fractals_novel", num_classes=generated.NOVEL_CLASSES, augment="light", made_here=True)
 def _fractals_novel(data_config, root, download, seed, val_fraction) -> InMemory:
     """Fractal classes the testbed never saw in pretraining (class seed 1), generated once into the cache."""
     return generated.fractals_novel()
 
 
 @register_dataset(
-    "fractals_novel_c", num_classes=generated.NOVEL_CLASSES, augment="light", options=generated.CORRUPTIONS
+    "fractals_novel_c",
+    num_classes=generated.NOVEL_CLASSES,
+    augment="light",
+    options=generated.CORRUPTIONS,
+    made_here=True,
 )
 def _fractals_novel_c(data_config, root, download, seed, val_fraction, option: str = "") -> InMemory:
     """``fractals_novel`` under a CIFAR-10-C corruption at severity 5, generated once into the cache."""

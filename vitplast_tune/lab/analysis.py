@@ -107,13 +107,17 @@ def _difference(
     return found
 
 
-def analyze_lab(records: LabRecords, design: Design, *, n_boot: int | None = None) -> LabAnalysis:
+def analyze_lab(
+    records: LabRecords, design: Design, *, n_boot: int | None = None, draw_subsets: bool = True
+) -> LabAnalysis:
     """A kept lab's figures under ``design``: the subsets' table, each predictor's difference to the baseline.
 
     Args:
         records: the lab (``kept.read_kept``).
         design: the pre-registered design (its predictors, baseline, resamples, bootstrap seed).
         n_boot: resamples (default: the design's).
+        draw_subsets: draw the subsets in each resample too, as the pooled verdict does (the pre-registration names
+            the seeds and the test images only; False keeps the subsets fixed, the pages' sensitivity row).
 
     Returns:
         The lab's analysis.
@@ -133,7 +137,7 @@ def analyze_lab(records: LabRecords, design: Design, *, n_boot: int | None = Non
     correct = records.correct if design.test_images_joint else None
     grid = crossed.grid_of(trials, list(rows["components"]), select=records.select, correct=correct)
     drawn, values = crossed.targets(
-        grid, n_boot, crossed.stream(records.name, design.bootstrap_seed), draw_subsets=True
+        grid, n_boot, crossed.stream(records.name, design.bootstrap_seed), draw_subsets=draw_subsets
     )
     y = crossed.point(grid)
     judged = [p for p in columns if p != design.baseline]

@@ -58,6 +58,8 @@ class Design:
         seeds: Seeds per configuration the design asks for.
         tasks_per_model: The labs each model has in the verdict (0: the file names no number).
         source: The file it was read from.
+        sha256: The SHA-256 of that file's bytes, which the registered run records in each lab's ``lab.json``.
+        amends_sha256: For an amendment, the SHA-256 of the pre-registration it amends ("" otherwise).
     """
 
     registered: str
@@ -78,6 +80,29 @@ class Design:
     seeds: int = 5
     tasks_per_model: int = 0
     source: str = ""
+    sha256: str = ""
+    amends_sha256: str = ""
+
+    def ran_under(self, recorded: str | None, name: str) -> None:
+        """Check that a lab was run under this design.
+
+        The pre-registration's SHA-256 it recorded (None: a lab of before that record) must be this file's, or, for
+        an amendment, that of the file it amends.
+
+        Args:
+            recorded: The lab's ``preregistration_sha256``.
+            name: The lab's name, for the message.
+
+        Raises:
+            UserError: It ran under another file, or this one was edited after it ran.
+        """
+        if recorded is None or recorded in (self.sha256, self.amends_sha256):
+            return
+        raise UserError(
+            f"lab {name} ran under the pre-registration of SHA-256 {recorded[:12]}, not {self.source} (SHA-256 "
+            f"{self.sha256[:12]}): the design was edited after the lab ran, or is another; pool it under the file it "
+            "ran under (--design FILE)"
+        )
 
     def claims(self, kind: str) -> list[Claim]:
         """The family's claims of one kind, in the file's order.
@@ -162,6 +187,7 @@ def read_design(path: str | Path) -> Design:
     if not path.is_file():
         raise UserError(f"no pre-registration at {path}")
     data = yaml.safe_load(path.read_text()) or {}
+    amends = str(data.get("amends_sha256", "")) if isinstance(data, dict) else ""
     if isinstance(data, dict) and "amends" in data:
         data = _amended(path, data)
     missing = [k for k in ("registered", "models", "predictors", "baseline", "family") if k not in data]
@@ -195,6 +221,8 @@ def read_design(path: str | Path) -> Design:
         seeds=int(data.get("seeds", 5)),
         tasks_per_model=int(data.get("tasks_per_model", 0)),
         source=str(path),
+        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        amends_sha256=amends,
     )
     if not (0 < design.alpha < 1 and design.margin > 0 and design.resamples >= 1000):
         raise UserError(f"{path}: alpha in (0, 1), a positive margin and at least 1000 resamples are required")

@@ -222,10 +222,12 @@ def analyze_folder(folder: str | Path, design: str | Path | None = None, *, n_bo
         Its analysis as text.
 
     Raises:
-        UserError: The folder is not a kept lab, or there is no pre-registration, or it does not name the lab.
+        UserError: The folder is not a kept lab, or there is no pre-registration, it does not name the lab, or the
+            lab ran under another pre-registration (or this one edited since).
     """
     records = kept.read_kept(folder)
     chosen = design_for([Path(folder)], design)
+    chosen.ran_under(records.record.get("preregistration_sha256"), records.name)
     return analysis.describe_lab(analysis.analyze_lab(records, chosen, n_boot=n_boot))
 
 
@@ -252,10 +254,13 @@ def pool_folders(
         The result and its text.
 
     Raises:
-        UserError: A folder is not a kept lab, there is no pre-registration, or it does not name a lab.
+        UserError: A folder is not a kept lab, there is no pre-registration, it does not name a lab, or a lab ran
+            under another pre-registration (or this one edited since: ``Design.ran_under``).
     """
     records = [kept.read_kept(f) for f in folders]
     chosen = design_for(folders, design)
+    for r in records:
+        chosen.ran_under(r.record.get("preregistration_sha256"), r.name)
     used = [r for r in records if r.qualifies or include_unqualified]
     result = pool([analysis.analyze_lab(r, chosen, n_boot=n_boot) for r in used], chosen)
     result.excluded = [r.name for r in records if r not in used]

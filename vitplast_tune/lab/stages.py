@@ -67,6 +67,15 @@ def stage_space(lab: Lab, stage: str, components: list[str], lrs: list[float] | 
     Returns:
         The path of the lab space with subsets, rates and seeds narrowed and no analysis of its own.
     """
+    path, text = lab.dir / "spaces" / f"{stage}.yaml", stage_text(lab, stage, components, lrs)
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return path
+
+
+def stage_text(lab: Lab, stage: str, components: list[str], lrs: list[float] | None = None) -> str:
+    """The text of a stage's space file (``stage_space``), made without writing it."""
     raw, _, _ = base_space(lab.space)
     raw = dict(raw, criteria=False, description=f"{lab.name}, stage {stage}: {len(components)} configuration(s)")
     raw["parameters"] = dict(raw["parameters"], components={"choice": list(components)})
@@ -74,12 +83,7 @@ def stage_space(lab: Lab, stage: str, components: list[str], lrs: list[float] | 
         raw["parameters"]["lr"] = {"choice": [float(r) for r in lrs]}
     if lab.seeds is not None:
         raw["parameters"]["seed"] = {"choice": list(lab.seeds)}
-    path = lab.dir / "spaces" / f"{stage}.yaml"
-    text = yaml.safe_dump(raw, sort_keys=False)
-    if not path.is_file() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return path
+    return yaml.safe_dump(raw, sort_keys=False)
 
 
 def check_lab(lab: Lab) -> None:
@@ -90,11 +94,13 @@ def check_lab(lab: Lab) -> None:
 
     Raises:
         UserError: for CPUs per trial that are not positive, a lab space that is not a lab's grid (``base_space``), or
-            a space, seeds, model or task that differ from those its record names (its stages would mix two designs).
+            a space, seeds, model or task that differ from those its record names, or a started stage whose
+            recorded space differs from the one it would run now (its stages would mix two designs).
     """
     if not lab.cpus_per_trial > 0:
         raise UserError(f"--cpus-per-trial must be positive, got {lab.cpus_per_trial:g}")
     base_space(lab.space)
+    _check_started_stages(lab)
     record = read_lab_record(lab.dir)
     if not record:
         return
@@ -118,3 +124,21 @@ def check_lab(lab: Lab) -> None:
             f"{lab.name} in {lab.storage} was started with {what} {recorded} ({LAB_FILE}), not {value}: its stages "
             f"would mix two designs; run it as it started, or give another --storage for a new lab"
         )
+
+
+def _check_started_stages(lab: Lab) -> None:
+    """Each main stage whose search started (its record ``<stage>/vitplast_search.json``, also before ``lab.json``
+    exists) must have started with the stage space the lab would run now (its file in ``spaces/``, never rewritten
+    then): the same subsets, rates and seeds."""
+    from vitplast_tune.storage import SEARCH_FILE
+
+    for stage, components in stage_components(lab).items():
+        path = lab.dir / "spaces" / f"{stage}.yaml"
+        if not (lab.dir / stage / SEARCH_FILE).is_file() or not path.is_file():
+            continue
+        if path.read_text() != stage_text(lab, stage, components):
+            raise UserError(
+                f"{lab.name} in {lab.storage}: its stage {stage} was started with another space than --space "
+                f"{lab.space} gives now (other subsets, rates or seeds than spaces/{stage}.yaml): its stages would "
+                "mix two designs; run it as it started, or give another --storage for a new lab"
+            )

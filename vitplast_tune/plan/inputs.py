@@ -68,6 +68,11 @@ def inspect_inputs(
             transforms.with_auto_augment(name, policy)
     if reference is not None:
         datasets.check_dataset_name(reference)
+    # The datasets a data folder, a download or an image cache may go to: the settings', any a trial may draw, the
+    # plasticity reference; one that none of them reads is refused.
+    drawn = tuple(dict.fromkeys(c.dataset for c in (settings, *trials)))
+    datasets.check_applies((*drawn, *([reference] if reference else [])), settings.data_dir, settings.download)
+    datasets.check_applies(drawn, None, False, settings.image_cache)
     image_cache = settings.image_cache
     if 0 < image_cache < max(config["input_size"][1:]):
         raise UserError(

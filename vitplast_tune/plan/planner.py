@@ -9,8 +9,9 @@ from pathlib import Path
 
 from vitplast_tune import environment
 from vitplast_tune._compat import versions
+from vitplast_tune._compat.mlflow import MAX_EXPERIMENT_NAME
 from vitplast_tune.config import FinetuneConfig, trial_config
-from vitplast_tune.errors import UserError
+from vitplast_tune.errors import OptionsError, UserError, option
 from vitplast_tune.lock import check_not_running
 from vitplast_tune.names import check_name, default_name
 from vitplast_tune.plan import checks, finalists, inputs, resume, services, state, trials
@@ -184,7 +185,7 @@ def mlflow_target(options: SearchOptions, storage: str) -> tuple[str, str, list[
         The tracking URI, the experiment, and a note for each value taken from the environment.
 
     Raises:
-        UserError: The experiment given is empty.
+        UserError: The experiment given is empty, or longer than MLflow takes.
     """
     env_uri = (environment.read(TRACKING_URI_ENV) or "").strip()
     env_experiment = (environment.read(EXPERIMENT_ENV) or "").strip()
@@ -192,6 +193,12 @@ def mlflow_target(options: SearchOptions, storage: str) -> tuple[str, str, list[
     experiment = options.experiment if options.experiment is not None else env_experiment or EXPERIMENT
     if not experiment.strip():
         raise UserError("--experiment must name an MLflow experiment (it is empty)")
+    if len(experiment) > MAX_EXPERIMENT_NAME:  # MLflow would refuse it with a traceback once Ray is up
+        given = option("experiment") if options.experiment is not None else f"${EXPERIMENT_ENV}"
+        raise OptionsError(
+            f"{given} is {len(experiment)} characters long; MLflow takes experiment names of at most "
+            f"{MAX_EXPERIMENT_NAME} characters"
+        )
     notes = [
         f"MLflow {what} {value} from ${env} (a flag overrides it)"
         for what, value, env, flag, given in (

@@ -19,6 +19,7 @@ from vitplast_tune.plan.options import (
 from vitplast_tune.plan.search_plan import Running, SearchPlan
 from vitplast_tune.space.files import SearchSpec, spaces_dir
 from vitplast_tune.space.finalists import Finalists
+from vitplast_tune.space.objectives import with_objective
 from vitplast_tune.storage import SEARCH_FILE, read_record
 
 # Settings a resumed search may change: where the data comes from, not what the trials do.
@@ -55,7 +56,7 @@ def resumed_plan(
     """The plan of a resumed search: its recorded settings; a flag that would change them is refused.
 
     ``--max-failures`` applies to the remaining trials; ``--num-samples``, the finalists' flags, ``--max-concurrent``,
-    ``--seed``, ``--tracking-uri`` and ``--experiment`` are fixed when the search starts, so a different value is
+    ``--seed``, ``--tracking-uri``, ``--experiment`` and ``--objective`` are fixed when the search starts, so a different value is
     refused (MLflow's environment variables do not apply: the search goes on where it started). A search recorded
     before the finalists stage existed has none, and one recorded before the baselines' reference trials none of them.
     """
@@ -73,6 +74,7 @@ def resumed_plan(
         "seed": (options.seed, record.get("seed", DEFAULT_SEED)),
         "tracking-uri": (options.tracking_uri, record["tracking_uri"]),
         "experiment": (options.experiment, record.get("experiment", EXPERIMENT)),
+        "objective": (options.objective, record.get("objective", options.objective)),  # unrecorded before 2026-12-06
     }
     for flag, (given, recorded) in fixed.items():
         if given is not None and given != recorded:
@@ -85,6 +87,8 @@ def resumed_plan(
             "command the interrupted search printed has them)"
         )
     spec = replace(spec, num_samples=fixed["num-samples"][1], finalists=stage, baselines=record.get("baselines", 0))
+    if options.objective is None and fixed["objective"][1] is not None:  # one study, one objective
+        spec = with_objective(spec, fixed["objective"][1])
     if fixed["budgets"][1] is not None:
         spec = spec.with_overrides(budgets=fixed["budgets"][1])
     settings = _recorded_settings(saved, options, name)

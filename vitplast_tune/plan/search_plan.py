@@ -19,6 +19,7 @@ from vitplast_tune.plan.options import (
 from vitplast_tune.plan.resources import TrialResources
 from vitplast_tune.plan.resources import address as cluster_address
 from vitplast_tune.space.files import SearchSpec
+from vitplast_tune.space.objectives import objective_of
 from vitplast_tune.storage import SearchPlace
 
 if TYPE_CHECKING:
@@ -177,6 +178,7 @@ class SearchPlan:
             "settings": self.settings.to_dict(),
             "num_samples": self.spec.num_samples,
             "budgets": list(self.spec.budget_steps) or None,
+            "objective": objective_of(self.spec),  # what a resume optimises, whatever --objective it is given
             "finalists": {"top": self.spec.finalists.top, "seeds": self.spec.finalists.seeds},
             "baselines": self.spec.baselines,  # rates per baseline of its reference trials
             "seed": self.seed,

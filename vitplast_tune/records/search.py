@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from vitplast_tune.errors import SearchNotFound
+from vitplast_tune.errors import SearchNotFound, UserError
 from vitplast_tune.lock import running_owner
 from vitplast_tune.storage import SEARCH_FILE, STUDY_FILE, SearchPlace, default_storage, read_record
 
@@ -149,11 +149,16 @@ class Search:
     @property
     def study(self):
         """The search's Optuna study on its own storage (``optuna.db`` in its folder), the one ``optuna-dashboard``
-        opens: not a copy."""
+        opens: not a copy; UserError, and no file made, where the study is not there."""
         import optuna
 
-        from vitplast_tune.records.study import storage_url
+        from vitplast_tune.records.study import storage_url, study_made
 
+        if not study_made(self.directory / STUDY_FILE, self.name):  # Optuna's own opening would make an empty one
+            raise UserError(
+                f'search "{self.name}" has no Optuna study in {self.directory / STUDY_FILE} (missing, unreadable, '
+                "or not made yet): restore the file, or let the search start its trials"
+            )
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         return optuna.load_study(study_name=self.name, storage=storage_url(self.directory))
 
@@ -164,10 +169,21 @@ class Search:
 
         Returns:
             One row per trial run, MLflow's columns (``run_id``, ``params.*``, ``metrics.*``, ``tags.*``).
+
+        Raises:
+            UserError: The search's SQLite store is not there (a read never makes one).
         """
         import mlflow
         from mlflow.tracking import MlflowClient
 
+        from vitplast_tune.records.tracking import sqlite_file
+
+        store = sqlite_file(self.place.tracking_uri)
+        if store is not None and not store.is_file():
+            raise UserError(
+                f'the MLflow store {store} of search "{self.name}" is not there; restore it, or pass the tracking URI '
+                "it moved to (tracking_uri=)"
+            )
         client = MlflowClient(self.place.tracking_uri)
         experiment = client.get_experiment_by_name(self.place.experiment)
         if experiment is None:
@@ -315,8 +331,14 @@ class Search:
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
+        from vitplast_tune.records.tracking import bounded_calls, sqlite_file
+
+        store = sqlite_file(self.place.tracking_uri)
+        if store is not None and not store.is_file():  # gone: never made anew by a read
+            return None
         try:
-            info = MlflowClient(self.place.tracking_uri).get_run(self.record["parent_run_id"]).info
+            with bounded_calls(retries=0, timeout_s=5):  # a server that is down: noticed in seconds, not minutes
+                info = MlflowClient(self.place.tracking_uri).get_run(self.record["parent_run_id"]).info
         except (MlflowException, OSError):
             return None
         end = info.end_time if info.status != "RUNNING" and info.end_time else time.time() * 1000

@@ -28,6 +28,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.tracking.context.registry import resolve_tags
 
 from vitplast_tune import environment, storage
+from vitplast_tune._compat import mlflow as mlflow_internals
 from vitplast_tune.records import view
 from vitplast_tune.storage import BEST_TRIAL_DIR, WEIGHTS_FILE, is_uri
 
@@ -110,15 +111,21 @@ def store_lock(tracking_uri: str) -> Iterator[None]:
     Args:
         tracking_uri: the tracking URI (``sqlite:///path/mlflow.db`` takes the lock).
     """
-    database = tracking_uri.split(":///", 1)[1].split("?")[0] if tracking_uri.startswith("sqlite:///") else ""
-    if not database or database == ":memory:":
+    path = sqlite_file(tracking_uri)
+    if path is None:
         yield
         return
-    path = Path(database).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(f"{path.name}.lock"), "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
         yield
+
+
+def sqlite_file(tracking_uri: str) -> Path | None:
+    """The database file of a SQLite tracking URI (``sqlite:///path/mlflow.db``, ``~`` expanded); None for other
+    stores and an in-memory database."""
+    database = tracking_uri.split(":///", 1)[1].split("?")[0] if tracking_uri.startswith("sqlite:///") else ""
+    return Path(database).expanduser() if database and database != ":memory:" else None
 
 
 def experiment_id(mlflow: MlflowClient, name: str, artifact_location: str | None = None) -> str:
@@ -142,9 +149,8 @@ def artifact_location(tracking_uri: str, experiment: str, storage: str) -> str |
     the file store's own folder for ``file:`` (None); under the search storage for other databases."""
     scheme = urlsplit(tracking_uri).scheme.lower()
     folder = _folder_name(experiment)
-    database = tracking_uri.split(":///", 1)[1].split("?")[0] if tracking_uri.startswith("sqlite:///") else ""
-    if scheme == "sqlite" and database and database != ":memory:":
-        return str(Path(database).expanduser().resolve().parent / ARTIFACTS_DIR / folder)
+    if (database := sqlite_file(tracking_uri)) is not None:
+        return str(database.resolve().parent / ARTIFACTS_DIR / folder)
     if scheme in ("http", "https", "databricks", "file", ""):
         return None
     root = storage if is_uri(storage) else str(Path(storage).expanduser().resolve())
@@ -152,11 +158,11 @@ def artifact_location(tracking_uri: str, experiment: str, storage: str) -> str |
 
 
 def _folder_name(experiment: str) -> str:
-    """A folder name for an experiment: its name when that is safe, else a safe form with a hash of the name (never
-    digits alone, which an ``mlflow server``'s own experiment folders use)."""
+    """A folder name for an experiment: its name when that is safe, else a safe form (200 characters at most) with a
+    hash of the name (never digits alone, which an ``mlflow server``'s own experiment folders use)."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", experiment).strip("-.") or "experiment"
-    if safe != experiment or safe.isdigit():
-        safe = f"{safe}-{hashlib.sha256(experiment.encode()).hexdigest()[:8]}"
+    if safe != experiment or safe.isdigit() or len(safe) > 200:  # a file system takes names of 255 bytes at most
+        safe = f"{safe[:200]}-{hashlib.sha256(experiment.encode()).hexdigest()[:8]}"
     return safe
 
 
@@ -238,6 +244,26 @@ def log_metrics(
     batch = [Metric(k, float(v), now, step) for k, v in metrics.items() if is_number(v)]
     if batch:
         mlflow.log_batch(run_id, metrics=batch)
+
+
+def log_inputs(mlflow: MlflowClient, run_id: str, inputs: list) -> None:
+    """Log dataset inputs to a run; a dataset another search logged to the experiment at the same moment is taken as
+    logged (MLflow's insert of it fails on its key, and the write is made again, which finds it and links the run).
+
+    Args:
+        mlflow: The client.
+        run_id: The run.
+        inputs: MLflow ``DatasetInput`` entities.
+
+    Raises:
+        MlflowException: On any other failure, or when the write fails twice.
+    """
+    try:
+        mlflow.log_inputs(run_id, datasets=inputs)
+    except MlflowException as exc:
+        if not mlflow_internals.written_first_by_another(exc):
+            raise
+        mlflow.log_inputs(run_id, datasets=inputs)  # MLflow's store rolled the first back: nothing is half-written
 
 
 def trial_runs(mlflow: MlflowClient, parent_run_id: str) -> dict[str, str]:

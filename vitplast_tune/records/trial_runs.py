@@ -40,6 +40,7 @@ from vitplast_tune.records.tracking import (
     child_runs,
     client,
     is_number,
+    log_inputs,
     log_metrics,
     log_params,
     number_or,
@@ -160,7 +161,7 @@ class MlflowTracker(Callback):
             log_params(self.mlflow, run_id, described.params)
             log_metrics(self.mlflow, run_id, described.metrics)
             if described.inputs:
-                self.mlflow.log_inputs(run_id, datasets=described.inputs)
+                log_inputs(self.mlflow, run_id, described.inputs)
         self.runs[trial.trial_id] = run_id
         return run_id
 

@@ -151,7 +151,13 @@ def save_view(client, experiment_id: str, key: str, name: str, state: dict[str, 
     """Store ``state`` as the experiment's shared view ``key`` (the tag the UI reads for ``viewStateShareKey``)."""
     now = int(time.time() * 1000)
     envelope = {"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}
-    client.set_experiment_tag(experiment_id, mlflow_internals.VIEW_TAG_PREFIX + key, json.dumps(envelope))
+    tag = (experiment_id, mlflow_internals.VIEW_TAG_PREFIX + key, json.dumps(envelope))
+    try:
+        client.set_experiment_tag(*tag)
+    except Exception as exc:  # a search of the same name on one server saved it at the same moment: ours replaces it
+        if not mlflow_internals.written_first_by_another(exc):
+            raise
+        client.set_experiment_tag(*tag)
 
 
 def runs_link(

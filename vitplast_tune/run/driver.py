@@ -66,9 +66,10 @@ def run(
         SearchInterrupted: The search was stopped (see ``execute``).
     """
     timings = timings or Timings()
-    with timings.phase("checks"):
-        plan = prepare(options)
-    return execute(plan, callbacks, timings, trainable)
+    with interrupts.before_start(options.resume):  # Ctrl-C or SIGTERM: one line, 130 or 143, as later
+        with timings.phase("checks"):
+            plan = prepare(options)
+        return execute(plan, callbacks, timings, trainable)
 
 
 @dataclass
@@ -138,7 +139,7 @@ def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings |
             if owns_ray:
                 from vitplast_tune.run import cluster
 
-                with timings.phase("ray_start"):
+                with timings.phase("ray_start"), interrupts.starting_ray():  # SIGTERM as Ctrl-C, in ray.init too
                     cluster.join_or_start(plan.running.joining, plan.running.connect_timeout_s, plan.running.address)
             interrupts.on_sigterm_interrupt()  # after ray.init, which installs its own SIGTERM handler
             tuned = _record_and_tune(plan, callbacks, records, timings, trainable)
@@ -266,7 +267,7 @@ def _interrupted(
     else:
         fix = ""
     if not records.written:
-        text = f"{what}, before anything was recorded: nothing to resume; {fix}run the same command again"
+        text = f"{what}{interrupts.NOTHING_RECORDED}; {fix}run the same command again"
     elif records.ended:
         text = (
             "stopped while it recorded its results (every trial had ended); nothing is lost and no trial runs again: "
@@ -407,9 +408,8 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
     path = write_trials(table, result.place.local_dir)
     if path is not None:
         search_run.log_results(mlflow, result.parent_run_id, path, best, len(table))
-    search_run.log_pareto(
-        mlflow, result.parent_run_id, pareto.write_pareto(table, result.place.results_dir / "analysis")
-    )
+    fronts = pareto.write_pareto(table, result.place.results_dir / "analysis")
+    search_run.log_pareto(mlflow, result.parent_run_id, fronts)
     search_run.log_cost(mlflow, result.parent_run_id, table, objective_of(result.spec))
 
 

@@ -2,9 +2,11 @@
 ends a search the way Ctrl-C does (Ray Tune's own graceful stop, runs closed, the resume command printed), with exit
 code 143 instead of 130.
 
-``ray.init`` installs its own SIGTERM handler (it kills the Ray processes and exits at once), so ``handled()`` is
-entered before Ray starts and ``on_sigterm_interrupt()`` called after it; both are no-ops off the main thread. Once
-every trial has ended, ``deferred()`` holds SIGTERM back while the results are recorded, so that they are whole.
+``ray.init`` installs its own SIGTERM handler (it exits at once, with status 15 and no word), so ``handled()`` is
+entered before Ray starts, ``starting_ray()`` takes that exit for an interrupt while Ray starts and
+``on_sigterm_interrupt()`` is called after it; all are no-ops off the main thread. Before that, while the plan is
+checked, ``before_start()`` does the same. Once every trial has ended, ``deferred()`` holds SIGTERM back while the
+results are recorded, so that they are whole.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 from collections.abc import Iterator
 
 from vitplast_tune import holds
+from vitplast_tune.errors import SearchInterrupted
 from vitplast_tune.log import get_logger
 
 log = get_logger(__name__)
@@ -46,6 +49,43 @@ def on_sigterm_interrupt() -> None:
     otherwise a KeyboardInterrupt."""
     if _main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
+
+
+@contextlib.contextmanager
+def before_start(resuming: bool) -> Iterator[None]:
+    """While a search checks its plan (nothing started, nothing recorded yet): Ctrl-C and SIGTERM end it in
+    SearchInterrupted with the line and exit code (130, 143) a later interrupt has, saying whether there is something
+    to resume (``resuming``: a recorded search the same command continues)."""
+    if not _main_thread():
+        yield
+        return
+    with handled():
+        restore_ctrl_c()  # not a handler a Tuner fitted before in this process left, which would only set a flag
+        on_sigterm_interrupt()
+        try:
+            yield
+        except KeyboardInterrupt:
+            said = "; nothing is lost: continue the search with the same command" if resuming else NOTHING_RECORDED
+            again = "" if resuming else "; run the same command again"
+            raise SearchInterrupted(f"stopped before its trials ended{said}{again}", exit_code()) from None
+
+
+NOTHING_RECORDED = ", before anything was recorded: nothing to resume"  # after what stopped it; then what to do
+
+
+@contextlib.contextmanager
+def starting_ray() -> Iterator[None]:
+    """While Ray starts, SIGTERM is Ctrl-C too: before ``ray.init`` installs its handler through ours, after it
+    through its ``sys.exit(SIGTERM)``, taken here for a KeyboardInterrupt with SIGTERM noted (exit code 143)."""
+    on_sigterm_interrupt()
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code != signal.SIGTERM or not _main_thread():
+            raise
+        _received.append(signal.SIGTERM)
+        raise KeyboardInterrupt from None
+    on_sigterm_interrupt()  # after ray.init, which installed its own SIGTERM handler
 
 
 def restore_ctrl_c() -> None:

@@ -21,7 +21,10 @@ from torch import nn
 
 from vitplast_tune.config import TESTBED_MODEL, TESTBED_SEED1_MODEL, TESTBED_SEED1_WEIGHTS, TESTBED_WEIGHTS
 from vitplast_tune.errors import UserError, did_you_mean
-from vitplast_tune.vit import tiny  # noqa: F401  (registers the tiny models of every family with timm)
+from vitplast_tune.vit import (
+    hub,
+    tiny,  # noqa: F401  (registers the tiny models of every family with timm)
+)
 from vitplast_tune.vit.families import hf
 from vitplast_tune.vit.families.base import Family
 from vitplast_tune.vit.families.registry import family_of, unsupported
@@ -120,7 +123,8 @@ def check_weights(name: str, weights: str | Path | None, pretrained: bool) -> No
         pretrained: Whether the model loads its pretrained weights (the testbed's shipped file must exist).
 
     Raises:
-        UserError: If the model is unknown, or a weights file it needs is missing or unreadable.
+        UserError: If the model is unknown, a weights file it needs is missing or unreadable, or weights it would
+            download are not cached and their hub cannot be reached (``vit.hub``).
     """
     check_model_name(name)
     if weights is not None and hf.is_hf(name):
@@ -134,6 +138,8 @@ def check_weights(name: str, weights: str | Path | None, pretrained: bool) -> No
         _check_shipped_file(name)
         if hf.is_hf(name):
             hf.check_weights(name)
+        else:
+            hub.check_timm_weights(name)  # cached, or the hub answers in seconds: no download's retries offline
 
 
 def check_weights_fit(name: str, weights: str | Path | None, num_classes: int) -> None:

@@ -114,21 +114,26 @@ def bracketed_stage(lab: Lab, stage: str, components: list[str]) -> pd.DataFrame
 def ray_session() -> Iterator[None]:
     """One local Ray instance for every stage search run inside, shut down after; nothing when Ray runs already.
 
+    A signal while Ray starts or between stages ends in SearchInterrupted, as one within a stage's search does.
+
     Yields:
         Nothing: the stages run inside.
     """
     import ray
 
-    from vitplast_tune.run import cluster
+    from vitplast_tune.run import cluster, interrupts
 
     if ray.is_initialized():
         yield
         return
-    cluster.init(None)
-    try:
-        yield
-    finally:
-        ray.shutdown()
+    # Ctrl-C or SIGTERM while Ray starts or between stages: one line and 130 or 143, as within a stage's search.
+    with interrupts.before_start(resuming=True):
+        with interrupts.starting_ray():
+            cluster.init(None)
+        try:
+            yield
+        finally:
+            ray.shutdown()
 
 
 def qualify(lab: Lab) -> check.Qualification:

@@ -15,10 +15,10 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from vitplast_tune import environment
 from vitplast_tune.errors import UserError
 from vitplast_tune.freezing import Layout
 from vitplast_tune.log import quieted
+from vitplast_tune.vit import hub
 from vitplast_tune.vit.families.base import Embedded, Family
 
 PREFIX = "hf:"
@@ -204,9 +204,6 @@ def load_config(name: str):
     return config
 
 
-HUB_TIMEOUT_S = 5.0  # how long the hub's host may take to accept a connection before a hub id is refused
-
-
 def check_hub_reachable(name: str, hub_id: str) -> None:
     """Check, once and quickly, that a hub id not in the local cache can be fetched (before transformers' retries).
 
@@ -216,31 +213,16 @@ def check_hub_reachable(name: str, hub_id: str) -> None:
 
     Raises:
         UserError: If the id is not cached and the hub is off (``HF_HUB_OFFLINE``) or its host does not accept a
-            connection within ``HUB_TIMEOUT_S``.
+            connection within ``vit.hub.HUB_TIMEOUT_S``.
     """
-    import socket
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache
 
     if isinstance(try_to_load_from_cache(hub_id, "config.json"), str):
         return
     fix = "download it once with a network (it is then cached), or give hf:<local folder>"
-    if constants.HF_HUB_OFFLINE or (environment.read("HF_HUB_OFFLINE") or "").strip().lower() in (
-        "1",
-        "true",
-        "yes",
-        "on",
-    ):
+    if hub.offline():
         raise UserError(f'model "{name}" is not in the Hugging Face cache and the hub is off (HF_HUB_OFFLINE); {fix}')
-    url = urlparse(environment.read("HF_ENDPOINT") or constants.ENDPOINT)
-    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
-    try:
-        socket.create_connection((host, port), timeout=HUB_TIMEOUT_S).close()
-    except OSError as exc:
-        raise UserError(
-            f'model "{name}": the Hugging Face hub {host} cannot be reached ({exc.strerror or exc}); {fix}'
-        ) from None
+    hub.check_reachable(hub.hub_url(), f'model "{name}": the Hugging Face hub', fix)
 
 
 def create(name: str, num_classes: int, *, pretrained: bool, drop_path_rate: float = 0.0) -> HFClassifier:
