@@ -204,8 +204,11 @@ class _Progress:
         self.spent_steps += steps
 
     def ended(self, key: Key, run: Run, i: int, diverged: bool) -> None:
-        """A trial ended after its ``i``-th evaluation: the incumbent, the path and the figures once it reaches."""
+        """A trial ended after its ``i``-th evaluation: the incumbent, the path, the trial (``ended``: its subset, rate,
+        best validation accuracy or None where it diverged, seed and seconds) and the figures once it reaches."""
         best_val = max(a for _, a in run.curve[: i + 1])
+        cost = run.curve[i][0] * run.seconds_per_step
+        self.out.setdefault("ended", []).append([*key, None if diverged else best_val, run.seed, round(cost, 4)])
         if not diverged and (self.incumbent is None or best_val > self.incumbent[0]):
             self.incumbent = (best_val, key)
         test = self.table.mean_test(self.incumbent[1]) if self.incumbent else 0.0
@@ -216,7 +219,9 @@ class _Progress:
             self.out.update(reached, trials=self.launched)
 
 
-def replay(table: Table, algorithm: str, seed: int, tolerance: float, budget: float, max_trials: int, workers: int):
+def replay(
+    table: Table, algorithm: str, seed: int, tolerance: float, budget: float, max_trials: int, workers: int, refs=()
+):
     """One replayed search of ``table``.
 
     Args:
@@ -227,14 +232,15 @@ def replay(table: Table, algorithm: str, seed: int, tolerance: float, budget: fl
         budget: the replay starts no trial once it spent this fraction of the grid's seconds.
         max_trials: nor after this many trials.
         workers: trials running at once.
+        refs: configurations trained first, as the search's reference trials (``_next_key``).
 
     Returns:
-        ``reached_s`` and ``reached_steps`` (fractions of the grid's, None when not reached), ``trials`` started by
-        then, and ``path``: (fraction of the grid's seconds, incumbent's mean test accuracy) at each trial's end.
+        ``reached_s``, ``reached_steps`` (fractions of the grid's, None when not reached), ``trials`` started by then,
+        ``path`` (fraction of the grid's seconds, incumbent's mean test accuracy) and ``ended`` (``_Progress.ended``).
     """
     np.random.seed(seed)  # Ray's HyperBand draws each trial's bracket from numpy's global generator
     sampler_name, scheduler_name = algorithm.split(" + ")
-    search = searcher(sampler_name, table, seed)
+    search = _OwnTrials(searcher(sampler_name, table, seed))
     sched = scheduler("none" if table.final_only else scheduler_name, table.max_steps)
     draws = random.Random(f"{seed}:seeds")  # the same draws for every algorithm at this seed: paired
     progress = _Progress(table, table.best[1] - tolerance)
@@ -244,12 +250,10 @@ def replay(table: Table, algorithm: str, seed: int, tolerance: float, budget: fl
     def launch(now: float) -> None:
         if progress.launched >= max_trials or progress.spent_s >= budget * table.grid_seconds:
             return
-        trial = SimpleNamespace(trial_id=f"replay_{progress.launched:05d}")
-        config = search.suggest(trial.trial_id)
-        if config is None:
+        trial = SimpleNamespace(trial_id=f"replay_{progress.launched:05d}", config={})
+        if (key := _next_key(trial, search, table, progress.launched, refs)) is None:
             return
         progress.launched += 1
-        key = config_key(table, config)
         run = draws.choice(table.runs[key])
         sched.on_trial_add(None, trial)
         heapq.heappush(events, (now + run.curve[0][0] * run.seconds_per_step, next(order), trial, key, run, 0))
@@ -275,6 +279,41 @@ def replay(table: Table, algorithm: str, seed: int, tolerance: float, budget: fl
             following = (run.curve[i + 1][0] - step) * run.seconds_per_step
             heapq.heappush(events, (now + following, next(order), trial, key, run, i + 1))
     return progress.out
+
+
+REFERENCE_PREFIX = "reference_"  # a reference trial's id in a replay
+
+
+class _OwnTrials:
+    """A sampler's searcher told of its own trials alone: never of a reference trial (``_next_key``)."""
+
+    def __init__(self, search):
+        self.search = search
+
+    def suggest(self, trial_id: str) -> dict | None:
+        return self.search.suggest(trial_id)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if not trial_id.startswith(REFERENCE_PREFIX):
+            self.search.on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if not trial_id.startswith(REFERENCE_PREFIX):
+            self.search.on_trial_complete(trial_id, result=result, error=error)
+
+
+def _next_key(trial: SimpleNamespace, search, table: Table, launched: int, references: tuple[Key, ...]) -> Key | None:
+    """The configuration the next trial trains: the next reference trial's, marked in the trial's config as the
+    search marks its baselines' (``vitplast_tune.space.baselines``: the scheduler never stops one, the sampler never
+    hears of one); then the sampler's suggestion (None: it has none)."""
+    from vitplast_tune.config import REFERENCE_KEY
+
+    if launched < len(references):
+        trial.trial_id = f"{REFERENCE_PREFIX}{launched:05d}"
+        trial.config = {REFERENCE_KEY: {"index": launched + 1, "of": len(references)}}
+        return references[launched]
+    config = search.suggest(trial.trial_id)
+    return None if config is None else config_key(table, config)
 
 
 # ----------------------------------------------------------------------------- all replays, cached

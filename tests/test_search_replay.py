@@ -143,9 +143,10 @@ def test_the_benchmark_figures_pair_every_algorithm_with_the_default(tmp_path, c
     replays = search_replay.run_all(
         [replay_tables.load_table(KEPT)], ["TPE + ASHA"], search_replay.parse_args([*argv, "--cache", str(tmp_path)])
     )[KEPT.name]["TPE + ASHA"]
-    spent = [r["path"][59][0] if len(r["path"]) >= 60 else math.inf for r in replays]  # the 60th trial's end
-    assert figures["default_budget"] == {"trials": 60, "spent": list(search_replay.quantiles(spent))}
-    assert "the default space's 60 trials (TPE + ASHA) end at" in said
+    n = search_replay._today().num_samples  # the default space's trials (30)
+    spent = [r["path"][n - 1][0] if len(r["path"]) >= n else math.inf for r in replays]  # the n-th trial's end
+    assert figures["default_budget"] == {"trials": n, "spent": list(search_replay.quantiles(spent))}
+    assert f"the default space's {n} trials (TPE + ASHA) end at" in said
     assert rows["TPE + ASHA"]["paired"]["cheaper"] == 0 == rows["TPE + ASHA"]["paired"]["dearer"]
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
     assert search_replay.main([*argv, "--cache", str(tmp_path)]) == 0
@@ -275,9 +276,10 @@ def test_the_paired_comparison_is_a_sign_test_of_the_cost_that_counts_replays_ne
     results = {"t": {"TPE + ASHA": _replayed(default), "random + ASHA": _replayed(other)}}
     summary = search_replay.summarise([table], results, ["TPE + ASHA", "random + ASHA"])
     paired = summary["rows"]["random + ASHA"]
-    assert summary["default_budget"]["spent"] == (math.inf, math.inf, math.inf)  # one trial each: never 60
-    for i, replay in enumerate(results["t"]["TPE + ASHA"]):  # the default's 60th trial ends at i / 100
-        replay["path"] = [(0.001 * k, 0.9) for k in range(59)] + [(i / 100, 0.9)] + [(1.0, 0.9)]
+    assert summary["default_budget"]["spent"] == (math.inf, math.inf, math.inf)  # one trial each: never the n-th
+    n = search_replay._today().num_samples
+    for i, replay in enumerate(results["t"]["TPE + ASHA"]):  # the default's n-th trial ends at i / 100
+        replay["path"] = [(0.001 * k, 0.9) for k in range(n - 1)] + [(i / 100, 0.9)] + [(1.0, 0.9)]
     spent = search_replay.summarise([table], results, ["TPE + ASHA", "random + ASHA"])["default_budget"]["spent"]
     assert spent == (0.05, 0.02, 0.08)  # of 0.00 ... 0.11: median and quartiles by nearest rank
     # cheaper in 9 pairs (one where the default never reached), dearer in 1; the two ties are left out

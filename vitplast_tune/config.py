@@ -339,13 +339,15 @@ class FinetuneConfig:
 
 
 FINALIST_KEY = "finalist"  # in a finalist trial's config: which finalist it is (``space.finalists``), not a setting
-NOT_SETTINGS = (*components.ENCODING_KEYS, FINALIST_KEY)  # what a trial's config holds besides its settings
+REFERENCE_KEY = "reference"  # in a baseline's reference trial's config: which one it is (``space.baselines``)
+NOT_SETTINGS = (*components.ENCODING_KEYS, FINALIST_KEY, REFERENCE_KEY)  # a trial's config besides its settings
 
 
 def trial_config(config: dict[str, Any], settings: FinetuneConfig) -> FinetuneConfig:
     """Make a trial's settings: its sampled parameters over the search's settings.
 
-    Optuna's component encodings (``components.ENCODING_KEYS``) and a finalist's mark (``FINALIST_KEY``) are left out.
+    Optuna's component encodings (``components.ENCODING_KEYS``) and a finalist's or reference trial's mark
+    (``FINALIST_KEY``, ``REFERENCE_KEY``) are left out.
 
     Args:
         config: The trial's sampled parameters.

@@ -84,7 +84,8 @@ def test_the_plan_in_words(tmp_path, tiny_space):
         parameters={"components": {"subsets": "any_or_head"}, "lr": {"loguniform": [0.001, 1.0]}},
     )
     lines = "\n".join(describe_trials(prepare(options(tmp_path, space))))
-    assert "trials:     30, optuna (seed 0), no early stopping; metric val_acc (max)" in lines
+    assert "trials:     36, optuna (seed 0), no early stopping; metric val_acc (max)" in lines  # 30 and 6 baselines
+    assert "baselines:  6 of them, full finetuning and the linear probe at lr 0.00316, 0.0316, 0.316" in lines
     assert "components: any subset or the linear probe of emb, ln1, mha, ln2, fc1, fc2 (64)" in lines
     assert "lr: log-uniform [0.001, 1]" in lines and "optimizer: sgd (fixed)" in lines
     grid = tiny_space(parameters={"lr": {"choice": [0.01, 0.1]}, "seed": {"choice": list(range(10))}})

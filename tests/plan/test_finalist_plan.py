@@ -100,3 +100,36 @@ def test_the_dry_run_counts_and_estimates_the_finalists(tmp_path, tiny_space):
     assert most - most_alone == pytest.approx(6 * (2 + 400 * 0.2 + 4 * 1.0 + 1))  # 12 trials, 6 waves of 2, slow
     assert fewest - fewest_alone == pytest.approx(12 * (2 + 400 * 0.1 + 4 * 1.0 + 1) / 2)
     assert not any(line.startswith("finalists:") for line in describe_trials(alone))
+
+
+def test_the_baselines_reference_trials_are_planned_recorded_resumed_estimated_or_turned_off_and_said(
+    tmp_path, tiny_space
+):
+    from vitplast_tune.plan import resume
+
+    subsets = {"components": {"subsets": "any"}, "lr": {"loguniform": [0.01, 0.1]}}
+    space = tiny_space(
+        **{**OPTUNA, "num_samples": 8, "parameters": subsets, "scheduler": "fifo"},
+        baselines={"rates": 2},
+        defaults={"max_steps": 400, "eval_every": 100},
+    )
+    plan = prepare(options(tmp_path, space, name="a"))
+    assert plan.spec.baselines == 2 and plan.spec.total_trials == 8 + 4 and plan.record("run")["baselines"] == 2
+    (line,) = [line for line in describe_trials(plan) if line.startswith("baselines:")]
+    assert line == "baselines:  4 of them, full finetuning and the linear probe at lr 0.0178, 0.0562, never stopped"
+    fast = Timing("mha", "fp32", setup_s=2.0, step_s=0.1, val_eval_s=1.0, test_eval_s=1.0, steps_timed=5)
+    fewest, most = wall_range(plan, [fast], at_once=2)
+    fewest_alone, most_alone = wall_range(replace(plan, spec=replace(plan.spec, baselines=0)), [fast], at_once=2)
+    assert most - most_alone == pytest.approx(2 * (2 + 400 * 0.1 + 4 * 1.0 + 1))  # 4 whole trials, 2 waves of 2
+    assert fewest - fewest_alone == pytest.approx(4 * (2 + 400 * 0.1 + 4 * 1.0 + 1) / 2)
+    record = plan.record("parent")
+    again = resume.resumed_plan(plan.spec, options(tmp_path, space), plan.running, plan.storage, "a", record)
+    assert again.spec.baselines == 2
+    older = {k: v for k, v in record.items() if k != "baselines"}  # recorded before the reference trials: none
+    assert (
+        resume.resumed_plan(plan.spec, options(tmp_path, space), plan.running, plan.storage, "a", older).spec.baselines
+        == 0
+    )
+    few = prepare(options(tmp_path, space, name="few", num_samples=7))
+    assert few.spec.baselines == 0 and few.spec.total_trials == 7
+    assert any("no baselines' reference trials (7 trial(s) are fewer than twice their 4" in n for n in few.notes)

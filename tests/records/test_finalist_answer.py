@@ -174,3 +174,29 @@ def test_the_trial_table_says_each_trials_stage_seed_and_finalist():
     assert pd.isna(found["finalist"][0]) and found["finalist"][1] == 2
     assert pd.isna(found["lr_from"][0]) and found["lr_from"][1] == "best"
     assert list(search_trials(found)["trial_id"]) == ["a"]
+
+
+def test_the_best_model_is_the_trial_of_the_configuration_the_answer_chose_not_the_best_single_trial():
+    from vitplast_tune.records.finalists import answer_trial
+    from vitplast_tune.space import load_space
+
+    spec = load_space("component_subsets")
+    lucky = [{**r, "trial_id": "lucky", "components": "fc2", "best_val_acc": 0.999, "test_acc": 0.9} for r in search()]
+    trials = table(
+        rows(1, "mha+fc1", [0.95, 0.97, 0.96], tests=[0.955, 0.965, 0.975]),  # the answer; its best seed is 2
+        rows(2, "fc1", [0.94, 0.955, 0.98]),  # the best finalist trial (seed 3), not within one SE by its mean
+        *BASELINES,
+        search=lucky,  # the best trial of all, one seed of one configuration
+    )
+    found = answer_trial(trials, spec)
+    assert final_answer(trials).chosen.index == 1
+    assert list(found["trial_id"]) == ["1-2"]
+    assert list(answer_trial(table(search=lucky), spec)["trial_id"]) == ["lucky"]  # no finalists: the best trial
+
+
+def search() -> list[dict]:
+    """A trial of the search, as ``table`` takes one."""
+    return [
+        {"trial_id": "1", "components": "fc1", "lr": 0.1, "best_val_acc": 0.9, "val_acc": 0.9, "test_acc": 0.89}
+        | {"trainable_params": 100_000, "step": 100, "max_steps": 100, "diverged": False, "error": None}
+    ]

@@ -1,6 +1,7 @@
-"""The finalists stage as Tune runs it, driven by hand without Ray: the searcher that suggests the finalists after
-the search's trials (order, waiting, a resume that neither repeats nor loses one), the schedulers that never stop a
-finalist nor rank a trial against one, the count of trials left unfinished, and the progress lines' total."""
+"""The stages around TPE as Tune runs them, driven by hand without Ray: the searcher that suggests the baselines'
+reference trials first and the finalists after the search's trials (order, waiting, a resume that neither repeats nor
+loses one), the schedulers that never stop a reference trial or a finalist nor rank a trial against one, the count of
+trials left unfinished, and the progress lines' total."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ import pytest
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-from vitplast_tune.run.finalists import FinalistSearcher, SparingASHA, unfinished
+from vitplast_tune.run.finalists import SparingASHA, StagedSearcher, unfinished
 from vitplast_tune.run.progress import Progress
 from vitplast_tune.space.finalists import Finalists
 
 CONFIGS = [{"components": c, "lr": lr, "train_mha": c == "mha"} for c, lr in (("mha", 0.1), ("fc1", 0.2), ("ln1", 0.3))]
-ACCURACY = {"mha": 0.9, "fc1": 0.95, "ln1": 0.5}
+ACCURACY = {"mha": 0.9, "fc1": 0.95, "ln1": 0.5, "all": 0.6, "head": 0.4}
+REFERENCES = [
+    {"components": c, "lr": 0.05, "reference": {"index": i + 1, "of": 2}} for i, c in enumerate(("all", "head"))
+]
 
 
 class Stub(Searcher):
@@ -38,11 +42,11 @@ class Stub(Searcher):
         self.completed.append(trial_id)
 
 
-def searcher(main: int = 3) -> FinalistSearcher:
-    return FinalistSearcher(Stub(), main, Finalists(top=1, seeds=2), seeds=[1, 2])
+def searcher(main: int = 3) -> StagedSearcher:
+    return StagedSearcher(Stub(), main, Finalists(top=1, seeds=2), seeds=[1, 2])
 
 
-def end(s: FinalistSearcher, trial_id: str, config: dict) -> None:
+def end(s: StagedSearcher, trial_id: str, config: dict) -> None:
     s.on_trial_result(trial_id, {"val_acc": 0.5, "step": 8})
     s.on_trial_complete(trial_id, {"best_val_acc": ACCURACY[config["components"]], "step": 16, "max_steps": 16})
 
@@ -75,7 +79,28 @@ def test_the_finalists_come_after_every_trial_of_the_search_has_ended_then_no_mo
     assert inner.completed == ["t0", "t2", "t1"] and set(inner.results) == {"t0", "t1", "t2"}
 
 
-def restored(state: dict, main: int = 3) -> FinalistSearcher:
+def test_the_reference_trials_come_first_unheard_by_tpe_and_give_the_finalists_their_baselines_rates():
+    s = StagedSearcher(Stub(), 3, Finalists(top=1, seeds=1), seeds=[1], references=REFERENCES)
+    made = {f"r{i}": s.suggest(f"r{i}") for i in range(2)}
+    main = {f"t{i}": s.suggest(f"t{i}") for i in range(3)}
+    assert list(made.values()) == REFERENCES and isinstance(s.searcher, Stub) and s.searcher.given == 3
+    assert s.suggest("x") is None  # every trial still running
+    for trial_id, config in {**made, **main}.items():
+        end(s, trial_id, config)
+    finals = [s.suggest(f"f{i}") for i in range(3)]
+    said = [(c["components"], c["lr"], c["finalist"]["lr_from"], "reference" in c) for c in finals]
+    assert said == [("fc1", 0.2, "own", False), ("all", 0.05, "own", False), ("head", 0.05, "own", False)]
+    assert s.suggest("f3") == Searcher.FINISHED
+    assert s.searcher.completed == ["t0", "t1", "t2"] and set(s.searcher.results) == {"t0", "t1", "t2"}
+    alone = StagedSearcher(Stub(), 1, Finalists(), seeds=[], references=REFERENCES)  # no finalists stage
+    assert [alone.suggest(f"a{i}")["components"] for i in range(3)] == ["all", "head", "mha"]
+    assert alone.suggest("a3") is None
+    for i, c in enumerate(("all", "head", "mha")):
+        end(alone, f"a{i}", {"components": c})
+    assert alone.suggest("a3") == Searcher.FINISHED
+
+
+def restored(state: dict, main: int = 3) -> StagedSearcher:
     """A new searcher (as Tune unpickles the Tuner's) given the state Tune saved (``get_state``)."""
     fresh = searcher(main)
     fresh.set_state(copy.deepcopy(state))
@@ -123,10 +148,11 @@ def asha(kind=SparingASHA):
     return kind(time_attr="step", metric="val_acc", mode="max", max_t=100, grace_period=10, reduction_factor=2)
 
 
-def test_the_schedulers_never_stop_a_finalist_nor_rank_a_trial_against_one():
+def test_the_schedulers_never_stop_a_reference_trial_or_a_finalist_nor_rank_a_trial_against_one():
     a, b = FakeTrial("a"), FakeTrial("b")
-    f1, f2, f3 = (FakeTrial(f"f{i}", FINALIST) for i in (1, 2, 3))
-    reports = ((a, 0.5), (f1, 0.99), (f2, 0.95), (b, 0.8), (f3, 0.01))  # all at ASHA's first rung, step 10
+    f1, f3 = (FakeTrial(f"f{i}", FINALIST) for i in (1, 3))
+    f2 = FakeTrial("f2", REFERENCES[0])  # a baseline's reference trial
+    reports = ((a, 0.5), (f1, 0.99), (f2, 0.2), (b, 0.8), (f3, 0.01))  # all at ASHA's first rung, step 10
     actions = {}
     for kind in (SparingASHA, ASHAScheduler):
         scheduler = asha(kind)
@@ -136,8 +162,8 @@ def test_the_schedulers_never_stop_a_finalist_nor_rank_a_trial_against_one():
         for trial, _ in reports:  # a finalist's end leaves the rungs alone
             scheduler.on_trial_complete(None, trial, {"step": 100, "val_acc": 0.5})
     go, stop = TrialScheduler.CONTINUE, TrialScheduler.STOP
-    assert actions[ASHAScheduler] == [go, go, go, stop, stop]  # b below the finalists' cutoff; f3 below everyone's
-    assert actions[SparingASHA] == [go] * 5  # b ranked against a alone; no finalist stopped
+    assert actions[ASHAScheduler] == [go, go, stop, go, stop]  # f2 below a and f1, f3 below everyone
+    assert actions[SparingASHA] == [go] * 5  # b ranked against a alone; no reference trial nor finalist stopped
     with pytest.raises(KeyError):
         asha(ASHAScheduler).on_trial_remove(None, FakeTrial("never added"))
     asha().on_trial_remove(None, FakeTrial("f4", FINALIST))  # never added, never removed

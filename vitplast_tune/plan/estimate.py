@@ -7,6 +7,7 @@ the default trial (the space's first configuration) and the largest subset the s
 * the fewest: the scheduler stops every trial it can (ASHA: only a 1/reduction_factor share of the trials goes on at
   each rung; median stopping: half the trials stop after the grace period), the steps shared by the trials that run
   at once, and never less than one whole trial;
+* the baselines' reference trials (``space.baselines``) each train their whole budget, never stopped early;
 * then, with a finalists stage (``space.finalists``), its most trials, each its whole budget, after the search's.
 
 What it leaves out is printed with it (``CAVEATS``).
@@ -24,6 +25,7 @@ from vitplast_tune.errors import UserError
 from vitplast_tune.plan.finalists import finalist_seeds
 from vitplast_tune.plan.resources import LOWER, TRIAL_PROCESS_CPU, ray_request, show_resources
 from vitplast_tune.plan.search_plan import SearchPlan
+from vitplast_tune.space.baselines import references
 from vitplast_tune.space.distributions import Choice, Constant, Subsets
 from vitplast_tune.space.files import SearchSpec
 
@@ -100,6 +102,11 @@ def describe_trials(plan: SearchPlan) -> list[str]:
     metric = ", ".join(f"{m} ({d})" for m, d in spec.objectives) or f"{spec.metric} ({spec.mode})"
     lines = [f"space:      {spec.path}" + (f": {spec.description}" if spec.description else "")]
     lines.append(f"trials:     {spec.total_trials}, {spec.algorithm} (seed {plan.seed}), {stop}; metric {metric}")
+    if made := references(spec.parameters, spec.baselines):
+        rates = ", ".join(dict.fromkeys(f"{c['lr']:g}" for c in made if "lr" in c)) or "the settings' rate"
+        lines.append(
+            f"baselines:  {len(made)} of them, full finetuning and the linear probe at lr {rates}, never stopped"
+        )
     if spec.finalists.on:
         seeds = ", ".join(map(str, finalist_seeds(spec, s.seed)))
         lines.append(f"finalists:  {spec.finalists.describe()} (seeds {seeds})")
@@ -154,8 +161,8 @@ def describe_resources(plan: SearchPlan, where: str, nodes: list[dict[str, Any]]
 
 
 def step_budget(spec: SearchSpec, max_steps: int, eval_every: int) -> tuple[float, float]:
-    """(fewest, most) training steps all trials of ``spec`` take together (see the module's docstring)."""
-    n, s = spec.total_trials, spec.scheduler
+    """(fewest, most) training steps the sampler's trials of ``spec`` take together (see the module's docstring)."""
+    n, s = spec.total_trials - len(references(spec.parameters, spec.baselines)), spec.scheduler
     most = float(n * max_steps)
     at_report = lambda step: min(math.ceil(step / eval_every) * eval_every, max_steps)  # a trial stops at a report
     if s.name == "median":
@@ -172,7 +179,8 @@ def step_budget(spec: SearchSpec, max_steps: int, eval_every: int) -> tuple[floa
 
 def wall_range(plan: SearchPlan, timings: list[Timing], at_once: int) -> tuple[float, float]:
     """(fewest, most) seconds of the search's trials, then its finalists': see the module's docstring."""
-    s, n, finals = plan.settings, plan.spec.total_trials, plan.spec.finalists.trials
+    made = len(references(plan.spec.parameters, plan.spec.baselines))  # whole-budget trials, counted with the finalists
+    s, n, finals = plan.settings, plan.spec.total_trials - made, plan.spec.finalists.trials + made
     fast, slow = min(timings, key=lambda t: t.step_s), max(timings, key=lambda t: t.step_s)
     fewest_steps, _ = step_budget(plan.spec, s.max_steps, s.eval_every)
     most = math.ceil(n / at_once) * slow.trial_s(s.max_steps, s.eval_every)

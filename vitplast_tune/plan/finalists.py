@@ -1,11 +1,13 @@
 """The finalists stage of a search's plan (``space.finalists``): the flags over the space file's key, whether the stage
-fits the search (else refused, or a space file's stage turned off with a note), and the seeds it trains on."""
+fits the search (else refused, or a space file's stage turned off with a note), and the seeds it trains on; and
+whether the baselines' reference trials (``space.baselines``) fit it."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from vitplast_tune.errors import SpaceError
+from vitplast_tune.space.baselines import references
 from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.space.finalists import BASELINES, OFF, Finalists, count
 
@@ -41,6 +43,9 @@ def fit_finalists(spec: SearchSpec, flagged: bool) -> tuple[SearchSpec, list[str
     more trials than the stage has configurations (``--num-samples``; it would train every trial's configuration
     again: a smoke test, not a search).
 
+    The baselines' reference trials are turned off too, with a note, where the search has fewer than twice as many
+    trials of its own (``fit_baselines``).
+
     Args:
         spec: The space, with the options' overrides.
         flagged: Whether ``--finalists-top`` or ``--finalists-seeds`` set the stage.
@@ -51,6 +56,33 @@ def fit_finalists(spec: SearchSpec, flagged: bool) -> tuple[SearchSpec, list[str
     Raises:
         SpaceError: The stage asked of a grid or random search, or by a flag of a search that is not on accuracy.
     """
+    spec, notes = fit_baselines(spec)
+    spec, more = _fit_stage(spec, flagged)
+    return spec, notes + more
+
+
+def fit_baselines(spec: SearchSpec) -> tuple[SearchSpec, list[str]]:
+    """Turn off the baselines' reference trials, with a note, where the search has fewer than twice as many trials of
+    its own (``--num-samples``): they would be a third of its trials or more, a smoke test rather than a search.
+
+    Args:
+        spec: The space, with the options' overrides.
+
+    Returns:
+        The space (without baselines where turned off) and the note saying so.
+    """
+    made = len(references(spec.parameters, spec.baselines))
+    if not made or spec.num_samples >= 2 * made:
+        return spec, []
+    note = (
+        f"no baselines' reference trials ({spec.num_samples} trial(s) are fewer than twice their {made}: full "
+        f"finetuning and the linear probe at {spec.baselines} rate(s) each); a space's baselines: {{rates: R}} sets them"
+    )
+    return replace(spec, baselines=0), [note]
+
+
+def _fit_stage(spec: SearchSpec, flagged: bool) -> tuple[SearchSpec, list[str]]:
+    """``fit_finalists`` for the finalists stage alone."""
     stage = spec.finalists
     if not stage.on:
         return (spec if stage == OFF else replace(spec, finalists=OFF)), []

@@ -58,7 +58,7 @@ def resumed_plan(
     ``--max-failures`` applies to the remaining trials; ``--num-samples``, the finalists' flags, ``--max-concurrent``,
     ``--seed``, ``--tracking-uri``, ``--experiment`` and ``--objective`` are fixed when the search starts, so a different value is
     refused (MLflow's environment variables do not apply: the search goes on where it started). A search recorded
-    before the finalists stage existed has none.
+    before the finalists stage existed has none, and one recorded before the baselines' reference trials none of them.
     """
     saved = record["settings"]
     stage = Finalists(**record.get("finalists", {}))  # none before the stage existed
@@ -86,7 +86,7 @@ def resumed_plan(
             f"on {workers}; resume with {option('workers_per_trial', started)} (and the resources it ran with: the "
             "command the interrupted search printed has them)"
         )
-    spec = replace(spec, num_samples=fixed["num-samples"][1], finalists=stage)
+    spec = replace(spec, num_samples=fixed["num-samples"][1], finalists=stage, baselines=record.get("baselines", 0))
     if options.objective is None and fixed["objective"][1] is not None:  # one study, one objective
         spec = with_objective(spec, fixed["objective"][1])
     if fixed["budgets"][1] is not None:

@@ -180,6 +180,7 @@ class SearchPlan:
             "budgets": list(self.spec.budget_steps) or None,
             "objective": objective_of(self.spec),  # what a resume optimises, whatever --objective it is given
             "finalists": {"top": self.spec.finalists.top, "seeds": self.spec.finalists.seeds},
+            "baselines": self.spec.baselines,  # rates per baseline of its reference trials
             "seed": self.seed,
             "max_concurrent": self.max_concurrent,
             "max_failures": self.max_failures,

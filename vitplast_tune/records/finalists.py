@@ -20,7 +20,8 @@ from typing import Any
 import pandas as pd
 
 from vitplast_tune.components import ALL, HEAD
-from vitplast_tune.records.table import finalist_trials, instruction, pct
+from vitplast_tune.records.table import finalist_trials, instruction, pct, top_trials
+from vitplast_tune.space.files import SearchSpec
 
 Z95 = 1.96  # a 95% interval: the mean difference ± this many standard errors
 LABELS = {ALL: "full finetuning", HEAD: "the linear probe"}
@@ -254,6 +255,26 @@ def final_answer(trials: pd.DataFrame) -> FinalAnswer | None:
     seeds = tuple(sorted({s for c in every for s in (*c.val, *c.failed)}))
     tied = tuple(c for c in within if c is not chosen)
     return FinalAnswer(chosen, best, tuple(found), tied, gains, seeds, tuple(c for c in every if not c.n))
+
+
+def answer_trial(trials: pd.DataFrame, spec: SearchSpec) -> pd.DataFrame:
+    """The trial that stands for the search's answer, whose weights are its best model: where a finalist trained, the
+    seed of the configuration the answer chose (``final_answer``) with the best validation accuracy; else the search's
+    best trial (``records.table.top_trials``).
+
+    Args:
+        trials: The trial table.
+        spec: The search's space (its metric and mode, without finalists).
+
+    Returns:
+        The trial's row (none when no trial reported the metric).
+    """
+    final = final_answer(trials)
+    if final is None:
+        return top_trials(trials, spec, 1)
+    rows = finalist_trials(trials)
+    chosen = rows[(rows["finalist"] == final.chosen.index) & rows["seed"].isin(list(final.chosen.val))]
+    return chosen.sort_values("best_val_acc", ascending=False, kind="stable").head(1)
 
 
 def gain(chosen: Configuration, baseline: Configuration) -> Gain:

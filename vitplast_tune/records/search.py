@@ -102,9 +102,9 @@ class Search:
 
     @cached_property
     def spec(self):
-        """The search's space (``SearchSpec``), read from the file it recorded, with the trial count, budgets and
-        finalists stage the search ran (``num_samples=``, ``budgets=`` and the finalists' flags override the file's;
-        a search recorded before the stage existed has none)."""
+        """The search's space (``SearchSpec``), read from the file it recorded, with the trial count, budgets,
+        finalists stage and reference trials the search ran (``num_samples=``, ``budgets=`` and the finalists' flags
+        override the file's; a search recorded before the stage or the reference trials existed has none)."""
         from dataclasses import replace
 
         from vitplast_tune.space.files import load_space
@@ -114,7 +114,9 @@ class Search:
         spec = load_space(self.record["space_path"]).with_overrides(
             num_samples=self.record.get("num_samples"), budgets=tuple(budgets) if budgets else None
         )
-        return replace(spec, finalists=Finalists(**self.record.get("finalists", {})))
+        return replace(
+            spec, finalists=Finalists(**self.record.get("finalists", {})), baselines=self.record.get("baselines", 0)
+        )
 
     @property
     def settings(self):
@@ -125,7 +127,7 @@ class Search:
 
     @property
     def total_trials(self) -> int:
-        """How many trials the search runs in all (its finalists stage's at most)."""
+        """How many trials the search runs in all (its reference trials, and its finalists stage's at most)."""
         return int(self.spec.total_trials + self.spec.finalists.trials)
 
     @property
@@ -198,10 +200,12 @@ class Search:
 
     @property
     def best_trial(self) -> pd.Series | None:
-        """The trial with the best validation metric (the row of ``trials``), or None before any trial ended."""
-        from vitplast_tune.records.table import top_trials
+        """The trial that stands for the answer, whose weights ``best_model`` loads (the row of ``trials``): the
+        finalists' chosen configuration's best seed, else the trial of the best validation metric
+        (``records.finalists.answer_trial``); None before any trial ended."""
+        from vitplast_tune.records.finalists import answer_trial
 
-        top = top_trials(self.trials, self.spec, 1)
+        top = answer_trial(self.trials, self.spec)
         return None if top.empty else top.iloc[0]
 
     def best_model(self, device: str = "cpu") -> nn.Module:

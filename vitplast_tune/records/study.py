@@ -33,7 +33,7 @@ from typing import Any
 import pandas as pd
 
 from vitplast_tune.components import COMPONENT_FLAGS, component_flags
-from vitplast_tune.records.table import search_trials
+from vitplast_tune.records.table import sampled_trials
 from vitplast_tune.space import distributions as dist
 from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.storage import STUDY_FILE, spoken
@@ -191,8 +191,8 @@ def write_study(
 ) -> StudyRecord:
     """Add the trials of the table that the study ``name`` in ``directory/optuna.db`` lacks (created when missing).
 
-    The finalists (``space.finalists``) are left out: the study holds the trials the search's sampler drew, as TPE's
-    own study does.
+    The baselines' reference trials and the finalists (``space.baselines``, ``space.finalists``) are left out: the
+    study holds the trials the search's sampler drew, as TPE's own study does.
 
     Args:
         directory: The search's directory.
@@ -205,7 +205,7 @@ def write_study(
         Where the study lies and how many trials it holds and this write added.
     """
     study = open_study(directory, name, spec)
-    trials = search_trials(trials)  # the finalists are no trials of the search's sampler
+    trials = sampled_trials(trials)  # the reference trials and the finalists are no trials of the search's sampler
     new = trials[~trials["trial_id"].astype(str).isin(known_trials(study))]
     study.add_trials(frozen_trials(new, spec, curves))
     return StudyRecord(storage_url(directory), name, len(study.get_trials(deepcopy=False)), len(new))

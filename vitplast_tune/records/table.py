@@ -17,10 +17,12 @@ from vitplast_tune.components import ALL, method_label, subset_name
 from vitplast_tune.config import NOT_SETTINGS, FinetuneConfig, trial_config
 from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import log_trainable_params
+from vitplast_tune.space.baselines import FINALIST, SEARCH, stage_of
 from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.space.finalists import finalist_of
 
-SEARCH, FINALIST = "search", "finalist"  # a trial's stage: one of the search's, or a finalist trained again after them
+# A trial's stage (``space.baselines.stage_of``): one its sampler drew (``search``), a baseline's reference trial
+# (``baseline``), or a finalist trained again after them (``finalist``).
 # Where a trial's time went (training.finetune's cumulative timing metrics at its last report).
 TRIAL_TIMES = ("time_setup_s", "time_in_steps_s", "time_in_eval_s")
 
@@ -33,8 +35,9 @@ def trial_table(
     ``val_acc_common`` is each trial's validation accuracy at ``common_step``, the last evaluation
     every trial reached: with early stopping, the one budget all trials share. ``best_val_loss`` is
     the lowest validation loss it reported (a tie-break between equal accuracies). ``stage`` says whether a trial is
-    one of the search's (``search``) or a finalist (``finalist``: ``finalist`` numbers its configuration, ``lr_from``
-    says whose rate it took, ``space.finalists``); ``seed`` is each trial's training seed.
+    one its sampler drew (``search``), a baseline's reference trial (``baseline``, ``space.baselines``) or a finalist
+    (``finalist``: ``finalist`` numbers its configuration, ``lr_from`` says whose rate it took,
+    ``space.finalists``); ``seed`` is each trial's training seed.
 
     Args:
         grid: Ray Tune's result grid, or any results with its ``config``, ``metrics``, ``error`` and
@@ -56,7 +59,7 @@ def trial_table(
                 "components": subset,
                 "method": method_label(subset),
                 **{k: v for k, v in config.items() if k != "components" and k not in NOT_SETTINGS},
-                "stage": FINALIST if mark else SEARCH,
+                "stage": stage_of(config),
                 "seed": cfg.seed,
                 "finalist": mark["index"] if mark else None,
                 "lr_from": mark["lr_from"] if mark else None,
@@ -87,7 +90,21 @@ def trial_table(
 
 
 def search_trials(trials: pd.DataFrame) -> pd.DataFrame:
-    """Keep the trials of the search itself, without its finalists (a table written before the stage existed: all).
+    """Keep the trials of the search itself, its reference trials included, without its finalists (a table written
+    before the stage existed: all).
+
+    Args:
+        trials: The trial table.
+
+    Returns:
+        Its rows of stage ``search`` and ``baseline``.
+    """
+    return trials[trials["stage"] != FINALIST] if "stage" in trials else trials
+
+
+def sampled_trials(trials: pd.DataFrame) -> pd.DataFrame:
+    """Keep the trials the search's sampler drew: no reference trial, no finalist (a table written before the stages
+    existed: all).
 
     Args:
         trials: The trial table.
@@ -95,7 +112,7 @@ def search_trials(trials: pd.DataFrame) -> pd.DataFrame:
     Returns:
         Its rows of stage ``search``.
     """
-    return trials[trials["stage"] != FINALIST] if "stage" in trials else trials
+    return trials[trials["stage"] == SEARCH] if "stage" in trials else trials
 
 
 def finalist_trials(trials: pd.DataFrame) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from vitplast_tune.components import component_flags, component_methods, method_
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import log_trainable_params
-from vitplast_tune.records.table import FINALIST, SEARCH, error_line, trial_label
+from vitplast_tune.records.table import error_line, trial_label
 from vitplast_tune.records.tracking import (
     CURVE_METRICS,
     DEVICE_TAG,
@@ -48,7 +48,7 @@ from vitplast_tune.records.tracking import (
     source_tags,
     trial_runs,
 )
-from vitplast_tune.space.finalists import finalist_of
+from vitplast_tune.space.baselines import SEARCH, stage_of
 
 if TYPE_CHECKING:
     from ray.tune.experiment import Trial
@@ -270,7 +270,7 @@ def live_metrics(result: dict[str, Any]) -> dict[str, Any]:
 
 def trial_describer(search: str, settings: FinetuneConfig, predictors: report.Predictors):
     """The function that names a trial's child run and gives its params, predictor scores and tags (its stage,
-    ``vitplast.stage``: ``search`` or ``finalist``, and its seed, ``vitplast.seed``; see MlflowTracker)."""
+    ``vitplast.stage``: ``search``, ``baseline`` or ``finalist``, and its seed, ``vitplast.seed``; see MlflowTracker)."""
     source = source_tags()
 
     def describe(config: dict[str, Any]) -> TrialRun:
@@ -286,12 +286,11 @@ def trial_describer(search: str, settings: FinetuneConfig, predictors: report.Pr
         label = trial_label({"components": subset, "depth": cfg.depth, "lr": cfg.lr})
         name = label + (f" seed={cfg.seed}" if "seed" in config else "")
         name += f" steps={cfg.max_steps}" if "max_steps" in config else ""
-        finalist = finalist_of(config) is not None
-        name += " (finalist)" if finalist else ""
+        stage = stage_of(config)
+        name += f" ({stage})" if stage != SEARCH else ""
         n_components = sum(component_flags(subset).values())
         metrics = {**predictors.trial_scores(cfg), "n_components": n_components, "log10_lr": math.log10(cfg.lr)}
-        stage = {STAGE_TAG: FINALIST if finalist else SEARCH, SEED_TAG: str(cfg.seed)}
-        tags = {**source, SEARCH_TAG: search, ROLE_TAG: "trial", **stage}
+        tags = {**source, SEARCH_TAG: search, ROLE_TAG: "trial", STAGE_TAG: stage, SEED_TAG: str(cfg.seed)}
         return TrialRun(name, params, metrics, tags, dataset_inputs(cfg))
 
     return describe

@@ -27,10 +27,10 @@ from vitplast_tune.plan.resume import resume_command
 from vitplast_tune.plan.search_plan import Running, SearchPlan
 from vitplast_tune.predictors.report import Predictors
 from vitplast_tune.recommend import ranking
-from vitplast_tune.records import best_trial, pareto, search_run, study, tracking, trial_runs
+from vitplast_tune.records import best_trial, finalists, pareto, search_run, study, tracking, trial_runs
 from vitplast_tune.records.result import SearchResult, ui_command
 from vitplast_tune.records.search import Search, load_search
-from vitplast_tune.records.table import metric_curves, top_trials, trial_result, trial_table, write_trials
+from vitplast_tune.records.table import metric_curves, trial_result, trial_table, write_trials
 from vitplast_tune.run import before_trials, guard, interrupts, nodes, parallel, tuner
 from vitplast_tune.run.live_study import LiveStudy
 from vitplast_tune.run.trainable import train_trial
@@ -404,7 +404,7 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
     if not table.empty:
         table["run_id"] = table["trial_id"].map(tracking.trial_runs(mlflow, result.parent_run_id))
         trial_runs.log_trial_finals(mlflow, table, tracking.start_ms(mlflow, result.parent_run_id))
-    best = top_trials(table, result.spec, 1)
+    best = finalists.answer_trial(table, result.spec)  # the answer's configuration (its finalists' choice, if any)
     path = write_trials(table, result.place.local_dir)
     if path is not None:
         search_run.log_results(mlflow, result.parent_run_id, path, best, len(table))
@@ -414,9 +414,9 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
 
 
 def _record_best(result: SearchResult, mlflow, grid, runner, staged=()) -> None:
-    """The best trial's weights on its run and the parent's, its model on the parent's (``records.best_trial``),
-    built by ``runner`` (a Ray worker with a trial's resources)."""
-    best = top_trials(result.trials, result.spec, 1)
+    """The answer's trial (``records.finalists.answer_trial``): its weights on its run and the parent's, its model on
+    the parent's (``records.best_trial``), built by ``runner`` (a Ray worker with a trial's resources)."""
+    best = finalists.answer_trial(result.trials, result.spec)
     found = trial_result(grid, best.iloc[0]["trial_id"]) if not best.empty else None
     if found is None or found.checkpoint is None:
         return

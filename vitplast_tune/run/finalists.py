@@ -1,7 +1,8 @@
-"""The finalists stage as Ray Tune runs it (``space.finalists`` chooses its configurations): a searcher that suggests
-the finalists as trials of the same search once its trials have ended (``FinalistSearcher``), schedulers that never
-stop a finalist early nor rank the search's trials against one (``SparingASHA``, ``SparingMedian``), and how many
-trials a search stopped midway left unfinished, finalists included (``unfinished``).
+"""The stages around a search's sampler as Ray Tune runs them: a searcher that suggests the baselines' reference trials
+first (``space.baselines``), then the sampler's, then the finalists as trials of the same search once those have
+ended (``space.finalists`` chooses them; ``StagedSearcher``), schedulers that never stop a reference trial or a
+finalist early nor rank the sampler's trials against one (``SparingASHA``, ``SparingMedian``), and how many trials a
+search stopped midway left unfinished, finalists included (``unfinished``).
 
 Tune saves the searcher with the experiment's state (``get_state``: its wrappers' state beside the base searcher's
 own), so a search resumed after Ctrl-C, SIGTERM or SIGKILL neither repeats a finalist nor loses one: those Tune saved
@@ -17,28 +18,39 @@ from typing import TYPE_CHECKING, Any
 from ray.tune.schedulers import AsyncHyperBandScheduler, MedianStoppingRule, TrialScheduler
 from ray.tune.search import Searcher
 
+from vitplast_tune.space.baselines import SEARCH, stage_of
 from vitplast_tune.space.finalists import Ended, Finalists, choose, ended, expected_trials, finalist_of
 
 if TYPE_CHECKING:
     from ray.tune.experiment import Trial
 
 
-class FinalistSearcher(Searcher):
-    """A searcher that suggests the search's ``main`` trials by ``searcher`` (TPE), waits until every one of them has
-    ended, then suggests the finalists (``space.finalists.choose``) and then no more (``Searcher.FINISHED``).
+class StagedSearcher(Searcher):
+    """A searcher that suggests the baselines' reference trials (``references``), then the search's ``main`` trials by
+    ``searcher`` (TPE), waits until every one of them has ended, then suggests the finalists
+    (``space.finalists.choose``, from the reference trials and TPE's) and then no more (``Searcher.FINISHED``).
 
-    The finalists' reports and ends are not passed on: TPE learns from the search's trials only.
+    The reference trials' and the finalists' reports and ends are not passed on: TPE learns from its own trials only.
 
     Args:
         searcher: The search's own searcher.
-        main: How many trials the search runs before its finalists.
+        main: How many trials ``searcher`` suggests.
         stage: The finalists stage.
         seeds: The seeds the finalists train on.
+        references: The configs of the reference trials (``space.baselines.references``).
     """
 
-    def __init__(self, searcher: Searcher, main: int, stage: Finalists, seeds: Sequence[int]):
+    def __init__(
+        self,
+        searcher: Searcher,
+        main: int,
+        stage: Finalists,
+        seeds: Sequence[int],
+        references: Sequence[dict[str, Any]] = (),
+    ):
         self.searcher = searcher  # Tune saves a wrapper's own state and its base searcher's apart (get_state)
         self.main, self.stage, self.seeds = main, stage, list(seeds)
+        self.references = [copy.deepcopy(c) for c in references]
         self.configs: dict[str, dict[str, Any]] = {}  # the search's trials suggested, by trial id, in order
         self.ended: dict[str, Ended] = {}  # those that ended
         self.planned: list[dict[str, Any]] | None = None  # the finalists' configs, once chosen
@@ -50,8 +62,8 @@ class FinalistSearcher(Searcher):
         return self.searcher.set_search_properties(metric, mode, config, **spec)
 
     def suggest(self, trial_id: str) -> dict | None:
-        """The next trial's config: the search's searcher's until ``main`` are suggested; then None (wait) until they
-        have all ended; then each finalist's; then ``Searcher.FINISHED``.
+        """The next trial's config: each reference trial's; then the search's searcher's until ``main`` are suggested;
+        then None (wait) until they have all ended; then each finalist's; then ``Searcher.FINISHED``.
 
         Args:
             trial_id: The id of the trial to make.
@@ -59,10 +71,13 @@ class FinalistSearcher(Searcher):
         Returns:
             Its config, None to wait, or ``Searcher.FINISHED``.
         """
-        if len(self.configs) < self.main:
+        if len(self.configs) < len(self.references):
+            self.configs[trial_id] = copy.deepcopy(self.references[len(self.configs)])
+            return copy.deepcopy(self.configs[trial_id])
+        if len(self.configs) < len(self.references) + self.main:
             config = self.searcher.suggest(trial_id)
             if config == Searcher.FINISHED:  # a searcher that ran out: its trials are the search's
-                self.main = len(self.configs)
+                self.main = len(self.configs) - len(self.references)
             elif isinstance(config, dict):
                 self.configs[trial_id] = copy.deepcopy(config)
             if config != Searcher.FINISHED:
@@ -77,18 +92,18 @@ class FinalistSearcher(Searcher):
         return copy.deepcopy(self.planned[self.given - 1])
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        """Pass a search trial's report on (a finalist's is not).
+        """Pass a report of one of the searcher's trials on (a reference trial's or a finalist's is not).
 
         Args:
             trial_id: The trial's id.
             result: Its report.
         """
-        if trial_id in self.configs:
+        if self._sampled(trial_id):
             self.searcher.on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        """Note a search trial's end (for the finalists' choice, until it is made) and pass it on; a finalist's end
-        is Tune's alone.
+        """Note a search trial's end (for the finalists' choice, until it is made) and pass one of the searcher's on;
+        a finalist's end is Tune's alone.
 
         Args:
             trial_id: The trial's id.
@@ -99,7 +114,12 @@ class FinalistSearcher(Searcher):
             return
         if self.planned is None:
             self.ended[trial_id] = ended(self.configs[trial_id], result, error)
-        self.searcher.on_trial_complete(trial_id, result=result, error=error)
+        if self._sampled(trial_id):
+            self.searcher.on_trial_complete(trial_id, result=result, error=error)
+
+    def _sampled(self, trial_id: str) -> bool:
+        """Whether a trial is one the search's searcher suggested (not a reference trial nor a finalist)."""
+        return trial_id in self.configs and stage_of(self.configs[trial_id]) == SEARCH
 
     def get_state(self) -> dict:
         """This wrapper's state, without its searcher's (Tune saves that apart)."""
@@ -118,43 +138,45 @@ class FinalistSearcher(Searcher):
         self.searcher.restore(checkpoint_path)
 
 
-def is_finalist(trial: Trial) -> bool:
-    """Whether a Tune trial is one of the finalists (its config marked by ``space.finalists.choose``)."""
-    return finalist_of(getattr(trial, "config", None) or {}) is not None  # a replay's trials may have none
+def is_spared(trial: Trial) -> bool:
+    """Whether a Tune trial is a baseline's reference trial or a finalist (its config marked by
+    ``space.baselines.references`` or ``space.finalists.choose``): one no scheduler stops early."""
+    return stage_of(getattr(trial, "config", None) or {}) != SEARCH  # a replay's trials may have no config
 
 
 class _Sparing(TrialScheduler):
-    """A scheduler's early stopping kept off the finalists: each runs to its budget and none counts in the rungs or
-    medians of the search's trials."""
+    """A scheduler's early stopping kept off the reference trials and the finalists: each runs to its budget, the
+    budget the answer compares at, and none counts in the rungs or medians of the sampler's trials."""
 
     def on_trial_add(self, tune_controller, trial: Trial) -> None:
-        if not is_finalist(trial):
+        if not is_spared(trial):
             super().on_trial_add(tune_controller, trial)
 
     def on_trial_result(self, tune_controller, trial: Trial, result: dict) -> str:
-        if is_finalist(trial):
+        if is_spared(trial):
             return TrialScheduler.CONTINUE
         return super().on_trial_result(tune_controller, trial, result)
 
     def on_trial_complete(self, tune_controller, trial: Trial, result: dict) -> None:
-        if not is_finalist(trial):
+        if not is_spared(trial):
             super().on_trial_complete(tune_controller, trial, result)
 
     def on_trial_remove(self, tune_controller, trial: Trial) -> None:
-        if not is_finalist(trial):
+        if not is_spared(trial):
             super().on_trial_remove(tune_controller, trial)
 
     def on_trial_error(self, tune_controller, trial: Trial) -> None:
-        if not is_finalist(trial):
+        if not is_spared(trial):
             super().on_trial_error(tune_controller, trial)
 
 
 class SparingASHA(_Sparing, AsyncHyperBandScheduler):
-    """ASHA over the search's trials; every finalist runs to its budget (``_Sparing``)."""
+    """ASHA over the sampler's trials; every reference trial and finalist runs to its budget (``_Sparing``)."""
 
 
 class SparingMedian(_Sparing, MedianStoppingRule):
-    """Median stopping over the search's trials; every finalist runs to its budget (``_Sparing``)."""
+    """Median stopping over the sampler's trials; every reference trial and finalist runs to its budget
+    (``_Sparing``)."""
 
 
 def unfinished(trials: Iterable[Any], main: int, stage: Finalists) -> int:
@@ -162,7 +184,7 @@ def unfinished(trials: Iterable[Any], main: int, stage: Finalists) -> int:
 
     Args:
         trials: The trials Tune saved (each with ``status``, ``config`` and ``last_result``).
-        main: How many trials the search runs before its finalists.
+        main: How many trials the search runs before its finalists (its reference trials included).
         stage: Its finalists stage.
 
     Returns:

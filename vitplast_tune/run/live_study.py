@@ -18,8 +18,8 @@ from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.records.study import frozen_trials, known_trials, open_study, storage_url
 from vitplast_tune.records.table import trial_table
 from vitplast_tune.records.tracking import is_number
+from vitplast_tune.space.baselines import SEARCH, stage_of
 from vitplast_tune.space.files import SearchSpec
-from vitplast_tune.space.finalists import finalist_of
 
 
 class LiveStudy(Callback):
@@ -78,8 +78,8 @@ class LiveStudy(Callback):
     def _add(self, trial, error: str | None) -> None:
         curves = {trial.trial_id: self.curves.pop(trial.trial_id, {})}
         study = self.study
-        if trial.trial_id in self._known or finalist_of(trial.config or {}) is not None:
-            return  # a resumed search's trial that ended before, or a finalist: no trial of the search's sampler
+        if trial.trial_id in self._known or stage_of(trial.config or {}) != SEARCH:
+            return  # a resumed search's trial that ended before, a reference trial or a finalist: not the sampler's
         run_id = self.run_of(trial.trial_id) if self.run_of is not None else None
         row = trial_table([_Ended(trial, error)], self.settings).assign(run_id=run_id)
         study.add_trial(frozen_trials(row, self.spec, curves)[0])

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ray.tune import Callback
 
 from vitplast_tune.records.table import pct, trial_label
+from vitplast_tune.space.baselines import BASELINE, stage_of
 from vitplast_tune.space.finalists import finalist_of
 
 if TYPE_CHECKING:
@@ -128,6 +129,8 @@ class Progress(Callback):
         name = trial_label(trial.config)
         if (mark := finalist_of(trial.config or {})) is not None:
             name += f" seed={trial.config.get('seed')} (finalist {mark['index']})"
+        elif stage_of(trial.config or {}) == BASELINE:
+            name += " (baseline)"
         if r.get("diverged"):
             return self._print(f"{name}: diverged ({r.get('error', '')})", trials)
         acc = r.get("best_val_acc")

@@ -22,6 +22,7 @@ from vitplast_tune.plan.finalists import finalist_seeds
 from vitplast_tune.plan.search_plan import SearchPlan
 from vitplast_tune.records import tracking
 from vitplast_tune.run import finalists, guard, optuna_search, parallel, schedulers, variants
+from vitplast_tune.space.baselines import references
 from vitplast_tune.space.files import SearchSpec
 
 if TYPE_CHECKING:
@@ -45,14 +46,15 @@ def search_algorithm(
         finalist_seeds: The seeds of the space's finalists stage, if it has one (``plan.finalists``).
 
     Returns:
-        The searcher (TPE, then the finalists, limited to ``max_concurrent`` trials at once when given), or the
-        variant generator.
+        The searcher (the baselines' reference trials, TPE, then the finalists, limited to ``max_concurrent`` trials at
+        once when given), or the variant generator.
     """
     if spec.algorithm != "optuna":
         return variants.variant_generator(spec, seed, max_concurrent)
     searcher = optuna_search.optuna_searcher(spec, seed, warm_start)
-    if spec.finalists.on:
-        searcher = finalists.FinalistSearcher(searcher, spec.num_samples, spec.finalists, finalist_seeds)
+    made = references(spec.parameters, spec.baselines)
+    if spec.finalists.on or made:
+        searcher = finalists.StagedSearcher(searcher, spec.num_samples, spec.finalists, finalist_seeds, made)
     if max_concurrent:
         from ray.tune.search import ConcurrencyLimiter
 
@@ -166,7 +168,9 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
         tune_config=tune.TuneConfig(
             metric=spec.metric,
             mode=spec.mode,
-            num_samples=spec.total_trials if variants.grid_points(spec) else spec.num_samples + spec.finalists.trials,
+            num_samples=spec.total_trials
+            if variants.grid_points(spec)
+            else spec.num_samples + len(references(spec.parameters, spec.baselines)) + spec.finalists.trials,
             reuse_actors=True,
             search_alg=search_algorithm(
                 spec, plan.seed, concurrency(plan), warm_start, finalist_seeds(spec, plan.settings.seed)

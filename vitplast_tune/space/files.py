@@ -20,7 +20,8 @@ objectives (its Pareto front; no early stopping then: schedulers take one metric
 ``warm_start: K`` enqueues the K subsets ``recommend`` ranks best as TPE's first trials;
 ``budgets: [150, {steps: 600, lr: [0.1]}]`` runs a grid at several step budgets (each trial's ``max_steps``),
 an entry with ``steps`` narrowing some parameters to fewer of their choices at that budget;
-``finalists: {top: K, seeds: N}`` trains the K best configurations and the baselines again on N seeds after the trials.
+``finalists: {top: K, seeds: N}`` trains the K best configurations and the baselines again on N seeds after the trials;
+``baselines: {rates: R}`` trains full finetuning and the linear probe at R rates as reference trials (``space.baselines``).
 
 A subset is encoded for Optuna as one boolean per component (``train_emb`` ... ``train_fc2``).
 """
@@ -38,6 +39,7 @@ from typing import Any
 import yaml
 
 from vitplast_tune.errors import SpaceError, did_you_mean
+from vitplast_tune.space.baselines import parse_baselines, references
 from vitplast_tune.space.distributions import Constant, Distribution, Subsets, parse_param
 from vitplast_tune.space.finalists import OFF, Finalists, parse_finalists
 
@@ -59,21 +61,8 @@ def spaces_dir() -> Path:
 ALGORITHMS = ("optuna", "grid", "random")
 SCHEDULERS = ("asha", "median", "fifo")
 MODES = ("max", "min")
-_TOP_KEYS = (
-    "description",
-    "metric",
-    "mode",
-    "algorithm",
-    "num_samples",
-    "scheduler",
-    "criteria",
-    "max_trainable_params",
-    "warm_start",
-    "budgets",
-    "finalists",
-    "parameters",
-    "defaults",
-)
+_TOP_KEYS: tuple[str, ...] = ("description", "metric", "mode", "algorithm", "num_samples", "scheduler", "criteria")
+_TOP_KEYS += ("max_trainable_params", "warm_start", "budgets", "finalists", "baselines", "parameters", "defaults")
 _SCHEDULER_KEYS = ("name", "grace_period", "reduction_factor")
 
 
@@ -116,6 +105,7 @@ class SearchSpec:
         warm_start: How many recommended subsets TPE tries first.
         budgets: The step budgets of a grid run at several (each trial's ``max_steps``).
         finalists: The finalists stage after the search's trials (``space.finalists``; ``OFF`` without the key).
+        baselines: The rates each baseline trains at as a reference trial (``space.baselines``; 0: none).
     """
 
     name: str
@@ -135,6 +125,7 @@ class SearchSpec:
     warm_start: int = 0  # the recommended subsets TPE tries first
     budgets: tuple[Budget, ...] = ()  # a grid at several step budgets (each trial's max_steps)
     finalists: Finalists = OFF  # the best configurations and the baselines again on several seeds, after the trials
+    baselines: int = 0  # full finetuning and the linear probe as reference trials, at this many rates each
 
     @property
     def multi_objective(self) -> bool:
@@ -176,8 +167,13 @@ class SearchSpec:
 
     @property
     def total_trials(self) -> int:
-        """Trials this space runs: num_samples, or grid size times num_samples for a grid."""
-        return len(self.grid) * self.num_samples if self.algorithm == "grid" else self.num_samples
+        """Trials this space runs before any finalists: num_samples (and the baselines' reference trials), or grid size
+        times num_samples for a grid."""
+        return (
+            len(self.grid) * self.num_samples
+            if self.algorithm == "grid"
+            else self.num_samples + len(references(self.parameters, self.baselines))
+        )
 
     def example(self) -> dict[str, Any]:
         """Make one representative configuration, for validating settings.
@@ -306,6 +302,9 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
         finalists=parse_finalists(raw.get("finalists"), where),
     )
     spec = replace(spec, budgets=parse_budgets(raw.get("budgets"), spec.parameters, where))
+    spec = replace(
+        spec, baselines=parse_baselines(raw.get("baselines"), spec.algorithm, spec.parameters, spec.num_samples, where)
+    )
     _check_algorithm(spec)
     return spec
 

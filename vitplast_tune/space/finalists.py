@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vitplast_tune.components import ALL, ENCODING_KEYS, HEAD, subset_name
-from vitplast_tune.config import FINALIST_KEY
+from vitplast_tune.components import ALL, HEAD, subset_name
+from vitplast_tune.config import FINALIST_KEY, NOT_SETTINGS
 from vitplast_tune.errors import SpaceError
+from vitplast_tune.space.baselines import BASELINES  # full finetuning and the linear probe, in every finalists stage
 
-BASELINES = (ALL, HEAD)  # full finetuning and the linear probe, trained by every finalists stage
 KEYS = ("top", "seeds")
 
 
@@ -114,8 +114,9 @@ def ended(config: dict[str, Any], result: dict[str, Any] | None, error: bool = F
 
 
 def identity(config: dict[str, Any]) -> str:
-    """A configuration's identity: its parameters less the seed, Optuna's encodings and a finalist's mark, as text."""
-    kept = {k: v for k, v in config.items() if k not in (*ENCODING_KEYS, FINALIST_KEY, "seed")}
+    """A configuration's identity: its parameters less the seed, Optuna's encodings and a finalist's or reference
+    trial's mark, as text."""
+    kept = {k: v for k, v in config.items() if k not in (*NOT_SETTINGS, "seed")}
     kept["components"] = subset_name(kept.get("components", ALL))
     return json.dumps(kept, sort_keys=True, default=str)
 
@@ -156,7 +157,7 @@ def choose(main: Sequence[Ended], stage: Finalists, seeds: Sequence[int]) -> lis
         own = next((e.config for e in ranked if baseline_of(e.config) == name), None)
         picked.append((own, "own") if own is not None else (as_baseline(ranked[0].config, name), "best"))
     total = len(picked) * len(seeds)
-    clean = [{k: v for k, v in config.items() if k not in (*ENCODING_KEYS, FINALIST_KEY)} for config, _ in picked]
+    clean = [{k: v for k, v in config.items() if k not in NOT_SETTINGS} for config, _ in picked]
     return [
         {**config, "seed": seed, FINALIST_KEY: {"index": i + 1, "of": total, "lr_from": picked[i][1]}}
         for seed in seeds
