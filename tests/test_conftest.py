@@ -15,7 +15,7 @@ TESTS = Path(__file__).resolve().parent
 
 def run_pytest(tmp_path: Path, body: str, **env: str) -> subprocess.CompletedProcess:
     """Run one test file with this suite's conftest in a fresh pytest."""
-    for name in ("conftest.py", "_spaces.py"):
+    for name in ("conftest.py", "_spaces.py", "_costs.py"):
         shutil.copy(TESTS / name, tmp_path / name)
     (tmp_path / "test_probe.py").write_text(body)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_probe.py"]

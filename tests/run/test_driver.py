@@ -130,7 +130,7 @@ def test_parent_run_has_plasticity_and_correlations(finished):
         "analysis/plasticity_mean_vs_val_acc.png",
         "analysis/log_trainable_params_vs_val_acc.png",
     } <= artifacts
-    assert set(parent.data.metrics) == {"best_val_acc", "best_test_acc", "num_trials"}  # a few headline metrics
+    assert set(parent.data.metrics) == {"best_val_acc", "best_test_acc", "num_trials", "elapsed_s"}  # the headlines
     corr = _table(client, finished.parent_run_id, "analysis/correlations.json").set_index(["target", "predictor"])
     assert corr.loc[("val_acc", "plasticity_mean"), "n"] == 5  # the head-only trial has no plasticity score
     assert -1 <= corr.loc[("val_acc", "plasticity_mean"), "spearman"] <= 1
