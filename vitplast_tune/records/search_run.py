@@ -63,6 +63,7 @@ def open_search_run(
     params = {
         "space": spec.name,
         "algorithm": spec.algorithm,
+        **({"sampler": spec.sampler} if spec.algorithm == "optuna" else {}),
         "scheduler": spec.scheduler.name,
         "num_samples": spec.num_samples,
         "metric": spec.metric,
