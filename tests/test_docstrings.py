@@ -43,7 +43,6 @@ MODULES = (
     "vitplast_tune.errors",
     "vitplast_tune.log",
     "vitplast_tune.environment",
-    "vitplast_tune.holds",
     "vitplast_tune.child",
     "vitplast_tune.outputs",
 )

@@ -28,9 +28,8 @@ from vitplast_tune.analysis.protocol import (
 )
 from vitplast_tune.analysis.verdicts import corrected_p, family_clause
 from vitplast_tune.components import HEAD
-from vitplast_tune.predictors.scores import BASELINE, log_trainable_params
+from vitplast_tune.predictors.scores import BASELINE, PLASTICITY, criteria, log_trainable_params
 
-SCORES: tuple[str, ...] = ("plasticity_mean", "plasticity_max", "plasticity_weighted")
 TEXT_COLUMNS = ("note", "verdict")  # the correlations table's text, "" where a row has none
 
 
@@ -108,7 +107,7 @@ def analyze_trials(
         views.append(("relative_gain", done))
     if "val_acc_common" in trials and trials["val_acc_common"].notna().any():
         views.append(("val_acc_common", trials))
-    predictors = [c for c in SCORES if c in trials] + [BASELINE]
+    predictors = [c for c in criteria(PLASTICITY) if c in trials] + [BASELINE]
     options = dict(n_boot=n_boot, seed=seed, min_trials=min_trials)
     table = pd.concat(
         [
@@ -143,7 +142,9 @@ def adjust_verdicts(
     table.attrs["alpha"] = alpha
     same_ranks = table["target"] == "relative_gain"  # a monotone function of the accuracy: its ranks, its verdicts
     table.loc[same_ranks, "verdict"] = ""
-    tested = table.index[table["predictor"].isin(SCORES) & table["verdict"].isin(JUDGED) & table["diff_p"].notna()]
+    tested = table.index[
+        table["predictor"].isin(criteria(PLASTICITY)) & table["verdict"].isin(JUDGED) & table["diff_p"].notna()
+    ]
     p = table.loc[tested, "diff_p"].to_numpy(float)
     table.loc[tested, "p_holm"], table.loc[tested, "level"] = multiple.holm(p), multiple.interval_levels(p, alpha)
     for i in tested:
@@ -238,7 +239,7 @@ def judged_scores(table: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     """The target with the most trials and its plasticity scores' rows that carry a verdict (or its "no verdict");
     ("", empty) when none does."""
     table = with_text(table)
-    scored = table[(table["note"] == "") & table["predictor"].isin(SCORES)] if not table.empty else table
+    scored = table[(table["note"] == "") & table["predictor"].isin(criteria(PLASTICITY))] if not table.empty else table
     if scored.empty or "verdict" not in scored:
         return "", scored.head(0)
     target = scored.groupby("target", sort=False)["n"].max().idxmax()
@@ -250,7 +251,7 @@ def _verdicts(rows: pd.DataFrame) -> list[str]:
     """Each plasticity score against log10(trainable params), paired bootstrap, its interval and verdict adjusted for
     every verdict of the analysis (Holm); below ``correlation.MIN_POINTS`` trials the figures without a verdict."""
     rows = with_text(rows)
-    valid = rows[(rows["note"] == "") & rows["predictor"].isin(SCORES)]
+    valid = rows[(rows["note"] == "") & rows["predictor"].isin(criteria(PLASTICITY))]
     if valid.empty or "verdict" not in valid or not (valid["verdict"] != "").any():
         return []
     words = {
