@@ -1,6 +1,6 @@
 """The checks of a search that need its model and data: the model and its weights file, the dataset, the plasticity
 reference, the augmentation recipes, and that the settings fit the model and some subset the parameter budget
-(``vit.fits``); and the small dataset decoded once for every trial.
+(``vit.model_checks``); and the small dataset decoded once for every trial.
 
 That takes torch, timm and torchvision, memory a process keeps once it has imported them, and after this only
 trials and measurements (Ray workers) need them. So when this process has not imported torch (the command line),
@@ -51,7 +51,7 @@ def inspect_inputs(
     """``check_inputs`` in this process. The decoded dataset (None for datasets read lazily from disk) is shared with
     every trial through the object store, so it is decoded here and nowhere else on the driver."""
     from vitplast_tune.data import datasets, transforms
-    from vitplast_tune.vit import fits, models, recipe
+    from vitplast_tune.vit import model_checks, models, recipe
 
     # The model: its data config, its weights file, what the recipe's settings need of timm or its family.
     config = models.pretrained_data_config(settings.model)
@@ -82,9 +82,11 @@ def inspect_inputs(
         )
     # The model meets the data: its weights' head, the settings at the space's corners, the parameter budget.
     models.check_weights_fit(settings.model, settings.weights, classes)
-    fits.check_fits_model(settings, classes, trials)
+    model_checks.check_fits_model(settings, classes, trials)
     if budget is not None and budget.max_trainable_params is not None:
-        fits.check_budget(settings, classes, max_trainable_params=budget.max_trainable_params, subsets=budget.subsets)
+        model_checks.check_budget(
+            settings, classes, max_trainable_params=budget.max_trainable_params, subsets=budget.subsets
+        )
     decoded = datasets.decode_dataset(
         settings.dataset, config, data_dir=settings.data_dir, download=settings.download, image_cache=image_cache
     )

@@ -1,5 +1,4 @@
-"""The torch side of a ViT: building models, finetuning one run, where it computes, how each component trains,
-plasticity and the gradient criteria, the offline testbed's pretraining, and the best model of a search."""
+"""The torch side: build models, finetune a run, measure plasticity and gradients, pretrain the testbed."""
 
 import lazy_loader as _lazy
 

@@ -1,4 +1,4 @@
-"""How long runs take on this machine (the dry run's estimate): their setup, a step and an evaluation, timed."""
+"""Time a few training steps and evaluations on this machine, for the dry run's estimate."""
 
 from __future__ import annotations
 
@@ -20,22 +20,20 @@ from vitplast_tune.vit.evaluation import eval_batch_size, evaluate
 def time_steps(
     configs: list[FinetuneConfig], device: str, steps: int = 5, budget_s: float = 4.0, decoded: InMemory | None = None
 ) -> dict[str, Any]:
-    """How long runs of ``configs`` take here on ``device``.
+    """Time the setup, steps and evaluations of runs of ``configs`` on ``device``.
 
-    Per run: its setup, a first (warm-up) step, the median of up to ``steps`` more steps (``budget_s`` seconds at
-    most) and an evaluation of the validation and test splits (a few batches, scaled to the split). Its arguments
-    are positional: ``child.call_in_child`` passes them so.
+    Each run times a warm-up step, up to ``steps`` more within ``budget_s`` seconds, and a few evaluation batches
+    scaled to each split. ``child.call_in_child`` passes the arguments by position.
 
     Args:
-        configs: the runs' settings.
-        device: "cpu", "cuda" (the CPU where there is no GPU) or another torch device.
-        steps: the steps timed after the first.
-        budget_s: the seconds the timed steps may take.
-        decoded: the dataset already decoded, or None.
+        configs: The runs' settings.
+        device: "cpu", "cuda" (the CPU when there is no GPU) or another torch device.
+        steps: The steps timed after the first.
+        budget_s: The most seconds the timed steps may take.
+        decoded: The dataset already decoded, or None.
 
     Returns:
-        ``{"device": name, "gpus": count, "runs": [per run: components, precision, setup_s, step_s, steps_timed,
-        val_eval_s, test_eval_s]}``.
+        The device's name, its GPU count and, per run, the seconds of its setup, a step and each split's evaluation.
     """
     where = torch.device(device if device != "cuda" or torch.cuda.is_available() else "cpu")
     name = torch.cuda.get_device_name(where) if where.type == "cuda" else "cpu"
@@ -46,7 +44,7 @@ def time_steps(
 def _time_run(
     cfg: FinetuneConfig, device: torch.device, *, steps: int, budget_s: float, decoded: InMemory | None
 ) -> dict[str, Any]:
-    """``time_steps`` of one config."""
+    """Time one config."""
     entered = time.perf_counter()
     run = loop.prepare(cfg, device, decoded=decoded)
     setup_s = time.perf_counter() - entered
@@ -55,7 +53,7 @@ def _time_run(
     times = []
     while len(times) < steps + 1 and (len(times) < 2 or sum(times[1:]) < budget_s):
         started = time.perf_counter()
-        loop.train_step(run, batches).item()  # .item(): the step's kernels have finished
+        loop.train_step(run, batches).item()  # .item() waits for the step to finish
         times.append(time.perf_counter() - started)
     size = eval_batch_size(cfg.batch_size)
     evaluation = {}
