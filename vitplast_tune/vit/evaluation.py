@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from vitplast_tune.data.batches import eval_batches
-from vitplast_tune.vit.distributed import SINGLE, World, shard
+from vitplast_tune.vit.distributed import SINGLE, World, _shard
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -21,7 +21,7 @@ def autocast(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=_DTYPES.get(precision, torch.float32), enabled=precision in _DTYPES)
 
 
-def eval_batch_size(batch_size: int) -> int:
+def _eval_batch_size(batch_size: int) -> int:
     """Return the evaluation batch size: the training one, at least 64."""
     return max(batch_size, 64)
 
@@ -44,13 +44,9 @@ def evaluate(
     Each data-parallel worker scores its share, and every worker gets the whole split's result.
 
     Args:
-        model: The model, put in eval mode while it scores.
         dataset: A split, or this worker's batches of it.
-        batch_size: The training batch size; the evaluation's is ``eval_batch_size`` of it.
-        device: Where to score.
-        num_workers: DataLoader workers.
+        batch_size: The training batch size; at least 64 for evaluation.
         forward: The forward pass to score (default: the model's).
-        precision: bf16, fp16 or fp32.
         world: This process's place among the run's workers.
         per_image: Also say which images it got right (one worker only).
 
@@ -63,7 +59,7 @@ def evaluate(
     dtype = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
     sums = torch.zeros(3, device=device, dtype=dtype)  # correct, summed loss, images
     batches = (
-        eval_batches(shard(dataset, world), eval_batch_size(batch_size), num_workers, device)
+        eval_batches(_shard(dataset, world), _eval_batch_size(batch_size), num_workers, device)
         if isinstance(dataset, Dataset)
         else dataset
     )

@@ -35,7 +35,7 @@ def check_fits_model(settings: FinetuneConfig, classes: int, trials: tuple[Finet
         targets = methods.lora_targets(model, cfg.components, blocks)
         if not targets:
             continue
-        methods.require_peft(cfg.components)  # refuse LoRA without peft before Ray starts
+        methods._require_peft(cfg.components)  # refuse LoRA without peft before Ray starts
         width, layer = min(
             (min(model.get_submodule(t).in_features, model.get_submodule(t).out_features), t) for t in targets
         )

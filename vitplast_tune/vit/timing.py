@@ -14,26 +14,15 @@ from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.data.batches import eval_batches, train_batches
 from vitplast_tune.data.decoded import InMemory
 from vitplast_tune.vit import loop
-from vitplast_tune.vit.evaluation import eval_batch_size, evaluate
+from vitplast_tune.vit.evaluation import _eval_batch_size, evaluate
 
 
 def time_steps(
     configs: list[FinetuneConfig], device: str, steps: int = 5, budget_s: float = 4.0, decoded: InMemory | None = None
 ) -> dict[str, Any]:
-    """Time the setup, steps and evaluations of runs of ``configs`` on ``device``.
+    """Time the setup, a step and each split's evaluation of runs of ``configs`` on ``device`` ("cuda": else the CPU).
 
-    Each run times a warm-up step, up to ``steps`` more within ``budget_s`` seconds, and a few evaluation batches
-    scaled to each split. ``child.call_in_child`` passes the arguments by position.
-
-    Args:
-        configs: The runs' settings.
-        device: "cpu", "cuda" (the CPU when there is no GPU) or another torch device.
-        steps: The steps timed after the first.
-        budget_s: The most seconds the timed steps may take.
-        decoded: The dataset already decoded, or None.
-
-    Returns:
-        The device's name, its GPU count and, per run, the seconds of its setup, a step and each split's evaluation.
+    Each run times a warm-up step, then up to ``steps`` more within ``budget_s`` seconds, then a few evaluation batches.
     """
     where = torch.device(device if device != "cuda" or torch.cuda.is_available() else "cpu")
     name = torch.cuda.get_device_name(where) if where.type == "cuda" else "cpu"
@@ -46,16 +35,16 @@ def _time_run(
 ) -> dict[str, Any]:
     """Time one config."""
     entered = time.perf_counter()
-    run = loop.prepare(cfg, device, decoded=decoded)
+    run = loop._prepare(cfg, device, decoded=decoded)
     setup_s = time.perf_counter() - entered
     workers = run.place.loader_workers
     batches = train_batches(run.splits.train, cfg.batch_size, seed=cfg.seed, num_workers=workers, device=device)
     times = []
     while len(times) < steps + 1 and (len(times) < 2 or sum(times[1:]) < budget_s):
         started = time.perf_counter()
-        loop.train_step(run, batches).item()  # .item() waits for the step to finish
+        loop._train_step(run, batches).item()  # .item() waits for the step to finish
         times.append(time.perf_counter() - started)
-    size = eval_batch_size(cfg.batch_size)
+    size = _eval_batch_size(cfg.batch_size)
     evaluation = {}
     for split, dataset in (("val", run.splits.val), ("test", run.splits.test)):
         few = list(itertools.islice(eval_batches(dataset, size, workers, device), 3))

@@ -1,7 +1,4 @@
-"""Register a tiny random model of every timm family with timm, so that a search checks a family offline in seconds.
-
-Each has 2 blocks of width 32 on 32 px images in 8 px patches, and no pretrained weights; docs/models.md lists them.
-"""
+"""Register a tiny random model of every timm family with timm, to check a family offline in seconds (docs/models.md)."""
 
 from __future__ import annotations
 
