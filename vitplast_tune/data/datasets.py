@@ -333,10 +333,7 @@ register_dataset("imagefolder", from_files=True)(image_files._imagefolder)
 
 @register_dataset("cifar10c", num_classes=10, options=CIFAR10C_CORRUPTIONS)
 def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "", severity: int = 5) -> InMemory:
-    """Load CIFAR-10-C's ``<corruption>.npy`` and ``labels.npy`` at severity 5 from ``data_dir``.
-
-    CIFAR-10-C has no train split, so its 10,000 images are split 80/20 into train and test, seeded and fixed.
-    """
+    """Load CIFAR-10-C at severity 5 from ``data_dir``, its 10,000 images split 80/20 into train and test."""
     folder = next((d for d in (root / "CIFAR-10-C", root) if (d / f"{option}.npy").is_file()), None)
     if folder is None or not (folder / "labels.npy").is_file():
         raise DataError(
