@@ -332,7 +332,7 @@ register_dataset("imagefolder", from_files=True)(image_files._imagefolder)
 
 
 @register_dataset("cifar10c", num_classes=10, options=CIFAR10C_CORRUPTIONS)
-def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "", severity: int = 5) -> InMemory:
+def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "") -> InMemory:
     """Load CIFAR-10-C at severity 5 from ``data_dir``, its 10,000 images split 80/20 into train and test."""
     folder = next((d for d in (root / "CIFAR-10-C", root) if (d / f"{option}.npy").is_file()), None)
     if folder is None or not (folder / "labels.npy").is_file():
@@ -343,6 +343,6 @@ def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "",
     images = np.load(folder / f"{option}.npy", mmap_mode="r")
     labels = np.load(folder / "labels.npy")
     per = len(images) // 5
-    block = slice((severity - 1) * per, severity * per)
+    block = slice(4 * per, 5 * per)  # severity 5, the last fifth
     images = np.ascontiguousarray(np.asarray(images[block]).transpose(0, 3, 1, 2))
     return InMemory(images, labels[block].astype(np.int64))
