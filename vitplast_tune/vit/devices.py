@@ -63,11 +63,11 @@ def device_name(device: torch.device) -> str:
     """Name a device as a trial reports it: ``cpu``, or ``cuda:0 NVIDIA H100 80GB HBM3``."""
     if device.type != "cuda":
         return device.type
-    device = _indexed(device)
+    device = indexed(device)
     return f"{device} {torch.cuda.get_device_name(device)}"
 
 
-def _indexed(device: torch.device) -> torch.device:
+def indexed(device: torch.device) -> torch.device:
     """Return ``device`` with its index; plain ``cuda`` is the current GPU."""
     if device.type == "cuda" and device.index is None:
         return torch.device("cuda", torch.cuda.current_device())
@@ -84,7 +84,7 @@ def device_facts(device: torch.device) -> dict[str, Any]:
     facts: dict[str, Any] = {"device": device_name(device)}
     fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
     if device.type == "cuda" and fraction is not None:
-        facts["gpu_memory_fraction"] = fraction(_indexed(device))  # it needs an indexed device
+        facts["gpu_memory_fraction"] = fraction(indexed(device))  # it needs an indexed device
     return facts
 
 
