@@ -97,7 +97,7 @@ def register_dataset(
 
 
 def resolve_augmentation(name: str, augment: str | None) -> str:
-    """Name the training augmentation a run of dataset ``name`` uses: ``augment``, or for None or "auto" the dataset's default."""
+    """Name the training augmentation a run of dataset ``name`` uses: ``augment``, else the dataset's default."""
     if augment is None or augment == "auto":
         check_dataset_name(name)  # timm's datasets are natural images: the paper's recipe
         return transforms.DEFAULT_AUGMENTATION if image_files._is_timm_name(name) else _AUGMENT[name.partition(":")[0]]

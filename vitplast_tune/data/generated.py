@@ -1,5 +1,4 @@
-"""Generate offline downstream tasks into the cache on first use: corrupted digits, and fractal classes the testbed
-never saw.
+"""Generate offline tasks into the cache on first use: corrupted digits, and fractal classes the testbed never saw.
 
 Each is written once, by an atomic rename, as ``<cache>/datasets/<name>-<code hash>.npz``.
 """

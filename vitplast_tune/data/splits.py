@@ -68,7 +68,8 @@ def split_indices(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.nd
 class SmallImages(Dataset):
     """Part of an in-memory uint8 dataset, with the model's training or evaluation transform.
 
-    ``batch`` transforms a whole batch on its device; CPU training batches with random crops at large sizes go per image.
+    ``batch`` transforms a whole batch on its device; CPU training batches with random crops at large sizes go per
+    image.
     """
 
     def __init__(

@@ -27,7 +27,7 @@ ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")  # downloads torchvision has alre
 
 @dataclass(frozen=True)
 class Files:
-    """Files a run reads from the driver's disk: a dataset's root (``role`` "data") or a weights file, with a digest ``key``."""
+    """Files a run reads from the driver's disk, a dataset's root or a weights file, named by a digest ``key``."""
 
     role: str
     root: str

@@ -97,7 +97,7 @@ def _crop_pct(data_config: dict[str, Any]) -> float:
 
 
 def per_image(data_config: dict[str, Any], train: bool, augment: str = DEFAULT_AUGMENTATION) -> Callable:
-    """Return timm's transform of one PIL image: the recipe for training, else resize and center crop; then normalize."""
+    """Return timm's transform of one PIL image: the recipe's for training, else resize and center crop."""
     from timm.data import create_transform
 
     recipe = augmentation(augment)
@@ -121,7 +121,7 @@ def per_image(data_config: dict[str, Any], train: bool, augment: str = DEFAULT_A
 
 @contextlib.contextmanager
 def seeded(seed: int | None) -> Iterator[None]:
-    """Run the block with torch's CPU, Python's and numpy's generators seeded, and restore them after; None: as is."""
+    """Run the block with torch's CPU, Python's and numpy's generators seeded, then restore them; None seeds nothing."""
     if seed is None:
         yield
         return

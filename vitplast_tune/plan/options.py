@@ -52,7 +52,7 @@ TRIAL_SETTINGS = (
 
 
 def _option(default: Any = None, help: str = "", *, group: str, flag: str | None = None, **argparse: Any) -> Any:
-    """Make a field of ``SearchOptions`` with its group, flag, help and argparse keywords; ``resume``: the resume command repeats it."""
+    """Make a field of ``SearchOptions`` that holds its group, flag, help and argparse keywords."""
     resume = argparse.pop("resume", False)
     metadata = {"group": group, "flag": flag, "help": help, "argparse": argparse, "resume": resume}
     if default in (dict, list):  # a mutable default: a new one for each instance
@@ -86,9 +86,10 @@ def _space_file(space: Any) -> str:
 class SearchOptions:
     """How a search runs: every option of ``vitplast search`` and every keyword of ``run_search``.
 
-    Each field's metadata holds its flag, group and help. ``settings`` override the space file's defaults (None is a
-    value there; a key left out keeps the file's), and the trial options (``model``, ``dataset``, ...) join it. ``seed`` and ``max_failures`` left None mean the
-    defaults for a new search and the recorded values for a resumed one. Only ``space`` is given by position.
+    Each field's metadata holds its flag, group and help. ``settings`` override the space file's defaults, and the
+    trial options (``model``, ``dataset``, ...) join them; a setting given None is a value, and one left out keeps the
+    file's. ``seed`` and ``max_failures`` left None mean the defaults for a new search and the recorded values for a
+    resumed one. Only ``space`` is given by position.
 
     Attributes:
         space: A shipped space's name, a .yaml path, a mapping of a space file's keys or a ``SearchSpec``.

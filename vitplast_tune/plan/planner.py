@@ -161,7 +161,7 @@ def _subsets(spec: SearchSpec, settings: FinetuneConfig) -> tuple[str, ...]:
 
 
 def mlflow_target(options: SearchOptions, storage: str) -> tuple[str, str, list[str]]:
-    """Decide where a new search records: its MLflow tracking URI and experiment, and a note for each from the environment.
+    """Decide a new search's MLflow tracking URI and experiment, with a note for each taken from the environment.
 
     Each is the flag's, else MLflow's environment variable's, else ``sqlite:///<storage>/mlflow.db`` and ``EXPERIMENT``.
     UserError when the experiment is empty or longer than MLflow takes.

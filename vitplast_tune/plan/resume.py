@@ -1,4 +1,4 @@
-"""Resume a search: read its record, rebuild its plan from the recorded settings, and write the command that resumes it."""
+"""Resume a search: read its record, rebuild its plan from the recorded settings, and write its resume command."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ def _drawable(spec: SearchSpec, settings: FinetuneConfig, key: str) -> list[Any]
 
 
 def _check_batches(spec: SearchSpec, settings: FinetuneConfig, workers: int) -> None:
-    """Refuse a batch size the space may draw that the workers cannot share evenly, or in even shares under mixup."""
+    """Refuse a batch size the space may draw that does not divide among the workers, or splits oddly under mixup."""
     if workers < 1:
         return
     values = [_drawable(spec, settings, key) for key in KEYS]
@@ -53,6 +53,6 @@ def _check_one(spec: SearchSpec, batch: int, mixing: bool, workers: int) -> None
 
 
 def _where(spec: SearchSpec) -> str:
-    """`` (drawn by <space>)`` when the space searches the batch size, else nothing."""
+    """Say where a drawn batch size comes from: `` (drawn by <space>)``, or nothing for a fixed one."""
     param = spec.parameters.get("batch_size")
     return "" if param is None or isinstance(param, Constant) else f" (drawn by {spec.path.name})"

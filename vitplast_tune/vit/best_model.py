@@ -40,7 +40,7 @@ from vitplast_tune.vit.families.hf import HFClassifier
 
 
 def prepare(cfg: FinetuneConfig, checkpoint, target: str, staged: Sequence = ()) -> str:
-    """Write the best trial's tensors and MLflow model to ``target`` where the trials ran; return "" or why no model.
+    """Write the best trial's tensors and MLflow model to ``target``, where the trials ran; return why no model, or "".
 
     The tensors are written even when the model cannot be built on that node. ``staged``: the driver's files it reads.
     """

@@ -83,7 +83,7 @@ class HeadOnTokens(nn.Module):
 def _forward_pass(
     cfg: FinetuneConfig, model: nn.Module, splits: Splits, *, device: torch.device, precision: str
 ) -> tuple[Splits, nn.Module, float]:
-    """Return the splits a run trains on, its forward module, and the seconds spent caching a linear probe's features."""
+    """Return the splits a run trains on, its forward module, and the seconds spent caching features."""
     family = family_of(model)
     probe = not components.parse_subset(cfg.components)
     if cfg.cache_features and probe and family.cache_features and _in_memory(splits):

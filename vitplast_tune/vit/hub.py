@@ -1,4 +1,4 @@
-"""Check that a model's pretrained weights are cached, or that their hub answers within seconds, before a run needs them."""
+"""Check that a model's pretrained weights are cached, or that their hub answers now, before a run needs them."""
 
 from __future__ import annotations
 

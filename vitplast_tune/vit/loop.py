@@ -53,7 +53,8 @@ class Place:
 class Learner:
     """What a run trains, and what it trains with.
 
-    ``forward`` is the model, compiled, or the head on cached features; ``trained`` is that, in DDP with several workers.
+    ``forward`` is the model, compiled, or the head on cached features; ``trained`` is ``forward`` in DDP, when there
+    are several workers.
     """
 
     model: nn.Module

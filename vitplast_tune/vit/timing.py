@@ -20,9 +20,10 @@ from vitplast_tune.vit.evaluation import _eval_batch_size, evaluate
 def time_steps(
     configs: list[FinetuneConfig], device: str, steps: int = 5, budget_s: float = 4.0, decoded: InMemory | None = None
 ) -> dict[str, Any]:
-    """Time the setup, a step and each split's evaluation of runs of ``configs`` on ``device`` ("cuda": else the CPU).
+    """Time the setup, a step and each split's evaluation of runs of ``configs`` on ``device``.
 
     Each run times a warm-up step, then up to ``steps`` more within ``budget_s`` seconds, then a few evaluation batches.
+    "cuda" on a machine without a GPU times the CPU.
     """
     where = torch.device(device if device != "cuda" or torch.cuda.is_available() else "cpu")
     name = torch.cuda.get_device_name(where) if where.type == "cuda" else "cpu"

@@ -1,4 +1,4 @@
-"""Register a tiny random model of every timm family with timm, to check a family offline in seconds (docs/models.md)."""
+"""Register a tiny random model of every timm family with timm, to check a family offline (docs/models.md)."""
 
 from __future__ import annotations
 

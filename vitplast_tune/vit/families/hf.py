@@ -211,7 +211,7 @@ def _check_hub_reachable(name: str, hub_id: str) -> None:
 
 
 def _create(name: str, num_classes: int, *, pretrained: bool, drop_path_rate: float = 0.0) -> HFClassifier:
-    """Build an ``hf:`` model with a new head; unless ``pretrained``, torch's generator initialises it, so seed it first."""
+    """Build an ``hf:`` model with a new head; torch's generator initialises it unless ``pretrained``."""
     config = _load_config(name)
     family = MODEL_TYPES[config.model_type]
     extra: dict[str, Any] = {"num_labels": num_classes}

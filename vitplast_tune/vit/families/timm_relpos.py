@@ -1,4 +1,4 @@
-"""Adapt timm's ``VisionTransformerRelPos``: ViTs with relative position biases (``vit_relpos_*``, ``vit_srelpos_*``)."""
+"""Adapt timm's ``VisionTransformerRelPos``: ViTs with relative position biases instead of a position embedding."""
 
 from __future__ import annotations
 
