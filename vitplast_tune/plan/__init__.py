@@ -9,5 +9,6 @@ __getattr__, __dir__, __all__ = _lazy.attach(
         "search_plan": ["SearchPlan"],
         "planner": ["prepare"],
         "resume": ["resume_command"],
+        "resources": ["ray_request"],
     },
 )

@@ -70,7 +70,14 @@ def address(option: str | None) -> str | None:
 
 
 def ray_request(resources: dict[str, float]) -> dict[str, float]:
-    """Name Tune's per-trial resources as Ray does, zeros dropped: cpu becomes CPU."""
+    """Name Tune's per-trial resources as Ray does, zeros dropped.
+
+    Args:
+        resources: The per-trial resources, e.g. ``{"cpu": 1, "gpu": 0.5}``.
+
+    Returns:
+        The same request in Ray's names, e.g. ``{"CPU": 1.0, "GPU": 0.5}``.
+    """
     names = {"cpu": "CPU", "gpu": "GPU"}
     return {names.get(key, key): float(value) for key, value in resources.items() if value}
 
