@@ -22,12 +22,7 @@ TRIAL_PROCESS_CPU = 0.01  # what a trial of several workers keeps of its CPUs fo
 class TrialResources:
     """What one trial asks of Ray, resolved once from the options: the run reads it, never the options.
 
-    Attributes:
-        cpus: CPUs per trial.
-        gpus: GPUs per trial.
-        custom: Custom Ray resources per trial.
-        workers: The data-parallel workers of one trial: ``--workers-per-trial``, else one per whole GPU.
-        placement: Where a trial's workers run: pack or spread.
+    ``workers`` is ``--workers-per-trial``, else one per whole GPU; ``placement`` packs or spreads them.
     """
 
     cpus: float

@@ -118,7 +118,7 @@ def check_weights(name: str, weights: str | Path | None, pretrained: bool) -> No
         UserError: The model is unknown, a weights file is missing or unreadable, or weights it would download are not
             cached and their hub does not answer.
     """
-    _family_of_name(name)
+    check_model_name(name)
     if weights is not None and hf._is_hf(name):
         raise UserError(f'--weights is for timm models; "{name}" loads its weights from its hub id or folder')
     if weights is not None:
@@ -218,6 +218,11 @@ def _check_weights_file(path: Path) -> None:
         )
 
 
+def check_model_name(name: str) -> None:
+    """Raise UserError unless ``name`` is a model of a supported family, suggesting near timm names."""
+    _family_of_name(name)
+
+
 def _family_of_name(name: str) -> Family:
     """Return the family of the model ``name`` names, without building it."""
     if hf._is_hf(name):
@@ -258,7 +263,7 @@ def pretrained_data_config(name: str) -> dict[str, Any]:
     Raises:
         UserError: The model is unknown.
     """
-    _family_of_name(name)
+    check_model_name(name)
     if hf._is_hf(name):
         return hf._data_config(name)
     cfg = timm.models.get_pretrained_cfg(name)
