@@ -34,7 +34,7 @@ MODULES = (
     "vitplast_tune.timings",
     "vitplast_tune.lock",
     "vitplast_tune.analysis.bootstrap",
-    "vitplast_tune.vit.fits",
+    "vitplast_tune.vit.model_checks",
     "vitplast_tune.config",
     "vitplast_tune.typed",
     "vitplast_tune.pretrain_config",
