@@ -15,7 +15,6 @@ from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import criteria_summary
 from vitplast_tune.records import view as saved_view
 from vitplast_tune.records.cost import cost_points
-from vitplast_tune.records.result import augmentation_text
 from vitplast_tune.records.table import read_trials
 from vitplast_tune.records.tracking import (
     BEST_TAG,
@@ -33,7 +32,7 @@ from vitplast_tune.records.tracking import (
     start_ms,
     start_search_run,
 )
-from vitplast_tune.space.files import SearchSpec
+from vitplast_tune.space.files import SearchSpec, searched_augmentations
 from vitplast_tune.space.objectives import objective_of
 from vitplast_tune.storage import BEST_TRIAL_DIR, MODEL_NAME, TRIAL_FILE, SearchPlace
 
@@ -182,3 +181,11 @@ def log_cost(mlflow: MlflowClient, run_id: str, trials: pd.DataFrame, objective:
         return
     mlflow.log_dict(run_id, {"objective": objective, "points": [vars(p) for p in points]}, "cost/points.json")
     mlflow.log_text(run_id, "\n".join(p.sentence() for p in points) + "\n", "cost/answer.txt")
+
+
+def augmentation_text(spec: SearchSpec, settings: FinetuneConfig) -> str:
+    """Say which training augmentation the trials used: the settings' recipe, or the recipes the space searches."""
+    searched = searched_augmentations(spec)
+    if len(set(searched)) > 1:
+        return f"augmentation searched: {', '.join(map(str, dict.fromkeys(searched)))}"
+    return f"augmentation {searched[0] if searched else settings.augment}"

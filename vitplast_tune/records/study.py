@@ -25,7 +25,6 @@ import json
 import math
 import os
 import sqlite3
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -39,32 +38,8 @@ from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.storage import STUDY_FILE, spoken
 
 TRIAL_ATTR = "ray_trial_id"  # the user attribute that ties an Optuna trial to its Ray Tune trial
+_STATES = {"COMPLETE": "finished", "PRUNED": "pruned", "FAIL": "failed"}  # as ``Search.trials`` says
 USER_ATTRS = ("components", "best_val_acc", "test_acc", "step", "trainable_params", "run_id")
-
-
-@dataclass
-class StudyRecord:
-    """Where a search's study lies and how many trials it holds.
-
-    Attributes:
-        url: The study's storage URL (SQLite).
-        name: The study's name.
-        trials: How many trials it holds.
-        added: How many of them this write added.
-    """
-
-    url: str
-    name: str
-    trials: int
-    added: int
-
-    def describe(self) -> str:
-        """Describe the study in the summary's line: its storage and how to open it.
-
-        Returns:
-            The line.
-        """
-        return f"Optuna study:       optuna-dashboard {spoken(self.url)}   (study '{self.name}', {self.trials} trials)"
 
 
 def storage_url(directory: Path) -> str:
@@ -188,7 +163,7 @@ def known_trials(study) -> set[str]:
 
 def write_study(
     directory: Path, name: str, spec: SearchSpec, trials: pd.DataFrame, curves: dict[str, dict[str, dict[int, float]]]
-) -> StudyRecord:
+) -> int:
     """Add the trials of the table that the study ``name`` in ``directory/optuna.db`` lacks (created when missing).
 
     The baselines' reference trials and the finalists (``space.baselines``, ``space.finalists``) are left out: the
@@ -202,13 +177,13 @@ def write_study(
         curves: Each trial's curves: trial id -> metric -> {step: value}.
 
     Returns:
-        Where the study lies and how many trials it holds and this write added.
+        How many trials this write added.
     """
     study = open_study(directory, name, spec)
     trials = sampled_trials(trials)  # the reference trials and the finalists are no trials of the search's sampler
     new = trials[~trials["trial_id"].astype(str).isin(known_trials(study))]
     study.add_trials(frozen_trials(new, spec, curves))
-    return StudyRecord(storage_url(directory), name, len(study.get_trials(deepcopy=False)), len(new))
+    return len(new)
 
 
 def _state_and_values(row: pd.Series, finals: list[float | None]):
@@ -252,23 +227,78 @@ def _categorical(value: Any) -> Any:
     return value if value is None or isinstance(value, (bool, int, float, str)) else json.dumps(value)
 
 
-def study_made(path: Path, name: str) -> bool:
-    """Tell whether the Optuna storage file ``path`` holds the study ``name``, reading it without writing.
+def trial_count(path: Path, name: str) -> int | None:
+    """Count the trials of the study ``name`` in the SQLite file ``path``, reading it without writing.
 
     Optuna's own opening makes missing tables, which races a starting driver making them ("UNIQUE constraint failed:
-    alembic_version"); a read-only look does not.
+    alembic_version"). A read-only look does not.
 
     Args:
-        path: The study's SQLite file (``optuna.db`` in a search's folder).
-        name: The study's name (the search's).
+        path: The study's file (``optuna.db`` in a search's folder).
+        name: The study's name.
 
     Returns:
-        Whether the study is there; False while the file or its tables are being made.
+        How many trials it holds; None while the file, its tables or the study are not there.
     """
     if not path.is_file():
-        return False
+        return None
+    query = (
+        "SELECT COUNT(t.trial_id) FROM studies s LEFT JOIN trials t ON t.study_id = s.study_id WHERE s.study_name = ?"
+    )
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)) as db:
-            return db.execute("SELECT 1 FROM studies WHERE study_name = ?", (name,)).fetchone() is not None
-    except sqlite3.Error:  # no studies table yet, or the file being written
-        return False
+            found = db.execute(query + " GROUP BY s.study_id", (name,)).fetchone()
+    except sqlite3.Error:  # no tables yet, or the file being written
+        return None
+    return None if found is None else int(found[0])
+
+
+def describe_study(directory: Path, name: str) -> str | None:
+    """Write the summary's line on a search's study: how to open it and how many trials it holds; None without it."""
+    count = trial_count(Path(directory) / STUDY_FILE, name)
+    if count is None:
+        return None
+    return f"Optuna study:       optuna-dashboard {spoken(storage_url(directory))}   (study '{name}', {count} trials)"
+
+
+def study_table(study, max_steps: int) -> pd.DataFrame:
+    """Turn the trials a running search's study holds into trial table rows, with their ``status``.
+
+    Args:
+        study: The study.
+        max_steps: The trials' budget where the space samples none.
+
+    Returns:
+        One row per trial: the columns the study keeps, and a failed trial's ``error`` pointing at its run.
+    """
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        attrs = dict(t.user_attrs)
+        params = {k: _loaded(v) for k, v in t.params.items() if k not in COMPONENT_FLAGS}
+        status = _STATES.get(t.state.name, "running")
+        rows.append(
+            {
+                "trial_id": attrs.pop(TRIAL_ATTR, None),
+                **params,
+                **attrs,
+                "max_steps": params.get("max_steps", max_steps),
+                "diverged": False,
+                "error": "failed: see its MLflow run" if status == "failed" else None,
+                "status": status,
+            }
+        )
+    table = pd.DataFrame(rows)
+    for column in ("best_val_acc", "test_acc", "step", "trainable_params"):
+        if column not in table:
+            table[column] = float("nan")
+    return table
+
+
+def _loaded(value: Any) -> Any:
+    """Turn a choice as the study stores it back into its value (JSON text for lists and mappings)."""
+    if isinstance(value, str) and value[:1] in "[{":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value

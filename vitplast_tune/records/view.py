@@ -25,6 +25,7 @@ from urllib.parse import urlencode, urlsplit
 from vitplast_tune._compat import mlflow as mlflow_internals
 from vitplast_tune.components import COMPONENT_FLAGS
 from vitplast_tune.names import view_key
+from vitplast_tune.storage import SearchPlace, spoken
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -63,6 +64,22 @@ def ui_base_url(tracking_uri: str) -> str:
     if parts.scheme in ("http", "https") and parts.netloc:
         return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
     return DEFAULT_UI
+
+
+def ui_command(place: SearchPlace) -> str | None:
+    """Write the command that starts the MLflow UI on a search's store.
+
+    Args:
+        place: Where the search keeps its records.
+
+    Returns:
+        ``vitplast ui NAME``, or ``mlflow ui`` for a search without a local record; None when a server records it.
+    """
+    if place.tracking_uri.startswith(("http://", "https://")):
+        return None
+    if place.local_dir is None:
+        return f"mlflow ui --backend-store-uri {spoken(place.tracking_uri)} --host 127.0.0.1"
+    return f"vitplast ui {place.name}" + ("" if place.in_default_storage() else f" --storage {spoken(place.storage)}")
 
 
 def search_filter(search: str) -> str:
