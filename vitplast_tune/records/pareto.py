@@ -1,5 +1,4 @@
-"""The Pareto fronts of a search: the full-budget trials that no other beats on both accuracy and a cost (trainable
-parameters, training throughput), as tables, CSV and plots."""
+"""Find a search's Pareto fronts of accuracy against a cost, and write them as tables, CSV and plots."""
 
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ def pareto_front(trials: pd.DataFrame, cost: str, better: str = "min", accuracy:
 
 
 def write_pareto(trials: pd.DataFrame, out: Path) -> list[Path]:
-    """Each Pareto front as CSV and PNG (``pareto_<cost>.csv``/``.png``) in the folder ``out``."""
+    """Write each Pareto front as CSV and PNG (``pareto_<cost>.csv``, ``.png``) in the folder ``out``."""
     from vitplast_tune.analysis.plots import plot_pareto
 
     files: list[Path] = []

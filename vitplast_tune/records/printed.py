@@ -21,15 +21,12 @@ log = get_logger(__name__)
 def summary(search: Any, k: int = TOP_TRIALS) -> str:
     """Write the text a person reads at a search's end, from what the ``Search`` holds.
 
-    The answer comes first, then where the time went, the top trials, the analysis, where the records lie and how to
-    open MLflow.
-
     Args:
         search: The search (a ``records.search.Search``).
         k: How many top trials to show.
 
     Returns:
-        The text.
+        The answer, the time, the top trials, the analysis, and where the records lie.
     """
     from vitplast_tune.records.answer import answer_lines
     from vitplast_tune.records.cost import cost_lines
@@ -74,15 +71,9 @@ def summary(search: Any, k: int = TOP_TRIALS) -> str:
 
 
 def keep_summary(search: Any) -> str:
-    """Write the summary and keep it as printed (``summary.txt``), for ``Search.summary()`` to read back.
+    """Write the summary, keep it whole in ``summary.txt`` for ``Search.summary()``, and return it to print.
 
-    The file is written whole or not at all. A folder that cannot take it keeps none, said in a warning.
-
-    Args:
-        search: The finished search.
-
-    Returns:
-        The text, for the caller to print.
+    A folder that cannot take it keeps none, said in a warning.
     """
     text = summary(search)
     folder = search.directory

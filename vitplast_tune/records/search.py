@@ -262,14 +262,11 @@ class Search:
     def summary(self, k: int = TOP_TRIALS) -> str:
         """Return the text the search printed at its end, or make it again from its records.
 
-        A finished search gives the kept text (``summary.txt``) for the default ``k``. Otherwise the text is made
-        from the records, with the analysis and wall time they hold.
-
         Args:
             k: How many top trials to show.
 
         Returns:
-            The summary.
+            The kept text of a finished search for the default ``k``, else a text made from the records.
         """
         kept = kept_summary(self.directory) if k == TOP_TRIALS and self.status == "finished" else None
         if kept is not None:

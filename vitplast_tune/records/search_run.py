@@ -1,9 +1,7 @@
-"""The MLflow parent run of a search: opened (or found again on resume) with the space, the settings and the
-plasticity, described for the UI, linked to the saved view, and given the search's results and analysis."""
+"""Open a search's MLflow parent run, and log its view, results and analysis on it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -47,7 +45,7 @@ def open_search_run(
     seed: int,
     resume: bool = False,
 ) -> str:
-    """The parent run of a search: found again when ``resume``, else created with the space, settings and plasticity."""
+    """Find the parent run again when ``resume``, else create it with the space, settings and plasticity; return its id."""
     if resume:
         existing = find_search_run(
             mlflow,
@@ -75,7 +73,7 @@ def open_search_run(
         "vitplast.space_fingerprint": spec.fingerprint,
         STORAGE_TAG: place.location,
         SEARCH_ID_TAG: place.search_id,
-        NOTE_TAG: search_note(place.name),
+        NOTE_TAG: _note(place.name),
     }
     plasticity = predictors.plasticity
     if plasticity is not None:
@@ -96,8 +94,8 @@ def open_search_run(
     return run_id
 
 
-def search_note(search: str, link: str | None = None, note: str = "") -> str:
-    """The parent run's description (Markdown): what the search's runs and metrics are, and the view's link."""
+def _note(search: str, link: str | None = None, note: str = "") -> str:
+    """Write the parent run's description in Markdown: what the runs and metrics are, and the view's link."""
     lines = [
         f"**Search `{search}`**: one child run per trial (tag `{ROLE_TAG}` = `trial`); this run (`search`) holds "
         "the search-wide settings (params `default.*`), the plasticity table and the analysis."
@@ -127,19 +125,17 @@ def search_note(search: str, link: str | None = None, note: str = "") -> str:
 def publish_view(
     mlflow: MlflowClient, place: SearchPlace, run_id: str, plasticity: bool, cost: bool = False
 ) -> saved_view.View:
-    """Save the search's MLflow UI view (``cost``: with accuracy vs training seconds), and its link on the parent run
-    (tag and description)."""
+    """Save the search's MLflow UI view and put its link on the parent run; ``cost`` adds the cost charts."""
     experiment = mlflow.get_run(run_id).info.experiment_id
     base_url = saved_view.ui_base_url(place.tracking_uri)
     view = saved_view.publish(mlflow, experiment, place.name, plasticity, base_url, cost)
-    tags = {VIEW_LINK_TAG: view.link, NOTE_TAG: search_note(place.name, view.link, view.note)}
+    tags = {VIEW_LINK_TAG: view.link, NOTE_TAG: _note(place.name, view.link, view.note)}
     mlflow.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     return view
 
 
 def log_results(mlflow: MlflowClient, run_id: str, trials_csv: Path, best: pd.DataFrame, num_trials: int) -> None:
-    """The trial table (CSV, and a table the UI shows with ids as text) and the headline metrics on the parent run,
-    once: a resumed search's end logs only what is missing."""
+    """Log the trial table, as CSV and as ``trials.json``, and the headline metrics on the parent run, once."""
     log_artifacts(mlflow, run_id, [trials_csv])
     log_table_once(mlflow, run_id, read_trials(trials_csv.parent), "trials.json")
     if not best.empty:
@@ -149,8 +145,7 @@ def log_results(mlflow: MlflowClient, run_id: str, trials_csv: Path, best: pd.Da
 
 
 def log_analysis(mlflow: MlflowClient, run_id: str, found, once: bool = False) -> None:
-    """An ``analysis.SearchAnalysis`` on the parent run: its tables (every column) and its files; ``once``: a table
-    the run already holds is not logged again (a resumed search's end)."""
+    """Log a ``SearchAnalysis``'s tables and files on the parent run; ``once`` skips a table the run holds."""
     tables = {
         "analysis/correlations.json": found.trials.correlations if found.trials is not None else None,
         "analysis/paper_table.json": found.paper.table if found.paper is not None else None,
@@ -168,14 +163,8 @@ def log_analysis(mlflow: MlflowClient, run_id: str, found, once: bool = False) -
     log_artifacts(mlflow, run_id, found.files, "analysis")
 
 
-def log_pareto(mlflow: MlflowClient, run_id: str, files: Iterable[Path]) -> None:
-    """The Pareto fronts (``pareto.write_pareto``: CSV and PNG per axis) on the parent run, under ``pareto/``."""
-    log_artifacts(mlflow, run_id, files, "pareto")
-
-
 def log_cost(mlflow: MlflowClient, run_id: str, trials: pd.DataFrame, objective: str) -> None:
-    """A cost-aware objective's trials against the most accurate one (``cost.cost_points``) on the parent run:
-    ``cost/points.json`` (the numbers) and ``cost/answer.txt`` (the sentences); nothing for ``accuracy``."""
+    """Log a cost-aware objective's points on the parent run: the numbers and the sentences."""
     points = cost_points(trials, objective)
     if not points:
         return

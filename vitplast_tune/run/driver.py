@@ -407,7 +407,7 @@ def _record_results(result: Search, mlflow, grid) -> None:
     if path is not None:
         search_run.log_results(mlflow, result.parent_run_id, path, best, len(table))
     fronts = pareto.write_pareto(table, result.place.results_dir / "analysis")
-    search_run.log_pareto(mlflow, result.parent_run_id, fronts)
+    tracking.log_artifacts(mlflow, result.parent_run_id, fronts, "pareto")
     search_run.log_cost(mlflow, result.parent_run_id, table, objective_of(result.spec))
 
 
