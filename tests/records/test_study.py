@@ -13,6 +13,7 @@ from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import summary, write_study
 from vitplast_tune.records.study import (
     TRIAL_ATTR,
+    describe_study,
     open_study,
     parameter_table,
     storage_url,
@@ -81,6 +82,8 @@ def test_each_trial_is_one_optuna_trial_with_every_flag_and_resume_adds_only_new
     assert storage_url(tmp_path) == f"sqlite:///{tmp_path.resolve()}/optuna.db"
     assert write_study(tmp_path, "s", spec, table(ROWS), CURVES) == 1  # a resumed search: one trial more
     assert trial_count(tmp_path / "optuna.db", "s") == 5
+    line = f"Optuna study:       optuna-dashboard {storage_url(tmp_path)}   (study 's', 5 trials)"
+    assert describe_study(tmp_path, "s") == line and describe_study(tmp_path, "other") is None
     loaded = optuna.load_study(study_name="s", storage=storage_url(tmp_path))
     by_id = {t.user_attrs[TRIAL_ATTR]: t for t in loaded.trials}
     assert sorted(by_id) == ["a", "b", "c", "d", "e"]
