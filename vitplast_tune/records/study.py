@@ -96,7 +96,7 @@ def open_study(directory: Path, name: str, spec: SearchSpec):
     directions = ["maximize" if mode == "max" else "minimize" for _, mode in spec.objectives or [(None, spec.mode)]]
     if not (Path(directory) / STUDY_FILE).exists():
         _make_whole(Path(directory), name, directions, spec)
-    study = optuna.create_study(  # the file's tables made: this only opens the study (or adds it beside another)
+    study = optuna.create_study(  # the tables exist: this opens the study or adds it
         storage=storage_url(directory), study_name=name, directions=directions, load_if_exists=True
     )
     _label(study, spec)

@@ -16,8 +16,8 @@ from vitplast_tune.storage import SearchPlace, spoken
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-# The experiment's kind: model training, not GenAI (MLflow 3's ExperimentKind). Read only by MLflow UIs whose
-# workflow-type flag is off: 3.17 and 3.18 ignore it and take the mode from ``workflowType`` (see above).
+# The experiment's kind: model training, not GenAI. MLflow UIs 3.17 and 3.18 ignore it and read the mode from the
+# link's ``workflowType=machine_learning``, which every link made here carries.
 KIND_TAG = "mlflow.experimentKind"
 KIND = "custom_model_development"
 DEFAULT_UI = "http://127.0.0.1:5000"  # what ``mlflow ui --host 127.0.0.1`` serves
