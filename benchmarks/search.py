@@ -44,7 +44,7 @@ from vitplast_tune import storage
 from vitplast_tune.plan import prepare
 from vitplast_tune.records.table import trial_subset
 from vitplast_tune.run import OptunaSearcher, schedulers
-from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
+from vitplast_tune.run.driver import run as run_search
 from vitplast_tune.run.optuna_search import warm_start_points
 from vitplast_tune.run.variants import tune_param_space
 from vitplast_tune.space import OptunaSpace, SearchSpec, load_space

@@ -22,7 +22,7 @@ from typing import Any
 from ray.tune import Callback
 
 from benchmarks import common
-from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
+from vitplast_tune.run.driver import run as run_search
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

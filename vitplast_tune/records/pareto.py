@@ -1,5 +1,4 @@
-"""The Pareto fronts of a search: the full-budget trials that no other beats on both accuracy and a cost (trainable
-parameters, training throughput), as tables, CSV and plots."""
+"""Find a search's Pareto fronts of accuracy against a cost, and write them as tables, CSV and plots."""
 
 from __future__ import annotations
 
@@ -17,18 +16,18 @@ PARETO_AXES: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def pareto_front(trials: pd.DataFrame, cost: str, better: str = "min", accuracy: str = "best_val_acc") -> pd.DataFrame:
-    """Find the full-budget trials that no other full-budget trial beats on both accuracy and cost.
+def pareto_front(trials: pd.DataFrame, cost: str, better: str = "min") -> pd.DataFrame:
+    """Find the full-budget trials that no other full-budget trial beats on both best validation accuracy and cost.
 
     Args:
         trials: The trial table.
         cost: The cost column.
         better: "min" when a lower cost is better, "max" when a higher one is.
-        accuracy: The accuracy column (higher is better).
 
     Returns:
         The front, sorted from the cheapest; ties keep the first. Empty when a column is missing.
     """
+    accuracy = "best_val_acc"
     if trials.empty or cost not in trials or accuracy not in trials:
         return trials.head(0)
     done = finished_trials(trials).dropna(subset=[cost, accuracy])
@@ -38,7 +37,7 @@ def pareto_front(trials: pd.DataFrame, cost: str, better: str = "min", accuracy:
 
 
 def write_pareto(trials: pd.DataFrame, out: Path) -> list[Path]:
-    """Each Pareto front as CSV and PNG (``pareto_<cost>.csv``/``.png``) in the folder ``out``."""
+    """Write each Pareto front as CSV and PNG (``pareto_<cost>.csv``, ``.png``) in the folder ``out``."""
     from vitplast_tune.analysis.plots import plot_pareto
 
     files: list[Path] = []
