@@ -20,6 +20,8 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # + the view's key: a JSON envelope
 VIEW_FORMAT_VERSIONS = ("3.17", "3.18")  # major.minor of the UIs whose bundle reads that format
 MAX_KEY = 250  # MLflow's longest tag key (and param key)
 MAX_EXPERIMENT_NAME = 500  # MLflow's longest experiment name (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH)
+# The logger on which MLflow's SQL store logs each database error with its traceback before it raises it again.
+DATABASE_ERROR_LOGGER = "mlflow.store.db.utils"
 
 
 def installed_version() -> str:
