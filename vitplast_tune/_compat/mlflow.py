@@ -43,6 +43,15 @@ def tracking_schemes() -> list[str]:
     return sorted(_tracking_store_registry._registry)
 
 
+def file_store_allowed() -> bool:
+    """Whether MLflow opens a file store (a tracking URI that is a folder): MLflow 3.x's file store is in maintenance
+    mode, refused unless ``MLFLOW_ALLOW_FILE_STORE`` is true (``mlflow.environment_variables``); older ones open it."""
+    from mlflow import environment_variables
+
+    allowed = getattr(environment_variables, "MLFLOW_ALLOW_FILE_STORE", None)
+    return allowed is None or bool(allowed.get())
+
+
 def ask_server(
     uri: str, endpoint: str, timeout_s: float, params: dict | None = None, method: str = "GET", **more: Any
 ) -> Any:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vitplast_tune import outputs
-from vitplast_tune.config import check_variant
-from vitplast_tune.errors import UserError
+from vitplast_tune import environment, outputs
+from vitplast_tune.config import cache_dir, check_variant
+from vitplast_tune.errors import OptionsError, UserError
+from vitplast_tune.log import LEVEL_ENV, LEVELS, environment_level
 from vitplast_tune.plan import resources, services
 from vitplast_tune.plan.options import SearchOptions
+from vitplast_tune.plan.resources import CLUSTER_CONFIG_ENV
 from vitplast_tune.plan.search_plan import Running
 
 
@@ -48,10 +50,26 @@ def check_workers(options: SearchOptions) -> None:
         raise UserError(f"--workers-per-trial {workers} needs a whole GPU each: --gpus-per-trial {workers}, or 0")
 
 
-def check_writable(path: Path) -> None:
-    """The storage folder ``path`` must be a folder this process can write, or make (it is not made here)."""
-    outputs.output_dir(path, "--storage")  # a file, or a path under one
-    services.check_writable(path, f"storage path {path}", "; pass --storage DIR")
+def check_writable(path: Path, origin: str = "--storage") -> None:
+    """The storage folder ``path`` (from ``origin``: the flag, or ``$VITPLAST_RESULTS_DIR``) must be a folder this
+    process can write, or make (it is not made here)."""
+    outputs.output_dir(path, origin)  # a file, or a path under one
+    services.check_writable(path, f"storage path {path} (from {origin})", "; pass --storage DIR")
+
+
+def check_environment(running: Running) -> None:
+    """The package's environment variables a search reads, each checked before anything starts, a problem named by
+    its variable: the cache folder, the log level, and the cluster launcher YAML of a cluster joined (the storage's
+    and MLflow's are checked with their services, ``services``)."""
+    cache_dir()  # VITPLAST_CACHE_DIR: a folder, or a path where one can be made
+    level = (environment.read(LEVEL_ENV) or "").strip()
+    if level and environment_level() is None:
+        raise OptionsError(f"{LEVEL_ENV}={level} names no level; use one of {', '.join(LEVELS)}, or unset it")
+    config = environment.read(CLUSTER_CONFIG_ENV) if running.joining else None
+    if config and not Path(config).expanduser().is_file():
+        raise OptionsError(
+            f"{CLUSTER_CONFIG_ENV}={config} is not a file; point it at the cluster launcher YAML, or unset it"
+        )
 
 
 def check_plasticity(running: Running) -> None:

@@ -46,6 +46,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     """
     checks.check_resources(options)
     running = Running.of(options)  # how the search runs, resolved once: what follows reads it, not the options
+    checks.check_environment(running)
     checks.check_plasticity(running)
     spec = load_space(options.space).with_overrides(num_samples=options.num_samples, budgets=options.budgets)
     spec = with_objective(spec, options.objective)
@@ -55,7 +56,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     local = not is_uri(storage)
     if local:
         storage = str(Path(storage).expanduser().resolve())
-        checks.check_writable(Path(storage))
+        checks.check_writable(Path(storage), storage_origin(options.storage))
     name = check_name(options.name or default_name(spec.name), storage)
     directory = Path(storage) / name if local else None  # the search's folder (None: it lies behind a URI)
     check_not_running(directory or default_storage() / name, name)
@@ -65,7 +66,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     else:
         plan = resume.resumed_plan(spec, options, running, storage, name, record)
         said = resumed_state(plan, directory, record)
-    bucket = None if local else "--storage" if options.storage else f"${RESULTS_ENV}"
+    bucket = None if local else storage_origin(options.storage)
     check_services(plan, bucket, tracking_origin(options.tracking_uri, record is not None, name))
     spec, notes = fit_scheduler(plan.spec, plan.settings.max_steps)
     trials.check_batches(spec, plan.settings, running.resources.workers)
@@ -120,6 +121,14 @@ def resumed_state(plan: SearchPlan, directory: Path | None, record: dict) -> lis
     state.check_resume_state(directory, record)
     note = state.check_generator_state(directory, plan.spec.algorithm)
     return [note] if note else []
+
+
+def storage_origin(given: str | None) -> str:
+    """Say where a search's storage came from: ``--storage`` (``storage=`` from Python), ``$VITPLAST_RESULTS_DIR`` or
+    the default (``~/vitplast_tune_results``), for the messages of its checks."""
+    if given:
+        return option("storage")
+    return f"${RESULTS_ENV}" if (environment.read(RESULTS_ENV) or "").strip() else "the default storage"
 
 
 def tracking_origin(given: str | None, resumed: bool, name: str) -> str:
