@@ -24,6 +24,7 @@ from vitplast_tune.predictors import scores
 from vitplast_tune.predictors.cache import cache_key, default_out_dir
 from vitplast_tune.predictors.scores import aggregate_plasticity
 from vitplast_tune.storage import replaced
+from vitplast_tune.typed import checked
 
 if TYPE_CHECKING:
     import torch
@@ -54,6 +55,7 @@ class PlasticityReport:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+@checked(batch_size=1, max_pairs=1)
 def plasticity_report(
     model_name: str,
     *,

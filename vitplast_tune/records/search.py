@@ -17,6 +17,7 @@ import pandas as pd
 from vitplast_tune.errors import SearchNotFound, UserError
 from vitplast_tune.lock import running_owner
 from vitplast_tune.storage import SEARCH_FILE, STUDY_FILE, SearchPlace, default_storage, read_record
+from vitplast_tune.typed import checked
 
 if TYPE_CHECKING:  # torch only in annotations: loading a search's records imports no torch
     from torch import nn
@@ -25,6 +26,7 @@ STATUSES = ("finished", "pruned", "failed")  # a trial's status in ``Search.tria
 _STATES = {"COMPLETE": "finished", "PRUNED": "pruned", "FAIL": "failed"}
 
 
+@checked()
 def list_searches(storage: str | Path | None = None) -> list[str]:
     """The names of the searches recorded in a storage folder, sorted.
 
@@ -40,6 +42,7 @@ def list_searches(storage: str | Path | None = None) -> list[str]:
     return sorted(p.parent.name for p in root.glob(f"*/{SEARCH_FILE}"))
 
 
+@checked()
 def load_search(name: str, storage: str | Path | None = None, tracking_uri: str | None = None) -> Search:
     """A recorded search read back (no Ray started), finished or still running.
 

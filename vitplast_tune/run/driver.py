@@ -37,6 +37,7 @@ from vitplast_tune.run.trainable import train_trial
 from vitplast_tune.space.objectives import objective_of
 from vitplast_tune.storage import spoken, write_record
 from vitplast_tune.timings import Timings
+from vitplast_tune.typed import checked
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -419,6 +420,7 @@ def _record_best(result: SearchResult, mlflow, grid, runner, staged=()) -> None:
         log.info(f"note: {note}")
 
 
+@checked()
 def run_search(options: SearchOptions | None = None, /, **keywords: Any) -> Search:
     """Run (or resume) a search and return it as its records hold it (``vitplast_tune.run_search``).
 

@@ -41,6 +41,7 @@ from vitplast_tune.space.baselines import parse_baselines, references
 from vitplast_tune.space.distributions import Constant, Distribution, Subsets, parse_param
 from vitplast_tune.space.finalists import OFF, Finalists, parse_finalists
 from vitplast_tune.space.reading import read_yaml
+from vitplast_tune.typed import checked
 
 SHIPPED = "vitplast_tune.search_spaces"  # the repository's search_spaces/, installed under this name (pyproject.toml)
 
@@ -249,6 +250,7 @@ def list_spaces() -> list[str]:
     return sorted(p.stem for p in spaces_dir().glob("*.yaml"))
 
 
+@checked()
 def load_space(name_or_path: str | Path) -> SearchSpec:
     """Read and validate a space file.
 
