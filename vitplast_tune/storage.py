@@ -271,8 +271,10 @@ def read_record(directory: Path, purpose: str = "to resume") -> dict[str, Any]:
 
 @contextlib.contextmanager
 def replaced(path: Path) -> Iterator[Path]:
-    """Write a file whole or not at all: the block writes the temporary file it is given, renamed over ``path`` when
-    the block ends; on an error (a full disk, say) the temporary file is removed and ``path`` is left as it was.
+    """Write a file whole or not at all.
+
+    The block writes the temporary file it is given, renamed over ``path`` when the block ends; on an error (a full
+    disk, say) the temporary file is removed and ``path`` is left as it was.
 
     Args:
         path: The file to write.

@@ -138,10 +138,10 @@ R = typing.TypeVar("R")
 
 
 def checked(**at_least: int) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Check a public function's arguments before it runs: each against its annotation (``fits``), the counts named
-    in ``at_least`` against their floor, an unknown keyword named with the closest one.
+    """Check a public function's arguments before it runs.
 
-    The one checker of the package's public functions (``vitplast_tune.load_search``, ``create_model``, ...): a value
+    Each is checked against its annotation (``fits``), the counts named in ``at_least`` against their floor, an
+    unknown keyword named with the closest one. The one checker of the package's public functions (``vitplast_tune.load_search``, ``create_model``, ...): a value
     of the wrong type or form is one ``OptionsError`` naming the function, the argument and what it takes, before any
     work, not a traceback from deep inside.
 
