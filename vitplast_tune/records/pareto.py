@@ -8,6 +8,7 @@ import pandas as pd
 
 from vitplast_tune.analysis.prediction import finished_trials
 from vitplast_tune.records.table import display_table
+from vitplast_tune.storage import replaced
 
 # What each Pareto front trades accuracy against: (column, "min" when less is better, label).
 PARETO_AXES: tuple[tuple[str, str, str], ...] = (
@@ -46,7 +47,8 @@ def write_pareto(trials: pd.DataFrame, out: Path) -> list[Path]:
         if front.empty:
             continue
         out.mkdir(parents=True, exist_ok=True)
-        front.to_csv(out / f"pareto_{cost}.csv", index=False)
+        with replaced(out / f"pareto_{cost}.csv") as partial:
+            front.to_csv(partial, index=False)
         files += [out / f"pareto_{cost}.csv", plot_pareto(trials, front, cost, out / f"pareto_{cost}.png")]
     return files
 

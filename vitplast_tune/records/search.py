@@ -14,6 +14,7 @@ from vitplast_tune.errors import SearchNotFound, UserError
 from vitplast_tune.lock import running_owner
 from vitplast_tune.records.printed import TOP_TRIALS, kept_summary, summary
 from vitplast_tune.storage import SEARCH_FILE, STUDY_FILE, SearchPlace, default_storage, read_record
+from vitplast_tune.typed import checked
 
 if TYPE_CHECKING:  # annotations only: loading a search's records imports no torch
     import optuna
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # annotations only: loading a search's records imports no tor
 STATUSES = ("finished", "pruned", "failed")  # a trial's status in ``Search.trials`` (Optuna: COMPLETE, PRUNED, FAIL)
 
 
+@checked()
 def list_searches(storage: str | Path | None = None) -> list[str]:
     """List the names of the searches recorded in a storage folder, sorted.
 
@@ -45,6 +47,7 @@ def list_searches(storage: str | Path | None = None) -> list[str]:
     return sorted(p.parent.name for p in root.glob(f"*/{SEARCH_FILE}"))
 
 
+@checked()
 def load_search(name: str, storage: str | Path | None = None, tracking_uri: str | None = None) -> Search:
     """Read a recorded search back, finished or still running, without starting Ray.
 

@@ -15,6 +15,7 @@ from vitplast_tune.predictors.scores import log_trainable_params
 from vitplast_tune.space.baselines import FINALIST, SEARCH, stage_of
 from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.space.finalists import finalist_of
+from vitplast_tune.storage import replaced
 
 # Where a trial's time went: finetune's cumulative timings at its last report.
 TRIAL_TIMES = ("time_setup_s", "time_in_steps_s", "time_in_eval_s")
@@ -104,7 +105,8 @@ def write_trials(trials: pd.DataFrame, directory: Path | None) -> Path | None:
     if directory is None or trials.empty:
         return None
     path = directory / "trials.csv"
-    trials.to_csv(path, index=False)
+    with replaced(path) as partial:  # whole or not at all: a full disk leaves the table read back as it was
+        trials.to_csv(partial, index=False)
     return path
 
 

@@ -3,9 +3,9 @@ results -> the best model -> the Optuna study -> analyze, Ray up until the end. 
 measurements and the best model run in Ray workers.
 
 ``run(options)`` is the whole job (``run_search``, the package's, returns its ``Search``); ``execute(plan)`` runs a
-prepared plan. Each step is one call into the module that owns it: ``plan`` (validation), ``run.cluster`` and ``run.nodes`` (Ray), ``run.before_trials`` (plasticity, gradient
-table), ``records`` (MLflow, the trial table, the Optuna study, the summary), ``run.tuner`` (the Tuner) and
-``analysis`` (statistics, plots).
+prepared plan. Each step is one call into the module that owns it: ``plan`` (validation), ``run.cluster`` and
+``run.nodes`` (Ray), ``run.before_trials`` (plasticity, gradient table), ``records`` (MLflow, the trial table, the
+Optuna study, the summary), ``run.tuner`` (the Tuner) and ``analysis`` (statistics, plots).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from vitplast_tune.run.trainable import train_trial
 from vitplast_tune.space.objectives import objective_of
 from vitplast_tune.storage import spoken, write_record
 from vitplast_tune.timings import Timings
+from vitplast_tune.typed import checked
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -121,8 +122,13 @@ def execute(
     Raises:
         SearchInterrupted: Ctrl-C, SIGTERM or an OS error stopped it; the error holds the command that resumes it.
     """
-    with guard.guarded(plan):
-        return _execute(plan, callbacks, timings, trainable)
+    try:
+        with guard.guarded(plan):
+            return _execute(plan, callbacks, timings, trainable)
+    except OSError as exc:  # its folder, lock or space held back on a full disk: nothing started
+        if (fault := guard.named_fault(exc, [plan.local_dir or plan.results_dir])) is None:
+            raise
+        raise _interrupted(plan, _Records(written=plan.running.resume), fault=f"{fault}, while locking") from None
 
 
 def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings | None, trainable) -> Search:
@@ -147,17 +153,16 @@ def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings |
             with interrupts.deferred():  # every trial ended: SIGTERM waits for the results (Ctrl-C still stops)
                 result = _finish(plan, tuned, records, timings, started)
         except KeyboardInterrupt:
-            _close_stopped(records)
+            guard.close_stopped(records.mlflow, records.parent)
             raise _interrupted(plan, records) from None
         except SearchInterrupted:
             raise
-        except Exception as exc:
-            if guard.stopped_by(exc, "the driver recorded the search"):  # a full disk, a read-only filesystem, ...
-                _close_stopped(records)
+        except Exception as exc:  # an OS fault (a full disk, ...), or another error whose closing of the runs met one
+            if guard.stopped_by(exc, "the driver recorded the search") or not guard.closed_as_failed(
+                records.mlflow, records.parent, exc
+            ):
+                guard.close_stopped(records.mlflow, records.parent)
                 raise _interrupted(plan, records, "stopped before its trials ended") from None
-            if records.parent is not None:
-                tracking.close_trials(records.mlflow, records.parent, "KILLED")
-                tracking.mark_failed(records.mlflow, records.parent, exc)
             raise
         finally:
             if owns_ray:
@@ -171,7 +176,7 @@ def _check_ended(plan: SearchPlan, records: _Records) -> None:
     SearchInterrupted raised."""
     unfinished = tuner.unfinished(plan.location, plan.spec)
     if unfinished or guard.current_fault():
-        _close_stopped(records)
+        guard.close_stopped(records.mlflow, records.parent)
         raise _interrupted(plan, records, f"{unfinished} trial(s) unfinished")
     records.ended = True
 
@@ -255,11 +260,11 @@ def _record_and_tune(
 
 
 def _interrupted(
-    plan: SearchPlan, records: _Records, what: str = "stopped before its trials ended"
+    plan: SearchPlan, records: _Records, what: str = "stopped before its trials ended", fault: str | None = None
 ) -> SearchInterrupted:
-    """The SearchInterrupted of a search stopped by Ctrl-C, SIGTERM or an OS fault: how to resume (or finish) it, or
-    that nothing was recorded."""
-    fault = guard.current_fault()
+    """The SearchInterrupted of a search stopped by Ctrl-C, SIGTERM or an OS fault (``fault``, else the guard's): how
+    to resume (or finish) it, or that nothing was recorded."""
+    fault = fault or guard.current_fault()
     fix, fault_exit = guard.current_fix()
     if fault:
         what = f"{fault}: {what}"
@@ -275,21 +280,6 @@ def _interrupted(
     else:
         text = f"{what}; nothing is lost: {fix}continue the search with {resume_command(plan)}"
     return SearchInterrupted(text, fault_exit if fault else interrupts.exit_code())
-
-
-def _close_stopped(records: _Records) -> None:
-    """Close the runs of a search stopped before its trials ended as KILLED (``--resume`` reopens them), once Tune's
-    state is whole again after an OS fault (``guard.after_stop``)."""
-    guard.after_stop()
-    if records.parent is not None:
-        try:
-            with tracking.bounded_calls(retries=0, timeout_s=5):  # a tracking store that stopped answering: once
-                tracking.close_search(records.mlflow, records.parent, "KILLED")
-        except Exception as exc:
-            if not guard.stopped_by(exc, "the driver closed its MLflow runs"):
-                raise
-            why = guard.fault_of(exc) or guard.service_fault_of(exc) or guard.current_fault()
-            log.warning(f"warning: the MLflow runs stay RUNNING ({why}): --resume closes them")
 
 
 def _tune(
@@ -427,6 +417,7 @@ def _record_best(result: Search, mlflow, grid, runner, staged=()) -> None:
         log.info(f"note: {note}")
 
 
+@checked()
 def run_search(options: SearchOptions | None = None, /, **keywords: Any) -> Search:
     """Run (or resume) a search and return it as its records hold it (``vitplast_tune.run_search``).
 
