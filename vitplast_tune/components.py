@@ -1,24 +1,4 @@
-"""The components, subsets, methods and depths of a finetuning run, as names (no torch, no model).
-
-A component is a named group of parameters (the paper's components, Odonnat et al., ICML 2026); in timm's
-VisionTransformer:
-
-    emb  patch_embed, cls/register tokens, pos_embed (model level)
-    ln1  blocks[i].norm1           mha  blocks[i].attn (+ layer scale ls1)
-    ln2  blocks[i].norm2           fc1  blocks[i].mlp.fc1
-                                   fc2  blocks[i].mlp.fc2 (+ mlp.norm, layer scale ls2)
-
-Other model families keep them under other names (``freezing.Layout`` says where). The classification head and the
-final norm ("head") always train. A subset is written as a tuple of names in the canonical order above, or as a
-string: "mha+fc1", "all" (full finetuning) or "head" (the linear probe: no component).
-
-How a component trains is its *method* (``METHODS``): ``full`` (every parameter, the default), ``lora`` (low-rank
-adapters on its linear layers: mha's projections, fc1, fc2, as the layout's ``lora`` names them; injected with peft by
-``vit/methods.py``), ``bitfit`` (its biases only) or ``frozen``. A subset names a method after a colon, "full" left
-out: "mha:lora+fc1" trains mha's LoRA adapters and fc1 in full; "all:bitfit" every bias. ``depth`` says in which
-blocks the block components train: "all", "first", "middle" or "last" (thirds), or a contiguous range "i-j" of block
-indices. Freezing a model to a subset is ``freezing.freeze``.
-"""
+"""Name the components, subsets, methods and depths of a finetuning run, without torch or a model."""
 
 from __future__ import annotations
 
@@ -50,14 +30,13 @@ def parse_methods(subset: str | Iterable[str] | Mapping[str, str]) -> dict[str, 
     """Read the method of each component that trains: "mha:lora+fc1" -> {"mha": "lora", "fc1": "full"}.
 
     Args:
-        subset: A subset's name, a list of names ("mha:lora" items allowed), "all" / "all:bitfit", "head", or a
-            mapping of component to method.
+        subset: A subset's name, a list of names, "all", "head", or a mapping of component to method.
 
     Returns:
-        The method of each component that trains (frozen ones left out), in canonical order.
+        The method of each component that trains, in canonical order.
 
     Raises:
-        UserError: For an unknown name, or a method a component does not allow (LoRA adapts mha, fc1 and fc2).
+        UserError: A name is unknown, or a component does not allow its method.
     """
     if isinstance(subset, Mapping):
         items = [(str(c).strip().lower(), str(m).strip().lower()) for c, m in subset.items()]
@@ -91,17 +70,11 @@ def _check_method(name: str, method: str) -> None:
 def parse_subset(subset: str | Iterable[str] | Mapping[str, str]) -> tuple[str, ...]:
     """Read the components that train: "fc1+mha:lora" -> ("mha", "fc1"), "head" -> ().
 
-    A subset is the union of its names: "all" is every component, "head" none (the head always trains), so
-    "all+mha" is full finetuning and "head+mha" is mha.
-
     Args:
         subset: The subset, in any form ``parse_methods`` takes.
 
     Returns:
         The components, in canonical order.
-
-    Raises:
-        UserError: For an unknown name (the message lists the valid ones) or a method a component does not allow.
     """
     return tuple(parse_methods(subset))
 
@@ -123,7 +96,7 @@ def subset_name(subset: str | Iterable[str] | Mapping[str, str]) -> str:
 
 
 def method_label(subset: str | Iterable[str] | Mapping[str, str]) -> str:
-    """Name the methods a subset trains by, in ``METHODS`` order: "mha:lora+fc1" -> "full+lora".
+    """Name the methods a subset trains by: "mha:lora+fc1" -> "full+lora".
 
     Args:
         subset: The subset, in any form ``parse_methods`` takes.
@@ -136,18 +109,15 @@ def method_label(subset: str | Iterable[str] | Mapping[str, str]) -> str:
 
 
 def check_depth(depth: str) -> str:
-    """Check that a depth is one of ``DEPTHS`` or a block range "i" / "i-j" (i <= j).
+    """Check that a depth is one of ``DEPTHS`` or a block range "i" or "i-j" with i <= j.
 
     Args:
-        depth: The depth (a YAML range of one block may come as a number).
+        depth: The depth; a YAML range of one block may come as a number.
 
     Returns:
         The depth, as text.
-
-    Raises:
-        UserError: If it is neither.
     """
-    depth = str(depth)  # a YAML range of one block ("3") may come as a number
+    depth = str(depth)
     match = _RANGE.match(depth)
     if depth in DEPTHS or (match and int(match.group(1)) <= int(match.group(2) or match.group(1))):
         return depth
@@ -160,9 +130,6 @@ def check_depth(depth: str) -> str:
 def depth_blocks(depth: str, num_blocks: int) -> list[int] | None:
     """List the block indices a depth names in a model.
 
-    Thirds: "first" and "last" are the first and last round(n/3) blocks (at least one), "middle" those between
-    (4 blocks: [0], [1, 2], [3]; 12: [0-3], [4-7], [8-11]).
-
     Args:
         depth: The depth.
         num_blocks: The model's number of blocks.
@@ -171,7 +138,7 @@ def depth_blocks(depth: str, num_blocks: int) -> list[int] | None:
         The indices, or None for "all".
 
     Raises:
-        UserError: For an unknown depth, thirds of fewer than 3 blocks, or a range beyond the model.
+        UserError: The depth is unknown, takes thirds of fewer than 3 blocks, or runs beyond the model.
     """
     depth = check_depth(depth)
     if depth == "all":
@@ -195,7 +162,7 @@ def depth_blocks(depth: str, num_blocks: int) -> list[int] | None:
 
 
 def contiguous_depths(num_blocks: int) -> list[str]:
-    """List every contiguous block range of a model, shortest first ("0", "1", ..., "0-1", ...).
+    """List every contiguous block range of a model, shortest first.
 
     Args:
         num_blocks: The model's number of blocks.
@@ -212,7 +179,7 @@ def all_subsets(allow_head: bool = False) -> list[str]:
     """List the names of all non-empty subsets of the six components, smallest first.
 
     Args:
-        allow_head: Whether "head" (the linear probe) comes first too.
+        allow_head: Whether "head" comes first too.
 
     Returns:
         The names.
@@ -272,7 +239,7 @@ def component_methods(subset: str) -> dict[str, str]:
         subset: The subset's name.
 
     Returns:
-        How each component trains (frozen, full, lora or bitfit), by its ``method_flag``.
+        How each component trains, by its ``method_flag``.
     """
     methods = parse_methods(subset)
     return {method_flag(c): methods.get(c, FROZEN) for c in COMPONENTS}

@@ -1,6 +1,4 @@
-"""What one finetuning run is set to (``FinetuneConfig``) and where files live by default: plain values, no
-torch, so that a search's driver validates settings without importing what only trials need.
-"""
+"""Hold what one finetuning run is set to and where files live by default, in plain values without torch."""
 
 from __future__ import annotations
 
@@ -33,7 +31,7 @@ def cache_dir() -> Path:
         ``$VITPLAST_CACHE_DIR``, else ``~/.cache/vitplast_tune``.
 
     Raises:
-        UserError: ``$VITPLAST_CACHE_DIR`` is a file or lies under one (named in the message).
+        UserError: ``$VITPLAST_CACHE_DIR`` is a file or lies under one.
     """
     given = (environment.read(CACHE_ENV) or "").strip()
     folder = Path(given or Path.home() / ".cache" / "vitplast_tune").expanduser()
@@ -48,7 +46,7 @@ def default_data_dir() -> Path:
     """Find where datasets live when ``--data-dir`` is not given.
 
     Returns:
-        The cache's ``data`` folder: ``~/.cache/vitplast_tune/data`` by default.
+        The cache's ``data`` folder.
     """
     return cache_dir() / "data"
 
@@ -71,9 +69,6 @@ def check_variant(variant: str) -> str:
 
     Returns:
         The variant.
-
-    Raises:
-        UserError: It is none of them.
     """
     if variant not in PLASTICITY_VARIANTS:
         raise UserError(
@@ -85,7 +80,7 @@ def check_variant(variant: str) -> str:
 
 @dataclass(frozen=True)
 class PlasticityInputs:
-    """What a plasticity measurement reads (``vit.measure``), and so what its cached report is keyed by.
+    """Hold what a plasticity measurement reads, which keys its cached report.
 
     Attributes:
         model_name: The model's name, as ``vit.models.create_model`` takes it.
@@ -95,7 +90,7 @@ class PlasticityInputs:
         reference: The reference dataset (the pretraining distribution).
         reference_split: The reference's split: "test" or "train".
         data_dir: The data's root (None: the default data directory).
-        variant: The plasticity variant (``PLASTICITY_VARIANTS``).
+        variant: The plasticity variant.
         max_pairs: At most this many image pairs (None: no limit).
     """
 
@@ -112,58 +107,52 @@ class PlasticityInputs:
 
 @dataclass
 class FinetuneConfig:
-    """Everything one finetuning run needs.
-
-    A search trial's parameters override these fields.
+    """Hold everything one finetuning run needs; a trial's parameters override these fields.
 
     Attributes:
         model: The timm model's name, or ``hf:<hub id or folder>`` (transformers).
         weights: Local weights for ``model`` (safetensors or torch state dict), instead of the hub.
-        pretrained: Whether to load pretrained weights (False: random initialization).
+        pretrained: Whether to load pretrained weights.
         dataset: The dataset's name.
         data_dir: Where the dataset lies (None: the default cache).
         download: Download the dataset when missing.
-        image_cache: For JPEG datasets: above 0, decode them once, shorter side resized to this many pixels.
+        image_cache: Above 0, decode a JPEG dataset once, its shorter side resized to this many pixels.
         val_fraction: The share of the training split held out for validation.
-        augment: The training augmentation recipe (paper, light or none); None or "auto": the dataset's default (the
-            paper's crop and flip for natural images, light for digits and fractals).
+        augment: The training augmentation recipe (paper, light or none); None or "auto" takes the dataset's default.
         components: The subset trained and each component's method, e.g. "mha:lora+fc1".
         blocks: The block indices the block components train in (None: ``depth`` decides).
-        depth: The blocks they train in: "all", "first" / "middle" / "last" (thirds of the blocks) or a range "i-j".
-        lora_rank: The rank r of the LoRA adapters of components trained by "lora".
-        lora_alpha: The LoRA scaling alpha: the adapter's update is (alpha / r) * B @ A.
+        depth: The blocks they train in: "all", "first", "middle", "last" or a range "i-j".
+        lora_rank: The rank r of the LoRA adapters.
+        lora_alpha: The LoRA scaling alpha; the adapter's update is (alpha / r) * B @ A.
         optimizer: The optimizer's name.
         lr: The peak learning rate.
         momentum: The optimizer's momentum.
-        weight_decay: The weight decay, never on biases, norms and position/class tokens (timm's parameter groups).
-        layer_decay: Layer-wise learning-rate decay (timm's, as BEiT): block i's rate times
-            layer_decay^(depth - i); None: off.
+        weight_decay: The weight decay, never on biases, norms and position or class tokens.
+        layer_decay: Layer-wise learning-rate decay, as timm's; None turns it off.
         batch_size: Images per micro-batch, over all of a trial's data-parallel workers together.
-        grad_accum_steps: Micro-batches per optimizer step: the effective batch is batch_size x grad_accum_steps.
+        grad_accum_steps: Micro-batches per optimizer step.
         max_steps: Optimizer steps.
         warmup_steps: Warm-up steps of the learning rate.
-        warmup_fraction: When set, warm up for this fraction of ``max_steps`` instead of ``warmup_steps``.
+        warmup_fraction: When set, warm up for this fraction of ``max_steps`` instead.
         eval_every: Evaluate every this many steps.
-        checkpoint_every: A checkpoint every this many evaluations, and whenever the best accuracy improves.
+        checkpoint_every: Save a checkpoint every this many evaluations, and whenever the best accuracy improves.
         grad_clip: The gradient norm clipped to.
-        label_smoothing: The label smoothing of the cross-entropy's targets (with mixup or cutmix: of their soft
-            targets).
-        mixup: Mixup's Beta(alpha, alpha) (``timm.data.Mixup``); 0: off.
-        cutmix: CutMix's Beta(alpha, alpha); 0: off.
-        mixup_prob: With mixup or cutmix on: the probability that a batch is mixed at all.
-        mixup_switch_prob: With both on: the probability that a mixed batch is cut, not blended.
-        ema_decay: The decay of an EMA of the weights (``timm.utils.ModelEmaV3``), evaluated and kept as the best;
-            None: no EMA.
-        drop_path: Stochastic depth: timm's drop_path_rate, rising linearly to this over the blocks.
-        auto_augment: A timm policy after the augment recipe's crop, e.g. rand-m9-mstd0.5-inc1 or original; None: off.
+        label_smoothing: The label smoothing of the cross-entropy's targets.
+        mixup: Mixup's Beta(alpha, alpha); 0 turns it off.
+        cutmix: CutMix's Beta(alpha, alpha); 0 turns it off.
+        mixup_prob: The probability that a batch is mixed at all.
+        mixup_switch_prob: With both on, the probability that a mixed batch is cut, not blended.
+        ema_decay: The decay of an EMA of the weights, evaluated and kept as the best; None: no EMA.
+        drop_path: Stochastic depth, rising linearly to this over the blocks.
+        auto_augment: A timm policy after the crop, e.g. rand-m9-mstd0.5-inc1; None: off.
         seed: The training seed.
         threads: Torch's threads (0: torch's default).
         num_workers: DataLoader worker processes (-1: automatic, from ``threads``).
         compile: Compile the forward pass with ``torch.compile``.
-        grad_checkpointing: Recompute each block's activations in the backward pass: less memory, more compute.
-        precision: auto: bf16 where the GPU has it, else fp16 on CUDA (with a gradient scaler), fp32 on CPU.
-        cuda_options: On CUDA: TF32 matmuls and fused optimizers (False and precision fp32: plain fp32).
-        cache_features: Let a linear probe on in-memory data train its head on the backbone's cached features.
+        grad_checkpointing: Recompute each block's activations in the backward pass.
+        precision: auto picks bf16 where the GPU has it, else fp16 on CUDA, fp32 on CPU.
+        cuda_options: Use TF32 matmuls and fused optimizers on CUDA.
+        cache_features: Let a linear probe on in-memory data train its head on cached features.
         eval_test: Evaluate the best weights on the test split at the end.
     """
 
@@ -175,8 +164,6 @@ class FinetuneConfig:
     download: bool = False
     image_cache: int = 0  # JPEG datasets: > 0 decodes them once, shorter side resized to this many px (image_cache.py)
     val_fraction: float = 0.2
-    # Training augmentation recipe (data/transforms.py: paper | light | none); None or "auto": the dataset's default
-    # (the paper's crop + flip for natural images, light for digits and fractals).
     augment: str | None = None
     components: str = "all"  # a subset and each component's method: "mha:lora+fc1" (components.py)
     blocks: list[int] | None = None  # block indices the block components train in (or ``depth``)
@@ -209,9 +196,7 @@ class FinetuneConfig:
     threads: int = 0
     num_workers: int = -1
     compile: bool = False
-    grad_checkpointing: bool = (
-        False  # recompute each block's activations in the backward pass: less memory, more compute
-    )
+    grad_checkpointing: bool = False
     precision: str = "auto"  # auto: bf16 where the GPU has it, else fp16 on CUDA (with a gradient scaler), fp32 on CPU
     cuda_options: bool = True  # on CUDA: TF32 matmuls and fused optimizers (False and precision fp32: plain fp32)
     cache_features: bool = True
@@ -219,16 +204,13 @@ class FinetuneConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> FinetuneConfig:
-        """Build from a dict (a space file's defaults, a search's record), rejecting unknown keys with a suggestion.
+        """Build from a dict, rejecting unknown keys with a suggestion.
 
         Args:
             values: The settings, by field name.
 
         Returns:
-            The settings (not validated: see ``validate``).
-
-        Raises:
-            UserError: A key is no setting.
+            The settings, not yet validated.
         """
         _check_names(values)
         return cls(**values)
@@ -237,25 +219,22 @@ class FinetuneConfig:
         """Copy the settings with ``values`` applied, rejecting unknown keys with a suggestion.
 
         Args:
-            values: The settings to change, by field name (e.g. a trial's sampled parameters).
+            values: The settings to change, by field name.
 
         Returns:
             The copy.
-
-        Raises:
-            UserError: A key is no setting.
         """
         _check_names(values)
         return replace(self, **values)
 
     def validate(self) -> FinetuneConfig:
-        """Check every setting: its type (``check_types``: every field typed by its annotation), and that it can train.
+        """Check every setting's type and that it can train.
 
         Returns:
             The settings themselves.
 
         Raises:
-            UserError: A value of the wrong type or one that cannot train, naming the setting.
+            UserError: A value is of the wrong type or cannot train.
         """
         check_types(self)
         components.parse_subset(self.components)
@@ -294,7 +273,7 @@ class FinetuneConfig:
         return self
 
     def _validate_recipe(self) -> None:
-        """The recipe's settings (``validate``): accumulation, smoothing, mixup / cutmix, EMA, drop_path, policy."""
+        """Check the recipe's settings."""
         if self.grad_accum_steps < 1:
             raise UserError(f"grad_accum_steps must be at least 1, got {self.grad_accum_steps}")
         for name in ("label_smoothing", "drop_path"):
@@ -322,7 +301,7 @@ class FinetuneConfig:
 
     @property
     def warmup(self) -> int:
-        """Warm-up steps of this run: ``warmup_fraction`` of ``max_steps`` when set, else ``warmup_steps``."""
+        """Return the warm-up steps: ``warmup_fraction`` of ``max_steps`` when set, else ``warmup_steps``."""
         if self.warmup_fraction is None:
             return self.warmup_steps
         return round(self.warmup_fraction * self.max_steps)
@@ -355,18 +334,12 @@ NOT_SETTINGS = (*components.ENCODING_KEYS, FINALIST_KEY, REFERENCE_KEY)  # a tri
 def trial_config(config: dict[str, Any], settings: FinetuneConfig) -> FinetuneConfig:
     """Make a trial's settings: its sampled parameters over the search's settings.
 
-    Optuna's component encodings (``components.ENCODING_KEYS``) and a finalist's or reference trial's mark
-    (``FINALIST_KEY``, ``REFERENCE_KEY``) are left out.
-
     Args:
-        config: The trial's sampled parameters.
+        config: The trial's sampled parameters; encodings and marks are left out.
         settings: The search's settings.
 
     Returns:
-        The trial's settings (not validated).
-
-    Raises:
-        UserError: A parameter is no setting.
+        The trial's settings, not yet validated.
     """
     return settings.merged({k: v for k, v in config.items() if k not in NOT_SETTINGS})
 
@@ -375,7 +348,7 @@ def trial_config(config: dict[str, Any], settings: FinetuneConfig) -> FinetuneCo
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
-    """Parse ``KEY=VALUE`` (``--set``) as a FinetuneConfig field and its value, by the field's type.
+    """Parse ``KEY=VALUE`` (``--set``) as a setting and its value, by the field's type.
 
     Args:
         text: The ``KEY=VALUE`` text.
@@ -384,7 +357,7 @@ def parse_setting(text: str) -> tuple[str, Any]:
         The field's name and its value.
 
     Raises:
-        UserError: The text is no setting, or the value is not of its type; it names the field and the type it takes.
+        UserError: The text is no setting, or the value is not of its type.
     """
     key, sep, raw = text.partition("=")
     name = key.strip().replace("-", "_")

@@ -1,6 +1,4 @@
-"""Freezing all but a subset of a model's components: where a model family keeps each component (``Layout``), which
-component each parameter belongs to, and what trains, counted on the model or without it (``count_trainable``).
-"""
+"""Freeze all but a subset of a model's components, and count what trains with or without the model."""
 
 from __future__ import annotations
 
@@ -23,7 +21,7 @@ from vitplast_tune.components import (
 )
 from vitplast_tune.errors import UserError
 
-if TYPE_CHECKING:  # torch only in annotations: the driver of a search imports this without torch
+if TYPE_CHECKING:  # the driver imports this module without torch
     from torch import nn
 
 _LORA_PARAM = re.compile(r"\.lora_(A|B)\.")
@@ -31,22 +29,19 @@ _LORA_PARAM = re.compile(r"\.lora_(A|B)\.")
 
 @dataclass(frozen=True)
 class Layout:
-    """Where a model family keeps each component, by parameter and module names (plain names, no torch).
+    """Say where a model family keeps each component, by parameter and module names.
 
-    A name matches a parameter when it is the parameter's name or a module path above it (``"norm1"`` matches
-    ``norm1.weight``, not ``norm10.weight``). Names that a block does not have are skipped: one layout covers a
-    family's variants.
+    A name matches a parameter that it names or lies under as a module path. Names a block lacks are skipped.
 
     Attributes:
         family: The family's name.
         blocks: The module path of the block list.
         emb: The model-level parameters of the embedding.
-        head: The model-level parameters of the head (which always trains).
-        modules: Per block component, the submodules of a block that compute it (the first one present, or several
-            whose outputs join: a gated MLP's ``fc1_g`` and ``fc1_x``).
-        extras: Per block component, other parameters it owns (an MLP's inner norm).
+        head: The model-level parameters of the head, which always trains.
+        modules: Per block component, the submodules of a block that compute it.
+        extras: Per block component, other parameters it owns.
         layer_scales: Per block component, its layer-scale tensors.
-        lora: Per block component, the linear layers LoRA adapts in it (those present).
+        lora: Per block component, the linear layers LoRA adapts in it.
     """
 
     family: str
@@ -85,7 +80,7 @@ class Layout:
 
 
 def _under(name: str, prefixes: Iterable[str]) -> bool:
-    """Whether ``name`` is one of ``prefixes`` or lies under one as a module path."""
+    """Tell whether ``name`` is one of ``prefixes`` or lies under one as a module path."""
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
@@ -100,8 +95,7 @@ def parameter_component(name: str, layout: Layout) -> tuple[str, int | None]:
         The component (or "head") and the block index (None for model-level parameters).
 
     Raises:
-        UserError: For a parameter the layout does not place, so that an unsupported architecture fails loudly
-            instead of silently staying frozen.
+        UserError: The layout does not place the parameter, so an unsupported model fails loudly.
     """
     if _under(name, layout.emb):
         return "emb", None
@@ -132,13 +126,13 @@ def num_blocks(model: nn.Module, layout: Layout) -> int:
         layout: Its family's layout.
 
     Returns:
-        The length of its module ``layout.blocks``.
+        The number of blocks.
     """
     return len(model.get_submodule(layout.blocks))
 
 
 def component_parameters(model: nn.Module, component: str, *, layout: Layout) -> dict[str, nn.Parameter]:
-    """Collect the parameters of one component (or "head") across every block.
+    """Collect the parameters of one component, or the head, across every block.
 
     Args:
         model: The model.
@@ -147,9 +141,6 @@ def component_parameters(model: nn.Module, component: str, *, layout: Layout) ->
 
     Returns:
         The parameters, by name.
-
-    Raises:
-        UserError: For an unknown component, or a parameter the layout does not place.
     """
     if component != HEAD:
         parse_subset([component])
@@ -181,21 +172,19 @@ def freeze(
 ) -> dict[str, int]:
     """Train only the subset's components by their methods, and the head; freeze the rest.
 
-    ``full`` trains a component's parameters, ``bitfit`` its biases, ``lora`` its LoRA adapters, which must be in
-    the model already (``vit.methods.apply_methods`` injects them first; the base weights they wrap stay frozen).
+    LoRA adapters must be in the model already; ``vit.methods.apply_methods`` injects them.
 
     Args:
         model: The model, changed in place.
         subset: The subset and its methods, in any form ``parse_methods`` takes.
-        blocks: The block indices the block components (ln1 ... fc2) train in (None: all); ``emb`` and the head
-            are unaffected.
-        layout: The model family's layout (``vit.families.registry.layout_of(model)``).
+        blocks: The block indices the block components train in (None: all).
+        layout: The model family's layout.
 
     Returns:
         The trainable parameter count of each component and "head".
 
     Raises:
-        UserError: For blocks out of range, a parameter the layout does not place, or LoRA without adapters.
+        UserError: Blocks are out of range, the layout misses a parameter, or LoRA has no adapters.
     """
     methods = parse_methods(subset)
     allowed_blocks = None if blocks is None else set(blocks)
@@ -221,7 +210,7 @@ def freeze(
 
 
 def trains(name: str, method: str) -> bool:
-    """Tell whether a parameter of a component trained by a method trains (LoRA adapters train only by lora).
+    """Tell whether a parameter trains under its component's method.
 
     Args:
         name: The parameter's name.
@@ -230,7 +219,7 @@ def trains(name: str, method: str) -> bool:
     Returns:
         Whether it trains.
     """
-    adapter = _LORA_PARAM.search(name) is not None
+    adapter = is_adapter(name)
     if method == FULL:
         return not adapter
     if method == BITFIT:
@@ -239,32 +228,32 @@ def trains(name: str, method: str) -> bool:
 
 
 def is_bias(name: str) -> bool:
-    """Tell whether a parameter is a bias, what BitFit trains.
+    """Tell whether a parameter is a bias, which BitFit trains.
 
     Args:
         name: The parameter's name.
 
     Returns:
-        Whether it is ``*.bias`` or a separate ``q_bias`` / ``v_bias`` (BEiT, EVA).
+        Whether it is ``*.bias`` or a separate ``q_bias`` or ``v_bias``.
     """
     last = name.rsplit(".", 1)[-1]
     return last == "bias" or last.endswith("_bias")
 
 
 def is_adapter(name: str) -> bool:
-    """Tell whether a parameter is a LoRA adapter's (``...lora_A.default.weight``).
+    """Tell whether a parameter belongs to a LoRA adapter.
 
     Args:
         name: The parameter's name.
 
     Returns:
-        Whether it is.
+        Whether it does.
     """
     return _LORA_PARAM.search(name) is not None
 
 
 def lora_layers(model: nn.Module, component: str, block: int, layout: Layout) -> list[str]:
-    """List the layers of a block that LoRA adapts in a component (those of ``layout.lora`` the block has).
+    """List the layers of a block that LoRA adapts in a component.
 
     Args:
         model: The model.
@@ -287,15 +276,14 @@ def _has_module(model: nn.Module, name: str) -> bool:
 
 
 def parameter_summary(model: nn.Module, *, layout: Layout) -> list[dict[str, Any]]:
-    """Summarize a model's parameters per component and block, what ``count_trainable`` counts from without torch.
+    """Summarize a model's parameters per component and block, for ``count_trainable``.
 
     Args:
         model: The model.
         layout: Its family's layout.
 
     Returns:
-        One row per component and block (None: model level): ``params``, ``bias`` (its bias parameters), and
-        ``lora_width`` (the summed in + out widths of its LoRA layers).
+        One row per component and block, with ``params``, ``bias`` and ``lora_width``.
     """
     rows: dict[tuple[str, int | None], dict[str, Any]] = {}
     for name, p in model.named_parameters():
@@ -319,7 +307,7 @@ def count_trainable(
     blocks: Sequence[int] | None = None,
     lora_rank: int = 8,
 ) -> dict[str, int]:
-    """Count what ``freeze`` would return for a subset, from a ``parameter_summary``, without the model.
+    """Count what ``freeze`` would return for a subset, from a parameter summary, without the model.
 
     Args:
         summary: The model's ``parameter_summary``.

@@ -1,10 +1,6 @@
-"""Where a search's results live: the storage root (a local or shared path, or a URI such as s3://), the record a
-search writes there (``vitplast_search.json``) that ``--resume``, ``analyze``, ``recommend``, ``vitplast ui`` and
-``load_best_model`` read back, and the names of the best trial's files on its MLflow runs.
+"""Say where a search's results live: the storage root, the search's record there, and its best trial's file names.
 
-A URI may carry pyarrow's filesystem options as a query (``s3://bucket/dir?endpoint_override=host:9000&scheme=http``
-for an S3-compatible server): ``join`` keeps the query at the end, and ``filesystem`` opens it with pyarrow, as Ray
-Tune does, so the driver reads what trials on other nodes wrote through the same store.
+A URI may carry pyarrow's filesystem options as a query; ``join`` keeps it at the end and ``filesystem`` opens it.
 """
 
 from __future__ import annotations
@@ -44,7 +40,7 @@ STUDY_FILE = "optuna.db"  # the search's Optuna study, a SQLite file in its dire
 
 @dataclass(frozen=True)
 class SearchPlace:
-    """Where a search keeps its records.
+    """Say where a search keeps its records.
 
     Attributes:
         name: The search's name.
@@ -62,21 +58,21 @@ class SearchPlace:
 
     @property
     def location(self) -> str:
-        """Where Ray Tune keeps the search: its storage joined with its name (a path, or a URI)."""
+        """Return where Ray Tune keeps the search: its storage joined with its name."""
         return join(self.storage, self.name)
 
     @property
     def local_dir(self) -> Path | None:
-        """The search's directory when storage is a local path (None for s3:// and the like)."""
+        """Return the search's directory when storage is a local path, else None."""
         return None if is_uri(self.storage) else Path(self.storage) / self.name
 
     @property
     def results_dir(self) -> Path:
-        """Where the search's own files (trial table, analysis) go: its directory, else a local one."""
+        """Return where the search's own files go: its directory, else a local one."""
         return self.local_dir or default_storage() / self.name
 
     def in_default_storage(self) -> bool:
-        """Tell whether the search lies in ``default_storage()``, so that its commands need no ``--storage``.
+        """Tell whether the search lies in ``default_storage()``, so its commands need no ``--storage``.
 
         Returns:
             Whether it does.
@@ -94,10 +90,7 @@ def default_storage() -> Path:
 
 
 def spoken(location: str | Path) -> str:
-    """Write a path or a SQLite URL as a user types it.
-
-    The home folder becomes ``~`` in a path and ``$HOME`` in a URL, which a shell expands (``sqlite:///$HOME/x.db``,
-    not ``sqlite:////home/me/x.db``); anything else stays as it is.
+    """Write a path or a SQLite URL as a user types it, the home folder as ``~`` or ``$HOME``.
 
     Args:
         location: A local path, a ``sqlite:///`` URL, or another URI.
@@ -113,7 +106,7 @@ def spoken(location: str | Path) -> str:
 
 
 def is_uri(path: str) -> bool:
-    """Tell whether a storage location is a URI (s3://, gs://, ...) rather than a local path.
+    """Tell whether a storage location is a URI rather than a local path.
 
     Args:
         path: The location.
@@ -125,7 +118,7 @@ def is_uri(path: str) -> bool:
 
 
 def join(location: str, *parts: str) -> str:
-    """Extend a storage location by more parts: a path as a path, a URI before its query (its filesystem options).
+    """Extend a storage location by more parts, a URI's parts before its query.
 
     Args:
         location: A path or a URI.
@@ -157,7 +150,7 @@ def filesystem(location: str) -> tuple[pyarrow.fs.FileSystem, str]:
 
 
 def download(fs: pyarrow.fs.FileSystem, path: str, into: Path) -> Path:
-    """Copy a file of a pyarrow filesystem (a checkpoint's, from ``filesystem``) into a local folder.
+    """Copy a file of a pyarrow filesystem into a local folder.
 
     Args:
         fs: The filesystem.
@@ -179,8 +172,7 @@ def upload(folder: Path, location: str) -> None:
 
     Args:
         folder: The local folder.
-        location: A path, or a URI with its query options (an object store has no folders to make: its keys are
-            written directly).
+        location: A path, or a URI with its query options.
     """
     import pyarrow.fs
 
@@ -247,7 +239,7 @@ def read_record(directory: Path, purpose: str = "to resume") -> dict[str, Any]:
         The record.
 
     Raises:
-        UserError: If there is no record, or it is unreadable or incomplete.
+        UserError: There is no record, or it is unreadable or incomplete.
     """
     path = directory / SEARCH_FILE
     if not path.is_file():
@@ -271,16 +263,13 @@ def read_record(directory: Path, purpose: str = "to resume") -> dict[str, Any]:
 
 @contextlib.contextmanager
 def replaced(path: Path) -> Iterator[Path]:
-    """Write a file whole or not at all.
-
-    The block writes the temporary file it is given, renamed over ``path`` when the block ends; on an error (a full
-    disk, say) the temporary file is removed and ``path`` is left as it was.
+    """Write a file whole or not at all: the block writes a temporary file, renamed over ``path`` at its end.
 
     Args:
         path: The file to write.
 
     Yields:
-        The temporary file beside it, to write (``.<name>.<pid>.tmp``).
+        The temporary file beside it, to write.
     """
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -291,7 +280,7 @@ def replaced(path: Path) -> Iterator[Path]:
 
 
 def write_record(directory: Path, record: dict[str, Any]) -> None:
-    """Write a search's record (``SEARCH_FILE``) whole or not at all (``replaced``).
+    """Write a search's record whole or not at all.
 
     Args:
         directory: The search's directory, made if missing.
@@ -322,10 +311,10 @@ def storage_uri(storage: str) -> str:
         storage: A path, or a URI.
 
     Returns:
-        The location: a path stays a path (``file://`` becomes one); a URI is kept.
+        The location; ``file://`` becomes a path.
 
     Raises:
-        UserError: If the URI's scheme is unknown, this pyarrow has no filesystem for it, or it names no bucket.
+        UserError: The URI's scheme is unknown, pyarrow has no filesystem for it, or it names no bucket.
     """
     if "://" not in storage:
         return storage
