@@ -1,6 +1,4 @@
-"""The exceptions for mistakes a user can fix: ``UserError`` and one subclass per kind of mistake (the space file,
-the options, the data, resuming, the services a search records to), and how an option is spelled in a message:
-``--max-steps`` on the command line, ``max_steps`` from Python."""
+"""Define the errors a user can fix, one kind per mistake, and spell options as the user gave them."""
 
 from __future__ import annotations
 
@@ -14,46 +12,42 @@ _FLAGS: ContextVar[bool] = ContextVar("vitplast_tune_flags", default=False)
 
 
 class UserError(Exception):
-    """Bad input from the user: the commands print its message on one line and exit with code 2."""
+    """Report bad input; the commands print its message on one line and exit with code 2."""
 
 
 class SpaceError(UserError):
-    """A space file (or a space given as a mapping or an object) that is missing or not valid."""
+    """Report a space file that is missing or not valid."""
 
 
 class OptionsError(UserError):
-    """An option of a search (a keyword of ``run_search``, a flag of ``vitplast search``) or a setting not valid."""
+    """Report an option or a setting that is not valid."""
 
 
 class DataError(UserError):
-    """A dataset, a data folder, model weights or another input file that cannot be used."""
+    """Report a dataset, weights or another input file that cannot be used."""
 
 
 class ResumeError(UserError):
-    """A search that cannot be resumed as asked, or a new search that would take a recorded one's name."""
+    """Report a search that cannot resume as asked, or a new search that takes a recorded name."""
 
 
 class ServicesError(UserError):
-    """A storage, MLflow tracking store or Ray cluster that does not answer or cannot be written."""
+    """Report a storage, tracking store or Ray cluster that does not answer or cannot be written."""
 
 
 class SearchNotFound(UserError, LookupError):
-    """No search of that name is recorded in the storage.
-
-    The message lists the known ones.
-    """
+    """Report that no search of that name is recorded; the message lists the known ones."""
 
 
 def option(key: str, value: object = None) -> str:
-    """An option as the user gave it: the flag on the command line, the keyword from Python.
+    """Spell an option as the user gave it: the flag on the command line, the keyword from Python.
 
     Args:
-        key: the option's name in ``SearchOptions`` (``max_steps``).
-        value: its value, shown after the name when given.
+        key: The option's name in ``SearchOptions``.
+        value: Its value, shown after the name when given.
 
     Returns:
-        ``--max-steps 20`` from the command line, ``max_steps=20`` from Python (without the value when None; a
-        switch given True is the flag alone on the command line).
+        ``--max-steps 20`` from the command line, ``max_steps=20`` from Python.
     """
     if _FLAGS.get():
         return f"--{key.replace('_', '-')}" + ("" if value is None or value is True else f" {value}")
@@ -61,23 +55,20 @@ def option(key: str, value: object = None) -> str:
 
 
 def speaking_flags() -> bool:
-    """Tell whether messages name options as the command line's flags (in a ``vitplast`` command) or as keywords.
+    """Tell whether messages name options as the command line's flags.
 
     Returns:
-        True inside ``flags_spoken``: flags; else keywords.
+        True inside ``flags_spoken``, else False.
     """
     return _FLAGS.get()
 
 
 @contextmanager
 def flags_spoken() -> Iterator[None]:
-    """Name options as the command line's flags inside the block: the ``vitplast`` commands run in one.
-
-    Outside it (after it, too) messages name options as Python keywords again, so a command run in-process (a
-    test, a notebook cell calling ``main``) leaves the Python wording as it found it.
+    """Name options as the command line's flags inside the block; the ``vitplast`` commands run in one.
 
     Yields:
-        Nothing: the block runs with flags spoken.
+        Nothing.
     """
     token = _FLAGS.set(True)
     try:
@@ -87,14 +78,11 @@ def flags_spoken() -> Iterator[None]:
 
 
 def did_you_mean(word: str, options: Iterable[str]) -> str:
-    """The closest option to a word the user gave, as a hint for a message.
-
-    An option that the word starts with, word by word, is closest (``mixup_alpha``: ``mixup``, as other libraries
-    name its alpha), else the most similar spelling.
+    """Find the closest option to a word the user gave, as a hint for a message.
 
     Args:
-        word: what the user gave.
-        options: the names it may have meant.
+        word: What the user gave.
+        options: The names it may have meant.
 
     Returns:
         ``' (did you mean "x"?)'``, or ``''`` when none is close.
@@ -106,13 +94,11 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
 
 
 class SearchInterrupted(Exception):
-    """The search stopped before all its trials ended (Ctrl-C, SIGTERM).
-
-    The message says how to resume it.
+    """Report a search that stopped before all its trials ended; the message says how to resume it.
 
     Args:
         message: What happened, and the command that resumes the search.
-        exit_code: What the command exits with: 130 after Ctrl-C (SIGINT), 143 after SIGTERM (128 + the signal).
+        exit_code: The command's exit code: 130 after Ctrl-C, 143 after SIGTERM.
     """
 
     def __init__(self, message: str, exit_code: int = 130):
@@ -121,17 +107,14 @@ class SearchInterrupted(Exception):
 
 
 class SearchFailed(Exception):
-    """Every trial of a search failed before it reported a validation accuracy: there is no answer.
-
-    The message names the first trial's cause, and the commands exit with code 1.
-    """
+    """Report that every trial failed before it reported a validation accuracy; the commands exit with 1."""
 
 
 def trial_cause(error: BaseException | str) -> str:
-    """The cause of a trial's failure in one line: the exception raised in the trial (not Ray's wrapper around it).
+    """Say in one line why a trial failed, from the exception raised in the trial.
 
     Args:
-        error: what Tune recorded of the failure (a ``RayTaskError`` wraps the trial's exception as ``cause``).
+        error: What Tune recorded of the failure.
 
     Returns:
         ``<kind>: <first line of its message>``, at most 300 characters.

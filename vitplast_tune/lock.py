@@ -1,11 +1,4 @@
-"""One driver per search: a lock in the search's folder, held while its driver runs, and a file beside it naming that
-driver (pid, host, since when, its command) for the one line that refuses a second one.
-
-The lock is an OS file lock (``filelock``), which the kernel frees when its process dies however it ends, so a
-driver killed with SIGKILL leaves a stale owner file that the next driver finds unlocked and takes over. Where the
-filesystem has no locks, the owner file alone decides: its driver runs while a process of that pid, started at that
-time, lives on this host (a driver on another host is then taken for running).
-"""
+"""Allow one driver per search, with a lock in the search's folder and an owner file that names its driver."""
 
 from __future__ import annotations
 
@@ -22,21 +15,20 @@ from filelock import FileLock, Timeout
 
 from vitplast_tune.errors import UserError
 
-LOCK_FILE = ".driver.lock"  # the OS lock (an empty file, left in place: removing it would race a second driver)
+LOCK_FILE = ".driver.lock"  # the OS lock, an empty file left in place so no second driver races its removal
 OWNER_FILE = ".driver.json"  # who holds it, written once it is held and removed when it is released
 
 
 @dataclass(frozen=True)
 class Owner:
-    """The driver that holds (or held) a search's lock.
+    """Name the driver that holds, or held, a search's lock.
 
     Attributes:
         pid: Its process id.
         host: Its host's name.
-        since: When it took the lock, in local time, as people read it.
+        since: When it took the lock, in local time.
         command: Its command line.
-        started: Its process's start time in clock ticks since boot (Linux), which tells it apart from a later
-            process given the same pid (None: not known).
+        started: Its start time in clock ticks since boot, which tells it from a later process of the same pid.
     """
 
     pid: int
@@ -72,7 +64,7 @@ def read_owner(folder: Path) -> Owner | None:
         folder: The search's folder.
 
     Returns:
-        The driver, or None when there is no owner file or it is unreadable.
+        The driver, or None when there is no readable owner file.
     """
     try:
         return Owner(**json.loads((Path(folder) / OWNER_FILE).read_text()))
@@ -81,7 +73,7 @@ def read_owner(folder: Path) -> Owner | None:
 
 
 def running_owner(folder: Path) -> Owner | None:
-    """Find the driver that runs a search now, writing nothing (the check of a dry run).
+    """Find the driver that runs a search now, writing nothing.
 
     Args:
         folder: The search's folder.
@@ -97,14 +89,14 @@ def running_owner(folder: Path) -> Owner | None:
         lock.acquire()
     except Timeout:
         return owner
-    except OSError:  # no locks on this filesystem: the owner file decides
+    except OSError:  # the filesystem has no locks, so the owner file decides
         return owner if owner.alive_here() or owner.host != socket.gethostname() else None
     lock.release()
     return owner if owner.alive_here() and owner.pid != os.getpid() else None
 
 
 class SearchLock:
-    """The lock of one search's folder, held by this process from ``acquire`` to ``release``.
+    """Hold the lock of one search's folder from ``acquire`` to ``release``.
 
     Args:
         folder: The search's folder.
@@ -118,13 +110,13 @@ class SearchLock:
         self._made: list[Path] = []
 
     def acquire(self) -> Owner | None:
-        """Take the lock, the folder made if missing, and write this driver into the owner file.
+        """Take the lock, make the folder if missing, and write this driver into the owner file.
 
         Returns:
             The stale owner taken over, or None.
 
         Raises:
-            UserError: If another driver runs the search; the message names it.
+            UserError: Another driver runs the search; the message names it.
         """
         self._made = [f for f in (self.folder, *self.folder.parents) if not f.exists()]  # deepest first
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -132,19 +124,19 @@ class SearchLock:
         try:
             self._lock.acquire()
         except Timeout:
-            raise self._refusal(previous) from None
+            raise _refusal(self.folder, self.name, previous) from None
         except OSError:
             if previous is not None and (previous.alive_here() or previous.host != socket.gethostname()):
-                raise self._refusal(previous) from None
+                raise _refusal(self.folder, self.name, previous) from None
         if previous is not None and previous.alive_here() and previous.pid != os.getpid():
             self._release_lock()
-            raise self._refusal(previous)
+            raise _refusal(self.folder, self.name, previous)
         self._held = True
         _write_owner(self.folder, _this_driver())
         return previous
 
     def release(self) -> None:
-        """Give the lock back (its owner file removed); nothing when it is not held."""
+        """Give the lock back and remove the owner file; do nothing when it is not held."""
         if not self._held:
             return
         self._held = False
@@ -153,8 +145,7 @@ class SearchLock:
         self._remove_if_unused()
 
     def _remove_if_unused(self) -> None:
-        """The folders ``acquire`` made, removed when nothing but the lock file was written in them (a search refused
-        before it recorded anything leaves no folder behind)."""
+        """Remove the folders ``acquire`` made when nothing but the lock file was written in them."""
         if not self._made or any(p.name != LOCK_FILE for p in self.folder.iterdir()):
             return
         (self.folder / LOCK_FILE).unlink(missing_ok=True)
@@ -168,21 +159,9 @@ class SearchLock:
         if self._lock.is_locked:
             self._lock.release()
 
-    def _refusal(self, owner: Owner | None) -> UserError:
-        return refusal(self.folder, self.name, owner)
 
-
-def refusal(folder: Path, name: str, owner: Owner | None) -> UserError:
-    """Make the error that refuses a second driver of a search while another runs it.
-
-    Args:
-        folder: The search's folder.
-        name: The search's name.
-        owner: The running driver (None: one that is starting).
-
-    Returns:
-        The error, naming the running driver and how to stop it.
-    """
+def _refusal(folder: Path, name: str, owner: Owner | None) -> UserError:
+    """Make the error that refuses a second driver of a search, naming the running one and how to stop it."""
     who = owner.describe() if owner else "a driver that is starting"
     kill = f" (kill {owner.pid})" if owner and owner.host == socket.gethostname() else ""
     return UserError(
@@ -192,18 +171,18 @@ def refusal(folder: Path, name: str, owner: Owner | None) -> UserError:
 
 
 def check_not_running(folder: Path, name: str) -> None:
-    """Check that no driver runs a search now, writing nothing (a dry run's check).
+    """Check that no driver runs a search now, writing nothing.
 
     Args:
         folder: The search's folder.
         name: The search's name.
 
     Raises:
-        UserError: If a driver runs it.
+        UserError: A driver runs it.
     """
     owner = running_owner(folder)
     if owner is not None:
-        raise refusal(folder, name, owner)
+        raise _refusal(folder, name, owner)
 
 
 def _this_driver() -> Owner:
@@ -223,8 +202,7 @@ def _write_owner(folder: Path, owner: Owner) -> None:
 
 
 def _started(pid: int) -> int | None:
-    """The start time of process ``pid`` in clock ticks since boot; -1 when no such process runs; None when this
-    system does not say (no /proc)."""
+    """Return a process's start time in clock ticks since boot, -1 when it is gone, None when unknown."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except FileNotFoundError:

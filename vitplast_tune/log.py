@@ -1,14 +1,4 @@
-"""The library's logger, ``vitplast_tune``, in the manner of ``optuna.logging``: what the library says while it works
-(notes, where it runs, what it measured, progress) goes through ``logging.getLogger("vitplast_tune")`` and its
-children, so a notebook or a service that embeds the library can quiet, raise or redirect it; the commands set its
-level (``--quiet``). Results (summary tables, the answer, JSON) are the commands' printed output on standard output,
-not log lines.
-
-By default the library's messages at INFO and above go to standard error, one line each. A level the user sets on
-the ``vitplast_tune`` logger holds, before or after the import: the default level (``VITPLAST_LOG_LEVEL``, else INFO)
-is set only where none is. ``disable_default_handler()`` leaves the messages to the application's own logging
-configuration. The commands also quiet other projects' start-up notices (``quiet_notices``) below DEBUG.
-"""
+"""Set up the library's logger, ``vitplast_tune``, in the manner of ``optuna.logging``."""
 
 from __future__ import annotations
 
@@ -29,7 +19,7 @@ _handler: logging.Handler | None = None
 
 
 class _Stderr(logging.StreamHandler):
-    """A handler writing to whatever ``sys.stderr`` is when a record comes (a notebook's or a test's capture too)."""
+    """Write to whatever ``sys.stderr`` is when a record comes."""
 
     @property
     def stream(self):
@@ -41,13 +31,13 @@ class _Stderr(logging.StreamHandler):
 
 
 def get_logger(name: str) -> logging.Logger:
-    """The logger of a module of the library, the default handler set up on first use.
+    """Return the logger of a module of the library, setting up the default handler on first use.
 
     Args:
-        name: the module's name, ``vitplast_tune.<module>``.
+        name: The module's name.
 
     Returns:
-        The module's logger, a child of ``vitplast_tune``.
+        The module's logger.
     """
     _default_handler()
     return logging.getLogger(name)
@@ -78,30 +68,27 @@ def set_verbosity(level: int) -> None:
 
 
 def environment_level() -> int | None:
-    """The level ``VITPLAST_LOG_LEVEL`` names (DEBUG, INFO, WARNING or ERROR, in any case).
+    """Read the level ``VITPLAST_LOG_LEVEL`` names.
 
     Returns:
-        The ``logging`` level, or None when the variable is unset, empty or names none of them.
+        The ``logging`` level, or None when the variable names none.
     """
     name = (environment.read(LEVEL_ENV) or "").strip().upper()
     return getattr(logging, name) if name in LEVELS else None
 
 
 def quiet_notices(shown: bool = False) -> None:
-    """Let other projects' start-up notices through only when ``shown``.
-
-    The notices are ``_compat.notices.STARTUP_NOTICES``': Ray's token-authentication warning, MLflow's "Creating
-    initial MLflow database tables"; a failure still shows.
+    """Let other projects' start-up notices through only when ``shown``; a failure still shows.
 
     Args:
-        shown: Whether the notices show (``--verbose``): their loggers' levels are then left to their projects.
+        shown: Whether the notices show.
     """
     for name, level in STARTUP_NOTICES.items():
         logging.getLogger(name).setLevel(logging.NOTSET if shown else level)
 
 
 def get_verbosity() -> int:
-    """The library logger's level.
+    """Return the library logger's level.
 
     Returns:
         The effective level of the ``vitplast_tune`` logger.
@@ -111,7 +98,7 @@ def get_verbosity() -> int:
 
 
 def disable_default_handler() -> None:
-    """Stop writing the library's messages to standard error, and let them reach the root logger's handlers."""
+    """Stop writing the library's messages to standard error, and pass them to the root logger."""
     _default_handler()
     root = logging.getLogger(ROOT)
     if _handler is not None:
@@ -120,7 +107,7 @@ def disable_default_handler() -> None:
 
 
 def enable_default_handler() -> None:
-    """Write the library's messages to standard error again (the default)."""
+    """Write the library's messages to standard error again."""
     _default_handler()
     root = logging.getLogger(ROOT)
     if _handler is not None and _handler not in root.handlers:
@@ -130,14 +117,14 @@ def enable_default_handler() -> None:
 
 @contextlib.contextmanager
 def quieted(name: str, level: int = logging.ERROR) -> Iterator[None]:
-    """Let only records at ``level`` and above through the logger ``name`` (another library's) while the block runs.
+    """Let only records at ``level`` and above through another library's logger while the block runs.
 
     Args:
-        name: the logger to quiet, e.g. ``"transformers"``.
-        level: the lowest level let through meanwhile.
+        name: The logger to quiet, e.g. ``"transformers"``.
+        level: The lowest level let through meanwhile.
 
     Yields:
-        Nothing: the block runs with the logger quieted; its level is restored after.
+        Nothing.
     """
     logger = logging.getLogger(name)
     before = logger.level

@@ -1,5 +1,4 @@
-"""Values checked and parsed by their type annotations: a settings dataclass's fields (``FinetuneConfig``,
-``PretrainConfig``) typed by declaring them, and ``--set KEY=VALUE`` text read as the field's type. Plain Python."""
+"""Check and parse values by their type annotations: settings dataclasses' fields and ``--set KEY=VALUE`` text."""
 
 from __future__ import annotations
 
@@ -20,54 +19,35 @@ from vitplast_tune.errors import OptionsError, UserError, did_you_mean
 
 @cache
 def field_types(cls: type) -> dict[str, Any]:
-    """The type of each field of a settings dataclass (``FinetuneConfig``, ``PretrainConfig``), from its annotations."""
+    """Return the type of each field of a settings dataclass, from its annotations."""
     return typing.get_type_hints(cls)
 
 
 def check_types(
     settings: Any, skip: tuple[str, ...] = (), label: Callable[[str], str] = str, error: type[UserError] = UserError
 ) -> None:
-    """Check that every field of a dataclass fits its annotation: a new field is typed by declaring it.
-
-    The annotations understood: those of ``fits``.
+    """Check that every field of a dataclass fits its annotation, so a new field is typed by declaring it.
 
     Args:
-        settings: A dataclass (``FinetuneConfig``, ``PretrainConfig``, ``SearchOptions``).
+        settings: A settings dataclass.
         skip: Fields checked elsewhere.
-        label: How a field is named in the message (``errors.option``: the flag, or the keyword).
+        label: How a field is named in the message.
         error: The ``UserError`` kind to raise.
 
     Raises:
-        UserError: (of kind ``error``) Naming the first field whose value does not fit.
+        UserError: A field's value does not fit; the message names the first such field.
     """
     hints = field_types(type(settings))
     for f in dataclasses.fields(settings):
-        if f.name not in skip:
-            check_type(label(f.name), getattr(settings, f.name), hints[f.name], error)
-
-
-def check_type(name: str, value: Any, hint: Any, error: type[UserError] = UserError) -> None:
-    """Check that ``value`` fits the annotation ``hint`` (see ``fits``).
-
-    Args:
-        name: The setting's name, for the message.
-        value: Its value.
-        hint: Its annotation.
-        error: The ``UserError`` kind to raise.
-
-    Raises:
-        UserError: (of kind ``error``) The value does not fit; the message names ``name``.
-    """
-    if not fits(value, hint):
-        raise error(f"{name} must be {describe_type(hint)}, got {_shown(value)}")
+        if f.name not in skip and not fits(value := getattr(settings, f.name), hints[f.name]):
+            raise error(f"{label(f.name)} must be {describe_type(hints[f.name])}, got {_shown(value)}")
 
 
 def fits(value: Any, hint: Any) -> bool:
     """Tell whether ``value`` is of type ``hint``.
 
-    A bool is not a number, an int is a float, a float is finite, a path is a string; a list and a tuple are each
-    other's, their items checked, as are a mapping's keys and values. A type that cannot be checked at run time (a
-    protocol, a type variable, a name only type checkers see) lets every value through.
+    A bool is not a number, an int is a float, a float is finite and a path is a string. Lists and tuples match each
+    other, with their items checked. A type that cannot be checked at run time lets every value through.
 
     Args:
         value: The value.
@@ -102,7 +82,7 @@ def fits(value: Any, hint: Any) -> bool:
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if hint is str:
-        return isinstance(value, (str, os.PathLike))  # a path given as a Path (data_dir, weights)
+        return isinstance(value, (str, os.PathLike))
     return isinstance(value, origin or hint) if isinstance(origin or hint, type) else True
 
 
@@ -138,15 +118,13 @@ R = typing.TypeVar("R")
 
 
 def checked(**at_least: int) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Check a public function's arguments before it runs.
+    """Check a public function's arguments against their annotations before it runs.
 
-    Each is checked against its annotation (``fits``), the counts named in ``at_least`` against their floor, an
-    unknown keyword named with the closest one. The one checker of the package's public functions (``vitplast_tune.load_search``, ``create_model``, ...): a value
-    of the wrong type or form is one ``OptionsError`` naming the function, the argument and what it takes, before any
-    work, not a traceback from deep inside.
+    A value of the wrong type, a count below its floor or an unknown keyword raises one ``OptionsError`` that names
+    the function, the argument and what it takes.
 
     Args:
-        **at_least: The least value of each integer argument named (``num_classes=0``).
+        **at_least: The least value of each integer argument named.
 
     Returns:
         The decorator.
@@ -181,7 +159,7 @@ def checked(**at_least: int) -> Callable[[Callable[P, R]], Callable[P, R]]:
 
 @functools.cache
 def _hints(function: Callable) -> dict[str, Any]:
-    """A function's annotations as types; one naming a type only type checkers import is left out (not checked)."""
+    """Return a function's annotations as types, leaving out those only type checkers can read."""
     found = {}
     for key, text in function.__annotations__.items():
         try:
@@ -192,7 +170,7 @@ def _hints(function: Callable) -> dict[str, Any]:
 
 
 class _Only:
-    """One annotation as an object ``typing.get_type_hints`` reads (its ``value``)."""
+    """Hold one annotation as an object ``typing.get_type_hints`` reads."""
 
     def __init__(self, annotation: Any, function: Callable):
         self.__annotations__ = {"value": annotation}
@@ -200,7 +178,7 @@ class _Only:
 
 
 def _shown(value: Any) -> str:
-    """A value and its kind in a message: its repr on one line, at most 60 characters."""
+    """Show a value and its kind on one line, at most 60 characters."""
     text = " ".join(repr(value).split())
     return f"{text if len(text) <= 60 else text[:57] + '...'} ({_kind(value)})"
 
@@ -218,7 +196,7 @@ def _kind(value: Any) -> str:
 
 
 def _optional(kind: Any) -> tuple[Any, bool]:
-    """(the type, whether None is allowed) of a field annotated ``X`` or ``X | None``."""
+    """Return the type of a field annotated ``X`` or ``X | None``, and whether None is allowed."""
     args = typing.get_args(kind)
     if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
         others = [a for a in args if a is not type(None)]
@@ -274,7 +252,7 @@ def describe_parsed(kind: Any) -> str:
         kind: The field's annotation.
 
     Returns:
-        E.g. "an integer", "a list of integers such as 0,1,2 or none".
+        The name, e.g. "an integer".
     """
     kind, optional = _optional(kind)
     words = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
