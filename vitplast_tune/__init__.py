@@ -17,13 +17,6 @@ Every mistake a user can fix raises a ``vt.UserError`` (``SpaceError``, ``Option
 ``ResumeError``, ``ServicesError``, ``SearchNotFound``); the library speaks through the ``vitplast_tune`` loggers
 (``vitplast_tune.log``), to standard error. Importing the package starts nothing and imports nothing heavy: each name loads its module
 on first use.
-
-The house, from the ground up (a package imports only those below it): ``components``, ``config``, ``storage``,
-``names`` and friends at the root (names, settings, result files); ``space`` (the space language); ``data`` and
-``vit`` (torch: datasets, models, training, plasticity); ``predictors`` (scores before training); ``analysis``
-(statistics, plots); ``plan`` (options checked into a plan, nothing started) and ``records`` (MLflow, the Optuna
-study, the trial table, the summary); ``recommend``; ``run`` (Ray: the driver, the trainable, searchers, cluster);
-``workflows`` (jobs built from searches); ``cli`` (the ``vitplast`` command).
 """
 
 import lazy_loader as _lazy

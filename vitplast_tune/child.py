@@ -1,6 +1,4 @@
-"""A function called in a short-lived Python process, its result returned: what needs torch (checking a model,
-decoding a dataset, timing steps) runs there, so a search's driver never holds it. Inside a ``session()`` the calls
-share one such process, which imports torch once (the dry run's checks and its timed steps)."""
+"""Call a function in a short-lived Python process, so a search's driver never imports torch."""
 
 from __future__ import annotations
 
@@ -21,14 +19,13 @@ _sessions: list[_Child] = []  # the child processes of the open sessions, the in
 
 
 def call_in_child(target: str, *args: Any, timeout_s: float | None = None) -> Any:
-    """Run ``module:function(*args)`` in a short-lived Python process with this one's imports; return its result.
+    """Run ``module:function(*args)`` in a short-lived Python process and return its result.
 
-    The process is the session's when one is open and no ``timeout_s`` is given. Arguments and result are pickled
-    through a temporary file.
+    Inside a ``session`` without ``timeout_s`` the call uses the session's process.
 
     Args:
         target: The function, as ``module:function``.
-        *args: Its arguments (picklable).
+        *args: Its arguments, picklable.
         timeout_s: The most seconds the child may run (None: no limit).
 
     Returns:
@@ -36,7 +33,7 @@ def call_in_child(target: str, *args: Any, timeout_s: float | None = None) -> An
 
     Raises:
         UserError: The function raised one in the child.
-        RuntimeError: Any other failure in the child (its traceback printed).
+        RuntimeError: The child failed otherwise; its traceback is printed.
         TimeoutError: The child still ran after ``timeout_s``; it is killed.
     """
     with tempfile.TemporaryDirectory(prefix="vitplast-child-") as tmp:
@@ -61,10 +58,10 @@ def call_in_child(target: str, *args: Any, timeout_s: float | None = None) -> An
 
 @contextlib.contextmanager
 def session() -> Iterator[None]:
-    """Let the block's ``call_in_child`` calls share one child process, started at the block's start, ended with it.
+    """Let the block's ``call_in_child`` calls share one child process, which imports torch once.
 
     Yields:
-        Nothing: the block runs with the session open.
+        Nothing.
     """
     child = _Child()
     _sessions.append(child)
@@ -80,8 +77,7 @@ def _env() -> dict[str, str]:
 
 
 class _Child:
-    """A child process that runs the calls it is sent (``_serve``): the path of each call's exchange file down one
-    pipe, its end up another; its output goes where this process's goes."""
+    """Run the calls sent down one pipe in a child process, and signal each end up another."""
 
     def __init__(self):
         calls, self._calls = os.pipe()
@@ -94,7 +90,7 @@ class _Child:
         os.close(ends)
 
     def call(self, exchange: Path) -> int:
-        """Run the call in ``exchange``; 0 once it has ended, else the child's exit code."""
+        """Run the call in ``exchange``; return 0 once it has ended, else the child's exit code."""
         os.write(self._calls, f"{exchange}\n".encode())
         done = os.read(self._ends, 1)
         return 0 if done == b"." else self.proc.wait()
@@ -106,7 +102,7 @@ class _Child:
 
 
 def _serve(calls: int, ends: int) -> None:
-    """The child of a ``session``: each exchange file named on ``calls`` run (``_child_main``), "." on ``ends``."""
+    """Serve a session: run each exchange file named on ``calls``, then write a dot on ``ends``."""
     with os.fdopen(calls) as lines:
         for line in lines:
             _child_main(line.strip())
@@ -114,7 +110,7 @@ def _serve(calls: int, ends: int) -> None:
 
 
 def _child_main(path: str) -> None:
-    """The child of ``call_in_child``: the call pickled in ``path``, its result (or UserError) pickled back there."""
+    """Run the call pickled in ``path`` and pickle its result, or its UserError, back there."""
     exchange = Path(path)
     target, args = pickle.loads(exchange.read_bytes())
     module, _, name = target.partition(":")

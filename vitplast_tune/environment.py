@@ -1,7 +1,4 @@
-"""Every environment variable the package reads, in one registry (``VARIABLES``), and the one way it reads them
-(``read``, ``is_set``): a name that is not registered cannot be read. The reference page
-(docs/reference/environment.md) is generated from this registry, and a test keeps every read of ``os.environ`` in
-the package here."""
+"""Register every environment variable the package reads, and read them only through ``read`` and ``is_set``."""
 
 from __future__ import annotations
 
@@ -11,14 +8,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Variable:
-    """An environment variable: what it sets, what happens when it is unset, and who reads it.
+    """Describe an environment variable: what it sets, what happens when it is unset, and who reads it.
 
     Attributes:
         name: The variable's name.
         what: What it sets, in a sentence or two.
-        unset: What happens when it is unset (its default).
-        kind: ``setting`` (the user's to set), ``honoured`` (another project's variable this package follows),
-            ``internal`` (set by this package for Ray Tune or MLflow while it runs, a value the user set kept).
+        unset: What happens when it is unset.
+        kind: ``setting`` (the user's), ``honoured`` (another project's) or ``internal`` (set while a search runs).
         read_by: The modules that read it.
     """
 
@@ -30,7 +26,7 @@ class Variable:
 
 
 def _by_name(*variables: Variable) -> dict[str, Variable]:
-    """The variables keyed by their names, in the order given."""
+    """Key the variables by their names, in the order given."""
     return {v.name: v for v in variables}
 
 
@@ -208,17 +204,17 @@ SCRIPT_VARIABLES: dict[str, Variable] = _by_name(
 
 
 def read(name: str, default: str | None = None) -> str | None:
-    """The value of a registered environment variable.
+    """Read a registered environment variable.
 
     Args:
-        name: the variable's name, one of ``VARIABLES``.
-        default: what to return when it is unset.
+        name: The variable's name, one of ``VARIABLES``.
+        default: What to return when it is unset.
 
     Returns:
         Its value, else ``default``.
 
     Raises:
-        KeyError: ``name`` is not registered in ``VARIABLES``.
+        KeyError: ``name`` is not registered.
     """
     if name not in VARIABLES:
         raise KeyError(f"environment variable {name} is not registered in vitplast_tune.environment.VARIABLES")
@@ -226,15 +222,15 @@ def read(name: str, default: str | None = None) -> str | None:
 
 
 def is_set(name: str) -> bool:
-    """Whether a registered environment variable is set (to anything, empty included).
+    """Tell whether a registered environment variable is set, even to an empty value.
 
     Args:
-        name: the variable's name, one of ``VARIABLES``.
+        name: The variable's name, one of ``VARIABLES``.
 
     Returns:
         True when the environment holds it.
 
     Raises:
-        KeyError: ``name`` is not registered in ``VARIABLES``.
+        KeyError: ``name`` is not registered.
     """
     return read(name) is not None

@@ -1,5 +1,4 @@
-"""What a search's name may be: a folder under the storage and part of MLflow keys, its default, and the key of its
-saved MLflow view (which the longest of those keys carries)."""
+"""Check a search's name, make its default, and key its saved MLflow view."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ def view_key(search: str) -> str:
         search: The search's name.
 
     Returns:
-        The name, prefixed, with the characters a URL and a tag name do not take replaced by "-".
+        The name, prefixed, with characters a URL or a tag name refuses replaced by "-".
     """
     return VIEW_KEY_PREFIX + "".join(c if c.isalnum() or c in "-_" else "-" for c in search)
 
@@ -36,24 +35,24 @@ def default_name(space: str) -> str:
         space: The space's name.
 
     Returns:
-        ``<space>-<date>-<time>``, with the characters a name does not take (``check_name``) replaced by "-".
+        ``<space>-<date>-<time>``, with characters a name refuses replaced by "-".
     """
     stem = re.sub(r"[^A-Za-z0-9_.,+=@-]", "-", space).lstrip(".,+=@-")[:64] or "search"
     return f"{stem}-{datetime.now():%Y%m%d-%H%M%S}"
 
 
 def check_name(name: str, storage: str) -> str:
-    """Check that a name can name a search's folder under its storage and its MLflow records.
+    """Check that a name can name a search's folder and its MLflow records.
 
     Args:
         name: The name.
-        storage: The storage root, whose file system may limit the length of a folder's name.
+        storage: The storage root, whose file system may limit a folder name's length.
 
     Returns:
         The name.
 
     Raises:
-        UserError: If the name has characters it may not have, or is too long.
+        UserError: The name has characters it may not have, or is too long.
     """
     if not NAME_PATTERN.fullmatch(name):
         raise UserError(

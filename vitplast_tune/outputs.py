@@ -1,5 +1,4 @@
-"""Where a command will write, checked before it works: a file that is a directory, a path under a file, a folder
-that cannot be written, a file that would be written over. Each problem is a UserError naming the flag."""
+"""Check where a command will write before it works, each problem a UserError naming the flag."""
 
 from __future__ import annotations
 
@@ -14,15 +13,12 @@ def output_file(path: str | Path, flag: str, *, suffix: str | None = None, overw
 
     Args:
         path: The file.
-        flag: How the user gave it (e.g. ``--out``), for the message.
+        flag: How the user gave it, for the message.
         suffix: The suffix it must have (None: any).
         overwrite: Whether an existing file may be written over.
 
     Returns:
         The file's path, ``~`` expanded.
-
-    Raises:
-        UserError: It cannot be written, naming ``flag``.
     """
     out = Path(path).expanduser()
     if out.is_dir():
@@ -36,7 +32,7 @@ def output_file(path: str | Path, flag: str, *, suffix: str | None = None, overw
 
 
 def output_dir(path: str | Path, flag: str) -> Path:
-    """Check that files can be written into the folder ``path`` (made if missing).
+    """Check that files can be written into the folder ``path``, made if missing.
 
     Args:
         path: The folder a command writes into.
@@ -44,9 +40,6 @@ def output_dir(path: str | Path, flag: str) -> Path:
 
     Returns:
         The folder's path, ``~`` expanded.
-
-    Raises:
-        UserError: It is a file, or lies where nothing can be written, naming ``flag``.
     """
     out = _not_a_file(path, flag, "name a folder (it is made if missing)")
     _check_parent(out, flag, out)
@@ -54,23 +47,20 @@ def output_dir(path: str | Path, flag: str) -> Path:
 
 
 def existing_dir(path: str | Path, flag: str) -> Path:
-    """Check that the folder ``path`` is not a file (a missing one is allowed).
+    """Check that the folder ``path`` is not a file; a missing one is allowed.
 
     Args:
         path: The folder of searches a command reads.
         flag: How the user gave it, for the message.
 
     Returns:
-        The folder's path, ``~`` expanded (nothing is made).
-
-    Raises:
-        UserError: It is a file, naming ``flag``.
+        The folder's path, ``~`` expanded.
     """
     return _not_a_file(path, flag, "name the folder that holds the searches")
 
 
 def _not_a_file(path: str | Path, flag: str, hint: str) -> Path:
-    """``path`` with ``~`` expanded, unless it is a file: a UserError naming ``flag``, then saying ``hint``."""
+    """Expand ``~`` in ``path``, and refuse a file with a message naming ``flag``."""
     out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
         raise UserError(f"{flag} {out} is a file; {hint}")
@@ -78,7 +68,7 @@ def _not_a_file(path: str | Path, flag: str, hint: str) -> Path:
 
 
 def _check_parent(folder: Path, flag: str, out: Path) -> None:
-    """The nearest existing folder above (or at) ``folder`` must be a writable folder."""
+    """Check that the nearest existing folder at or above ``folder`` is a writable folder."""
     existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

@@ -1,5 +1,4 @@
-"""How the offline testbed ViT is pretrained (``PretrainConfig``): plain values, no torch, so that
-``vitplast pretrain`` builds its flags from the fields without importing what pretraining needs."""
+"""Hold how the offline testbed ViT is pretrained, in plain values without torch."""
 
 from __future__ import annotations
 
@@ -11,9 +10,7 @@ from vitplast_tune.typed import check_types
 
 @dataclass
 class PretrainConfig:
-    """How the offline testbed ViT is pretrained on generated fractals (``vit.pretraining.pretrain_testbed``).
-
-    The defaults made the shipped checkpoint. Each field's ``help`` is its command-line help (``vitplast pretrain``).
+    """Hold how the offline testbed ViT is pretrained on generated fractals; the defaults made the shipped one.
 
     Attributes:
         seed: The seed of the initialisation, batch order and fractal variations.
@@ -50,13 +47,13 @@ class PretrainConfig:
     )
 
     def validate(self) -> PretrainConfig:
-        """Check every setting: its type, and that it can pretrain.
+        """Check every setting's type and that it can pretrain.
 
         Returns:
             The settings themselves.
 
         Raises:
-            UserError: A value that cannot pretrain, naming the setting as its flag.
+            UserError: A value cannot pretrain; the message names its flag.
         """
         check_types(self)
         at_least = dict(

@@ -1,6 +1,4 @@
-"""Where a search's wall-clock time goes: seconds per phase (checks and data, Ray, measurements before the trials,
-records, trials, results, the best model, the study, analysis), printed in the summary and logged to the parent run
-(``timings.json``)."""
+"""Time a search's phases, for the summary and the parent run's ``timings.json``."""
 
 from __future__ import annotations
 
@@ -28,7 +26,7 @@ PHASES = {
 
 @dataclass
 class Timings:
-    """Seconds spent in each phase of a search (``phase`` adds to them); ``total`` covers every phase.
+    """Add up the seconds spent in each phase of a search.
 
     Attributes:
         seconds: The seconds of each phase, by name.
@@ -41,10 +39,10 @@ class Timings:
         """Add the wall-clock seconds of a block to a phase.
 
         Args:
-            name: The phase (a key of ``PHASES``, or any other name).
+            name: The phase, a key of ``PHASES`` or any other name.
 
         Yields:
-            Nothing: the block runs, timed.
+            Nothing.
         """
         started = time.perf_counter()
         try:
@@ -54,7 +52,7 @@ class Timings:
 
     @property
     def total(self) -> float:
-        """The seconds of every phase together."""
+        """Return the seconds of every phase together."""
         return sum(self.seconds.values())
 
     def describe(self) -> str:
