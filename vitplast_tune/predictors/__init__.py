@@ -1,5 +1,4 @@
-"""Scores of each component subset known before any training (plasticity, gradient criteria, the parameter
-count), measured once per model and dataset and cached."""
+"""Score each component subset before training, from measurements cached per model and dataset."""
 
 import lazy_loader as _lazy
 

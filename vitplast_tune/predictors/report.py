@@ -1,10 +1,4 @@
-"""The plasticity report: measured once for a model, its data and a variant, then cached on disk (the per-layer
-table as CSV and JSON, and a plot) and read back by searches, the criteria lab and ``recommend``; and
-``Predictors``, everything a search measures before training, which scores each subset.
-
-Torch-free: the measurement itself (``vit.measure``) runs where the ``runner`` sends it (the search's measuring Ray
-worker with a trial's resources, or this process); the files are written here.
-"""
+"""Measure a model's plasticity report once, cache it, and score subsets by what a search measured, without torch."""
 
 from __future__ import annotations
 
@@ -38,11 +32,11 @@ FILES = {"csv": "plasticity.csv", "json": "plasticity.json", "png": "plasticity.
 
 @dataclass
 class PlasticityReport:
-    """What ``plasticity_report`` measured and wrote.
+    """Hold what ``plasticity_report`` measured and wrote.
 
     Attributes:
-        table: The plasticity of each layer (one row per component and block).
-        ranking: The components ranked by their plasticity (``aggregate_plasticity`` of the table).
+        table: The plasticity of each layer, one row per component and block.
+        ranking: The components ranked by their plasticity.
         out_dir: The folder the files were written in.
         files: The files written, by kind (csv, json, png).
         meta: The settings, the parameter counts per component, and ``reused`` for a report read back.
@@ -83,25 +77,25 @@ def plasticity_report(
         weights: A weights file to load into it.
         pretrained: Whether to start from the pretrained weights.
         dataset: The downstream dataset.
-        reference: The reference dataset (the pretraining distribution).
+        reference: The reference dataset, the pretraining distribution.
         reference_split: The reference's split: "test" or "train".
         data_dir: The data's root (None: the default data directory).
         download: Whether missing data may be downloaded.
-        variant: The plasticity variant (``config.PLASTICITY_VARIANTS``).
+        variant: The plasticity variant.
         batch_size: Images per forward pass.
         max_pairs: At most this many image pairs (None: no limit).
-        out_dir: Where the files go (None: a cache folder keyed by model, weights, data and variant).
-        device: Where to measure (None: the device this task was given, ``vit.devices.run_device``).
+        out_dir: Where the files go (None: a cache folder keyed by the inputs).
+        device: Where to measure (None: the device this task was given).
         reuse: Whether to load a report already written in ``out_dir`` for the same settings instead.
         runner: Runs the measurement elsewhere: ``runner(fn, **kwargs)`` returns ``fn(**kwargs)`` (None: here).
-        decoded: The downstream dataset already decoded (``data.decoded``), not read again.
-        staged: The driver's files sent to the runner's node (``data.staging``), used there in place of its paths.
+        decoded: The downstream dataset already decoded.
+        staged: The driver's files sent to the runner's node.
 
     Returns:
-        The report; its files (``plasticity.csv``, ``.json`` and ``.png``) are in ``out_dir``.
+        The report; its files are in ``out_dir``.
 
     Raises:
-        UserError: If the reference split or the variant is unknown, or ``max_pairs`` is below 1.
+        UserError: The reference split or the variant is unknown.
     """
     _check_split(reference_split)
     check_variant(variant)
@@ -127,12 +121,12 @@ def search_report(settings: FinetuneConfig, *, reference: str, **options: Any) -
     """Measure the plasticity report of a search's model and dataset, or read it back from the cache.
 
     Args:
-        settings: The search's settings: their model, weights and dataset.
+        settings: The search's settings.
         reference: The reference dataset.
-        **options: More arguments of ``plasticity_report`` (its variant, max_pairs, runner, ...).
+        **options: More arguments of ``plasticity_report``.
 
     Returns:
-        The report (``plasticity_report`` with ``reuse``).
+        The report.
     """
     s = settings
     return plasticity_report(
@@ -151,8 +145,7 @@ def search_report(settings: FinetuneConfig, *, reference: str, **options: Any) -
 def _measure(
     inputs: PlasticityInputs, staged: Sequence = (), **kwargs: Any
 ) -> tuple[pd.DataFrame, dict[str, int], dict[str, Any]]:
-    """``vit.measure.measure_plasticity``, imported where it runs (a Ray worker): this module stays torch-free;
-    the paths of ``staged`` files are this node's copies."""
+    """Run ``vit.measure.measure_plasticity`` where it is sent, with this node's copies of ``staged`` files."""
     from vitplast_tune.data import staging
     from vitplast_tune.vit.measure import measure_plasticity
 
@@ -168,21 +161,21 @@ def gradient_report(
     runner: Runner | None = None,
     staged: Sequence[Staged] = (),
 ) -> pd.DataFrame:
-    """Measure the gradient criteria of a run's pretrained model (``vit.measure.measure_gradients``).
+    """Measure the gradient criteria of a run's pretrained model.
 
     Args:
         cfg: The run's settings.
-        num_batches: How many of the first training batches (without augmentation) to measure on.
+        num_batches: How many of the first training batches to measure on.
         head_seeds: How many head initialisations to measure with.
-        decoded: The run's dataset already decoded, not read again.
+        decoded: The run's dataset already decoded.
         runner: Runs the measurement elsewhere: ``runner(fn, **kwargs)`` returns ``fn(**kwargs)`` (None: here).
-        staged: The driver's files the measurement reads (``data.staging``).
+        staged: The driver's files the measurement reads.
 
     Returns:
         The gradient table: the criteria per head seed, component and layer.
 
     Raises:
-        UserError: If ``num_batches`` or ``head_seeds`` is not a positive integer.
+        UserError: ``num_batches`` or ``head_seeds`` is not a positive integer.
     """
     for name, value in (("num_batches", num_batches), ("head_seeds", head_seeds)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -198,8 +191,7 @@ def gradient_report(
 
 
 def describe_gradients(table: pd.DataFrame) -> str:
-    """Per gradient criterion, one line: the components by their mean over head seeds (± std), and whether the
-    ranking is the same for every head seed or which component each seed puts first."""
+    """Describe each gradient criterion in one line: its ranking of the components and how stable it is."""
     summary = scores.criteria_summary(table)
     seeds = int(summary["head_seeds"].max()) if len(summary) else 0
     lines = []
@@ -229,7 +221,7 @@ def _here(fn: Callable[..., Any], **kwargs: Any) -> Any:
 
 
 def _read(out: Path, key: dict[str, Any]) -> PlasticityReport | None:
-    """The report written in ``out`` for the same ``key``, or None."""
+    """Read the report written in ``out`` for the same ``key``, or return None."""
     files = {kind: out / name for kind, name in FILES.items()}
     if not all(f.is_file() for f in files.values()):
         return None
@@ -249,15 +241,14 @@ def _write(
     parameters: dict[str, Any],
     where: dict[str, Any],
 ) -> PlasticityReport:
-    """Write the measured table, its JSON (settings, table, ranking, the model's parameters per component and per
-    component and block) and its plot, titled by the model, both image sets and the variant."""
+    """Write the measured table as CSV, JSON and a plot, each whole or not at all."""
     files = {kind: out / name for kind, name in FILES.items()}
     ranking = aggregate_plasticity(table)
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(key, n_pairs=int(table["n_pairs"].max()), **where, **parameters)
     payload = dict(meta, table=_records(table), ranking=_records(ranking))
     title = f"{key['model']}: {key['dataset']} vs {key['reference']} ({key['variant']})"
-    with replaced(files["csv"]) as partial:  # each whole or not at all, the JSON (what ``_read`` matches) last
+    with replaced(files["csv"]) as partial:  # the JSON, which ``_read`` matches, comes last
         table.to_csv(partial, index=False)
     with replaced(files["png"]) as partial:
         plot_plasticity(table, partial, title=title)
@@ -268,11 +259,11 @@ def _write(
 
 @dataclass
 class Predictors:
-    """What a search measures before any training, which scores each subset.
+    """Hold what a search measures before any training, which scores each subset.
 
     Attributes:
         plasticity: The plasticity report, if measured.
-        gradients: The gradient table per head seed (``vit.measure.measure_gradients``), if measured.
+        gradients: The gradient table per head seed, if measured.
     """
 
     plasticity: PlasticityReport | None = None
@@ -283,11 +274,10 @@ class Predictors:
 
         Args:
             subset: The subset's name.
-            blocks: The blocks whose layers the plasticity scores cover (a trial's depth; None: every block).
+            blocks: The blocks whose layers the plasticity scores cover (None: every block).
 
         Returns:
-            The plasticity mean, max and parameter-weighted mean, and the gradient criteria of the whole
-            components (gradient norm, its ratio to the weight norm, Auto-RGN), each the mean over head seeds.
+            Each criterion's score, the gradient criteria averaged over head seeds.
         """
         out: dict[str, float] = {}
         if self.plasticity is not None:
@@ -298,7 +288,7 @@ class Predictors:
         return out
 
     def trial_scores(self, cfg: FinetuneConfig) -> dict[str, float]:
-        """Score a trial's subset, over the layers of the blocks it trains in (``cfg.depth`` or ``cfg.blocks``).
+        """Score a trial's subset over the layers of the blocks it trains in.
 
         Args:
             cfg: The trial's settings.
@@ -320,12 +310,7 @@ def in_network_scores(
     plasticity_pairs: int | None = None,
     **measuring: Any,
 ) -> pd.DataFrame:
-    """Per subset (index): the criteria of kind ``IN_NETWORK`` (``in_network_mean``, the mean in-network plasticity of
-    its components), for the criteria lab.
-
-    ``settings`` are a search's; the report is measured once and cached; ``measuring``: where (``runner``,
-    ``decoded``, ``staged``: see ``plasticity_report``).
-    """
+    """Score each subset by the in-network plasticity criteria, measuring the report once."""
     found = search_report(settings, reference=reference, variant="in_network", max_pairs=plasticity_pairs, **measuring)
     counts = found.meta["component_params"]
     rows = {subset: scores.subset_scores(found.table, subset, counts, kind=scores.IN_NETWORK) for subset in subsets}
@@ -335,8 +320,7 @@ def in_network_scores(
 def in_network_depth_scores(
     found: PlasticityReport, settings: FinetuneConfig, configs: Iterable[tuple[str, str]]
 ) -> pd.DataFrame:
-    """Per (components, depth) (index): the criteria of kind ``IN_NETWORK`` over the layers it trains (``in_network_mean``),
-    from an in-network report (``search_report(..., variant="in_network")``)."""
+    """Score each (components, depth) pair by the in-network criteria over the layers it trains."""
     counts = found.meta["component_params"]
     blocks = scores.num_blocks(found.table)
     rows = {}
@@ -351,12 +335,12 @@ def in_network_depth_scores(
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """JSON-safe records: NaN and <NA> become null."""
+    """Convert a frame to JSON-safe records, NaN and <NA> as null."""
     return json.loads(frame.to_json(orient="records"))
 
 
 def plot_plasticity(table: pd.DataFrame, path: str | Path, *, title: str | None = None) -> Path:
-    """Write a PNG: plasticity per layer (one line per block component) and per-component means with their spread."""
+    """Plot plasticity per layer and per component as a PNG, and return its path."""
     summary = aggregate_plasticity(table)
     from matplotlib.figure import Figure
 
@@ -388,5 +372,5 @@ def plot_plasticity(table: pd.DataFrame, path: str | Path, *, title: str | None 
 
 
 def _finite(values: pd.Series | None) -> np.ndarray | None:
-    """A column as floats with NaN as 0 (error bars), None staying None."""
+    """Return a column as floats with NaN as 0, for error bars."""
     return None if values is None else np.nan_to_num(pd.to_numeric(values, errors="coerce").to_numpy(dtype=float))

@@ -1,13 +1,4 @@
-"""The criteria that score a subset before training, in one registry (``CRITERIA``: name -> kind and function), and
-the tables they read: plasticity (per component, then a subset's mean, max and parameter-weighted mean), the gradient
-criteria (a subset's gradient norm, its ratio to the weight norm, Auto-RGN, averaged over the head initialisations
-they were measured with), what the subset trains, and its trainable parameter count.
-
-pandas only: the search's driver scores every trial without torch; ``vit/plasticity.py`` and ``vit/gradients.py``
-measure the tables. The baseline every criterion must beat is the base-10 log of the trainable parameter count
-(``log_trainable_params``, the one place it is computed: the search's trial table, its analysis and ``recommend``
-show the same number). Adding a criterion is one ``register`` call at the end of this module.
-"""
+"""Score a subset before training by the criteria of one registry, ``CRITERIA``, from plasticity and gradient tables."""
 
 from __future__ import annotations
 
@@ -28,16 +19,7 @@ PLASTICITY, IN_NETWORK, GRADIENTS, SUBSET, COUNT = "plasticity", "in_network", "
 
 @dataclass(frozen=True)
 class Criterion:
-    """One criterion: what it reads (its kind) and the function that scores a subset from that.
-
-    Attributes:
-        kind: What ``score`` is given. ``plasticity`` and ``in_network``: the plasticity of each of the subset's block
-            components (an array; measured on image pairs, or on the network's own inputs at a search's end) and
-            their parameter counts (an array). ``gradients``: the gradient table's rows of the subset's components
-            for one head seed, one row of sums per component (``grad_sq``, ``weight_sq``, ``rgn_sum``, ``tensors``).
-            ``subset``: the subset's component names. ``count``: its trainable parameter count.
-        score: The function; it returns a float (NaN where it is undefined).
-    """
+    """Hold one criterion: its kind, which says what ``score`` reads, and ``score``, which returns a float or NaN."""
 
     kind: str
     score: Callable[..., float]
@@ -47,34 +29,17 @@ CRITERIA: dict[str, Criterion] = {}  # in the pre-registration's order (``regist
 
 
 def register(name: str, kind: str, score: Callable[..., float]) -> None:
-    """Add a criterion: every search scores its subsets by it, and the criteria lab judges it against the baseline.
-
-    Args:
-        name: Its name, the column of the trial table and the row of the lab's comparison.
-        kind: What ``score`` reads: ``PLASTICITY``, ``IN_NETWORK``, ``GRADIENTS``, ``SUBSET`` or ``COUNT``.
-        score: The function (see ``Criterion``).
-    """
+    """Add a criterion, which every search then scores and the criteria lab judges against the baseline."""
     CRITERIA[name] = Criterion(kind, score)
 
 
 def criteria(kind: str) -> list[str]:
-    """List the criteria of one kind.
-
-    Args:
-        kind: The kind.
-
-    Returns:
-        Their names, in the registry's order.
-    """
+    """List the names of the criteria of one kind, in the registry's order."""
     return [name for name, c in CRITERIA.items() if c.kind == kind]
 
 
 def lab_criteria() -> tuple[str, ...]:
-    """List what a criteria lab judges.
-
-    Returns:
-        Every criterion's name in the registry's order, the baseline last.
-    """
+    """List what a criteria lab judges: every criterion in the registry's order, the baseline last."""
     return (*(name for name in CRITERIA if name != BASELINE), BASELINE)
 
 
@@ -85,9 +50,7 @@ def aggregate_plasticity(table: pd.DataFrame) -> pd.DataFrame:
         table: The per-layer table of a plasticity report.
 
     Returns:
-        One row per component present, in the order emb, ln1, mha, ln2, fc1, fc2: the mean ``plasticity`` over
-        layers, its ``spread`` (std over layers), ``min``, ``max``, ``n_layers``, and ``rank`` among the block
-        components (1 = most plastic). ``emb`` has no rank: its ratio is relative to pixels, another scale.
+        One row per component: the mean ``plasticity``, ``spread``, ``min``, ``max``, ``n_layers`` and ``rank``.
     """
     _check_table(table)
     grouped = table.groupby("component", sort=False)["plasticity"]
@@ -115,24 +78,20 @@ def subset_scores(
     blocks: Iterable[int] | None = None,
     kind: str = PLASTICITY,
 ) -> dict[str, float]:
-    """Score a subset of components by the per-component plasticity means of its block components.
-
-    ``emb`` never enters: its ratio is relative to pixels, another scale (``aggregate_plasticity`` gives it no
-    rank), so ``emb+fc1`` scores as ``fc1`` and ``all`` as its five block components.
+    """Score a subset by the plasticity means of its block components; ``emb`` never enters.
 
     Args:
         table: The per-layer table of a plasticity report.
         subset: The subset.
-        param_counts: The parameters per component, ``freezing.count_parameters(model, layout=...)``.
-        blocks: The block indices whose layers count (a trial's depth); None for every block.
+        param_counts: The parameters per component.
+        blocks: The block indices whose layers count (None: every block).
         kind: The criteria it scores: ``PLASTICITY``, or ``IN_NETWORK`` for a table measured in the network.
 
     Returns:
-        Each criterion of ``kind`` (``plasticity_mean``, ``plasticity_max``, ``plasticity_weighted``); NaN each for
-        a subset without a block component (the head alone, ``emb``).
+        Each criterion of ``kind``; NaN each for a subset without a block component.
 
     Raises:
-        UserError: If the table or ``param_counts`` lacks one of the subset's components.
+        UserError: The table or ``param_counts`` lacks one of the subset's components.
     """
     names = tuple(c for c in parse_subset(subset) if c != "emb")
     if not names:
@@ -154,35 +113,27 @@ def subset_scores(
 
 
 def num_blocks(table: pd.DataFrame) -> int:
-    """The number of blocks of the model a plasticity table was measured on (its block components' layers)."""
+    """Count the blocks of the model a plasticity table was measured on."""
     layers = table.loc[table["component"] != "emb", "layer"]
     return int(layers.max()) + 1 if len(layers) else 0
 
 
 def layer_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Plasticity per block component (rows, the paper's order) and layer (columns): the table beside a depth search."""
+    """Tabulate plasticity per block component (rows) and layer (columns)."""
     rows = table[table["component"] != "emb"]
     wide = rows.pivot_table(index="component", columns="layer", values="plasticity", aggfunc="mean")
     return wide.reindex([c for c in COMPONENTS if c in wide.index])
 
 
 def gradient_criteria(rows: pd.DataFrame) -> pd.DataFrame:
-    """Add each gradient criterion to a table of gradient sums, one row at a time (a layer's, or a component's).
-
-    Args:
-        rows: Rows with the sums of ``vit.gradients.gradient_table`` (``grad_sq``, ``weight_sq``, ``rgn_sum``,
-            ``tensors``).
-
-    Returns:
-        The table with one more column per criterion of kind ``GRADIENTS``.
-    """
+    """Add each gradient criterion as a column to a table of gradient sums, row by row."""
     rows = rows.reset_index(drop=True)
     found = {name: [CRITERIA[name].score(rows.iloc[[i]]) for i in range(len(rows))] for name in criteria(GRADIENTS)}
     return rows.assign(**{name: pd.Series(values, index=rows.index, dtype=float) for name, values in found.items()})
 
 
 def _component_sums(table: pd.DataFrame) -> pd.DataFrame:
-    """Per component (and per ``head_seed`` when the table has several heads): the gradient sums over its layers."""
+    """Sum the gradient table over each component's layers, per head seed when there are several."""
     keys = ["head_seed", "component"] if "head_seed" in table else ["component"]
     out = table.groupby(keys, sort=False)[["grad_sq", "weight_sq", "params", "tensors", "rgn_sum"]].sum().reset_index()
     order = out["component"].map({c: i for i, c in enumerate(COMPONENTS)})
@@ -190,16 +141,12 @@ def _component_sums(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def aggregate_criteria(table: pd.DataFrame) -> pd.DataFrame:
-    """Per component (and per ``head_seed`` when the table has several heads): the gradient criteria over all its
-    layers (``gradient_criteria`` of its sums): grad_norm and grad_norm_ratio of its whole parameter vector,
-    auto_rgn the mean over all its tensors."""
+    """Compute the gradient criteria of each component over its layers, per head seed."""
     return gradient_criteria(_component_sums(table)).drop(columns="rgn_sum")
 
 
 def criteria_summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per component and gradient criterion (kind ``GRADIENTS``) over the head seeds: mean, std (ddof=1), min, max, the rank
-    of the mean (1 = highest, over every component) and ``rank_changes``, whether some head seed ranks the
-    components in another order for that criterion."""
+    """Summarize each gradient criterion per component over the head seeds, with ranks and rank changes."""
     per = aggregate_criteria(table)
     seeds = per["head_seed"] if "head_seed" in per else pd.Series(0, index=per.index)
     rows = []
@@ -227,7 +174,7 @@ def criteria_summary(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def top_by_seed(table: pd.DataFrame, criterion: str) -> pd.Series:
-    """How many head seeds rank each component first by ``criterion`` (components that never are left out)."""
+    """Count how many head seeds rank each component first by ``criterion``."""
     per = aggregate_criteria(table)
     if "head_seed" not in per:
         per = per.assign(head_seed=0)
@@ -236,12 +183,7 @@ def top_by_seed(table: pd.DataFrame, criterion: str) -> pd.Series:
 
 
 def subset_criteria(table: pd.DataFrame, subset: str | Iterable[str]) -> dict[str, float]:
-    """Gradient criteria of a subset (like ``subset_scores``), the mean over head seeds of each seed's score.
-
-    Per head seed: grad_norm = ||g_S|| and grad_norm_ratio = ||g_S|| / ||theta_S|| over every parameter of the
-    subset; auto_rgn = the mean of its components' Auto-RGN (each the mean over the component's tensors).
-    ``table`` is ``measure_gradients``' (or one ``gradient_table``); the head-only subset gives NaN.
-    """
+    """Score a subset by the gradient criteria, the mean over head seeds; the head alone gives NaN."""
     names, kind = parse_subset(subset), criteria(GRADIENTS)
     if not names:
         return dict.fromkeys(kind, math.nan)
@@ -265,16 +207,13 @@ def _check_table(table: pd.DataFrame) -> None:
 
 
 def log_trainable_params(counts: float | Iterable[float] | pd.Series) -> float | np.ndarray:
-    """Compute the baseline predictor, the base-10 log of a trainable-parameter count (6.0 for a million).
-
-    Every log of a parameter count a user sees is this one: the search's trial table (``log10_trainable_params``),
-    its analysis and ``recommend`` (``log_trainable_params``). Rank statistics read any base alike.
+    """Compute the baseline predictor, the base-10 log of a trainable-parameter count.
 
     Args:
         counts: A count, or an array or column of counts.
 
     Returns:
-        The log10 of the count (a float), or of each count (an array); NaN where it is not a positive number.
+        The log10 of each count; NaN where it is not a positive number.
     """
     values = np.asarray(pd.to_numeric(counts, errors="coerce"), dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -283,20 +222,12 @@ def log_trainable_params(counts: float | Iterable[float] | pd.Series) -> float |
 
 
 def contains_mha_or_fc(subset: str | Iterable[str]) -> float:
-    """1.0 when a subset trains attention or a feed-forward layer (the paper's high-plasticity components), else 0.0."""
+    """Return 1.0 when a subset trains attention or a feed-forward layer, else 0.0."""
     return float(bool({"mha", "fc1", "fc2"} & set(parse_subset(subset))))
 
 
 def structure_scores(subset: str | Iterable[str], trainable_params: float | None) -> dict[str, float]:
-    """Score a subset by the criteria that need no measurement: its components and its trainable parameter count.
-
-    Args:
-        subset: The subset.
-        trainable_params: Its trainable parameter count (None: unknown, NaN scores).
-
-    Returns:
-        Each criterion of kind ``SUBSET`` and ``COUNT``.
-    """
+    """Score a subset by the criteria that need no measurement: its components and its parameter count."""
     names = parse_subset(subset)
     found = {name: CRITERIA[name].score(names) for name in criteria(SUBSET)}
     return found | {name: CRITERIA[name].score(trainable_params) for name in criteria(COUNT)}
