@@ -1,16 +1,4 @@
-"""MLflow's tracking server as an app plugin (the ``mlflow.app`` entry point ``vitplast``: ``mlflow server --app-name
-vitplast``, which ``vitplast ui`` starts): MLflow's own app, whose UI page opens in model-training mode in a browser
-that has not chosen a mode.
-
-MLflow 3.17's and 3.18's UI takes its mode from the URL's ``workflowType``, else from the browser's own setting (local
-storage ``mlflow.workflowType_v1``, the JSON of "machine_learning" or "genai", written when a user clicks a mode),
-else GenAI; the experiment's ``mlflow.experimentKind`` tag is not read. So the page the server sends for every UI URL
-(its ``index.html``, served by the Flask view ``serve``) gains one script, run before the UI's bundle, that writes
-that setting where it is unset: the same as a user's one click on "Model training", never over a user's choice.
-Read from MLflow 3.17.2's server (``mlflow/server/__init__.py``, ``fastapi_app.py``) and UI bundle (its
-``useLocalStorage`` hook: key ``f"{key}_v{version}"``, value ``JSON.stringify``); tested in Chromium against the
-installed version (``tests/records/test_mlflow_modes.py``).
-"""
+"""Serve MLflow's app with its UI opening in model-training mode; read from MLflow 3.17.2 and tested in Chromium."""
 
 from __future__ import annotations
 
@@ -29,13 +17,13 @@ SEED = (
 
 
 def seeded(index_html: str) -> str:
-    """The UI page ``index_html`` with the mode's seed as the first thing its head runs.
+    """Put the mode's seed first in the UI page's head.
 
     Args:
-        index_html: the text of MLflow's ``index.html``.
+        index_html: The text of MLflow's ``index.html``.
 
     Returns:
-        The page with ``SEED`` right after ``<head>`` (before it when the page has no head tag).
+        The page with ``SEED`` right after ``<head>``, or before the page without one.
     """
     head = index_html.find("<head>")
     if head < 0:
@@ -44,10 +32,10 @@ def seeded(index_html: str) -> str:
 
 
 def create_app():
-    """MLflow's server app with the seeded UI page: the FastAPI app under uvicorn (MLflow's default), else Flask's.
+    """Build MLflow's server app with the seeded UI page: FastAPI's under uvicorn, else Flask's.
 
     Returns:
-        The app for the server ``mlflow server --app-name vitplast`` runs (a factory: MLflow calls it).
+        The app that ``mlflow server --app-name vitplast`` runs.
     """
     from mlflow.server import app
 

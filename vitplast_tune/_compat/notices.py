@@ -1,7 +1,4 @@
-"""Other projects' loggers whose start-up notices a user of the command line need not read (read from Ray 2.60.0,
-MLflow 3.17.2 and Alembic 1.x): ``vitplast`` quiets them unless ``--verbose`` or ``VITPLAST_LOG_LEVEL=DEBUG``
-(``log.quiet_notices``). Each maps to the lowest level still let through: a real failure still shows.
-"""
+"""List other projects' start-up notices the command line quiets, each with the lowest level still shown."""
 
 from __future__ import annotations
 

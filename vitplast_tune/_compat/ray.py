@@ -1,9 +1,4 @@
-"""Ray core internals (read from Ray 2.60.0): this process's own node, the resources a local instance would have,
-the autoscaler's status report and cluster config in the GCS, whether this code runs in a Ray worker, and the
-placement groups that Ray Train runs left behind.
-
-Each returns None (or False) when Ray moved it, so a caller falls back to what public APIs tell.
-"""
+"""Read Ray core internals (from Ray 2.60.0); each returns None or False when Ray moved it."""
 
 from __future__ import annotations
 
@@ -13,8 +8,7 @@ from typing import Any
 
 
 def local_resources() -> dict[str, float] | None:
-    """The resources a local Ray instance would have on this machine (CPUs, GPUs, accelerators, with
-    RAY_OVERRIDE_RESOURCES), known before it starts: ``ray._private.resource_and_label_spec.ResourceAndLabelSpec``."""
+    """Return the resources a local Ray instance would have on this machine, before it starts."""
     try:
         from ray._private.resource_and_label_spec import ResourceAndLabelSpec
 
@@ -26,7 +20,7 @@ def local_resources() -> dict[str, float] | None:
 
 
 def started_here() -> bool:
-    """Whether this process started the Ray instance it uses (its ``_global_node`` is a head node)."""
+    """Tell whether this process started the Ray instance it uses."""
     try:
         import ray._private.worker
 
@@ -37,7 +31,7 @@ def started_here() -> bool:
 
 
 def in_worker() -> bool:
-    """Whether this code runs in a Ray task or actor (``global_worker.mode`` is WORKER_MODE), without importing Ray."""
+    """Tell whether this code runs in a Ray task or actor, without importing Ray."""
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized():
         return False
@@ -48,8 +42,7 @@ def in_worker() -> bool:
 
 
 def autoscaler_node_types() -> dict[str, str] | None:
-    """The autoscaler's last report's node-type mapping (node id -> type name) from the GCS's internal KV
-    (``ray_constants.DEBUG_AUTOSCALING_STATUS``); None when there is no report."""
+    """Return the node-type mapping of the autoscaler's last report, or None."""
     try:
         from ray._private import ray_constants
         from ray.experimental.internal_kv import _internal_kv_get
@@ -63,8 +56,7 @@ def autoscaler_node_types() -> dict[str, str] | None:
 
 
 def cluster_node_groups() -> dict[str, dict[str, float]] | None:
-    """{node group: resources} of the cluster config autoscaler v2 keeps in the GCS (KubeRay's default), groups that
-    may not grow left out; None when there is none (``ray._private.state.state.get_cluster_config``)."""
+    """Return the resources of each node group that may grow in autoscaler v2's cluster config, or None."""
     try:
         import ray._private.state
 
@@ -77,15 +69,7 @@ def cluster_node_groups() -> dict[str, dict[str, float]] | None:
 
 
 def orphaned_train_placement_groups() -> list[Any] | None:
-    """The placement groups of Ray Train runs whose controller died (its trial stopped by a scheduler, or killed).
-
-    Ray keeps a placement group until both the actor and the job that made it have ended, so the workers' group of
-    a Train run whose controller died holds its CPUs and GPUs while the search runs; Train's own
-    ``PlacementGroupCleaner`` asks the State API for the controller, which a local instance without a dashboard (or a
-    machine with several Ray instances) does not answer. Read from the GCS's placement group table
-    (``gcs_pb2.PlacementGroupTableData``: ``creator_actor_id``, ``creator_actor_dead``, ``is_detached``) and the
-    actor table (the creator's class, ``TrainController``). None when Ray moved them.
-    """
+    """List the placement groups of Ray Train runs whose controller died, or None."""
     try:
         import ray
         from ray._private.state import actors, state

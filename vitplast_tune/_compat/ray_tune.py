@@ -1,8 +1,4 @@
-"""Ray Tune internals (read from Ray 2.60.0): ``OptunaSearch``'s live Optuna study and trials, a restored
-``Tuner``'s run config (Ray restores the pickled callbacks and failure budget, with no public way to renew them),
-where a trial's experiment keeps its state, a trial's error text, the loggers that report failed saves of the
-experiment state (Tune logs them instead of raising) and failed trials, and the temporary files of those saves.
-"""
+"""Read Ray Tune internals (from Ray 2.60.0): OptunaSearch's study, a restored Tuner's run config, and trial state."""
 
 from __future__ import annotations
 
@@ -13,23 +9,22 @@ from typing import Any
 
 
 def optuna_study(searcher) -> Any:
-    """The Optuna study an ``OptunaSearch`` asks and tells (``_ot_study``)."""
+    """Return the Optuna study an ``OptunaSearch`` asks and tells."""
     return searcher._ot_study
 
 
 def optuna_trials(searcher) -> dict[str, Any]:
-    """The live Optuna trial of each Tune trial id an ``OptunaSearch`` suggested and has not ended (``_ot_trials``)."""
+    """Return the live Optuna trial of each Tune trial an ``OptunaSearch`` suggested and has not ended."""
     return searcher._ot_trials
 
 
 def completed_trials(searcher) -> set[str]:
-    """The Tune trial ids an ``OptunaSearch`` has already told Optuna about (``_completed_trials``)."""
+    """Return the Tune trial ids an ``OptunaSearch`` has already told Optuna about."""
     return searcher._completed_trials
 
 
 def renew_run_config(restored, renew: Callable[[Any], Any]) -> None:
-    """Apply ``renew(run_config) -> run_config`` to a restored Tuner's run config: in this process (``_local_tuner``),
-    or in the Tuner actor of a Ray Client (ray://) driver (``_remote_tuner``)."""
+    """Apply ``renew`` to a restored Tuner's run config, here or in a Ray Client's Tuner actor."""
     if getattr(restored, "_local_tuner", None) is not None:
         renew(restored._local_tuner.get_run_config())
         return
@@ -60,23 +55,20 @@ _TEMPORARY_STATE_FILE = re.compile(r"/\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9
 
 
 def renamed_while_uploaded(error: BaseException | str | None) -> bool:
-    """Whether ``error`` (an exception, or a traceback's text) is an upload of Tune's state that listed a temporary
-    file of the next save and found it renamed before it opened it: the state is whole, and Tune starts the next
-    upload as it reports the failed one."""
+    """Tell whether an upload of Tune's state failed only because the next save renamed a file."""
     if isinstance(error, BaseException):
         return isinstance(error, FileNotFoundError) and _TEMPORARY_STATE_FILE.search(str(error)) is not None
     return isinstance(error, str) and "FileNotFoundError" in error and _TEMPORARY_STATE_FILE.search(error) is not None
 
 
 def experiment_paths(trial) -> tuple[Path, tuple[Any, str]]:
-    """Where a trial's experiment keeps its state: the driver's staging folder (Tune writes its state files there
-    first, then uploads them) and (the storage's pyarrow filesystem, the experiment's path in it)."""
+    """Return where a trial's experiment keeps its state: the driver's staging folder and the storage."""
     storage = trial.storage
     return Path(storage.experiment_driver_staging_path), (storage.storage_filesystem, storage.experiment_fs_path)
 
 
 def trial_error_text(trial) -> str:
-    """The text of a trial's latest failure (its error file on the driver), or "" when it has none."""
+    """Return the text of a trial's latest failure, or "" when it has none."""
     path = trial.error_file
     try:
         text = Path(path).read_text(errors="replace") if path else ""

@@ -1,7 +1,4 @@
-"""The versions of the projects whose internals this package reads, as read and tested: Ray and Ray Tune
-(``_compat.ray``, ``_compat.ray_tune``), MLflow (``_compat.mlflow``, ``_compat.mlflow_app``) and timm (the private
-embedding methods in ``vit/families``). A newer installed version is named in a note before a search starts, so a
-user who meets a moved internal knows where to look."""
+"""Name the versions whose internals this package reads, and note a newer one installed before a search starts."""
 
 from __future__ import annotations
 
@@ -19,14 +16,13 @@ def _major_minor(version: str) -> tuple[int, ...]:
 
 
 def untested(installed: dict[str, str] | None = None) -> list[str]:
-    """A note for each project whose installed version is newer (major.minor) than the one its internals were read from.
+    """Note each project whose installed version is newer than the one its internals were read from.
 
     Args:
-        installed: The installed versions by project (None: read from the installed packages' metadata).
+        installed: The installed versions by project (None: read from the packages' metadata).
 
     Returns:
-        E.g. ``["ray 2.61.0 is newer than 2.60, whose internals this version of vitplast_tune reads
-        (_compat.versions): untested with it; ..."]``; empty when every one is as read.
+        One note per newer project; empty when every one is as read.
     """
     notes = []
     for project, read in READ_FROM.items():
