@@ -1,5 +1,4 @@
-"""The space language: typed parameter distributions and the search-space files made of them; nothing here knows
-Ray or MLflow."""
+"""Define the space language: typed parameter distributions and the search-space files made of them."""
 
 import lazy_loader as _lazy
 

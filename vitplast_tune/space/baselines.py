@@ -1,16 +1,4 @@
-"""The baselines of a search: full finetuning (``all`` in every block) and the linear probe (``head``), each trained as
-a reference trial of the search at a few rates of its rate dimension, so that every answer is compared with both.
-
-Here, without Ray: the space key ``baselines: {rates: R}`` (``parse_baselines``; 0 turns them off), the rates
-(``sweep``), the reference trials' configs (``references``) and a trial's stage (``stage_of``). The reference trials
-come first, each marked in its config (``REFERENCE_KEY``); Ray Tune's scheduler never stops one early
-(``run.finalists``) and TPE does not learn from them (its study holds the trials it drew).
-
-Where the space has no key, a TPE search over components (``algorithm: optuna`` and a ``components`` that is not a
-constant) of at least ``DEFAULT_TRIALS`` trials (twice the reference trials ``DEFAULT_RATES`` makes) trains
-``DEFAULT_RATES`` rates of each; any other search none, a smoke test of a few trials included (a plan turns off the
-reference trials of a search with fewer than twice as many trials of its own, with a note: ``plan.finalists``).
-"""
+"""Plan a search's reference trials of full finetuning and the linear probe, at a few rates each."""
 
 from __future__ import annotations
 
@@ -29,30 +17,14 @@ SEARCH, BASELINE, FINALIST = "search", "baseline", "finalist"  # a trial's stage
 
 
 def applies(algorithm: str, parameters: dict[str, Distribution]) -> bool:
-    """Whether a space can train reference trials: a TPE search (``algorithm: optuna``) whose components vary, and
-    whose rate, if it has one, is a constant, a choice or a range of floats (``sweep``)."""
+    """Tell whether a space can train reference trials: a TPE search whose components vary."""
     components, lr = parameters.get("components"), parameters.get("lr")
     varies = components is not None and not isinstance(components, Constant)
     return algorithm == "optuna" and varies and (lr is None or isinstance(lr, (Constant, Choice, Uniform)))
 
 
 def parse_baselines(raw: Any, algorithm: str, parameters: dict[str, Distribution], num_samples: int, where: str) -> int:
-    """Read a space file's ``baselines`` key: how many rates each baseline trains at.
-
-    Args:
-        raw: The key's value: ``{rates: R}`` (None: absent).
-        algorithm: The space's algorithm.
-        parameters: Its parameters.
-        num_samples: Its trials.
-        where: The file, for messages.
-
-    Returns:
-        The rates per baseline: the key's, else ``DEFAULT_RATES`` where the space applies (``applies``) and runs at
-        least ``DEFAULT_TRIALS`` trials, else 0.
-
-    Raises:
-        SpaceError: Not ``{rates: R}`` with R an integer >= 0, or R > 0 in a space that does not apply (``applies``).
-    """
+    """Read a space file's ``baselines`` key, ``{rates: R}``, else its default, as the rates per baseline."""
     if raw is None:
         return DEFAULT_RATES if applies(algorithm, parameters) and num_samples >= DEFAULT_TRIALS else 0
     rates = raw.get("rates") if isinstance(raw, dict) and set(raw) == {"rates"} else None
@@ -68,17 +40,7 @@ def parse_baselines(raw: Any, algorithm: str, parameters: dict[str, Distribution
 
 
 def sweep(lr: Distribution | None, rates: int) -> list[float | None]:
-    """The rates a baseline trains at: ``rates`` points spread evenly over the rate dimension (in log for a
-    log-uniform one, each in the middle of its share), its listed values (evenly picked), or its one value.
-
-    Args:
-        lr: The space's ``lr`` parameter (None: the settings' rate).
-        rates: How many.
-
-    Returns:
-        The rates, ascending (None: the settings' rate); none when ``rates`` is 0. A rate of another kind (an
-        integer range) gets its lower end.
-    """
+    """Spread ``rates`` rates over the rate dimension, in log for a log-uniform one; None is the settings' rate."""
     if rates <= 0:
         return []
     if lr is None:
@@ -99,19 +61,7 @@ def sweep(lr: Distribution | None, rates: int) -> list[float | None]:
 
 
 def references(parameters: dict[str, Distribution], rates: int) -> list[dict[str, Any]]:
-    """The configs of a space's reference trials, in the order they are suggested: each rate of the sweep, full
-    finetuning then the linear probe.
-
-    Each holds the space's constants, the first value of any other parameter it searches (``depth``: all), its
-    subset, its rate and ``REFERENCE_KEY``: its number (from 1) and the reference trials in all (``of``).
-
-    Args:
-        parameters: The space's parameters.
-        rates: The rates per baseline (a ``SearchSpec``'s ``baselines``; 0: none).
-
-    Returns:
-        The configs; none without baselines.
-    """
+    """Make the configs of a space's reference trials: each rate, full finetuning then the linear probe."""
     base: dict[str, Any] = {}
     for name, p in parameters.items():
         if name not in ("components", "lr", "seed", "blocks"):
@@ -125,8 +75,7 @@ def references(parameters: dict[str, Distribution], rates: int) -> list[dict[str
 
 
 def stage_of(config: dict[str, Any]) -> str:
-    """A trial's stage from its config: ``finalist`` (trained again after the search), ``baseline`` (a reference
-    trial) or ``search`` (one its sampler drew)."""
+    """Return a trial's stage from its config: ``finalist``, ``baseline`` or ``search``."""
     if isinstance(config.get(FINALIST_KEY), dict):
         return FINALIST
     return BASELINE if isinstance(config.get(REFERENCE_KEY), dict) else SEARCH

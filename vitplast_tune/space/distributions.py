@@ -1,10 +1,4 @@
-"""The typed parameter distributions of a space file, in the manner of Optuna's: each kind knows its Optuna suggestion
-(define-by-run), its grid values and the values that probe its corners.
-
-What trains is encoded for Optuna as one boolean ``train_<name>`` per component (a subset) or one categorical
-``method_<name>`` per component (a method each): ``components.component_flag`` and ``components.method_flag``.
-Nothing here knows Ray: its search-space forms are ``run.variants``'s.
-"""
+"""Define the typed parameter distributions of a space file, in the manner of Optuna's."""
 
 from __future__ import annotations
 
@@ -35,9 +29,7 @@ N = TypeVar("N", int, float)
 
 @dataclass(frozen=True)
 class Distribution:
-    """One parameter of a space, in the manner of Optuna's distributions.
-
-    Each kind knows its Optuna suggestion, its grid values and the values that probe its corners.
+    """Hold one parameter of a space, with its Optuna suggestion, grid values and corners.
 
     Attributes:
         name: The parameter's name in the space file and in a trial's config.
@@ -58,13 +50,10 @@ class Distribution:
         raise NotImplementedError
 
     def grid_values(self) -> list[Any]:
-        """List every value, for a grid search.
+        """List every value, for a grid search; a range refuses.
 
         Returns:
             The values.
-
-        Raises:
-            UserError: If the parameter is a range.
         """
         raise SpaceError(f'parameter "{self.name}" is a range; a grid needs {{choice: [...]}}')
 
@@ -77,17 +66,17 @@ class Distribution:
         return self.grid_values()
 
     def describe(self) -> str:
-        """Put the distribution in words, as a dry run prints it (``log-uniform [0.001, 1]``).
+        """Put the distribution in words, as a dry run prints it.
 
         Returns:
-            The words.
+            The words, e.g. ``log-uniform [0.001, 1]``.
         """
         raise NotImplementedError
 
 
 @dataclass(frozen=True)
 class Constant(Distribution):
-    """A plain value, the same in every trial.
+    """Hold a plain value, the same in every trial.
 
     Attributes:
         value: The value.
@@ -107,7 +96,7 @@ class Constant(Distribution):
 
 @dataclass(frozen=True)
 class Choice(Distribution):
-    """One of the listed values, written ``{choice: [a, b, ...]}``.
+    """Draw one of the listed values, written ``{choice: [a, b, ...]}``.
 
     Attributes:
         values: The values.
@@ -128,7 +117,7 @@ class Choice(Distribution):
 
 @dataclass(frozen=True)
 class _Range(Distribution, Generic[N]):
-    """A number drawn between two ends, both included, as Optuna's ``FloatDistribution`` and ``IntDistribution``.
+    """Draw a number between two ends, both included.
 
     Attributes:
         low: The lower end.
@@ -158,14 +147,14 @@ class _Range(Distribution, Generic[N]):
 
 @dataclass(frozen=True)
 class Uniform(_Range[float]):
-    """A float drawn uniformly, written ``{uniform: [low, high]}``."""
+    """Draw a float uniformly, written ``{uniform: [low, high]}``."""
 
     words: ClassVar[str] = "uniform [{low:g}, {high:g}]"
 
 
 @dataclass(frozen=True)
 class LogUniform(Uniform):
-    """A positive float drawn uniformly in log space, written ``{loguniform: [low, high]}``."""
+    """Draw a positive float uniformly in log space, written ``{loguniform: [low, high]}``."""
 
     log: ClassVar[bool] = True
     words: ClassVar[str] = "log-uniform [{low:g}, {high:g}]"
@@ -173,7 +162,7 @@ class LogUniform(Uniform):
 
 @dataclass(frozen=True)
 class RandInt(_Range[int]):
-    """An integer in [low, high], both ends included, written ``{randint: [low, high]}``."""
+    """Draw an integer in [low, high], written ``{randint: [low, high]}``."""
 
     integer: ClassVar[bool] = True
     words: ClassVar[str] = "an integer in [{low}, {high}]"
@@ -181,13 +170,10 @@ class RandInt(_Range[int]):
 
 @dataclass(frozen=True)
 class Subsets(Distribution):
-    """Any subset of the components: ``{subsets: any}`` (non-empty) or ``{subsets: any_or_head}`` (also none).
-
-    For Optuna a subset is one boolean per component. For a non-empty subset, the last flag is only
-    asked when an earlier one is set; otherwise fc2 is forced on (and recorded as a constant).
+    """Draw any subset of the components: ``{subsets: any}``, or ``{subsets: any_or_head}`` to allow none.
 
     Attributes:
-        allow_head: Whether the linear probe (no component) is a value too.
+        allow_head: Whether the linear probe, with no component, is a value too.
     """
 
     allow_head: bool = False
@@ -214,13 +200,7 @@ class Subsets(Distribution):
 
 @dataclass(frozen=True)
 class Methods(Distribution):
-    """A method per component, written ``{methods: {mha: [lora, full], fc1: full, ln2: [bitfit, frozen]}}``.
-
-    One listed method is a constant; components left out are frozen. A value is written as the subset
-    ``mha:lora+fc1+ln2:bitfit``. For Optuna each listed choice is one categorical ``method_<name>``. Never all frozen
-    (unless nothing listed can train): when no constant trains and every earlier component came out frozen, the
-    last one with a choice is not asked but takes its first trained method (recorded as a constant), as
-    ``Subsets`` does with fc2.
+    """Draw a method per component, written ``{methods: {mha: [lora, full], fc1: full}}``; others stay frozen.
 
     Attributes:
         choices: Each listed component with its methods, in canonical order.
@@ -262,7 +242,7 @@ _DISTRIBUTIONS: dict[str, type[Distribution]] = {
 
 
 def _subset(value: Any, where: str) -> str:
-    """A component subset named in a space file; an empty list is a mistake ("head" is explicit)."""
+    """Read a component subset named in a space file; an empty list is a mistake."""
     if not isinstance(value, (str, list)) or (isinstance(value, list) and not value) or value == "":
         raise SpaceError(
             f"{where}: empty or malformed component subset {value!r}; name components such as "
@@ -281,9 +261,6 @@ def parse_param(name: str, raw: Any, where: str) -> Distribution:
 
     Returns:
         The distribution.
-
-    Raises:
-        UserError: If the value is malformed.
     """
     if not isinstance(raw, dict):
         if name == "components":
@@ -322,7 +299,7 @@ def parse_param(name: str, raw: Any, where: str) -> Distribution:
 
 
 def _range(name: str, kind: str, arg: Any, where: str) -> Distribution:
-    """``{uniform | loguniform | randint: [low, high]}``, checked."""
+    """Read ``{uniform | loguniform | randint: [low, high]}``."""
     if not (isinstance(arg, list) and len(arg) == 2 and all(isinstance(v, (int, float)) for v in arg)):
         raise SpaceError(f'{where}: parameter "{name}" {{{kind}: ...}} needs [low, high] numbers, got {arg!r}')
     low, high = float(arg[0]), float(arg[1])
@@ -340,8 +317,7 @@ def _range(name: str, kind: str, arg: Any, where: str) -> Distribution:
 
 
 def _components_or_depth(name: str, kind: str, arg: Any, where: str) -> Distribution:
-    """``components: {methods: {...}}`` (a method per component) or ``depth: {contiguous: N}`` (every contiguous
-    block range of an N-block model, a choice)."""
+    """Read ``components: {methods: ...}`` or ``depth: {contiguous: N}``."""
     if kind == "contiguous":
         if name != "depth":
             raise SpaceError(f'{where}: {{contiguous: N}} only applies to "depth", not "{name}"')
@@ -371,7 +347,7 @@ def _components_or_depth(name: str, kind: str, arg: Any, where: str) -> Distribu
 
 
 def _where(check, value: Any, where: str) -> Any:
-    """``check(value)``, its UserError prefixed by the file it came from; the value."""
+    """Return ``check(value)``, its UserError prefixed by the file it came from."""
     try:
         check(value)
     except UserError as exc:
@@ -380,7 +356,7 @@ def _where(check, value: Any, where: str) -> Any:
 
 
 class OptunaSpace:
-    """Define-by-run function for Ray Tune's OptunaSearch (picklable, so the searcher can be saved).
+    """Ask an Optuna trial for every parameter, define-by-run, as Ray Tune's OptunaSearch takes it.
 
     Args:
         parameters: The space's distributions, by name.

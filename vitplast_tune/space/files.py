@@ -1,25 +1,4 @@
-"""Search-space files: reading and validating them into a ``SearchSpec`` (nothing here knows Ray or MLflow).
-
-A space file is YAML (see ``search_spaces/component_subsets.yaml``)::
-
-    description: Any non-empty subset of the six components, and the learning rate.
-    metric: val_acc            # what to optimise, reported by every trial
-    mode: max                  # max | min
-    algorithm: optuna          # optuna | grid | random
-    sampler: tpe               # optuna's sampler: tpe | tpe-multivariate | gp | cmaes | random | qmc | grid
-    num_samples: 20            # trials (grid: repeats of the whole grid)
-    scheduler: {name: asha, grace_period: 100, reduction_factor: 3}   # asha | median | fifo
-    parameters:                # what each trial gets; a plain value is a constant
-      components: {subsets: any}          # or {choice: [[mha], [fc1], all, head]} or "mha+fc1"
-      lr: {loguniform: [1.0e-3, 1.0]}     # also {uniform: [a, b]}, {randint: [a, b]}, {choice: [...]}
-      optimizer: sgd
-    defaults: {max_steps: 400, batch_size: 64}   # experiment settings; command-line flags override
-
-The optional keys (several objectives, ``max_trainable_params``, ``warm_start``, ``budgets``, ``finalists``,
-``baselines``) are explained in docs/guide/spaces.md and docs/guide/recommend.md.
-
-A subset is encoded for Optuna as one boolean per component (``train_emb`` ... ``train_fc2``).
-"""
+"""Read and validate search-space files into a ``SearchSpec``; docs/guide/spaces.md describes their keys."""
 
 from __future__ import annotations
 
@@ -46,7 +25,7 @@ def spaces_dir() -> Path:
     """Find the folder of the shipped space files.
 
     Returns:
-        ``search_spaces/`` at the repository's top, installed as the package ``SHIPPED``.
+        ``search_spaces/``, installed as the package ``SHIPPED``.
     """
     try:
         return Path(str(importlib.resources.files(SHIPPED)))
@@ -64,7 +43,7 @@ _SCHEDULER_KEYS = ("name", "grace_period", "reduction_factor")
 
 @dataclass(frozen=True)
 class SchedulerSpec:
-    """Early stopping: ``asha`` (grace period and reduction factor in steps), ``median`` or ``fifo`` (none)."""
+    """Say how trials stop early: ``asha`` with its grace period and reduction factor, ``median`` or ``fifo``."""
 
     name: str = "fifo"
     grace_period: int = 100
@@ -73,7 +52,7 @@ class SchedulerSpec:
 
 @dataclass(frozen=True)
 class Budget:
-    """One step budget of a grid with ``budgets``: its steps, and the parameters it narrows to fewer choices."""
+    """Hold one step budget of a grid: its steps, and the parameters it narrows to fewer choices."""
 
     steps: int
     narrowed: dict[str, Distribution] = field(default_factory=dict)
@@ -81,28 +60,28 @@ class Budget:
 
 @dataclass(frozen=True)
 class SearchSpec:
-    """A validated space file.
+    """Hold a validated space file.
 
     Attributes:
         name: The file's name without its suffix.
         path: Where it was read from.
         description: Its ``description``.
-        metric: The metric to optimise (the first, with several objectives).
-        mode: ``max`` or ``min`` (the first metric's).
+        metric: The metric to optimise; the first of several objectives.
+        mode: ``max`` or ``min``, the first metric's.
         algorithm: ``optuna``, ``grid`` or ``random``.
-        sampler: Optuna's sampler, by its name in ``space.samplers`` (``optuna`` only).
-        num_samples: Trials (a grid: repeats of the whole grid).
+        sampler: Optuna's sampler, by its name in ``space.samplers``.
+        num_samples: Trials; for a grid, repeats of the whole grid.
         scheduler: The early stopping.
         parameters: What each trial gets, by name.
         defaults: Experiment settings, which command-line flags override.
         text: The file's content.
-        criteria: Whether the criteria lab compares pre-training predictors per subset at the end.
+        criteria: Whether the criteria lab compares the predictors per subset at the end.
         objectives: The (metric, mode) of each objective; two or more make a multi-objective search.
-        max_trainable_params: The parameter budget: trials over it are not trained (None: no budget).
+        max_trainable_params: The parameter budget; trials over it are not trained.
         warm_start: How many recommended subsets TPE tries first.
-        budgets: The step budgets of a grid run at several (each trial's ``max_steps``).
-        finalists: The finalists stage after the search's trials (``space.finalists``; ``OFF`` without the key).
-        baselines: The rates each baseline trains at as a reference trial (``space.baselines``; 0: none).
+        budgets: The step budgets of a grid run at several.
+        finalists: The finalists stage after the search's trials.
+        baselines: How many rates each baseline trains at as a reference trial.
     """
 
     name: str
@@ -116,40 +95,39 @@ class SearchSpec:
     parameters: dict[str, Distribution]
     defaults: dict[str, Any] = field(default_factory=dict)
     text: str = ""
-    criteria: bool = False  # the criteria lab: compare pre-training predictors per subset at the end
-    objectives: tuple[tuple[str, str], ...] = ()  # (metric, mode) of each objective; two or more: multi-objective
-    max_trainable_params: int | None = None  # the parameter budget: trials over it are not trained
-    warm_start: int = 0  # the recommended subsets TPE tries first
-    budgets: tuple[Budget, ...] = ()  # a grid at several step budgets (each trial's max_steps)
-    finalists: Finalists = OFF  # the best configurations and the baselines again on several seeds, after the trials
-    baselines: int = 0  # full finetuning and the linear probe as reference trials, at this many rates each
-    sampler: str = samplers.DEFAULT  # Optuna's sampler (``space.samplers``)
+    criteria: bool = False
+    objectives: tuple[tuple[str, str], ...] = ()
+    max_trainable_params: int | None = None
+    warm_start: int = 0
+    budgets: tuple[Budget, ...] = ()
+    finalists: Finalists = OFF
+    baselines: int = 0
+    sampler: str = samplers.DEFAULT
 
     @property
     def multi_objective(self) -> bool:
-        """Whether Optuna optimises several objectives (``metric`` and ``mode`` given as lists)."""
+        """Tell whether Optuna optimises several objectives."""
         return len(self.objectives) > 1
 
     @property
     def has_seeds(self) -> bool:
-        """Whether trials repeat over seeds (a ``seed`` parameter that varies): the paper's protocol applies."""
+        """Tell whether trials repeat over seeds, so the paper's protocol applies."""
         seed = self.parameters.get("seed")
         return seed is not None and not isinstance(seed, Constant)
 
     @property
     def budget_steps(self) -> tuple[int, ...]:
-        """The step count of each budget (empty without budgets)."""
+        """Return the step count of each budget."""
         return tuple(b.steps for b in self.budgets)
 
     @property
     def fingerprint(self) -> str:
-        """Hash of the file's content: a resumed search must use the same space."""
+        """Hash the file's content; a resumed search must use the same space."""
         return hashlib.sha256(self.text.encode()).hexdigest()[:16]
 
     @property
     def grid(self) -> list[dict[str, Any]]:
-        """Every configuration of a grid space (one repeat), in file order; with budgets, each budget's grid in turn
-        (its narrowed parameters, and ``max_steps``)."""
+        """List every configuration of a grid space in file order, each budget's grid in turn."""
         names = list(self.parameters)
         if not self.budgets:
             return [dict(zip(names, combo)) for combo in itertools.product(*self._axes(self.parameters))]
@@ -165,8 +143,7 @@ class SearchSpec:
 
     @property
     def total_trials(self) -> int:
-        """Trials this space runs before any finalists: num_samples (and the baselines' reference trials), or grid size
-        times num_samples for a grid."""
+        """Count the trials this space runs before any finalists."""
         return (
             len(self.grid) * self.num_samples
             if self.algorithm == "grid"
@@ -177,7 +154,7 @@ class SearchSpec:
         """Make one representative configuration, for validating settings.
 
         Returns:
-            The first corner of each parameter (and the first budget's ``max_steps``).
+            The first corner of each parameter, and the first budget's ``max_steps``.
         """
         steps = {"max_steps": self.budgets[0].steps} if self.budgets else {}
         return {**{name: p.corners()[0] for name, p in self.parameters.items()}, **steps}
@@ -193,18 +170,14 @@ class SearchSpec:
         return [base] + [{**base, name: v} for name, p in self.parameters.items() for v in p.corners()[1:]] + budgets
 
     def with_overrides(self, num_samples: int | None = None, budgets: Sequence[int] | None = None) -> SearchSpec:
-        """Apply the command line's ``--num-samples`` and ``--budgets`` to a copy, validated.
+        """Apply the command line's ``--num-samples`` and ``--budgets`` to a validated copy.
 
         Args:
-            num_samples: The trials (a grid: repeats) in place of the file's; None keeps them.
-            budgets: Step counts: the i-th replaces the steps of the space's i-th budget and keeps the parameters it
-                narrows; one beyond the space's budgets trains the whole grid. None keeps the file's.
+            num_samples: The trials in place of the file's; None keeps them.
+            budgets: Step counts that replace the budgets' steps in order; one more trains the whole grid.
 
         Returns:
-            The copy (``self`` when nothing changes).
-
-        Raises:
-            UserError: If ``num_samples`` is below 1, or the budgets do not fit the space's algorithm.
+            The copy, or ``self`` when nothing changes.
         """
         spec = self
         if num_samples is not None:
@@ -215,14 +188,14 @@ class SearchSpec:
             narrowed = [b.narrowed for b in self.budgets]
             entries = [{"steps": s, **(narrowed[i] if i < len(narrowed) else {})} for i, s in enumerate(budgets)]
             entries = [{k: v.grid_values() if k != "steps" else v for k, v in e.items()} for e in entries]
-            spec = replace(spec, budgets=parse_budgets(entries, self.parameters, f"{self.path} with --budgets"))
+            spec = replace(spec, budgets=_parse_budgets(entries, self.parameters, f"{self.path} with --budgets"))
         if spec is not self:
             _check_algorithm(spec)
         return spec
 
 
-def resolve_space_path(name_or_path: str | Path) -> Path:
-    """A space file by path, else by name among the shipped ones (``spaces_dir``) (.yaml optional)."""
+def _resolve_space_path(name_or_path: str | Path) -> Path:
+    """Find a space file by path, else by name among the shipped ones."""
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return path
@@ -240,7 +213,7 @@ def resolve_space_path(name_or_path: str | Path) -> Path:
 
 
 def list_spaces() -> list[str]:
-    """List the names of the space files shipped with the package (in ``spaces_dir``).
+    """List the names of the space files shipped with the package.
 
     Returns:
         The names, sorted, without the ``.yaml`` suffix.
@@ -253,16 +226,16 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
     """Read and validate a space file.
 
     Args:
-        name_or_path: A path to a YAML file, else the name of a shipped space (``.yaml`` optional).
+        name_or_path: A path to a YAML file, else the name of a shipped space.
 
     Returns:
         The validated space.
 
     Raises:
-        UserError: If the file is not found or is malformed; the message names the file and the problem.
+        UserError: The file is not found or is malformed; the message names the file and the problem.
     """
-    path = resolve_space_path(name_or_path)
-    raw, text = read_yaml(path, "space file", SpaceError)  # within bounds: its size, UTF-8, no aliases
+    path = _resolve_space_path(name_or_path)
+    raw, text = read_yaml(path, "space file", SpaceError)
     where = str(path)
     if not isinstance(raw, dict):
         raise SpaceError(f"{where}: a space file is a YAML mapping with keys {', '.join(_TOP_KEYS)}")
@@ -295,7 +268,7 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
         warm_start=_positive_int(raw.get("warm_start", 0), where, "warm_start", minimum=0),
         finalists=parse_finalists(raw.get("finalists"), where),
     )
-    spec = replace(spec, budgets=parse_budgets(raw.get("budgets"), spec.parameters, where))
+    spec = replace(spec, budgets=_parse_budgets(raw.get("budgets"), spec.parameters, where))
     spec = replace(
         spec, baselines=parse_baselines(raw.get("baselines"), spec.algorithm, spec.parameters, spec.num_samples, where)
     )
@@ -304,7 +277,7 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
 
 
 def _parse_objectives(raw: dict, where: str) -> tuple[tuple[str, str], ...]:
-    """``metric``/``mode``: one name and one mode, or two lists of the same length (Optuna multi-objective)."""
+    """Read ``metric`` and ``mode``: one of each, or two lists of the same length."""
     metric, mode = raw.get("metric", "val_acc"), raw.get("mode", "max")
     if not isinstance(metric, list):
         return ((str(metric), _one_of(mode, MODES, where, "mode")),)
@@ -321,8 +294,8 @@ def _parse_objectives(raw: dict, where: str) -> tuple[tuple[str, str], ...]:
 _BUDGETS_FORM = "a list of step counts, or of {steps: N, PARAMETER: [fewer of its choices]}"
 
 
-def parse_budgets(raw: Any, parameters: dict[str, Distribution], where: str) -> tuple[Budget, ...]:
-    """``budgets`` of a space file (``where``): step counts, each with the parameters it narrows; () when absent."""
+def _parse_budgets(raw: Any, parameters: dict[str, Distribution], where: str) -> tuple[Budget, ...]:
+    """Read a space file's ``budgets``: step counts, each with the parameters it narrows."""
     if raw is None:
         return ()
     if not isinstance(raw, list) or not raw:
@@ -437,7 +410,7 @@ def searched_augmentations(spec: SearchSpec) -> list[str]:
         spec: The space.
 
     Returns:
-        The recipes (its one value, for a constant); empty when the space has no ``augment`` parameter.
+        The recipes; empty when the space has no ``augment`` parameter.
     """
 
     augment = spec.parameters.get("augment")

@@ -1,5 +1,4 @@
-"""What a search optimises (``--objective``): accuracy (the space file's metric), accuracy per GPU-hour of the trial's
-own training seconds, or the Pareto front of accuracy and training seconds (Optuna's multi-objective TPE)."""
+"""Set what a search optimises: accuracy, accuracy per GPU-hour, or the Pareto front of accuracy and seconds."""
 
 from __future__ import annotations
 
@@ -28,20 +27,17 @@ METRICS = {
 
 
 def with_objective(spec: SearchSpec, objective: str | None) -> SearchSpec:
-    """The space with ``objective`` as what the search optimises.
+    """Set ``objective`` as what a space's search optimises.
 
     Args:
-        spec: the loaded space.
-        objective: one of ``OBJECTIVES``; None or ``accuracy`` keep the space file's metric.
+        spec: The loaded space.
+        objective: One of ``OBJECTIVES``; None or ``accuracy`` keep the space file's metric.
 
     Returns:
-        The space, its metric (and objectives) replaced.
+        The space, its metric and objectives replaced.
 
     Raises:
-        UserError: an unknown objective, or ``pareto`` with a space that stops trials early (ASHA, median stopping:
-            they rank trials by one metric, and Ray's OptunaSearch takes several objectives only without them) or that
-            does not sample with Optuna; or a space's metric that trials do not report, or its mode the worse
-            direction.
+        UserError: The objective is unknown or does not fit the space's scheduler, algorithm or metric.
     """
     if objective in (None, "accuracy"):
         _check_metrics(spec)
@@ -66,7 +62,7 @@ def with_objective(spec: SearchSpec, objective: str | None) -> SearchSpec:
 
 
 def _check_metrics(spec: SearchSpec) -> None:
-    """Each objective's metric must be one every trial reports, and its mode the direction that is better."""
+    """Check that each objective's metric is one every trial reports, and its mode the better direction."""
     for metric, mode in spec.objectives or ((spec.metric, spec.mode),):
         if metric not in METRICS:
             raise UserError(
@@ -79,7 +75,7 @@ def _check_metrics(spec: SearchSpec) -> None:
 
 
 def objective_of(spec: SearchSpec) -> str:
-    """The ``--objective`` a space optimises, read from its metrics (``accuracy`` unless it is a cost-aware one)."""
+    """Return the ``--objective`` a space optimises, read from its metrics."""
     if spec.metric == PER_GPU_HOUR:
         return "accuracy_per_gpu_hour"
     if spec.multi_objective and (TRAINING_SECONDS, "min") in spec.objectives:

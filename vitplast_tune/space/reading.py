@@ -1,6 +1,4 @@
-"""A YAML file a user gives (a space file, a pre-registration) read within bounds: at most ``MAX_BYTES``, UTF-8 text,
-no aliases (``*name``: a few lines of them can stand for gigabytes, the "billion laughs"), nested at most a few
-hundred levels. Each problem is one ``UserError`` naming the file and where in it."""
+"""Read a YAML file a user gives within bounds: its size, UTF-8, no aliases, a bounded nesting."""
 
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ MAX_BYTES = 2**20  # a space file is a few KiB; a file over a MiB is not one
 
 
 class _NoAliases(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing an alias where it meets one (before the node it names is used)."""
+    """Load YAML safely, refusing an alias where it meets one."""
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
@@ -31,15 +29,14 @@ def read_yaml(path: Path, what: str, error: type[UserError] = UserError) -> tupl
 
     Args:
         path: The file.
-        what: What it is, for the messages (``space file``).
+        what: What it is, for the messages.
         error: The ``UserError`` kind to raise.
 
     Returns:
         The value it holds and its text.
 
     Raises:
-        UserError: (of kind ``error``) the file cannot be read, is over ``MAX_BYTES``, holds a byte that is not
-            UTF-8 (its offset named), is not YAML (its line named), holds an alias or is nested too deeply.
+        UserError: The file cannot be read or breaks a bound; the message names where.
     """
     try:
         with open(path, "rb") as f:

@@ -1,9 +1,4 @@
-"""The Optuna samplers a space file may name (``sampler: tpe``), in one registry that the search and the replay
-benchmark share.
-
-Each entry builds a seeded sampler and says why it cannot search a space, if it cannot. Adding a sampler is one
-``register`` call. Optuna is imported only when a sampler is built.
-"""
+"""Register the Optuna samplers a space file may name; the search and the replay benchmark share the registry."""
 
 from __future__ import annotations
 
@@ -29,11 +24,11 @@ def _can_search(parameters: Parameters, multi_objective: bool) -> str | None:
 
 @dataclass(frozen=True)
 class Sampler:
-    """One registered sampler.
+    """Hold one registered sampler.
 
     Attributes:
         build: Makes the Optuna sampler from a seed and the space's parameters.
-        refuse: Says why the sampler cannot search a space (its parameters, several objectives); None when it can.
+        refuse: Says why the sampler cannot search a space; None when it can.
         words: What the sampler is, in a few words, for the documentation and messages.
     """
 
@@ -46,28 +41,12 @@ SAMPLERS: dict[str, Sampler] = {}
 
 
 def register(name: str, sampler: Sampler) -> None:
-    """Add a sampler to the registry, so that space files may name it.
-
-    Args:
-        name: The name a space file gives as ``sampler:``.
-        sampler: How to build it, and what it refuses.
-    """
+    """Add a sampler to the registry, so that space files may name it."""
     SAMPLERS[name] = sampler
 
 
 def check_sampler(name: str, algorithm: str, parameters: Parameters, multi_objective: bool, where: str) -> None:
-    """Check that a space's sampler is registered and can search the space.
-
-    Args:
-        name: The sampler's name.
-        algorithm: The space's algorithm: a sampler other than the default needs ``optuna``.
-        parameters: The space's parameters.
-        multi_objective: Whether the search has several objectives.
-        where: The space file, for messages.
-
-    Raises:
-        UserError: If the name is unknown, the algorithm is not ``optuna``, or the sampler cannot search the space.
-    """
+    """Check that a space's sampler is registered and can search the space."""
     if name not in SAMPLERS:
         known = ", ".join(SAMPLERS)
         raise SpaceError(f'{where}: unknown sampler "{name}"{did_you_mean(name, SAMPLERS)}; use one of {known}')
@@ -84,7 +63,7 @@ def make_sampler(name: str, seed: int, parameters: Parameters | None = None) -> 
     Args:
         name: The sampler's name.
         seed: Its seed.
-        parameters: The space's parameters (the grid sampler builds its grid from them).
+        parameters: The space's parameters, from which the grid sampler builds its grid.
 
     Returns:
         The Optuna sampler.
@@ -97,7 +76,7 @@ def make_sampler(name: str, seed: int, parameters: Parameters | None = None) -> 
 
 
 def _optuna(cls: str, **options: Any) -> Callable[[int, Parameters], BaseSampler]:
-    """A builder of Optuna's sampler class ``cls`` with ``options`` and the seed."""
+    """Make a builder of Optuna's sampler class ``cls`` with ``options`` and the seed."""
 
     def build(seed: int, parameters: Parameters) -> BaseSampler:
         import optuna
@@ -108,7 +87,7 @@ def _optuna(cls: str, **options: Any) -> Callable[[int, Parameters], BaseSampler
 
 
 def _categorical(parameters: Parameters) -> list[str]:
-    """The parameters Optuna asks as a category (more than one value)."""
+    """List the parameters Optuna asks as a category."""
     return [
         p.name
         for p in parameters.values()
@@ -126,7 +105,7 @@ def _refuse_cmaes(parameters: Parameters, multi_objective: bool) -> str | None:
 
 
 def _grid_axes(parameters: Parameters) -> dict[str, list]:
-    """The values of each name that Optuna asks, for its grid sampler."""
+    """Return the values of each name Optuna asks, for its grid sampler."""
     axes: dict[str, list] = {}
     for p in parameters.values():
         if isinstance(p, Subsets):
@@ -152,8 +131,7 @@ def _grid(seed: int, parameters: Parameters) -> BaseSampler:
 
 
 def _after_grid_trial(study: Any, trial: Any, state: Any, values: Any) -> None:
-    """Do nothing after a grid trial: Optuna's grid sampler calls ``study.stop()`` once its grid is tried, which only
-    ``study.optimize`` allows (Ray asks and tells); it then tries the grid's points again."""
+    """Do nothing after a grid trial, in place of Optuna's ``study.stop()``, which Ray's ask-and-tell refuses."""
 
 
 register("tpe", Sampler(_optuna("TPESampler"), words="Optuna's TPE, the default"))
