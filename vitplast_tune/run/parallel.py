@@ -1,17 +1,4 @@
-"""A trial on several workers: a Ray Train run (``ray.train.torch.TorchTrainer``) launched by its Tune trial.
-
-A trial of one worker trains in its own process, as it always did (``run/trainable.py``). A trial of N > 1 workers
-(``--workers-per-trial``, by default one per GPU of ``--gpus-per-trial``) asks Tune for its own process only (a
-hundredth of a CPU); that process launches a Train run whose ``ScalingConfig`` holds N workers, each with 1/N of the
-trial's other CPUs and of its GPUs,
-packed on as few nodes as hold them (``--placement pack``, the default) or spread over nodes (``spread``). The
-workers train with the same loop as one worker (``vit.training.finetune``), the model in torch
-``DistributedDataParallel`` over the process group Train starts (gloo on CPUs, NCCL on GPUs). Rank 0 reports the
-metrics and writes the checkpoint; every worker reports (``ray.train.report``), and a callback on Train's controller
-hands each report to the trial, which reports it to Tune with the checkpoint (``tune.report``), so that Tune's
-schedulers, searchers, checkpoints and ``--resume`` serve such a trial unchanged. A dead worker ends the Train run
-(or restarts its workers from the last checkpoint, ``--max-failures`` times: Train's ``FailureConfig``).
-"""
+"""Train a trial on several workers as a Ray Train run that its Tune trial launches and relays to Tune."""
 
 from __future__ import annotations
 
@@ -40,8 +27,7 @@ TRAIN_RUNS = "train_runs"  # the folder of a search (in its storage) where Train
 
 @dataclass(frozen=True)
 class Workers:
-    """The workers of one trial: how many, each one's CPUs, GPUs and custom resources, their placement, the
-    restarts Train makes after a worker fails, and where Train keeps its runs' checkpoints (the search's storage)."""
+    """Describe the workers of one trial: count, resources, placement, restarts, and where Train keeps checkpoints."""
 
     count: int = 1
     cpus: float = 1.0
@@ -53,16 +39,7 @@ class Workers:
 
 
 def trial_workers(resources: TrialResources, *, max_failures: int, storage: str) -> Workers:
-    """The ``Workers`` of each trial of a search.
-
-    Args:
-        resources: what each trial asks of Ray.
-        max_failures: the restarts of a failed Train run (``--max-failures``).
-        storage: where Train keeps its runs (a path or URI every node reaches).
-
-    Returns:
-        The trials' workers.
-    """
+    """Return the ``Workers`` of each trial of a search."""
     share = resources.share
     return Workers(
         count=resources.workers,
@@ -76,31 +53,14 @@ def trial_workers(resources: TrialResources, *, max_failures: int, storage: str)
 
 
 def trial_request(resources: TrialResources) -> dict[str, float]:
-    """What one trial asks Tune for.
-
-    Args:
-        resources: what each trial asks of Ray.
-
-    Returns:
-        One worker: the trial's resources. Several: ``TRIAL_PROCESS_CPU`` for the trial's own process (its Train run asks
-        for the rest, the workers'; the search's concurrency is capped by ``concurrent_runs``).
-    """
+    """Return what one trial asks Tune for: its resources, or only its own process's with several workers."""
     if resources.workers == 1:
         return resources.request
     return {"cpu": TRIAL_PROCESS_CPU}
 
 
 def concurrent_runs(resources: TrialResources, cluster: dict[str, float]) -> int | None:
-    """How many trials of several workers a fixed cluster holds at once (None for trials of one worker, whose
-    resources Tune counts itself).
-
-    Args:
-        resources: what each trial asks of Ray.
-        cluster: the cluster's total resources (``ray.cluster_resources()``).
-
-    Returns:
-        At least 1, or None.
-    """
+    """Count how many trials of several workers a fixed cluster holds at once; None for one worker."""
     if resources.workers == 1:
         return None
     fits = [int(cluster.get(name, 0.0) // amount) for name, amount in ray_request(resources.request).items()]
@@ -118,18 +78,7 @@ def train_on_workers(
     resume: Any = None,
     decoded: InMemory | None = None,
 ) -> None:
-    """Finetune ``cfg`` on ``workers`` as one Ray Train run, handing each of its reports to ``relay``.
-
-    Args:
-        cfg: the trial's settings.
-        workers: its workers.
-        relay: called in this thread with (rank 0's metrics, the Train checkpoint or None) of every report.
-        resume: the checkpoint to start from (a ``ray.tune.Checkpoint``), or None.
-        decoded: the dataset the driver decoded, or None.
-
-    Raises:
-        WorkersFailed: when a worker failed more than ``max_failures`` times (the cause in one line).
-    """
+    """Finetune ``cfg`` on ``workers`` as one Ray Train run, handing each report to ``relay``."""
     import ray.train
     from ray.util.queue import Empty, Queue
 
@@ -166,16 +115,7 @@ def train_on_workers(
 
 
 def release_orphans() -> int:
-    """Remove the placement groups of Train runs whose controller died with its trial, freeing their resources.
-
-    A trial that a scheduler stops (or that is killed) takes its Train run's controller with it, ungracefully: Ray
-    keeps the run's placement group, and the CPUs and GPUs in it, until the search's driver exits
-    (``_compat.ray.orphaned_train_placement_groups``), so the next trials and the best model's worker would wait
-    for them for ever.
-
-    Returns:
-        How many placement groups were removed.
-    """
+    """Remove the placement groups of Train runs whose controller died, and return how many."""
     from ray.util.placement_group import remove_placement_group
 
     from vitplast_tune._compat import ray as ray_internals
@@ -194,8 +134,7 @@ def release_orphans() -> int:
 
 
 class ReleaseOrphans(Callback):
-    """A Tune callback that releases the placement groups of ended trials' Train runs (``release_orphans``) every
-    ``every_s`` seconds of the Tune loop, so that the next trials get their resources.
+    """Release the placement groups of ended trials' Train runs every ``every_s`` seconds of Tune's loop.
 
     Args:
         every_s: The least time between two looks at the placement groups.
@@ -205,33 +144,18 @@ class ReleaseOrphans(Callback):
         self.every_s, self._last = every_s, 0.0
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
-        """Release the orphaned placement groups when ``every_s`` has passed since the last look.
-
-        Args:
-            iteration: Tune's loop iteration.
-            trials: The search's trials.
-            **info: Tune's other arguments.
-        """
+        """Release the orphaned placement groups when ``every_s`` has passed since the last look."""
         if time.monotonic() - self._last >= self.every_s:
             self._last = time.monotonic()
             release_orphans()
 
 
 class WorkersFailed(RuntimeError):
-    """A trial's Train run failed: a worker died or raised more than ``--max-failures`` times (the cause in one line,
-    which the trial's MLflow run and the search's summary show)."""
+    """Report that a worker of a trial's Train run died or raised more than ``--max-failures`` times."""
 
 
 def failure_cause(error: BaseException, workers: Workers) -> str:
-    """One line for a failed Train run: each failed rank's error, by rank.
-
-    Args:
-        error: Train's error (``ray.train.WorkerGroupError`` names each rank's; another, its own).
-        workers: the trial's workers.
-
-    Returns:
-        The line.
-    """
+    """Describe a failed Train run in one line: each failed rank's error."""
     failures = getattr(error, "worker_failures", None) or {}
     parts = [f"rank {rank}: {_first_line(exc)}" for rank, exc in sorted(failures.items())] or [_first_line(error)]
     return f"the Train run of {workers.count} workers failed (max_failures {workers.max_failures} spent): " + "; ".join(
@@ -240,13 +164,13 @@ def failure_cause(error: BaseException, workers: Workers) -> str:
 
 
 def _first_line(error: BaseException) -> str:
-    """An error's type and the first line of its message, cut at 160 characters."""
+    """Return an error's type and the first line of its message, cut at 160 characters."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return f"{type(error).__name__}: {lines[0] if lines else ''}"[:160]
 
 
 def _trainer(cfg: FinetuneConfig, workers: Workers, *, name: str, resume, decoded, queue):
-    """The ``TorchTrainer`` of a trial's Train run (``train_on_workers``)."""
+    """Build the ``TorchTrainer`` of a trial's Train run."""
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -267,13 +191,12 @@ def _trainer(cfg: FinetuneConfig, workers: Workers, *, name: str, resume, decode
     config = {"cfg": cfg, "resume": resume, "decoded": decoded, "use_gpu": workers.gpus > 0}
     backend = TorchConfig(backend="nccl" if workers.gpus else "gloo")
     return TorchTrainer(
-        train_worker, train_loop_config=config, scaling_config=scaling, run_config=run_config, torch_config=backend
+        _train_worker, train_loop_config=config, scaling_config=scaling, run_config=run_config, torch_config=backend
     )
 
 
 def _relay_callback(queue):
-    """A Train callback, run on Train's controller, that puts each report (rank 0's metrics, the checkpoint) on
-    ``queue`` for the trial to take."""
+    """Make a Train callback that puts each report on ``queue`` for the trial to take."""
     import ray.train
 
     class _Relay(ray.train.UserCallback):
@@ -283,14 +206,8 @@ def _relay_callback(queue):
     return _Relay()
 
 
-def train_worker(config: dict[str, Any]) -> None:
-    """One worker of a trial's Train run: finetune as its rank in DDP, report every evaluation (rank 0 with the
-    metrics and, when due, the checkpoint), go on from Train's last checkpoint after a restart.
-
-    Args:
-        config: the Train run's ``train_loop_config``: ``cfg``, ``resume`` (the trial's checkpoint or None),
-            ``decoded`` and ``use_gpu``.
-    """
+def _train_worker(config: dict[str, Any]) -> None:
+    """Finetune as one rank of a trial's Train run, reporting every evaluation and resuming after a restart."""
     import ray.train
 
     from vitplast_tune.run import checkpoints
@@ -320,7 +237,7 @@ def train_worker(config: dict[str, Any]) -> None:
 
 
 def _worker_device(use_gpu: bool):
-    """This worker's torch device: the GPU Train gave it, else the CPU."""
+    """Return this worker's torch device: the GPU Train gave it, else the CPU."""
     import torch
 
     if not use_gpu:
