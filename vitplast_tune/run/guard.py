@@ -1,17 +1,6 @@
-"""A running search guarded against the world: one driver per search (``lock``), a little disk space held back, and
-an OS error while it runs (a full disk, a quota, a read-only or failing filesystem, no file handles left) taken as an
-interrupt: Tune's graceful stop, then its runs closed and the command that resumes it printed, with exit code 74
-(``EX_IOERR``), not a traceback with runs left RUNNING. So is an MLflow tracking store that stops answering while
-the search runs (a stopped or stalled server or database: ``service_fault_of``), with exit code 69
-(``EX_UNAVAILABLE``); its calls are bounded meanwhile (``records.tracking.BOUNDED_ENV``): a server restarted within
-about a minute is ridden out, one that stays away is noticed at the first call that meets it within about two.
+"""Guard a running search: one driver, disk space held back, and an OS fault or a silent tracking store as an interrupt.
 
-The error may come from any writer on the driver: the MLflow tracker and Tune's loggers (callbacks, each wrapped by
-``watched``), Tune's own save of its experiment state (logged, not raised: a filter on its loggers sees it), a
-trial's checkpoint (the trial errors: ``Watch.on_trial_recover``), the driver's own calls (``fault_of`` in the
-driver) or the closing of the runs of a search that failed otherwise (``closed_as_failed``: Ray's own processes may
-die on the same full disk). A full filesystem is named by its mount point (``full_filesystem``). When Tune has stopped, the space held back is freed, Tune's state files are written again from the driver's
-copy (its in-place upload may have truncated them on the full disk) and the runs are closed.
+The search then stops gracefully, closes its runs and prints how to resume, with exit code 74 or 69.
 """
 
 from __future__ import annotations
@@ -62,8 +51,7 @@ FAULT_TEXTS = (  # the same errors as other layers word them (SQLite, pyarrow, a
 
 
 def fault_of(error: BaseException | str | None) -> str | None:
-    """The OS fault (``FAULT_ERRNOS``) behind ``error`` or its causes, in a few words with the file it hit; None when
-    the error is of another kind."""
+    """Describe the OS fault behind ``error`` or its causes, with the file it hit; None for another kind."""
     seen: set[int] = set()
     while isinstance(error, BaseException) and id(error) not in seen:
         seen.add(id(error))
@@ -92,16 +80,8 @@ SERVICE_TEXTS = (
 _SERVICE_MODULES = ("mlflow", "requests", "urllib3", "sqlalchemy", "psycopg", "pymysql", "MySQLdb")
 
 
-def service_fault_of(error: BaseException | None) -> str | None:
-    """The tracking store's failure to answer behind ``error`` (an MLflow call, or its causes, that got no answer
-    from the server or database), in a few words; None when the error is of another kind.
-
-    Args:
-        error: an exception raised by an MLflow call.
-
-    Returns:
-        E.g. ``"the MLflow tracking store did not answer (Connection refused)"``, or None.
-    """
+def _service_fault_of(error: BaseException | None) -> str | None:
+    """Describe the tracking store's failure to answer behind ``error``; None for another kind."""
     seen: set[int] = set()
     while isinstance(error, BaseException) and id(error) not in seen:
         seen.add(id(error))
@@ -119,8 +99,7 @@ FULL_BYTES = 2**20  # a filesystem with less free than this counts as the full o
 
 
 def named_fault(error: BaseException | str | None, folders: Sequence[Path]) -> str | None:
-    """``fault_of(error)``, with the mount point of the full filesystem among ``folders`` (less than ``FULL_BYTES``
-    free, as a user sees it) when the fault is a full one that names no file: the device to free."""
+    """Describe ``fault_of(error)``, naming the full filesystem among ``folders`` when no file is named."""
     fault = fault_of(error)
     for folder in folders if fault in FULL_TEXTS else ():
         try:
@@ -143,7 +122,7 @@ def _matching_text(text: str) -> str | None:
 
 
 class Reserve:
-    """Disk space held back in a file per filesystem, freed when an OS fault stops the search."""
+    """Hold disk space back in a file per filesystem, freed when an OS fault stops the search."""
 
     def __init__(self, folders: Sequence[Path], size: int = RESERVE_BYTES):
         self.files: list[Path] = []
@@ -163,15 +142,14 @@ class Reserve:
             self.files.append(path)
 
     def free(self) -> None:
-        """Give the space back (idempotent)."""
+        """Give the space back; a second call does nothing."""
         for path in self.files:
             path.unlink(missing_ok=True)
         self.files = []
 
 
 class Watch(Callback):
-    """The search's OS fault, first one wins: asks Tune to stop as Ctrl-C does, quiets Tune's failing saves, and
-    knows where Tune keeps its state (from the trials it sees), to write it again after the stop."""
+    """Take the search's first OS fault: stop Tune as Ctrl-C does, quiet its failing saves, and rewrite its state."""
 
     def __init__(self):
         self.fault: str | None = None
@@ -192,10 +170,9 @@ class Watch(Callback):
         }
 
     def take(self, error: BaseException | str | None, where: str, service: bool = False) -> bool:
-        """Take ``error`` (met ``where``) as the search's fault when it is an OS fault (or, ``service``: an MLflow
-        call met it, the tracking store's failure to answer); True when it is one."""
+        """Take ``error`` as the search's fault when it is an OS fault, or a silent store with ``service``."""
         fault = named_fault(error, self.folders)
-        down = service_fault_of(error) if fault is None and service and isinstance(error, BaseException) else None
+        down = _service_fault_of(error) if fault is None and service and isinstance(error, BaseException) else None
         if fault is None and down is None:
             return False
         if self.fault is None:
@@ -203,8 +180,7 @@ class Watch(Callback):
         return True
 
     def report(self, error: BaseException | str | None, where: str, service: bool = False) -> bool:
-        """``take``, and ask the running Tuner to stop on the first fault (as Ctrl-C does), saying so: its trials take
-        a while to stop (the driver's own faults are said once, in the line that ends the search)."""
+        """Take ``error`` and, on the first fault, ask the running Tuner to stop and say so."""
         first = self.fault is None
         taken = self.take(error, where, service)
         if taken and first:
@@ -229,8 +205,7 @@ class Watch(Callback):
         self.report(ray_tune.trial_error_text(trial), f"trial {trial.trial_id} ran")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """A logging filter on Tune's loggers of failures (a save of its state, a trial): one that is an OS fault is
-        taken, and not shown; nor is an upload that raced Tune's next save (``ray_tune.renamed_while_uploaded``)."""
+        """Take and hide a Tune log record of a failure that is an OS fault or a raced upload."""
         error = record.exc_info[1] if record.exc_info else None
         if ray_tune.renamed_while_uploaded(error or record.getMessage()):
             log.debug("Tune's upload of its state met a file its next save had renamed; the next upload carries it")
@@ -239,9 +214,7 @@ class Watch(Callback):
         return error is None or not self.report(error, f"Tune reported: {what}")
 
     def rewrite_state(self) -> None:
-        """The driver's files of the experiment (Tune's state, each trial's results and errors) written again into
-        the search's storage from Tune's staging copy, each whole (a temporary file renamed), where the storage is a
-        local or shared path: Tune's upload writes them in place, and a full disk leaves them cut short."""
+        """Write Tune's experiment files into a local storage again, each whole, from Tune's staging copy."""
         if self.staging is None or self.storage is None or not self.staging.is_dir():
             return
         fs, root = self.storage
@@ -255,8 +228,8 @@ class Watch(Callback):
                 os.replace(partial, target)
 
 
-class Watched(Callback):
-    """A callback whose OS faults are the search's fault (``Watch.report``) instead of an exception out of Tune."""
+class _Watched(Callback):
+    """Wrap a callback so that its OS faults become the search's fault instead of an exception out of Tune."""
 
     def __init__(self, inner: Callback, watch: Watch):
         self.inner, self.watch = inner, watch
@@ -284,36 +257,33 @@ def _delegate(hook: str):
 
 
 for _hook in [name for name in vars(Callback) if name.startswith("on_")] + ["setup"]:
-    setattr(Watched, _hook, _delegate(_hook))
+    setattr(_Watched, _hook, _delegate(_hook))
 
 _current: Watch | None = None  # the watch of the search this process runs
 
 
 def watched(callbacks: Sequence[Callback]) -> list[Callback]:
-    """``callbacks`` with their OS faults watched, and the watch itself, for the search that runs now (as they are
-    when none runs: a Tuner built outside ``guarded``)."""
+    """Wrap ``callbacks`` so their OS faults are watched, and add the watch of the search that runs now."""
     if _current is None:
         return list(callbacks)
-    return [Watched(c, _current) for c in callbacks] + [_current]
+    return [_Watched(c, _current) for c in callbacks] + [_current]
 
 
 def stopped_by(error: BaseException, where: str) -> bool:
-    """Whether ``error``, raised out of the search's driver ``where``, is an OS fault (taken as the search's), or came
-    while the search stopped on one (a file the full disk left empty, say)."""
+    """Tell whether ``error`` out of the driver is an OS fault, or came while the search stopped on one."""
     return _current is not None and (_current.fault is not None or _current.take(error, where, service=True))
 
 
 def closed_as_failed(mlflow: MlflowClient, parent: str | None, error: BaseException) -> bool:
-    """Close the runs of a search that failed with ``error`` (not an OS fault): its trials KILLED, its parent FAILED.
+    """Close the runs of a search that failed with ``error``: its trials KILLED, its parent FAILED.
 
     Args:
         mlflow: The MLflow client of its tracking store.
-        parent: Its parent run (None: none was opened, nothing to close).
+        parent: Its parent run (None: nothing to close).
         error: Why it failed, recorded on the parent run.
 
     Returns:
-        False when the closing met an OS fault (the disk the failure filled, say), taken as the search's: the driver
-        then ends the search as it does on one; True otherwise.
+        False when the closing met an OS fault, taken as the search's; True otherwise.
     """
     if parent is None:
         return True
@@ -328,14 +298,8 @@ def closed_as_failed(mlflow: MlflowClient, parent: str | None, error: BaseExcept
 
 
 def close_stopped(mlflow: MlflowClient | None, parent: str | None) -> None:
-    """Close the runs of a search stopped before its trials ended as KILLED (``--resume`` reopens them), once Tune's
-    state is whole again after an OS fault (``after_stop``); a store that cannot take it leaves them to ``--resume``.
-
-    Args:
-        mlflow: The MLflow client of its tracking store.
-        parent: Its parent run (None: none was opened, nothing to close).
-    """
-    after_stop()
+    """Close a stopped search's runs as KILLED, for ``--resume`` to reopen, once Tune's state is whole."""
+    _after_stop()
     if parent is None or mlflow is None:
         return
     try:
@@ -344,17 +308,17 @@ def close_stopped(mlflow: MlflowClient | None, parent: str | None) -> None:
     except Exception as exc:
         if not stopped_by(exc, "the driver closed its MLflow runs"):
             raise
-        why = fault_of(exc) or service_fault_of(exc) or current_fault()
+        why = fault_of(exc) or _service_fault_of(exc) or current_fault()
         log.warning(f"warning: the MLflow runs stay RUNNING ({why}): --resume closes them")
 
 
 def current_fault() -> str | None:
-    """The OS fault (or the tracking store's failure to answer) that stopped the search running now, or None."""
+    """Return the fault that stopped the search running now, or None."""
     return _current.fault if _current is not None else None
 
 
 def current_fix() -> tuple[str, int]:
-    """What to do about the current fault before resuming (the start of a sentence) and the exit code it ends with."""
+    """Return what to do about the current fault before resuming, and the exit code it ends with."""
     if _current is not None and _current.service:
         return SERVICE_FIX, SERVICE_EXIT_CODE
     return OS_FIX, EXIT_CODE
@@ -362,7 +326,7 @@ def current_fix() -> tuple[str, int]:
 
 @contextlib.contextmanager
 def guarded(plan: SearchPlan) -> Iterator[Watch]:
-    """The search's folders made, its lock held, space held back and its OS faults watched while the block runs."""
+    """Make the search's folders, hold its lock, keep space back and watch its OS faults while the block runs."""
     global _current
     folder = plan.local_dir or plan.results_dir
     lock = SearchLock(folder, plan.name)
@@ -393,12 +357,12 @@ def guarded(plan: SearchPlan) -> Iterator[Watch]:
 
 
 def _not_a_fault(record: logging.LogRecord) -> bool:
-    """A logging filter: a record of an error that is an OS fault is not shown (the search says it in one line)."""
+    """Hide a log record of an error that is an OS fault; the search says it in one line."""
     return fault_of(record.exc_info[1] if record.exc_info else record.getMessage()) is None
 
 
-def after_stop(watch: Watch | None = None) -> None:
-    """Once Tune has stopped on an OS fault: the held-back space freed and Tune's state written again whole."""
+def _after_stop(watch: Watch | None = None) -> None:
+    """Free the held-back space and write Tune's state again whole, once Tune has stopped on an OS fault."""
     watch = watch or _current
     if watch is None or watch.fault is None:
         return
@@ -410,7 +374,7 @@ def after_stop(watch: Watch | None = None) -> None:
 
 
 def _store_folders(tracking_uri: str) -> list[Path]:
-    """The folder of a local SQLite MLflow store (made if missing), for the space held back beside it."""
+    """Return the folder of a local SQLite MLflow store, made if missing."""
     if not tracking_uri.startswith("sqlite:///"):
         return []
     database = tracking_uri.split(":///", 1)[1].split("?")[0]

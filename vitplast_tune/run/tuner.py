@@ -1,9 +1,4 @@
-"""The Ray Tune ``Tuner`` of a plan: its search algorithm (``optuna_search`` or ``variants``) and scheduler
-(``schedulers``), the trials Tune keeps pending for an autoscaler, Tune's settings while it runs, and what an
-interrupted search left unfinished.
-
-``tuner(plan, trainable, callbacks)`` builds a new Tuner, or restores one for ``--resume``.
-"""
+"""Build or restore a plan's Ray Tune ``Tuner``: its search algorithm, scheduler and Tune's settings while it runs."""
 
 from __future__ import annotations
 
@@ -36,18 +31,17 @@ def search_algorithm(
     warm_start: Sequence[str] = (),
     finalist_seeds: Sequence[int] = (),
 ) -> Searcher | SearchAlgorithm:
-    """Make the space's search algorithm: Optuna TPE (``optuna_search``), or Tune's variant generator.
+    """Make the space's search algorithm: Optuna's, or Tune's variant generator for grid and random spaces.
 
     Args:
-        spec: The space; grid and random spaces get the variant generator.
+        spec: The space.
         seed: The algorithm's seed.
         max_concurrent: The most trials running at once (None: no limit).
-        warm_start: Subsets ranked best first (``recommend``), of which TPE tries ``spec.warm_start`` first.
-        finalist_seeds: The seeds of the space's finalists stage, if it has one (``plan.finalists``).
+        warm_start: Subsets ranked best first, of which TPE tries ``spec.warm_start`` first.
+        finalist_seeds: The seeds of the space's finalists stage, if it has one.
 
     Returns:
-        The searcher (the baselines' reference trials, TPE, then the finalists, limited to ``max_concurrent`` trials at
-        once when given), or the variant generator.
+        The searcher, or the variant generator.
     """
     if spec.algorithm != "optuna":
         return variants.variant_generator(spec, seed, max_concurrent)
@@ -73,15 +67,8 @@ KEEP_CHECKPOINTS = (
 )
 
 
-def pending_trials(plan: SearchPlan, cluster_grows: bool) -> int | None:
-    """How many trials Tune may keep waiting for resources at once, or None to leave Tune's default.
-
-    Ray Tune 2.60 lets a searcher other than its variant generator keep one trial pending (or a
-    ConcurrencyLimiter's ``max_concurrent``; ray-project/ray#43451), so an autoscaler sees one request at
-    a time and adds one node per trial. On a cluster that can grow, the search's concurrency is pending
-    at once: ``--max-concurrent``, else every trial of the search. On a fixed cluster (a local Ray
-    instance) one pending trial starts at once, and TPE keeps learning from the freshest results.
-    """
+def _pending_trials(plan: SearchPlan, cluster_grows: bool) -> int | None:
+    """Return how many trials Tune may keep waiting for resources at once, or None for Tune's default."""
     if not cluster_grows or plan.spec.algorithm != "optuna":
         return None
     return plan.max_concurrent or plan.spec.total_trials
@@ -89,18 +76,10 @@ def pending_trials(plan: SearchPlan, cluster_grows: bool) -> int | None:
 
 @contextlib.contextmanager
 def tune_environment(plan: SearchPlan, cluster_grows: bool) -> Iterator[dict[str, str]]:
-    """Ray Tune's settings for this search, set while it runs and restored after (a value the user set wins).
-
-    ``TUNE_MAX_PENDING_TRIALS_PG``: ``pending_trials``; ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS``: the Tuner's own
-    CSV and JSON loggers replace Tune's defaults, whose TensorBoard logger imports torch into the driver (for
-    nothing: MLflow is this tool's record); no warning about syncing the experiment's state, which a
-    search on local disk does at every trial's report; ``RAY_AIR_NEW_OUTPUT=0``: Tune's "Configuration for
-    experiment" box and tables stay unprinted (the progress lines are this tool's); MLflow's calls to a tracking server
-    bounded (``records.tracking.BOUNDED_ENV``). Yields the values it set.
-    """
+    """Set Ray Tune's and MLflow's variables for this search while it runs, a user's value kept, and yield them."""
     wanted = dict(TUNE_SETTINGS)
     wanted.update(tracking.BOUNDED_ENV)  # MLflow's calls bounded: a tracking server that stops is noticed (guard)
-    if (pending := pending_trials(plan, cluster_grows)) is not None:
+    if (pending := _pending_trials(plan, cluster_grows)) is not None:
         wanted[PENDING_ENV] = str(pending)
     wanted = {key: value for key, value in wanted.items() if not environment.is_set(key)}
     os.environ.update(wanted)
@@ -112,14 +91,7 @@ def tune_environment(plan: SearchPlan, cluster_grows: bool) -> Iterator[dict[str
 
 
 def unfinished(location: str, spec: SearchSpec) -> int:
-    """How many of a search's trials, its finalists' included, have not ended (never created or started, or
-    stopped by Ctrl-C).
-
-    Tune's cleanup marks the pending and running trials of an interrupted search TERMINATED in the grid it
-    returns; the experiment state it saved just before says what they were. Counting the trials that ended
-    there (TERMINATED or ERROR) ignores a trial a killed driver created but never started. ``location`` is the
-    search's (``SearchPlan.location``), not the grid's path, which drops a URI's scheme and query.
-    """
+    """Count a search's trials, finalists included, that have not ended, from the state Tune saved at ``location``."""
     from ray.tune import ExperimentAnalysis
 
     with quieted(ray_tune.EXPERIMENT_ANALYSIS_LOGGER):  # not "failed to fetch metrics" of held-back trials
@@ -128,8 +100,7 @@ def unfinished(location: str, spec: SearchSpec) -> int:
 
 
 def saved_trials(location: str) -> dict[str, str] | None:
-    """Each trial of the experiment state Tune saved at ``location`` (a search's) and its status; None when there is
-    no state to restore."""
+    """Return each trial of the experiment state Tune saved at ``location`` and its status, or None."""
     from ray.tune import ExperimentAnalysis
 
     if not tune.Tuner.can_restore(location):
@@ -139,19 +110,18 @@ def saved_trials(location: str) -> dict[str, str] | None:
 
 
 def restore(location: str, trainable) -> tune.Tuner:
-    """The Tuner of an interrupted search at ``location``, to run its unfinished and errored trials."""
+    """Restore the Tuner of an interrupted search at ``location``, to run its unfinished and errored trials."""
     with quieted(ray_tune.EXPERIMENT_ANALYSIS_LOGGER):  # not "failed to fetch metrics" of held-back trials
         return tune.Tuner.restore(location, trainable=trainable, resume_unfinished=True, resume_errored=True)
 
 
-def trial_dirname(trial) -> str:
-    """Short trial folder names ("trial_<id>") instead of Tune's config-laden ones."""
+def _trial_dirname(trial) -> str:
+    """Name a trial's folder ``trial_<id>``."""
     return f"trial_{trial.trial_id}"
 
 
 def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str] = ()) -> tune.Tuner:
-    """The Tuner of a plan: restored from storage with ``--resume`` (with this run's callbacks), else new
-    (``warm_start``: see search_algorithm)."""
+    """Restore the plan's Tuner with ``--resume``, else build a new one."""
     spec = plan.spec
     # Ray Tune's default loggers (each trial's progress.csv and result.json) without its TensorBoard logger: fit
     # the Tuner inside tune_environment.
@@ -176,7 +146,7 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
                 spec, plan.seed, concurrency(plan), warm_start, finalist_seeds(spec, plan.settings.seed)
             ),
             scheduler=schedulers.scheduler(spec, plan.settings.max_steps),
-            trial_dirname_creator=trial_dirname,
+            trial_dirname_creator=_trial_dirname,
         ),
         run_config=tune.RunConfig(
             name=plan.name,
@@ -193,8 +163,7 @@ def tuner(plan: SearchPlan, trainable, callbacks: list, warm_start: Sequence[str
 
 
 def concurrency(plan: SearchPlan) -> int | None:
-    """The most trials at once: ``--max-concurrent``, else for trials of several workers as many as the cluster's
-    resources hold (Tune does not see their Train runs' resources), else Tune's own count (None)."""
+    """Return the most trials at once: ``--max-concurrent``, else what the cluster holds for several workers."""
     if plan.max_concurrent:
         return plan.max_concurrent
     import ray
@@ -203,7 +172,7 @@ def concurrency(plan: SearchPlan) -> int | None:
 
 
 def renew_run_config(restored: tune.Tuner, callbacks: list, max_failures: int) -> None:
-    """Give a restored Tuner this driver's callbacks and failure budget (Ray restores the pickled ones)."""
+    """Give a restored Tuner this driver's callbacks and failure budget."""
 
     def renew(run_config: tune.RunConfig) -> tune.RunConfig:
         run_config.callbacks = list(callbacks)
