@@ -1,12 +1,4 @@
-"""The search's driver, top to bottom: validate -> start or join Ray -> measure the predictors -> record -> tune ->
-results -> the best model -> the Optuna study -> analyze, Ray up until the end. It never imports torch: trials, the
-measurements and the best model run in Ray workers.
-
-``run(options)`` is the whole job (``run_search``, the package's, returns its ``Search``); ``execute(plan)`` runs a
-prepared plan. Each step is one call into the module that owns it: ``plan`` (validation), ``run.cluster`` and
-``run.nodes`` (Ray), ``run.before_trials`` (plasticity, gradient table), ``records`` (MLflow, the trial table, the
-Optuna study, the summary), ``run.tuner`` (the Tuner) and ``analysis`` (statistics, plots).
-"""
+"""Drive a search top to bottom: validate, start Ray, measure, record, tune, then its end phase; never import torch."""
 
 from __future__ import annotations
 
@@ -51,20 +43,20 @@ def run(
     timings: Timings | None = None,
     trainable: Callable[..., Any] | None = None,
 ) -> Search:
-    """Validate the options into a plan, then run (or resume) the search and return its trials.
+    """Validate the options into a plan, then run or resume the search.
 
     Args:
         options: How the search runs.
-        callbacks: Extra Ray Tune callbacks (see ``execute``).
-        timings: Phases timed before this call (e.g. the command line's imports), continued here.
-        trainable: What each trial runs instead of the default (see ``execute``).
+        callbacks: Extra Ray Tune callbacks.
+        timings: Phases timed before this call, continued here.
+        trainable: What each trial runs instead of the default.
 
     Returns:
         The finished search.
 
     Raises:
-        UserError: The options do not make a valid plan (``prepare``).
-        SearchInterrupted: The search was stopped (see ``execute``).
+        UserError: The options do not make a valid plan.
+        SearchInterrupted: The search was stopped.
     """
     timings = timings or Timings()
     with interrupts.before_start(options.resume):  # Ctrl-C or SIGTERM: one line, 130 or 143, as later
@@ -75,8 +67,7 @@ def run(
 
 @dataclass
 class _Records:
-    """What a running search has recorded so far: the MLflow client, its parent run, whether its record is written,
-    whether every trial has ended (what is left: the end phase)."""
+    """Hold what a running search has recorded so far: client, parent run, record written, trials ended."""
 
     mlflow: Any = None
     parent: str | None = None
@@ -87,7 +78,7 @@ class _Records:
 
 @dataclass
 class _Tuned:
-    """What the trials left for the end phase: Tune's result grid, the predictors, the view, the staged files."""
+    """Hold what the trials left for the end phase: the result grid, the predictors, the view, the staged files."""
 
     grid: Any
     predictors: Predictors
@@ -101,20 +92,13 @@ def execute(
     timings: Timings | None = None,
     trainable: Callable[..., Any] | None = None,
 ) -> Search:
-    """Run a prepared search, then its end phase, with Ray shut down after.
-
-    In order: Ray, the predictors, the MLflow parent run, the Tuner, then the end phase (results, the best model, the
-    Optuna study, the analysis). Ctrl-C or SIGTERM (``interrupts``) stops it as Tune's graceful stop does, closes its
-    runs as KILLED and raises SearchInterrupted with the command that resumes it; so does an OS error such as a full
-    disk (``guard``), and in the end phase too, which that command then finishes without running a trial again. Its
-    lock is held while it runs: a second driver of the search is refused.
+    """Run a prepared search, then its end phase, holding its lock, and shut Ray down after.
 
     Args:
         plan: The prepared search.
-        callbacks: Extra Ray Tune callbacks (e.g. the trial timeline of ``python -m benchmarks.trial``).
-        timings: Where the seconds of each phase are added (the result's ``timings``).
-        trainable: The Ray Tune trainable each trial runs instead of ``run.trainable.train_trial`` with the plan's
-            settings (e.g. the cheap stand-in with which ``benchmarks.scale`` measures the driver alone).
+        callbacks: Extra Ray Tune callbacks.
+        timings: Where the seconds of each phase are added.
+        trainable: The trainable each trial runs instead of ``run.trainable.train_trial``.
 
     Returns:
         The finished search.
@@ -132,7 +116,7 @@ def execute(
 
 
 def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings | None, trainable) -> Search:
-    """``execute`` with the search's lock held and its OS faults watched."""
+    """Run ``execute`` with the search's lock held and its OS faults watched."""
     import ray
 
     started, timings = time.perf_counter() - (timings.total if timings else 0.0), timings or Timings()
@@ -172,8 +156,7 @@ def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings |
 
 
 def _check_ended(plan: SearchPlan, records: _Records) -> None:
-    """Every trial ended (Tune's saved state says so), else the search was stopped: runs closed KILLED and
-    SearchInterrupted raised."""
+    """Check that every trial ended, else close the runs as KILLED and raise SearchInterrupted."""
     unfinished = tuner.unfinished(plan.location, plan.spec)
     if unfinished or guard.current_fault():
         guard.close_stopped(records.mlflow, records.parent)
@@ -182,9 +165,7 @@ def _check_ended(plan: SearchPlan, records: _Records) -> None:
 
 
 def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings, started: float) -> Search:
-    """The end phase, every trial ended: the results recorded (MLflow, trial table, Pareto fronts), the best model
-    built in a Ray worker with a trial's resources and logged, the Optuna study completed, the analyses (that worker
-    makes their measurements), then the parent run ended FINISHED. Each step writes what a resumed search lacks."""
+    """Run the end phase: record the results, build the best model, complete the study, analyze, and end the parent."""
     mlflow, parent = records.mlflow, records.parent
     if records.orphans:
         trial_runs.retire(mlflow, records.orphans)  # runs of trials Tune never saved, taken up by none
@@ -214,8 +195,7 @@ def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings
 
 
 def _check_some_reported(plan: SearchPlan, table, grid) -> None:
-    """SearchFailed, naming the first trial's cause, when no trial reported a validation accuracy (every one failed):
-    a search without an answer is not a success (its parent run is then ended FAILED, ``_execute``)."""
+    """Raise SearchFailed, naming the first trial's cause, when no trial reported a validation accuracy."""
     if not table.empty and table["best_val_acc"].notna().any():
         return
     errors = [r.error for r in sorted(grid, key=lambda r: str(getattr(r, "path", ""))) if r.error is not None]
@@ -230,8 +210,7 @@ def _check_some_reported(plan: SearchPlan, table, grid) -> None:
 def _record_and_tune(
     plan: SearchPlan, callbacks: Sequence[Callback], records: _Records, timings: Timings, trainable=None
 ) -> _Tuned:
-    """Check the trial request on the cluster, measure the predictors, open the MLflow parent run and write the
-    search's record (into ``records`` as they happen), then tune."""
+    """Check the trial request, measure the predictors, open the parent run and write the record, then tune."""
     with timings.phase("ray_start"):
         grows, staged = nodes.stage_inputs(plan)
     # The predictors, in one Ray worker with a trial's resources (a GPU when trials use GPUs); cached plasticity reused.
@@ -262,8 +241,7 @@ def _record_and_tune(
 def _interrupted(
     plan: SearchPlan, records: _Records, what: str = "stopped before its trials ended", fault: str | None = None
 ) -> SearchInterrupted:
-    """The SearchInterrupted of a search stopped by Ctrl-C, SIGTERM or an OS fault (``fault``, else the guard's): how
-    to resume (or finish) it, or that nothing was recorded."""
+    """Make the SearchInterrupted of a stopped search, saying how to resume it or that nothing was recorded."""
     fault = fault or guard.current_fault()
     fix, fault_exit = guard.current_fix()
     if fault:
@@ -291,10 +269,7 @@ def _tune(
     trainable=None,
     orphans: dict | None = None,
 ):
-    """Run the trials (the MLflow tracker, the live Optuna study, progress lines and ``callbacks`` attached); return
-    Tune's result grid. ``staged``: the driver's files the trials read, sent to their nodes (``data.staging``);
-    ``trainable``: what each trial runs (default: ``train_trial`` with the plan's settings); ``orphans``: runs a
-    trial of the same settings continues (``trial_runs.reconcile``)."""
+    """Run the trials with the tracker, the live study, progress lines and ``callbacks``, and return Tune's grid."""
     from ray import tune
 
     describe = trial_runs.trial_describer(plan.name, plan.settings, predictors)
@@ -331,7 +306,7 @@ def _tune(
 
 
 def _warm_start(plan: SearchPlan, predictors: Predictors) -> list[str]:
-    """The subsets ``recommend`` ranks best for a space with ``warm_start`` (TPE tries them first); else none."""
+    """Return the subsets ``recommend`` ranks best for a space with ``warm_start``, else none."""
     if not plan.spec.warm_start or predictors.plasticity is None:
         return []
     ranked = ranking.warm_start_subsets(predictors, plan.settings, plan.storage, plan.max_trainable_params)
@@ -346,16 +321,14 @@ def analyze(
     measuring: dict | None = None,
     once: bool = False,
 ) -> None:
-    """Run every analysis the search supports (see ``analysis.analyze.analyze_search``) and log it to the parent run.
-
-    The analysis is of the search's trials, not its finalists (``space.finalists``); it is kept as ``result.analysis``.
+    """Run every analysis the search supports on its non-finalist trials and log it to the parent run.
 
     Args:
         result: The finished search.
         mlflow: The MLflow client of its tracking store.
-        running: The plasticity reference, variant and pairs to measure with (None: ``SearchOptions``' defaults).
-        measuring: Where its measurements run (``runner``, ``decoded``, ``staged``: see ``predictors.report``).
-        once: Whether a table the parent run already holds is left unlogged (a resumed search's end).
+        running: The plasticity reference, variant and pairs to measure with (None: the defaults).
+        measuring: Where its measurements run.
+        once: Whether a table the parent run already holds is left unlogged.
     """
     spec, found, o = result.spec, search_trials(result.table), running or Running.of(SearchOptions())
     parameters = None if found.empty else (study.parameter_table(found, spec), study.study_parameters(spec))
@@ -385,8 +358,7 @@ def record_study(result: Search, mlflow, grid) -> None:
 
 
 def _record_results(result: Search, mlflow, grid) -> None:
-    """Each trial's run id and final metrics on its run; the trial table as CSV in the search's directory, the
-    headline metrics and the Pareto fronts on the parent run."""
+    """Record each trial's run id and metrics, the trial table, the headline metrics and the Pareto fronts."""
     table = result.table
     if not table.empty:
         table["run_id"] = table["trial_id"].map(tracking.trial_runs(mlflow, result.parent_run_id))
@@ -401,8 +373,7 @@ def _record_results(result: Search, mlflow, grid) -> None:
 
 
 def _record_best(result: Search, mlflow, grid, runner, staged=()) -> None:
-    """The answer's trial (``records.finalists.answer_trial``): its weights on its run and the parent's, its model on
-    the parent's (``records.best_trial``), built by ``runner`` (a Ray worker with a trial's resources)."""
+    """Log the answer's trial weights and its model, built by ``runner`` in a Ray worker."""
     best = finalists.answer_trial(result.trials, result.spec)
     found = trial_result(grid, best.iloc[0]["trial_id"]) if not best.empty else None
     if found is None or found.checkpoint is None:
@@ -419,19 +390,17 @@ def _record_best(result: Search, mlflow, grid, runner, staged=()) -> None:
 
 @checked()
 def run_search(options: SearchOptions | None = None, /, **keywords: Any) -> Search:
-    """Run (or resume) a search and return it as its records hold it (``vitplast_tune.run_search``).
+    """Run or resume a search and return it as its records hold it.
 
     Args:
-        options: the search's ``SearchOptions`` (default: every option's default).
-        **keywords: options under the command line's names (``space``, ``name``, ``max_steps``, ``model``,
-            ``dataset``, ...), replacing those of ``options``; ``space`` may be a shipped name, a path, a mapping of
-            the space file's keys or a ``SearchSpec``.
+        options: The search's ``SearchOptions`` (default: every option's default).
+        **keywords: Options under the command line's names, replacing those of ``options``.
 
     Returns:
-        The finished ``Search`` (``records.search``): its trials, study, MLflow runs and best model.
+        The finished ``Search``: its trials, study, MLflow runs and best model.
 
     Raises:
-        UserError: a bad option, space, input or service (one of its kinds), before Ray starts.
-        SearchInterrupted: the search was stopped (Ctrl-C, SIGTERM); its message says how to resume it.
+        UserError: An option, the space, an input or a service is bad; raised before Ray starts.
+        SearchInterrupted: The search was stopped; its message says how to resume it.
     """
     return run(SearchOptions.of(options, **keywords))

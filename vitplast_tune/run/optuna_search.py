@@ -1,7 +1,4 @@
-"""An Optuna sampler (the space's, ``space.samplers``) as a Ray Tune search algorithm: Ray Tune's ``OptunaSearch``
-over the space's define-by-run function, telling Optuna the truth about each trial's end (``OptunaSearcher``), with a
-warm start and one or more objectives.
-"""
+"""Run the space's Optuna sampler as a Ray Tune search algorithm, telling Optuna how each trial ended."""
 
 from __future__ import annotations
 
@@ -21,21 +18,10 @@ from vitplast_tune.space.samplers import make_sampler
 
 
 class OptunaSearcher(OptunaSearch):
-    """Ray Tune's OptunaSearch, telling Optuna the truth about each trial's end.
-
-    Every evaluation is an intermediate value at its training step. A trial that reached its budget
-    (``max_steps``) is COMPLETE; one the scheduler stopped earlier is PRUNED, so TPE does not take
-    its truncated accuracy for a final one; one that errored or diverged is FAIL (the stock searcher
-    reports both as COMPLETE with their last value).
-    """
+    """Wrap Ray Tune's OptunaSearch to end each Optuna trial as COMPLETE, PRUNED or FAIL, as it truly ended."""
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        """Report the metric to the Optuna trial at the training step (a resumed step is reported once).
-
-        Args:
-            trial_id: Tune's trial id.
-            result: The trial's report (its metric and ``step``).
-        """
+        """Report the metric to the Optuna trial at its training step, a resumed step once."""
         if isinstance(self.metric, list):  # several objectives: Optuna takes no intermediate values
             return
         value, step = result.get(self.metric), result.get("step")
@@ -49,29 +35,13 @@ class OptunaSearcher(OptunaSearch):
             live[trial_id].report(float(value), int(step))
 
     def restore_from_dir(self, checkpoint_dir: str) -> None:
-        """Restore TPE from its state in Tune's folder.
-
-        Without that state (moved aside, ``plan.state``) this TPE starts afresh and samples the trials not sampled
-        yet (Tune's generator state counts them).
-
-        Args:
-            checkpoint_dir: Tune's folder of the searcher's state.
-        """
+        """Restore TPE from its state in Tune's folder; without it, start afresh."""
         if not any(Path(checkpoint_dir).glob(self.CKPT_FILE_TMPL.format("*"))):
             return
         super().restore_from_dir(checkpoint_dir)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        """End the Optuna trial: FAIL (errored or diverged), PRUNED (stopped before max_steps) or COMPLETE.
-
-        A trial this searcher did not suggest (restored from Tune's state when a new TPE took over,
-        ``restore_from_dir``) is not its to end.
-
-        Args:
-            trial_id: Tune's trial id.
-            result: The trial's last report (None: none).
-            error: Whether the trial errored.
-        """
+        """End the Optuna trial of a trial this searcher suggested: FAIL, PRUNED or COMPLETE."""
         if trial_id not in ray_tune.optuna_trials(self) and trial_id not in ray_tune.completed_trials(self):
             return
         if error or (result or {}).get("diverged"):
@@ -88,25 +58,19 @@ class OptunaSearcher(OptunaSearch):
 
 
 def objectives(spec: SearchSpec) -> tuple[str | list[str], str | list[str]]:
-    """OptunaSearch's ``metric`` and ``mode``: one each, or lists for a multi-objective space (Optuna's Pareto front).
-
-    Tune's scheduler and result grid still use ``spec.metric`` (the first objective); a multi-objective
-    space has no early stopping (``space.files`` refuses ASHA and median stopping for it).
-    """
+    """Return OptunaSearch's ``metric`` and ``mode``: one each, or lists for a multi-objective space."""
     if not spec.multi_objective:
         return spec.metric, spec.mode
     return [m for m, _ in spec.objectives], [d for _, d in spec.objectives]
 
 
 def warm_start_points(spec: SearchSpec, subsets: Sequence[str]) -> list[dict[str, Any]]:
-    """TPE's first trials (OptunaSearch ``points_to_evaluate``, i.e. Optuna's ``enqueue_trial``): the first
-    ``spec.warm_start`` of ``subsets`` as the space's component flags; the other parameters are sampled."""
+    """Return TPE's first trials: the first ``spec.warm_start`` of ``subsets`` as component flags."""
     return [component_flags(subset) for subset in list(subsets)[: spec.warm_start]]
 
 
 def optuna_searcher(spec: SearchSpec, seed: int, warm_start: Sequence[str] = ()) -> OptunaSearcher:
-    """The space's sampler (``spec.sampler``, seeded) over the space; ``warm_start``: subsets ranked best first, of
-    which it tries ``spec.warm_start`` first."""
+    """Build the space's seeded sampler over the space, trying ``spec.warm_start`` of ``warm_start`` first."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
