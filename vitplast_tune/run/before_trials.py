@@ -1,6 +1,4 @@
-"""The measurements a search makes before its trials (plasticity, the gradient criteria), run in one Ray worker with
-a trial's resources, where the trials' accelerators are: the driver never imports torch.
-"""
+"""Measure a search's predictors before its trials in one Ray worker with a trial's resources."""
 
 from __future__ import annotations
 
@@ -21,14 +19,14 @@ log = get_logger(__name__)
 
 
 def worker_options(trial: dict[str, float]) -> dict[str, Any]:
-    """``ray.remote`` options of the measuring worker: a trial's resources (one whole GPU if the trial uses any)."""
+    """Return the measuring worker's ``ray.remote`` options: a trial's resources, a whole GPU if it uses any."""
     request = resources.ray_request(trial)
     cpus, gpus = request.pop("CPU", 0.0), request.pop("GPU", 0.0)
     return {"num_cpus": cpus, "num_gpus": 1 if gpus else 0, "resources": request, "max_restarts": 0}
 
 
 class _Worker:
-    """The measuring worker's actor: runs the functions it is sent."""
+    """Run the functions the driver sends, in the measuring worker."""
 
     def call(self, fn, kwargs):
         return fn(**kwargs)
@@ -41,23 +39,16 @@ def measuring_worker(
     doing: str = "measuring",
     while_waiting: Callable[[], Any] | None = None,
 ) -> Iterator[Callable[..., Any]]:
-    """Give a runner (``runner(fn, **kwargs) -> fn(**kwargs)``) backed by one Ray worker with a trial's resources.
-
-    The measurements before the trials (plasticity, gradient criteria), and after them the best model and the
-    analysis's measurements, share its imports (torch, timm) instead of each starting a worker; the worker starts at
-    the first call and ends with the block, else it would hold torch, the model and what its allocator kept through
-    the search. The driver waits, saying every ``every_s`` seconds that a call still runs, and calls
-    ``while_waiting`` every second meanwhile.
+    """Give a runner backed by one Ray worker with a trial's resources, started at the first call.
 
     Args:
-        trial: The resources as ``--*-per-trial`` give them ({"cpu": 2, "gpu": 0.5, "a100": 1}).
+        trial: The resources as ``--*-per-trial`` give them.
         every_s: Seconds between the lines saying a call still runs.
         doing: What those lines say it does.
-        while_waiting: What to call every second while a call runs (e.g. ``run.parallel.release_orphans``: the
-            resources the worker waits for may be held by what the trials left); None: nothing.
+        while_waiting: What to call every second while a call runs (None: nothing).
 
     Yields:
-        The runner.
+        The runner: ``runner(fn, **kwargs)`` returns ``fn(**kwargs)``.
     """
     import ray
 
@@ -87,10 +78,7 @@ def measuring_worker(
 def measure_predictors(
     plan: SearchPlan, staged: Sequence[staging.Staged] = (), timings: Timings | None = None
 ) -> Predictors:
-    """Measure the predictors a search needs before training: plasticity and the gradient table.
-
-    They run in one Ray worker with a trial's resources (``measuring_worker``), on the dataset the driver decoded and
-    the files it staged; plasticity measured before is read from its cache instead.
+    """Measure the plasticity and the gradient table a search needs, in one Ray worker.
 
     Args:
         plan: The search's plan.
@@ -98,7 +86,7 @@ def measure_predictors(
         timings: Where their seconds are added.
 
     Returns:
-        The predictors (none when the plan measures no plasticity).
+        The predictors; none when the plan measures no plasticity.
     """
     if not plan.running.plasticity:
         return Predictors()

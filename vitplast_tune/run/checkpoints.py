@@ -1,8 +1,4 @@
-"""A trial's checkpoints and its last words: the checkpoint files of a run's state (``state.pt`` and
-``best.safetensors``), when a report carries one, reading one back through its filesystem (any storage), and the
-report of a run whose loss diverged. A trial of one worker (``run/trainable.py``) and the workers of a Train run
-(``run/parallel.py``) both use them.
-"""
+"""Write and read a trial's checkpoints, and report a run whose loss diverged."""
 
 from __future__ import annotations
 
@@ -18,47 +14,28 @@ from vitplast_tune.storage import BEST_FILE, STATE_FILE
 
 
 def diverged(exc: Exception, cfg: FinetuneConfig) -> dict[str, Any]:
-    """The report of a run whose loss diverged: NaN metrics (so that Optuna records the trial as failed), the reason
-    and the step; no checkpoint, no retry.
-
-    Args:
-        exc: the ``DivergedError``.
-        cfg: the run's settings.
-
-    Returns:
-        The metrics to report.
-    """
+    """Make the report of a run whose loss diverged: NaN metrics, the reason and the step."""
     nan = {metric: float("nan") for metric in METRICS}
     return {**nan, "diverged": 1, "error": str(exc), "step": exc.step, "max_steps": cfg.max_steps}
 
 
 @contextlib.contextmanager
 def checkpoint_directory(state: dict[str, Any]) -> Iterator[str]:
-    """A temporary folder holding the checkpoint of ``state`` (``write_checkpoint``), removed after the block.
-
-    Args:
-        state: a run's ``finetune`` state.
-
-    Yields:
-        The folder's path.
-    """
+    """Write the checkpoint of ``state`` into a temporary folder, removed after the block."""
     with tempfile.TemporaryDirectory() as directory:
         write_checkpoint(Path(directory), state)
         yield directory
 
 
 def checkpoint_due(metrics: dict[str, Any], eval_every: int, every: int) -> bool:
-    """Whether a report of ``metrics`` carries a checkpoint: every ``every``-th evaluation, when the best validation
-    accuracy improved at this step (the best weights are never lost), and at the last step."""
+    """Tell whether a report carries a checkpoint: every ``every``-th evaluation, a new best, the last step."""
     step = int(metrics["step"])
     evaluation = -(-step // eval_every)  # the last evaluation may come before a whole eval_every
     return evaluation % every == 0 or metrics.get("best_step") == step or step >= int(metrics["max_steps"])
 
 
 def write_checkpoint(directory: Path, state: dict[str, Any]) -> None:
-    """A run's ``finetune`` state as checkpoint files in ``directory``: ``state.pt`` (step, trainable tensors,
-    optimizer, the EMA's tensors when the recipe has one, the seconds so far) and ``best.safetensors`` (the
-    best-validation trainable tensors; its step and accuracy as metadata)."""
+    """Write a run's state as ``state.pt`` and its best weights as ``best.safetensors`` in ``directory``."""
     import torch
     from safetensors.torch import save_file
 
@@ -71,7 +48,7 @@ def write_checkpoint(directory: Path, state: dict[str, Any]) -> None:
 
 
 def read_checkpoint(checkpoint) -> dict[str, Any] | None:
-    """The ``finetune`` state a Tune checkpoint holds (None for none), read through its filesystem (any storage)."""
+    """Read the state a Tune checkpoint holds through its filesystem, or None."""
     if checkpoint is None:
         return None
     import torch

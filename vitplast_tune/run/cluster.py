@@ -1,24 +1,4 @@
-"""Joining a Ray cluster, storage that every node reaches, requests that can never be scheduled, and running
-the measurements in one Ray worker where the trials' accelerators are.
-
-``connect(address)`` joins a running cluster (``--address``, else ``RAY_ADDRESS``) and turns the
-usual failures (unreachable, token authentication refused) into one-line UserErrors.
-``check_trial_fits(resources)`` runs on the driver after Ray is up and before anything is recorded:
-
-* a node of the cluster has the per-trial resources now: fine;
-* else, when the cluster's node types are known, one of them has them: fine (the autoscaler adds
-  such a node), none has: UserError. Node types come from, in order, ``$VITPLAST_CLUSTER_CONFIG``
-  (a cluster launcher YAML), ``~/ray_bootstrap_config.yaml`` (the head of a ``ray up`` cluster,
-  where ``ray submit``/``ray job submit`` run the driver) or the cluster config that autoscaler v2
-  (the default on KubeRay) keeps in the GCS, when there is one;
-* else, when the autoscaler reports only fixed nodes (``ray start`` without an autoscaling
-  config): UserError; when it autoscales with node types unknown here, or has not reported within
-  15 s: a warning, and trials wait as Tune makes them.
-
-``preflight`` then checks, on a cluster, that a local ``--storage`` path is one every node that runs trials
-sees (a marker the driver wrote, read on each node; else UserError: use a URI such as s3://), and which files
-of the driver's disk the trials need elsewhere (``data.staging``).
-"""
+"""Join or start Ray, and refuse a trial request that no node or node type of the cluster can ever hold."""
 
 from __future__ import annotations
 
@@ -46,14 +26,12 @@ LOCAL_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
 
 
 def init(option: str | None, timeout_s: float = 30.0) -> None:
-    """Join the cluster at ``--address`` (else ``RAY_ADDRESS``), saying so, or start a local Ray instance of this
-    search's own (without a dashboard), whatever clusters the machine runs or Ray's temp dir remembers."""
+    """Join the cluster at ``--address`` or ``RAY_ADDRESS``, saying so, or start a local Ray instance of its own."""
     join_or_start(resources.address(option), timeout_s, option)
 
 
 def join_or_start(joining: str | None, timeout_s: float = 30.0, option: str | None = None) -> None:
-    """``init`` with the cluster already resolved: join ``joining`` (given as ``option``, else read from
-    ``RAY_ADDRESS``), or start a local Ray instance when it is None."""
+    """Join ``joining``, or start a local Ray instance when it is None."""
     import ray
 
     runtime_env = {"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}}
@@ -62,7 +40,7 @@ def join_or_start(joining: str | None, timeout_s: float = 30.0, option: str | No
         log.info(
             f"Joining the Ray cluster at {joining} ({source}); without it the search starts a Ray instance of its own"
         )
-        wait_for_head(joining, timeout_s)  # UserError when nothing answers there in time
+        _wait_for_head(joining, timeout_s)  # UserError when nothing answers there in time
         connect(joining, runtime_env=runtime_env, log_to_driver=False)  # UserError when refused or unreachable
     else:
         # address="local": a new instance even when a `ray start` cluster (live, or dead and remembered in
@@ -77,8 +55,8 @@ def join_or_start(joining: str | None, timeout_s: float = 30.0, option: str | No
         )
 
 
-def head_endpoint(joining: str) -> tuple[str, int] | None:
-    """(host, port) of a cluster address (``host:port``, ``ray://host:port``), or None when it names none ("auto")."""
+def _head_endpoint(joining: str) -> tuple[str, int] | None:
+    """Return the (host, port) of a cluster address, or None when it names none."""
     rest = joining.split("://", 1)[-1].rstrip("/")
     host, _, port = rest.rpartition(":")
     if not host or not port.isdigit():
@@ -86,10 +64,9 @@ def head_endpoint(joining: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
-def wait_for_head(joining: str, timeout_s: float = 30.0) -> None:
-    """Wait up to ``timeout_s`` for something to accept a connection at the cluster's address (a head starting up
-    may refuse for a moment); UserError with the reason and what to check when nothing does."""
-    endpoint = head_endpoint(joining)
+def _wait_for_head(joining: str, timeout_s: float = 30.0) -> None:
+    """Wait up to ``timeout_s`` for the cluster's address to accept a connection, else raise UserError."""
+    endpoint = _head_endpoint(joining)
     if endpoint is None:
         return
     deadline, reason = time.monotonic() + timeout_s, "no answer"
@@ -117,7 +94,7 @@ def wait_for_head(joining: str, timeout_s: float = 30.0) -> None:
 
 
 def connect(address: str, **init_kwargs: Any) -> None:
-    """``ray.init(address=...)``, with a clear UserError when the cluster cannot be joined."""
+    """Call ``ray.init(address=...)``, turning a failure to join into a clear UserError."""
     import ray
 
     try:
@@ -155,7 +132,7 @@ def alive_nodes() -> list[dict[str, Any]]:
 
 
 def node_types() -> tuple[str, dict[str, dict[str, float]]] | None:
-    """(where from, {node type: resources}) of the types the autoscaler may add, or None when unknown."""
+    """Return where the node types come from and each type's resources, or None when unknown."""
     given = environment.read(CONFIG_ENV)
     if given and not Path(given).expanduser().is_file():
         raise UserError(f"{CONFIG_ENV}={given} is not a file; point it at the cluster launcher YAML")
@@ -187,12 +164,7 @@ def _gcs_node_types() -> tuple[str, dict[str, dict[str, float]]] | None:
 
 
 def autoscales(wait_s: float = 0.0) -> bool | None:
-    """Whether the cluster's autoscaler manages node types (None: no autoscaler report, even after ``wait_s``).
-
-    A cluster started with plain ``ray start`` runs the autoscaler with a read-only provider whose
-    node types are the nodes themselves ("node_<id>"); any other type name means real node types.
-    The autoscaler reports every few seconds, so a cluster that just started may need ``wait_s``.
-    """
+    """Tell whether the cluster's autoscaler manages node types; None when it has not reported after ``wait_s``."""
     deadline = time.monotonic() + wait_s
     while (found := _autoscales()) is None and time.monotonic() < deadline:
         time.sleep(1.0)
@@ -205,15 +177,12 @@ def _autoscales() -> bool | None:
 
 
 def started_here() -> bool:
-    """Whether this process started the Ray instance it uses (``ray.init()`` without an address): one fixed node."""
+    """Tell whether this process started the Ray instance it uses."""
     return ray_internals.started_here()
 
 
 def check_trial_fits(trial: dict[str, float]) -> str:
-    """Raise UserError when no node, and no node type the cluster can add, holds one trial's resources.
-
-    Returns how the request is satisfied ("node", "node type", "autoscaler (unchecked)"), for tests.
-    """
+    """Check that a node, or a node type the cluster can add, holds one trial; return how, else raise UserError."""
     request = resources.ray_request(trial)
     nodes = alive_nodes()
     if any(resources.fits(n.get("Resources", {}), request) for n in nodes):

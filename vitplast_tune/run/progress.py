@@ -1,11 +1,4 @@
-"""Progress of a running search: one line per finished trial (trials done / total, the trial, the best so far, the
-ETA), and on a terminal or in a notebook a tqdm bar under those lines; output that is not a terminal (a log file, CI)
-gets the lines and a heartbeat only, no bar.
-
-The ETA is the work left, estimated from the finished trials' mean duration (a running trial's elapsed time
-deducted), shared by the trials that run at once; early stopping is in the mean, since the finished trials include
-the stopped ones.
-"""
+"""Print a running search's progress: one line per finished trial, under a tqdm bar where the output is live."""
 
 from __future__ import annotations
 
@@ -28,7 +21,7 @@ ENDED = ("TERMINATED", "ERROR")
 
 
 def clock(seconds: float) -> str:
-    """A duration as ``MM:SS`` under an hour and ``H:MM:SS`` from one hour on (3,912 s is ``1:05:12``)."""
+    """Write a duration as ``MM:SS``, or ``H:MM:SS`` from one hour on."""
     whole = max(int(seconds), 0)
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
@@ -36,9 +29,7 @@ def clock(seconds: float) -> str:
 
 
 def eta_s(remaining: int, durations: Sequence[float], running_for: Sequence[float], concurrency: int) -> float | None:
-    """Seconds until the last of ``remaining`` trials (running ones included) ends: each takes the mean of the
-    finished ``durations`` (a running one less its ``running_for`` time), ``concurrency`` at a time; None before any
-    trial finished."""
+    """Estimate the seconds until the last of ``remaining`` trials ends; None before any trial finished."""
     if not durations:
         return None
     mean = sum(durations) / len(durations)
@@ -46,8 +37,8 @@ def eta_s(remaining: int, durations: Sequence[float], running_for: Sequence[floa
     return max(work, 0.0) / max(min(concurrency, remaining), 1)
 
 
-def interactive(stream: TextIO) -> bool:
-    """Whether ``stream`` shows a live bar: a terminal, or a Jupyter kernel's output (IPython already loaded)."""
+def _interactive(stream: TextIO) -> bool:
+    """Tell whether ``stream`` shows a live bar: a terminal, or a Jupyter kernel's output."""
     if getattr(stream, "isatty", lambda: False)():
         return True
     if "IPython" not in sys.modules:
@@ -56,10 +47,8 @@ def interactive(stream: TextIO) -> bool:
     return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
 
 
-def bar_shape(stream: TextIO) -> dict[str, Any]:
-    """How tqdm sizes the bar on ``stream``: to the terminal's width as it changes, or 80 columns and 24 rows where the
-    terminal says it has none (a pseudo-terminal nobody sized, as ``script`` or a test harness makes: tqdm reads its
-    0 x 0 as -1 rows, takes the bar for below the screen's last row and draws nothing)."""
+def _bar_shape(stream: TextIO) -> dict[str, Any]:
+    """Size tqdm's bar to the terminal, or to 80 x 24 where the terminal reports no size."""
     try:
         size = os.get_terminal_size(stream.fileno())
     except (AttributeError, OSError, ValueError):  # no terminal (a notebook's stream): tqdm's own sizing
@@ -68,16 +57,15 @@ def bar_shape(stream: TextIO) -> dict[str, Any]:
 
 
 class Progress(Callback):
-    """A Tune callback that prints one line per finished trial, under a tqdm bar or with a heartbeat line.
+    """Print one line per finished trial, under a tqdm bar or with a heartbeat line.
 
     Args:
         total: How many trials the search runs before its finalists.
         every_s: Seconds between heartbeat lines when there is no bar.
         stream: Where the lines go (None: stderr).
-        clock: What gives the time (tests pass a fake one).
+        clock: What gives the time.
         bar: Whether to show a tqdm bar (None: when ``stream`` is interactive).
-        finalists: The most trials its finalists stage runs: counted in the total until the first finalist says how
-            many there are.
+        finalists: The most trials its finalists stage runs.
     """
 
     def __init__(
@@ -96,7 +84,7 @@ class Progress(Callback):
         self.ended: set[str] | None = None  # the trials that ended, counted from Tune's list once, then kept
         self.durations: list[float] = []
         self.peak = 0  # most trials seen running at once: the search's concurrency
-        self.use_bar = interactive(self.stream) if bar is None else bar
+        self.use_bar = _interactive(self.stream) if bar is None else bar
         self.bar = None
 
     def setup(self, **info: Any) -> None:
@@ -110,11 +98,11 @@ class Progress(Callback):
                 desc="trials",
                 file=self.stream,
                 bar_format="{desc} {n_fmt}/{total_fmt} |{bar}| {elapsed} elapsed{postfix}",
-                **bar_shape(self.stream),
+                **_bar_shape(self.stream),
             )
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        """Note when a trial starts (or is restored) in this run; a finalist's says how many finalists there are."""
+        """Note when a trial starts; a finalist's says how many finalists there are."""
         self.began[trial.trial_id] = self.clock()
         if (mark := finalist_of(trial.config or {})) is not None and self.total != self.main + int(mark["of"]):
             self.total = self.main + int(mark["of"])
@@ -161,7 +149,7 @@ class Progress(Callback):
             self.bar = None
 
     def eta(self, trials: Sequence[Trial]) -> float | None:
-        """Estimate the seconds until the search ends (see ``eta_s``) from this run's finished and running trials.
+        """Estimate the seconds until the search ends from this run's finished and running trials.
 
         Args:
             trials: Every trial of the search.
@@ -182,7 +170,7 @@ class Progress(Callback):
             self.durations.append(self.clock() - self.began.pop(trial.trial_id))
 
     def _status(self, trials) -> str:
-        """The bar's postfix: best so far and the ETA."""
+        """Return the bar's postfix: the best so far and the ETA."""
         best = f"best {pct(self.best[0])} ({self.best[1]})" if self.best else ""
         eta = self.eta(trials) if self.done < self.total else None
         return " | ".join(p for p in (best, f"ETA {clock(eta)}" if eta is not None else "") if p)
