@@ -1,5 +1,4 @@
-"""Running a search on Ray: the driver, the trainable, the search algorithms and schedulers, the cluster and its
-nodes, the measurements before the trials, interrupts and progress."""
+"""Run a search on Ray: the driver, the trainable, the searchers, schedulers, cluster and progress."""
 
 import lazy_loader as _lazy
 

@@ -1,13 +1,4 @@
-"""SIGTERM handled as Ctrl-C: what ``kill``, ``timeout``, Kubernetes and batch schedulers send before they stop a job
-ends a search the way Ctrl-C does (Ray Tune's own graceful stop, runs closed, the resume command printed), with exit
-code 143 instead of 130.
-
-``ray.init`` installs its own SIGTERM handler (it exits at once, with status 15 and no word), so ``handled()`` is
-entered before Ray starts, ``starting_ray()`` takes that exit for an interrupt while Ray starts and
-``on_sigterm_interrupt()`` is called after it; all are no-ops off the main thread. Before that, while the plan is
-checked, ``before_start()`` does the same. Once every trial has ended, ``deferred()`` holds SIGTERM back while the
-results are recorded, so that they are whole.
-"""
+"""Handle SIGTERM as Ctrl-C, so a stopped job ends a search gracefully with exit code 143."""
 
 from __future__ import annotations
 
@@ -30,7 +21,7 @@ def _main_thread() -> bool:
 
 @contextlib.contextmanager
 def handled() -> Iterator[None]:
-    """Restore the SIGINT and SIGTERM handlers found on entry when the block ends (Ray and Tune replace them)."""
+    """Restore the SIGINT and SIGTERM handlers found on entry when the block ends."""
     if not _main_thread():
         yield
         return
@@ -44,17 +35,14 @@ def handled() -> Iterator[None]:
 
 
 def on_sigterm_interrupt() -> None:
-    """From now on SIGTERM does what SIGINT (Ctrl-C) would do at that moment: while Tune runs, its graceful stop;
-    otherwise a KeyboardInterrupt."""
+    """Make SIGTERM do what Ctrl-C would do from now on."""
     if _main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
 
 
 @contextlib.contextmanager
 def before_start(resuming: bool) -> Iterator[None]:
-    """While a search checks its plan (nothing started, nothing recorded yet): Ctrl-C and SIGTERM end it in
-    SearchInterrupted with the line and exit code (130, 143) a later interrupt has, saying whether there is something
-    to resume (``resuming``: a recorded search the same command continues)."""
+    """End a search that is checking its plan in SearchInterrupted on Ctrl-C or SIGTERM."""
     if not _main_thread():
         yield
         return
@@ -74,8 +62,7 @@ NOTHING_RECORDED = ", before anything was recorded: nothing to resume"  # after 
 
 @contextlib.contextmanager
 def starting_ray() -> Iterator[None]:
-    """While Ray starts, SIGTERM is Ctrl-C too: before ``ray.init`` installs its handler through ours, after it
-    through its ``sys.exit(SIGTERM)``, taken here for a KeyboardInterrupt with SIGTERM noted (exit code 143)."""
+    """Take SIGTERM as Ctrl-C while Ray starts, including Ray's own exit on it."""
     on_sigterm_interrupt()
     try:
         yield
@@ -88,14 +75,13 @@ def starting_ray() -> Iterator[None]:
 
 
 def restore_ctrl_c() -> None:
-    """Ctrl-C raises KeyboardInterrupt again (Tune leaves its handler installed after ``fit`` returns)."""
+    """Make Ctrl-C raise KeyboardInterrupt again after Tune's ``fit`` returns."""
     if _main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def stop_tune() -> None:
-    """Ask the running Tuner to stop as Ctrl-C does (its SIGINT handler called, no signal sent): outside Tune, a
-    KeyboardInterrupt."""
+    """Ask the running Tuner to stop as Ctrl-C does; outside Tune, raise KeyboardInterrupt."""
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler) and handler is not signal.default_int_handler:
         handler(signal.SIGINT, None)
@@ -114,8 +100,7 @@ def _interrupt(signum: int, frame) -> None:
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
-    """SIGTERM waits for the block to end (the results of a search whose trials all ended, recorded whole rather than
-    cut off), then is only said: the search is complete, nothing is left to resume. Ctrl-C still interrupts."""
+    """Hold SIGTERM back until the block ends, then only say it; Ctrl-C still interrupts."""
     if not _main_thread():
         yield
         return
@@ -134,5 +119,5 @@ def deferred() -> Iterator[None]:
 
 
 def exit_code() -> int:
-    """The exit code of an interrupted search: 128 + SIGTERM (143) when SIGTERM stopped it, else 130 (Ctrl-C)."""
+    """Return an interrupted search's exit code: 143 after SIGTERM, else 130."""
     return 128 + (signal.SIGTERM if signal.SIGTERM in _received else signal.SIGINT)

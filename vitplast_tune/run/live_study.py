@@ -1,9 +1,4 @@
-"""The search's Optuna study while it runs: ``LiveStudy``, a Tune callback on the driver, makes the study
-(``records.study``: ``optuna.db`` in the search's directory, named as the search) before the first trial and adds each
-trial as it ends, COMPLETE, PRUNED or FAIL with its intermediate values and MLflow run (a finalist is no trial of
-the search's sampler: not added), so that ``optuna.load_study`` and ``optuna-dashboard`` follow a running search; a
-resumed search adds to the same study.
-"""
+"""Keep the search's Optuna study up to date while it runs, one trial added as it ends."""
 
 from __future__ import annotations
 
@@ -23,11 +18,7 @@ from vitplast_tune.space.files import SearchSpec
 
 
 class LiveStudy(Callback):
-    """Tune callback: the search's study (``open_study``) made before its first trial, each trial added as it ends.
-
-    ``run_of(trial_id)`` gives a trial's MLflow run id (the tracker's, which runs first). Each trial's reports of
-    the objectives are kept until it ends (in Tune's saved state too, so a resumed trial keeps its earlier steps).
-    """
+    """Make the search's study before its first trial and add each trial of its sampler as it ends."""
 
     def __init__(
         self,
@@ -94,7 +85,7 @@ class LiveStudy(Callback):
 
 @dataclass
 class _Ended:
-    """A Tune trial as the trial table reads a result (its config, last metrics and error)."""
+    """Hold a Tune trial as the trial table reads a result."""
 
     trial: Any
     error: str | None

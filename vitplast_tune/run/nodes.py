@@ -1,8 +1,4 @@
-"""What every node of a cluster sees, checked once Ray is up and before anything is recorded: that a local
-``--storage`` path is one every node that runs trials reads (a marker the driver wrote there; else UserError: use a
-URI such as s3://), and which files of the driver's disk the trials need elsewhere (``data.staging``), sent to the
-nodes that lack them through Ray's object store.
-"""
+"""Check what every node sees once Ray is up: a shared storage, and which of the driver's files to send."""
 
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ PROBE_TIMEOUT_S = 120.0
 
 @dataclass
 class Preflight:
-    """What the driver found once Ray is up: how a trial's request is met, whether nodes may join later (an
-    autoscaler), and the inputs to send to the nodes."""
+    """Hold what the driver found once Ray is up: how a trial fits, whether nodes may join, what to send."""
 
     how: str
     grows: bool = False
@@ -36,11 +31,7 @@ class Preflight:
 
 
 def preflight(trial: dict[str, float], storage: str, inputs: Sequence[staging.Files] = ()) -> Preflight:
-    """The driver's checks once Ray is up, before anything is recorded: the trial request can be scheduled; a local
-    ``storage`` path is shown shared (every node that can run a trial reads a marker the driver wrote there); and
-    which of ``inputs`` (files on the driver's disk that runs read) must be sent to the nodes (``staging``).
-    Nodes an autoscaler adds later cannot be checked now: such a cluster gets every input, and a warning.
-    """
+    """Check the trial request, that a local storage is shared, and which inputs the nodes need sent."""
     how = cluster.check_trial_fits(trial)
     if cluster.started_here():  # one machine: the driver's own disk
         return Preflight(how)
@@ -61,8 +52,7 @@ def preflight(trial: dict[str, float], storage: str, inputs: Sequence[staging.Fi
 
 
 def on_every_node(nodes: list[dict[str, Any]], fn, **kwargs) -> dict[str, Any]:
-    """``fn(**kwargs)`` run once on each of ``nodes`` (a task pinned to it, asking for no resources):
-    {node description: its result, or None when it did not answer in time}."""
+    """Run ``fn(**kwargs)`` once on each node; a node that does not answer in time gives None."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -80,7 +70,7 @@ def on_every_node(nodes: list[dict[str, Any]], fn, **kwargs) -> dict[str, Any]:
 
 
 def sees(marker: str | None, inputs: list[staging.Files]) -> dict[str, Any]:
-    """On a node: the marker's text (None when it cannot read it), and whether it has each of ``inputs``."""
+    """Return, on a node, the marker's text and whether it has each of ``inputs``."""
     try:
         text = Path(marker).read_text() if marker else None
     except OSError:
@@ -93,7 +83,7 @@ def _node_name(node: dict[str, Any]) -> str:
 
 
 def check_storage(storage: str, views: dict[str, Any], token: str, grows: bool) -> None:
-    """UserError when a node that runs trials cannot read the marker (``token``) the driver wrote to ``storage``."""
+    """Refuse a local storage whose marker a node that runs trials cannot read."""
     blind = sorted(node for node, v in views.items() if not (v and v["marker"] == token))
     if blind:
         raise UserError(
@@ -110,8 +100,7 @@ def check_storage(storage: str, views: dict[str, Any], token: str, grows: bool) 
 
 
 def to_stage(inputs: Sequence[staging.Files], views: dict[str, Any], grows: bool) -> list[staging.Files]:
-    """The inputs to send to the nodes: those some node lacks, or every one when nodes may join later; UserError
-    for one that is missing somewhere and too large to send."""
+    """Return the inputs to send: those some node lacks, or all when nodes may join later."""
     out = []
     for i, files in enumerate(inputs):
         lacking = sorted(node for node, v in views.items() if not (v and v["inputs"][i]))
@@ -133,9 +122,7 @@ def to_stage(inputs: Sequence[staging.Files], views: dict[str, Any], grows: bool
 
 
 def stage_inputs(plan: SearchPlan) -> tuple[bool, list[staging.Staged]]:
-    """UserError when no node (or node type) of the cluster can ever hold one trial, or when a local storage path is
-    not shared by the nodes; else whether the cluster can grow (an autoscaler adds nodes for pending trials), and the
-    files of the driver's disk sent to the nodes that lack them (``data.staging``)."""
+    """Check the cluster for the plan, and return whether it can grow and the files sent to its nodes."""
     running = plan.running
     inputs = staging.needed(plan.settings, running.reference)
     checked = preflight(running.resources.placement_request, plan.storage, inputs)  # several workers: one's

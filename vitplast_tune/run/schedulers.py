@@ -1,5 +1,4 @@
-"""The space's early-stopping rule as a Ray Tune scheduler over training steps: ASHA, median stopping, or none; the
-finalists (``run.finalists``) never stopped early."""
+"""Build the space's early-stopping rule as a Ray Tune scheduler over training steps."""
 
 from __future__ import annotations
 
@@ -12,10 +11,10 @@ if TYPE_CHECKING:
 
 
 def scheduler(spec: SearchSpec, max_steps: int) -> TrialScheduler:
-    """Make the space's trial scheduler: ASHA, median stopping, or FIFO (no early stopping).
+    """Make the space's trial scheduler: ASHA, median stopping, or FIFO.
 
     Args:
-        spec: The space (its scheduler's name, grace period and reduction factor).
+        spec: The space.
         max_steps: The trial budget, ASHA's longest rung.
 
     Returns:

@@ -1,17 +1,4 @@
-"""One finetuning run as a Ray Tune trainable: report, checkpoint, resume.
-
-``train_trial(config, settings)`` merges the trial's sampled ``config`` over the search-wide
-``settings`` (a FinetuneConfig), points its data and weights at this node's copies of the driver's files
-(``data.staging``), resumes from ``tune.get_checkpoint()`` when Tune restarts it (on any node: checkpoints
-live in the search's storage), and reports metrics after every evaluation, with a checkpoint every
-``checkpoint_every`` evaluations, whenever the best validation accuracy improves, and at the last step. A
-checkpoint holds ``state.pt`` (the trainable tensors, the optimizer and the step) and ``best.safetensors`` (the
-best-validation trainable tensors, its step and accuracy as metadata), which the driver logs for the best trial.
-A NaN or infinite loss ends the trial with ``diverged=1`` and the reason, instead of a retry
-that would diverge again. A trial whose subset trains more parameters than the search's budget
-(``max_trainable_params``) is not trained: it reports ``over_budget=1`` at step 0 with a NaN metric,
-which the search's OptunaSearcher records as PRUNED (stopped before its budget).
-"""
+"""Run one finetuning trial as a Ray Tune trainable that reports, checkpoints and resumes."""
 
 from __future__ import annotations
 
@@ -36,15 +23,15 @@ def train_trial(
     staged: Sequence[Staged] = (),
     workers: Workers | None = None,
 ) -> None:
-    """Ray Tune function trainable for one finetuning run (see the module docstring).
+    """Finetune one trial and report each evaluation to Tune, resuming from Tune's checkpoint.
 
     Args:
-        config: the trial's sampled settings.
-        settings: the search-wide settings they override.
-        decoded: the dataset the driver decoded once and shared through the object store.
-        max_trainable_params: the search's parameter budget.
-        staged: the driver's files the run reads.
-        workers: the trial's data-parallel workers (default: one, in this process).
+        config: The trial's sampled settings.
+        settings: The search-wide settings they override.
+        decoded: The dataset the driver decoded once and shared through the object store.
+        max_trainable_params: The search's parameter budget.
+        staged: The driver's files the run reads.
+        workers: The trial's data-parallel workers (default: one, in this process).
     """
     from ray import tune
 
@@ -64,7 +51,7 @@ def train_trial(
 
 
 def _report_to_tune(metrics: dict[str, Any], checkpoint) -> None:
-    """Report a Train run's report to Tune, its checkpoint (in Train's storage, or None) copied into the trial's."""
+    """Pass a Train run's report to Tune, copying its checkpoint into the trial's."""
     from ray import tune
 
     if checkpoint is not None:
@@ -73,8 +60,7 @@ def _report_to_tune(metrics: dict[str, Any], checkpoint) -> None:
 
 
 def _train_here(cfg: FinetuneConfig, *, resume: dict[str, Any] | None, decoded: InMemory | None) -> None:
-    """``vit.training.finetune`` in this trial's process, each evaluation reported to Tune (with a checkpoint when
-    due); a diverged run reports NaN metrics, ``diverged=1`` and the reason."""
+    """Finetune in this trial's process, reporting each evaluation; a diverged run reports NaN metrics."""
     from ray import tune
 
     from vitplast_tune.vit.training import DivergedError, finetune
@@ -94,7 +80,7 @@ def _train_here(cfg: FinetuneConfig, *, resume: dict[str, Any] | None, decoded: 
 
 
 def _node_id() -> str:
-    """The id of the Ray node running this trial: the MLflow tracker tags the child run with it."""
+    """Return the id of the Ray node running this trial."""
     import ray
 
     return ray.get_runtime_context().get_node_id()
