@@ -13,10 +13,9 @@ The public API, one verb each::
     model = vt.create_model("vit_testbed_patch8_32.fractal", num_classes=10)
     table = vt.compute_plasticity(model, reference_images, downstream_images)
 
-Every mistake a user can fix raises a ``vt.UserError`` (``SpaceError``, ``OptionsError``, ``DataError``,
-``ResumeError``, ``ServicesError``, ``SearchNotFound``); the library speaks through the ``vitplast_tune`` loggers
-(``vitplast_tune.log``), to standard error. Importing the package starts nothing and imports nothing heavy: each name loads its module
-on first use.
+Every mistake a user can fix raises a ``vt.UserError``, one subclass per kind. The library logs to the
+``vitplast_tune`` loggers, on standard error. Importing the package starts nothing; each name loads its module on
+first use.
 """
 
 import lazy_loader as _lazy

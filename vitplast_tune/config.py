@@ -232,9 +232,6 @@ class FinetuneConfig:
 
         Returns:
             The settings themselves.
-
-        Raises:
-            UserError: A value is of the wrong type or cannot train.
         """
         check_types(self)
         components.parse_subset(self.components)

@@ -176,9 +176,6 @@ def check_not_running(folder: Path, name: str) -> None:
     Args:
         folder: The search's folder.
         name: The search's name.
-
-    Raises:
-        UserError: A driver runs it.
     """
     owner = running_owner(folder)
     if owner is not None:

@@ -50,9 +50,6 @@ def check_name(name: str, storage: str) -> str:
 
     Returns:
         The name.
-
-    Raises:
-        UserError: The name has characters it may not have, or is too long.
     """
     if not NAME_PATTERN.fullmatch(name):
         raise UserError(

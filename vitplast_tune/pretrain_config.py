@@ -51,9 +51,6 @@ class PretrainConfig:
 
         Returns:
             The settings themselves.
-
-        Raises:
-            UserError: A value cannot pretrain; the message names its flag.
         """
         check_types(self)
         at_least = dict(

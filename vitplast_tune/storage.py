@@ -312,9 +312,6 @@ def storage_uri(storage: str) -> str:
 
     Returns:
         The location; ``file://`` becomes a path.
-
-    Raises:
-        UserError: The URI's scheme is unknown, pyarrow has no filesystem for it, or it names no bucket.
     """
     if "://" not in storage:
         return storage

@@ -33,9 +33,6 @@ def check_types(
         skip: Fields checked elsewhere.
         label: How a field is named in the message.
         error: The ``UserError`` kind to raise.
-
-    Raises:
-        UserError: A field's value does not fit; the message names the first such field.
     """
     hints = field_types(type(settings))
     for f in dataclasses.fields(settings):

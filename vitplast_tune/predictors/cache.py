@@ -12,14 +12,7 @@ from vitplast_tune.config import PlasticityInputs, cache_dir, default_data_dir
 
 
 def cache_key(inputs: PlasticityInputs) -> dict[str, Any]:
-    """Name everything that changes a plasticity report: the inputs, the files behind them and the code.
-
-    Args:
-        inputs: What the measurement reads.
-
-    Returns:
-        The inputs, the weights and image files named by their sizes and times, and the code's version.
-    """
+    """Name everything that changes a plasticity report: its inputs, the files behind them, and the code."""
     i = inputs
     return dict(
         model=i.model_name,

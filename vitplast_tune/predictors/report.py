@@ -93,9 +93,6 @@ def plasticity_report(
 
     Returns:
         The report; its files are in ``out_dir``.
-
-    Raises:
-        UserError: The reference split or the variant is unknown.
     """
     _check_split(reference_split)
     check_variant(variant)
@@ -173,9 +170,6 @@ def gradient_report(
 
     Returns:
         The gradient table: the criteria per head seed, component and layer.
-
-    Raises:
-        UserError: ``num_batches`` or ``head_seeds`` is not a positive integer.
     """
     for name, value in (("num_batches", num_batches), ("head_seeds", head_seeds)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -18,12 +18,7 @@ KEYS = ("top", "seeds")
 
 @dataclass(frozen=True)
 class Finalists:
-    """Say how many configurations the finalists stage trains again, and on how many seeds; either 0 turns it off.
-
-    Attributes:
-        top: The best configurations of the search, besides the two baselines.
-        seeds: The seeds each configuration trains on.
-    """
+    """Say how many configurations (``top``) the finalists stage trains again on how many ``seeds``; 0 is off."""
 
     top: int = 0
     seeds: int = 0
@@ -92,17 +87,9 @@ def _baseline_of(config: dict[str, Any]) -> str | None:
 
 
 def choose(main: Sequence[Ended], stage: Finalists, seeds: Sequence[int]) -> list[dict[str, Any]]:
-    """Choose the configs of the finalists' trials, every configuration on one seed before the next seed.
+    """Choose the finalists' configs, each with its ``seed`` and ``finalist`` mark, one seed after another.
 
-    Each config gets its ``seed`` and a ``finalist`` mark: its number, the count ``of`` trials, and ``lr_from``.
-
-    Args:
-        main: The search's trials that ended, in the order they were suggested.
-        stage: How many configurations and seeds.
-        seeds: The seeds.
-
-    Returns:
-        The configs; none when no trial reported a validation accuracy.
+    None come back when no trial of ``main`` reported a validation accuracy.
     """
     ranked = sorted((e for e in main if e.best_val_acc is not None), key=lambda e: -float(e.best_val_acc or 0.0))
     if not stage.on or not ranked:

@@ -27,18 +27,7 @@ METRICS = {
 
 
 def with_objective(spec: SearchSpec, objective: str | None) -> SearchSpec:
-    """Set ``objective`` as what a space's search optimises.
-
-    Args:
-        spec: The loaded space.
-        objective: One of ``OBJECTIVES``; None or ``accuracy`` keep the space file's metric.
-
-    Returns:
-        The space, its metric and objectives replaced.
-
-    Raises:
-        UserError: The objective is unknown or does not fit the space's scheduler, algorithm or metric.
-    """
+    """Set ``objective`` as what a space's search optimises, refusing one that does not fit the space."""
     if objective in (None, "accuracy"):
         _check_metrics(spec)
         return spec

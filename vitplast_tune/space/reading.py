@@ -25,19 +25,7 @@ class _NoAliases(yaml.SafeLoader):
 
 
 def read_yaml(path: Path, what: str, error: type[UserError] = UserError) -> tuple[Any, str]:
-    """Read a YAML file within bounds: its size, its encoding, no aliases, its nesting.
-
-    Args:
-        path: The file.
-        what: What it is, for the messages.
-        error: The ``UserError`` kind to raise.
-
-    Returns:
-        The value it holds and its text.
-
-    Raises:
-        UserError: The file cannot be read or breaks a bound; the message names where.
-    """
+    """Read a YAML file within bounds and return its value and text, raising ``error`` at a broken bound."""
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES + 1)  # no more: a device or a pipe given as the file ends here too

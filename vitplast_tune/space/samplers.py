@@ -24,13 +24,7 @@ def _can_search(parameters: Parameters, multi_objective: bool) -> str | None:
 
 @dataclass(frozen=True)
 class Sampler:
-    """Hold one registered sampler.
-
-    Attributes:
-        build: Makes the Optuna sampler from a seed and the space's parameters.
-        refuse: Says why the sampler cannot search a space; None when it can.
-        words: What the sampler is, in a few words, for the documentation and messages.
-    """
+    """Hold one sampler: ``build`` makes it, ``refuse`` says why it cannot search a space, ``words`` name it."""
 
     build: Callable[[int, Parameters], BaseSampler]
     refuse: Callable[[Parameters, bool], str | None] = _can_search
@@ -58,16 +52,7 @@ def check_sampler(name: str, algorithm: str, parameters: Parameters, multi_objec
 
 
 def make_sampler(name: str, seed: int, parameters: Parameters | None = None) -> BaseSampler:
-    """Build a registered sampler, seeded.
-
-    Args:
-        name: The sampler's name.
-        seed: Its seed.
-        parameters: The space's parameters, from which the grid sampler builds its grid.
-
-    Returns:
-        The Optuna sampler.
-    """
+    """Build a registered sampler, seeded; the grid sampler builds its grid from ``parameters``."""
     import optuna
 
     with warnings.catch_warnings():  # the user chose the sampler: Optuna's "experimental" notes say nothing more
