@@ -116,19 +116,18 @@ def enable_default_handler() -> None:
 
 
 @contextlib.contextmanager
-def quieted(name: str, level: int = logging.ERROR) -> Iterator[None]:
-    """Let only records at ``level`` and above through another library's logger while the block runs.
+def quieted(name: str) -> Iterator[None]:
+    """Let only errors through another library's logger while the block runs.
 
     Args:
         name: The logger to quiet, e.g. ``"transformers"``.
-        level: The lowest level let through meanwhile.
 
     Yields:
         Nothing.
     """
     logger = logging.getLogger(name)
     before = logger.level
-    logger.setLevel(level)  # setLevel, not .level: it clears the cache of what each logger lets through
+    logger.setLevel(logging.ERROR)  # setLevel, not .level: it clears the cache of what each logger lets through
     try:
         yield
     finally:

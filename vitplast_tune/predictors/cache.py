@@ -57,11 +57,10 @@ def _data_root(data_dir: str | Path | None) -> Path:
     return Path(data_dir).expanduser().resolve() if data_dir is not None else default_data_dir()
 
 
-def default_out_dir(model_name: str, dataset: str, reference: str, variant: str, key: dict | None = None) -> Path:
+def default_out_dir(model_name: str, dataset: str, reference: str, variant: str, key: dict) -> Path:
     """Return the cache folder of a report, named by its model, data and variant and a hash of ``key``."""
     name = "__".join([model_name, dataset, "vs", reference, variant])
-    if key is not None:
-        name += "__" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
+    name += "__" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
     return cache_dir() / "plasticity" / re.sub(r"[^A-Za-z0-9._-]", "-", name)
 
 
