@@ -25,9 +25,9 @@ LOCAL_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
 # ----------------------------------------------------------------------------- joining
 
 
-def init(option: str | None, timeout_s: float = 30.0) -> None:
+def init(option: str | None) -> None:
     """Join the cluster at ``--address`` or ``RAY_ADDRESS``, saying so, or start a local Ray instance of its own."""
-    join_or_start(resources.address(option), timeout_s, option)
+    join_or_start(resources.address(option), 30.0, option)
 
 
 def join_or_start(joining: str | None, timeout_s: float = 30.0, option: str | None = None) -> None:
@@ -64,7 +64,7 @@ def _head_endpoint(joining: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
-def _wait_for_head(joining: str, timeout_s: float = 30.0) -> None:
+def _wait_for_head(joining: str, timeout_s: float) -> None:
     """Wait up to ``timeout_s`` for the cluster's address to accept a connection, else raise UserError."""
     endpoint = _head_endpoint(joining)
     if endpoint is None:
