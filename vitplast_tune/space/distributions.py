@@ -117,12 +117,7 @@ class Choice(Distribution):
 
 @dataclass(frozen=True)
 class _Range(Distribution, Generic[N]):
-    """Draw a number between two ends, both included.
-
-    Attributes:
-        low: The lower end.
-        high: The upper end.
-    """
+    """Draw a number between ``low`` and ``high``, both included."""
 
     low: N
     high: N

@@ -230,9 +230,6 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
 
     Returns:
         The validated space.
-
-    Raises:
-        UserError: The file is not found or is malformed; the message names the file and the problem.
     """
     path = _resolve_space_path(name_or_path)
     raw, text = read_yaml(path, "space file", SpaceError)
