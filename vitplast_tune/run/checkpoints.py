@@ -20,7 +20,7 @@ def diverged(exc: Exception, cfg: FinetuneConfig) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def checkpoint_directory(state: dict[str, Any]) -> Iterator[str]:
+def _checkpoint_directory(state: dict[str, Any]) -> Iterator[str]:
     """Write the checkpoint of ``state`` into a temporary folder, removed after the block."""
     with tempfile.TemporaryDirectory() as directory:
         write_checkpoint(Path(directory), state)

@@ -30,7 +30,7 @@ class Preflight:
     to_stage: list[staging.Files] = field(default_factory=list)
 
 
-def preflight(trial: dict[str, float], storage: str, inputs: Sequence[staging.Files] = ()) -> Preflight:
+def _preflight(trial: dict[str, float], storage: str, inputs: Sequence[staging.Files] = ()) -> Preflight:
     """Check the trial request, that a local storage is shared, and which inputs the nodes need sent."""
     how = cluster.check_trial_fits(trial)
     if cluster.started_here():  # one machine: the driver's own disk
@@ -125,7 +125,7 @@ def stage_inputs(plan: SearchPlan) -> tuple[bool, list[staging.Staged]]:
     """Check the cluster for the plan, and return whether it can grow and the files sent to its nodes."""
     running = plan.running
     inputs = staging.needed(plan.settings, running.reference)
-    checked = preflight(running.resources.placement_request, plan.storage, inputs)  # several workers: one's
+    checked = _preflight(running.resources.placement_request, plan.storage, inputs)  # several workers: one's
     for files in checked.to_stage:
         log.info(f"Sending the {files.describe()} to the nodes through Ray's object store")
     return checked.grows, staging.stage(checked.to_stage)

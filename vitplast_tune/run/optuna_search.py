@@ -69,7 +69,7 @@ def warm_start_points(spec: SearchSpec, subsets: Sequence[str]) -> list[dict[str
     return [component_flags(subset) for subset in list(subsets)[: spec.warm_start]]
 
 
-def optuna_searcher(spec: SearchSpec, seed: int, warm_start: Sequence[str] = ()) -> OptunaSearcher:
+def _optuna_searcher(spec: SearchSpec, seed: int, warm_start: Sequence[str] = ()) -> OptunaSearcher:
     """Build the space's seeded sampler over the space, trying ``spec.warm_start`` of ``warm_start`` first."""
     import optuna
 

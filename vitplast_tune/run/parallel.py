@@ -227,7 +227,7 @@ def _train_worker(config: dict[str, Any]) -> None:
         if not world.main or not checkpoints.checkpoint_due(metrics, cfg.eval_every, cfg.checkpoint_every):
             ray.train.report(metrics if world.main else {}, checkpoint=None)
             return
-        with checkpoints.checkpoint_directory(state) as directory:
+        with checkpoints._checkpoint_directory(state) as directory:
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
 
     try:

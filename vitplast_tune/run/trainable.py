@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from vitplast_tune.config import FinetuneConfig, trial_config
-from vitplast_tune.run.checkpoints import checkpoint_directory, checkpoint_due, diverged, read_checkpoint
+from vitplast_tune.run.checkpoints import _checkpoint_directory, checkpoint_due, diverged, read_checkpoint
 
 if TYPE_CHECKING:  # torch and the training code load in the trial's process, not in the search's driver
     from vitplast_tune.data.decoded import InMemory
@@ -70,7 +70,7 @@ def _train_here(cfg: FinetuneConfig, *, resume: dict[str, Any] | None, decoded: 
         if not checkpoint_due(metrics, cfg.eval_every, cfg.checkpoint_every):
             tune.report(metrics)
             return
-        with checkpoint_directory(state) as directory:
+        with _checkpoint_directory(state) as directory:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
 
     try:

@@ -44,8 +44,8 @@ def search_algorithm(
         The searcher, or the variant generator.
     """
     if spec.algorithm != "optuna":
-        return variants.variant_generator(spec, seed, max_concurrent)
-    searcher = optuna_search.optuna_searcher(spec, seed, warm_start)
+        return variants._variant_generator(spec, seed, max_concurrent)
+    searcher = optuna_search._optuna_searcher(spec, seed, warm_start)
     made = references(spec.parameters, spec.baselines)
     if spec.finalists.on or made:
         searcher = finalists.StagedSearcher(searcher, spec.num_samples, spec.finalists, finalist_seeds, made)

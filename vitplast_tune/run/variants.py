@@ -43,7 +43,7 @@ def grid_points(spec: SearchSpec) -> list[dict[str, Any]] | None:
     return spec.grid * spec.num_samples if spec.budgets and spec.algorithm == "grid" else None
 
 
-def variant_generator(spec: SearchSpec, seed: int, max_concurrent: int | None = None):
+def _variant_generator(spec: SearchSpec, seed: int, max_concurrent: int | None = None):
     """Build Tune's seeded variant generator for a grid or random space."""
     from ray.tune.search import BasicVariantGenerator
 

@@ -23,7 +23,9 @@ def applies(algorithm: str, parameters: dict[str, Distribution]) -> bool:
     return algorithm == "optuna" and varies and (lr is None or isinstance(lr, (Constant, Choice, Uniform)))
 
 
-def parse_baselines(raw: Any, algorithm: str, parameters: dict[str, Distribution], num_samples: int, where: str) -> int:
+def _parse_baselines(
+    raw: Any, algorithm: str, parameters: dict[str, Distribution], num_samples: int, where: str
+) -> int:
     """Read a space file's ``baselines`` key, ``{rates: R}``, else its default, as the rates per baseline."""
     if raw is None:
         return DEFAULT_RATES if applies(algorithm, parameters) and num_samples >= DEFAULT_TRIALS else 0

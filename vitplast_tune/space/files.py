@@ -12,10 +12,10 @@ from typing import Any
 
 from vitplast_tune.errors import SpaceError, did_you_mean
 from vitplast_tune.space import samplers
-from vitplast_tune.space.baselines import parse_baselines, references
+from vitplast_tune.space.baselines import _parse_baselines, references
 from vitplast_tune.space.distributions import Constant, Distribution, Subsets, parse_param
-from vitplast_tune.space.finalists import OFF, Finalists, parse_finalists
-from vitplast_tune.space.reading import read_yaml
+from vitplast_tune.space.finalists import OFF, Finalists, _parse_finalists
+from vitplast_tune.space.reading import _read_yaml
 from vitplast_tune.typed import checked
 
 SHIPPED = "vitplast_tune.search_spaces"  # the repository's search_spaces/, installed under this name (pyproject.toml)
@@ -232,7 +232,7 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
         The validated space.
     """
     path = _resolve_space_path(name_or_path)
-    raw, text = read_yaml(path, "space file", SpaceError)
+    raw, text = _read_yaml(path, "space file", SpaceError)
     where = str(path)
     if not isinstance(raw, dict):
         raise SpaceError(f"{where}: a space file is a YAML mapping with keys {', '.join(_TOP_KEYS)}")
@@ -263,11 +263,11 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
         if (most := raw.get("max_trainable_params")) is None
         else _positive_int(most, where, "max_trainable_params"),
         warm_start=_positive_int(raw.get("warm_start", 0), where, "warm_start", minimum=0),
-        finalists=parse_finalists(raw.get("finalists"), where),
+        finalists=_parse_finalists(raw.get("finalists"), where),
     )
     spec = replace(spec, budgets=_parse_budgets(raw.get("budgets"), spec.parameters, where))
     spec = replace(
-        spec, baselines=parse_baselines(raw.get("baselines"), spec.algorithm, spec.parameters, spec.num_samples, where)
+        spec, baselines=_parse_baselines(raw.get("baselines"), spec.algorithm, spec.parameters, spec.num_samples, where)
     )
     _check_algorithm(spec)
     return spec
@@ -331,7 +331,7 @@ def _parse_budget(entry: Any, parameters: dict[str, Distribution], where: str) -
 
 
 def _check_algorithm(spec: SearchSpec) -> None:
-    samplers.check_sampler(spec.sampler, spec.algorithm, spec.parameters, spec.multi_objective, str(spec.path))
+    samplers._check_sampler(spec.sampler, spec.algorithm, spec.parameters, spec.multi_objective, str(spec.path))
     if spec.multi_objective and spec.algorithm != "optuna":
         raise SpaceError(f"{spec.path}: several objectives need algorithm: optuna (its multi-objective TPE)")
     if spec.multi_objective and spec.scheduler.name != "fifo":

@@ -46,7 +46,7 @@ class Finalists:
 OFF = Finalists()  # the default: a space file without the key, and either count 0
 
 
-def parse_finalists(raw: Any, where: str) -> Finalists:
+def _parse_finalists(raw: Any, where: str) -> Finalists:
     """Read a space file's ``finalists`` key, ``{top: K, seeds: N}``, or return ``OFF`` when absent."""
     if raw is None:
         return OFF

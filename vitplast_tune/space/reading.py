@@ -24,7 +24,7 @@ class _NoAliases(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def read_yaml(path: Path, what: str, error: type[UserError] = UserError) -> tuple[Any, str]:
+def _read_yaml(path: Path, what: str, error: type[UserError] = UserError) -> tuple[Any, str]:
     """Read a YAML file within bounds and return its value and text, raising ``error`` at a broken bound."""
     try:
         with open(path, "rb") as f:

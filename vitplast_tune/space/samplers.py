@@ -39,7 +39,7 @@ def register(name: str, sampler: Sampler) -> None:
     SAMPLERS[name] = sampler
 
 
-def check_sampler(name: str, algorithm: str, parameters: Parameters, multi_objective: bool, where: str) -> None:
+def _check_sampler(name: str, algorithm: str, parameters: Parameters, multi_objective: bool, where: str) -> None:
     """Check that a space's sampler is registered and can search the space."""
     if name not in SAMPLERS:
         known = ", ".join(SAMPLERS)
