@@ -8,7 +8,7 @@ from typing import Any
 
 from vitplast_tune import components, environment
 from vitplast_tune.errors import UserError, did_you_mean
-from vitplast_tune.typed import check_types, describe_parsed, field_types, parse_typed
+from vitplast_tune.typed import _describe_parsed, _parse_typed, check_types, field_types
 
 TESTBED_MODEL = "vit_testbed_patch8_32.fractal"  # the offline default (vit/models.py registers it with timm)
 # The paper's checkpoint: Google's ViT-B/16 trained on ImageNet-21k, as timm converted it (what the paper's reference
@@ -366,9 +366,9 @@ def parse_setting(text: str) -> tuple[str, Any]:
         raise UserError(f"--set {text}: {exc}") from None
     kind = field_types(FinetuneConfig)[name]
     try:
-        return name, parse_typed(raw.strip(), kind)
+        return name, _parse_typed(raw.strip(), kind)
     except ValueError:
-        raise UserError(f"--set {text}: {name} takes {describe_parsed(kind)}, not {raw.strip()!r}") from None
+        raise UserError(f"--set {text}: {name} takes {_describe_parsed(kind)}, not {raw.strip()!r}") from None
 
 
 def _check_names(values: dict[str, Any]) -> None:

@@ -201,19 +201,8 @@ def _optional(kind: Any) -> tuple[Any, bool]:
     return kind, False
 
 
-def parse_typed(raw: str, kind: Any) -> Any:
-    """Read command-line text as a value of a field's type.
-
-    Args:
-        raw: The text, e.g. ``"0.05"``, ``"true"``, ``"9,10,11"`` or ``"none"``.
-        kind: The field's annotation: str, int, float, bool or list[int], each optionally ``| None``.
-
-    Returns:
-        The value.
-
-    Raises:
-        ValueError: The text is not of that type.
-    """
+def _parse_typed(raw: str, kind: Any) -> Any:
+    """Read command-line text as a value of a field's type, raising ValueError when it is not one."""
     kind, optional = _optional(kind)
     if optional and raw.lower() in ("none", "null"):
         return None
@@ -238,19 +227,12 @@ def parse_typed(raw: str, kind: Any) -> Any:
     if typing.get_origin(kind) is list:
         (item,) = typing.get_args(kind)
         inner = raw.strip("[]() ")
-        return [parse_typed(v.strip(), item) for v in inner.split(",")] if inner else []
+        return [_parse_typed(v.strip(), item) for v in inner.split(",")] if inner else []
     return raw
 
 
-def describe_parsed(kind: Any) -> str:
-    """Name the text a field takes, as an error about ``--set`` says it.
-
-    Args:
-        kind: The field's annotation.
-
-    Returns:
-        The name, e.g. "an integer".
-    """
+def _describe_parsed(kind: Any) -> str:
+    """Name the text a field takes, as an error about ``--set`` says it."""
     kind, optional = _optional(kind)
     words = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
     text = "a list of integers such as 0,1,2" if typing.get_origin(kind) is list else words.get(kind, str(kind))
