@@ -37,7 +37,7 @@ def call_in_child(target: str, *args: Any, timeout_s: float | None = None) -> An
         TimeoutError: The child still ran after ``timeout_s``; it is killed.
     """
     with tempfile.TemporaryDirectory(prefix="vitplast-child-") as tmp:
-        exchange = Path(tmp) / "call.pkl"  # in: (target, args); out: (ok, result or UserError)
+        exchange = Path(tmp) / "call.pkl"  # holds (target, args), then (ok, result or UserError)
         exchange.write_bytes(pickle.dumps((target, args)))
         if _sessions and timeout_s is None:
             returncode = _sessions[-1].call(exchange)
