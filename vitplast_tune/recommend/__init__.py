@@ -1,5 +1,4 @@
-"""Recommending which component subsets to finetune from measured predictors and recorded evidence, and checking
-a recommendation with a short search."""
+"""Recommend which component subsets to finetune, and check a recommendation with a short search."""
 
 import lazy_loader as _lazy
 
