@@ -17,7 +17,7 @@ CHUNK = 1000  # resamples per step; memory grows as subsets x rates x CHUNK x se
 
 @dataclass
 class Grid:
-    """Hold a lab's runs as arrays indexed by subset, rate and seed; a missing run has index -1."""
+    """Hold a lab's runs as arrays indexed by subset, rate and seed, with index -1 for a missing run."""
 
     keys: list[str]
     select: np.ndarray  # (subsets, rates, seeds)

@@ -17,7 +17,7 @@ CORRECTION = "holm"  # judge applies this statsmodels correction
 
 
 def defined(samples) -> np.ndarray:
-    """Return the finite bootstrap values of ``samples``; a NaN marks a resample where the statistic is undefined."""
+    """Return the finite bootstrap values of ``samples``, dropping resamples where the statistic is undefined."""
     values = np.asarray(samples if samples is not None else [], dtype=float)
     return values[np.isfinite(values)]
 
@@ -31,7 +31,7 @@ def bootstrap_p(samples: np.ndarray, null: float = 0.0) -> float:
 
 
 def holm(p_values: ArrayLike) -> np.ndarray:
-    """Adjust p-values by Holm's step-down method; NaN entries are left out of the family.
+    """Adjust p-values by Holm's step-down method, leaving NaN entries out of the family.
 
     Args:
         p_values: One p-value per hypothesis, NaN for one not tested.
@@ -75,7 +75,7 @@ def percentile_interval(samples: np.ndarray, level: float) -> tuple[float, float
 def judge(
     estimates, samples: list[np.ndarray | None], p_values=None, *, alpha: float = ALPHA, labels=None
 ) -> pd.DataFrame:
-    """Test "the statistic is 0" for each estimate as one Holm family; an estimate without p or samples is untested."""
+    """Test "the statistic is 0" for each estimate as one Holm family, skipping those without p or samples."""
     estimates = np.asarray(estimates, dtype=float)
     given = list(p_values) if p_values is not None else [None] * len(samples)
     p = np.array(

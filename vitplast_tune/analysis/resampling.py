@@ -38,7 +38,7 @@ def runs_of(
     select: str = "best_val_acc",
     target: str = "test_acc",
 ) -> Runs:
-    """Gather the runs of each configuration in ``configs`` from a trial table; without seeds every run has seed 0.
+    """Gather each configuration's runs from a trial table, with seed 0 for every run when it has no seeds.
 
     Args:
         trials: The trial table.

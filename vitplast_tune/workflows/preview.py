@@ -13,7 +13,7 @@ from vitplast_tune.plan.search_plan import SearchPlan
 
 
 def dry_run(options: SearchOptions) -> str:
-    """Validate a search's options as the search would, time a few steps here, and describe the plan; start nothing.
+    """Validate a search's options as the search would, time a few steps here and describe the plan, starting nothing.
 
     Args:
         options: The search's options.
@@ -41,7 +41,7 @@ def dry_run(options: SearchOptions) -> str:
 
 
 def _time_steps(plan: SearchPlan, device: str) -> tuple[list[estimate.Timing], str, int]:
-    """Time a few steps of each timed configuration in a child process; return the timings, device and GPUs."""
+    """Time a few steps of each timed configuration in a child process and return the timings, device and GPUs."""
     timed = child.call_in_child(
         "vitplast_tune.vit.training:time_steps",
         estimate.timed_configs(plan),
