@@ -6,6 +6,5 @@ __getattr__, __dir__, __all__ = _lazy.attach(
     __name__,
     submod_attrs={
         "ranking": ["Recommendation", "recommend", "describe"],
-        "verify": ["verification", "verdict", "verify_space"],
     },
 )
