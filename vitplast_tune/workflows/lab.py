@@ -114,7 +114,7 @@ def qualify(lab: Lab) -> check.Qualification:
     return check.record_qualification(lab, found)
 
 
-def run_rest(lab: Lab) -> pd.DataFrame:
+def _run_rest(lab: Lab) -> pd.DataFrame:
     """Run the ``rest`` stage, which trains every other subset of the space, with its extensions."""
     rest = stage_components(lab)["rest"]
     return bracketed_stage(lab, "rest", rest) if rest else pd.DataFrame()
@@ -134,7 +134,7 @@ def run_lab(lab: Lab, *, even_if_unqualified: bool = False) -> tuple[check.Quali
     _say(lab, check.describe_qualifications([found]))
     if not (found.qualifies or even_if_unqualified):
         return found, None
-    run_rest(lab)
+    _run_rest(lab)
     return found, analyze_lab(lab)
 
 

@@ -92,7 +92,7 @@ def run_registered(
         for rank in range(prereg.tasks_per_model):  # one task of each model per round: both models have labs early
             for model in prereg.models:
                 if rank < len(qualified[model]):
-                    run_one(prereg, settings, record, model, qualified[model][rank])
+                    _run_one(prereg, settings, record, model, qualified[model][rank])
     _event(settings.storage, record, "finished")
     return record
 
@@ -193,12 +193,12 @@ def _check_restorable(prereg: Preregistration, name: str, folder: Path) -> None:
             raise UserError(f"{where}: its {what} is {was}, the pre-registration's {wanted}: it cannot be restored")
 
 
-def run_one(prereg: Preregistration, settings: RunSettings, record: dict[str, Any], model: str, task: str) -> None:
+def _run_one(prereg: Preregistration, settings: RunSettings, record: dict[str, Any], model: str, task: str) -> None:
     """Train a qualifying task's other subsets, then keep the lab's records once."""
     lab = _make_lab(prereg, settings, model, task)
     if not read_lab_record(lab.dir).get("finished"):
         _say(settings, f"{lab.name}: the lab's other subsets")
-        driver.run_rest(lab)
+        driver._run_rest(lab)
         lab_record = read_lab_record(lab.dir)
         lab_record.update(
             finished=time.strftime("%Y-%m-%dT%H:%M:%S"), commit=record.get("commit"), seeds=list(lab.seeds)
