@@ -110,13 +110,8 @@ def analyze_search(
     """
     out = Path(out_dir).expanduser()
     steps = sorted(pd.to_numeric(trials["max_steps"], errors="coerce").dropna().unique()) if len(trials) else []
-    options = dict(
-        reference=reference,
-        plasticity_pairs=plasticity_pairs,
-        parameters=parameters,
-        variant=variant,
-        measuring=measuring or {},
-    )
+    options = dict(reference=reference, plasticity_pairs=plasticity_pairs, parameters=parameters, variant=variant)
+    options["measuring"] = measuring or {}
     if len(steps) < 2:
         found = _analyze_one(trials, spec, settings, out, **options)
         parts = {None: trials}
