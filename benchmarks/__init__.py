@@ -13,6 +13,7 @@ Run each from the repository root as ``python -m benchmarks.NAME`` (``--help`` l
 - ``budget``: full finetuning's accuracy at the end of each step budget (the criteria lab's long budget).
 - ``coverage``: the coverage of the analysis's BCa intervals by sample size (the minimum for a verdict).
 - ``gpu_check``: ViT-B/16 at 224 px on one GPU: fp32 / CUDA options / compile images/s, subsets vs FLOP bound, pipeline share, 4 trials at 0.25 GPU.
+- ``gpu_search``: whole searches on one GPU at 0.25, 0.5 and 1 GPU per trial: images/s vs one trial alone, NVML busy share, gaps between trials, fraction of peak FLOPs.
 
 ``benchmarks.common`` holds the set-up they share.
 """

@@ -53,6 +53,8 @@ from benchmarks import common
 from benchmarks.replay_tables import Key, Run, Table, discover, load_table
 
 SAMPLERS = ("TPE", "TPE multivariate+group", "GP", "random", "grid order")
+# Each Optuna sampler's name in the search's registry (space.samplers); "grid order" is the lab's order, no sampler.
+REGISTERED = {"TPE": "tpe", "TPE multivariate+group": "tpe-multivariate", "GP": "gp", "random": "random"}
 SCHEDULERS = ("ASHA", "HyperBand", "none")
 DEFAULT = "TPE + ASHA"  # the search's default today (component_subsets.yaml)
 VERSION = 1  # of the replay's rules: a change makes every cached replay stale
@@ -104,19 +106,13 @@ def config_key(table: Table, config: dict[str, Any]) -> Key:
 
 
 def sampler(name: str, seed: int):
-    """The real Optuna sampler of ``name``, seeded."""
+    """The real Optuna sampler of ``name``, seeded: the search's own (``vitplast_tune.space.samplers``)."""
     import optuna
 
+    from vitplast_tune.space.samplers import make_sampler
+
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    if name == "TPE":
-        return optuna.samplers.TPESampler(seed=seed)  # what the search makes (run.optuna_search.optuna_searcher)
-    if name == "TPE multivariate+group":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
-    if name == "GP":
-        return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)  # the rate: random (dynamic space)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    raise ValueError(f"no sampler {name!r}")
+    return make_sampler(REGISTERED[name], seed)
 
 
 def scheduler(name: str, max_steps: int):

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks import budget, coverage, data, gpu_check, memory, search, training
+from benchmarks import budget, coverage, data, gpu_check, gpu_search, memory, search, training
 from vitplast_tune.records.table import trial_subset
 from vitplast_tune.run import OptunaSearcher
 from vitplast_tune.space import Choice, OptunaSpace, load_space
@@ -175,6 +175,67 @@ def test_gpu_check_runs_every_step_on_the_cpu(tmp_path):
     assert steps["checkpoint"]["bytes"] > 0 and steps["measurements"]["pairs"] == 32
     assert steps["precision"]["max_relative_gap"] < 0.05 and steps["compile"]["backend"] == "aot_eager"
     assert "subset (CUDA options)" in printed
+
+
+def test_the_gpu_search_benchmarks_figures_and_its_flag_checks(tmp_path, monkeypatch, capsys):
+    one = gpu_search.trial_timeline([(10, 20), (22, 30), (31, 40)], 1, started=4)
+    assert one["before_first_trial_s"] == 6 and one["gaps_s"] == [2, 1] and one["trial_phase_s"] == 30
+    assert one["no_trial_share"] == pytest.approx(3 / 30) and one["mean_running"] == pytest.approx(27 / 30)
+    two = gpu_search.trial_timeline([(0, 10), (1, 5), (6, 12), (11, 15)], 2, started=0)  # each takes a freed slot
+    assert two["gaps_s"] == [1, 1] and two["no_trial_share"] == 0 and two["mean_running"] == pytest.approx(24 / 15)
+    assert gpu_search.busy_share([(0, 100), (1, 50), (2, 0), (9, 100)], 1, 2) == 0.25
+    assert gpu_search.flop_fraction(2e12, 64, 64, peak=4.0) == 0.5  # 2 TFLOP a step, a step a second, 4 TFLOPS
+    peaks = {n: gpu_search.peak_tflops(f"NVIDIA {n}", None)[0] for n in ("H100 PCIe", "H100 80GB HBM3", "L40S")}
+    assert peaks == {"H100 PCIe": 756, "H100 80GB HBM3": 989, "L40S": 362}  # the first name found wins
+    assert gpu_search.peak_tflops("cpu: EPYC", None)[0] is None and gpu_search.peak_tflops("cpu", 2.0)[0] == 2.0
+    monkeypatch.setattr(gpu_search, "run_search", lambda *a: pytest.fail("a search started after a bad flag"))
+    monkeypatch.setattr(gpu_search, "measure_step", lambda *a: pytest.fail("work started after a bad flag"))
+    (tmp_path / "file").write_text("")
+    refused = {
+        "--shares 0.3": "--shares 0.3: each share is 1/k",
+        "--models vit_nope_patch16_224": "unknown timm model",
+        "--trials 0": "--trials 0: at least 1",
+        "--max-steps 10 --eval-every 20": "--eval-every 20: at most --max-steps (10)",
+        "--peak-tflops -1": "--peak-tflops",
+        f"--json {tmp_path / 'file' / 'r.json'}": "is not a folder",
+        f"--page {tmp_path}": "is a folder",
+        "": "no CUDA device here",  # the flags are good, and no GPU
+    }
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # the same on a GPU machine
+    for flags, said in refused.items():
+        argv = flags.split()
+        argv += [] if "--json" in argv else ["--json", str(tmp_path / "r.json")]
+        argv += [] if "--page" in argv else ["--page", str(tmp_path / "r.md")]
+        assert gpu_search.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err, (flags, err)
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "r.md").exists()
+
+
+@pytest.mark.slow
+def test_the_gpu_search_benchmarks_cpu_dry_run_runs_a_real_search_on_shares_of_a_cpu(ray_local, tmp_path):
+    """One search of 3 trials, 2 at once on halves of the CPU, through the product's search; then one trial alone."""
+    import json
+
+    assert gpu_search.main(["--cpu-dry-run", "--json", str(tmp_path / "r.json"), "--page", str(tmp_path / "r.md")]) == 0
+    result = json.loads((tmp_path / "r.json").read_text())
+    (search,), (step,) = result["searches"], result["steps"]
+    assert (search["trials"], search["slots"], search["share"], search["images"]) == (3, 2, 0.5, 3 * 4 * 8)
+    assert search["images_per_s_wall"] == pytest.approx(search["images"] / search["wall_s"]) and search["wall_s"] > 0
+    assert 0 < search["tune_start_s"] < search["before_first_trial_s"] < search["wall_s"]
+    assert len(search["gaps_s"]) == 1 and search["gaps_s"][0] >= 0 and search["mean_running"] > 1  # 2 ran at once
+    assert search["x_alone_wall"] == pytest.approx(search["images_per_s_wall"] / step["eager"]["images_per_s"])
+    assert step["compiled"]["images_per_s"] > 0 and step["backend"] == "aot_eager"
+    from vitplast_tune.vit.models import create_model
+
+    testbed = create_model("vit_testbed_patch8_32", 10, pretrained=False)  # the counter agrees with the FLOP model
+    assert step["flops_per_step"] == pytest.approx(training.step_flops(testbed, "all", 8, cached_head=False))
+    assert step["eager"]["of_peak"] is None and step["syncs_per_step"] is None and "busy_trial_phase" not in search
+    reasons = [result["busy_reason"], step["fraction_reason"], step["syncs_reason"]]
+    assert all(r.startswith("not measured on CPU: ") for r in reasons)
+    page = (tmp_path / "r.md").read_text()
+    assert "a dry run on the CPU" in page and "| vit_testbed_patch8_32 | 0.5 | 2 | 3 |" in page
+    assert all(f"- {r}" in page for r in reasons) and "not judged here" in page
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ MODULES = (
     "vitplast_tune.timings",
     "vitplast_tune.lock",
     "vitplast_tune.analysis.bootstrap",
-    "vitplast_tune.vit.fits",
+    "vitplast_tune.vit.model_checks",
     "vitplast_tune.config",
     "vitplast_tune.typed",
     "vitplast_tune.pretrain_config",
@@ -43,7 +43,6 @@ MODULES = (
     "vitplast_tune.errors",
     "vitplast_tune.log",
     "vitplast_tune.environment",
-    "vitplast_tune.holds",
     "vitplast_tune.child",
     "vitplast_tune.outputs",
 )

@@ -87,7 +87,7 @@ def test_every_name_the_package_reads_is_registered():
         "vitplast_tune/run/tuner.py",
     ]
     assert {*tuner.TUNE_SETTINGS, tuner.PENDING_ENV, *tracking.BOUNDED_ENV} <= set(environment.VARIABLES)
-    assert {"VITPLAST_RESULTS_DIR", "VITPLAST_CACHE_DIR", "VITPLAST_HOLD", "MLFLOW_TRACKING_URI"} <= names
+    assert {"VITPLAST_RESULTS_DIR", "VITPLAST_CACHE_DIR", "MLFLOW_TRACKING_URI"} <= names
 
 
 def test_an_unregistered_name_cannot_be_read(monkeypatch):

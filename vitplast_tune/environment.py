@@ -18,8 +18,7 @@ class Variable:
         what: What it sets, in a sentence or two.
         unset: What happens when it is unset (its default).
         kind: ``setting`` (the user's to set), ``honoured`` (another project's variable this package follows),
-            ``internal`` (set by this package for Ray Tune or MLflow while it runs, a value the user set kept),
-            ``test`` (set by the tests only).
+            ``internal`` (set by this package for Ray Tune or MLflow while it runs, a value the user set kept).
         read_by: The modules that read it.
     """
 
@@ -173,13 +172,6 @@ VARIABLES: dict[str, Variable] = _by_name(
         "uvicorn",
         "honoured",
         "_compat.mlflow_app",
-    ),
-    Variable(
-        "VITPLAST_HOLD",
-        "<phase>[,<phase>...]:<folder>: a search holds at the phases named until a test signals it.",
-        "no phase held",
-        "test",
-        "holds",
     ),
 )
 

@@ -12,7 +12,6 @@ KINDS = {
     "setting": "yours to set",
     "honoured": "another project's, followed",
     "internal": "set by a search while it runs (a value you set is kept)",
-    "test": "set by the tests",
 }
 
 

@@ -66,6 +66,16 @@ SEARCH = [
     ([], edit("lr: {loguniform: [1.0e-3, 1.0]}", "lr: -0.1"), "lr must be positive"),
     ([], edit("algorithm: optuna", "algorithm: bayes"), 'unknown algorithm "bayes"'),
     ([], edit("scheduler: asha", "scheduler: pbt"), 'unknown scheduler "pbt"'),
+    (
+        [],
+        edit("num_samples", "sampler: bayes\nnum_samples"),
+        'unknown sampler "bayes" (did you mean "cmaes"?); use one of tpe, tpe-multivariate, gp, cmaes, random, qmc',
+    ),
+    (
+        [],
+        edit("num_samples", "sampler: cmaes\nnum_samples"),
+        "sampler cmaes needs numbers, and components is a category",
+    ),
     ([], edit("metric: val_acc", "metric: accuracy"), 'metric "accuracy" is not reported by trials'),
     ([], edit("mode: max", "mode: min"), 'mode "min" would search for the worst val_acc'),
     (["--objective", "pareto"], GOOD, "--objective pareto needs every trial trained to its budget, but space.yaml"),

@@ -167,7 +167,7 @@ def test_analyze_of_two_searches_writes_the_cross_dataset_table(ray_local, tmp_p
     grid = tmp_path / "grid.yaml"
     components = ["head", "mha", "fc1", "fc2"]
     parameters = {"components": {"choice": components}, "lr": {"choice": [0.05]}, "seed": {"choice": [0, 1]}}
-    grid.write_text(space_text(parameters=parameters, defaults={"max_steps": 16, "eval_every": 8}))
+    grid.write_text(space_text(parameters=parameters, defaults={"max_steps": 8, "eval_every": 8}))
     storage = tmp_path / "results"
     for name, dataset, reference in (("dig", "digits", "fractals"), ("fra", "fractals", "digits")):
         options = SearchOptions(

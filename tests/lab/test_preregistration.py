@@ -11,7 +11,7 @@ import yaml
 from vitplast_tune.errors import UserError
 from vitplast_tune.lab.preregistration import KEYS, read_preregistration
 from vitplast_tune.lab.tasks import MODELS, TASKS
-from vitplast_tune.predictors.scores import LAB_PREDICTORS as PREDICTORS
+from vitplast_tune.predictors.scores import lab_criteria
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "results" / "data" / "lab-v2" / "preregistration.yaml"
 
@@ -23,10 +23,10 @@ def test_the_committed_preregistration_names_the_design_the_runner_follows():
     assert found.candidate_tasks[0] == "digits_c-contrast" and found.amends is None
     assert found.tasks_per_model == 4 and found.seeds == (0, 42, 3407, 1, 2) and found.raw["seeds"] == 5
     assert (found.max_full_val_acc, found.min_spread_sds) == (0.95, 3.0) and found.extension_rounds == 2
-    assert found.space == "criteria_lab" and tuple(found.raw["predictors"]) == PREDICTORS
+    assert found.space == "criteria_lab" and tuple(found.raw["predictors"]) == lab_criteria()
     assert found.raw["baseline"] == "log_trainable_params" and found.raw["baseline"] in found.raw["predictors"]
     claims = [(f["claim"], f["predictor"]) for f in found.raw["family"]]
-    judged = [p for p in PREDICTORS if p != found.raw["baseline"]]
+    judged = [p for p in lab_criteria() if p != found.raw["baseline"]]
     assert claims == [("better", p) for p in judged] + [("equivalent", p) for p in judged] + [
         ("narrower", "plasticity_mean")
     ]

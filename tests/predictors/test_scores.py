@@ -63,3 +63,42 @@ def test_the_baseline_and_the_binary_criterion():
     assert log_trainable_params(1_000_000) == pytest.approx(6.0)  # base 10
     assert np.isnan(log_trainable_params([0, -1])).all()
     assert contains_mha_or_fc("ln1+fc2") == 1.0 and contains_mha_or_fc("ln1+ln2") == 0.0
+
+
+@pytest.fixture
+def criteria_registry(monkeypatch):
+    """The criteria registry, and the criteria a test registers removed after it."""
+    from vitplast_tune.predictors import scores
+
+    monkeypatch.setattr(scores, "CRITERIA", dict(scores.CRITERIA))
+    return scores
+
+
+def test_a_new_criterion_is_one_entry_scored_by_the_search_and_judged_by_the_lab(
+    tmp_path, monkeypatch, criteria_registry
+):
+    """One ``register`` call: every trial's subset gets the criterion's score from the measured plasticity table,
+    and the criteria lab judges it against the baseline, in its table, its file and its words."""
+    from tests.analysis._tables import lab_trials, plasticity_table
+    from vitplast_tune.analysis import subsets as lab
+    from vitplast_tune.analysis import subsets_report
+    from vitplast_tune.predictors.report import PlasticityReport, Predictors
+
+    criteria_registry.register("plasticity_min", criteria_registry.PLASTICITY, lambda values, weights: values.min())
+
+    measured = plasticity_table()
+    report = PlasticityReport(measured, aggregate_plasticity(measured), tmp_path, meta={"component_params": COUNTS})
+    trials = lab_trials().drop(columns=["good", "bad", "copy", "noise", "plasticity_mean"])
+    scored = {s: Predictors(plasticity=report).scores(s) for s in trials["components"].unique()}
+    trials = trials.join(pd.DataFrame.from_dict(scored, orient="index"), on="components")
+    means = aggregate_plasticity(measured).set_index("component")["plasticity"]
+    row = trials.iloc[0]  # a subset's score is the least plastic of its components
+    assert row["plasticity_min"] == pytest.approx(min(means[c] for c in row["components"].split("+")))
+
+    results = lab.criteria_lab({None: trials}, n_boot=200)  # the lab of a search's analysis, its default criteria
+    lab.write_lab(results, tmp_path)
+    judged = results[0].comparison.set_index("predictor").loc["plasticity_min"]
+    assert judged["n"] == 31 and np.isfinite(judged["spearman"]) and judged["verdict"]
+    written = pd.read_csv(tmp_path / "criteria.csv").set_index("predictor")
+    assert written.loc["plasticity_min", "spearman"] == pytest.approx(judged["spearman"])
+    assert "plasticity_min" in subsets_report.describe_lab(results)

@@ -3,7 +3,8 @@
 Every cluster here is started by the test with ``ray start --block`` (its own temp dir and ports)
 and stopped by pid (tests/_raycluster.py); the search runs as ``scripts/search.py --address ...``
 in a subprocess, as a user would run it. Trials are tiny (a random testbed ViT, a few steps), and
-each node has one CPU. Runs and node tags are read back with MlflowClient. On the two-node cluster, a
+each node has one CPU. Runs and node tags are read back with MlflowClient. The two-node cluster takes a token
+(a driver without it is refused); on it, a
 trial of two data-parallel workers (``--workers-per-trial 2 --placement spread``) trains on both nodes.
 """
 
@@ -227,7 +228,7 @@ def mlflow_server(tmp_path_factory):
 @pytest.fixture(scope="class")
 def two_nodes(tmp_path_factory):
     root = tmp_path_factory.mktemp("two-nodes")
-    c = LocalCluster(root, head_cpus=1)
+    c = LocalCluster(root, head_cpus=1, auth_token=secrets.token_hex(32))  # the worker joins with the token
     try:
         c.add_worker(cpus=1, resources={"worker_node": 1})
         yield c
@@ -237,29 +238,43 @@ def two_nodes(tmp_path_factory):
 
 @pytest.mark.slow
 class TestTwoNodeCluster:
-    """Head (1 CPU) + worker (1 CPU, custom resource), a search logging to an mlflow server."""
+    """Head (1 CPU) + worker (1 CPU, custom resource), token authentication, a search logging to an mlflow server."""
 
     @pytest.fixture(scope="class")
     def searched(self, two_nodes, mlflow_server, tmp_path_factory):
+        """The spread search, with the token; beside it, the same driver without the token (refused)."""
         root = tmp_path_factory.mktemp("two-node-search")
+        # Without the mode and token (RAY_AUTH_MODE=disabled) the driver is refused. Ray retries for about 20 s
+        # before it gives up, so this driver runs alongside the one with the token.
+        refused: dict[str, subprocess.CompletedProcess] = {}
+        no_token = two_nodes.env(RAY_AUTH_MODE="disabled", RAY_AUTH_TOKEN="")
+        uri = f"sqlite:///{root / 'refused.db'}"
+        thread = threading.Thread(
+            target=lambda: refused.update(
+                proc=run_search(no_token, root, "no-token", two_nodes.address, uri, ["head"], timeout=180)
+            )
+        )
+        thread.start()
         started = time.time()
-        # Trials long enough (a few seconds) that the second node's trial actor is up before the
-        # first node's actor, reused from trial to trial, has run them all.
+        # Two trials, both pending from the start, one for each node's CPU; long enough (a few seconds) that the
+        # second node's trial actor is up before the first node's actor, reused from trial to trial, could run both.
         proc = run_search(
             two_nodes.env(),
             root,
             "spread",
             two_nodes.address,
             mlflow_server.uri,
-            ["mha", "ln1", "fc1", "head"],
+            ["mha", "head"],
             steps=SPREAD_STEPS,
         )
+        elapsed = time.time() - started
+        thread.join()
         assert proc.returncode == 0, explain(proc)
-        return proc, time.time() - started
+        return proc, elapsed, refused["proc"], uri
 
     def test_trials_land_on_both_nodes(self, two_nodes, mlflow_server, searched):
         parent, children = child_runs(mlflow_server.uri, "spread")
-        assert parent.info.status == "FINISHED" and len(children) == 4
+        assert parent.info.status == "FINISHED" and len(children) == 2
         assert all(r.info.status == "FINISHED" for r in children)
         node_ids = {n["NodeID"] for n in two_nodes.alive_nodes()}
         assert len(node_ids) == 2
@@ -298,8 +313,14 @@ class TestTwoNodeCluster:
         assert find_search_run(MlflowClient(mlflow_server.uri), EXPERIMENT, "two-cpus") is None  # nothing recorded
 
     def test_joining_is_said(self, two_nodes, searched):
-        proc, _ = searched
+        proc = searched[0]
         assert f"Joining the Ray cluster at {two_nodes.address} (--address)" in proc.stderr, explain(proc)
+
+    def test_a_driver_without_the_token_is_refused_with_what_to_set(self, searched):
+        proc, uri = searched[2:]
+        assert proc.returncode == 2, explain(proc)
+        assert "refused this driver" in proc.stderr and "RAY_AUTH_MODE=token" in proc.stderr, explain(proc)
+        assert find_search_run(MlflowClient(uri), EXPERIMENT, "no-token") is None
 
     def test_dry_run_counts_trials_at_once_from_the_clusters_nodes(self, two_nodes, mlflow_server, tmp_path):
         """--dry-run with --address joins the cluster to read its nodes (and leaves it), records nothing."""
@@ -449,46 +470,6 @@ def test_fake_autoscaler_adds_workers_for_trials_and_removes_them(tmp_path):
         while time.time() < deadline and len(nodes := c.alive_nodes()) > 1:
             time.sleep(2)
         assert [n["NodeID"] for n in nodes] == [FAKE_HEAD_NODE_ID], "idle workers were not removed"
-    finally:
-        c.stop()
-
-
-# ----------------------------------------------------------------------------- token authentication
-
-
-@pytest.mark.slow
-def test_token_cluster_joined_with_token_and_refused_without(tmp_path):
-    token = secrets.token_hex(32)
-    c = LocalCluster(tmp_path, auth_token=token, head_cpus=1)
-    try:
-        tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-        # Without the mode and token (RAY_AUTH_MODE=disabled): refused, with what to set. Ray retries for
-        # about 20 s before it gives up, so this driver runs alongside the one with the token.
-        refused = {}
-        thread = threading.Thread(
-            target=lambda: refused.update(
-                proc=run_search(
-                    c.env(RAY_AUTH_MODE="disabled", RAY_AUTH_TOKEN=""),
-                    tmp_path,
-                    "no-token",
-                    c.address,
-                    f"sqlite:///{tmp_path / 'refused.db'}",
-                    ["head"],
-                    timeout=180,
-                )
-            )
-        )
-        thread.start()
-        proc = run_search(c.env(), tmp_path, "with-token", c.address, tracking_uri, ["head"])
-        thread.join()
-        assert proc.returncode == 0, explain(proc)
-        parent, children = child_runs(tracking_uri, "with-token")
-        assert parent.info.status == "FINISHED" and len(children) == 1
-
-        proc = refused["proc"]
-        assert proc.returncode == 2, explain(proc)
-        assert "refused this driver" in proc.stderr and "RAY_AUTH_MODE=token" in proc.stderr, explain(proc)
-        assert find_search_run(MlflowClient(f"sqlite:///{tmp_path / 'refused.db'}"), EXPERIMENT, "no-token") is None
     finally:
         c.stop()
 

@@ -23,7 +23,6 @@ from _raycluster import OwnedRay
 from _spaces import space_text
 from mlflow.tracking import MlflowClient
 
-from vitplast_tune import holds
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import summary
 from vitplast_tune.records.tracking import SEARCH_ID_TAG, TRIAL_TAG, child_runs
@@ -244,12 +243,11 @@ def test_the_study_is_live_and_a_signal_in_the_end_phase_is_finished_by_resume(t
     )
     directory, log = tmp_path / "results" / "end", tmp_path / "search.log"
     args = ["--space", str(space), "--name", "end", "--storage", str(directory.parent), "--max-concurrent", "1"]
-    cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--no-plasticity", *args]
+    held = tmp_path / "held"  # the end phase waits there for the signal (tests/_hold_end.py): it cannot end first
+    cmd = [sys.executable, str(ROOT / "tests" / "_hold_end.py"), str(held), "--no-plasticity", *args]
     url = f"sqlite:///{directory / 'optuna.db'}"
-    held = tmp_path / "holds"  # the end phase waits there for the signal (vitplast_tune.holds): it cannot end first
-    env = {**owned_ray.env, holds.HOLD_ENV: f"end:{held}"}
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=owned_ray.env, start_new_session=True)
         live = wait_until(lambda: study_while_running(url, directory), proc, log, what="a trial in the live study")
         wait_until(lambda: (held / "end.held").exists(), proc, log, what="the end phase")
         assert (directory / "trials.csv").exists()  # the phase held: its trial table written, the rest not yet

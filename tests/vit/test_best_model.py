@@ -1,4 +1,4 @@
-"""A run's model back: ``finetune`` returns it with its best-validation weights, and ``rebuild`` makes the same model
+"""A run's model back: ``finetune`` returns it with its best-validation weights, and ``plain_model`` makes the same model
 from the run's settings and the trained tensors alone (what a search keeps of its best trial)."""
 
 import copy
@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from vitplast_tune.errors import UserError
-from vitplast_tune.vit import best_model, training
+from vitplast_tune.vit import best_model, methods, training
 from vitplast_tune.vit.training import FinetuneConfig, finetune
 
 CFG = FinetuneConfig(
     model="vit_testbed_patch8_32",
-    pretrained=False,  # the untrained parts come from the seed: rebuild must seed them the same way
+    pretrained=False,  # the untrained parts come from the seed: plain_model must seed them the same way
     components="fc1",
     lr=0.3,
     max_steps=12,
@@ -24,7 +24,7 @@ CFG = FinetuneConfig(
 )
 
 
-def test_finetune_returns_the_model_with_its_best_validation_weights_and_rebuild_gives_it_back():
+def test_finetune_returns_the_model_with_its_best_validation_weights_and_plain_model_gives_it_back():
     reports = []
     model, metrics = finetune(CFG, report=lambda m, state: reports.append((m, copy.deepcopy(state))))
     assert not model.training and metrics["step"] == 12
@@ -33,7 +33,7 @@ def test_finetune_returns_the_model_with_its_best_validation_weights_and_rebuild
     assert test == metrics["test_acc"]  # the model returned is the one tested: its best-validation weights
     best = reports[-1][1]["best"]
     assert best["val_acc"] == metrics["best_val_acc"]
-    rebuilt = best_model.rebuild(CFG, best["trainable"])
+    rebuilt = methods.plain_model(CFG, best["trainable"])
     assert not rebuilt.training
     images = torch.stack([splits.test[i][0] for i in range(8)])
     with torch.no_grad():
@@ -44,11 +44,11 @@ def test_finetune_returns_the_model_with_its_best_validation_weights_and_rebuild
     )
 
 
-def test_rebuild_refuses_tensors_of_another_model():
+def test_plain_model_refuses_tensors_of_another_model():
     with pytest.raises(UserError, match="do not fit vit_testbed_patch8_32"):
-        best_model.rebuild(CFG, {"blocks.0.mlp.fc1.weight": torch.zeros(3, 3)})
+        methods.plain_model(CFG, {"blocks.0.mlp.fc1.weight": torch.zeros(3, 3)})
     with pytest.raises(UserError, match="unknown names or other shapes"):
-        best_model.rebuild(CFG, {"encoder.layer.0.weight": torch.zeros(3)})
+        methods.plain_model(CFG, {"encoder.layer.0.weight": torch.zeros(3)})
 
 
 def test_a_best_model_its_node_cannot_build_is_a_note_and_its_weights_are_still_written(tmp_path):

@@ -16,7 +16,7 @@ from _families import FAMILY_OF, HF, PER_FAMILY, TIMM, build, model_name
 from vitplast_tune import components, freezing
 from vitplast_tune.config import FinetuneConfig, PlasticityInputs
 from vitplast_tune.errors import UserError
-from vitplast_tune.vit import best_model, methods, models, training
+from vitplast_tune.vit import methods, models, training
 from vitplast_tune.vit.families import registry
 from vitplast_tune.vit.families.base import first_tensor
 from vitplast_tune.vit.plasticity import compute_plasticity
@@ -305,7 +305,7 @@ def test_a_two_step_trial_trains_the_subset_and_its_best_model_reloads_with_the_
     start = training.create_run_model(cfg)
     moved = [n for n, p in start.named_parameters() if n in trained and not torch.equal(p, trained[n])]
     assert moved, "two steps changed none of the trained tensors"
-    rebuilt = best_model.rebuild(cfg, trained)
+    rebuilt = methods.plain_model(cfg, trained)
     x = pixels(4, 5)
     with torch.no_grad():
         torch.testing.assert_close(rebuilt(x), model.cpu()(x), rtol=1e-5, atol=1e-6)

@@ -15,7 +15,13 @@ from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.data import transforms
 from vitplast_tune.data.batches import epoch_permutation
 from vitplast_tune.errors import UserError
-from vitplast_tune.predictors.scores import aggregate_criteria, criteria_summary, subset_criteria, top_by_seed
+from vitplast_tune.predictors.scores import (
+    aggregate_criteria,
+    criteria_summary,
+    gradient_criteria,
+    subset_criteria,
+    top_by_seed,
+)
 from vitplast_tune.vit import models
 from vitplast_tune.vit.gradients import gradient_table
 from vitplast_tune.vit.measure import measure_gradients
@@ -88,7 +94,7 @@ def test_auto_rgn_matches_a_naive_per_tensor_computation():
         model.blocks[0].mlp.fc1.bias.zero_()  # no ratio: Auto-RGN of (fc1, block 0) is its weight's alone
     naive = naive_auto_rgn(model, data)
     table = gradient_table(model, data)
-    per_layer = table.set_index(["component", "layer"])
+    per_layer = gradient_criteria(table).set_index(["component", "layer"])
     per_component = aggregate_criteria(table).set_index("component")
     for component in NAIVE:
         for block in range(2):
@@ -111,7 +117,7 @@ def test_auto_rgn_matches_a_naive_per_tensor_computation():
 
 def test_norm_criteria_match_a_naive_per_layer_computation():
     model, data = tiny_vit().eval(), batches()
-    table = gradient_table(model, data).set_index(["component", "layer"])
+    table = gradient_criteria(gradient_table(model, data)).set_index(["component", "layer"])
     grads = naive_gradients(model, data)
     for block in range(2):
         for component in NAIVE:
@@ -188,7 +194,7 @@ def test_measure_gradients_uses_unaugmented_training_images_and_several_heads():
         model = models.create_model(cfg.model, splits.num_classes)
         expected = gradient_table(model, data)
         got = table[table["head_seed"] == seed].drop(columns="head_seed").reset_index(drop=True)
-        np.testing.assert_allclose(got["auto_rgn"], expected["auto_rgn"], rtol=1e-6)
-        np.testing.assert_allclose(got["grad_norm"], expected["grad_norm"], rtol=1e-6)
-    heads = table.groupby("head_seed")["auto_rgn"].sum()
+        np.testing.assert_allclose(got["rgn_sum"], expected["rgn_sum"], rtol=1e-6)
+        np.testing.assert_allclose(got["grad_sq"], expected["grad_sq"], rtol=1e-6)
+    heads = table.groupby("head_seed")["rgn_sum"].sum()
     assert heads[3] != heads[4]  # another head, other gradients

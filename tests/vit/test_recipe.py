@@ -17,7 +17,7 @@ from vitplast_tune.data import datasets, transforms
 from vitplast_tune.data.splits import SmallImages
 from vitplast_tune.errors import UserError
 from vitplast_tune.run.checkpoints import read_checkpoint, write_checkpoint
-from vitplast_tune.vit import best_model, models, recipe, training
+from vitplast_tune.vit import methods, models, recipe, training
 
 BASE = dict(
     model="vit_testbed_patch8_32",
@@ -127,7 +127,7 @@ def test_the_ema_is_evaluated_and_is_what_the_best_checkpoint_holds(tmp_path):
 
     def val_acc(tensors):
         return training.evaluate(
-            best_model.rebuild(cfg, tensors), splits.val, batch_size=32, device=torch.device("cpu")
+            methods.plain_model(cfg, tensors), splits.val, batch_size=32, device=torch.device("cpu")
         )["acc"]
 
     for reported, state in reports[:-1]:  # the last state's weights are the best ones put back
@@ -228,7 +228,7 @@ def test_the_ema_is_scored_through_the_runs_own_path_probe_or_compiled(setting, 
     monkeypatch.setattr(torch, "compile", lambda module: lambda images: module(images))  # a stand-in: no inductor
     cfg, _, metrics, reports = trained(**{**EMA_RUN, **setting}, max_steps=4, eval_every=2, ema_decay=0.5)
     _, splits = training.build_run(cfg)
-    rebuilt = best_model.rebuild(cfg, reports[0][1]["ema"])
+    rebuilt = methods.plain_model(cfg, reports[0][1]["ema"])
     assert reports[0][0]["val_acc"] == pytest.approx(
         training.evaluate(rebuilt, splits.val, batch_size=32, device=torch.device("cpu"))["acc"]
     )

@@ -24,9 +24,8 @@ from vitplast_tune.analysis.protocol import (
 )
 from vitplast_tune.analysis.verdicts import corrected_p, family_clause
 from vitplast_tune.components import HEAD
-from vitplast_tune.predictors.scores import BASELINE, log_trainable_params
+from vitplast_tune.predictors.scores import BASELINE, PLASTICITY, criteria, log_trainable_params
 
-SCORES: tuple[str, ...] = ("plasticity_mean", "plasticity_max", "plasticity_weighted")
 TEXT_COLUMNS = ("note", "verdict")  # the text columns of the correlations table
 
 
@@ -85,7 +84,7 @@ def analyze_trials(
         views.append(("relative_gain", done))
     if "val_acc_common" in trials and trials["val_acc_common"].notna().any():  # the fair view under early stopping
         views.append(("val_acc_common", trials))
-    predictors = [c for c in SCORES if c in trials] + [BASELINE]
+    predictors = [c for c in criteria(PLASTICITY) if c in trials] + [BASELINE]
     options = dict(n_boot=n_boot, seed=seed, min_trials=min_trials)
     table = pd.concat(
         [
@@ -117,7 +116,9 @@ def _adjust_verdicts(
     table.attrs["alpha"] = alpha
     same_ranks = table["target"] == "relative_gain"  # it ranks trials as the accuracy does, so it is not judged again
     table.loc[same_ranks, "verdict"] = ""
-    tested = table.index[table["predictor"].isin(SCORES) & table["verdict"].isin(JUDGED) & table["diff_p"].notna()]
+    tested = table.index[
+        table["predictor"].isin(criteria(PLASTICITY)) & table["verdict"].isin(JUDGED) & table["diff_p"].notna()
+    ]
     p = table.loc[tested, "diff_p"].to_numpy(float)
     table.loc[tested, "p_holm"], table.loc[tested, "level"] = multiple.holm(p), multiple.interval_levels(p, alpha)
     for i in tested:
@@ -209,7 +210,7 @@ def plasticity_verdict(table: pd.DataFrame) -> str:
 def judged_scores(table: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     """Return the target with the most trials and its plasticity rows that carry a verdict, or "" and no rows."""
     table = _with_text(table)
-    scored = table[(table["note"] == "") & table["predictor"].isin(SCORES)] if not table.empty else table
+    scored = table[(table["note"] == "") & table["predictor"].isin(criteria(PLASTICITY))] if not table.empty else table
     if scored.empty or "verdict" not in scored:
         return "", scored.head(0)
     target = scored.groupby("target", sort=False)["n"].max().idxmax()
@@ -220,7 +221,7 @@ def judged_scores(table: pd.DataFrame) -> tuple[str, pd.DataFrame]:
 def _verdicts(rows: pd.DataFrame) -> list[str]:
     """Word each plasticity score's comparison with the parameter count, one sentence each."""
     rows = _with_text(rows)
-    valid = rows[(rows["note"] == "") & rows["predictor"].isin(SCORES)]
+    valid = rows[(rows["note"] == "") & rows["predictor"].isin(criteria(PLASTICITY))]
     if valid.empty or "verdict" not in valid or not (valid["verdict"] != "").any():
         return []
     words = {

@@ -21,7 +21,7 @@ from vitplast_tune.analysis.correlation import (
 from vitplast_tune.analysis.protocol import best_lr_table
 from vitplast_tune.analysis.resampling import Runs, point_targets, resample, runs_of
 from vitplast_tune.components import BLOCK_COMPONENTS, parse_subset, subset_name
-from vitplast_tune.predictors.scores import BASELINE, LAB_PREDICTORS, contains_mha_or_fc, log_trainable_params
+from vitplast_tune.predictors.scores import BASELINE, lab_criteria, structure_scores
 
 N_BOOT = 4000  # resamples per lab, so p-values reach 1/2000, below a family's smallest Holm step
 AGREEMENT_SCORE = "plasticity_mean"  # the paper claims single components rank by accuracy as by this score
@@ -39,18 +39,19 @@ def subset_table(
     predictors: pd.DataFrame | None = None,
     *,
     grid_lrs: list[float] | None = None,
-    columns: tuple[str, ...] = LAB_PREDICTORS,
+    columns: tuple[str, ...] | None = None,
 ) -> pd.DataFrame:
-    """Tabulate each subset at its best lr with every predictor, and where that rate lies among those trained."""
+    """Tabulate each subset at its best lr with every criterion, and where that rate lies among those trained."""
     select = "best_val_acc" if "best_val_acc" in trials else "val_acc"
     table = best_lr_table(trials, "test_acc", select_by=select).set_index("components")
     names = pd.Series([subset_name(c) for c in trials["components"]], index=trials.index)
     first = trials.groupby(names).first()
-    for column in (c for c in columns if c in first):
+    for column in (c for c in (lab_criteria() if columns is None else columns) if c in first):
         table[column] = pd.to_numeric(first[column], errors="coerce").reindex(table.index)
-    if "trainable_params" in first:
-        table[BASELINE] = log_trainable_params(first["trainable_params"].reindex(table.index))
-    table["contains_mha_or_fc"] = [contains_mha_or_fc(c) for c in table.index]
+    counts = first.get("trainable_params", pd.Series(dtype=float)).reindex(table.index)
+    structure = pd.DataFrame([structure_scores(c, n) for c, n in counts.items()], index=table.index)
+    for column in structure:  # where the count is unknown, the trial table's value stays
+        table[column] = structure[column].fillna(table[column]) if column in table else structure[column]
     if predictors is not None:
         for column in predictors.columns:
             table[column] = pd.to_numeric(predictors[column], errors="coerce").reindex(table.index)
@@ -193,7 +194,7 @@ def criteria_lab(
     seed: int = 0,
     min_points: int = MIN_POINTS,
     alpha: float = multiple.ALPHA,
-    columns: tuple[str, ...] = LAB_PREDICTORS,
+    columns: tuple[str, ...] | None = None,
 ) -> list[LabResult]:
     """Run the criteria lab on the trials of each budget, and judge every verdict in one family.
 
@@ -205,7 +206,7 @@ def criteria_lab(
         seed: The bootstrap's seed.
         min_points: The fewest subsets that get a verdict.
         alpha: The family's level.
-        columns: The predictors compared, the baseline among them.
+        columns: The criteria compared, the baseline among them, or None for ``lab_criteria()``.
 
     Returns:
         One result per budget, in ``parts``' order.
@@ -217,7 +218,7 @@ def criteria_lab(
         verdict_rows = table[table["in_verdict"]].reset_index(drop=True)
         runs = runs_of(trials, [(c,) for c in verdict_rows["components"]])
         options = dict(n_boot=n_boot, seed=seed, min_points=min_points)
-        names = [p for p in columns if p in table]
+        names = [p for p in (lab_criteria() if columns is None else columns) if p in table]
         statistics = [_predictor_statistics(verdict_rows, runs, p, **options) for p in names]
         results.append(LabResult(table, statistics, _single_component_agreement(table), budget, n_boot=n_boot))
     _judge_family(results, alpha)

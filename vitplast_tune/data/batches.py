@@ -1,4 +1,4 @@
-"""Seeded batch streams: endless shuffled training batches (resumable at any step) and evaluation in order."""
+"""Stream seeded batches: endless shuffled training batches, resumable at any step, and evaluation in order."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from vitplast_tune.data.splits import SmallImages
 
 
 class EpochStream(Sampler[int]):
-    """Endless indices: epoch after epoch of seeded permutations, starting ``start`` samples in; with ``part``
-    (rank, workers) and ``batch_size``, only that rank's share of each batch of ``batch_size``."""
+    """Endless indices, epoch after epoch of seeded permutations, from ``start``; with ``part``, one rank's share."""
 
     def __init__(self, n: int, seed: int, start: int = 0, part: tuple[int, int] = (0, 1), batch_size: int = 1):
         self.n, self.seed, self.start, self.part, self.batch_size = n, seed, start, part, batch_size
@@ -33,7 +32,7 @@ class EpochStream(Sampler[int]):
 
 
 def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
-    """The deterministic shuffle of epoch ``epoch`` for ``seed``."""
+    """Return the seeded shuffle of epoch ``epoch``."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(n, generator=generator)
 
@@ -48,14 +47,11 @@ def train_batches(
     device: torch.device | str | None = None,
     part: tuple[int, int] = (0, 1),
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Endless shuffled training batches on ``device`` (default: the CPU), resumable at ``start_step``.
+    """Yield endless shuffled training batches on ``device``, resumable at ``start_step``.
 
-    Batch ``k`` is the same for a given seed whether the stream starts at 0 or resumes at ``k``
-    (for in-memory data, its random crops and flips too). In-memory datasets are indexed directly
-    (last partial batch of an epoch dropped) and transformed on ``device``; others go through one
-    DataLoader with persistent workers, and pinned memory when ``device`` is a GPU. ``part`` (rank, workers): a
-    data-parallel worker's share of each batch, the rows ``rank * batch_size / workers`` onwards (its random crops
-    drawn from a seed of its own; the first worker's are the first ones of the one-worker batch).
+    Batch k is the same for a seed whether the stream starts at 0 or resumes at k, random crops included. In-memory data
+    is indexed directly and transformed on ``device``; other data goes through a DataLoader. ``part`` (rank, workers)
+    gives a data-parallel worker its rows of each batch.
     """
     device = torch.device(device or "cpu")
     n = len(dataset)
@@ -68,7 +64,7 @@ def train_batches(
             order = epoch_permutation(n, seed, epoch)
             for b in range(offset, per_epoch):
                 idx = order[b * batch_size : (b + 1) * batch_size][rank * share : (rank + 1) * share]
-                yield _batch(dataset, idx, device, transforms.batch_seed(seed, epoch, b, rank))
+                yield _batch(dataset, idx, device, transforms._batch_seed(seed, epoch, b, rank))
             epoch, offset = epoch + 1, 0
     sampler = EpochStream(n, seed, start=start_step * batch_size, part=part, batch_size=batch_size)
     yield from loader(dataset, share, num_workers, device, sampler=sampler, drop_last=True)
@@ -77,10 +73,7 @@ def train_batches(
 def eval_batches(
     dataset: Dataset, batch_size: int, num_workers: int = 0, device: torch.device | str | None = None
 ) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-    """All of ``dataset`` once, in order, in batches of ``batch_size`` (on ``device`` for in-memory data).
-
-    The result can be iterated again (once per evaluation): a DataLoader's persistent workers stay.
-    """
+    """Return all of ``dataset`` once, in order, in batches; iterable again for each evaluation."""
     device = torch.device(device or "cpu")
     if isinstance(dataset, (SmallImages, TensorDataset)):
         return _InOrder(dataset, batch_size, device)
@@ -88,7 +81,7 @@ def eval_batches(
 
 
 def loader(dataset: Dataset, batch_size: int, num_workers: int, device: torch.device, **kwargs: Any) -> DataLoader:
-    """A DataLoader with persistent workers, and pinned memory when ``device`` is a GPU."""
+    """Return a DataLoader with persistent workers, and pinned memory when ``device`` is a GPU."""
     return DataLoader(
         dataset,
         batch_size,
@@ -100,7 +93,7 @@ def loader(dataset: Dataset, batch_size: int, num_workers: int, device: torch.de
 
 
 class _InOrder:
-    """An in-memory dataset in order, in batches: iterable once per evaluation."""
+    """An in-memory dataset in order, in batches, iterable once per evaluation."""
 
     def __init__(self, dataset: Dataset, batch_size: int, device: torch.device):
         self.dataset, self.batch_size, self.device = dataset, batch_size, device
@@ -111,7 +104,7 @@ class _InOrder:
 
 
 def _batch(dataset: Dataset, idx: torch.Tensor, device: torch.device, seed: int | None = None):
-    """Batch ``idx`` of an in-memory dataset: transformed on ``device`` (uint8 images), or as stored (features)."""
+    """Return batch ``idx`` of an in-memory dataset: transformed on ``device``, or as stored for features."""
     if isinstance(dataset, SmallImages):
         return dataset.batch(idx.numpy(), device, seed)
     images, labels = dataset.tensors

@@ -1,11 +1,6 @@
-"""Image corruptions of CIFAR-10-C (Hendrycks & Dietterich, ICLR 2019) at their 32-px parameters, in numpy and scipy.
+"""Corrupt images as CIFAR-10-C does (Hendrycks & Dietterich, ICLR 2019), at its 32 px parameters, in numpy and scipy.
 
-Fourteen of the paper's corruptions, at any of the five severities, on uint8 RGB images shaped (N, 3, 32, 32):
-``contrast``, ``gaussian_noise``, ``speckle_noise``, ``motion_blur``, ``snow``, ``shot_noise``, ``impulse_noise``,
-``defocus_blur``, ``pixelate``, ``jpeg_compression``, ``fog``, ``glass_blur``, ``zoom_blur`` and ``gaussian_blur``. The parameters per severity are those of CIFAR-10-C's
-generator (``make_cifar_c.py``); its motion blur is ImageMagick's, here the same one-sided, Gaussian-weighted line
-kernel computed directly, and its defocus disk's 3x3 OpenCV smoothing is scipy's Gaussian filter cut at 1 pixel. Each image draws from its own generator
-(``np.random.default_rng([seed, index])``), so a corrupted dataset is the same bytes for a seed on any machine.
+Each image draws from its own generator, so a corrupted dataset is the same bytes for a seed on any machine.
 """
 
 from __future__ import annotations
@@ -43,33 +38,32 @@ _SNOW = (
 
 
 def contrast(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
-    """Contrast loss: each channel pulled toward its mean over the image. ``x``: (3, H, W) floats in [0, 1]."""
+    """Pull each channel toward its mean over the image."""
     means = x.mean(axis=(1, 2), keepdims=True)
     return (x - means) * _CONTRAST[severity - 1] + means
 
 
 def gaussian_noise(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
-    """Additive Gaussian noise of std 0.04 to 0.10 (severity 1 to 5)."""
+    """Add Gaussian noise of std 0.04 to 0.10."""
     return x + rng.normal(scale=_GAUSSIAN[severity - 1], size=x.shape)
 
 
 def speckle_noise(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
-    """Multiplicative (speckle) noise: x + x * N(0, std)."""
+    """Add multiplicative noise: x + x * N(0, std)."""
     return x + x * rng.normal(scale=_SPECKLE[severity - 1], size=x.shape)
 
 
 def motion_blur(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
-    """A motion blur along a random angle in [-45, 45] degrees (ImageMagick's kernel, as CIFAR-10-C)."""
+    """Blur along a random angle in [-45, 45] degrees with ImageMagick's kernel."""
     radius, sigma = _MOTION[severity - 1]
     return line_blur(x, radius, sigma, rng.uniform(-45, 45))
 
 
 def snow(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
-    """Snow: a thresholded, zoomed noise layer, motion-blurred at a random angle in [-135, -45] degrees, added twice
-    (as drawn and turned by 180 degrees) to the image, itself brightened toward 1.5 times its grey level + 0.5."""
+    """Add a thresholded, zoomed and motion-blurred noise layer twice, over a brightened image."""
     mean, std, zoom, threshold, radius, sigma, keep = _SNOW[severity - 1]
     height, width = x.shape[1:]
-    layer = clipped_zoom(rng.normal(loc=mean, scale=std, size=(height, width)), zoom)
+    layer = _clipped_zoom(rng.normal(loc=mean, scale=std, size=(height, width)), zoom)
     layer[layer < threshold] = 0
     layer = np.round(np.clip(layer, 0, 1) * 255) / 255  # the generator passes the layer through an 8-bit image
     layer = np.clip(line_blur(layer[None], radius, sigma, rng.uniform(-135, -45))[0], 0, 1)
@@ -79,20 +73,20 @@ def snow(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def shot_noise(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
-    """Shot noise: each value a Poisson count of 500 down to 50 photons per unit intensity (severity 1 to 5)."""
+    """Draw each value as a Poisson count of 500 down to 50 photons per unit intensity."""
     photons = _SHOT[severity - 1]
     return rng.poisson(x * photons) / photons
 
 
 def impulse_noise(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
-    """Salt-and-pepper noise: 1% to 14% of the values (each channel's own) set to 0 or 1, half each."""
+    """Set 1% to 14% of the values to 0 or 1, half each."""
     hit = rng.random(x.shape) < _IMPULSE[severity - 1]
     salt = rng.random(x.shape) < 0.5
     return np.where(hit, salt.astype(np.float64), x)
 
 
 def defocus_blur(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
-    """A defocus blur: each channel convolved with a smoothed disk of radius 0.3 to 1.5 pixels."""
+    """Convolve each channel with a smoothed disk of radius 0.3 to 1.5 pixels."""
     radius, sigma = _DEFOCUS[severity - 1]
     side = np.arange(-8, 9) if radius <= 8 else np.arange(-radius, radius + 1)
     xx, yy = np.meshgrid(side, side)
@@ -102,7 +96,7 @@ def defocus_blur(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.n
 
 
 def pixelate(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
-    """Pixelation: the image box-resampled to 95% down to 65% of its side and back."""
+    """Box-resample the image to 95% down to 65% of its side, and back."""
     from PIL import Image
 
     side = x.shape[1]
@@ -112,7 +106,7 @@ def pixelate(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarr
 
 
 def jpeg_compression(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
-    """JPEG compression at quality 80 down to 40, decoded again."""
+    """Compress the image as JPEG at quality 80 down to 40, and decode it again."""
     import io
 
     from PIL import Image
@@ -123,7 +117,7 @@ def jpeg_compression(x: np.ndarray, severity: int, rng: np.random.Generator) -> 
 
 
 def fog(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
-    """Fog: a plasma-fractal cloud (the same in every channel) added, then the image scaled back to its brightest."""
+    """Add a plasma-fractal cloud, then scale the image back to its brightest."""
     weight, decay = _FOG[severity - 1]
     brightest = x.max()
     height, width = x.shape[1:]
@@ -133,12 +127,10 @@ def fog(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def glass_blur(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
-    """Frosted glass: a Gaussian blur, each pixel given a random neighbour's value (bottom-right to top-left, once or
-    twice over), then blurred again; the image passes through 8 bits after the first blur, as the generator's does.
+    """Blur, give each pixel a random neighbour's value once or twice over, and blur again.
 
-    The generator writes a swap of two numpy views (``x[h, w], x[h', w'] = x[h', w'], x[h, w]``), which copies the
-    neighbour into the pixel and leaves the neighbour as it was; that copy is what CIFAR-10-C's images hold, so it is
-    what is done here."""
+    CIFAR-10-C's generator swaps two numpy views, which copies the neighbour and leaves it as it was; so does this.
+    """
     sigma, delta, passes = _GLASS[severity - 1]
     x = np.floor(_blur(x, sigma) * 255) / 255
     height, width = x.shape[1:]
@@ -151,25 +143,24 @@ def glass_blur(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.nda
 
 
 def zoom_blur(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
-    """Zoom blur: the image averaged with its centre zoomed by 1.00, 1.01, ... up to 1.05 to 1.25 (severity 1 to 5)."""
+    """Average the image with its centre zoomed by 1.00, 1.01, ... up to 1.05 to 1.25."""
     factors = np.arange(1, _ZOOM[severity - 1], 0.01)
-    zoomed = sum(np.stack([clipped_zoom(channel, factor) for channel in x]) for factor in factors)
+    zoomed = sum(np.stack([_clipped_zoom(channel, factor) for channel in x]) for factor in factors)
     return (x + zoomed) / (len(factors) + 1)
 
 
 def gaussian_blur(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
-    """A Gaussian blur of sigma 0.4 to 1 pixel (severity 1 to 5), the edges extended."""
+    """Blur with a Gaussian of sigma 0.4 to 1 pixel, the edges extended."""
     return _blur(x, _GAUSSIAN_BLUR[severity - 1])
 
 
 def _blur(x: np.ndarray, sigma: float) -> np.ndarray:
-    """(C, H, W) images blurred within each channel, the edges extended (scikit-image's ``gaussian``, as the
-    generator calls it)."""
+    """Blur (C, H, W) images within each channel, the edges extended, as scikit-image's ``gaussian``."""
     return ndimage.gaussian_filter(x, sigma=(0, sigma, sigma), mode="nearest", truncate=4.0)
 
 
 def _to_uint8(x: np.ndarray) -> np.ndarray:
-    """(3, H, W) floats in [0, 1] as an (H, W, 3) uint8 image."""
+    """Return (3, H, W) floats in [0, 1] as an (H, W, 3) uint8 image."""
     return np.clip(np.round(x * 255), 0, 255).astype(np.uint8).transpose(1, 2, 0)
 
 
@@ -192,8 +183,7 @@ CORRUPTIONS: dict[str, Callable[[np.ndarray, int, np.random.Generator], np.ndarr
 
 
 def corrupt(images: np.ndarray, name: str, severity: int = 5, seed: int = 0) -> np.ndarray:
-    """The uint8 images (N, 3, H, W) under corruption ``name`` at ``severity``; image i draws from
-    ``default_rng([seed, i])``. Rounded back to uint8 as CIFAR-10-C's files are."""
+    """Return uint8 images (N, 3, H, W) under corruption ``name`` at ``severity``; image i draws from ``[seed, i]``."""
     if name not in CORRUPTIONS:
         raise ValueError(f"unknown corruption {name!r}; known: {', '.join(CORRUPTIONS)}")
     if severity not in SEVERITIES:
@@ -207,8 +197,7 @@ def corrupt(images: np.ndarray, name: str, severity: int = 5, seed: int = 0) -> 
 
 
 def line_blur(x: np.ndarray, radius: int, sigma: float, angle: float) -> np.ndarray:
-    """ImageMagick's motion blur of (C, H, W) images: the image shifted 0 .. 2 * radius pixels along ``angle``
-    (degrees; the edge pixels repeat), weighted by a one-sided Gaussian of ``sigma`` pixels, summed."""
+    """Blur (C, H, W) images as ImageMagick's motion blur: shifted along ``angle``, weighted by a one-sided Gaussian."""
     width = 2 * radius + 1
     weights = np.exp(-(np.arange(width) ** 2) / (2 * sigma**2))
     weights /= weights.sum()
@@ -218,20 +207,20 @@ def line_blur(x: np.ndarray, radius: int, sigma: float, angle: float) -> np.ndar
         dy, dx = -math.ceil(i * dy_unit - 0.5), -math.ceil(i * dx_unit - 0.5)
         if abs(dy) >= x.shape[1] or abs(dx) >= x.shape[2]:
             break
-        out += weight * shifted(x, dy, dx)
+        out += weight * _shifted(x, dy, dx)
     return out
 
 
-def shifted(x: np.ndarray, dy: int, dx: int) -> np.ndarray:
-    """(C, H, W) images moved by (dy, dx) pixels, the vacated rows and columns filled with the nearest edge pixels."""
+def _shifted(x: np.ndarray, dy: int, dx: int) -> np.ndarray:
+    """Move (C, H, W) images by (dy, dx) pixels, filling with the nearest edge pixels."""
     height, width = x.shape[1:]
     rows = np.clip(np.arange(height) - dy, 0, height - 1)
     cols = np.clip(np.arange(width) - dx, 0, width - 1)
     return x[:, rows][:, :, cols]
 
 
-def clipped_zoom(layer: np.ndarray, factor: float) -> np.ndarray:
-    """A (H, W) array's centre, ``1 / factor`` of its side, zoomed back to its size (linear interpolation)."""
+def _clipped_zoom(layer: np.ndarray, factor: float) -> np.ndarray:
+    """Zoom a (H, W) array's centre, ``1 / factor`` of its side, back to its size."""
     side = layer.shape[0]
     crop = int(np.ceil(side / factor))
     top = (side - crop) // 2
@@ -241,8 +230,7 @@ def clipped_zoom(layer: np.ndarray, factor: float) -> np.ndarray:
 
 
 def plasma_fractal(side: int, decay: float, rng: np.random.Generator) -> np.ndarray:
-    """A (side, side) cloud in [0, 1] by the diamond-square algorithm (side a power of two; it wraps around), its
-    random displacement divided by ``decay`` at each halving of the step, as CIFAR-10-C's fog draws it."""
+    """Draw a (side, side) cloud in [0, 1] by the diamond-square algorithm, as CIFAR-10-C's fog does."""
     if side < 2 or side & (side - 1):
         raise ValueError(f"the plasma fractal's side must be a power of two, not {side}")
     cloud = np.zeros((side, side))

@@ -1,23 +1,7 @@
-"""Datasets, their train/validation/test splits, transforms, and seeded batch streams.
+"""Name datasets in a registry, and load their splits with a model's transforms.
 
-A registry maps a dataset name to a loader. Every loader returns ``Splits``: a seeded 80/20
-train/validation split of the train set (as in the paper) and the test split for the final
-evaluation. Transforms follow the model's own timm data config (resolution, mean/std,
-interpolation, crop); training adds the dataset's augmentation recipe (transforms.py): the paper's
-RandomResizedCrop + horizontal flip for natural images, a light crop for digits and fractals, unless
-``augment`` names another.
-
-Names: ``digits`` (scikit-learn's digits, offline, the default), ``fractals`` (the generated
-pretraining / plasticity-reference distribution, offline), ``cifar10``, ``cifar100``, ``pets``,
-``flowers102`` (torchvision, ``download=True`` fetches them), ``cifar10c:<corruption>`` (the
-published .npy files in ``data_dir``), ``digits_c:<corruption>``, ``fractals_novel`` and ``fractals_novel_c:<corruption>``
-(generated offline into the cache, ``generated.py``), and ``imagefolder`` (``data_dir`` with ``train/`` and
-optionally ``test/`` class folders; DomainNet fits this shape).
-
-A name the registry does not know, with one of timm's prefixes (``torch/cifar10``, ``torch/folder``,
-``hfds/<Hugging Face dataset>``), falls back to ``timm.data.create_dataset`` with ``data_dir`` as its root: the
-``train`` split, and ``test`` (else ``validation``) as the test split, or a seeded test split of train when there is
-none. Such data is not downloaded unless ``download`` is on; a failure is one UserError line.
+docs/guide/models-and-data.md lists the names. A name with one of timm's prefixes (``torch/``, ``hfds/``) goes to
+``timm.data.create_dataset``.
 """
 
 from __future__ import annotations
@@ -29,10 +13,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from vitplast_tune.config import default_data_dir  # re-exported: data.default_data_dir
+from vitplast_tune.config import default_data_dir
 from vitplast_tune.data import generated, image_files, transforms
-from vitplast_tune.data.decoded import InMemory  # re-exported: data.InMemory
-from vitplast_tune.data.splits import Splits, split_in_memory
+from vitplast_tune.data.decoded import InMemory
+from vitplast_tune.data.splits import Splits, _split_in_memory
 from vitplast_tune.errors import DataError, OptionsError, did_you_mean, option
 
 CIFAR10C_CORRUPTIONS = (
@@ -77,25 +61,22 @@ def register_dataset(
 ) -> Callable[[Loader], Loader]:
     """Make a decorator that registers a dataset loader under ``name``.
 
-    The loader is called as ``fn(data_config, root, download, seed, val_fraction)`` and returns ``Splits``, or
-    ``InMemory`` for a small dataset that is decoded once.
+    The loader takes ``(data_config, root, download, seed, val_fraction)`` and returns ``Splits``, or ``InMemory`` for a
+    small dataset decoded once.
 
     Args:
-        name: The dataset's name (the family's, for a dataset named with options).
-        num_classes: The class count, so that a model gets its head before the data loads; None reads it from disk.
-        from_files: Whether the loader reads image files lazily; it then also takes ``image_cache`` (see
-            image_cache.py) and ``augment`` (the recipe of its training transform).
-        augment: The dataset's default training augmentation, a name in ``transforms.AUGMENTATIONS``, used when a
-            run leaves ``FinetuneConfig.augment`` unset.
-        options: The options of a family named ``<name>:<option>`` (a corruption), passed to the loader as
-            ``option``.
-        made_here: Whether the data is shipped or generated here: it reads no ``data_dir`` and downloads nothing.
+        name: The dataset's name, or its family's for a name with options.
+        num_classes: The class count, known before the data loads (None: read from disk).
+        from_files: Whether the loader reads image files lazily; it then also takes ``image_cache`` and ``augment``.
+        augment: The dataset's default training augmentation.
+        options: The options of a family named ``<name>:<option>``, passed to the loader as ``option``.
+        made_here: Whether the data is shipped or generated here, reading no ``data_dir``.
 
     Returns:
         The decorator, which registers the loader and returns it unchanged.
 
     Raises:
-        UserError: If ``augment`` is not a known recipe.
+        UserError: ``augment`` is not a known recipe.
     """
     transforms.augmentation(augment)
 
@@ -116,29 +97,18 @@ def register_dataset(
 
 
 def resolve_augmentation(name: str, augment: str | None) -> str:
-    """Name the training augmentation that a run of a dataset uses.
-
-    Args:
-        name: The dataset's name.
-        augment: The recipe asked for; None or "auto" for the dataset's default.
-
-    Returns:
-        The name of the recipe: ``augment`` once checked, else the dataset's default.
-
-    Raises:
-        UserError: If the dataset or the recipe is unknown.
-    """
+    """Name the training augmentation a run of dataset ``name`` uses: ``augment``, else the dataset's default."""
     if augment is None or augment == "auto":
-        check_dataset_name(name)  # a timm.data.create_dataset name: natural images, the paper's recipe
-        return transforms.DEFAULT_AUGMENTATION if image_files.is_timm_name(name) else _AUGMENT[name.partition(":")[0]]
+        check_dataset_name(name)  # timm's datasets are natural images: the paper's recipe
+        return transforms.DEFAULT_AUGMENTATION if image_files._is_timm_name(name) else _AUGMENT[name.partition(":")[0]]
     return transforms.augmentation(augment).name
 
 
 def num_classes(name: str, data_dir: str | Path | None = None, download: bool = False) -> int:
-    """Count the classes of a dataset without loading its images.
+    """Count a dataset's classes without loading its images.
 
     Args:
-        name: The dataset's name; a timm name reads the dataset's index.
+        name: The dataset's name.
         data_dir: The data's root (None: the default data directory).
         download: Whether a timm dataset may be downloaded to read its index.
 
@@ -146,11 +116,11 @@ def num_classes(name: str, data_dir: str | Path | None = None, download: bool = 
         The number of classes.
 
     Raises:
-        UserError: If the dataset is unknown.
+        UserError: The dataset is unknown.
     """
     check_dataset_name(name)
-    if image_files.is_timm_name(name):
-        return image_files.timm_num_classes(name, _root(data_dir), download)
+    if image_files._is_timm_name(name):
+        return image_files._timm_num_classes(name, _root(data_dir), download)
     family = name.partition(":")[0]
     if family in _NUM_CLASSES:
         return _NUM_CLASSES[family]
@@ -160,19 +130,7 @@ def num_classes(name: str, data_dir: str | Path | None = None, download: bool = 
 def check_applies(
     names: str | tuple[str, ...], data_dir: str | Path | None, download: bool, image_cache: int = 0
 ) -> None:
-    """Refuse a data setting that no dataset of ``names`` would read, rather than ignore it without a word.
-
-    Args:
-        names: The datasets the settings go to (known: ``check_dataset_name``), e.g. a search's and its plasticity
-            reference.
-        data_dir: The data folder given (None: none given).
-        download: Whether downloading was asked for.
-        image_cache: The image cache's size asked for (0: none).
-
-    Raises:
-        OptionsError: A data folder or a download for datasets all shipped or generated here (digits, the fractals),
-            or an image cache for datasets none of which is read from image files; the message names the setting.
-    """
+    """Refuse a data folder, download or image cache that no dataset of ``names`` would use; OptionsError names it."""
     names = (names,) if isinstance(names, str) else names
     said = " and ".join(f'"{n}"' for n in names)
     if all(n.partition(":")[0] in _MADE_HERE for n in names):
@@ -182,7 +140,7 @@ def check_applies(
                     f"{option(key)} does not apply to dataset {said}, shipped or generated here and read from no "
                     f"folder; leave {option(key)} out, or name a dataset read from files (cifar10, pets, imagefolder, ...)"
                 )
-    if image_cache > 0 and not any(n.partition(":")[0] in _FROM_FILES or image_files.is_timm_name(n) for n in names):
+    if image_cache > 0 and not any(n.partition(":")[0] in _FROM_FILES or image_files._is_timm_name(n) for n in names):
         raise OptionsError(
             f"image_cache {image_cache} does not apply to dataset {said}, held decoded in memory (the image cache is "
             f"for datasets of image files: {', '.join(sorted(_FROM_FILES))}); set it to 0"
@@ -190,24 +148,17 @@ def check_applies(
 
 
 def list_datasets() -> list[str]:
-    """List the registered dataset names, sorted (families such as ``cifar10c`` take ``:<corruption>``).
+    """List the registered dataset names, sorted.
 
     Returns:
-        The names.
+        The names; families such as ``cifar10c`` take ``:<corruption>``.
     """
     return sorted(_DATASETS)
 
 
 def check_dataset_name(name: str) -> None:
-    """Check that a name is a registered dataset, or a timm dataset name.
-
-    Args:
-        name: The dataset's name, with ``:<option>`` for a family that takes one (a corruption).
-
-    Raises:
-        UserError: If the name is unknown, or a family's option is missing or unknown.
-    """
-    if image_files.is_timm_name(name):
+    """Raise UserError unless ``name`` is a registered dataset, with its option where it takes one, or a timm name."""
+    if image_files._is_timm_name(name):
         return
     family, _, option = name.partition(":")
     if family not in _DATASETS:
@@ -237,27 +188,26 @@ def load_dataset(
 
     Args:
         name: The dataset's name.
-        data_config: The model's timm data config (see ``models.data_config``).
+        data_config: The model's timm data config.
         data_dir: The data's root (None: the default data directory).
         download: Whether missing data may be downloaded.
         seed: The seed of the train/validation split.
         val_fraction: The fraction of the train set held out for validation.
-        decoded: The same dataset from ``decode_dataset``, which skips decoding a small dataset again.
-        image_cache: When above 0, read a JPEG dataset from a one-time decode resized to this shorter side
-            (image_cache.py; built when missing).
-        augment: The training split's augmentation recipe (None: the dataset's default, ``resolve_augmentation``).
+        decoded: The same dataset from ``decode_dataset``, not decoded again.
+        image_cache: Above 0, read JPEGs from a one-time decode resized to this shorter side.
+        augment: The training augmentation (None: the dataset's default).
 
     Returns:
         The train, validation and test datasets.
 
     Raises:
-        UserError: If the dataset is unknown, its data is missing and ``download`` is off, or a download fails.
+        UserError: The dataset is unknown, its data is missing and ``download`` is off, or a download fails.
     """
     augment = resolve_augmentation(name, augment)
     fits = decoded is not None and decoded.name == name
     loaded = decoded if fits else _load(name, data_config, data_dir, download, seed, val_fraction, image_cache, augment)
     if isinstance(loaded, InMemory):
-        return split_in_memory(loaded, seed, val_fraction, data_config, augment)
+        return _split_in_memory(loaded, seed, val_fraction, data_config, augment)
     return loaded
 
 
@@ -269,21 +219,7 @@ def decode_dataset(
     download: bool = False,
     image_cache: int = 0,
 ) -> InMemory | None:
-    """Decode a small dataset once, as uint8 images at native resolution.
-
-    Args:
-        name: The dataset's name.
-        data_config: The model's timm data config.
-        data_dir: The data's root (None: the default data directory).
-        download: Whether missing data may be downloaded.
-        image_cache: When above 0, the shorter side of a file dataset's image cache, built here when missing.
-
-    Returns:
-        The decoded dataset, or None for a dataset read lazily from disk.
-
-    Raises:
-        UserError: If the dataset is unknown, or its data is missing and ``download`` is off.
-    """
+    """Decode a small dataset once as uint8 images at native resolution; None for a dataset read lazily from disk."""
 
     loaded = _load(name, data_config, data_dir, download, 0, 0.2, image_cache)
     return loaded if isinstance(loaded, InMemory) else None
@@ -293,8 +229,8 @@ def _load(
     name, data_config, data_dir, download, seed, val_fraction, image_cache=0, augment="paper"
 ) -> Splits | InMemory:
     check_dataset_name(name)
-    if image_files.is_timm_name(name):
-        return image_files.timm_dataset(
+    if image_files._is_timm_name(name):
+        return image_files._timm_dataset(
             name, data_config, _root(data_dir), download, seed, val_fraction, image_cache, augment
         )
     family, _, option = name.partition(":")
@@ -320,7 +256,7 @@ def _root(data_dir: str | Path | None) -> Path:
 
 @register_dataset("digits", num_classes=10, augment="light", made_here=True)
 def _digits(data_config, root, download, seed, val_fraction) -> InMemory:
-    """scikit-learn's 1,797 8x8 digits (shipped with the package), kept 8x8 and one channel."""
+    """Load scikit-learn's 1,797 8x8 digits, shipped with it, as one channel."""
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
@@ -330,7 +266,7 @@ def _digits(data_config, root, download, seed, val_fraction) -> InMemory:
 
 @register_dataset("fractals", num_classes=64, augment="light", made_here=True)
 def _fractals(data_config, root, download, seed, val_fraction) -> InMemory:
-    """Formula-driven IFS fractals (generated, deterministic) rendered at the model's resolution, as uint8."""
+    """Render the fractals at the model's resolution, as uint8."""
     from vitplast_tune.data.fractals import fractal_dataset
 
     images, labels = fractal_dataset(image_size=data_config["input_size"][-1])
@@ -339,13 +275,13 @@ def _fractals(data_config, root, download, seed, val_fraction) -> InMemory:
 
 @register_dataset("digits_c", num_classes=10, augment="light", options=generated.CORRUPTIONS, made_here=True)
 def _digits_c(data_config, root, download, seed, val_fraction, option: str = "") -> InMemory:
-    """Digits upscaled to 32 px under a CIFAR-10-C corruption at severity 5, generated once into the cache."""
+    """Load digits at 32 px under a CIFAR-10-C corruption, generated once into the cache."""
     return generated.digits_c(option)
 
 
 @register_dataset("fractals_novel", num_classes=generated.NOVEL_CLASSES, augment="light", made_here=True)
 def _fractals_novel(data_config, root, download, seed, val_fraction) -> InMemory:
-    """Fractal classes the testbed never saw in pretraining (class seed 1), generated once into the cache."""
+    """Load fractal classes the testbed never saw, generated once into the cache."""
     return generated.fractals_novel()
 
 
@@ -357,12 +293,12 @@ def _fractals_novel(data_config, root, download, seed, val_fraction) -> InMemory
     made_here=True,
 )
 def _fractals_novel_c(data_config, root, download, seed, val_fraction, option: str = "") -> InMemory:
-    """``fractals_novel`` under a CIFAR-10-C corruption at severity 5, generated once into the cache."""
+    """Load ``fractals_novel`` under a CIFAR-10-C corruption, generated once into the cache."""
     return generated.fractals_novel_c(option)
 
 
 def _to_uint8(images: torch.Tensor) -> np.ndarray:
-    """Float images in [0, 1] as a uint8 array."""
+    """Return float images in [0, 1] as a uint8 array."""
     return images.mul(255.0).round_().clamp_(0, 255).to(torch.uint8).numpy()
 
 
@@ -387,21 +323,17 @@ def _torchvision_cifar(name: str, cls_name: str) -> Loader:
 register_dataset("cifar10", 10)(_torchvision_cifar("cifar10", "CIFAR10"))
 register_dataset("cifar100", 100)(_torchvision_cifar("cifar100", "CIFAR100"))
 register_dataset("pets", 37, from_files=True)(
-    image_files.torchvision_loader("pets", "OxfordIIITPet", {"split": "trainval"}, {"split": "test"}, 37)
+    image_files._torchvision_loader("pets", "OxfordIIITPet", {"split": "trainval"}, {"split": "test"}, 37)
 )
 register_dataset("flowers102", 102, from_files=True)(
-    image_files.torchvision_loader("flowers102", "Flowers102", {"split": "train"}, {"split": "test"}, 102)
+    image_files._torchvision_loader("flowers102", "Flowers102", {"split": "train"}, {"split": "test"}, 102)
 )
-register_dataset("imagefolder", from_files=True)(image_files.imagefolder)
+register_dataset("imagefolder", from_files=True)(image_files._imagefolder)
 
 
 @register_dataset("cifar10c", num_classes=10, options=CIFAR10C_CORRUPTIONS)
-def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "", severity: int = 5) -> InMemory:
-    """CIFAR-10-C ``<corruption>.npy`` + ``labels.npy`` (severity 5) from ``data_dir`` or ``data_dir/CIFAR-10-C``.
-
-    CIFAR-10-C has no train split: its 10,000 images of one severity are split 80/20 into
-    train and test (seeded, fixed), then train into train/validation.
-    """
+def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "") -> InMemory:
+    """Load CIFAR-10-C at severity 5 from ``data_dir``, its 10,000 images split 80/20 into train and test."""
     folder = next((d for d in (root / "CIFAR-10-C", root) if (d / f"{option}.npy").is_file()), None)
     if folder is None or not (folder / "labels.npy").is_file():
         raise DataError(
@@ -411,6 +343,6 @@ def _cifar10c(data_config, root, download, seed, val_fraction, option: str = "",
     images = np.load(folder / f"{option}.npy", mmap_mode="r")
     labels = np.load(folder / "labels.npy")
     per = len(images) // 5
-    block = slice((severity - 1) * per, severity * per)
+    block = slice(4 * per, 5 * per)  # severity 5, the last fifth
     images = np.ascontiguousarray(np.asarray(images[block]).transpose(0, 3, 1, 2))
     return InMemory(images, labels[block].astype(np.int64))

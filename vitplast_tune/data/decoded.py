@@ -1,7 +1,4 @@
-"""A small dataset decoded once (``InMemory``): uint8 images and labels in numpy arrays, what a search's driver
-holds and shares with every trial. No torch here: the driver unpickles it without torch; in a trial,
-``data.split_in_memory`` builds the torch datasets from it.
-"""
+"""Hold a small dataset decoded once, in numpy arrays the driver shares without torch."""
 
 from __future__ import annotations
 
@@ -14,17 +11,16 @@ import numpy as np
 class InMemory:
     """A small dataset decoded once: uint8 images at native resolution and their labels.
 
-    The search decodes it once before Ray starts, and its driver shares it with every trial through Ray's object
-    store (numpy arrays: read zero-copy on each node); each trial draws its seeded train/validation
-    split (the test split never moves) and transforms batches on its own device (``data.split_in_memory``).
+    The driver decodes it before Ray starts and shares it with every trial through Ray's object store; each trial draws
+    its seeded split and transforms its batches on its own device.
 
     Attributes:
         images: uint8 images, (N, C, h, w).
         labels: Integer labels, (N,).
         name: The dataset's name.
         num_classes: The class count; 0 for one more than the largest label.
-        test_indices: The indices of a published test split, if the dataset has one.
-        test_fraction: The fraction held out, seeded, as the test split when there is no published one.
+        test_indices: The indices of a published test split, if any.
+        test_fraction: The seeded fraction held out as the test split when there is no published one.
     """
 
     images: np.ndarray
@@ -36,5 +32,5 @@ class InMemory:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the images and labels."""
+        """Bytes held by the images and labels."""
         return int(self.images.nbytes + self.labels.nbytes)

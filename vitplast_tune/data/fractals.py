@@ -1,10 +1,6 @@
-"""Formula-driven fractal images from iterated function systems (FractalDB-style, Kataoka et al. 2020).
+"""Render formula-driven fractal images from iterated function systems (FractalDB-style, Kataoka et al. 2020).
 
-Each class is one random IFS of 2-4 contractive affine maps (sampled with the sigma-factor rule of
-Anderson & Farrell 2022, and kept only if its attractor fills enough of the frame). The images of a
-class are variations of it: small parameter jitter, flip, rotation, scale, shift and colour. They
-are rendered by a chaos game vectorised over images and points. Only exactly rounded arithmetic
-(+ - * / sqrt, no trig, no BLAS) touches the points, so a seed gives the same bytes on any machine.
+Only exactly rounded arithmetic touches the points, so a seed gives the same bytes on any machine.
 """
 
 from __future__ import annotations
@@ -30,19 +26,17 @@ def fractal_dataset(
     *,
     instance_seed: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Render a dataset of formula-driven fractal images, class by class.
+    """Render a dataset of fractal images, class by class.
 
     Args:
         num_classes: How many classes (IFS systems).
         images_per_class: How many varied instances of each class.
         image_size: The side S of each image, in pixels.
-        seed: The seed of the class systems: class c is the same for any ``num_classes`` > c and any
-            ``images_per_class``.
-        instance_seed: The seed of the variations (None: ``seed``); another draws other instances of the same
-            classes, e.g. a held-out set.
+        seed: The seed of the class systems; class c is the same for any larger ``num_classes``.
+        instance_seed: The seed of the variations (None: ``seed``); another draws other instances of the same classes.
 
     Returns:
-        The images, float in [0, 1] shaped (N, 3, S, S), and their long labels (N,), class-major.
+        The images, floats in [0, 1] shaped (N, 3, S, S), and their labels, class-major.
     """
 
     systems = class_systems(num_classes, seed)
@@ -55,7 +49,7 @@ def fractal_dataset(
 
 
 def class_systems(num_classes: int, seed: int = 0) -> np.ndarray:
-    """The IFS of each class, (num_classes, MAX_MAPS, 8): per map sigma1, sigma2, t1, sign, t2, flip, bx, by."""
+    """Return each class's IFS, (num_classes, MAX_MAPS, 8), kept only where its attractor fills the frame."""
     rng = np.random.default_rng([seed, 0])
     systems: list[np.ndarray] = []
     while len(systems) < num_classes:
@@ -66,7 +60,7 @@ def class_systems(num_classes: int, seed: int = 0) -> np.ndarray:
 
 
 def _sample_system(rng: np.random.Generator) -> np.ndarray:
-    """One random IFS whose singular values meet the sigma-factor rule: sum(s1 + 2 s2) in [(5+N)/2, (6+N)/2]."""
+    """Draw one IFS whose singular values meet the sigma-factor rule (Anderson & Farrell 2022)."""
     n = int(rng.integers(2, MAX_MAPS + 1))
     while True:
         sigma = rng.uniform(0.05, 1.0, size=(n, 2))
@@ -85,7 +79,7 @@ def _sample_system(rng: np.random.Generator) -> np.ndarray:
 
 
 def _vary(params: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Jitter each system slightly (singular values, rotations, translations); unused maps stay zero."""
+    """Jitter each system slightly; unused maps stay zero."""
     used = params[..., :1] > 0
     noise = np.zeros_like(params)
     noise[..., 0:2] = params[..., 0:2] * rng.uniform(-0.04, 0.04, params[..., 0:2].shape)
@@ -98,13 +92,13 @@ def _vary(params: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def _rotation(t: np.ndarray, sign: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(cos, sin) of the angle 2 atan(t) (+ pi when sign < 0), by the rational parametrisation."""
+    """Return (cos, sin) of the angle 2 atan(t), plus pi when sign < 0, by the rational parametrisation."""
     d = 1 + t * t
     return sign * (1 - t * t) / d, sign * 2 * t / d
 
 
 def _matrices(params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Affine maps A = R(theta) diag(s1, s2) R(phi) diag(flip, 1), translations b, and map probabilities."""
+    """Return the affine maps, translations and map probabilities of each system."""
     s1, s2, t1, sg, t2, fl = (params[..., i] for i in range(6))
     c1, n1 = _rotation(t1, sg)
     c2, n2 = _rotation(t2, np.ones_like(t2))
@@ -125,7 +119,7 @@ def _matrices(params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _render(params: np.ndarray, size: int, rng: np.random.Generator, augment: bool) -> np.ndarray:
-    """Chaos-game render of B systems into (B, 3, size, size) float32 images in [0, 1]."""
+    """Render B systems by the chaos game into (B, 3, size, size) float32 images in [0, 1]."""
     b = len(params)
     a, shift, cum = _matrices(params)
     rows = np.arange(b)[:, None]

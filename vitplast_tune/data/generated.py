@@ -1,14 +1,6 @@
-"""Offline downstream tasks generated on first use into the cache directory (never in git): digits under a
-CIFAR-10-C corruption, and fractal classes the testbed never saw in pretraining.
+"""Generate offline tasks into the cache on first use: corrupted digits, and fractal classes the testbed never saw.
 
-- ``digits_c:<corruption>``: scikit-learn's 1,797 digits, upscaled to 32 px (bilinear, three equal channels) and
-  corrupted at severity 5 with CIFAR-10-C's 32-px parameters (``corruptions.py``): contrast, gaussian_noise,
-  motion_blur, snow, speckle_noise.
-- ``fractals_novel``: 32 IFS classes drawn with class seed 1 (the testbed pretrained on the classes of seed 0),
-  40 instances each, at 32 px; ``fractals_novel_c:<corruption>`` the same images under one of those corruptions.
-
-Each is written once as ``<cache>/datasets/<name>-<code hash>.npz`` (an atomic rename, so concurrent first uses
-never read half a file) and read back as an ``InMemory``: uint8 images (N, 3, 32, 32) and labels.
+Each is written once, by an atomic rename, as ``<cache>/datasets/<name>-<code hash>.npz``.
 """
 
 from __future__ import annotations
@@ -34,7 +26,7 @@ CORRUPTIONS = tuple(corruptions.CORRUPTIONS)  # the options of digits_c and frac
 
 
 def digits_c(corruption: str) -> InMemory:
-    """Digits upscaled to 32 px and corrupted at severity 5 (``corruptions.corrupt``, seed 0), cached."""
+    """Return scikit-learn's digits at 32 px under a CIFAR-10-C corruption at severity 5, cached."""
     if corruption not in corruptions.CORRUPTIONS:
         raise ValueError(f"unknown corruption {corruption!r}")
 
@@ -42,11 +34,11 @@ def digits_c(corruption: str) -> InMemory:
         images, labels = upscaled_digits(SIZE)
         return corruptions.corrupt(images, corruption, SEVERITY, seed=0), labels
 
-    return InMemory(*cached(f"digits_c-{corruption}-s{SEVERITY}", make))
+    return InMemory(*_cached(f"digits_c-{corruption}-s{SEVERITY}", make))
 
 
 def fractals_novel() -> InMemory:
-    """``NOVEL_CLASSES`` fractal classes of class seed ``NOVEL_CLASS_SEED``, ``NOVEL_PER_CLASS`` instances each, cached."""
+    """Return ``NOVEL_PER_CLASS`` instances of each of ``NOVEL_CLASSES`` fractal classes of class seed 1, cached."""
 
     def make() -> tuple[np.ndarray, np.ndarray]:
         from vitplast_tune.data.fractals import fractal_dataset
@@ -55,11 +47,11 @@ def fractals_novel() -> InMemory:
         pixels = images.mul(255.0).round_().clamp_(0, 255).numpy().astype(np.uint8)
         return pixels, labels.numpy().astype(np.int64)
 
-    return InMemory(*cached(f"fractals_novel-{NOVEL_CLASSES}x{NOVEL_PER_CLASS}-c{NOVEL_CLASS_SEED}", make))
+    return InMemory(*_cached(f"fractals_novel-{NOVEL_CLASSES}x{NOVEL_PER_CLASS}-c{NOVEL_CLASS_SEED}", make))
 
 
 def fractals_novel_c(corruption: str) -> InMemory:
-    """``fractals_novel`` under a CIFAR-10-C corruption at severity 5 (seed 0), cached."""
+    """Return ``fractals_novel`` under a CIFAR-10-C corruption at severity 5, cached."""
     if corruption not in corruptions.CORRUPTIONS:
         raise ValueError(f"unknown corruption {corruption!r}")
     clean = fractals_novel()
@@ -67,11 +59,11 @@ def fractals_novel_c(corruption: str) -> InMemory:
     def make() -> tuple[np.ndarray, np.ndarray]:
         return corruptions.corrupt(clean.images, corruption, SEVERITY, seed=0), clean.labels
 
-    return InMemory(*cached(f"fractals_novel_c-{corruption}-s{SEVERITY}", make))
+    return InMemory(*_cached(f"fractals_novel_c-{corruption}-s{SEVERITY}", make))
 
 
 def upscaled_digits(size: int) -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's digits as uint8 (N, 3, size, size), resized from 8x8 by PIL's bilinear filter, and labels."""
+    """Return scikit-learn's digits as uint8 (N, 3, size, size), resized by PIL's bilinear filter, and labels."""
     from PIL import Image
     from sklearn.datasets import load_digits
 
@@ -81,9 +73,9 @@ def upscaled_digits(size: int) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(np.repeat(big[:, None], 3, axis=1)), bunch.target.astype(np.int64)
 
 
-def cached(key: str, make: Callable[[], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """(images, labels) from ``<cache>/datasets/<key>-<code hash>.npz``, made and written first when missing."""
-    path = cache_dir() / "datasets" / f"{key}-{code_hash()}.npz"
+def _cached(key: str, make: Callable[[], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Read images and labels from the cache, making and writing them first when missing."""
+    path = cache_dir() / "datasets" / f"{key}-{_code_hash()}.npz"
     if not path.is_file():
         images, labels = make()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,8 +87,8 @@ def cached(key: str, make: Callable[[], tuple[np.ndarray, np.ndarray]]) -> tuple
         return data["images"], data["labels"]
 
 
-def code_hash() -> str:
-    """A hash of the modules that make the generated data (this one, the corruptions, the fractals)."""
+def _code_hash() -> str:
+    """Hash the modules that make the generated data."""
     digest = hashlib.sha256()
     here = Path(__file__).resolve().parent
     for module in ("generated.py", "corruptions.py", "fractals.py"):

@@ -1,17 +1,7 @@
-"""A one-time decode of a JPEG dataset into resized uint8 images on local disk, read memory-mapped.
+"""Decode a JPEG dataset once into resized uint8 images on local disk, and read them memory-mapped.
 
-Pets, Flowers102 and image folders hold full-size JPEGs, and a trial decodes each of them again every
-epoch. With ``image_cache: N`` a trial instead reads the images from a cache that was decoded once,
-each resized so that its shorter side is N pixels (aspect ratio kept; smaller images are kept as they
-are), then applies the same transforms as before. ``ensure`` builds the cache the first time, under
-``~/.cache/vitplast_tune/images/`` on each node; ``CachedImages`` reads it.
-
-The cache is written beside its final name and renamed into place, so a killed build leaves nothing
-half-written, and a file lock lets one process per node build it while the others wait. Its name holds
-a fingerprint of the source (for an image folder: every file's path, size and modification time), so
-changed images get a new cache. Training crops then come from the N-pixel image rather than the
-original: choose N at least the model's resize size (256 for a 224-px model) to keep the evaluation
-transform unchanged, and larger to keep the detail of small training crops.
+With ``image_cache: N``, each image's shorter side is N pixels; choose N at least the model's resize size (256 for a
+224 px model) to keep the evaluation transform unchanged.
 """
 
 from __future__ import annotations
@@ -37,12 +27,12 @@ log = get_logger(__name__)
 
 
 def cache_root() -> Path:
-    """Where decoded caches live: ``~/.cache/vitplast_tune/images``."""
+    """Return where decoded caches live: ``~/.cache/vitplast_tune/images``."""
     return cache_dir() / "images"
 
 
 class CachedImages(Dataset):
-    """The items of a decoded cache: ``(transform(image), label)``, the image a PIL RGB image read from the cache."""
+    """The items of a decoded cache: the transformed image, read as a PIL RGB image, and its label."""
 
     def __init__(self, directory: str | Path, transform: Callable | None = None):
         self.directory, self.transform = Path(directory), transform
@@ -66,9 +56,8 @@ class CachedImages(Dataset):
         return {**self.__dict__, "_pixels": None}  # a pickled memmap would carry a copy of every image
 
 
-def fingerprint(source: Dataset, key: str) -> str:
-    """A short hash of what the cache of ``source`` holds: ``key``, its root folder and length, and each file's
-    path, size and modification time when the dataset lists them (``samples``, as torchvision's ImageFolder does)."""
+def _fingerprint(source: Dataset, key: str) -> str:
+    """Hash what a cache of ``source`` holds: ``key``, its root and length, and each file's path, size and time."""
     root = Path(getattr(source, "root", "")).resolve()
     digest = hashlib.sha256(f"{VERSION}|{key}|{root}|{len(source)}".encode())
     for path, label in getattr(source, "samples", ()):
@@ -78,14 +67,13 @@ def fingerprint(source: Dataset, key: str) -> str:
 
 
 def ensure(source: Callable[[], Dataset], key: str, short_side: int, root: str | Path | None = None) -> Path:
-    """The directory of the cache of ``source()`` (a dataset yielding PIL images and labels) resized to
-    ``short_side``; built first when missing (one process per node, the others wait for it)."""
+    """Return the folder of the cache of ``source()`` resized to ``short_side``, built first when missing."""
     from filelock import FileLock
 
     dataset = source()
     root = Path(root) if root is not None else cache_root()
     name = re.sub(r"[^A-Za-z0-9._-]", "-", key)
-    directory = root / f"{name}__{short_side}px__{fingerprint(dataset, key)}"
+    directory = root / f"{name}__{short_side}px__{_fingerprint(dataset, key)}"
     if (directory / INDEX).is_file():
         return directory
     root.mkdir(parents=True, exist_ok=True)
@@ -96,7 +84,7 @@ def ensure(source: Callable[[], Dataset], key: str, short_side: int, root: str |
 
 
 def _build(dataset: Dataset, directory: Path, short_side: int, key: str) -> None:
-    """Decode, resize and write every image of ``dataset`` into ``directory`` (by way of a temporary sibling)."""
+    """Decode, resize and write every image of ``dataset`` into ``directory``, by way of a temporary sibling."""
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms.functional import resize
 

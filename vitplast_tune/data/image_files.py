@@ -1,7 +1,4 @@
-"""The datasets read lazily from image files: torchvision's Pets and Flowers102, an image folder, and the fallback,
-timm's dataset factory (``torch/<name>``, ``hfds/<name>``); each split's transform from the model's data config,
-optionally through the image cache (``image_cache.py``). ``datasets.py`` registers them under their names.
-"""
+"""Read datasets lazily from image files: Pets, Flowers102, image folders and timm's dataset factory."""
 
 from __future__ import annotations
 
@@ -14,21 +11,21 @@ from pathlib import Path
 from torch.utils.data import Dataset, Subset
 
 from vitplast_tune.data import transforms
-from vitplast_tune.data.splits import Splits, split_indices, three_way_split
+from vitplast_tune.data.splits import Splits, _three_way_split, split_indices
 from vitplast_tune.errors import DataError, UserError
 
 
 def _train_val(
     make: Callable[[Callable], Dataset], data_config, seed, val_fraction, augment
 ) -> tuple[Dataset, Dataset]:
-    """The seeded train/val split of a train set, each half with its own transform (training: the recipe ``augment``)."""
+    """Split a train set seeded into train and validation, each half with its own transform."""
     train_set = make(transforms.per_image(data_config, True, augment))
     eval_set = make(transforms.per_image(data_config, train=False))
     train_idx, val_idx = split_indices(len(train_set), val_fraction, seed)
     return Subset(train_set, train_idx.tolist()), Subset(eval_set, val_idx.tolist())
 
 
-def torchvision_loader(name: str, cls_name: str, train_kw: dict, test_kw: dict, classes: int) -> Callable[..., Splits]:
+def _torchvision_loader(name: str, cls_name: str, train_kw: dict, test_kw: dict, classes: int) -> Callable[..., Splits]:
     def load(data_config, root, download, seed, val_fraction, image_cache=0, augment="paper") -> Splits:
         import torchvision.datasets as tvd
 
@@ -46,8 +43,7 @@ def torchvision_loader(name: str, cls_name: str, train_kw: dict, test_kw: dict, 
 
 
 def _cached(make: Callable[..., Dataset], key: str, image_cache: int) -> Callable[[Callable], Dataset]:
-    """``make(transform)`` itself, or with ``image_cache`` > 0 a maker of the same items read from the image cache
-    of ``make()`` (the images untransformed), built first when missing."""
+    """Return ``make`` itself, or with ``image_cache`` a maker of the same items read from the image cache."""
     if not image_cache:
         return make
     from vitplast_tune.data import image_cache as cache
@@ -56,17 +52,14 @@ def _cached(make: Callable[..., Dataset], key: str, image_cache: int) -> Callabl
     return lambda transform: cache.CachedImages(directory, transform)
 
 
-_IMAGEFOLDER_HELP = (
-    "image folder {train_dir} does not exist; point --data-dir at a directory with "
-    "train/<class>/<images> (and optionally test/<class>/<images>)"
-)
-
-
 def imagefolder_classes(root: Path) -> list[str]:
-    """The class names of ``root/train`` (sorted, as ImageFolder indexes them); a ``root/test`` must have the same."""
+    """Return the class folders of ``root/train``, sorted; a ``root/test`` must have the same."""
     train_dir, test_dir = root / "train", root / "test"
     if not train_dir.is_dir():
-        raise DataError(_IMAGEFOLDER_HELP.format(train_dir=train_dir))
+        raise DataError(
+            f"image folder {train_dir} does not exist; point --data-dir at a directory with "
+            "train/<class>/<images> (and optionally test/<class>/<images>)"
+        )
     classes = sorted(d.name for d in train_dir.iterdir() if d.is_dir())
     if len(classes) < 2:
         raise DataError(
@@ -86,12 +79,12 @@ def imagefolder_classes(root: Path) -> list[str]:
     return classes
 
 
-def imagefolder(data_config, root, download, seed, val_fraction, image_cache=0, augment="paper") -> Splits:
-    """``root/train/<class>/*`` (and ``root/test/<class>/*``, else a seeded 20% test split)."""
+def _imagefolder(data_config, root, download, seed, val_fraction, image_cache=0, augment="paper") -> Splits:
+    """Load ``root/train/<class>/*`` and ``root/test/<class>/*``, else a seeded 20% test split of train."""
     from torchvision.datasets import ImageFolder
 
     train_dir, test_dir = root / "train", root / "test"
-    classes = imagefolder_classes(root)  # test/ has train's classes, so both index them alike (sorted names)
+    classes = imagefolder_classes(root)  # test/ has train's classes, so both index them alike
     make = _cached(lambda tf=None: ImageFolder(str(train_dir), transform=tf), "imagefolder-train", image_cache)
     if test_dir.is_dir():
         if ImageFolder(str(test_dir)).class_to_idx != {name: i for i, name in enumerate(classes)}:  # an empty class
@@ -104,7 +97,7 @@ def imagefolder(data_config, root, download, seed, val_fraction, image_cache=0, 
             make(transforms.per_image(data_config, True, augment)),
             make(transforms.per_image(data_config, False)),
         )
-        train_idx, val_idx, test_idx = three_way_split(len(full_train), val_fraction, seed)
+        train_idx, val_idx, test_idx = _three_way_split(len(full_train), val_fraction, seed)
         train, val = Subset(full_train, train_idx.tolist()), Subset(full_eval, val_idx.tolist())
         test = Subset(full_eval, test_idx.tolist())
     return Splits(train, val, test, len(classes))
@@ -115,15 +108,14 @@ _FOLDER_NAMES = ("folder", "image_folder")  # torch/folder: torchvision's ImageF
 _EVAL_FOLDERS = ("test", "validation", "val", "valid", "eval", "evaluation")
 
 
-def is_timm_name(name: str) -> bool:
-    """Whether ``name`` goes to ``timm.data.create_dataset``: ``<prefix>/<name>`` with a prefix in TIMM_PREFIXES."""
+def _is_timm_name(name: str) -> bool:
+    """Return whether ``name`` goes to ``timm.data.create_dataset``: a prefix in TIMM_PREFIXES and a name."""
     prefix, sep, rest = name.partition("/")
     return bool(sep and rest) and prefix.lower() in TIMM_PREFIXES
 
 
 def _timm_create(name: str, root: Path, split: str, download: bool, transform=None) -> Dataset:
-    """``timm.data.create_dataset`` of one split, its images as RGB; any failure (no network, missing files, a
-    missing package) one UserError line."""
+    """Create one split by ``timm.data.create_dataset``, its images as RGB; any failure is one UserError line."""
     from timm.data import create_dataset
 
     rgb = None if transform is None else lambda image: transform(image.convert("RGB"))
@@ -144,8 +136,8 @@ def _timm_create(name: str, root: Path, split: str, download: bool, transform=No
         ) from None
 
 
-def timm_num_classes(name: str, root: Path, download: bool) -> int:
-    """The class count of a timm dataset's train split (torchvision's ``classes``, timm's reader's ``class_to_idx``)."""
+def _timm_num_classes(name: str, root: Path, download: bool) -> int:
+    """Count the classes of a timm dataset's train split."""
     train = _timm_create(name, root, "train", download)
     classes = getattr(train, "classes", None) or getattr(getattr(train, "reader", None), "class_to_idx", None)
     if not classes:
@@ -154,8 +146,7 @@ def timm_num_classes(name: str, root: Path, download: bool) -> int:
 
 
 def _timm_eval_split(name: str, root: Path, download: bool) -> str | None:
-    """The split a timm dataset is tested on: ``test``, else ``validation`` (for a folder: the first of
-    ``_EVAL_FOLDERS`` present in ``root``); None when it has none."""
+    """Return the split a timm dataset is tested on, ``test`` or else ``validation``; None when it has none."""
     if name.partition("/")[2].lower() in _FOLDER_NAMES:
         return next((d for d in _EVAL_FOLDERS if (root / d).is_dir()), None)
     for split in ("test", "validation"):
@@ -165,11 +156,9 @@ def _timm_eval_split(name: str, root: Path, download: bool) -> str | None:
     return None
 
 
-def timm_dataset(name, data_config, root, download, seed, val_fraction, image_cache=0, augment="paper") -> Splits:
-    """A dataset by ``timm.data.create_dataset``: its train split divided into train/validation (seeded), its test
-    split (``_timm_eval_split``) or else a seeded test split of train; ``image_cache`` and ``augment`` as for image
-    folders."""
-    classes = timm_num_classes(name, root, download)
+def _timm_dataset(name, data_config, root, download, seed, val_fraction, image_cache=0, augment="paper") -> Splits:
+    """Load a dataset by ``timm.data.create_dataset``: its train split divided seeded, and its test split."""
+    classes = _timm_num_classes(name, root, download)
     key = f"timm-{name}"
     make = lambda split: _cached(
         lambda tf=None: _timm_create(name, root, split, download, tf), f"{key}-{split}", image_cache
@@ -181,14 +170,13 @@ def timm_dataset(name, data_config, root, download, seed, val_fraction, image_ca
         return Splits(train, val, test, classes)
     full_train = make("train")(transforms.per_image(data_config, True, augment))
     full_eval = make("train")(transforms.per_image(data_config, False))
-    train_idx, val_idx, test_idx = three_way_split(len(full_train), val_fraction, seed)
+    train_idx, val_idx, test_idx = _three_way_split(len(full_train), val_fraction, seed)
     pick = lambda dataset, idx: Subset(dataset, idx.tolist())
     return Splits(pick(full_train, train_idx), pick(full_eval, val_idx), pick(full_eval, test_idx), classes)
 
 
 def download_lock(root: Path, name: str, download: bool):
-    """With ``download``, a file lock per dataset and data directory: trials sharing a node do not race the same
-    download (the first downloads, the others wait, then find the files); without, nothing."""
+    """Return a file lock per dataset and folder when downloading, so that trials on a node download once."""
     if not download:
         return contextlib.nullcontext()
     from filelock import FileLock

@@ -1,6 +1,4 @@
-"""Seeded train / validation / test splits (as in the paper: a seeded 80/20 train/validation split of the train set,
-and a fixed test split), and ``SmallImages``, a part of an in-memory dataset with the model's transforms.
-"""
+"""Split datasets seeded into train, validation and test, and hold in-memory images with the model's transforms."""
 
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ TEST_SEED = 10_007  # the held-out test split of a dataset without one never mov
 
 @dataclass
 class Splits:
-    """Train, validation and test datasets, each yielding (image tensor, label), and the class count.
+    """The train, validation and test datasets, each yielding (image tensor, label), and the class count.
 
     Attributes:
         train: The training split.
@@ -35,12 +33,11 @@ class Splits:
     num_classes: int
 
 
-def split_in_memory(
+def _split_in_memory(
     decoded: InMemory, seed: int, val_fraction: float, data_config: dict[str, Any], augment: str = "paper"
 ) -> Splits:
-    """Seeded train/validation split of a decoded dataset's non-test part, with the model's transforms (training: the
-    recipe ``augment``)."""
-    train, val, test = three_way_split(
+    """Split a decoded dataset seeded, with the model's transforms and the recipe ``augment`` for training."""
+    train, val, test = _three_way_split(
         len(decoded.labels), val_fraction, seed, test_fraction=decoded.test_fraction, test=decoded.test_indices
     )
     pick = lambda idx, train: SmallImages(decoded.images, decoded.labels, idx, data_config, train, augment)
@@ -48,11 +45,10 @@ def split_in_memory(
     return Splits(pick(train, True), pick(val, False), pick(test, False), classes)
 
 
-def three_way_split(
+def _three_way_split(
     n: int, val_fraction: float, seed: int, *, test_fraction: float = 0.2, test: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Train, validation and test indices of ``range(n)``: the given ``test`` indices, else a fixed ``test_fraction``
-    (seeded ``TEST_SEED``); the rest split seeded by ``seed`` into train and a ``val_fraction`` of validation."""
+    """Return train, validation and test indices: the given test, else a fixed seeded fraction."""
     if test is None:
         rest, test = split_indices(n, test_fraction, seed=TEST_SEED)
     else:
@@ -63,7 +59,7 @@ def three_way_split(
 
 
 def split_indices(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded random split of ``range(n)`` into (1 - fraction, fraction) index arrays."""
+    """Split ``range(n)`` seeded into (1 - fraction, fraction) index arrays."""
     order = np.random.default_rng(seed).permutation(n)
     cut = n - int(round(n * fraction))
     return np.sort(order[:cut]), np.sort(order[cut:])
@@ -72,16 +68,8 @@ def split_indices(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.nd
 class SmallImages(Dataset):
     """Part of an in-memory uint8 dataset, with the model's training or evaluation transform.
 
-    Items go through the per-image (timm) transform; ``batch`` transforms a whole batch on its
-    device, except training batches with random crops on a CPU at large input sizes (``cpu_crops_per_image``).
-
-    Args:
-        images: uint8 images of the whole dataset, (N, C, h, w).
-        labels: Their labels, (N,).
-        indices: The indices of this part.
-        data_config: The model's timm data config.
-        train: Whether this is a training part (random crops and flips) rather than an evaluation one.
-        augment: The training augmentation recipe (see transforms.py).
+    ``batch`` transforms a whole batch on its device; CPU training batches with random crops at large sizes go per
+    image.
     """
 
     def __init__(
@@ -106,7 +94,7 @@ class SmallImages(Dataset):
 
     @property
     def transform(self) -> Callable:
-        """The per-image transform (built once)."""
+        """The per-image transform, built once."""
         if self._per_image is None:
             self._per_image = transforms.per_image(self.data_config, self.train, self.augment)
         return self._per_image
@@ -114,16 +102,7 @@ class SmallImages(Dataset):
     def batch(
         self, positions: np.ndarray, device: torch.device, seed: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Transform a batch of this part's images on a device.
-
-        Args:
-            positions: The batch's positions in this part.
-            device: The device the batch is transformed on and returned to.
-            seed: The seed of the batch's random crops and flips (None: unseeded).
-
-        Returns:
-            The transformed images and their labels, on ``device``.
-        """
+        """Transform the images at ``positions`` in this part on ``device``, crops and flips seeded by ``seed``."""
 
         idx = self.indices[positions]
         labels = torch.from_numpy(self.labels[idx].astype(np.int64)).to(device, non_blocking=True)
@@ -138,22 +117,21 @@ class SmallImages(Dataset):
         return transforms.batch_transform(raw, self.data_config, self.train, seed, self.augment), labels
 
 
-# Training batches with random crops on a CPU-only trial: "per_image", "batched", or "auto": whichever
-# ``python -m benchmarks.data`` measured faster at the model's input size (docs/benchmarks.md), batched up to
-# ``CPU_BATCHED_UP_TO`` px a side, per image (timm's PIL transform) above. Evaluation batches are batched everywhere.
+# How a CPU-only trial crops its training batches: "per_image", "batched", or "auto", which takes what
+# ``python -m benchmarks.data`` measured faster: batched up to ``CPU_BATCHED_UP_TO`` px a side, per image above.
 CPU_TRAIN_PATH = "auto"
 CPU_BATCHED_UP_TO = 64
 
 
 def cpu_crops_per_image(data_config: dict[str, Any]) -> bool:
-    """Whether a CPU trial crops its training batches per image (``CPU_TRAIN_PATH``) rather than batched."""
+    """Return whether a CPU trial crops its training batches per image rather than batched."""
     if CPU_TRAIN_PATH != "auto":
         return CPU_TRAIN_PATH == "per_image"
     return max(data_config["input_size"][1:]) > CPU_BATCHED_UP_TO
 
 
 def _pil(image: np.ndarray):
-    """A uint8 (C, h, w) array as an RGB PIL image."""
+    """Return a uint8 (C, h, w) array as an RGB PIL image."""
     from PIL import Image
 
     pixels = image[0] if image.shape[0] == 1 else np.ascontiguousarray(image.transpose(1, 2, 0))

@@ -1,16 +1,7 @@
-"""Files on the driver's disk that trials read on other nodes (a file dataset's folders, a ``--weights`` file), sent
-through Ray's object store and unpacked once per node.
+"""Send files on the driver's disk (a file dataset's folders, a weights file) to nodes that lack them.
 
-On a cluster whose nodes share no disk, an image folder, Pets or Flowers102 under ``--data-dir`` and a local weights
-file exist on the driver's machine only. ``needed`` lists them (``Files``: a root, the paths under it and their
-sizes); the driver asks every node whether it has the same files at the same place (a shared filesystem, or an
-image that holds them: ``present``), and sends the others with ``stage``: one tar archive in parts in the object
-store, whose parts stay on the driver's node for the whole search. In a trial or a measurement, ``localize`` points
-the run's settings at this node's copy, unpacked by the first process of the node that needs it (a file lock; the
-others wait) under ``~/.cache/vitplast_tune/staged/<key>/``.
-
-Torch-free: the driver uses it. In-memory datasets (digits, CIFAR, CIFAR-10-C) need none of this: the driver decodes
-them once and shares the arrays (``data.decoded``).
+The files travel through Ray's object store as a tar archive in parts and are unpacked once per node. Torch-free:
+the driver uses it.
 """
 
 from __future__ import annotations
@@ -27,7 +18,7 @@ from typing import Any
 
 from vitplast_tune.config import FinetuneConfig, cache_dir, default_data_dir
 
-LIMIT_BYTES = 4 * 2**30  # the most a search sends through the object store; more is refused (put it on every node)
+LIMIT_BYTES = 4 * 2**30  # the most a search sends; more is refused
 PART_BYTES = 256 * 2**20  # the archive travels in parts of this size
 # The folders under --data-dir that a file dataset reads (torchvision's names for pets and flowers102).
 FOLDERS = {"imagefolder": ("train", "test"), "pets": ("oxford-iiit-pet",), "flowers102": ("flowers-102",)}
@@ -36,15 +27,7 @@ ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")  # downloads torchvision has alre
 
 @dataclass(frozen=True)
 class Files:
-    """Files a run reads from the driver's disk.
-
-    Attributes:
-        role: "data" for a dataset's root, "weights" for a weights file.
-        root: The absolute folder they lie under.
-        paths: Their paths under ``root``.
-        sizes: Their sizes in bytes, path by path.
-        key: A digest that names this set of files (roots, paths, sizes and modification times).
-    """
+    """Files a run reads from the driver's disk, a dataset's root or a weights file, named by a digest ``key``."""
 
     role: str
     root: str
@@ -58,38 +41,21 @@ class Files:
         return sum(self.sizes)
 
     def describe(self) -> str:
-        """Say what these files are, for messages.
-
-        Returns:
-            The weights file or the dataset folder, with the number of files and their size.
-        """
+        """Say what these files are, with their count and size, for messages."""
         what = f"weights file {Path(self.root, self.paths[0])}" if self.role == "weights" else f"dataset {self.root}"
         return f"{what} ({len(self.paths)} files, {self.nbytes / 2**20:.1f} MiB)"
 
 
 @dataclass
 class Staged:
-    """``Files`` sent through the object store as a tar archive in parts.
-
-    Attributes:
-        files: The files.
-        parts: The Ray object refs of the archive's parts, in order.
-    """
+    """``Files`` sent through the object store as a tar archive in ``parts``, Ray object refs in order."""
 
     files: Files
     parts: list[Any] = field(default_factory=list)
 
 
 def needed(settings: FinetuneConfig, reference: str | None = None) -> list[Files]:
-    """List the files on the driver's disk that runs of these settings read.
-
-    Args:
-        settings: The runs' settings: their ``weights`` file, and the folders of a file dataset under ``data_dir``.
-        reference: The name of a plasticity reference dataset that the runs read too, if any.
-
-    Returns:
-        One ``Files`` for the weights file and one for the dataset folders, where there are such files.
-    """
+    """List the files on the driver's disk that runs of ``settings`` read: a weights file, a file dataset's folders."""
     found = []
     if settings.weights is not None:
         path = Path(settings.weights).expanduser().resolve()
@@ -118,7 +84,7 @@ def _files(role: str, root: Path, paths: list[Path]) -> Files:
 
 
 def present(files: Files) -> bool:
-    """Whether this machine has ``files`` where the driver has them: every path under the same root, of the same size."""
+    """Return whether this machine has ``files`` where the driver has them, each of the same size."""
     root = Path(files.root)
     try:
         return all((root / p).stat().st_size == size for p, size in zip(files.paths, files.sizes))
@@ -127,14 +93,7 @@ def present(files: Files) -> bool:
 
 
 def stage(files: Sequence[Files]) -> list[Staged]:
-    """Put each set of files in Ray's object store as a tar archive in parts (on the driver, Ray running).
-
-    Args:
-        files: The sets of files, from ``needed``.
-
-    Returns:
-        One ``Staged`` per set, holding the object refs of its parts.
-    """
+    """Put each set of files in Ray's object store as a tar archive in parts, on the driver."""
     import numpy as np
     import ray
 
@@ -153,17 +112,7 @@ def stage(files: Sequence[Files]) -> list[Staged]:
 
 
 def localize(cfg: FinetuneConfig, staged: Sequence[Staged]) -> FinetuneConfig:
-    """Point a run's settings at this node's copies of the staged files.
-
-    Copies missing here are unpacked first (once per node); a staged dataset turns ``download`` off.
-
-    Args:
-        cfg: The run's settings.
-        staged: The staged files, from ``stage``.
-
-    Returns:
-        ``cfg`` with its ``weights`` and ``data_dir`` on this node (``cfg`` itself when nothing was staged).
-    """
+    """Point a run's settings at this node's copies of the staged files; a staged dataset turns ``download`` off."""
 
     paths = local_paths(staged)
     if not paths:
@@ -173,10 +122,10 @@ def localize(cfg: FinetuneConfig, staged: Sequence[Staged]) -> FinetuneConfig:
 
 
 def local_paths(staged: Sequence[Staged]) -> dict[str, str]:
-    """{"weights": file, "data_dir": root} of this node's copies of ``staged`` (unpacked first where missing)."""
+    """Return this node's copies of the weights file and data folder, unpacked first where missing."""
     out = {}
     for s in staged:
-        root = unpack(s)
+        root = _node_copy(s)
         if s.files.role == "weights":
             out["weights"] = str(root / s.files.paths[0])
         else:
@@ -184,12 +133,11 @@ def local_paths(staged: Sequence[Staged]) -> dict[str, str]:
     return out
 
 
-def unpack(staged: Staged, root: Path | None = None) -> Path:
-    """This node's copy of ``staged``: ``<cache>/staged/<key>``, unpacked from the object store the first time (one
-    process per node; the others wait for it); written beside and renamed, so a killed unpack leaves nothing."""
+def _node_copy(staged: Staged) -> Path:
+    """Return this node's copy of ``staged``, unpacked once per node under a file lock, written beside and renamed."""
     from filelock import FileLock
 
-    directory = (root or cache_dir() / "staged") / staged.files.key
+    directory = cache_dir() / "staged" / staged.files.key
     if present(replace(staged.files, root=str(directory))):
         return directory
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -207,7 +155,7 @@ def _unpack(staged: Staged, directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)  # an incomplete copy
     with tempfile.TemporaryFile(dir=directory.parent) as archive:
         for ref in staged.parts:
-            archive.write(memoryview(ray.get(ref)))  # one part at a time: at most one part in this process
+            archive.write(memoryview(ray.get(ref)))  # hold one part at a time
         archive.seek(0)
         with tarfile.open(fileobj=archive, mode="r") as tar:
             tar.extractall(partial, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))

@@ -1,15 +1,7 @@
-"""Image transforms at the model's resolution, per image (timm, PIL) and per batch (any device), and the registry of
-training augmentation recipes.
+"""Transform images to the model's resolution, per image (timm, PIL) or per batch on any device; register recipes.
 
-A recipe (``Augmentation``) says how training images are varied: ``paper`` is the paper's recipe for natural images
-(RandomResizedCrop scale 0.08-1, aspect ratio 3/4-4/3, + horizontal flip), ``light`` a RandomResizedCrop of
-80-100% of the image without flips, ``none`` the evaluation transform itself. Each dataset names its default
-(``datasets.register_dataset``); ``FinetuneConfig.augment`` overrides it. Evaluation: resize to
-``input_size / crop_pct`` + center crop (timm's ``crop_mode`` center or squash); then normalization, all from the
-model's timm data config. ``per_image`` is timm's ``create_transform``; ``batch_transform`` does the same to a uint8
-batch on the batch's own device (the trial's GPU when it has one): one ``grid_sample`` per batch with a crop box and
-flip per image for training, torchvision's batched resize + center crop for evaluation. Randomness comes from a seed
-per batch, so a resumed trial replays the same batches.
+A recipe (``Augmentation``) says how training images vary. Randomness comes from a seed per batch, so a resumed trial
+replays the same batches.
 """
 
 from __future__ import annotations
@@ -35,10 +27,11 @@ _GRID_MODES = {"bilinear": "bilinear", "bicubic": "bicubic", "nearest": "nearest
 
 @dataclass(frozen=True)
 class Augmentation:
-    """A training augmentation recipe: a RandomResizedCrop of ``scale`` (fraction of the area) and ``ratio`` (aspect)
-    then a horizontal flip with probability ``hflip``; ``scale`` None trains on the evaluation transform.
-    ``auto_augment``: a RandAugment / AutoAugment / AugMix policy of timm's transform factory after the crop and flip
-    (``with_auto_augment``), applied per image."""
+    """A training augmentation recipe: a RandomResizedCrop, then a horizontal flip, then an optional timm policy.
+
+    ``scale`` is the crop's fraction of the area (None: train on the evaluation transform), ``ratio`` its aspect,
+    ``hflip`` the flip's probability, and ``auto_augment`` a RandAugment, AutoAugment or AugMix policy.
+    """
 
     name: str
     scale: tuple[float, float] | None
@@ -53,7 +46,7 @@ DEFAULT_AUGMENTATION = "paper"  # a dataset's default unless it registers anothe
 
 
 def register_augmentation(recipe: Augmentation) -> Augmentation:
-    """Add a recipe to the registry under its name, which ``FinetuneConfig.augment`` and space files use.
+    """Add a recipe to the registry under its name.
 
     Args:
         recipe: The recipe.
@@ -73,8 +66,7 @@ register_augmentation(Augmentation("none", None, about="none: the evaluation tra
 
 
 def with_auto_augment(name: str, policy: str | None) -> str:
-    """The name of recipe ``name`` followed by the timm policy ``policy`` (``light+rand-m9-mstd0.5``; ``name`` itself
-    for no policy), which ``augmentation`` reads back; UserError for a recipe that does not crop (``none``)."""
+    """Name recipe ``name`` followed by a timm policy, which ``augmentation`` reads back; ``none`` takes none."""
     if policy is None:
         return name
     if augmentation(name).scale is None:
@@ -86,17 +78,7 @@ AUTO_AUGMENT_JOIN = "+"  # between a recipe's name and a timm policy (policies a
 
 
 def augmentation(name: str) -> Augmentation:
-    """Look up a registered training augmentation recipe by name.
-
-    Args:
-        name: The recipe's name, optionally followed by a timm policy (see ``with_auto_augment``).
-
-    Returns:
-        The recipe, carrying the policy when the name has one.
-
-    Raises:
-        UserError: If no recipe has that name; the message names the known ones.
-    """
+    """Look up a registered recipe by name, optionally followed by a timm policy; UserError for an unknown name."""
     base, join, policy = name.partition(AUTO_AUGMENT_JOIN)
     if join and policy:
         return replace(augmentation(base), name=name, auto_augment=policy)
@@ -107,16 +89,15 @@ def augmentation(name: str) -> Augmentation:
     return AUGMENTATIONS[name]
 
 
-def crop_pct(data_config: dict[str, Any]) -> float:
-    """The config's evaluation crop fraction (timm's default when it has none)."""
+def _crop_pct(data_config: dict[str, Any]) -> float:
+    """Return the config's evaluation crop fraction, timm's default when it has none."""
     from timm.data import DEFAULT_CROP_PCT
 
     return float(data_config.get("crop_pct") or DEFAULT_CROP_PCT)
 
 
 def per_image(data_config: dict[str, Any], train: bool, augment: str = DEFAULT_AUGMENTATION) -> Callable:
-    """timm's transform of one PIL image: for training the recipe ``augment`` (RandomResizedCrop, flip), else resize
-    + center crop; then normalize."""
+    """Return timm's transform of one PIL image: the recipe's for training, else resize and center crop."""
     from timm.data import create_transform
 
     recipe = augmentation(augment)
@@ -133,15 +114,14 @@ def per_image(data_config: dict[str, Any], train: bool, augment: str = DEFAULT_A
         interpolation=data_config.get("interpolation", "bilinear"),
         mean=data_config["mean"],
         std=data_config["std"],
-        crop_pct=crop_pct(data_config),
+        crop_pct=_crop_pct(data_config),
         crop_mode=data_config.get("crop_mode", "center"),
     )
 
 
 @contextlib.contextmanager
 def seeded(seed: int | None) -> Iterator[None]:
-    """Run the block with torch's CPU, Python's and numpy's global random generators seeded (restored afterwards;
-    timm's RandAugment and Mixup draw from the last two); None: as is."""
+    """Run the block with torch's CPU, Python's and numpy's generators seeded, then restore them; None seeds nothing."""
     if seed is None:
         yield
         return
@@ -157,17 +137,15 @@ def seeded(seed: int | None) -> Iterator[None]:
             np.random.set_state(np_state)
 
 
-def batch_seed(seed: int, epoch: int, batch: int, rank: int = 0) -> int:
-    """The augmentation seed of batch ``batch`` of ``epoch`` for a run seeded ``seed`` (on data-parallel worker
-    ``rank``: the first worker's is the one-worker run's)."""
+def _batch_seed(seed: int, epoch: int, batch: int, rank: int = 0) -> int:
+    """Return the augmentation seed of one batch; the first worker's is the one-worker run's."""
     return int(np.random.SeedSequence([seed, epoch, batch, *([rank] if rank else [])]).generate_state(1)[0])
 
 
-def crop_boxes(
+def _crop_boxes(
     n: int, height: int, width: int, seed: int | None, recipe: Augmentation = AUGMENTATIONS["paper"]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``n`` RandomResizedCrop boxes (top, left, h, w) of ``recipe`` drawn by torchvision, and ``n`` horizontal flips
-    (each with the recipe's probability)."""
+    """Draw ``n`` RandomResizedCrop boxes (top, left, h, w) of the recipe, and ``n`` horizontal flips."""
     from torchvision.transforms import RandomResizedCrop
 
     shape_only = torch.empty(1, height, width)
@@ -185,8 +163,7 @@ def batch_transform(
     seed: int | None = None,
     augment: str = DEFAULT_AUGMENTATION,
 ) -> torch.Tensor:
-    """uint8 images (B, C, h, w) on any device -> normalized float (B, 3, H, W) at the model's input size; for
-    training with the recipe ``augment``."""
+    """Turn uint8 images (B, C, h, w) on any device into normalized floats at the model's input size."""
     x = images.float().div_(255.0)
     if x.shape[1] == 1:
         x = x.expand(-1, 3, -1, -1)
@@ -201,24 +178,23 @@ def batch_transform(
 
 @functools.lru_cache(maxsize=16)
 def _mean_std(mean: tuple, std: tuple, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """The normalization's mean and std as (1, C, 1, 1) tensors on ``device``, made once per device and values."""
+    """Return the normalization's mean and std as (1, C, 1, 1) tensors on ``device``, made once."""
     made = lambda values: torch.tensor(values, dtype=dtype).view(1, -1, 1, 1).to(device)
     return made(mean), made(std)
 
 
 def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``tensor`` (made on the host) on ``device``; to a GPU from pinned memory, so that the copy does not wait
-    for the GPU's queued work (a pageable copy does)."""
+    """Move a host tensor to ``device``, by way of pinned memory to a GPU so that the copy does not wait."""
     if device.type != "cuda":
         return tensor.to(device)
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def _crop_flip(x: torch.Tensor, data_config: dict[str, Any], seed: int | None, recipe: Augmentation) -> torch.Tensor:
-    """Each image's own crop box resized to the input size, flipped or not: one affine grid_sample."""
+    """Resize each image's own crop box to the input size, flipped or not, in one affine grid_sample."""
     n, _, height, width = x.shape
     _, out_h, out_w = data_config["input_size"]
-    boxes, flips = crop_boxes(n, height, width, seed, recipe)
+    boxes, flips = _crop_boxes(n, height, width, seed, recipe)
     top, left, h, w = boxes.unbind(1)
     theta = torch.zeros(n, 2, 3)
     theta[:, 0, 0] = torch.where(flips, -w / width, w / width)
@@ -231,12 +207,12 @@ def _crop_flip(x: torch.Tensor, data_config: dict[str, Any], seed: int | None, r
 
 
 def _resize_center_crop(x: torch.Tensor, data_config: dict[str, Any]) -> torch.Tensor:
-    """timm's evaluation geometry on a batch: resize to input / crop_pct (shorter side, or squash), center crop."""
+    """Resize a batch to input / crop_pct and center crop it, as timm evaluates."""
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms.v2 import functional as TF
 
     _, out_h, out_w = data_config["input_size"]
-    scale = math.floor(max(out_h, out_w) / crop_pct(data_config))
+    scale = math.floor(max(out_h, out_w) / _crop_pct(data_config))
     squash = data_config.get("crop_mode", "center") == "squash"
     size = [scale, scale] if squash else [scale]
     interpolation = InterpolationMode(_GRID_MODES.get(data_config.get("interpolation", "bilinear"), "bilinear"))
@@ -245,15 +221,7 @@ def _resize_center_crop(x: torch.Tensor, data_config: dict[str, Any]) -> torch.T
 
 
 def prepare_images(images: torch.Tensor, data_config: dict[str, Any]) -> torch.Tensor:
-    """Resize float images to the model's input size and normalize them.
-
-    Args:
-        images: Float images in [0, 1], shaped (N, C, h, w), with one or three channels.
-        data_config: The model's timm data config (input size, interpolation, mean and std).
-
-    Returns:
-        The normalized images, (N, 3, H, W).
-    """
+    """Resize float images (N, C, h, w) in [0, 1] to the model's input size, and normalize them."""
 
     _, height, width = data_config["input_size"]
     images = images.float()

@@ -17,12 +17,12 @@ import pandas as pd
 
 from vitplast_tune.errors import UserError
 from vitplast_tune.lab.tasks import LAB_FILE
-from vitplast_tune.predictors.scores import BASELINE, LAB_PREDICTORS, contains_mha_or_fc, log_trainable_params
+from vitplast_tune.predictors.scores import lab_criteria, structure_scores
 
 TRIALS, CURVES, TEST_CORRECT = "trials.csv", "curves.csv", "test_correct.csv"
 TRIAL_COLUMNS = (
     "trial_id", "stage", "subset", "method", "lr", "seed", "steps", "status", "val_acc", "val_loss", "test_acc",
-    "test_loss", *LAB_PREDICTORS, "trainable_params", "best_step", "time_in_steps_s", "images_per_s", "seconds",
+    "test_loss", *lab_criteria(), "trainable_params", "best_step", "time_in_steps_s", "images_per_s", "seconds",
 )  # fmt: skip
 CURVE_COLUMNS = ("trial_id", "step", "seconds", "val_acc", "val_loss")
 
@@ -140,10 +140,9 @@ def _trial_row(
         "val_loss": at_best[0].get("val_loss") if at_best else None,
         "test_acc": row.get("test_acc"),
         "test_loss": last.get("test_loss"),
-        **{p: row.get(p) for p in LAB_PREDICTORS},
+        **{c: row.get(c) for c in lab_criteria()},
         "in_network_mean": None if in_network is None else in_network.get(subset),
-        "contains_mha_or_fc": contains_mha_or_fc(subset),
-        BASELINE: log_trainable_params(row.get("trainable_params")),
+        **structure_scores(subset, row.get("trainable_params")),
         "trainable_params": row.get("trainable_params"),
         "best_step": best_step,
         "time_in_steps_s": row.get("time_in_steps_s"),

@@ -1,5 +1,4 @@
-"""The plan of a search: options and flags validated into one ``SearchPlan`` before anything starts, resuming, and
-the dry run's estimate; nothing here starts Ray or writes an MLflow run."""
+"""Plan a search: check its options into one ``SearchPlan`` before anything starts, resume it, and estimate it."""
 
 import lazy_loader as _lazy
 
@@ -8,8 +7,8 @@ __getattr__, __dir__, __all__ = _lazy.attach(
     submod_attrs={
         "options": ["SearchOptions", "EXPERIMENT", "DEFAULT_SEED", "DEFAULT_MAX_FAILURES"],
         "search_plan": ["SearchPlan"],
-        "planner": ["prepare", "mlflow_target", "fit_scheduler"],
+        "planner": ["prepare"],
         "resume": ["resume_command"],
-        "resources": ["ray_request", "show_resources"],
+        "resources": ["ray_request"],
     },
 )

@@ -1,5 +1,4 @@
-"""The checks of a search's flags that need no model and no data: the resources per trial, the storage
-folder, the plasticity options and what a local Ray instance would hold. Each problem is a ``UserError``."""
+"""Check the flags of a search that need no model and no data; each problem is a ``UserError``."""
 
 from __future__ import annotations
 
@@ -14,12 +13,12 @@ from vitplast_tune.plan.search_plan import Running
 
 
 def check_resources(options: SearchOptions) -> None:
-    """The per-trial resources, concurrency, retries, timeout and parameter budget must be usable numbers."""
+    """Refuse per-trial resources, concurrency, retries, timeout or budget that are not usable numbers."""
     if options.cpus_per_trial < 0 or options.gpus_per_trial < 0:
         raise UserError("--cpus-per-trial and --gpus-per-trial must not be negative")
     if options.cpus_per_trial == 0 and options.gpus_per_trial == 0 and not options.resources_per_trial:
         raise UserError("a trial needs some resource: give --cpus-per-trial or --gpus-per-trial above 0")
-    check_workers(options)
+    _check_workers(options)
     if any(v < 0 for v in options.resources_per_trial.values()):
         raise UserError("custom resources per trial must not be negative")
     if options.max_concurrent is not None and options.max_concurrent < 1:
@@ -32,8 +31,8 @@ def check_resources(options: SearchOptions) -> None:
         raise UserError("the parameter budget (max_trainable_params) must be a positive number of parameters")
 
 
-def check_workers(options: SearchOptions) -> None:
-    """Each data-parallel worker of a trial trains on one GPU (or a share of one when there is one worker), or CPUs."""
+def _check_workers(options: SearchOptions) -> None:
+    """Refuse workers that cannot each train on one GPU, a share of one when alone, or CPUs."""
     gpus, workers = options.gpus_per_trial, options.workers_per_trial or max(1, int(options.gpus_per_trial))
     if options.placement not in ("pack", "spread"):
         raise UserError(f"--placement must be pack or spread, got {options.placement!r}")
@@ -48,22 +47,22 @@ def check_workers(options: SearchOptions) -> None:
         raise UserError(f"--workers-per-trial {workers} needs a whole GPU each: --gpus-per-trial {workers}, or 0")
 
 
-def check_writable(path: Path) -> None:
-    """The storage folder ``path`` must be a folder this process can write, or make (it is not made here)."""
+def _check_writable(path: Path) -> None:
+    """Refuse a storage folder this process cannot write or make; it is not made here."""
     outputs.output_dir(path, "--storage")  # a file, or a path under one
     services.check_writable(path, f"storage path {path}", "; pass --storage DIR")
 
 
-def check_plasticity(running: Running) -> None:
-    """The plasticity variant must be known (when plasticity is measured), the pair count positive."""
+def _check_plasticity(running: Running) -> None:
+    """Refuse an unknown plasticity variant, or a pair count below 1."""
     if running.plasticity:
         check_variant(running.plasticity_variant)
     if running.plasticity_pairs is not None and running.plasticity_pairs < 1:
         raise UserError(f"--plasticity-pairs must be at least 1, got {running.plasticity_pairs}")
 
 
-def check_reference(reference: str | None, dataset: str) -> None:
-    """The plasticity reference (None: plasticity is not measured) must be another dataset than the trials'."""
+def _check_reference(reference: str | None, dataset: str) -> None:
+    """Refuse a plasticity reference that is the trials' own dataset."""
     if reference == dataset:
         raise UserError(
             f'--plasticity-reference is "{dataset}", the dataset itself: plasticity compares the dataset with '
@@ -71,8 +70,7 @@ def check_reference(reference: str | None, dataset: str) -> None:
         )
 
 
-def check_local_resources(running: Running) -> None:
-    """A search that starts its own Ray instance (no --address, Ray not started in this process): one trial's
-    request must fit this machine, known before Ray starts (``resources.check_local_fits``)."""
+def _check_local_resources(running: Running) -> None:
+    """Refuse a trial that asks for more than this machine has, when the search starts its own Ray."""
     if running.joining is None and not resources.ray_running_here():
-        resources.check_local_fits(running.resources.request)
+        resources._check_local_fits(running.resources.request)

@@ -1,16 +1,7 @@
-"""A plan's dry run in words (trials, parameters, scheduler, resources per trial, concurrency) and its estimated wall
-time, from a few training steps timed on this machine (``vit.training.time_steps``, run by ``workflows.dry_run``):
-the default trial (the space's first configuration) and the largest subset the space allows, each with its setup
-(model, data, first step), seconds per step and per evaluation. Then:
+"""Describe a dry run's plan in words, and estimate its wall time from a few training steps timed on this machine.
 
-* the most: every trial trains its whole budget, in waves of as many trials as run at once;
-* the fewest: the scheduler stops every trial it can (ASHA: only a 1/reduction_factor share of the trials goes on at
-  each rung; median stopping: half the trials stop after the grace period), the steps shared by the trials that run
-  at once, and never less than one whole trial;
-* the baselines' reference trials (``space.baselines``) each train their whole budget, never stopped early;
-* then, with a finalists stage (``space.finalists``), its most trials, each its whole budget, after the search's.
-
-What it leaves out is printed with it (``CAVEATS``).
+The estimate is a range: the most if every trial trains its whole budget, the fewest if the scheduler stops every
+trial it can. Baselines and finalists always train their whole budget. ``CAVEATS`` say what it leaves out.
 """
 
 from __future__ import annotations
@@ -41,7 +32,7 @@ CAVEATS = (
 
 @dataclass
 class Timing:
-    """Seconds a trial of one configuration takes here: setup (model, data, first step), per step, per evaluation."""
+    """Seconds a trial of one configuration takes here: its setup, a step and an evaluation."""
 
     components: str
     precision: str
@@ -52,20 +43,20 @@ class Timing:
     steps_timed: int
 
     def trial_s(self, steps: float, eval_every: int) -> float:
-        """A trial of ``steps`` training steps: setup, steps, an evaluation every ``eval_every``, the test at the end."""
+        """Return the seconds of a trial of ``steps`` steps, evaluated every ``eval_every`` and tested at the end."""
         evaluations = math.ceil(steps / eval_every)
         return self.setup_s + steps * self.step_s + evaluations * self.val_eval_s + self.test_eval_s
 
 
 def timed_configs(plan: SearchPlan) -> list[FinetuneConfig]:
-    """The default trial (the space's first configuration) and, when it differs, the same with the largest subset."""
+    """Return the default trial's settings and, when it differs, the same with the largest subset."""
     first = trial_config(plan.spec.example(), plan.settings)
-    largest = replace(first, components=largest_subset(plan.spec, plan.settings))
+    largest = replace(first, components=_largest_subset(plan.spec, plan.settings))
     return [first] if largest == first else [first, largest]
 
 
-def largest_subset(spec: SearchSpec, settings: FinetuneConfig) -> str:
-    """The subset with the most components a trial of ``spec`` may train."""
+def _largest_subset(spec: SearchSpec, settings: FinetuneConfig) -> str:
+    """Return the subset with the most components a trial may train."""
     p = spec.parameters.get("components")
     if isinstance(p, Subsets):
         return ALL
@@ -75,8 +66,7 @@ def largest_subset(spec: SearchSpec, settings: FinetuneConfig) -> str:
 
 
 def concurrency(plan: SearchPlan, nodes: list[dict[str, float]], where: str) -> int:
-    """Trials that run at once: as many as the nodes hold, at most ``--max-concurrent`` and the trial count; a
-    UserError when no node holds one trial (as the search would say once Ray is up)."""
+    """Return how many trials run at once; UserError when no node holds one trial."""
     trial = plan.running.resources
     request, workers = ray_request(trial.placement_request), trial.workers
     fit = sum(min(int(node.get(k, 0.0) / v + 1e-9) for k, v in request.items()) for node in nodes) // workers
@@ -91,7 +81,7 @@ def concurrency(plan: SearchPlan, nodes: list[dict[str, float]], where: str) -> 
 
 
 def describe_trials(plan: SearchPlan) -> list[str]:
-    """The trials: how many, the search algorithm and scheduler, the parameters (or the grid), what every trial does."""
+    """Describe the trials: their count, algorithm, scheduler and parameters, and what every trial does."""
     spec, s = plan.spec, plan.settings
     sched = spec.scheduler
     stop = {
@@ -138,7 +128,7 @@ def describe_trials(plan: SearchPlan) -> list[str]:
 
 
 def _g(value: float | None) -> str:
-    """A setting's value as the recipe line prints it ("off" where it is unset)."""
+    """Print a recipe setting, 'off' when it is unset."""
     return "off" if value is None else f"{value:g}"
 
 
@@ -146,7 +136,7 @@ PLACEMENT_WORDS = {"pack": "as few nodes as hold them", "spread": "over differen
 
 
 def describe_resources(plan: SearchPlan, where: str, nodes: list[dict[str, Any]], at_once: int) -> list[str]:
-    """Resources per trial, what ``where`` has, and how many trials run at once."""
+    """Describe the resources per trial, what ``where`` has, and how many trials run at once."""
     o, have = plan.running.resources, "; ".join(show_resources(node) for node in nodes)
     limit = f", --max-concurrent {plan.max_concurrent}" if plan.max_concurrent else ""
     lines = [f"resources:  {show_resources(ray_request(o.request))} per trial; {where}: {have}"]
@@ -161,7 +151,7 @@ def describe_resources(plan: SearchPlan, where: str, nodes: list[dict[str, Any]]
 
 
 def step_budget(spec: SearchSpec, max_steps: int, eval_every: int) -> tuple[float, float]:
-    """(fewest, most) training steps the sampler's trials of ``spec`` take together (see the module's docstring)."""
+    """Return the fewest and most training steps the sampler's trials take together."""
     n, s = spec.total_trials - len(references(spec.parameters, spec.baselines)), spec.scheduler
     most = float(n * max_steps)
     at_report = lambda step: min(math.ceil(step / eval_every) * eval_every, max_steps)  # a trial stops at a report
@@ -178,7 +168,7 @@ def step_budget(spec: SearchSpec, max_steps: int, eval_every: int) -> tuple[floa
 
 
 def wall_range(plan: SearchPlan, timings: list[Timing], at_once: int) -> tuple[float, float]:
-    """(fewest, most) seconds of the search's trials, then its finalists': see the module's docstring."""
+    """Return the fewest and most seconds of the search's trials, then its finalists'."""
     made = len(references(plan.spec.parameters, plan.spec.baselines))  # whole-budget trials, counted with the finalists
     s, n, finals = plan.settings, plan.spec.total_trials - made, plan.spec.finalists.trials + made
     fast, slow = min(timings, key=lambda t: t.step_s), max(timings, key=lambda t: t.step_s)
@@ -193,7 +183,7 @@ def wall_range(plan: SearchPlan, timings: list[Timing], at_once: int) -> tuple[f
 
 
 def describe_estimate(plan: SearchPlan, timings: list[Timing], device: str, at_once: int) -> list[str]:
-    """The timed steps, the estimated wall time (a range under early stopping) and its caveats."""
+    """Describe the timed steps, the estimated wall time and its caveats."""
     lines = [f"timed here: {device}, one trial alone, {plan.settings.threads} torch thread(s):"]
     for t in timings:
         lines.append(
@@ -216,7 +206,7 @@ def describe_estimate(plan: SearchPlan, timings: list[Timing], device: str, at_o
 
 
 def minutes(seconds: float) -> str:
-    """Seconds as a person reads them; tenths of a minute under 10 min (95 s is 1.6 min, not "2 min")."""
+    """Show seconds as a person reads them, with tenths of a minute under 10 minutes."""
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 600:

@@ -1,9 +1,7 @@
-"""How a search runs (``SearchOptions``: every option, defined once, from which ``vitplast search``'s flags, its
-``--help``, the resume command and ``run_search``'s keywords are made), with the defaults of how a search runs; the
-plan the options become is ``plan.search_plan.SearchPlan``.
+"""Define every option of a search once, in ``SearchOptions``, with the defaults of how a search runs.
 
-Defaults have one source each: ``SearchOptions`` for how the search runs, ``config.FinetuneConfig`` for what a trial
-does (a space file's ``defaults`` and the options override it).
+The command line's flags, its ``--help``, the resume command and ``run_search``'s keywords are all made from it.
+``config.FinetuneConfig`` holds the defaults of what a trial does.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -21,9 +19,6 @@ from vitplast_tune.config import PAPER_MODEL, PLASTICITY_VARIANTS, PRECISIONS, c
 from vitplast_tune.errors import OptionsError, did_you_mean, option, speaking_flags
 from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.space.objectives import OBJECTIVES
-
-if TYPE_CHECKING:
-    pass
 
 EXPERIMENT = "vitplast_tune"  # the MLflow experiment a search logs to unless --experiment or MLFLOW_EXPERIMENT_NAME
 # MLflow's own environment variables, honoured as defaults (flags win).
@@ -57,9 +52,7 @@ TRIAL_SETTINGS = (
 
 
 def _option(default: Any = None, help: str = "", *, group: str, flag: str | None = None, **argparse: Any) -> Any:
-    """A field of ``SearchOptions`` with what the command line makes of it: its group, flag (default: ``--name``),
-    help and argparse's keywords; ``default_factory`` for a mutable default. ``resume``: the field's value is not in
-    the search's record, so the command that resumes it repeats it."""
+    """Make a field of ``SearchOptions`` that holds its group, flag, help and argparse keywords."""
     resume = argparse.pop("resume", False)
     metadata = {"group": group, "flag": flag, "help": help, "argparse": argparse, "resume": resume}
     if default in (dict, list):  # a mutable default: a new one for each instance
@@ -68,9 +61,7 @@ def _option(default: Any = None, help: str = "", *, group: str, flag: str | None
 
 
 def _space_file(space: Any) -> str:
-    """A space as ``SearchOptions`` keeps it: a shipped name or a path as text; a mapping of the YAML's schema
-    written, once, to a file named by its content in the cache (``$VITPLAST_CACHE_DIR/spaces``), which resuming and
-    ``load_search`` read back; a ``SearchSpec`` by its file."""
+    """Keep a space as a file's name or path; a mapping is written once to the cache, named by its content."""
     if isinstance(space, SearchSpec):
         return str(space.path)
     if isinstance(space, Mapping):
@@ -95,73 +86,53 @@ def _space_file(space: Any) -> str:
 class SearchOptions:
     """How a search runs: every option of ``vitplast search`` and every keyword of ``run_search``.
 
-    Each option is defined once here; each field's metadata is its flag, group and help, from which the command line
-    is made.
-
-    ``settings`` (FinetuneConfig fields, ``--set KEY=VALUE``) override the space file's defaults: a key given is a
-    value, None included (a key left out keeps the space file's); the trial options (``model``, ``dataset``,
-    ``max_steps``, ...) are gathered into it. ``seed`` and ``max_failures`` left None mean ``DEFAULT_SEED`` and
-    ``DEFAULT_MAX_FAILURES`` for a new search, and the recorded values for ``resume``. ``space`` is the one option
-    given by position (the others by keyword).
+    Each field's metadata holds its flag, group and help. ``settings`` override the space file's defaults, and the
+    trial options (``model``, ``dataset``, ...) join them; a setting given None is a value, and one left out keeps the
+    file's. ``seed`` and ``max_failures`` left None mean the defaults for a new search and the recorded values for a
+    resumed one. Only ``space`` is given by position.
 
     Attributes:
-        space: The space: a shipped name (see the README), a path to a .yaml file, a mapping of the space file's keys
-            or a ``SearchSpec``; kept as a file's name or path.
-        name: The search's name (the MLflow parent run and the results folder); None: ``<space>-<date>``.
-        resume: Continue the interrupted search ``name``, with its recorded settings.
-        num_samples: The number of trials (a grid: repeats of the grid); None: the space file's.
-        finalists_top: The best configurations trained again after the trials, beside the two baselines (0: no
-            finalists stage); None: the space file's ``finalists``, else none.
-        finalists_seeds: The seeds each finalist trains on (0: no finalists stage); None: the space file's.
+        space: A shipped space's name, a .yaml path, a mapping of a space file's keys or a ``SearchSpec``.
+        name: The search's name (None: ``<space>-<date>``).
+        resume: Continue the interrupted search ``name`` with its recorded settings.
+        num_samples: The number of trials, or a grid's repeats (None: the space file's).
+        finalists_top: The best configurations trained again after the trials (0: none; None: the space file's).
+        finalists_seeds: The seeds each finalist trains on (None: the space file's).
         seed: The seed of the search algorithm, and the training seed unless the space sets one.
-        objective: What the search optimises: accuracy (the space file's metric), accuracy_per_gpu_hour (validation
-            accuracy per hour of the trial's own training steps) or pareto (Optuna's multi-objective TPE over
-            accuracy and training seconds; needs a space with scheduler: fifo); None: the space file's metric.
-        verbose: The progress output while trials run (0: no progress lines; 2: also, from the command line, the
-            library's DEBUG messages and Ray's and MLflow's start-up notices).
+        objective: accuracy, accuracy_per_gpu_hour or pareto (None: the space file's metric).
+        verbose: The progress output (0: no lines; 2: also DEBUG messages and Ray's and MLflow's notices).
         max_steps: Training steps per trial.
-        budgets: A grid at several step budgets, analyzed apart; the i-th replaces the space's i-th budget and keeps
-            what it narrows; None: the space's budgets.
+        budgets: Step budgets of a grid, analyzed apart; the i-th replaces the space's i-th.
         batch_size: The training batch size.
         eval_every: Evaluate and report every this many steps.
-        model: The timm model's name, or ``hf:<hub id or folder>`` (transformers; docs/models.md).
-        weights: Local weights for ``model`` (safetensors or torch state dict), instead of the hub.
-        dataset: The dataset: digits (offline default), cifar10, cifar100, pets, flowers102,
-            ``cifar10c:<corruption>``, imagefolder.
+        model: A timm model's name, or ``hf:<hub id or folder>``.
+        weights: Local weights for ``model``, instead of the hub.
+        dataset: The dataset.
         data_dir: Where the dataset lies (None: ``~/.cache/vitplast_tune/data``).
-        download: Download the dataset when missing (needs a network).
-        augment: The training augmentation: paper, light or none; None: the space file's, else the dataset's.
-        precision: The training precision; auto: bf16 where the GPU supports it, else fp16 with a gradient scaler on
-            CUDA, fp32 on CPU.
-        settings: Any trial settings (FinetuneConfig fields), overriding the space file's; the trial options above
-            are gathered into it.
-        storage: Where Ray Tune's results go: a local directory or a URI (s3://, gs://); None:
-            ``~/vitplast_tune_results``.
-        tracking_uri: The MLflow tracking URI; None: MLFLOW_TRACKING_URI, else ``sqlite:///<storage>/mlflow.db``.
-        experiment: The MLflow experiment of the search's runs; None: MLFLOW_EXPERIMENT_NAME, else ``EXPERIMENT``.
-        address: The Ray cluster to join (e.g. ray://host:10001 or auto); None: RAY_ADDRESS, else a local Ray
-            instance.
-        connect_timeout_s: How long to wait for the tracking server (or database), the storage and, with
-            ``address``, the cluster's head to answer.
-        cpus_per_trial: CPUs reserved per trial, also its torch threads.
-        gpus_per_trial: GPUs per trial; fractions such as 0.5 share a GPU, 2 or more train data-parallel (DDP), one
-            worker per GPU.
-        workers_per_trial: Data-parallel workers per trial (a Ray Train run of torch DDP), each with its share of the
-            trial's CPUs and GPUs (0: one per GPU of ``gpus_per_trial``; docs/guide/many-gpus.md).
-        placement: Where a trial's workers run: pack them on as few nodes as hold them, or spread them over nodes.
-        resources_per_trial: Custom Ray resources per trial, e.g. ``{"a100": 1}``.
-        max_concurrent: The most trials running at once; None: as many as resources allow.
-        max_failures: Retries of a trial that crashes, from its last checkpoint (a trial of several workers: also its
-            Train run's restarts of its workers); applies to a resumed search's remaining trials.
-        max_trainable_params: The parameter budget: trials over it are not trained; None: the space file's.
+        download: Download the dataset when missing.
+        augment: The training augmentation (None: the space file's, else the dataset's).
+        precision: The training precision (auto: bf16 where the GPU has it, else fp16 on CUDA, fp32 on the CPU).
+        settings: Any trial settings (FinetuneConfig fields), over the space file's.
+        storage: Where Ray Tune's results go: a local folder or a URI (None: ``~/vitplast_tune_results``).
+        tracking_uri: The MLflow tracking URI (None: MLFLOW_TRACKING_URI, else ``sqlite:///<storage>/mlflow.db``).
+        experiment: The MLflow experiment (None: MLFLOW_EXPERIMENT_NAME, else ``EXPERIMENT``).
+        address: The Ray cluster to join (None: RAY_ADDRESS, else a local Ray).
+        connect_timeout_s: How long to wait for the tracking store, the storage and the cluster's head.
+        cpus_per_trial: CPUs per trial, also its torch threads.
+        gpus_per_trial: GPUs per trial; a fraction shares a GPU, 2 or more train data-parallel.
+        workers_per_trial: Data-parallel workers per trial (0: one per GPU).
+        placement: Pack a trial's workers on few nodes, or spread them.
+        resources_per_trial: Custom Ray resources per trial.
+        max_concurrent: The most trials at once (None: as many as resources allow).
+        max_failures: Retries of a trial that crashes, from its last checkpoint.
+        max_trainable_params: The parameter budget (None: the space file's).
         plasticity: Measure plasticity and its correlation with accuracy.
-        plasticity_variant: paper: every component applied to the embedding output (the paper's definition);
-            in_network: real inputs.
+        plasticity_variant: paper or in_network.
         plasticity_reference: The reference dataset paired with the downstream test split.
-        plasticity_pairs: The most image pairs for plasticity; None: all.
+        plasticity_pairs: The most image pairs for plasticity (None: all).
 
     Raises:
-        OptionsError: a trial option and ``settings`` give one setting two values.
+        OptionsError: A trial option and ``settings`` give one setting two values.
         SpaceError: ``space`` is none of the kinds above.
     """
 
@@ -377,8 +348,7 @@ class SearchOptions:
         self.settings = self._gathered_settings()
 
     def _gathered_settings(self) -> dict[str, Any]:
-        """``settings`` (a mapping, or the command line's (key, value) pairs) with the trial options given; a setting
-        given two ways with two values is refused."""
+        """Gather ``settings`` and the trial options given; refuse a setting given two values."""
         pairs = list(self.settings.items()) if isinstance(self.settings, Mapping) else list(self.settings)
         given = {key: getattr(self, key) for key in TRIAL_SETTINGS if getattr(self, key) is not None}
         gathered = dict(given)
@@ -393,17 +363,15 @@ class SearchOptions:
     def of(cls, options: SearchOptions | None = None, **keywords: Any) -> SearchOptions:
         """Make options from an instance, from keywords, or from an instance with keywords replacing some fields.
 
-        Keywords are the command line's names.
-
         Args:
-            options: the options to start from (default: every option's default).
-            **keywords: fields of ``SearchOptions``.
+            options: The options to start from (default: every option's default).
+            **keywords: Fields of ``SearchOptions``, by the command line's names.
 
         Returns:
             The options.
 
         Raises:
-            OptionsError: a keyword that is no option (with the closest one).
+            OptionsError: A keyword is no option.
         """
         names = [f.name for f in fields(cls)]
         for key in keywords:
@@ -414,13 +382,13 @@ class SearchOptions:
         return replace(options, **keywords) if keywords else options
 
     def words(self, names: Sequence[str]) -> list[str]:
-        """Write the command-line words that give the options ``names`` their values (the resume command's).
+        """Write the command-line words that give the options ``names`` their values, for the resume command.
 
         Args:
             names: The options to give; those at their default are left out.
 
         Returns:
-            The words, flag then value (a switch alone).
+            The words, each flag followed by its value, a switch alone.
         """
         defaults, words = SearchOptions(), []
         for f in fields(self):
@@ -438,5 +406,5 @@ class SearchOptions:
 
 
 def resumed_with(options: SearchOptions) -> list[str]:
-    """The names of the options a search's record does not hold, which the command that resumes it repeats."""
+    """Return the names of the options the resume command repeats, which a search's record does not hold."""
     return [f.name for f in fields(options) if f.metadata.get("resume")]

@@ -1,5 +1,6 @@
-"""The plan of a search: the space file, the flags and the files they name, validated into one ``SearchPlan`` before
-anything starts (no Ray, no MLflow run, no model download). Every problem is a ``UserError``: one line, exit code 2.
+"""Check a search's space file, flags and the files they name into one ``SearchPlan`` before anything starts.
+
+Every problem is a ``UserError``: one line, exit code 2.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from vitplast_tune.storage import RESULTS_ENV, SEARCH_FILE, default_storage, is_
 
 
 def prepare(options: SearchOptions) -> SearchPlan:
-    """Validate the space, flags, files and resume state into a plan.
+    """Check the space, flags, files and resume state into a plan.
 
-    Nothing is started or written: no Ray, no MLflow run, no folder (``services`` probes leave nothing behind).
+    It starts and writes nothing: no Ray, no MLflow run, no folder.
 
     Args:
         options: How the search runs.
@@ -42,11 +43,11 @@ def prepare(options: SearchOptions) -> SearchPlan:
         The plan: everything decided, nothing started.
 
     Raises:
-        UserError: On the first problem found.
+        UserError: The first problem found.
     """
     checks.check_resources(options)
-    running = Running.of(options)  # how the search runs, resolved once: what follows reads it, not the options
-    checks.check_plasticity(running)
+    running = Running.of(options)  # what follows reads this, not the options
+    checks._check_plasticity(running)
     spec = load_space(options.space).with_overrides(num_samples=options.num_samples, budgets=options.budgets)
     spec = with_objective(spec, options.objective)
     if spec.budgets and options.settings.get("max_steps") is not None:
@@ -55,39 +56,39 @@ def prepare(options: SearchOptions) -> SearchPlan:
     local = not is_uri(storage)
     if local:
         storage = str(Path(storage).expanduser().resolve())
-        checks.check_writable(Path(storage))
+        checks._check_writable(Path(storage))
     name = check_name(options.name or default_name(spec.name), storage)
-    directory = Path(storage) / name if local else None  # the search's folder (None: it lies behind a URI)
+    directory = Path(storage) / name if local else None  # None when the search lies behind a URI
     check_not_running(directory or default_storage() / name, name)
-    record = resume.resume_record(spec, options.resume, storage, name, directory)
+    record = resume._resume_record(spec, options.resume, storage, name, directory)
     if record is None:
-        plan, said = new_plan(spec, options, running, storage, name)
+        plan, said = _new_plan(spec, options, running, storage, name)
     else:
         plan = resume.resumed_plan(spec, options, running, storage, name, record)
-        said = resumed_state(plan, directory, record)
+        said = _resumed_state(plan, directory, record)
     bucket = None if local else "--storage" if options.storage else f"${RESULTS_ENV}"
-    check_services(plan, bucket, tracking_origin(options.tracking_uri, record is not None, name))
-    spec, notes = fit_scheduler(plan.spec, plan.settings.max_steps)
-    trials.check_batches(spec, plan.settings, running.resources.workers)
-    checks.check_local_resources(running)
+    _check_services(plan, bucket, _tracking_origin(options.tracking_uri, record is not None, name))
+    spec, notes = _fit_scheduler(plan.spec, plan.settings.max_steps)
+    trials._check_batches(spec, plan.settings, running.resources.workers)
+    checks._check_local_resources(running)
     reference = running.reference
-    checks.check_reference(reference, plan.settings.dataset)
-    budget = inputs.Budget(plan.max_trainable_params, subsets(spec, plan.settings), plan.corners)
+    checks._check_reference(reference, plan.settings.dataset)
+    budget = inputs.Budget(plan.max_trainable_params, _subsets(spec, plan.settings), plan.corners)
     decoded, augment = inputs.check_inputs(plan.settings, reference, budget, searched_augmentations(spec))
     settings = replace(plan.settings, augment=augment)
-    notes = (*notes, *said, *versions.untested())  # a Ray, MLflow or timm newer than its internals were read from
+    notes = (*notes, *said, *versions.untested())  # note a Ray, MLflow or timm newer than tested
     return replace(plan, spec=spec, settings=settings, decoded=decoded, notes=notes)
 
 
-def new_plan(
+def _new_plan(
     spec: SearchSpec, options: SearchOptions, running: Running, storage: str, name: str
 ) -> tuple[SearchPlan, list[str]]:
-    """The plan of a new search, and a note for each MLflow setting taken from the environment."""
-    settings, corners = trial_settings(spec, options)
+    """Make the plan of a new search, with a note for each MLflow setting taken from the environment."""
+    settings, corners = _trial_settings(spec, options)
     tracking_uri, experiment, said = mlflow_target(options, storage)
     flagged = options.finalists_top is not None or options.finalists_seeds is not None
-    spec, staged = finalists.fit_finalists(
-        finalists.with_finalists(spec, options.finalists_top, options.finalists_seeds), flagged
+    spec, staged = finalists._fit_finalists(
+        finalists._with_finalists(spec, options.finalists_top, options.finalists_seeds), flagged
     )
     said += staged
     said += [
@@ -96,7 +97,7 @@ def new_plan(
         for key in options.settings
         if key in spec.parameters and not isinstance(spec.parameters[key], Constant)
     ]
-    said += warmup_notes(settings, corners)
+    said += _warmup_notes(settings, corners)
     plan = SearchPlan(
         spec,
         running,
@@ -113,26 +114,16 @@ def new_plan(
     return plan, said
 
 
-def resumed_state(plan: SearchPlan, directory: Path | None, record: dict) -> list[str]:
-    """Tune's state of a resumed search (in its folder ``directory``) checked (``state``); a note when a new TPE
-    takes over its remaining trials (TPE's state moved aside)."""
+def _resumed_state(plan: SearchPlan, directory: Path | None, record: dict) -> list[str]:
+    """Check the state a resumed search continues from; note when a new TPE takes over its remaining trials."""
     directory = directory or Path(plan.storage) / plan.name
-    state.check_resume_state(directory, record)
-    note = state.check_generator_state(directory, plan.spec.algorithm)
+    state._check_resume_state(directory, record)
+    note = state._check_generator_state(directory, plan.spec.algorithm)
     return [note] if note else []
 
 
-def tracking_origin(given: str | None, resumed: bool, name: str) -> str:
-    """Say where a search's MLflow tracking URI came from (for the messages of ``check_services``).
-
-    Args:
-        given: ``--tracking-uri`` (None: not given).
-        resumed: Whether the search is resumed (its record names the URI).
-        name: The search's name.
-
-    Returns:
-        The origin: the record, the flag, MLflow's environment variable or the default.
-    """
+def _tracking_origin(given: str | None, resumed: bool, name: str) -> str:
+    """Say where a search's MLflow tracking URI came from, for the messages of ``_check_services``."""
     if resumed:
         return f"the search's record {name}/{SEARCH_FILE}"
     if given:
@@ -142,18 +133,16 @@ def tracking_origin(given: str | None, resumed: bool, name: str) -> str:
     return "the default, beside the storage"
 
 
-def check_services(plan: SearchPlan, storage_origin: str | None, tracking_origin: str) -> None:
-    """The storage and the MLflow tracking store must answer (``services``) within ``--connect-timeout``, each named
-    with where it came from (``tracking_origin``; ``storage_origin``, None for a local folder, already checked)."""
+def _check_services(plan: SearchPlan, storage_origin: str | None, tracking_origin: str) -> None:
+    """Check that the storage and the MLflow tracking store answer within ``--connect-timeout``."""
     timeout_s = plan.running.connect_timeout_s
     if storage_origin is not None:
         services.check_storage(plan.storage, storage_origin, timeout_s)
     services.check_tracking(plan.tracking_uri, tracking_origin, timeout_s)
 
 
-def warmup_notes(settings: FinetuneConfig, corners: tuple[FinetuneConfig, ...]) -> list[str]:
-    """A note when some trial warms up for its whole budget or more (warm-up steps not below ``max_steps``): its
-    learning rate never reaches the value searched. ``corners``: the settings of the trials at the space's corners."""
+def _warmup_notes(settings: FinetuneConfig, corners: tuple[FinetuneConfig, ...]) -> list[str]:
+    """Note a trial whose warm-up lasts its whole budget or more: its learning rate never reaches lr."""
     long = {(c.warmup, c.max_steps) for c in corners}
     long = sorted((w, m) for w, m in long | {(settings.warmup, settings.max_steps)} if w >= m)
     if not long:
@@ -165,27 +154,17 @@ def warmup_notes(settings: FinetuneConfig, corners: tuple[FinetuneConfig, ...]) 
     ]
 
 
-def subsets(spec: SearchSpec, settings: FinetuneConfig) -> tuple[str, ...]:
-    """Every component subset the search's trials may train (the space's ``components``, else the settings')."""
+def _subsets(spec: SearchSpec, settings: FinetuneConfig) -> tuple[str, ...]:
+    """Return every component subset the search's trials may train."""
     param = spec.parameters.get("components")
     return tuple(param.grid_values()) if param is not None else (settings.components,)
 
 
 def mlflow_target(options: SearchOptions, storage: str) -> tuple[str, str, list[str]]:
-    """Decide where a new search records: its MLflow tracking URI and experiment.
+    """Decide a new search's MLflow tracking URI and experiment, with a note for each taken from the environment.
 
-    Each is the flag's, else MLflow's environment variable's, else ``sqlite:///<storage>/mlflow.db`` and
-    ``EXPERIMENT``.
-
-    Args:
-        options: How the search runs (its ``tracking_uri`` and ``experiment``).
-        storage: The search's storage, where the default tracking database lies.
-
-    Returns:
-        The tracking URI, the experiment, and a note for each value taken from the environment.
-
-    Raises:
-        UserError: The experiment given is empty, or longer than MLflow takes.
+    Each is the flag's, else MLflow's environment variable's, else ``sqlite:///<storage>/mlflow.db`` and ``EXPERIMENT``.
+    UserError when the experiment is empty or longer than MLflow takes.
     """
     env_uri = (environment.read(TRACKING_URI_ENV) or "").strip()
     env_experiment = (environment.read(EXPERIMENT_ENV) or "").strip()
@@ -210,16 +189,8 @@ def mlflow_target(options: SearchOptions, storage: str) -> tuple[str, str, list[
     return tracking_uri, experiment, notes
 
 
-def fit_scheduler(spec: SearchSpec, max_steps: int) -> tuple[SearchSpec, list[str]]:
-    """Clamp the space's scheduler's grace period to the trial budget.
-
-    Args:
-        spec: The space.
-        max_steps: The trial budget in training steps.
-
-    Returns:
-        The space (itself when nothing needed clamping) and the note saying so (none when nothing did).
-    """
+def _fit_scheduler(spec: SearchSpec, max_steps: int) -> tuple[SearchSpec, list[str]]:
+    """Clamp the scheduler's grace period to the trial budget, with a note when it does."""
     s = spec.scheduler
     if s.name == "fifo" or s.grace_period <= max_steps:
         return spec, []
@@ -230,13 +201,12 @@ def fit_scheduler(spec: SearchSpec, max_steps: int) -> tuple[SearchSpec, list[st
     return replace(spec, scheduler=replace(s, grace_period=max_steps)), [note]
 
 
-def trial_settings(spec: SearchSpec, options: SearchOptions) -> tuple[FinetuneConfig, tuple[FinetuneConfig, ...]]:
-    """The trial settings (FinetuneConfig defaults < space defaults < command line) and those of the trials at the
-    space's corners (``SearchSpec.corner_configs``); all validated."""
+def _trial_settings(spec: SearchSpec, options: SearchOptions) -> tuple[FinetuneConfig, tuple[FinetuneConfig, ...]]:
+    """Merge the trial settings (FinetuneConfig < space defaults < command line) and the corners' settings."""
     overrides = dict(options.settings)  # None is a value here (--set weights=none): a key left out keeps the space's
     seed = DEFAULT_SEED if options.seed is None else options.seed
     try:
-        base = resolve_paths(FinetuneConfig.from_dict({**spec.defaults, **overrides}))
+        base = _resolve_paths(FinetuneConfig.from_dict({**spec.defaults, **overrides}))
         base.seed = overrides.get("seed", spec.defaults.get("seed", seed))
         if not base.threads:
             base.threads = max(1, int(options.cpus_per_trial))
@@ -247,9 +217,8 @@ def trial_settings(spec: SearchSpec, options: SearchOptions) -> tuple[FinetuneCo
     return base, corners
 
 
-def resolve_paths(settings: FinetuneConfig) -> FinetuneConfig:
-    """``settings`` with ``weights`` and ``data_dir`` as absolute paths (``~`` expanded, relative to this working
-    directory): trials run elsewhere, in working directories of Tune's (and files are sent to other nodes by path)."""
+def _resolve_paths(settings: FinetuneConfig) -> FinetuneConfig:
+    """Make ``weights`` and ``data_dir`` absolute, since trials run in Tune's working folders and other nodes."""
     absolute = lambda path: str(Path(path).expanduser().resolve()) if path is not None else None
     return replace(settings, weights=absolute(settings.weights), data_dir=absolute(settings.data_dir))
 

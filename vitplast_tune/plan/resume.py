@@ -1,5 +1,4 @@
-"""Resuming a search: the record of the search to continue, the plan its recorded settings make (a flag that would
-change them refused), and the command that resumes an interrupted one."""
+"""Resume a search: read its record, rebuild its plan from the recorded settings, and write its resume command."""
 
 from __future__ import annotations
 
@@ -28,11 +27,10 @@ RESUMABLE_SETTINGS = ("download",)
 RECORDED_AUGMENTATION = "paper"
 
 
-def resume_record(
+def _resume_record(
     spec: SearchSpec, resuming: bool, storage: str, name: str, directory: Path | None
 ) -> dict[str, Any] | None:
-    """The record of the search to resume (None for a new search: ``directory``, the search's folder, None behind a
-    URI); UserError when resuming is impossible, or when a new search would take the name of a recorded one."""
+    """Return the record of the search to resume, or None for a new search; refuse a name a recorded search took."""
     if directory is None:
         return None
     if not resuming:
@@ -53,18 +51,16 @@ def resume_record(
 def resumed_plan(
     spec: SearchSpec, options: SearchOptions, running: Running, storage: str, name: str, record: dict
 ) -> SearchPlan:
-    """The plan of a resumed search: its recorded settings; a flag that would change them is refused.
+    """Rebuild the plan of a resumed search from its record; refuse a flag that would change what it recorded.
 
-    ``--max-failures`` applies to the remaining trials; ``--num-samples``, the finalists' flags, ``--max-concurrent``,
-    ``--seed``, ``--tracking-uri``, ``--experiment`` and ``--objective`` are fixed when the search starts, so a different value is
-    refused (MLflow's environment variables do not apply: the search goes on where it started). A search recorded
-    before the finalists stage existed has none, and one recorded before the baselines' reference trials none of them.
+    ``--max-failures`` applies to the remaining trials. The flags fixed when a search starts must match the record, and
+    MLflow's environment variables do not apply: the search goes on where it started.
     """
     saved = record["settings"]
     stage = Finalists(**record.get("finalists", {}))  # none before the stage existed
     for key, value in options.settings.items():
         if key not in RESUMABLE_SETTINGS and value != saved.get(key):
-            refuse(option(key, value), saved.get(key), name)
+            _refuse(option(key, value), saved.get(key), name)
     fixed = {
         "num-samples": (options.num_samples, record.get("num_samples", spec.num_samples)),
         "budgets": (_listed(options.budgets), record.get("budgets", _listed(spec.budget_steps))),
@@ -78,7 +74,7 @@ def resumed_plan(
     }
     for flag, (given, recorded) in fixed.items():
         if given is not None and given != recorded:
-            refuse(option(flag.replace("-", "_"), given), recorded, name)
+            _refuse(option(flag.replace("-", "_"), given), recorded, name)
     workers, started = running.resources.workers, record.get("workers_per_trial")
     if started is not None and workers != started:  # a trial's checkpoint and batch share are its workers'
         raise ResumeError(
@@ -112,7 +108,7 @@ def resumed_plan(
 
 
 def _recorded_settings(saved: dict[str, Any], options: SearchOptions, name: str) -> FinetuneConfig:
-    """The trial settings search ``name`` recorded (``saved``), with those a resume may change, validated."""
+    """Return the trial settings the search recorded, with those a resume may change, validated."""
     changed = {k: options.settings[k] for k in RESUMABLE_SETTINGS if options.settings.get(k) is not None}
     try:
         return FinetuneConfig.from_dict({"augment": RECORDED_AUGMENTATION, **saved, **changed}).validate()
@@ -123,8 +119,8 @@ def _recorded_settings(saved: dict[str, Any], options: SearchOptions, name: str)
         ) from None
 
 
-def refuse(given: str, recorded: Any, name: str) -> None:
-    """UserError: a flag ``given`` on resume differs from the ``recorded`` value search ``name`` started with."""
+def _refuse(given: str, recorded: Any, name: str) -> None:
+    """Refuse a flag whose value differs from the one the search started with."""
     raise ResumeError(
         f'{given} differs from the {recorded!r} search "{name}" was started with, and would make its trials '
         f"inconsistent; resume without it, or start a new search with another {option('name')}"
@@ -142,8 +138,7 @@ def resume_command(plan: SearchPlan) -> str:
         plan: The search's plan.
 
     Returns:
-        The shell command: its space file, name and storage, and the flags it ran with that its record does not hold
-        (resources per trial, plasticity, the cluster).
+        The shell command, with the flags the search ran with that its record does not hold.
     """
     path = Path(plan.spec.path).resolve()
     space = path.stem if path.parent == spaces_dir().resolve() else str(path)  # a shipped space by its name

@@ -1,5 +1,4 @@
-"""The plan a search's options become (``SearchPlan``): everything decided, nothing started; made once by
-``plan.planner.prepare`` and read, never changed, by the run, the records and the analysis."""
+"""Hold the plan a search's options become: everything decided, nothing started."""
 
 from __future__ import annotations
 
@@ -28,22 +27,21 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Running:
-    """How a search runs, resolved once from its options (``of``): what the run and the analysis read of them.
+    """How a search runs, resolved once from its options: what the run and the analysis read of them.
 
     Attributes:
         resume: Whether it continues a recorded search.
-        verbose: The progress output while trials run (0: no progress lines).
-        address: The Ray cluster to join as given (``--address``; None: ``RAY_ADDRESS``, else a local Ray instance).
-        joining: The cluster it joins, resolved once (``--address``, else ``RAY_ADDRESS``; None: a local Ray
-            instance of its own).
-        connect_timeout_s: How long to wait for the services and the cluster's head to answer.
+        verbose: The progress output while trials run (0: none).
+        address: The Ray cluster to join as given (None: ``RAY_ADDRESS``, else a local Ray).
+        joining: The cluster it joins, resolved once (None: a local Ray of its own).
+        connect_timeout_s: How long to wait for the services and the cluster's head.
         resources: What one trial asks of Ray.
         max_trainable_params: The option's parameter budget (None: the space file's).
         plasticity: Whether plasticity is measured before the trials.
-        plasticity_variant: The plasticity variant (paper or in_network).
-        plasticity_reference: The reference dataset paired with the downstream test split.
-        plasticity_pairs: The most image pairs for plasticity (None: all).
-        resume_flags: The command-line words the command that resumes it repeats (what its record does not hold).
+        plasticity_variant: The plasticity variant.
+        plasticity_reference: The reference dataset.
+        plasticity_pairs: The most image pairs (None: all).
+        resume_flags: The words the resume command repeats, which the record does not hold.
     """
 
     resume: bool
@@ -61,7 +59,7 @@ class Running:
 
     @property
     def reference(self) -> str | None:
-        """The dataset plasticity is measured against (None: plasticity is not measured)."""
+        """The dataset plasticity is measured against; None when it is not measured."""
         return self.plasticity_reference if self.plasticity else None
 
     @classmethod
@@ -99,23 +97,23 @@ class Running:
 class SearchPlan:
     """A validated search: everything decided, nothing started.
 
-    Made once by ``plan.planner.prepare`` and read, never changed, by the run, the records and the analysis.
+    ``plan.planner.prepare`` makes it once; the run, the records and the analysis read it and never change it.
 
     Attributes:
         spec: The space, with the options' overrides and its scheduler fitted to the budget.
-        running: How it runs, resolved from its options.
+        running: How it runs.
         name: The search's name.
-        storage: Where Ray Tune keeps it: a local directory or a URI.
-        tracking_uri: The MLflow tracking URI its runs are logged to.
+        storage: Where Ray Tune keeps it: a local folder or a URI.
+        tracking_uri: The MLflow tracking URI of its runs.
         settings: What every trial does, before its sampled parameters.
-        decoded: A small dataset, decoded once for every trial (None: each trial loads its own).
+        decoded: A small dataset decoded once for every trial (None: each trial loads its own).
         search_id: The id that tags the MLflow parent run.
         seed: The seed of the search algorithm.
         max_failures: Retries of a trial that crashes.
-        max_concurrent: The most trials running at once (None: as many as resources allow).
-        notes: Adjustments the user is told once (e.g. a clamped grace period).
+        max_concurrent: The most trials at once (None: as many as resources allow).
+        notes: Adjustments the user is told once.
         experiment: The MLflow experiment of its runs.
-        corners: The settings of the trials at the space's corners, checked before Ray starts.
+        corners: The settings of the trials at the space's corners.
     """
 
     spec: SearchSpec
@@ -123,49 +121,49 @@ class SearchPlan:
     name: str
     storage: str
     tracking_uri: str
-    settings: FinetuneConfig  # what every trial does, before its sampled parameters
-    decoded: InMemory | None = None  # a small dataset, decoded once for every trial
-    search_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # tags the MLflow parent run
+    settings: FinetuneConfig
+    decoded: InMemory | None = None
+    search_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     seed: int = DEFAULT_SEED
     max_failures: int = DEFAULT_MAX_FAILURES
     max_concurrent: int | None = None
-    notes: tuple[str, ...] = ()  # adjustments the user is told once (e.g. a clamped grace period)
-    experiment: str = EXPERIMENT  # the MLflow experiment of its runs
-    corners: tuple[FinetuneConfig, ...] = ()  # the settings of the trials at the space's corners, checked before Ray
+    notes: tuple[str, ...] = ()
+    experiment: str = EXPERIMENT
+    corners: tuple[FinetuneConfig, ...] = ()
 
     @property
     def place(self) -> SearchPlace:
-        """Where the search keeps its records (what ``records`` takes instead of the whole plan)."""
+        """Where the search keeps its records, which ``records`` takes instead of the plan."""
         return SearchPlace(self.name, self.storage, self.tracking_uri, self.experiment, self.search_id)
 
     @property
     def location(self) -> str:
-        """Where Ray Tune keeps the search: its storage joined with its name (a path, or a URI)."""
+        """Where Ray Tune keeps the search: its storage joined with its name."""
         return self.place.location
 
     @property
     def local_dir(self) -> Path | None:
-        """The search's directory when storage is a local path (None for s3:// and the like)."""
+        """The search's folder when its storage is a local path; None for a URI."""
         return self.place.local_dir
 
     @property
     def results_dir(self) -> Path:
-        """Where the search's own files (trial table, analysis) go: its directory, else a local one."""
+        """Where the search's own files go: its folder, else a local one."""
         return self.place.results_dir
 
     @property
     def max_trainable_params(self) -> int | None:
-        """The parameter budget: the option's, else the space file's; trials over it are not trained."""
+        """The parameter budget: the option's, else the space file's."""
         return self.running.max_trainable_params or self.spec.max_trainable_params
 
     def record(self, parent_run_id: str) -> dict[str, Any]:
-        """Make the search's record (``storage.SEARCH_FILE``): what ``--resume`` checks and the offline commands read.
+        """Make the search's record, which ``--resume`` checks and the offline commands read.
 
         Args:
             parent_run_id: The id of the search's MLflow parent run.
 
         Returns:
-            The record, JSON-ready.
+            The record, ready for JSON.
         """
         return {
             "name": self.name,

@@ -1,8 +1,7 @@
-"""The services a search writes to, reached before Ray starts: the MLflow tracking store (its scheme known, its server
-or database answering, its SQLite file whole, its folder writable) and the storage (a local folder that can be
-written, or a bucket that answers and takes a file). Each wait is bounded; each problem is one ``UserError`` that
-names the service, where its address came from and what to check. Nothing is left behind: a probe file is removed,
-and a folder that does not exist yet is not made (the driver makes it when the search starts).
+"""Reach the services a search writes to before Ray starts: the MLflow tracking store and the storage.
+
+Each wait is bounded, and each problem is one ``UserError`` that names the service and where its address came from.
+Probes leave nothing behind.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def check_tracking(uri: str, origin: str, timeout_s: float = TIMEOUT_S) -> None:
-    """The MLflow tracking URI ``uri`` (``origin``: where it came from, e.g. ``--tracking-uri``) must name a store
-    MLflow knows that answers within ``timeout_s``; UserError otherwise."""
+    """Raise UserError unless ``uri`` names an MLflow store that answers within ``timeout_s``."""
     from vitplast_tune._compat import mlflow as mlflow_internals
 
     parts = urlsplit(uri)
@@ -54,7 +52,7 @@ def check_tracking(uri: str, origin: str, timeout_s: float = TIMEOUT_S) -> None:
 
 
 def _check_server(uri: str, origin: str, timeout_s: float) -> None:
-    """A tracking server must answer MLflow's REST API (an experiments search) within ``timeout_s``."""
+    """Check that a tracking server answers MLflow's REST API within ``timeout_s``."""
     from mlflow.exceptions import MlflowException
 
     from vitplast_tune._compat import mlflow as mlflow_internals
@@ -81,8 +79,7 @@ def _check_server(uri: str, origin: str, timeout_s: float) -> None:
 
 
 def _check_artifact_proxy(uri: str, what: str, timeout_s: float) -> None:
-    """A server that proxies artifacts must take a small file into its artifact store (then removed) within
-    ``timeout_s``; one that does not proxy them (HTTP 404 or 501 there) is left to the clients' own access."""
+    """Check that a server that proxies artifacts takes a small file into its store, then remove it."""
     from mlflow.exceptions import MlflowException
 
     from vitplast_tune._compat import mlflow as mlflow_internals
@@ -106,7 +103,7 @@ def _check_artifact_proxy(uri: str, what: str, timeout_s: float) -> None:
 
 
 def _check_sqlite(uri: str, origin: str) -> None:
-    """A SQLite store: its file, when it exists, a whole SQLite database; else its folder writable (or makeable)."""
+    """Check a SQLite store: its file whole, or its folder writable or makeable."""
     database = uri.split(":///", 1)[1].split("?")[0] if ":///" in uri else ""
     if not database or database == ":memory:":
         return
@@ -123,10 +120,7 @@ def _check_sqlite(uri: str, origin: str) -> None:
 
 
 def sqlite_problem(path: Path) -> str | None:
-    """What is wrong with the SQLite file ``path`` (not one, truncated, unreadable), or None when it looks whole.
-
-    Cheap whatever its size: the header, the page count it records against the file's length, and the schema table.
-    """
+    """Say what is wrong with a SQLite file, from its header, length and schema; None when it looks whole."""
     try:
         with open(path, "rb") as f:
             header = f.read(100)
@@ -151,7 +145,7 @@ def sqlite_problem(path: Path) -> str | None:
 
 
 def _check_database(uri: str, scheme: str, origin: str, timeout_s: float) -> None:
-    """A database server (PostgreSQL, MySQL, SQL Server): its driver installed, its port answering."""
+    """Check a database server: its driver installed, and its port answering as that server."""
     import sqlalchemy
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -192,20 +186,10 @@ _ANSWERS = {
 
 
 def handshake(host: str, port: int, hello: bytes, timeout_s: float) -> bytes:
-    """Connect to ``host:port``, send ``hello`` and return the first bytes the server answers, all within
-    ``timeout_s``; OSError (``TimeoutError`` for a server that takes the connection and never answers) otherwise.
-
-    Args:
-        host: the server's host name or address.
-        port: its port.
-        hello: what the server is sent first (empty: it speaks first).
-        timeout_s: the whole exchange's bound, in seconds.
-
-    Returns:
-        The first bytes it sent back (at most 64; empty when it closed the connection without a word).
+    """Send ``hello`` to ``host:port`` and return the first bytes the server answers, all within ``timeout_s``.
 
     Raises:
-        OSError: the connection or the exchange failed or took longer than ``timeout_s``.
+        OSError: The connection or the exchange failed, or took too long (``TimeoutError``).
     """
     deadline = time.monotonic() + timeout_s
     with socket.create_connection((host, port), timeout=timeout_s) as conn:
@@ -220,9 +204,7 @@ def handshake(host: str, port: int, hello: bytes, timeout_s: float) -> bytes:
 
 
 def check_writable(folder: Path, what: str, advice: str = "") -> None:
-    """``folder`` (``what`` it is, and the ``advice`` that ends the message) must be a folder files can be made in,
-    or makeable: its nearest existing parent a writable folder. A probe folder is made and removed there; ``folder``
-    itself is not made."""
+    """Raise UserError unless ``folder`` can take files, or be made; a probe folder is made and removed."""
     existing = Path(folder).expanduser().absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -235,10 +217,9 @@ def check_writable(folder: Path, what: str, advice: str = "") -> None:
 
 
 def check_storage(uri: str, origin: str, timeout_s: float = STORAGE_TIMEOUT_S) -> None:
-    """A storage URI (s3://, gs://, ...) must answer and take a probe file within ``timeout_s`` (in a child process,
-    killed when it takes longer: a filesystem client may retry for minutes); UserError otherwise."""
+    """Raise UserError unless a storage URI answers and takes a probe file within ``timeout_s``, in a child process."""
     try:
-        problem = call_in_child("vitplast_tune.plan.services:probe_storage", uri, timeout_s=timeout_s)
+        problem = call_in_child("vitplast_tune.plan.services:_probe_storage", uri, timeout_s=timeout_s)
     except TimeoutError:
         problem = f"no answer within {timeout_s:g} s"
     if problem:
@@ -248,8 +229,8 @@ def check_storage(uri: str, origin: str, timeout_s: float = STORAGE_TIMEOUT_S) -
         )
 
 
-def probe_storage(uri: str) -> str | None:
-    """Write and remove a probe file under the storage URI ``uri``; what failed, or None."""
+def _probe_storage(uri: str) -> str | None:
+    """Write and remove a probe file under a storage URI; return what failed, or None."""
     try:
         fs, path = filesystem(uri)
         probe = join(path, f".write-test-{os.getpid()}")
@@ -262,7 +243,7 @@ def probe_storage(uri: str) -> str | None:
 
 
 def _reason(exc: BaseException) -> str:
-    """The short reason of a failed call: its ``[Errno N] text``, else its first line (at most 200 characters)."""
+    """Return the short reason of a failed call: its ``[Errno N] text``, else its first line."""
     text = str(exc)
     found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text) or re.search(r"Details: ([^;\n]+)", text)
     return (found.group(1) if found else (text.strip().splitlines() or [type(exc).__name__])[0]).strip()[:200]

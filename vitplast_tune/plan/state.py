@@ -1,10 +1,7 @@
-"""The state a resumed search continues from, checked before Ray starts: Tune's experiment state and its pickles (the
-Tuner, the searcher, the search generator, the callbacks), the checkpoint each unfinished trial restarts from, and
-the search's Optuna study. A file cut short or corrupt is one ``UserError`` naming it and what the user can do, instead
-of a traceback (or a hang) after Ray started with the MLflow runs reopened.
+"""Check the state a resumed search continues from, before Ray starts: Tune's files, the checkpoints and the study.
 
-Cheap whatever the search's size: pickles are read opcode by opcode (nothing is unpickled, nothing imported), a
-checkpoint's zip directory and safetensors header are read (not its tensors), a SQLite file's header.
+A file cut short or corrupt is one ``UserError`` that names it and says what to do. The checks read headers and
+pickle opcodes only, so they cost little whatever the search's size.
 """
 
 from __future__ import annotations
@@ -22,27 +19,26 @@ from vitplast_tune.storage import BEST_FILE, STATE_FILE, STUDY_FILE
 
 EXPERIMENT_STATE = "experiment_state-*.json"  # Tune's trials and their statuses, newest by name
 TUNER_FILE = "tuner.pkl"
-# Tune's other state files: the searcher's (and its wrappers'), the variant generator's, the callbacks'; each is a
-# pickle, whatever its suffix; what resuming without it does.
-STATE_PICKLES = {
-    "searcher-state-*.pkl": "the searcher",
-    "search_gen_state-*.json": "the search generator",
-    "basic-variant-state-*.json": "the variant generator",
-    "callback-states-*.pkl": "the callbacks",
-}
-CALLBACKS = "callback-states-*.pkl"
-SEARCHER_STATE = "searcher-state-*.pkl"  # TPE's own (its study)
-GENERATOR_STATE = "search_gen_state-*.json"  # how many trials were sampled, the experiment they belong to
+SEARCHER_STATE = "searcher-state-*.pkl"  # TPE's own, with its study
+GENERATOR_STATE = "search_gen_state-*.json"  # how many trials were sampled
 VARIANT_STATE = "basic-variant-state-*.json"
+CALLBACKS = "callback-states-*.pkl"
+# Tune's other state files, each a pickle whatever its suffix, and what each holds.
+STATE_PICKLES = {
+    SEARCHER_STATE: "the searcher",
+    GENERATOR_STATE: "the search generator",
+    VARIANT_STATE: "the variant generator",
+    CALLBACKS: "the callbacks",
+}
 FINISHED = "TERMINATED"
 
 
-def check_resume_state(directory: Path, record: dict[str, Any]) -> None:
-    """UserError naming the first file of search ``directory``'s state that is cut short or corrupt."""
+def _check_resume_state(directory: Path, record: dict[str, Any]) -> None:
+    """Raise UserError naming the first file of the search's state that is cut short or corrupt."""
     trials = _check_experiment(directory)
     for pattern, what in STATE_PICKLES.items():
         newest = max(directory.glob(pattern), default=None)
-        problem = newest and pickle_problem(newest)
+        problem = newest and _pickle_problem(newest)
         if problem:
             raise ResumeError(_advice(newest, problem, what, pattern))
     for trial_id, checkpoint in trials:
@@ -51,11 +47,10 @@ def check_resume_state(directory: Path, record: dict[str, Any]) -> None:
 
 
 def _check_experiment(directory: Path) -> list[tuple[str, str]]:
-    """Tune's experiment state and Tuner must be whole; return (trial id, checkpoint folder) of each trial that a
-    resume restarts from a checkpoint."""
+    """Check Tune's experiment state and Tuner; return the unfinished trials with their checkpoints."""
     start_anew = "restore it from a backup, or start the search anew with another --name (its MLflow runs stay)"
     tuner = directory / TUNER_FILE
-    problem = tuner.is_file() and pickle_problem(tuner)
+    problem = tuner.is_file() and _pickle_problem(tuner)
     if problem:
         raise ResumeError(f"Tune's Tuner {tuner} is {problem}: the search cannot be resumed from it; {start_anew}")
     newest = max(directory.glob(EXPERIMENT_STATE), default=None)
@@ -81,9 +76,8 @@ def _check_experiment(directory: Path) -> list[tuple[str, str]]:
     return restarts
 
 
-def pickle_problem(path: Path) -> str | None:
-    """What is wrong with the pickle ``path`` ("cut short", "corrupt", "unreadable"), or None: its opcodes read to
-    the end, nothing unpickled."""
+def _pickle_problem(path: Path) -> str | None:
+    """Say what is wrong with a pickle, reading its opcodes without unpickling it; None when it is whole."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -102,6 +96,7 @@ def pickle_problem(path: Path) -> str | None:
 
 
 def _advice(path: Path, problem: str, what: str, pattern: str) -> str:
+    """Say what the user can do about a damaged state file."""
     if pattern == CALLBACKS:
         fix = "move it aside and --resume again (the callbacks start afresh: the trials' MLflow runs are found by tag)"
     elif pattern == SEARCHER_STATE:
@@ -117,9 +112,8 @@ def _advice(path: Path, problem: str, what: str, pattern: str) -> str:
     return f"the state of {what} in Tune's folder, {path}, is {problem}: {fix}"
 
 
-def check_generator_state(directory: Path, algorithm: str) -> str | None:
-    """UserError when Tune's folder holds trials but not the state of the generator that samples the rest (a new one
-    would sample none, or repeat the grid); a note when only TPE's own state is missing (a new TPE takes over)."""
+def _check_generator_state(directory: Path, algorithm: str) -> str | None:
+    """Refuse a Tune folder with trials but no generator state; note when only TPE's state is missing."""
     if max(directory.glob(EXPERIMENT_STATE), default=None) is None:
         return None
     generator = GENERATOR_STATE if algorithm == "optuna" else VARIANT_STATE
@@ -135,9 +129,9 @@ def check_generator_state(directory: Path, algorithm: str) -> str | None:
 
 
 def _check_checkpoint(directory: Path, trial_id: str, checkpoint: str) -> None:
-    """The checkpoint trial ``trial_id`` restarts from must be whole (its state and best weights)."""
+    """Check the checkpoint a trial restarts from: its state and its best weights."""
     folder = directory / f"trial_{trial_id}" / checkpoint
-    for name, check in ((STATE_FILE, zip_problem), (BEST_FILE, safetensors_problem)):
+    for name, check in ((STATE_FILE, _zip_problem), (BEST_FILE, _safetensors_problem)):
         path = folder / name
         problem = path.is_file() and check(path)
         if problem:
@@ -147,9 +141,8 @@ def _check_checkpoint(directory: Path, trial_id: str, checkpoint: str) -> None:
             )
 
 
-def zip_problem(path: Path) -> str | None:
-    """What is wrong with the zip file ``path`` (torch's checkpoint format), or None: its directory read and each
-    member's bytes within the file (no member decompressed)."""
+def _zip_problem(path: Path) -> str | None:
+    """Say what is wrong with a zip file, reading its directory only; None when it is whole."""
     try:
         size = path.stat().st_size
         with zipfile.ZipFile(path) as archive:
@@ -161,9 +154,8 @@ def zip_problem(path: Path) -> str | None:
     return None
 
 
-def safetensors_problem(path: Path) -> str | None:
-    """What is wrong with the safetensors file ``path``, or None: its header read and its length checked against the
-    tensors it declares."""
+def _safetensors_problem(path: Path) -> str | None:
+    """Say what is wrong with a safetensors file, from its header and length; None when it is whole."""
     try:
         with open(path, "rb") as f:
             length = struct.unpack("<Q", f.read(8))[0]
@@ -178,13 +170,13 @@ def safetensors_problem(path: Path) -> str | None:
 
 
 def _check_study(directory: Path, record: dict[str, Any]) -> None:
-    """The search's Optuna study, where its record names one (``study_storage``), else its SQLite file, must open."""
+    """Check that the search's Optuna study opens."""
     url = record.get("study_storage") or (
         f"sqlite:///{directory / STUDY_FILE}" if (directory / STUDY_FILE).is_file() else None
     )
     if url is None:
         return
-    problem = study_problem(url)
+    problem = _study_problem(url)
     if problem:
         raise ResumeError(
             f"the search's Optuna study {url} does not open ({problem}): move it aside and --resume again (the study "
@@ -192,9 +184,8 @@ def _check_study(directory: Path, record: dict[str, Any]) -> None:
         )
 
 
-def study_problem(url: str) -> str | None:
-    """What keeps the Optuna storage ``url`` from opening, or None: a SQLite file's header and length, then its
-    tables read (none made)."""
+def _study_problem(url: str) -> str | None:
+    """Say what keeps an Optuna storage from opening, making no tables; None when it opens."""
     if url.startswith("sqlite:///"):
         problem = services.sqlite_problem(Path(url.split(":///", 1)[1].split("?")[0]))
         if problem:

@@ -1,10 +1,7 @@
-"""What every trial a space can draw needs of the search's workers, checked before Ray: a batch that divides among a
-trial's data-parallel workers, and an even share for each worker where mixup or cutmix pairs its images.
+"""Check that every trial a space can draw can share its batch among its data-parallel workers, before Ray starts.
 
-A trial checks these itself (``vit.distributed.check_batch``), but only once Ray runs it; and a space's corners vary
-one parameter at a time, so a batch size and a mixup value that fail only together would slip past them. Here every
-combination of the values the space can draw for ``batch_size``, ``mixup`` and ``cutmix`` is checked (a few values
-each: a choice's, a range's ends, every integer of a ``randint`` batch size).
+A space's corners vary one parameter at a time, so a batch size and a mixup value that fail only together would slip
+past them; here every combination of the values the space can draw for the keys is checked.
 """
 
 from __future__ import annotations
@@ -21,18 +18,8 @@ KEYS = ("batch_size", "mixup", "cutmix")  # the settings a trial's share of the 
 MAX_INTEGERS = 4096  # a randint batch size wider than this is checked at its ends only
 
 
-def drawable(spec: SearchSpec, settings: FinetuneConfig, key: str) -> list[Any]:
-    """List the values of setting ``key`` a trial of ``spec`` may train with.
-
-    Args:
-        spec: The search's space.
-        settings: The search's trial settings.
-        key: A setting's name.
-
-    Returns:
-        The space's values (every integer of a ``randint``, both ends of another range, every choice), else the
-        settings' one value.
-    """
+def _drawable(spec: SearchSpec, settings: FinetuneConfig, key: str) -> list[Any]:
+    """List the values of setting ``key`` a trial may train with: a randint's every integer, else its corners."""
     param = spec.parameters.get(key)
     if param is None:
         return [getattr(settings, key)]
@@ -41,21 +28,11 @@ def drawable(spec: SearchSpec, settings: FinetuneConfig, key: str) -> list[Any]:
     return list(param.corners())
 
 
-def check_batches(spec: SearchSpec, settings: FinetuneConfig, workers: int) -> None:
-    """Check that each trial ``spec`` may draw can share its batch among its ``workers`` data-parallel workers.
-
-    Args:
-        spec: The search's space.
-        settings: The search's trial settings (what the space does not search).
-        workers: The data-parallel workers of each trial.
-
-    Raises:
-        UserError: If some batch size the space may draw does not divide among the workers, or leaves a worker an odd
-            share while mixup or cutmix is on.
-    """
+def _check_batches(spec: SearchSpec, settings: FinetuneConfig, workers: int) -> None:
+    """Refuse a batch size the space may draw that does not divide among the workers, or splits oddly under mixup."""
     if workers < 1:
         return
-    values = [drawable(spec, settings, key) for key in KEYS]
+    values = [_drawable(spec, settings, key) for key in KEYS]
     for batch, mixup, cutmix in itertools.product(*values):
         _check_one(spec, batch, mixup > 0 or cutmix > 0, workers)
 
@@ -76,6 +53,6 @@ def _check_one(spec: SearchSpec, batch: int, mixing: bool, workers: int) -> None
 
 
 def _where(spec: SearchSpec) -> str:
-    """`` (drawn by <space>)`` when the space searches the batch size, else nothing."""
+    """Say where a drawn batch size comes from: `` (drawn by <space>)``, or nothing for a fixed one."""
     param = spec.parameters.get("batch_size")
     return "" if param is None or isinstance(param, Constant) else f" (drawn by {spec.path.name})"

@@ -314,31 +314,34 @@ def in_network_scores(
     plasticity_pairs: int | None = None,
     **measuring: Any,
 ) -> pd.DataFrame:
-    """Per subset (index): the mean in-network plasticity of its components (``in_network_mean``), for the criteria lab.
+    """Per subset (index): the criteria of kind ``IN_NETWORK`` (``in_network_mean``, the mean in-network plasticity of
+    its components), for the criteria lab.
 
     ``settings`` are a search's; the report is measured once and cached; ``measuring``: where (``runner``,
     ``decoded``, ``staged``: see ``plasticity_report``).
     """
     found = search_report(settings, reference=reference, variant="in_network", max_pairs=plasticity_pairs, **measuring)
     counts = found.meta["component_params"]
-    rows = {subset: scores.subset_scores(found.table, subset, counts)["plasticity_mean"] for subset in subsets}
-    return pd.DataFrame({"in_network_mean": pd.Series(rows, dtype=float)})
+    rows = {subset: scores.subset_scores(found.table, subset, counts, kind=scores.IN_NETWORK) for subset in subsets}
+    return pd.DataFrame(list(rows.values()), index=list(rows), columns=scores.criteria(scores.IN_NETWORK), dtype=float)
 
 
 def in_network_depth_scores(
     found: PlasticityReport, settings: FinetuneConfig, configs: Iterable[tuple[str, str]]
 ) -> pd.DataFrame:
-    """Per (components, depth) (index): the mean in-network plasticity of the layers it trains (``in_network_mean``),
+    """Per (components, depth) (index): the criteria of kind ``IN_NETWORK`` over the layers it trains (``in_network_mean``),
     from an in-network report (``search_report(..., variant="in_network")``)."""
     counts = found.meta["component_params"]
     blocks = scores.num_blocks(found.table)
     rows = {}
     for components, depth in configs:
         cfg = settings.merged({"components": components, "depth": depth})
-        subset = scores.subset_scores(found.table, components, counts, blocks=cfg.block_indices(blocks))
-        rows[(components, depth)] = subset["plasticity_mean"]
+        blocks_trained = cfg.block_indices(blocks)
+        rows[(components, depth)] = scores.subset_scores(
+            found.table, components, counts, blocks_trained, scores.IN_NETWORK
+        )
     index = pd.MultiIndex.from_tuples(list(rows), names=["components", "depth"])
-    return pd.DataFrame({"in_network_mean": list(rows.values())}, index=index)
+    return pd.DataFrame(list(rows.values()), index=index, columns=scores.criteria(scores.IN_NETWORK), dtype=float)
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from vitplast_tune.components import HEAD, all_subsets, parse_subset, subset_nam
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.freezing import count_trainable
 from vitplast_tune.predictors import report
-from vitplast_tune.predictors.scores import BASELINE, contains_mha_or_fc, log_trainable_params
+from vitplast_tune.predictors.scores import BASELINE, structure_scores
 from vitplast_tune.storage import SEARCH_FILE
 
 POOLED_FILE = "pooled.json"  # vitplast lab pooled writes the pooled verdict here
@@ -69,8 +69,7 @@ def subset_scores(
             {
                 "components": subset_name(subset),
                 "trainable_params": trainable,
-                BASELINE: log_trainable_params(trainable),
-                "contains_mha_or_fc": contains_mha_or_fc(chosen),
+                **structure_scores(chosen, trainable),
                 **predictors.trial_scores(cfg),
             }
         )

@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.predictors import report
-from vitplast_tune.predictors.scores import criteria_summary
+from vitplast_tune.predictors.scores import criteria_summary, gradient_criteria
 from vitplast_tune.records import view as saved_view
 from vitplast_tune.records.cost import cost_points
 from vitplast_tune.records.result import augmentation_text
@@ -63,6 +63,7 @@ def open_search_run(
     params = {
         "space": spec.name,
         "algorithm": spec.algorithm,
+        **({"sampler": spec.sampler} if spec.algorithm == "optuna" else {}),
         "scheduler": spec.scheduler.name,
         "num_samples": spec.num_samples,
         "metric": spec.metric,
@@ -88,7 +89,8 @@ def open_search_run(
     run_id = start_search_run(mlflow, place.experiment, place.name, params, tags, artifacts)
     mlflow.log_text(run_id, spec.text, f"space/{spec.path.name}")
     if predictors.gradients is not None:
-        mlflow.log_text(run_id, predictors.gradients.to_csv(index=False), "criteria/gradients.csv")
+        layers = gradient_criteria(predictors.gradients)  # each layer's sums and criteria
+        mlflow.log_text(run_id, layers.to_csv(index=False), "criteria/gradients.csv")
         summary = criteria_summary(predictors.gradients)
         mlflow.log_text(run_id, summary.to_csv(index=False), "criteria/gradients_summary.csv")
     if plasticity is not None:

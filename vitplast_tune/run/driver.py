@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray.tune import Callback
 
-from vitplast_tune import holds, storage
+from vitplast_tune import storage
 from vitplast_tune.analysis.analyze import analyze_search
 from vitplast_tune.errors import SearchFailed, SearchInterrupted, option, trial_cause
 from vitplast_tune.log import get_logger
@@ -189,7 +189,6 @@ def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings
         result.notes = list(plan.notes)
         _record_results(result, mlflow, tuned.grid)
     _check_some_reported(plan, table, tuned.grid)
-    holds.hold("end")  # a test's signal lands here, the trial table written (nothing under a user's run)
     running = plan.running
     release = parallel.release_orphans if running.resources.workers > 1 else None  # what stopped trials held
     with before_trials.measuring_worker(

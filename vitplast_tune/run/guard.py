@@ -25,7 +25,6 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from vitplast_tune import holds
 from vitplast_tune._compat import ray_tune
 from vitplast_tune.lock import SearchLock
 from vitplast_tune.log import get_logger
@@ -151,7 +150,6 @@ class Watch(Callback):
         self.staging: Path | None = None  # Tune's own copy of its state files, on the driver's disk
         self.storage = None  # (pyarrow filesystem, path) of the search in its storage
         self.reserve = Reserve([])  # the space held back (``guarded``)
-        self._held = False  # the test-only hold at a checkpoint taken (``holds``): once
 
     def __getstate__(self) -> dict:
         return {
@@ -160,7 +158,6 @@ class Watch(Callback):
             "staging": None,
             "storage": None,
             "reserve": Reserve([]),
-            "_held": True,
         }
 
     def take(self, error: BaseException | str | None, where: str, service: bool = False) -> bool:
@@ -192,9 +189,6 @@ class Watch(Callback):
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
         self._remember(trial)
-        if not self._held and result.get("checkpoint_dir_name") and any(t.status == "TERMINATED" for t in trials):
-            self._held = True
-            holds.hold("checkpoint")  # a test's signal lands here (a trial checkpointed, another ended); else nothing
 
     def on_trial_recover(self, iteration: int, trials: list, trial, **info) -> None:
         self.report(ray_tune.trial_error_text(trial), f"trial {trial.trial_id} ran")

@@ -1,5 +1,6 @@
-"""Optuna TPE as a Ray Tune search algorithm: Ray Tune's ``OptunaSearch`` over the space's define-by-run function,
-telling Optuna the truth about each trial's end (``OptunaSearcher``), with a warm start and one or more objectives.
+"""An Optuna sampler (the space's, ``space.samplers``) as a Ray Tune search algorithm: Ray Tune's ``OptunaSearch``
+over the space's define-by-run function, telling Optuna the truth about each trial's end (``OptunaSearcher``), with a
+warm start and one or more objectives.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from vitplast_tune._compat import ray_tune
 from vitplast_tune.components import component_flags
 from vitplast_tune.space.distributions import OptunaSpace
 from vitplast_tune.space.files import SearchSpec
+from vitplast_tune.space.samplers import make_sampler
 
 
 class OptunaSearcher(OptunaSearch):
@@ -103,13 +105,12 @@ def warm_start_points(spec: SearchSpec, subsets: Sequence[str]) -> list[dict[str
 
 
 def optuna_searcher(spec: SearchSpec, seed: int, warm_start: Sequence[str] = ()) -> OptunaSearcher:
-    """TPE (seeded) over the space; ``warm_start``: subsets ranked best first, of which it tries ``spec.warm_start``
-    first."""
+    """The space's sampler (``spec.sampler``, seeded) over the space; ``warm_start``: subsets ranked best first, of
+    which it tries ``spec.warm_start`` first."""
     import optuna
-    from optuna.samplers import TPESampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     metric, mode = objectives(spec)
     points = warm_start_points(spec, warm_start) or None
-    space, sampler = OptunaSpace(spec.parameters), TPESampler(seed=seed)
+    space, sampler = OptunaSpace(spec.parameters), make_sampler(spec.sampler, seed, spec.parameters)
     return OptunaSearcher(space=space, metric=metric, mode=mode, sampler=sampler, points_to_evaluate=points)

@@ -5,7 +5,8 @@ A space file is YAML (see ``search_spaces/component_subsets.yaml``)::
     description: Any non-empty subset of the six components, and the learning rate.
     metric: val_acc            # what to optimise, reported by every trial
     mode: max                  # max | min
-    algorithm: optuna          # optuna (TPE) | grid | random
+    algorithm: optuna          # optuna | grid | random
+    sampler: tpe               # optuna's sampler: tpe | tpe-multivariate | gp | cmaes | random | qmc | grid
     num_samples: 20            # trials (grid: repeats of the whole grid)
     scheduler: {name: asha, grace_period: 100, reduction_factor: 3}   # asha | median | fifo
     parameters:                # what each trial gets; a plain value is a constant
@@ -14,14 +15,8 @@ A space file is YAML (see ``search_spaces/component_subsets.yaml``)::
       optimizer: sgd
     defaults: {max_steps: 400, batch_size: 64}   # experiment settings; command-line flags override
 
-Optional keys: ``metric: [val_acc, trainable_params]`` with ``mode: [max, min]`` asks Optuna for two
-objectives (its Pareto front; no early stopping then: schedulers take one metric);
-``max_trainable_params: N`` is a parameter budget (trials over it are not trained);
-``warm_start: K`` enqueues the K subsets ``recommend`` ranks best as TPE's first trials;
-``budgets: [150, {steps: 600, lr: [0.1]}]`` runs a grid at several step budgets (each trial's ``max_steps``),
-an entry with ``steps`` narrowing some parameters to fewer of their choices at that budget;
-``finalists: {top: K, seeds: N}`` trains the K best configurations and the baselines again on N seeds after the trials;
-``baselines: {rates: R}`` trains full finetuning and the linear probe at R rates as reference trials (``space.baselines``).
+The optional keys (several objectives, ``max_trainable_params``, ``warm_start``, ``budgets``, ``finalists``,
+``baselines``) are explained in docs/guide/spaces.md and docs/guide/recommend.md.
 
 A subset is encoded for Optuna as one boolean per component (``train_emb`` ... ``train_fc2``).
 """
@@ -39,6 +34,7 @@ from typing import Any
 import yaml
 
 from vitplast_tune.errors import SpaceError, did_you_mean
+from vitplast_tune.space import samplers
 from vitplast_tune.space.baselines import parse_baselines, references
 from vitplast_tune.space.distributions import Constant, Distribution, Subsets, parse_param
 from vitplast_tune.space.finalists import OFF, Finalists, parse_finalists
@@ -61,7 +57,7 @@ def spaces_dir() -> Path:
 ALGORITHMS = ("optuna", "grid", "random")
 SCHEDULERS = ("asha", "median", "fifo")
 MODES = ("max", "min")
-_TOP_KEYS: tuple[str, ...] = ("description", "metric", "mode", "algorithm", "num_samples", "scheduler", "criteria")
+_TOP_KEYS = ("description", "metric", "mode", "algorithm", "sampler", "num_samples", "scheduler", "criteria")
 _TOP_KEYS += ("max_trainable_params", "warm_start", "budgets", "finalists", "baselines", "parameters", "defaults")
 _SCHEDULER_KEYS = ("name", "grace_period", "reduction_factor")
 
@@ -94,6 +90,7 @@ class SearchSpec:
         metric: The metric to optimise (the first, with several objectives).
         mode: ``max`` or ``min`` (the first metric's).
         algorithm: ``optuna``, ``grid`` or ``random``.
+        sampler: Optuna's sampler, by its name in ``space.samplers`` (``optuna`` only).
         num_samples: Trials (a grid: repeats of the whole grid).
         scheduler: The early stopping.
         parameters: What each trial gets, by name.
@@ -126,6 +123,7 @@ class SearchSpec:
     budgets: tuple[Budget, ...] = ()  # a grid at several step budgets (each trial's max_steps)
     finalists: Finalists = OFF  # the best configurations and the baselines again on several seeds, after the trials
     baselines: int = 0  # full finetuning and the linear probe as reference trials, at this many rates each
+    sampler: str = samplers.DEFAULT  # Optuna's sampler (``space.samplers``)
 
     @property
     def multi_objective(self) -> bool:
@@ -288,6 +286,7 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
         metric=objectives[0][0],
         mode=objectives[0][1],
         algorithm=_one_of(raw.get("algorithm", "optuna"), ALGORITHMS, where, "algorithm"),
+        sampler=str(raw.get("sampler", samplers.DEFAULT)),
         num_samples=_positive_int(raw.get("num_samples", 1), where, "num_samples"),
         scheduler=_parse_scheduler(raw.get("scheduler", "fifo"), where),
         parameters={str(k): parse_param(str(k), v, where) for k, v in parameters.items()},
@@ -367,6 +366,7 @@ def _parse_budget(entry: Any, parameters: dict[str, Distribution], where: str) -
 
 
 def _check_algorithm(spec: SearchSpec) -> None:
+    samplers.check_sampler(spec.sampler, spec.algorithm, spec.parameters, spec.multi_objective, str(spec.path))
     if spec.multi_objective and spec.algorithm != "optuna":
         raise SpaceError(f"{spec.path}: several objectives need algorithm: optuna (its multi-objective TPE)")
     if spec.multi_objective and spec.scheduler.name != "fifo":

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.space.files import SearchSpec
+from vitplast_tune.space.samplers import check_sampler
 
 OBJECTIVES = ("accuracy", "accuracy_per_gpu_hour", "pareto")
 PER_GPU_HOUR = "val_acc_per_gpu_hour"  # val_acc * 3600 / time_in_steps_s, reported at every evaluation
@@ -59,6 +60,7 @@ def with_objective(spec: SearchSpec, objective: str | None) -> SearchSpec:
             f"--objective pareto needs algorithm: optuna (its multi-objective TPE), not {spec.algorithm} "
             f"({spec.path.name})"
         )
+    check_sampler(spec.sampler, spec.algorithm, spec.parameters, True, f"--objective pareto with {spec.path.name}")
     objectives = (("val_acc", "max"), (TRAINING_SECONDS, "min"))
     return replace(spec, metric="val_acc", mode="max", objectives=objectives)
 

@@ -1,5 +1,4 @@
-"""The torch side of a ViT: building models, finetuning one run, where it computes, how each component trains,
-plasticity and the gradient criteria, the offline testbed's pretraining, and the best model of a search."""
+"""The torch side: build models, finetune a run, measure plasticity and gradients, pretrain the testbed."""
 
 import lazy_loader as _lazy
 
@@ -7,13 +6,12 @@ __getattr__, __dir__, __all__ = _lazy.attach(
     __name__,
     submod_attrs={
         "models": ["create_model", "check_weights", "data_config", "pretrained_data_config"],
-        "training": ["finetune", "Finetuned", "DivergedError", "time_steps"],
-        "devices": ["run_device", "resolve_device", "resolve_precision", "DeviceError"],
+        "training": ["finetune", "Finetuned", "DivergedError"],
+        "devices": ["resolve_device", "resolve_precision", "DeviceError"],
         "plasticity": ["compute_plasticity"],
-        "methods": ["apply_methods", "plain_model", "trainable_parameters"],
-        "best_model": ["load_best_model", "rebuild"],
+        "methods": ["plain_model"],
+        "best_model": ["load_best_model"],
         "pretraining": ["pretrain_testbed"],
         "gradients": ["gradient_table"],
-        "measure": ["measure_plasticity", "measure_gradients"],
     },
 )

@@ -1,11 +1,7 @@
-"""The best model of a search, back as a timm model: rebuilt from the best trial's settings and its trained tensors
-(``rebuild``), saved as an MLflow model where the trials ran for the driver to log on the search's parent run
-(``prepare``, ``save_model``), and loaded in one line (``load_best_model``).
+"""Bring a search's best model back as a timm model, and save it as an MLflow model where its trial ran.
 
-A trial saves only what it trains (its subset and the head); the rest of the model is what the run started from
-(``vit.methods.plain_model``: the pretrained weights, the head and any untrained part seeded by the trial's seed, LoRA merged).
-So the best trial's model is that start plus its trained tensors, read from safetensors: no pickle. The MLflow model
-is pickled instead (MLflow's pytorch flavour), so that ``mlflow.pytorch.load_model`` gives the timm module back.
+A trial saves only what it trains. The rest is the model it started from, so the best model is that start plus the
+trained tensors, read from safetensors.
 """
 
 from __future__ import annotations
@@ -43,29 +39,11 @@ from vitplast_tune.vit import methods, models
 from vitplast_tune.vit.families.hf import HFClassifier
 
 
-def rebuild(cfg: FinetuneConfig, trainable: dict[str, Tensor]) -> nn.Module:
-    """Rebuild the model a run trained, with its trained tensors, in eval mode on the CPU.
-
-    Args:
-        cfg: The run's settings.
-        trainable: The run's trained tensors by name (LoRA adapters are merged: ``vit.methods.plain_model``).
-
-    Returns:
-        The model.
-
-    Raises:
-        UserError: If the tensors do not fit the model.
-    """
-    return methods.plain_model(cfg, trainable)
-
-
 def prepare(cfg: FinetuneConfig, checkpoint, target: str, staged: Sequence = ()) -> str:
-    """The best trial's files, made where its trials ran (a Ray worker with a trial's resources) and written to
-    ``target`` (a folder of the search's storage: a path or a URI): its best-validation trainable tensors
-    (``WEIGHTS_FILE``) read from its Tune ``checkpoint``, and the model rebuilt with them as a saved MLflow model
-    (``MODEL_NAME/``, see ``save_model``); return "" or, when the model cannot be built on that node (e.g. no hub
-    weights there), why not: the tensors are written all the same. ``staged``: the driver's files the model reads
-    (``data.staging``), used there in place of its paths."""
+    """Write the best trial's tensors and MLflow model to ``target``, where the trials ran; return why no model, or "".
+
+    The tensors are written even when the model cannot be built on that node. ``staged``: the driver's files it reads.
+    """
     from safetensors.torch import load_file
 
     from vitplast_tune.data import staging
@@ -76,7 +54,7 @@ def prepare(cfg: FinetuneConfig, checkpoint, target: str, staged: Sequence = ())
         best_weights(checkpoint, weights)
         note = ""
         try:
-            save_model(rebuild(cfg, load_file(str(weights))), cfg, Path(tmp) / MODEL_NAME)
+            save_model(methods.plain_model(cfg, load_file(str(weights))), cfg, Path(tmp) / MODEL_NAME)
         except (UserError, OSError, RuntimeError) as exc:
             reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
             note = f"the best model is not logged as an MLflow model: it could not be built on its node ({reason})"
@@ -85,11 +63,10 @@ def prepare(cfg: FinetuneConfig, checkpoint, target: str, staged: Sequence = ())
 
 
 def best_weights(checkpoint, path: Path) -> None:
-    """The best-validation trainable weights of a trial's checkpoint as the safetensors file ``path``, read through
-    the checkpoint's own filesystem (the search's storage), only that file, not the optimizer state."""
+    """Save a trial checkpoint's best-validation trainable weights as the safetensors file ``path``."""
     try:
         download(checkpoint.filesystem, f"{checkpoint.path}/{BEST_FILE}", path.parent).rename(path)
-    except FileNotFoundError:  # a checkpoint written before best.safetensors: the best weights in state.pt
+    except FileNotFoundError:  # an older checkpoint keeps them in state.pt
         _best_from_state(checkpoint, path)
 
 
@@ -97,20 +74,16 @@ def _best_from_state(checkpoint, path: Path) -> None:
     from safetensors.torch import save_file
 
     with checkpoint.as_directory() as source:
-        # Memory-mapped: only the best weights are read, not the optimizer state and the last weights beside them.
+        # Memory-mapped, so that only the best weights are read.
         state = torch.load(Path(source) / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
         best = state.get("best", {}).get("trainable") or state["trainable"]
         save_file({k: v.contiguous() for k, v in best.items()}, str(path))
 
 
 def save_model(model: nn.Module, cfg: FinetuneConfig, path: Path) -> Path:
-    """Save ``model`` as an MLflow model in the folder ``path``, which the driver logs as ``best_model`` of the
-    search's parent run (``records.best_trial``).
+    """Save ``model`` in ``path`` as a pickled MLflow pytorch model, which the driver logs as ``best_model``.
 
-    The pytorch flavour, pickled (MLflow 3's default, pt2, loads back as an inference-only graph, not the timm
-    module); its signature is a float32 batch of the model's input size (the model's own normalisation applied, see
-    the metadata's ``data_config``) to its logits, with one such image as the input example. The requirements are
-    given (torch, timm) rather than inferred, which would load the model once more in a child process.
+    Pickled, since MLflow 3's default format loads back as a graph; requirements given, since inferring them reloads it.
     """
     import mlflow
     from mlflow.models import infer_signature
@@ -120,7 +93,7 @@ def save_model(model: nn.Module, cfg: FinetuneConfig, path: Path) -> Path:
     with torch.no_grad():
         logits = model(torch.from_numpy(example)).numpy()
     requirements = [f"torch=={torch.__version__.split('+')[0]}", f"timm=={timm.__version__}"]
-    if isinstance(model, HFClassifier):  # a transformers model inside: unpickling it needs transformers
+    if isinstance(model, HFClassifier):  # unpickling it needs transformers
         import transformers
 
         requirements.append(f"transformers=={transformers.__version__}")
@@ -146,24 +119,22 @@ def load_best_model(
     *,
     run_id: str | None = None,
 ) -> nn.Module:
-    """The best trial of a finished search as a timm model holding its best-validation weights, in eval mode.
+    """Load the best model of a finished search, with its best-validation weights, in eval mode.
 
-    Found by the search's ``name`` through its record in ``storage``, or by an MLflow ``run_id`` alone (the search's
-    parent run, or a trial's own run) on ``tracking_uri``, with no local record (a team's MLflow server); its settings
-    and trained tensors (safetensors) are read from that run.
+    Give the search's ``name``, or an MLflow ``run_id`` (its parent run or a trial's) to need no local record.
 
     Args:
-        name: The search's name (``--name``).
+        name: The search's name.
         storage: Where its record lies (None: ``$VITPLAST_RESULTS_DIR``, else ``~/vitplast_tune_results``).
-        tracking_uri: The MLflow store (None: the one the search used; with ``run_id``, ``$MLFLOW_TRACKING_URI``).
-        device: Where the model is put.
-        run_id: An MLflow run holding a best model: a search's parent run or a trial's run.
+        tracking_uri: The MLflow store (None: the search's; with ``run_id``, ``$MLFLOW_TRACKING_URI``).
+        device: Where to put the model.
+        run_id: An MLflow run that holds a best model.
 
     Returns:
-        The ``torch.nn.Module`` in eval mode on ``device``.
+        The model in eval mode on ``device``.
 
     Raises:
-        UserError: If there is no such search or run, or it holds no best model (the message says why).
+        UserError: There is no such search or run, or it holds no best model; the message says why.
     """
     if run_id is None:
         if name is None:
@@ -180,12 +151,11 @@ def load_best_model(
             )
         what = f"MLflow run {run_id}"
     about, trainable = _best_files(run_id, uri, folders, what)
-    return rebuild(FinetuneConfig.from_dict(about["settings"]), trainable).to(device)
+    return methods.plain_model(FinetuneConfig.from_dict(about["settings"]), trainable).to(device)
 
 
 def _best_files(run_id: str, uri: str, folders: Sequence[str], what: str) -> tuple[dict, dict[str, Tensor]]:
-    """The best trial's row and settings (``TRIAL_FILE``) and trained tensors, from the first of ``folders`` that
-    run ``run_id`` holds on ``uri``; UserError naming ``what`` when none does."""
+    """Download the best trial's row, settings and tensors from the first of ``folders`` the run holds."""
     import mlflow
     from mlflow.exceptions import MlflowException
     from safetensors.torch import load_file
@@ -207,7 +177,7 @@ def _best_files(run_id: str, uri: str, folders: Sequence[str], what: str) -> tup
 
 
 def _check_finished(name: str, run_id: str, tracking_uri: str) -> None:
-    """UserError, saying why, unless the parent run ``run_id`` of search ``name`` finished with a best trial."""
+    """Raise UserError, saying why, unless search ``name`` finished with a best trial."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 

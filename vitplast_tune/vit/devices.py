@@ -1,5 +1,4 @@
-"""Where a run computes: the device Ray gave a trial or task (a GPU, its memory capped to the fraction given, or the
-CPU), the device a user names, and the precision a run uses there."""
+"""Find where a run computes and in what precision."""
 
 from __future__ import annotations
 
@@ -13,25 +12,19 @@ from vitplast_tune.errors import UserError
 
 
 class DeviceError(RuntimeError):
-    """A run was given GPUs that torch cannot use (no CUDA visible): it stops instead of training on the CPU."""
+    """A run got GPUs that torch cannot use; it stops rather than train on the CPU."""
 
 
 def default_device() -> torch.device:
-    """CUDA when there is a GPU, else the CPU."""
+    """Return CUDA when there is a GPU, else the CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def run_device() -> torch.device:
-    """Find the device a run computes on.
+    """Find the device a run computes on; DeviceError when Ray gave a GPU that torch cannot see.
 
-    In a Ray task or trial this is the GPU Ray gave it, its memory capped to the fraction given
-    (``--gpus-per-trial 0.5``: half), or the CPU when it was given no GPU. Outside Ray, ``default_device()``.
-
-    Returns:
-        The device.
-
-    Raises:
-        DeviceError: If Ray gave the run a GPU but CUDA is not visible to torch.
+    In Ray it is the GPU Ray gave, its memory capped to the fraction given, or the CPU. Outside Ray it is
+    ``default_device()``.
     """
     given = ray_gpus()
     if given is None:
@@ -52,7 +45,7 @@ def run_device() -> torch.device:
 
 
 def ray_gpus() -> tuple[float, list[str]] | None:
-    """(GPUs, their ids) that Ray gave the task or actor running this; None outside a Ray worker."""
+    """Return the GPUs Ray gave the task or actor running this, and their ids; None outside a Ray worker."""
     if not ray_internals.in_worker():
         return None
     import ray
@@ -62,12 +55,12 @@ def ray_gpus() -> tuple[float, list[str]] | None:
 
 
 def memory_fraction(gpus: float) -> float | None:
-    """The share of a GPU's memory a run given ``gpus`` of it may take (None: a whole GPU, no cap)."""
+    """Return the share of a GPU's memory a run given ``gpus`` may take; None for a whole GPU."""
     return gpus if 0 < gpus < 1 else None
 
 
 def device_name(device: torch.device) -> str:
-    """``cpu``, or ``cuda:0 NVIDIA H100 80GB HBM3`` (the GPU's name): what a trial reports and MLflow tags."""
+    """Name a device as a trial reports it: ``cpu``, or ``cuda:0 NVIDIA H100 80GB HBM3``."""
     if device.type != "cuda":
         return device.type
     device = indexed(device)
@@ -75,24 +68,23 @@ def device_name(device: torch.device) -> str:
 
 
 def indexed(device: torch.device) -> torch.device:
-    """``device`` with its index: plain ``cuda`` is the current GPU (``cuda:0`` unless set), as torch computes on it."""
+    """Return ``device`` with its index; plain ``cuda`` is the current GPU."""
     if device.type == "cuda" and device.index is None:
         return torch.device("cuda", torch.cuda.current_device())
     return device
 
 
 def task_device() -> str:
-    """The name of the device that a Ray task or trial calling this computes on (``run_device``), for checks."""
+    """Name the device of the Ray task or trial that calls this."""
     return device_name(run_device())
 
 
 def device_facts(device: torch.device) -> dict[str, Any]:
-    """What a run reports about where it computes: ``device`` (``device_name``) and, on a GPU, the cap on its share
-    of the GPU's memory (``gpu_memory_fraction``, 1.0 for none; where this torch can tell)."""
+    """Return the device's name and, on a GPU, the cap on its memory share (``gpu_memory_fraction``)."""
     facts: dict[str, Any] = {"device": device_name(device)}
     fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
     if device.type == "cuda" and fraction is not None:
-        facts["gpu_memory_fraction"] = fraction(indexed(device))  # which asks for an index
+        facts["gpu_memory_fraction"] = fraction(indexed(device))  # it needs an indexed device
     return facts
 
 
@@ -100,36 +92,34 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     """Resolve the precision a run uses on a device.
 
     Args:
-        precision: The precision asked for: ``auto``, or an explicit choice (``fp32``, ``bf16``, ``fp16``), which
-            stands; on the CPU, bf16 and fp16 run under CPU autocast, for checks.
+        precision: ``auto``, or fp32, bf16 or fp16, which stands; on the CPU, bf16 and fp16 run under autocast.
         device: The run's device.
 
     Returns:
-        The precision: for ``auto``, bf16 where the CUDA device supports it, else fp16 on CUDA (with a gradient
-        scaler), fp32 elsewhere.
+        For ``auto``: bf16 where the GPU supports it, else fp16 on CUDA and fp32 elsewhere.
     """
     if precision != "auto":
         return precision
     if device.type != "cuda":
         return "fp32"
     major, _ = torch.cuda.get_device_capability(device)
-    return "bf16" if major >= 8 else "fp16"  # bf16 computes natively from compute capability 8.0 (A100, A10G, L4, H100)
+    return "bf16" if major >= 8 else "fp16"  # native bf16 from compute capability 8.0
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
     """Turn a device a user names into a torch device.
 
     Args:
-        device: The name or device (None: CUDA when there is a GPU, else the CPU).
+        device: The name or device (None: ``default_device()``).
 
     Returns:
         The device.
 
     Raises:
-        UserError: If torch does not know the name, or this machine does not have that CUDA device.
+        UserError: torch does not know the name, or this machine lacks that CUDA device.
     """
     if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return default_device()
     try:
         resolved = torch.device(device)
     except RuntimeError as exc:

@@ -1,4 +1,4 @@
-"""Scoring a model: accuracy and mean cross-entropy over a split (or a worker's share of it), under autocast."""
+"""Score a model on a split: its accuracy and mean cross-entropy, under autocast."""
 
 from __future__ import annotations
 
@@ -11,33 +11,18 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from vitplast_tune.data.batches import eval_batches
-from vitplast_tune.vit.distributed import SINGLE, World, shard
+from vitplast_tune.vit.distributed import SINGLE, World, _shard
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def autocast(device: torch.device, precision: str):
-    """Autocast to ``precision``'s dtype, or nothing for fp32.
-
-    Args:
-        device: where the forward pass runs.
-        precision: bf16, fp16 or fp32 (resolved on the device).
-
-    Returns:
-        The ``torch.autocast`` context (disabled for fp32).
-    """
+    """Return an autocast context for ``precision`` on ``device``, disabled for fp32."""
     return torch.autocast(device.type, dtype=_DTYPES.get(precision, torch.float32), enabled=precision in _DTYPES)
 
 
-def eval_batch_size(batch_size: int) -> int:
-    """The evaluation batch size: the training batch size, at least 64 (no gradients, so memory allows it).
-
-    Args:
-        batch_size: the training batch size.
-
-    Returns:
-        The evaluation batch size.
-    """
+def _eval_batch_size(batch_size: int) -> int:
+    """Return the evaluation batch size: the training one, at least 64."""
     return max(batch_size, 64)
 
 
@@ -54,25 +39,19 @@ def evaluate(
     world: World = SINGLE,
     per_image: bool = False,
 ) -> dict[str, Any]:
-    """The accuracy and mean cross-entropy of ``model`` (or of ``forward``) over ``dataset``.
+    """Score ``model``, or ``forward``, on ``dataset``: its accuracy and mean cross-entropy.
 
-    With data-parallel workers (``world``) each scores its share of a dataset (batches given: this worker's share of
-    them) and the result is the whole's.
+    Each data-parallel worker scores its share, and every worker gets the whole split's result.
 
     Args:
-        model: the model (put in eval mode while scoring, then back).
-        dataset: a split, or its ``eval_batches``.
-        batch_size: the training batch size (see ``eval_batch_size``).
-        device: where it scores.
-        num_workers: DataLoader workers.
-        forward: the forward pass to score (default: the model's).
-        precision: bf16, fp16 or fp32, resolved on ``device``.
-        world: this process's place among the run's data-parallel workers.
-        per_image: also say which images it got right (one worker only).
+        dataset: A split, or this worker's batches of it.
+        batch_size: The training batch size; at least 64 for evaluation.
+        forward: The forward pass to score (default: the model's).
+        world: This process's place among the run's workers.
+        per_image: Also say which images it got right (one worker only).
 
     Returns:
-        ``{"acc": ..., "loss": ...}`` over the whole split; with ``per_image`` and one worker also ``correct``, a
-        string of 0/1, one per image in the dataset's order.
+        ``acc`` and ``loss``; with ``per_image`` also ``correct``, a string of 0 and 1 per image.
     """
     forward = model if forward is None else forward  # not `or`: a compiled module has no truth value
     was_training = model.training
@@ -80,7 +59,7 @@ def evaluate(
     dtype = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
     sums = torch.zeros(3, device=device, dtype=dtype)  # correct, summed loss, images
     batches = (
-        eval_batches(shard(dataset, world), eval_batch_size(batch_size), num_workers, device)
+        eval_batches(_shard(dataset, world), _eval_batch_size(batch_size), num_workers, device)
         if isinstance(dataset, Dataset)
         else dataset
     )

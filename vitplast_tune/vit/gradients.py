@@ -1,7 +1,8 @@
-"""Gradient criteria of which components to finetune, measured at the pretrained weights before any training.
+"""The gradients the gradient criteria read, measured at the pretrained weights before any training.
 
-Three predictors per component and per layer, from the gradient of the downstream cross-entropy on a few
-training batches (the new head initialised as in training; every parameter receives a gradient):
+Per component and layer, sums from the gradient of the downstream cross-entropy on a few training batches (the new
+head initialised as in training; every parameter receives a gradient), from which the criteria of kind ``gradients``
+(``predictors.scores``) are computed for a layer, a component or a subset; those registered today:
 
     grad_norm        ||g||                  the plain norm of the mean-loss gradient over all the batches
     grad_norm_ratio  ||g|| / ||theta||      the same over the weight norm, every tensor of the component and
@@ -40,23 +41,13 @@ from vitplast_tune.freezing import parameter_component
 from vitplast_tune.vit.families.registry import layout_of
 
 _EMB_LAYER = -1  # the embedding's row in the per-layer table, as in plasticity tables
-COLUMNS = [
-    "component",
-    "layer",
-    "tensors",
-    "params",
-    "grad_sq",
-    "weight_sq",
-    "grad_norm",
-    "grad_norm_ratio",
-    "auto_rgn",
-]
+COLUMNS = ["component", "layer", "tensors", "params", "grad_sq", "weight_sq", "rgn_sum"]
 
 
 def gradient_table(
     model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *, device: str | torch.device = "cpu"
 ) -> pd.DataFrame:
-    """Measure the gradient criteria of the module docstring per component and layer, and what they are made of.
+    """Measure what the gradient criteria are made of, per component and layer.
 
     The model is restored to its training mode, device and ``requires_grad`` flags; its parameters are not changed.
 
@@ -68,7 +59,7 @@ def gradient_table(
     Returns:
         One row per (component, layer), the head left out, with columns component, layer (-1 for emb), tensors
         (those with a non-zero norm, which Auto-RGN averages), params, grad_sq and weight_sq (squared norms of the
-        mean-loss gradient and of the weights), grad_norm, grad_norm_ratio and auto_rgn.
+        mean-loss gradient and of the weights) and rgn_sum (the sum of the tensors' Auto-RGN ratios).
     """
     modes = {m: m.training for m in model.modules()}
     flags = {p: p.requires_grad for p in model.parameters()}
@@ -134,11 +125,4 @@ def _component_rows(
 
 def _table(rows: dict[tuple[str, int], list[float]]) -> pd.DataFrame:
     order = sorted(rows, key=lambda key: (key[1] >= 0, key[1], COMPONENTS.index(key[0])))
-    table = pd.DataFrame(
-        [(c, layer, *rows[c, layer]) for c, layer in order],
-        columns=["component", "layer", "tensors", "params", "grad_sq", "weight_sq", "rgn_sum"],
-    )
-    table["grad_norm"] = np.sqrt(table["grad_sq"])
-    table["grad_norm_ratio"] = table["grad_norm"] / np.sqrt(table["weight_sq"]).replace(0.0, np.nan)
-    table["auto_rgn"] = table["rgn_sum"] / table["tensors"].replace(0, np.nan)
-    return table[COLUMNS]
+    return pd.DataFrame([(c, layer, *rows[c, layer]) for c, layer in order], columns=COLUMNS)

@@ -1,5 +1,4 @@
-"""The training loop of one finetuning run: its state in named parts (where it computes, what it trains, how far it
-got), the optimizer step over its micro-batches, and the evaluations between steps with their metrics."""
+"""Train one finetuning run: its state, the optimizer step over micro-batches, and the evaluations between steps."""
 
 from __future__ import annotations
 
@@ -19,19 +18,19 @@ from vitplast_tune.data.decoded import InMemory
 from vitplast_tune.data.splits import Splits
 from vitplast_tune.vit import building, methods, recipe
 from vitplast_tune.vit.devices import device_facts, resolve_precision
-from vitplast_tune.vit.distributed import SINGLE, World, check_batch, data_parallel, shard, syncing
-from vitplast_tune.vit.evaluation import autocast, eval_batch_size, evaluate
+from vitplast_tune.vit.distributed import SINGLE, World, _check_batch, _shard, _syncing, data_parallel
+from vitplast_tune.vit.evaluation import _eval_batch_size, autocast, evaluate
 from vitplast_tune.vit.families.registry import family_of
-from vitplast_tune.vit.optim import backward, build_optimizer, optimizer_step, set_lr, warmup_cosine
+from vitplast_tune.vit.optim import _set_lr, backward, build_optimizer, optimizer_step, warmup_cosine
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
 
 
 class DivergedError(RuntimeError):
-    """The training loss became NaN or infinite at ``step``.
+    """The training loss became NaN or infinite.
 
     Args:
-        message: What went wrong, as the error shows it.
+        message: What went wrong.
         step: The optimizer step at which the loss stopped being finite.
     """
 
@@ -42,8 +41,7 @@ class DivergedError(RuntimeError):
 
 @dataclass
 class Place:
-    """Where a run computes: its device, its precision (resolved there: bf16, fp16 or fp32), its data-parallel
-    ``world`` and its DataLoader workers."""
+    """Where a run computes: its device, resolved precision, data-parallel world and DataLoader workers."""
 
     device: torch.device
     precision: str
@@ -53,9 +51,11 @@ class Place:
 
 @dataclass
 class Learner:
-    """What a run trains and trains it with: the model, its forward pass (the model, compiled, or the head on cached
-    features) and the module it trains through (that forward pass, in ``DistributedDataParallel`` with several
-    workers), the trainable parameters, the optimizer, the loss, the fp16 gradient scaler and the recipe's EMA."""
+    """What a run trains, and what it trains with.
+
+    ``forward`` is the model, compiled, or the head on cached features; ``trained`` is ``forward`` in DDP, when there
+    are several workers.
+    """
 
     model: nn.Module
     forward: Forward
@@ -69,11 +69,11 @@ class Learner:
     ema_forward: Forward | None = None  # the EMA's forward (as ``forward`` is)
 
     def evaluated(self) -> tuple[nn.Module, Forward]:
-        """The model that evaluations score and its forward pass: the EMA when the recipe has one, else the model."""
+        """Return the model evaluations score and its forward pass: the EMA's when the recipe has one."""
         return (self.ema.module, self.ema_forward) if self.ema is not None else (self.model, self.forward)
 
     def ema_tensors(self) -> dict[str, torch.Tensor]:
-        """The EMA's values of the trainable tensors, by name (none without an EMA)."""
+        """Return the EMA's values of the trainable tensors by name; none without an EMA."""
         if self.ema is None:
             return {}
         params = dict(self.ema.module.named_parameters())
@@ -82,8 +82,7 @@ class Learner:
 
 @dataclass
 class Progress:
-    """How far a run got: its optimizer steps, the fp16 steps the scaler skipped, the best validation so far (its
-    accuracy, step and trainable tensors) and the cumulative seconds of setup, steps and evaluations."""
+    """How far a run got: its steps, the fp16 steps skipped, the best validation so far and its seconds."""
 
     step: int = 0
     skipped_steps: int = 0
@@ -93,7 +92,7 @@ class Progress:
 
 @dataclass
 class Run:
-    """A run being finetuned: its settings, place, learner, splits and progress (built by ``prepare``)."""
+    """A run being finetuned, built by ``_prepare``."""
 
     cfg: FinetuneConfig
     place: Place
@@ -102,12 +101,11 @@ class Run:
     progress: Progress = field(default_factory=Progress)
 
     def lr(self, step: int) -> float:
-        """The learning rate at ``step``: warm-up, then cosine decay."""
+        """Return the learning rate at ``step``."""
         return self.cfg.lr * warmup_cosine(step, self.cfg.max_steps, self.cfg.warmup)
 
     def state(self) -> dict[str, Any]:
-        """What resumes the run: the live tensors, not copies (a copy of a large model's weights and momentum is
-        large), so the receiver saves or copies them before training goes on."""
+        """Return what resumes the run: live tensors, which the receiver saves or copies before training goes on."""
         learner, progress = self.learner, self.progress
         trainable = {n: p.detach() for n, p in learner.trainable.items()}
         state = {
@@ -115,7 +113,7 @@ class Run:
             "trainable": trainable,
             "optimizer": learner.optimizer.state_dict(),
             "best": progress.best,
-            "timing": dict(progress.timing),  # the seconds so far: a resumed run adds to them (what it cost in all)
+            "timing": dict(progress.timing),  # a resumed run adds to these
         }
         if learner.scaler is not None:
             state["scaler"] = learner.scaler.state_dict()
@@ -124,8 +122,10 @@ class Run:
         return state
 
     def load(self, state: dict[str, Any]) -> None:
-        """Go on from a ``state`` a run of the same settings reported (a state without an EMA resumes it from the
-        trainable weights); its seconds so far are added to this run's (a state without them adds none)."""
+        """Go on from a ``state`` that a run of the same settings reported, adding its seconds to this run's.
+
+        A state without an EMA resumes the EMA from the trainable weights.
+        """
         learner = self.learner
         with torch.no_grad():
             for name, tensor in state["trainable"].items():
@@ -141,37 +141,23 @@ class Run:
             timing[key] = timing.get(key, 0.0) + float(seconds)
 
 
-def prepare(cfg: FinetuneConfig, device: torch.device, *, decoded: InMemory | None, world: World = SINGLE) -> Run:
-    """Build a run: model and splits, frozen but for the subset, on ``device``, with its forward pass, optimizer,
-    loss and EMA.
-
-    Args:
-        cfg: the run's settings.
-        device: where it trains.
-        decoded: the dataset already decoded, or None.
-        world: this process's place among the run's data-parallel workers.
-
-    Returns:
-        The run at step 0.
-
-    Raises:
-        UserError: when the batch does not divide among the workers.
-    """
-    building.use_hardware(cfg, device)
-    check_batch(cfg.batch_size, world, cfg.mixup > 0 or cfg.cutmix > 0)
+def _prepare(cfg: FinetuneConfig, device: torch.device, *, decoded: InMemory | None, world: World = SINGLE) -> Run:
+    """Build a run at step 0: the model frozen but for the subset, its forward pass, optimizer, loss and EMA."""
+    building._use_hardware(cfg, device)
+    _check_batch(cfg.batch_size, world, cfg.mixup > 0 or cfg.cutmix > 0)
     precision = resolve_precision(cfg.precision, device)
     model, splits = building.build_run(cfg, decoded)
-    counts = methods.apply_methods(model, cfg)  # LoRA adapters injected where asked, the rest frozen
+    counts = methods.apply_methods(model, cfg)  # inject LoRA where asked, freeze the rest
     trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
     family_of(model).set_grad_checkpointing(model, cfg.grad_checkpointing)
     model.to(device).train()
-    splits, module, feature_cache_s = building.forward_pass(cfg, model, splits, device=device, precision=precision)
-    ema = recipe.weight_average(cfg, model)  # a copy of the model before DDP holds it
+    splits, module, feature_cache_s = building._forward_pass(cfg, model, splits, device=device, precision=precision)
+    ema = recipe.weight_average(cfg, model)  # copy the model before DDP wraps it
     compiled = cfg.compile and not isinstance(module, building.HeadOnTokens)
     forward = torch.compile(module) if compiled else module
-    trained = data_parallel(module, world, device)  # evaluations score without it: each worker its own share
+    trained = data_parallel(module, world, device)  # evaluations score each worker's share without DDP
     trained = forward if trained is module else torch.compile(trained) if compiled else trained
-    cached = isinstance(splits.train, TensorDataset)  # the backbone's features: the EMA's head reads them too
+    cached = isinstance(splits.train, TensorDataset)  # the EMA's head reads the cached features too
     learner = Learner(
         model,
         forward,
@@ -184,20 +170,12 @@ def prepare(cfg: FinetuneConfig, device: torch.device, *, decoded: InMemory | No
         ema=ema,
         ema_forward=None if ema is None else building.HeadOnTokens(ema.module) if cached else ema.module,
     )
-    place = Place(device, precision, world, building.loader_workers(cfg, splits))
+    place = Place(device, precision, world, building._loader_workers(cfg, splits))
     return Run(cfg, place, learner, splits, Progress(timing={"time_feature_cache_s": feature_cache_s}))
 
 
-def batches(run: Run) -> tuple[Iterator, Iterator]:
-    """The run's training batches from where it stands (this worker's share of each) and its validation batches
-    (this worker's share of the split).
-
-    Args:
-        run: the run.
-
-    Returns:
-        (training batches, validation batches).
-    """
+def _batches(run: Run) -> tuple[Iterator, Iterator]:
+    """Return this worker's training batches, from where the run stands, and its validation batches."""
     cfg, place, world = run.cfg, run.place, run.place.world
     train = train_batches(
         run.splits.train,
@@ -209,83 +187,48 @@ def batches(run: Run) -> tuple[Iterator, Iterator]:
         part=(world.rank, world.size),
     )
     val = eval_batches(
-        shard(run.splits.val, world), eval_batch_size(cfg.batch_size), place.loader_workers, place.device
+        _shard(run.splits.val, world), _eval_batch_size(cfg.batch_size), place.loader_workers, place.device
     )
     return train, val
 
 
-def train_until_evaluation(run: Run, batches: Iterator) -> tuple[torch.Tensor, int]:
-    """Training steps up to the next evaluation (every ``eval_every`` steps and the last).
-
-    Args:
-        run: the run.
-        batches: its training batches, from where it stands.
-
-    Returns:
-        (the steps' summed loss, not synchronised; how many steps).
-    """
+def _train_until_evaluation(run: Run, batches: Iterator) -> tuple[torch.Tensor, int]:
+    """Train up to the next evaluation; return the steps' summed loss and their count."""
     loss_sum, count = torch.zeros((), device=run.place.device), 0
     while True:
-        loss_sum += train_step(run, batches)
+        loss_sum += _train_step(run, batches)
         count += 1
         step = run.progress.step
         if step % run.cfg.eval_every == 0 or step == run.cfg.max_steps:
             return loss_sum, count
 
 
-def train_step(run: Run, batches: Iterator) -> torch.Tensor:
-    """One optimizer step over ``grad_accum_steps`` micro-batches.
-
-    The scheduled lr, then each micro-batch mixed as the recipe says, its forward pass under autocast and its share
-    of the loss backward (with several workers, DDP averages the gradients in the last one's backward pass), clipping
-    and the optimizer step
-    (``optimizer_step``), the EMA's update.
-
-    Args:
-        run: the run.
-        batches: its training batches.
-
-    Returns:
-        The step's mean loss over its micro-batches (not synchronised).
-    """
+def _train_step(run: Run, batches: Iterator) -> torch.Tensor:
+    """Take one optimizer step over ``grad_accum_steps`` micro-batches; return its mean loss."""
     cfg, place, learner, progress = run.cfg, run.place, run.learner, run.progress
-    set_lr(learner.optimizer, run.lr(progress.step))
+    _set_lr(learner.optimizer, run.lr(progress.step))
     total = torch.zeros((), device=place.device)
     for micro in range(cfg.grad_accum_steps):
         images, labels = (t.to(place.device, non_blocking=True) for t in next(batches))
-        seed = recipe.mix_seed(cfg.seed, progress.step, micro, place.world.rank)
+        seed = recipe._mix_seed(cfg.seed, progress.step, micro, place.world.rank)
         images, targets = learner.loss.targets(images, labels, seed)
-        with syncing(learner.trained, last=micro == cfg.grad_accum_steps - 1):  # DDP averages on the last
+        with _syncing(learner.trained, last=micro == cfg.grad_accum_steps - 1):  # DDP averages on the last
             with autocast(place.device, place.precision):
                 loss = learner.loss(learner.trained(images).float(), targets)
-            backward(recipe.accumulate_micro(loss, cfg.grad_accum_steps), learner.scaler)
+            backward(loss / cfg.grad_accum_steps, learner.scaler)
         total += loss.detach()
     if not optimizer_step(
         learner.optimizer, learner.trainable.values(), grad_clip=cfg.grad_clip, scaler=learner.scaler
     ):
         progress.skipped_steps += 1
     if learner.ema is not None:
-        learner.ema.update(learner.model, step=progress.step + 1)  # updates so far, as timm's train.py counts them
+        learner.ema.update(learner.model, step=progress.step + 1)  # count updates as timm's train.py does
     progress.step += 1
     return total / cfg.grad_accum_steps
 
 
-def evaluate_run(run: Run, val_batches, *, train_loss: float, count: int, started: float) -> dict[str, Any]:
-    """Validate (and test the best weights after the last step); the metrics a report carries.
-
-    Args:
-        run: the run, just after a training step.
-        val_batches: this worker's validation batches.
-        train_loss: the mean training loss since the last evaluation, over every worker.
-        count: the steps since the last evaluation.
-        started: when those steps started (``time.perf_counter``).
-
-    Returns:
-        The metrics and the cumulative timing.
-
-    Raises:
-        DivergedError: when ``train_loss`` is NaN or infinite.
-    """
+def _evaluate_run(run: Run, val_batches, *, train_loss: float, count: int, started: float) -> dict[str, Any]:
+    """Validate, test the best weights after the last step, and return the metrics; DivergedError on a NaN loss."""
     cfg, place, learner, progress = run.cfg, run.place, run.learner, run.progress
     step, evaluating = progress.step, time.perf_counter()
     progress.timing["time_in_steps_s"] += evaluating - started
@@ -308,33 +251,28 @@ def evaluate_run(run: Run, val_batches, *, train_loss: float, count: int, starte
         "trainable_params": learner.trainable_params,
         "max_steps": cfg.max_steps,
         "steps_per_s": steps_per_s,
-        "images_per_s": steps_per_s * cfg.batch_size * cfg.grad_accum_steps,  # throughput, the Pareto front's axis
-        "amp_skipped_steps": progress.skipped_steps,  # fp16: steps skipped for overflowed gradients (0 otherwise)
-        "workers": place.world.size,  # data-parallel workers (vit.distributed)
+        "images_per_s": steps_per_s * cfg.batch_size * cfg.grad_accum_steps,  # the Pareto front's throughput axis
+        "amp_skipped_steps": progress.skipped_steps,  # fp16 steps skipped on overflow
+        "workers": place.world.size,
         **device_facts(place.device),
         "precision": place.precision,
     }
     if step == cfg.max_steps and cfg.eval_test:
         test = _test_best(run)
         metrics.update(test_acc=test["acc"], test_loss=test["loss"])
-        if "correct" in test:  # one worker: which test images it got right (the criteria lab keeps them)
+        if "correct" in test:  # one worker: the criteria lab keeps it
             metrics["test_correct"] = test["correct"]
     progress.timing["time_in_eval_s"] += time.perf_counter() - evaluating
     return _per_gpu_hour({**metrics, **progress.timing})
 
 
 def _per_gpu_hour(metrics: dict[str, Any]) -> dict[str, Any]:
-    """The metrics with the validation accuracy per hour of the run's training steps (``--objective
-    accuracy_per_gpu_hour``)."""
+    """Add the validation accuracy per hour of the run's training steps to the metrics."""
     return {**metrics, "val_acc_per_gpu_hour": metrics["val_acc"] * 3600 / max(metrics["time_in_steps_s"], 1e-9)}
 
 
-def restore_best(run: Run) -> None:
-    """Put the best-validation weights (when there are any) into the run's trainable parameters.
-
-    Args:
-        run: the run.
-    """
+def _restore_best(run: Run) -> None:
+    """Put the best-validation weights, if any, into the run's trainable parameters."""
     best, trainable = run.progress.best, run.learner.trainable
     if best["trainable"] is not None:
         with torch.no_grad():
@@ -343,14 +281,13 @@ def restore_best(run: Run) -> None:
 
 
 def _test_best(run: Run) -> dict[str, Any]:
-    """Test accuracy, mean loss and (one worker) per-image correctness of the best-validation weights (the model keeps
-    them afterwards)."""
-    restore_best(run)
+    """Test the best-validation weights, which the model keeps afterwards."""
+    _restore_best(run)
     return _evaluate(run, run.learner.model, run.learner.forward, run.splits.test, per_image=True)
 
 
 def _evaluate(run: Run, model: nn.Module, forward: Forward, dataset: Any, **options: Any) -> dict[str, Any]:
-    """``evaluate`` of ``model`` through ``forward`` where the run computes: its device, precision and workers."""
+    """Score ``model`` through ``forward`` where the run computes."""
     place = run.place
     return evaluate(
         model,

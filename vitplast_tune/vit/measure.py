@@ -1,6 +1,4 @@
-"""The measurements a search runs before training, as its measuring Ray worker runs them: build the model and the
-image sets of a run, then measure plasticity (``vit.plasticity``) or the gradient criteria (``vit.gradients``).
-"""
+"""Run the measurements a search makes before training, in its measuring Ray worker: plasticity and gradients."""
 
 from __future__ import annotations
 
@@ -36,24 +34,14 @@ def measure_plasticity(
 ) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
     """Build a run's model and both image sets, and measure the model's plasticity between them.
 
-    Args:
-        inputs: The model, its weights, both image sets, the variant and the number of pairs.
-        download: Whether missing data may be downloaded.
-        batch_size: Images per forward pass.
-        device: Where to measure (None: the device this task was given, ``devices.run_device``).
-        decoded: The downstream (or reference) dataset already decoded, not read again.
-
-    Returns:
-        The per-layer table (``compute_plasticity``); the model's parameters per component and per component and
-        block (``component_params``, ``parameter_summary``); and where and how long it was measured.
-
-    Raises:
-        UserError: If a dataset or the model is unknown, or the data or weights are missing.
+    Returns the per-layer table, the model's parameters per component and per block, and where and how long it took.
     """
     i = inputs
-    datasets.check_dataset_name(i.dataset)  # here, where data loads: a search's plan checked them without torch
+    datasets.check_dataset_name(i.dataset)  # the plan checked them without torch
     datasets.check_dataset_name(i.reference)
-    model = models.create_model(i.model_name, 0, pretrained=i.pretrained, weights=i.weights)  # no head: any head fits
+    model = models.create_model(
+        i.model_name, 0, pretrained=i.pretrained, weights=i.weights
+    )  # no head, so any head fits
     config = models.data_config(model)
     load = dict(data_dir=i.data_dir, download=download, decoded=decoded)
     downstream_set = datasets.load_dataset(i.dataset, config, **load).test
@@ -73,7 +61,7 @@ def measure_plasticity(
 
 
 def _parameters(model: torch.nn.Module) -> dict[str, Any]:
-    """The model's parameters per component (``component_params``) and per component and block."""
+    """Count the model's parameters per component, and per component and block."""
     layout = layout_of(model)
     counts = freezing.count_parameters(model, layout=layout)
     parameters = {"component_params": {c: counts[c] for c in components.COMPONENTS}}
@@ -81,7 +69,7 @@ def _parameters(model: torch.nn.Module) -> dict[str, Any]:
 
 
 def task_context() -> dict[str, Any]:
-    """The node and resources of the Ray task running this (empty outside Ray), for the report's metadata."""
+    """Return the node and resources of the Ray task running this; empty outside Ray."""
     if "ray" not in sys.modules:
         return {}
     import ray
@@ -95,8 +83,8 @@ def task_context() -> dict[str, Any]:
         return {"node_id": context.get_node_id()}
 
 
-HEAD_SEEDS = 5  # head initialisations the gradient criteria are measured over (their mean and spread)
-NUM_BATCHES = 5  # training batches per head, as Auto-RGN's authors' code takes (itertools.islice(loader, 5))
+HEAD_SEEDS = 5  # heads the criteria are measured over
+NUM_BATCHES = 5  # batches per head, as Auto-RGN's authors' code takes
 
 
 def measure_gradients(
@@ -107,25 +95,13 @@ def measure_gradients(
     decoded: InMemory | None = None,
     device: str | torch.device | None = None,
 ) -> pd.DataFrame:
-    """Measure the gradient criteria of a run's pretrained model for several head initialisations.
+    """Measure the gradient criteria of a run's pretrained model for ``head_seeds`` head initialisations.
 
-    The batches are the first ``num_batches`` of the run's shuffled training stream (``cfg.seed``) seen through
-    the evaluation transform: the training images without augmentation, so that the criteria do not depend on
-    random crops. Each head is initialised as a trial with that seed would initialise it (the whole model built
-    after ``torch.manual_seed``).
-
-    Args:
-        cfg: The run's settings.
-        num_batches: How many training batches to measure on, the same for every head.
-        head_seeds: How many head initialisations (seeds cfg.seed, cfg.seed + 1, ...).
-        decoded: The run's dataset already decoded, not read again.
-        device: Where to measure (None: the device this task was given, ``devices.run_device``).
-
-    Returns:
-        The ``gradients.gradient_table`` of each head, concatenated, with a ``head_seed`` column.
+    The batches are the first ``num_batches`` of the run's training stream, without augmentation. Each head starts as
+    a trial with its seed would start it. Returns each head's ``gradient_table``, with a ``head_seed`` column.
     """
     model, splits = build_run(cfg, decoded)
-    stream = train_batches(unaugmented(splits.train, splits.val), cfg.batch_size, seed=cfg.seed)
+    stream = train_batches(_unaugmented(splits.train, splits.val), cfg.batch_size, seed=cfg.seed)
     batches = [next(stream) for _ in range(num_batches)]
     num_classes = splits.num_classes
     device = device if device is not None else run_device()
@@ -143,9 +119,8 @@ def measure_gradients(
     return table
 
 
-def unaugmented(train: Dataset, val: Dataset) -> Dataset:
-    """The training images with the evaluation transform: an in-memory part re-made with ``train=False``, a file
-    dataset's ``Subset`` re-pointed at the validation split's dataset (the same files, the evaluation transform)."""
+def _unaugmented(train: Dataset, val: Dataset) -> Dataset:
+    """Return the training images under the evaluation transform."""
     if isinstance(train, SmallImages):
         return SmallImages(train.images, train.labels, train.indices, train.data_config, False)
     if isinstance(train, Subset) and isinstance(val, Subset) and len(val.dataset) == len(train.dataset):

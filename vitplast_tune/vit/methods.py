@@ -1,12 +1,6 @@
-"""How each component of a run trains (``components.METHODS``): in full, by LoRA adapters, by its biases (BitFit) or
-not at all; and the way back from any method's trained weights to a plain timm model.
+"""Set up how each component trains (in full, by LoRA, by its biases or not at all), and merge back to a plain model.
 
-LoRA comes from Hugging Face peft: ``inject_adapter_in_model`` replaces the chosen ``nn.Linear`` layers of the timm
-ViT in place (``blocks.0.attn.qkv`` becomes a ``lora.Linear`` holding the original as ``base_layer`` and the
-adapters ``lora_A`` / ``lora_B``); the model stays what it was (a timm model, or a transformers one), and its family's
-layout says which layers LoRA adapts. Merging folds ``(alpha / r) * B @ A``
-into each base weight and puts the base layer back: the state dict then loads strictly into ``timm.create_model``.
-peft imports transformers (seconds of imports), so it is imported only where a run trains by LoRA, never on the driver.
+LoRA comes from peft, which imports transformers, so peft is imported only where a run trains by LoRA.
 """
 
 from __future__ import annotations
@@ -25,35 +19,20 @@ from vitplast_tune.errors import UserError
 from vitplast_tune.vit import models
 from vitplast_tune.vit.families.registry import family_of
 
-ADAPTER = "default"  # peft's adapter name: parameters are named blocks.0.attn.qkv.lora_A.default.weight
-
 
 def apply_methods(model: nn.Module, cfg: FinetuneConfig) -> dict[str, int]:
-    """Set a model up to train as a run's settings say: LoRA adapters injected, everything else frozen.
-
-    Args:
-        model: The model, changed in place.
-        cfg: The run's settings: where ``components`` asks for LoRA (rank ``lora_rank``, ``lora_alpha``) and in
-            which blocks (``depth`` or ``blocks``).
-
-    Returns:
-        The trainable parameter count per component and for the head (``freezing.freeze``).
-
-    Raises:
-        UserError: If LoRA cannot adapt the chosen layers, or peft is not installed.
-    """
+    """Set a model up to train as a run's settings say, and return its trainable parameters per component."""
     family = family_of(model)
     blocks = cfg.block_indices(freezing.num_blocks(model, family.layout))
     targets = lora_targets(model, cfg.components, blocks)
     if targets:
         family.prepare_lora(model)
         inject_lora(model, targets, cfg.lora_rank, cfg.lora_alpha)
-    return freezing.freeze(model, cfg.components, blocks, layout=family.layout)  # after injection (which freezes)
+    return freezing.freeze(model, cfg.components, blocks, layout=family.layout)  # after injection, which freezes
 
 
 def lora_targets(model: nn.Module, subset: str | Mapping[str, str], blocks: Sequence[int] | None) -> list[str]:
-    """The full names of the linear layers LoRA adapts (``blocks.2.attn.qkv``, ...: the family layout's ``lora``
-    layers of each LoRA component, in the chosen blocks), in model order."""
+    """List the full names of the linear layers LoRA adapts, in model order."""
     layout = family_of(model).layout
     chosen = [c for c, m in components.parse_methods(subset).items() if m == components.LORA]
     wanted: set[str] = set()
@@ -70,34 +49,25 @@ def lora_targets(model: nn.Module, subset: str | Mapping[str, str], blocks: Sequ
     return found
 
 
-def require_peft(subset: str | Mapping[str, str] = "") -> None:
-    """Check that peft, which LoRA needs, is installed (it comes in the ``lora`` extra, not the base install).
-
-    Args:
-        subset: the subset that trains by LoRA, named in the message.
-
-    Raises:
-        UserError: naming the extra to install, when peft is not there.
-    """
+def _require_peft(subset: str | Mapping[str, str] = "") -> None:
+    """Raise UserError, naming the ``lora`` extra, when peft is missing."""
     if importlib.util.find_spec("peft") is None:
         what = f"{components.subset_name(subset)}: " if subset else ""
         raise UserError(f'{what}LoRA needs peft, in the lora extra: pip install "vitplast_tune[lora]" (-e ".[lora]")')
 
 
 def inject_lora(model: nn.Module, targets: Iterable[str], rank: int, alpha: float) -> None:
-    """Replace each named ``nn.Linear`` by peft's LoRA layer in place (adapter B starts at zero: the model is unchanged)."""
-    require_peft()
+    """Replace each named ``nn.Linear`` by peft's LoRA layer in place; B starts at zero, so the model is unchanged."""
+    _require_peft()
     from peft import LoraConfig, inject_adapter_in_model
 
-    # A regex is matched with re.fullmatch against each full module name: exactly these layers (a list would also
-    # match any name ending in an entry).
+    # peft fullmatches a regex against each module name; a list would also match names ending in an entry.
     pattern = "|".join(re.escape(t) for t in targets)
     inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=alpha, target_modules=pattern, bias="none"), model)
 
 
 def merge_lora(model: nn.Module) -> nn.Module:
-    """Fold every LoRA adapter into its base linear layer and put that layer back: a plain timm model (the same
-    object); a model without adapters is returned as it is."""
+    """Fold every LoRA adapter into its base layer, put that layer back, and return the model."""
     if "peft" not in sys.modules:  # no adapter can have been injected
         return model
     from peft.tuners.lora import LoraLayer
@@ -113,22 +83,22 @@ def merge_lora(model: nn.Module) -> nn.Module:
 
 
 def plain_model(cfg: FinetuneConfig, trained: Mapping[str, torch.Tensor]) -> nn.Module:
-    """Rebuild the plain model a run trained, with its trained tensors in place and LoRA merged, in eval mode.
+    """Rebuild the plain model a run trained, with its trained tensors and LoRA merged, in eval mode.
 
     Its state dict loads strictly into ``timm.create_model(cfg.model, num_classes=...)``.
 
     Args:
         cfg: The run's settings.
-        trained: The trainable tensors the run saved (e.g. a search's best weights, of any method), by name.
+        trained: The tensors the run trained, by name.
 
     Returns:
         The model.
 
     Raises:
-        UserError: If ``trained`` does not match the run's trainable tensors.
+        UserError: ``trained`` does not fit the run's trainable tensors.
     """
-    num_classes = _head_classes(trained, models.family_of_name(cfg.model).layout) or _num_classes(cfg)
-    torch.manual_seed(cfg.seed)  # as the run built it (``training.build_run``): the same weights where none are loaded
+    num_classes = _head_classes(trained, models._family_of_name(cfg.model).layout) or _num_classes(cfg)
+    torch.manual_seed(cfg.seed)  # as build_run seeds it, so unloaded weights match
     model = models.create_model(cfg.model, num_classes, pretrained=cfg.pretrained, weights=cfg.weights)
     apply_methods(model, cfg)
     params = dict(model.named_parameters())
@@ -147,13 +117,12 @@ def plain_model(cfg: FinetuneConfig, trained: Mapping[str, torch.Tensor]) -> nn.
 
 
 def _head_classes(trained: Mapping[str, torch.Tensor], layout: freezing.Layout) -> int | None:
-    """The classes of a trained head: the rows of its last weight matrix (the classifier, after any attention pooling;
-    None when the tensors hold no head)."""
+    """Return the rows of a trained head's last weight matrix, or None when there is no head."""
     rows = None
     for name, tensor in trained.items():
         try:
             head = freezing.parameter_component(name, layout)[0] == components.HEAD
-        except UserError:  # not this model's: the check of every name below says so
+        except UserError:  # not this model's: the check below says so
             continue
         if head and tensor.ndim == 2 and not freezing.is_adapter(name):
             rows = tensor.shape[0]
@@ -167,14 +136,7 @@ def _num_classes(cfg: FinetuneConfig) -> int:
 
 
 def trainable_parameters(cfg: FinetuneConfig) -> int:
-    """Count the parameters a run trains (its subset by their methods, its blocks and the head).
-
-    Args:
-        cfg: The run's settings.
-
-    Returns:
-        The count, taken on an untrained model.
-    """
+    """Count the parameters a run trains, on an untrained model."""
     from vitplast_tune.data import datasets
 
     model = models.create_model(cfg.model, datasets.num_classes(cfg.dataset, data_dir=cfg.data_dir), pretrained=False)

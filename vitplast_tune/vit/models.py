@@ -1,11 +1,6 @@
-"""Building the models a run finetunes: timm models by name (from the hub, a local weights file, or the shipped
-testbed) and transformers models by ``hf:<hub id or folder>``, each of a supported family (``vit/families/``).
+"""Build models by name: timm models (hub weights, a local file or the shipped testbed) and ``hf:`` transformers models.
 
-Every timm model goes through ``timm.create_model``. The offline testbed ViT is registered with timm
-here (``vit_testbed_patch8_32.fractal``), and its pretrained config points at the safetensors
-file committed in ``vitplast_tune/weights/``, so it loads through the same path a user's
-``vit_base_patch16_224.orig_in21k`` does, with no network; ``vit/tiny.py`` registers a tiny random model of every
-other timm family.
+The testbed registers with timm here, its pretrained config pointing at the file in ``vitplast_tune/weights/``.
 """
 
 from __future__ import annotations
@@ -27,7 +22,7 @@ from vitplast_tune.vit import (
 )
 from vitplast_tune.vit.families import hf
 from vitplast_tune.vit.families.base import Family
-from vitplast_tune.vit.families.registry import family_of, unsupported
+from vitplast_tune.vit.families.registry import _unsupported, family_of
 
 TESTBED_ARGS: dict[str, Any] = dict(img_size=32, patch_size=8, embed_dim=96, depth=4, num_heads=3)
 
@@ -42,8 +37,7 @@ _TESTBED_CFG: dict[str, Any] = {
     "classifier": "head",
     "license": "mit",
 }
-# timm's register_model reads the pretrained configs from this module-level name: the testbed pretrained from seed 0
-# (the default) and from seed 1, two models of one architecture.
+# timm's register_model reads this name: the testbed pretrained from seed 0 (the default) and from seed 1.
 default_cfgs = generate_default_cfgs(
     {
         TESTBED_MODEL: {"file": str(TESTBED_WEIGHTS), **_TESTBED_CFG},
@@ -54,7 +48,7 @@ default_cfgs = generate_default_cfgs(
 
 @register_model
 def vit_testbed_patch8_32(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
-    """The offline testbed: a 4-block, 96-wide ViT on 32 px images with 8 px patches."""
+    """Build the offline testbed: a 4-block, 96-wide ViT on 32 px images with 8 px patches."""
     return build_model_with_cfg(
         VisionTransformer,
         "vit_testbed_patch8_32",
@@ -78,9 +72,8 @@ def create_model(
     Args:
         name: A timm name, or ``hf:<hub id or folder>`` for a transformers model.
         num_classes: The head's classes (0: no head).
-        pretrained: Whether to load the weights the timm tag names (from the hub, or the shipped file for the
-            testbed) or the transformers model's.
-        weights: A local safetensors file or torch state dict to load instead (``weights_only=True``; timm models).
+        pretrained: Whether to load the pretrained weights the name points at.
+        weights: A local safetensors file or torch state dict to load instead (timm models).
         drop_path_rate: The stochastic depth rate.
         **kwargs: More arguments of ``timm.create_model``.
 
@@ -88,12 +81,11 @@ def create_model(
         The model.
 
     Raises:
-        UserError: If the name is unknown, the weights are missing or unreadable, or the model is of no supported
-            family (``vit.families.registry``).
+        UserError: The name is unknown, the weights are missing or unreadable, or the family is unsupported.
     """
     check_weights(name, weights, pretrained)
-    if hf.is_hf(name):
-        model = hf.create(name, num_classes, pretrained=pretrained, drop_path_rate=drop_path_rate)
+    if hf._is_hf(name):
+        model = hf._create(name, num_classes, pretrained=pretrained, drop_path_rate=drop_path_rate)
         family_of(model).check(model)
         return model
     create_kwargs: dict[str, Any] = dict(num_classes=num_classes, **kwargs)
@@ -106,7 +98,7 @@ def create_model(
         model = timm.create_model(name, pretrained=pretrained, **create_kwargs)
     except (OSError, RuntimeError) as exc:  # hub unreachable, missing file, shape mismatch
         raise UserError(
-            f'could not load pretrained weights for "{name}": {_one_line(exc)}; '
+            f'could not load pretrained weights for "{name}": {hf._one_line(exc)}; '
             "with no network, pass --weights PATH to a local file, or use the offline default "
             f'"{TESTBED_MODEL}"'
         ) from exc
@@ -119,46 +111,35 @@ def check_weights(name: str, weights: str | Path | None, pretrained: bool) -> No
 
     Args:
         name: The model's name.
-        weights: A local weights file to load (timm models only).
-        pretrained: Whether the model loads its pretrained weights (the testbed's shipped file must exist).
+        weights: A local weights file (timm models only).
+        pretrained: Whether the model loads pretrained weights.
 
     Raises:
-        UserError: If the model is unknown, a weights file it needs is missing or unreadable, or weights it would
-            download are not cached and their hub cannot be reached (``vit.hub``).
+        UserError: The model is unknown, a weights file is missing or unreadable, or weights it would download are not
+            cached and their hub does not answer.
     """
     check_model_name(name)
-    if weights is not None and hf.is_hf(name):
+    if weights is not None and hf._is_hf(name):
         raise UserError(f'--weights is for timm models; "{name}" loads its weights from its hub id or folder')
     if weights is not None:
         path = Path(weights).expanduser()
         if not path.is_file():
             raise UserError(f"weights file {path} does not exist")
-        check_weights_file(path)
+        _check_weights_file(path)
     elif pretrained:
         _check_shipped_file(name)
-        if hf.is_hf(name):
-            hf.check_weights(name)
+        if hf._is_hf(name):
+            hf._check_weights(name)
         else:
-            hub.check_timm_weights(name)  # cached, or the hub answers in seconds: no download's retries offline
+            hub._check_timm_weights(name)  # fail fast offline, before download retries
 
 
 def check_weights_fit(name: str, weights: str | Path | None, num_classes: int) -> None:
-    """Check that a local weights file fits the model it is given to, as loading it for a trial would.
+    """Check that a local weights file fits the model, as loading it for a trial would; UserError says how it differs.
 
-    The file's tensor names and shapes (its header alone, for safetensors) are compared with the model's state dict,
-    the model built on the meta device (no memory); where they differ, timm's own loading (which may adapt a
-    checkpoint, e.g. resample position embeddings) decides, still on the meta device.
-
-    Args:
-        name: The model's name (a timm name; ``hf:`` models take no weights file).
-        weights: The weights file (None: nothing to check).
-        num_classes: The classes of the head the trials give the model (a pretrained head of another size is
-            dropped, as timm does).
-
-    Raises:
-        UserError: If the weights do not fit the model; the message says how they differ.
+    Names and shapes are compared on the meta device; where they differ, timm's own loading, which may adapt, decides.
     """
-    if weights is None or hf.is_hf(name):
+    if weights is None or hf._is_hf(name):
         return
     path = Path(weights).expanduser()
     with torch.device("meta"):
@@ -183,8 +164,7 @@ def check_weights_fit(name: str, weights: str | Path | None, num_classes: int) -
 
 
 def _tensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    """The names and shapes of the tensors a weights file holds: a safetensors file's header, else the state dict
-    loaded memory-mapped."""
+    """Read the names and shapes of a weights file's tensors: a safetensors header, else a memory-mapped load."""
     if path.suffix == ".safetensors":
         from safetensors import safe_open
 
@@ -199,8 +179,7 @@ def _tensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
 
 
 def _differences(expected: dict[str, tuple], found: dict[str, tuple], is_head) -> str:
-    """How a file's tensors (``found``) differ from a model's (``expected``, its head left out), in words; empty when
-    they agree."""
+    """Say how a file's tensors differ from the model's, its head left out; empty when they agree."""
     missing = [k for k in expected if k not in found]
     extra = [k for k in found if k not in expected and not is_head(k)]
     shapes = [k for k in expected if k in found and found[k] != expected[k]]
@@ -217,8 +196,8 @@ def _differences(expected: dict[str, tuple], found: dict[str, tuple], is_head) -
     return "; ".join(s for s in said if s)
 
 
-def check_weights_file(path: Path) -> None:
-    """Raise UserError unless ``path`` reads as a safetensors file or a torch state dict (``weights_only``)."""
+def _check_weights_file(path: Path) -> None:
+    """Raise UserError unless ``path`` reads as a safetensors file or a torch state dict."""
     import torch
     from safetensors import safe_open
 
@@ -230,7 +209,7 @@ def check_weights_file(path: Path) -> None:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # safetensors, pickle and zip errors have no common base
         raise UserError(
-            f"weights file {path} is unreadable or corrupt ({_one_line(exc)}); "
+            f"weights file {path} is unreadable or corrupt ({hf._one_line(exc)}); "
             "pass a safetensors file or a torch state dict saved with torch.save"
         ) from None
     if not isinstance(state, dict):
@@ -240,55 +219,53 @@ def check_weights_file(path: Path) -> None:
 
 
 def check_model_name(name: str) -> None:
-    """Raise UserError unless ``name`` is a model of a supported family: a timm name (with an optional ".tag"),
-    suggesting near names, or ``hf:`` and a transformers config that can be read."""
-    family_of_name(name)
+    """Raise UserError unless ``name`` is a model of a supported family, suggesting near timm names."""
+    _family_of_name(name)
 
 
-def family_of_name(name: str) -> Family:
-    """The family of the model ``name`` names, without building it (a timm model's class on the meta device, a
-    transformers model's type from its config); UserError for an unknown name or an unsupported family."""
-    if hf.is_hf(name):
-        return hf.MODEL_TYPES[hf.load_config(name).model_type]
+def _family_of_name(name: str) -> Family:
+    """Return the family of the model ``name`` names, without building it."""
+    if hf._is_hf(name):
+        return hf.MODEL_TYPES[hf._load_config(name).model_type]
     arch = name.split(".", 1)[0]
     if not timm.is_model(arch):
         options = timm.list_models("vit_*") + timm.list_models("deit*") + timm.list_models("eva*")
         raise UserError(f'unknown timm model "{name}"{did_you_mean(arch, options)}')
-    with torch.device("meta"):  # the class alone, without weights or initialisation costs
+    with torch.device("meta"):  # build the class alone, with no weights
         model = timm.create_model(arch, pretrained=False)
     try:
         return family_of(model)
     except UserError:
-        raise UserError(f'"{name}" is {unsupported(type(model).__name__)}') from None
+        raise UserError(f'"{name}" is {_unsupported(type(model).__name__)}') from None
 
 
 def data_config(model: nn.Module) -> dict[str, Any]:
-    """Read a model's own timm data config.
+    """Read a model's timm data config.
 
     Args:
         model: The model.
 
     Returns:
-        Its data config: input_size, mean, std, interpolation, crop_pct.
+        Its data config: input_size, mean, std, interpolation and crop_pct.
     """
     return timm.data.resolve_data_config({}, model=model)
 
 
 def pretrained_data_config(name: str) -> dict[str, Any]:
-    """Read the data config of a model by name, without building it where its pretrained config has one.
+    """Read a model's data config by name, without building it where its pretrained config has one.
 
     Args:
-        name: The model's name (timm, or ``hf:``: the transformers model's config).
+        name: The model's name (timm, or ``hf:``).
 
     Returns:
-        The data config: input_size, mean, std, interpolation, crop_pct.
+        The data config.
 
     Raises:
-        UserError: If the model is unknown.
+        UserError: The model is unknown.
     """
     check_model_name(name)
-    if hf.is_hf(name):
-        return hf.data_config(name)
+    if hf._is_hf(name):
+        return hf._data_config(name)
     cfg = timm.models.get_pretrained_cfg(name)
     if cfg is None:
         return timm.data.resolve_data_config({}, model=timm.create_model(name, pretrained=False))
@@ -296,9 +273,8 @@ def pretrained_data_config(name: str) -> dict[str, Any]:
 
 
 def _check_shipped_file(name: str) -> None:
-    """A pretrained config that names a local file (the testbed) must find it, saying how to make it; one that names
-    no weights anywhere (the tiny models) cannot be pretrained."""
-    if hf.is_hf(name):
+    """Refuse a shipped weights file that is missing, or pretrained weights for a model that has none."""
+    if hf._is_hf(name):
         return
     cfg = timm.models.get_pretrained_cfg(name)
     file = getattr(cfg, "file", None) if cfg is not None else None
@@ -306,8 +282,3 @@ def _check_shipped_file(name: str) -> None:
         raise UserError(f'weights of "{name}" not found at {file}; make them with: vitplast pretrain')
     if cfg is not None and not (file or cfg.url or cfg.hf_hub_id):
         raise UserError(f'"{name}" has no pretrained weights; train it from scratch with pretrained=false')
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:300] + ("..." if len(text) > 300 else "")

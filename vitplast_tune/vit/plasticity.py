@@ -1,25 +1,7 @@
-"""Measuring the plasticity of ViT components (pure: model and images in, table out): the average rate
-of change ||f(x) - f(y)|| / ||x - y|| over image pairs.
+"""Measure the plasticity of ViT components: the mean rate of change ||f(x) - f(y)|| / ||x - y|| over image pairs.
 
-Two variants (the paper's definition, Odonnat et al., ICML 2026, and the in-network one):
-
-    paper       (default, the paper's definition) x and y are the embedding output, the real input
-                of block 0; every component of every block is applied to that same embedding output:
-                LN1(e), MHA(e) with no norm in front, LN2(e), FC1(e), and FC2(e zero-padded to the
-                hidden width). Every ratio divides by ||e_x - e_y||.
-    in_network  each component is fed its real input inside a normal forward pass (forward hooks),
-                and the ratio divides by the distance between those real inputs.
-
-MHA is ``blocks[i].attn`` alone (qkv + proj), as in the paper; a layer scale ``ls1``, if any, is not applied. Where
-components live, and what the embedding output is, the model's family says (``vit/families/``): the attention gets
-what its block passes it (rotary embeddings, relative position biases), and a gated MLP's FC1 is its two input
-projections joined (their outputs concatenated, as a fused gated FC1 computes them).
-
-Both add an ``emb`` row (layer 0), this project's extension, not in the paper: the embedding's rate
-of change from pixels to the embedding output, ||e_x - e_y|| / ||x_pixels - y_pixels||.
-
-Distances are Frobenius norms over (tokens x dim) per sample; the ratio is taken per pair, then
-averaged over pairs. A pair whose denominator is zero (identical inputs) is skipped for that row.
+The ``paper`` variant applies every component to the embedding output; ``in_network`` feeds each its real input.
+docs/concepts/plasticity.md defines both, and the ``emb`` row this project adds.
 """
 
 from __future__ import annotations
@@ -52,25 +34,23 @@ def compute_plasticity(
     device: str | torch.device | None = None,
     max_pairs: int | None = None,
 ) -> pd.DataFrame:
-    """Measure the plasticity of every component of every block of a ViT over pairs (reference[i], downstream[i]).
+    """Measure the plasticity of every component of every block over the pairs (reference[i], downstream[i]).
 
     Args:
-        model: The model, of any supported family.
-        reference: The reference images: (N, C, H, W) normalized for the model, or batches of them (or of
-            (images, labels) tuples).
-        downstream: The downstream images, alike.
+        model: A model of a supported family.
+        reference: Reference images, (N, C, H, W) normalised for the model, or batches of them or of (images, labels).
+        downstream: Downstream images, alike.
         variant: "paper" (the paper's definition) or "in_network".
         batch_size: Pairs per forward pass.
         device: Where to measure (None: CUDA when there is a GPU, else the CPU).
         max_pairs: At most this many pairs (None: every pair).
 
     Returns:
-        One row per (component, layer), with columns component, layer, plasticity, std, sem and n_pairs: the
-        ``emb`` row first (this project's extension), then ln1, mha, ln2, fc1, fc2 by layer.
-        ``attrs["variant"]`` names the variant.
+        One row per component and layer, with columns component, layer, plasticity, std, sem and n_pairs: the ``emb``
+        row first, then ln1, mha, ln2, fc1 and fc2 by layer. ``attrs["variant"]`` names the variant.
 
     Raises:
-        UserError: If the variant, ``batch_size`` or ``max_pairs`` is invalid, or the model is of no supported family.
+        UserError: A setting is invalid, the model is of no supported family, or there are no pairs to measure.
     """
     _check_settings(variant, batch_size, max_pairs)
     family = family_of(model)
@@ -90,7 +70,7 @@ def compute_plasticity(
                 pixels = torch.cat([x, y]).to(device=device, dtype=dtype, non_blocking=True)
                 num, den = ratios_of(family, model, blocks, pixels)
                 _accumulate(sums, num, den)
-            totals = sums.cpu().numpy()  # the one synchronisation
+            totals = sums.cpu().numpy()  # the one sync with the device
     finally:
         model.to(home)
         for module, training in modes.items():
@@ -116,14 +96,14 @@ def _check_settings(variant: str, batch_size: int, max_pairs: int | None) -> Non
 
 
 def _pair_dist(stacked: Tensor) -> Tensor:
-    """Per-pair Frobenius distance between the first and second half of a [x; y] batch."""
+    """Return each pair's Frobenius distance between the two halves of a stacked batch."""
     a, b = stacked.chunk(2)
     dtype = torch.float64 if stacked.dtype == torch.float64 else torch.float32
     return torch.linalg.vector_norm((a - b).flatten(1), dim=1, dtype=dtype)
 
 
 def _paper_ratios(family: Family, model: nn.Module, blocks: list[nn.Module], pixels: Tensor) -> tuple[Tensor, Tensor]:
-    """(numerators, denominators), each (rows, pairs): every component applied to the embedding output."""
+    """Return the numerators and denominators (rows x pairs) of every component on the embedding output."""
     embedded = family.embed(model, pixels)
     e = embedded.tokens
     e_dist = _pair_dist(e)
@@ -140,8 +120,7 @@ def _paper_ratios(family: Family, model: nn.Module, blocks: list[nn.Module], pix
 def _in_network_ratios(
     family: Family, model: nn.Module, blocks: list[nn.Module], pixels: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """(numerators, denominators), each (rows, pairs): every component on its real input in the forward pass (a
-    component of several modules, a gated FC1, on their shared input with their outputs joined)."""
+    """Return the numerators and denominators (rows x pairs) of every component on its real input."""
     captured: dict[tuple[int, str], list[tuple[Tensor, Tensor]]] = {}
 
     def hook_for(key):
@@ -174,7 +153,7 @@ def _in_network_ratios(
 
 
 def _accumulate(sums: Tensor, num: Tensor, den: Tensor) -> None:
-    """Add the per-pair ratios num/den (rows x pairs) to running sums, squared sums and counts, on the device."""
+    """Add the pairs' ratios to the running sums, squared sums and counts, on the device."""
     num, den = num.to(sums.dtype), den.to(sums.dtype)
     valid = den > 0
     ratio = torch.where(valid, num / torch.where(valid, den, 1.0), 0.0)
@@ -184,7 +163,7 @@ def _accumulate(sums: Tensor, num: Tensor, den: Tensor) -> None:
 
 
 def _table(totals: np.ndarray, depth: int, variant: str) -> pd.DataFrame:
-    """The result table from the (sum, sum of squares, count) totals, rows emb then component-major."""
+    """Build the result table from the totals: ``emb`` first, then component by component."""
     total, total_sq, n = totals
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = total / n
@@ -201,7 +180,7 @@ def _table(totals: np.ndarray, depth: int, variant: str) -> pd.DataFrame:
 def _pairs(
     reference: Images, downstream: Images, batch_size: int, max_pairs: int | None
 ) -> Iterator[tuple[Tensor, Tensor]]:
-    """Aligned (x, y) batches: pair i is reference[i], downstream[i]; stops at the shorter or at max_pairs."""
+    """Yield aligned batches, pair i being reference[i] and downstream[i], up to the shorter side or ``max_pairs``."""
     seen = 0
     for x, y in zip(_batches(reference, batch_size, "reference"), _batches(downstream, batch_size, "downstream")):
         n = min(len(x), len(y), (max_pairs - seen) if max_pairs is not None else len(x))
@@ -216,7 +195,7 @@ def _pairs(
 
 
 def _batches(source: Images, batch_size: int, what: str) -> Iterator[Tensor]:
-    """Re-cut a tensor or an iterable of batches (or of (images, labels) tuples) into batches of batch_size."""
+    """Re-cut a tensor, or an iterable of batches, into batches of ``batch_size``."""
     if isinstance(source, Tensor):
         _check_images(source, what)
         yield from source.split(batch_size)

@@ -1,11 +1,4 @@
-"""Pretraining the offline testbed ViT on generated fractals (the shipped ``.fractal`` checkpoint).
-
-``pretrain_testbed`` trains ``vit_testbed_patch8_32`` from scratch to classify the 64 IFS classes
-of ``vitplast_tune.data.fractals`` (AdamW, warm-up + cosine, label smoothing), checks it on held-out
-variations of the same classes, and writes the safetensors file with a provenance JSON beside it.
-The classes are those of ``fractal_dataset(seed=0)``, so the ``fractals`` dataset (instance seed 0,
-never trained on) is a held-out sample of the pretraining distribution.
-"""
+"""Pretrain the offline testbed ViT on generated fractals (the classes of ``fractal_dataset(seed=0)``)."""
 
 from __future__ import annotations
 
@@ -43,16 +36,15 @@ log = get_logger(__name__)
 def pretrain_testbed(
     out: str | Path = TESTBED_WEIGHTS, config: PretrainConfig | None = None, *, command: str | None = None
 ) -> dict[str, Any]:
-    """Pretrain the testbed ViT on fractals and write its weights with their provenance beside them.
+    """Pretrain the testbed ViT on fractals, and write its weights with their provenance beside them.
 
     Args:
-        out: The safetensors file to write; the provenance goes to the same path with a ``.json`` suffix.
+        out: The safetensors file to write; the provenance goes beside it with a ``.json`` suffix.
         config: The pretraining settings (None: the defaults).
-        command: The command line recorded in the provenance (None: this process's).
+        command: The command line to record (None: this process's).
 
     Returns:
-        The provenance: the command and settings, what was measured (accuracies, loss, wall time), the file's
-        digest and size, and the software's versions.
+        The provenance: the command, settings, measurements, the file's digest and size, and the software's versions.
     """
     c = config or PretrainConfig()
     start = time.time()
@@ -63,9 +55,9 @@ def pretrain_testbed(
     train, held = _fractals(c, data_config(model))
     log.info(f"data: {len(train[1])} train / {len(held[1])} held-out fractals in {time.time() - start:.1f}s")
     final_loss = _train(model, c, train, held, start)
-    held_acc = accuracy(model, *held)
+    held_acc = _accuracy(model, *held)
     sample = len(held[1]) * 2
-    train_acc = accuracy(model, train[0][:sample], train[1][:sample])
+    train_acc = _accuracy(model, train[0][:sample], train[1][:sample])
     out.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().float() for k, v in model.state_dict().items()}
     save_file(state, str(out), metadata={"format": "pt"})
@@ -87,7 +79,7 @@ Images = tuple[torch.Tensor, torch.Tensor]  # normalised images and their labels
 
 
 def _fractals(c: PretrainConfig, config: dict[str, Any]) -> tuple[Images, Images]:
-    """Training and held-out fractals (other instance seeds of the same classes), normalised for the model."""
+    """Render the training and held-out fractals, normalised for the model."""
     size = config["input_size"][-1]
     make = lambda per_class, offset: fractal_dataset(
         c.num_classes, per_class, size, c.data_seed, instance_seed=offset + c.seed
@@ -100,8 +92,7 @@ def _fractals(c: PretrainConfig, config: dict[str, Any]) -> tuple[Images, Images
 
 
 def _train(model: torch.nn.Module, c: PretrainConfig, train: Images, held: Images, start: float) -> float:
-    """AdamW (no decay on vectors and the position embedding), warm-up + cosine, clipping, random flips; returns the
-    smoothed final loss."""
+    """Train with AdamW, warm-up and cosine, clipping and random flips; return the smoothed final loss."""
     (train_x, train_y), params = train, list(model.named_parameters())
     decay = [p for n, p in params if p.ndim > 1 and "pos_embed" not in n]
     no_decay = [p for n, p in params if not (p.ndim > 1 and "pos_embed" not in n)]
@@ -133,19 +124,19 @@ def _train(model: torch.nn.Module, c: PretrainConfig, train: Images, held: Image
 
 
 def _log(model: torch.nn.Module, c: PretrainConfig, step: int, loss: float, lr: float, held: Images, start: float):
-    """A progress line every ``log_every`` steps, with the held-out accuracy every tenth line and at the end."""
+    """Log a line every ``log_every`` steps, with the held-out accuracy every tenth line and at the end."""
     done = step + 1
     if done % c.log_every and done != c.steps:
         return
     line = f"step {done}/{c.steps}  loss {loss:.4f}  lr {lr:.2e}  {time.time() - start:.0f}s"
     if done % (10 * c.log_every) == 0 or done == c.steps:
-        line += f"  held-out acc {accuracy(model, *held):.4f}"
+        line += f"  held-out acc {_accuracy(model, *held):.4f}"
         model.train()
     log.info(line)
 
 
 def _provenance(c: PretrainConfig, out: Path, measured: dict[str, Any], command: str | None) -> dict[str, Any]:
-    """What made the checkpoint: the command and settings, what was measured, the file and the software."""
+    """Describe what made the checkpoint: the command, settings, measurements, file and software."""
     return {
         "command": command if command is not None else shlex.join([sys.executable, *sys.argv]),
         "model": "vit_testbed_patch8_32",
@@ -167,8 +158,8 @@ def _provenance(c: PretrainConfig, out: Path, measured: dict[str, Any], command:
 
 
 @torch.no_grad()
-def accuracy(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 512) -> float:
-    """Top-1 accuracy of ``model`` on normalised ``images``."""
+def _accuracy(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 512) -> float:
+    """Return the top-1 accuracy of ``model`` on normalised ``images``."""
     model.eval()
     correct = sum(
         (model(images[i : i + batch_size]).argmax(-1) == labels[i : i + batch_size]).sum().item()

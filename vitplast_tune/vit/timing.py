@@ -1,4 +1,4 @@
-"""How long runs take on this machine (the dry run's estimate): their setup, a step and an evaluation, timed."""
+"""Time a few training steps and evaluations on this machine, for the dry run's estimate."""
 
 from __future__ import annotations
 
@@ -14,28 +14,16 @@ from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.data.batches import eval_batches, train_batches
 from vitplast_tune.data.decoded import InMemory
 from vitplast_tune.vit import loop
-from vitplast_tune.vit.evaluation import eval_batch_size, evaluate
+from vitplast_tune.vit.evaluation import _eval_batch_size, evaluate
 
 
 def time_steps(
     configs: list[FinetuneConfig], device: str, steps: int = 5, budget_s: float = 4.0, decoded: InMemory | None = None
 ) -> dict[str, Any]:
-    """How long runs of ``configs`` take here on ``device``.
+    """Time the setup, a step and each split's evaluation of runs of ``configs`` on ``device``.
 
-    Per run: its setup, a first (warm-up) step, the median of up to ``steps`` more steps (``budget_s`` seconds at
-    most) and an evaluation of the validation and test splits (a few batches, scaled to the split). Its arguments
-    are positional: ``child.call_in_child`` passes them so.
-
-    Args:
-        configs: the runs' settings.
-        device: "cpu", "cuda" (the CPU where there is no GPU) or another torch device.
-        steps: the steps timed after the first.
-        budget_s: the seconds the timed steps may take.
-        decoded: the dataset already decoded, or None.
-
-    Returns:
-        ``{"device": name, "gpus": count, "runs": [per run: components, precision, setup_s, step_s, steps_timed,
-        val_eval_s, test_eval_s]}``.
+    Each run times a warm-up step, then up to ``steps`` more within ``budget_s`` seconds, then a few evaluation batches.
+    "cuda" on a machine without a GPU times the CPU.
     """
     where = torch.device(device if device != "cuda" or torch.cuda.is_available() else "cpu")
     name = torch.cuda.get_device_name(where) if where.type == "cuda" else "cpu"
@@ -46,18 +34,18 @@ def time_steps(
 def _time_run(
     cfg: FinetuneConfig, device: torch.device, *, steps: int, budget_s: float, decoded: InMemory | None
 ) -> dict[str, Any]:
-    """``time_steps`` of one config."""
+    """Time one config."""
     entered = time.perf_counter()
-    run = loop.prepare(cfg, device, decoded=decoded)
+    run = loop._prepare(cfg, device, decoded=decoded)
     setup_s = time.perf_counter() - entered
     workers = run.place.loader_workers
     batches = train_batches(run.splits.train, cfg.batch_size, seed=cfg.seed, num_workers=workers, device=device)
     times = []
     while len(times) < steps + 1 and (len(times) < 2 or sum(times[1:]) < budget_s):
         started = time.perf_counter()
-        loop.train_step(run, batches).item()  # .item(): the step's kernels have finished
+        loop._train_step(run, batches).item()  # .item() waits for the step to finish
         times.append(time.perf_counter() - started)
-    size = eval_batch_size(cfg.batch_size)
+    size = _eval_batch_size(cfg.batch_size)
     evaluation = {}
     for split, dataset in (("val", run.splits.val), ("test", run.splits.test)):
         few = list(itertools.islice(eval_batches(dataset, size, workers, device), 3))

@@ -1,13 +1,4 @@
-"""Tiny randomly initialised models of every timm family, registered with timm under ``*_testbed_*`` names: 2
-blocks, 32 wide, on 32 px images in 8 px patches, so that a search can check a family offline in seconds
-(``vitplast-search --model eva02_testbed_patch8_32 --set pretrained=false``). They have no pretrained weights.
-
-    deit_testbed_distilled_patch8_32   timm-vit     DeiT with its distillation token and second head
-    eva02_testbed_patch8_32            timm-eva     EVA-02: rotary embeddings, SwiGLU, q/k/v projections, MLP sub-norm
-    beit_testbed_patch8_32             timm-beit    BEiT: relative position tables, layer scales gamma_1 / gamma_2
-    vit_relpos_testbed_patch8_32       timm-relpos  relative position MLPs, layer scales
-    naflexvit_testbed_patch8_32        timm-naflex  NaFlexViT: an embeds module, register tokens, layer scales
-"""
+"""Register a tiny random model of every timm family with timm, to check a family offline (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -41,34 +32,34 @@ def _build(cls: type, name: str, pretrained: bool, **kwargs: Any):
 
 @register_model
 def deit_testbed_distilled_patch8_32(pretrained: bool = False, **kwargs: Any) -> VisionTransformerDistilled:
-    """A tiny distilled DeiT (class and distillation tokens, two heads averaged)."""
+    """Build a tiny distilled DeiT, with class and distillation tokens and two heads."""
     return _build(VisionTransformerDistilled, "deit_testbed_distilled_patch8_32", pretrained, **{**SMALL, **kwargs})
 
 
 @register_model
 def eva02_testbed_patch8_32(pretrained: bool = False, **kwargs: Any) -> Eva:
-    """A tiny EVA-02 (rotary embeddings, SwiGLU MLP with a sub-norm, separate q/k/v projections)."""
+    """Build a tiny EVA-02, with rotary embeddings, a SwiGLU MLP and separate q/k/v projections."""
     args = dict(SMALL, mlp_ratio=4 * 2 / 3, qkv_fused=False, swiglu_mlp=True, scale_mlp=True, use_rot_pos_emb=True)
     return _build(Eva, "eva02_testbed_patch8_32", pretrained, **{**args, "ref_feat_shape": (4, 4), **kwargs})
 
 
 @register_model
 def beit_testbed_patch8_32(pretrained: bool = False, **kwargs: Any) -> Beit:
-    """A tiny BEiT (relative position tables per block, layer scales, separate q / v biases)."""
+    """Build a tiny BEiT, with relative position tables, layer scales and separate q and v biases."""
     args = dict(SMALL, use_abs_pos_emb=False, use_rel_pos_bias=True, init_values=0.1)
     return _build(Beit, "beit_testbed_patch8_32", pretrained, **{**args, **kwargs})
 
 
 @register_model
 def vit_relpos_testbed_patch8_32(pretrained: bool = False, **kwargs: Any) -> VisionTransformerRelPos:
-    """A tiny ViT with relative position MLPs and layer scales, average pooled."""
+    """Build a tiny ViT with relative position MLPs and layer scales, average pooled."""
     args = dict(SMALL, qkv_bias=False, init_values=0.1, fc_norm=True)
     return _build(VisionTransformerRelPos, "vit_relpos_testbed_patch8_32", pretrained, **{**args, **kwargs})
 
 
 @register_model
 def naflexvit_testbed_patch8_32(pretrained: bool = False, **kwargs: Any) -> NaFlexVit:
-    """A tiny NaFlexViT (register tokens, layer scales, average pooling) on fixed 32 px images."""
+    """Build a tiny NaFlexViT with register tokens and layer scales, on fixed 32 px images."""
     cfg = NaFlexVitCfg(
         patch_size=8, embed_dim=32, depth=2, num_heads=2, init_values=0.1, reg_tokens=2, global_pool="avg", fc_norm=True
     )

@@ -1,13 +1,6 @@
-"""One finetuning run: build, freeze, train with warm-up + cosine and clipping, evaluate, checkpoint.
+"""Finetune one run: build, freeze, train, evaluate and checkpoint, with no Ray or MLflow.
 
-``finetune(config)`` is a plain function with no Ray or MLflow in it; ``run/trainable.py`` wraps it for
-Ray Tune. It calls ``report(metrics, state)`` after every evaluation; ``state`` (only the
-trainable tensors, the optimizer and the step; live, so save or copy it in the call) resumes the run
-exactly where it stopped. It returns the trained model (its best-validation weights) with the final metrics.
-
-The run's jobs live in their own modules: ``vit.building`` (the model, splits and forward pass), ``vit.optim``
-(optimizer, schedule, step), ``vit.loop`` (the run's state, the step, the evaluations between steps),
-``vit.evaluation`` (scoring a split) and ``vit.timing`` (the dry run's timed steps); this module is their face.
+``run/trainable.py`` wraps ``finetune`` for Ray Tune.
 """
 
 from __future__ import annotations
@@ -45,14 +38,7 @@ Report = Callable[[dict[str, Any], dict[str, Any]], None]
 
 
 class Finetuned(NamedTuple):
-    """The trained model and its final metrics, as ``finetune`` returns them.
-
-    Unpacks as ``model, metrics = finetune(cfg)``.
-
-    Attributes:
-        model: The trained timm model, holding its best-validation weights, in eval mode on the device it trained on.
-        metrics: The metrics of the last evaluation (``test_acc``: that model on the test split).
-    """
+    """The trained model and its final metrics: ``model, metrics = finetune(cfg)``."""
 
     model: nn.Module
     metrics: dict[str, Any]
@@ -67,41 +53,35 @@ def finetune(
     decoded: InMemory | None = None,
     world: World = SINGLE,
 ) -> Finetuned:
-    """Finetune ``cfg.components`` of ``cfg.model`` on ``cfg.dataset``; return the trained model and the final metrics.
+    """Finetune ``cfg.components`` of ``cfg.model`` on ``cfg.dataset``, and return the model and its metrics.
 
-    After every ``eval_every`` steps (and the last), ``report(metrics, state)`` receives the metrics (step,
-    train_loss, val_acc, val_loss, best_val_acc, current_lr, trainable_params, steps_per_s, images_per_s) and a
-    resumable state of live tensors (save or copy it during the call: training goes on). At the end the
-    best-validation weights are tested (``test_acc``), as in the paper. A linear probe on in-memory data trains its
-    head on the backbone's features, cached once.
+    After every ``eval_every`` steps and the last, ``report(metrics, state)`` gets the metrics and a resumable state of
+    live tensors; save or copy the state during the call. The best-validation weights are tested at the end.
 
     Args:
-        cfg: the run's settings.
-        report: called after every evaluation with (metrics, state), or None.
-        resume: a state a run of the same settings reported, to go on from, or None.
-        device: where to train (default: ``run_device()``).
-        decoded: the dataset already decoded (shared by the search), or None.
-        world: this process's place among the run's data-parallel workers (``vit.distributed``), which train on their
-            shares of every batch and evaluate their shares of each split; the metrics are the whole run's on each.
+        cfg: The run's settings.
+        report: Called after every evaluation, or None.
+        resume: A state a run of the same settings reported, to go on from, or None.
+        device: Where to train (default: ``run_device()``).
+        decoded: The dataset already decoded, or None.
+        world: This process's place among the run's data-parallel workers.
 
     Returns:
-        ``Finetuned(model, metrics)``: the model with the best-validation weights (of the EMA, when the recipe has
-        one), in eval mode, and the last evaluation's metrics.
+        The model with its best-validation weights (the EMA's, when the recipe has one) and the last metrics.
 
     Raises:
-        DivergedError: on a NaN or infinite loss.
-        UserError: on settings that cannot train.
+        DivergedError: The loss became NaN or infinite.
+        UserError: The settings cannot train.
     """
     cfg.validate()
     recipe.check(cfg)
     entered = time.perf_counter()
-    run = loop.prepare(cfg, device or run_device(), decoded=decoded, world=world)
+    run = loop._prepare(cfg, device or run_device(), decoded=decoded, world=world)
     if resume is not None:
         run.load(resume)
-    world.broadcast([*run.learner.trainable.values(), *run.learner.ema_tensors().values()])  # every worker alike
-    batches, val_batches = loop.batches(run)
-    # Cumulative seconds of the run, a resumed run's from its first start (what it cost in all): setup (model, data,
-    # freezing, feature cache), training steps (up to the loss sync at each evaluation), evaluation (val and test).
+    world.broadcast([*run.learner.trainable.values(), *run.learner.ema_tensors().values()])  # start every worker alike
+    batches, val_batches = loop._batches(run)
+    # Seconds of setup, steps and evaluation, summed from the run's first start over every resume.
     timing = run.progress.timing
     timing["time_setup_s"] = timing.get("time_setup_s", 0.0) + time.perf_counter() - entered
     timing.setdefault("time_in_steps_s", 0.0)
@@ -109,10 +89,10 @@ def finetune(
     metrics: dict[str, Any] = {}
     while run.progress.step < cfg.max_steps:
         started = time.perf_counter()
-        loss_sum, count = loop.train_until_evaluation(run, batches)
+        loss_sum, count = loop._train_until_evaluation(run, batches)
         train_loss = world.sum(loss_sum).item() / (count * world.size)
-        metrics = loop.evaluate_run(run, val_batches, train_loss=train_loss, count=count, started=started)
+        metrics = loop._evaluate_run(run, val_batches, train_loss=train_loss, count=count, started=started)
         if report is not None:
             report(metrics, run.state())
-    loop.restore_best(run)
+    loop._restore_best(run)
     return Finetuned(run.learner.model.eval(), metrics)

@@ -1,10 +1,6 @@
-"""What a model family's adapter says: where each component lives (its ``freezing.Layout``), how to reach the
-embedding output that the paper's plasticity needs, how to run the blocks and the head on it, and how to ready a
-model for LoRA and gradient checkpointing.
+"""Define a model family's adapter: where each component lives, and how to run the model in parts.
 
-Every family is a pre-norm ViT: an embedding (patches, prefix tokens, positions), then blocks of norm1, attention,
-norm2 and an MLP, then a final norm, pooling and a linear head; the families differ in names and in what a block
-takes besides its tokens (rotary embeddings, relative position biases, attention masks), which ``Embedded`` carries.
+Every family is a pre-norm ViT; families differ in names and in what a block takes besides its tokens (``Embedded``).
 """
 
 from __future__ import annotations
@@ -23,19 +19,18 @@ from vitplast_tune.freezing import Layout
 
 @dataclass
 class Embedded:
-    """The embedding output (the input of block 0) and the keyword arguments that each block takes besides it."""
+    """The embedding output (the input of block 0), and the keyword arguments each block takes besides it."""
 
     tokens: Tensor
     block_kwargs: list[dict[str, Any]] = field(default_factory=list)
 
     def kwargs(self, block: int) -> dict[str, Any]:
-        """The keyword arguments of block ``block`` (none when the family passes none)."""
+        """Return block ``block``'s keyword arguments; none when the family passes none."""
         return self.block_kwargs[block] if self.block_kwargs else {}
 
     @classmethod
     def shared(cls, tokens: Tensor, blocks: int, **kwargs: Any) -> Embedded:
-        """The embedding output whose ``blocks`` blocks all take the same keyword arguments: those of ``kwargs`` that
-        are not None (a model without a shared table passes none)."""
+        """Build an embedding output whose ``blocks`` blocks all take the same keyword arguments, Nones left out."""
         given = {key: value for key, value in kwargs.items() if value is not None}
         return cls(tokens, [dict(given) for _ in range(blocks)] if given else [])
 
@@ -51,43 +46,41 @@ class Family:
     model_classes: tuple[type, ...] = ()  # the model classes (and their subclasses) this family adapts
 
     def rank(self, model: nn.Module) -> int | None:
-        """How closely the family fits ``model``: the position of its nearest class in the model's MRO (0: exactly
-        the model's class), None when it does not fit."""
+        """Return the position of the family's nearest class in the model's MRO, or None when it does not fit."""
         classes = self.model_classes
         return next((i for i, cls in enumerate(type(model).__mro__) if cls in classes), None)
 
     def blocks(self, model: nn.Module) -> list[nn.Module]:
-        """The model's blocks, in order."""
+        """Return the model's blocks, in order."""
         return list(model.get_submodule(self.layout.blocks))
 
     def embed(self, model: nn.Module, pixels: Tensor) -> Embedded:
-        """The input of block 0 for a batch of normalised images, with what each block takes besides it."""
+        """Return the input of block 0 for a batch of normalised images, with what each block takes besides it."""
         raise NotImplementedError
 
     def run_blocks(self, model: nn.Module, embedded: Embedded) -> Tensor:
-        """Every block in turn on the embedding output: the tokens before the final norm."""
+        """Run every block in turn on the embedding output; return the tokens before the final norm."""
         x = embedded.tokens
         for i, block in enumerate(self.blocks(model)):
             x = block(x, **embedded.kwargs(i))
         return x
 
     def features(self, model: nn.Module, pixels: Tensor) -> Tensor:
-        """The backbone's tokens before the final norm (what a linear probe caches)."""
+        """Return the backbone's tokens before the final norm, which a linear probe caches."""
         return self.run_blocks(model, self.embed(model, pixels))
 
     def head(self, model: nn.Module, tokens: Tensor) -> Tensor:
-        """The logits from ``features``: final norm, pooling and head (timm's ``forward_head``)."""
+        """Return the logits from ``features``: the final norm, pooling and head."""
         return model.forward_head(model.norm(tokens))
 
     def head_tokens(self, model: nn.Module) -> int | None:
-        """How many leading tokens ``head`` reads (class and other prefix tokens under token pooling); None: all."""
+        """Return how many leading tokens ``head`` reads under token pooling; None for all."""
         if getattr(model, "global_pool", None) == "token" and getattr(model, "attn_pool", None) is None:
             return int(getattr(model, "num_prefix_tokens", 1))
         return None
 
     def component_modules(self, block: nn.Module) -> dict[str, list[nn.Module]]:
-        """Per block component, the submodules of ``block`` that compute it (``layout.modules`` present in the block:
-        one, or a gated MLP's two input projections)."""
+        """Return, per block component, the submodules of ``block`` that compute it."""
         found = {}
         for component in BLOCK_COMPONENTS:
             modules = [m for name in self.layout.modules[component] if (m := _submodule(block, name)) is not None]
@@ -100,9 +93,7 @@ class Family:
         return found
 
     def apply(self, component: str, modules: list[nn.Module], e: Tensor, kwargs: dict[str, Any]) -> Tensor:
-        """A block component applied to the embedding output ``e`` (the paper's variant of plasticity): the norms and
-        the attention on ``e`` (with the block's keyword arguments), fc1 on ``e`` (a gated MLP's two projections
-        joined), fc2 on ``e`` zero-padded to its input width (so only its first ``width`` input columns act)."""
+        """Apply a block component to the embedding output ``e``: fc2 takes ``e`` zero-padded to its input width."""
         if component == "mha":
             return first_tensor(modules[0](e, **self.attention_kwargs(kwargs)))
         if component == "fc2":
@@ -112,12 +103,11 @@ class Family:
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
 
     def attention_kwargs(self, block_kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The keyword arguments the attention takes, from its block's (the same by default)."""
+        """Return the keyword arguments the attention takes, from its block's."""
         return block_kwargs
 
     def check(self, model: nn.Module) -> list[nn.Module]:
-        """The model's blocks after checking each has every component and an fc2 from a hidden width at least the
-        model's (the paper's zero padding); UserError otherwise."""
+        """Return the model's blocks after checking each has every component and an fc2 from a wider hidden layer."""
         blocks = self.blocks(model)
         if not blocks:
             raise UserError("the model has no blocks")
@@ -128,15 +118,15 @@ class Family:
         return blocks
 
     def prepare_lora(self, model: nn.Module) -> None:
-        """Ready ``model`` for LoRA adapters on ``layout.lora`` (each such layer must be called as a module)."""
+        """Ready ``model`` for LoRA on ``layout.lora``: each such layer must be called as a module."""
 
     def set_grad_checkpointing(self, model: nn.Module, enable: bool) -> None:
-        """Recompute each block's activations in the backward pass (or not)."""
+        """Turn on or off the recomputing of each block's activations in the backward pass."""
         model.set_grad_checkpointing(enable)
 
 
 def first_tensor(output: Any) -> Tensor:
-    """A module's output tensor (the first item of a tuple, as transformers' attention returns)."""
+    """Return a module's output tensor: the first item of a tuple, as transformers' attention returns."""
     return output[0] if isinstance(output, (tuple, list)) else output
 
 

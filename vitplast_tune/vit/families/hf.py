@@ -1,11 +1,6 @@
-"""Hugging Face ``transformers`` ViT, DeiT and DINOv2 image classifiers (the optional ``hf`` extra:
-``pip install -e ".[hf]"``), named ``hf:<hub id>`` (``hf:google/vit-base-patch16-224-in21k``) or ``hf:<local folder>``
-(``hf:/data/my-vit``, a folder ``save_pretrained`` wrote) and wrapped as ``HFClassifier``: a module from normalised
-pixels to logits, which is what training, evaluation and the best model call.
+"""Adapt Hugging Face transformers' ViT, DeiT and DINOv2 classifiers, named ``hf:<hub id>`` or ``hf:<folder>``.
 
-transformers is imported only where such a model is built or checked. A folder with only a ``config.json`` is
-enough for a model trained from scratch (``pretrained=false``); its data config then comes from the config (the
-image size) and the model type's usual normalisation, or from ``preprocessor_config.json`` when the folder has one.
+transformers is imported only where such a model is built or checked.
 """
 
 from __future__ import annotations
@@ -28,8 +23,7 @@ _RESAMPLE = {2: "bilinear", 3: "bicubic", 0: "nearest"}  # PIL's codes, as image
 
 
 class HFClassifier(nn.Module):
-    """A transformers image classifier as a module from normalised pixels to logits; ``pretrained_cfg`` is its data
-    config in timm's form (so ``timm.data.resolve_data_config`` reads it)."""
+    """A transformers image classifier as a module from normalised pixels to logits, with timm's data config."""
 
     def __init__(self, model: nn.Module, data_config: dict[str, Any], source: str):
         super().__init__()
@@ -38,12 +32,12 @@ class HFClassifier(nn.Module):
         self.source = source
 
     def forward(self, pixels: Tensor) -> Tensor:
-        """The logits of a batch of normalised images."""
+        """Return the logits of a batch of normalised images."""
         return self.model(pixel_values=pixels).logits
 
 
-def hf_layout(family: str, backbone: str, blocks: str, **changes: Any) -> Layout:
-    """The layout of a transformers classifier whose backbone is ``model.<backbone>``, its blocks at ``blocks``."""
+def _hf_layout(family: str, backbone: str, blocks: str, **changes: Any) -> Layout:
+    """Build the layout of a classifier whose backbone is ``model.<backbone>``, its blocks at ``blocks``."""
     root = f"model.{backbone}"
     base = dict(
         family=family,
@@ -86,7 +80,7 @@ _DINO = dict(
 
 
 class HFFamily(Family):
-    """Transformers classifiers of some model types: ``embeddings`` of the backbone is the embedding output."""
+    """Transformers classifiers of some model types, whose backbone's ``embeddings`` is the embedding output."""
 
     cache_features = False  # the head (pooling differs per model type) is not reproduced here: no feature cache
 
@@ -134,7 +128,7 @@ FAMILIES = (
         "transformers ViTForImageClassification (hf:google/vit-base-patch16-224-in21k, ...)",
         ("vit",),
         "vit",
-        hf_layout("hf-vit", "vit", "layers"),
+        _hf_layout("hf-vit", "vit", "layers"),
         normalisation=HALF,
     ),
     HFFamily(
@@ -142,8 +136,8 @@ FAMILIES = (
         "transformers DeiTForImageClassification (hf:facebook/deit-base-distilled-patch16-224, ...)",
         ("deit",),
         "deit",
-        hf_layout(
-            "hf-deit", "deit", "layers", head=hf_layout("", "deit", "").head + ("model.distillation_classifier",)
+        _hf_layout(
+            "hf-deit", "deit", "layers", head=_hf_layout("", "deit", "").head + ("model.distillation_classifier",)
         ),
     ),
     HFFamily(
@@ -151,7 +145,7 @@ FAMILIES = (
         "transformers Dinov2ForImageClassification (hf:facebook/dinov2-base, ...)",
         ("dinov2",),
         "dinov2",
-        hf_layout("hf-dinov2", "dinov2", "encoder.layer", **_DINO),
+        _hf_layout("hf-dinov2", "dinov2", "encoder.layer", **_DINO),
         drop_path=True,
     ),
     HFFamily(
@@ -159,20 +153,20 @@ FAMILIES = (
         "transformers Dinov2WithRegistersForImageClassification (hf:facebook/dinov2-with-registers-base, ...)",
         ("dinov2_with_registers",),
         "dinov2_with_registers",
-        hf_layout("hf-dinov2-registers", "dinov2_with_registers", "encoder.layer", **_DINO),
+        _hf_layout("hf-dinov2-registers", "dinov2_with_registers", "encoder.layer", **_DINO),
         drop_path=True,
     ),
 )
 MODEL_TYPES = {t: f for f in FAMILIES for t in f.model_types}
 
 
-def is_hf(name: str) -> bool:
-    """Whether a model name names a transformers model (``hf:...``)."""
+def _is_hf(name: str) -> bool:
+    """Return whether a model name names a transformers model (``hf:...``)."""
     return name.startswith(PREFIX)
 
 
-def source(name: str) -> str:
-    """The hub id or local folder an ``hf:`` name points at (a folder: expanded and absolute)."""
+def _source(name: str) -> str:
+    """Return the hub id or local folder an ``hf:`` name points at; a folder is made absolute."""
     rest = name[len(PREFIX) :].strip()
     if not rest:
         raise UserError(f'model "{name}": write hf:<hub id> (hf:google/vit-base-patch16-224-in21k) or hf:<folder>')
@@ -181,14 +175,14 @@ def source(name: str) -> str:
     return str(path.resolve()) if looks_local else rest
 
 
-def load_config(name: str):
-    """The transformers config of an ``hf:`` model (UserError when it cannot be read, or its type is unsupported)."""
+def _load_config(name: str):
+    """Read the transformers config of an ``hf:`` model; UserError when it cannot be read or is unsupported."""
     transformers = _transformers()
-    where = source(name)
+    where = _source(name)
     if Path(where).is_absolute() and not (Path(where) / "config.json").is_file():
         raise UserError(f'model "{name}": {where} has no config.json (a folder that save_pretrained wrote)')
     if not Path(where).is_absolute():
-        check_hub_reachable(name, where)
+        _check_hub_reachable(name, where)
     try:
         config = transformers.AutoConfig.from_pretrained(where)
     except (OSError, ValueError) as exc:
@@ -204,54 +198,43 @@ def load_config(name: str):
     return config
 
 
-def check_hub_reachable(name: str, hub_id: str) -> None:
-    """Check, once and quickly, that a hub id not in the local cache can be fetched (before transformers' retries).
-
-    Args:
-        name: The model's name, ``hf:<hub id>``.
-        hub_id: Its hub id.
-
-    Raises:
-        UserError: If the id is not cached and the hub is off (``HF_HUB_OFFLINE``) or its host does not accept a
-            connection within ``vit.hub.HUB_TIMEOUT_S``.
-    """
+def _check_hub_reachable(name: str, hub_id: str) -> None:
+    """Raise UserError unless a hub id is cached or the hub answers now, before transformers' own retries."""
     from huggingface_hub import try_to_load_from_cache
 
     if isinstance(try_to_load_from_cache(hub_id, "config.json"), str):
         return
     fix = "download it once with a network (it is then cached), or give hf:<local folder>"
-    if hub.offline():
+    if hub._offline():
         raise UserError(f'model "{name}" is not in the Hugging Face cache and the hub is off (HF_HUB_OFFLINE); {fix}')
-    hub.check_reachable(hub.hub_url(), f'model "{name}": the Hugging Face hub', fix)
+    hub._check_reachable(hub._hub_url(), f'model "{name}": the Hugging Face hub', fix)
 
 
-def create(name: str, num_classes: int, *, pretrained: bool, drop_path_rate: float = 0.0) -> HFClassifier:
-    """An ``hf:`` model with a new head of ``num_classes`` (0: none): its weights when ``pretrained``, else initialised
-    from torch's generator (seed it first); ``drop_path_rate`` where the model type has stochastic depth."""
-    config = load_config(name)
+def _create(name: str, num_classes: int, *, pretrained: bool, drop_path_rate: float = 0.0) -> HFClassifier:
+    """Build an ``hf:`` model with a new head; torch's generator initialises it unless ``pretrained``."""
+    config = _load_config(name)
     family = MODEL_TYPES[config.model_type]
     extra: dict[str, Any] = {"num_labels": num_classes}
     if drop_path_rate:
         if not family.drop_path:
             raise UserError(f"drop_path: {family.name} models have no stochastic depth; leave drop_path at 0")
         extra["drop_path_rate"] = drop_path_rate
-    cls = classifier_class(config)
+    cls = _classifier_class(config)
     with quieted("transformers"):
         if pretrained:
             try:
-                model = cls.from_pretrained(source(name), ignore_mismatched_sizes=True, **extra)
+                model = cls.from_pretrained(_source(name), ignore_mismatched_sizes=True, **extra)
             except OSError as exc:
                 raise UserError(f'could not load the weights of "{name}": {_one_line(exc)}') from None
         else:
             for key, value in extra.items():
                 setattr(config, key, value)
             model = cls(config)
-    return HFClassifier(model, data_config(name, config), name)
+    return HFClassifier(model, _data_config(name, config), name)
 
 
-def classifier_class(config) -> type:
-    """The image-classification class of a config: the one its ``architectures`` names where the model type has
-    several (DeiT: with or without the distillation head), else the model type's first."""
+def _classifier_class(config) -> type:
+    """Return the config's image-classification class: the one ``architectures`` names, else the type's first."""
     transformers = _transformers()
     mapped = transformers.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING[type(config)]
     options = mapped if isinstance(mapped, (tuple, list)) else (mapped,)
@@ -259,10 +242,9 @@ def classifier_class(config) -> type:
     return (named or list(options))[0]
 
 
-def data_config(name: str, config=None) -> dict[str, Any]:
-    """timm's data config of an ``hf:`` model: its image processor's size, crop, resampling and normalisation when
-    it has one, else the config's image size and the model type's usual normalisation."""
-    config = config if config is not None else load_config(name)
+def _data_config(name: str, config=None) -> dict[str, Any]:
+    """Return timm's data config of an ``hf:`` model, from its image processor, else its config and type."""
+    config = config if config is not None else _load_config(name)
     processor = _processor(name)
     size = config.image_size if isinstance(config.image_size, int) else max(config.image_size)
     crop = processor.get("crop_size") or processor.get("size") or {}
@@ -280,10 +262,10 @@ def data_config(name: str, config=None) -> dict[str, Any]:
 
 
 def _processor(name: str) -> dict[str, Any]:
-    """The image processor's settings (``preprocessor_config.json``), empty when there is none."""
+    """Read the image processor's settings; empty when there are none."""
     transformers = _transformers()
     try:
-        settings, _ = transformers.ImageProcessingMixin.get_image_processor_dict(source(name))
+        settings, _ = transformers.ImageProcessingMixin.get_image_processor_dict(_source(name))
     except (OSError, ValueError):
         return {}
     return settings
@@ -311,16 +293,9 @@ WEIGHT_FILES = (
 )
 
 
-def check_weights(name: str) -> None:
-    """Check that an ``hf:`` folder to be loaded pretrained holds weights (a hub id is not checked here).
-
-    Args:
-        name: The model's name, ``hf:<hub id or folder>``.
-
-    Raises:
-        UserError: If the folder holds none of ``WEIGHT_FILES``.
-    """
-    where = Path(source(name))
+def _check_weights(name: str) -> None:
+    """Raise UserError when an ``hf:`` folder to be loaded pretrained holds no weights; hub ids are not checked."""
+    where = Path(_source(name))
     if where.is_absolute() and not any((where / f).is_file() for f in WEIGHT_FILES):
         raise UserError(
             f'model "{name}": {where} has no weights ({", ".join(WEIGHT_FILES)}); give the folder save_pretrained '

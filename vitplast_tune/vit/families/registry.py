@@ -1,9 +1,4 @@
-"""The registry of model families: every adapter, most specific first, and the one that fits a model (by its class).
-
-``family_of(model)`` is the adapter of the family whose model class is nearest the model's own in its class
-hierarchy; a model of no supported family is a UserError naming the supported ones. ``register(family)`` adds an
-adapter of your own (a ``base.Family``); it wins over the shipped ones for the classes it names.
-"""
+"""Pick a model's family by its class; ``register`` adds an adapter of your own, which wins for its classes."""
 
 from __future__ import annotations
 
@@ -25,12 +20,12 @@ _FAMILIES: list[Family] = [
 
 
 def families() -> list[Family]:
-    """Every registered family, in the order they are tried."""
+    """Return every registered family, in the order they are tried."""
     return list(_FAMILIES)
 
 
 def register(family: Family) -> Family:
-    """Add ``family`` (tried before the others, so that it can take over a class they adapt); return it."""
+    """Add ``family`` before the others, so that it can take over a class they adapt, and return it."""
     if any(f.name == family.name for f in _FAMILIES):
         raise ValueError(f"a family named {family.name!r} is registered already")
     _FAMILIES.insert(0, family)
@@ -38,7 +33,7 @@ def register(family: Family) -> Family:
 
 
 def get_family(name: str) -> Family:
-    """The registered family called ``name``."""
+    """Return the registered family called ``name``."""
     for family in _FAMILIES:
         if family.name == name:
             return family
@@ -46,19 +41,19 @@ def get_family(name: str) -> Family:
 
 
 def family_of(model: nn.Module) -> Family:
-    """The adapter of ``model``'s family: the one whose model class is nearest its own (UserError for none)."""
+    """Return the family whose model class is nearest the model's own in its class hierarchy."""
     ranked = [(rank, i, f) for i, f in enumerate(_FAMILIES) if (rank := f.rank(model)) is not None]
     if not ranked:
-        raise UserError(f"the model is {unsupported(type(model).__name__)}")
+        raise UserError(f"the model is {_unsupported(type(model).__name__)}")
     return min(ranked, key=lambda item: item[:2])[2]
 
 
 def layout_of(model: nn.Module) -> Layout:
-    """Where ``model``'s components live (its family's ``freezing.Layout``)."""
+    """Return where ``model``'s components live: its family's ``freezing.Layout``."""
     return family_of(model).layout
 
 
-def unsupported(kind: str) -> str:
-    """The one line for a model of no supported family: what it is, and the families that are."""
+def _unsupported(kind: str) -> str:
+    """Describe a model of no supported family, and name the families that are."""
     names = ", ".join(f.name for f in _FAMILIES)
     return f"a {kind}, of no supported model family; supported: {names} (docs/models.md says which models each covers)"

@@ -1,5 +1,4 @@
-"""timm's ``Beit``: BEiT and BEiT v2 (relative position tables in each block's attention, or one shared by every
-block, layer scales ``gamma_1`` / ``gamma_2``, separate q / v biases)."""
+"""Adapt timm's ``Beit``: BEiT and BEiT v2, with relative position tables and layer scales."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from torch import Tensor, nn
 
 from vitplast_tune.freezing import Layout
 from vitplast_tune.vit.families.base import Embedded, Family
-from vitplast_tune.vit.families.timm_eva import separate_qkv_bias
+from vitplast_tune.vit.families.timm_eva import _separate_qkv_bias
 
 # A table shared by every block is model level, beside the position embedding: emb.
 LAYOUT = replace(
@@ -22,8 +21,7 @@ LAYOUT = replace(
 
 
 class TimmBeit(Family):
-    """``patch_embed -> class token -> + pos_embed -> pos_drop`` is the embedding output; every block takes the shared
-    relative position bias, when the model has one."""
+    """The family whose embedding output is the patches, class token and positions; blocks take the shared bias."""
 
     name = "timm-beit"
     about = "timm Beit: BEiT, BEiT v2 (beit_*, beitv2_*)"
@@ -40,7 +38,7 @@ class TimmBeit(Family):
         return Embedded.shared(model.pos_drop(x), len(model.blocks), shared_rel_pos_bias=shared)
 
     def prepare_lora(self, model: nn.Module) -> None:
-        separate_qkv_bias(model)
+        _separate_qkv_bias(model)
 
 
 FAMILY = TimmBeit()

@@ -1,6 +1,4 @@
-"""timm's ``Eva``: EVA and EVA-02 (rotary embeddings, SwiGLU ``fc1_g`` / ``fc1_x``, separate q/k/v projections, a
-sub-norm in the MLP), DINOv3 and the ``vit_*_rope_*`` ViTs (rotary embeddings, per block in the mixed variants, layer
-scales ``gamma_1`` / ``gamma_2``)."""
+"""Adapt timm's ``Eva``: EVA, EVA-02, DINOv3 and the rotary ``vit_*_rope_*`` ViTs."""
 
 from __future__ import annotations
 
@@ -21,8 +19,8 @@ LAYOUT = replace(
 )
 
 
-def rope_kwargs(rope, num_blocks: int, mixed: bool) -> list[dict]:
-    """Each block's rotary embedding: none, the same one, or (mixed) its own."""
+def _rope_kwargs(rope, num_blocks: int, mixed: bool) -> list[dict]:
+    """Return each block's rotary embedding: none, a shared one, or (mixed) its own."""
     if rope is None:
         return [{} for _ in range(num_blocks)]
     if mixed:
@@ -30,17 +28,15 @@ def rope_kwargs(rope, num_blocks: int, mixed: bool) -> list[dict]:
     return [{"rope": rope} for _ in range(num_blocks)]
 
 
-def separate_qkv_bias(model: nn.Module) -> None:
-    """Attention that adds separate q / v biases to a bias-free fused qkv through ``F.linear(x, qkv.weight, ...)``
-    calls ``qkv`` as a module instead (``qkv_bias_separate``: the same sum), so that a LoRA adapter on it acts."""
+def _separate_qkv_bias(model: nn.Module) -> None:
+    """Make attention with separate q and v biases call ``qkv`` as a module, so that LoRA on it acts."""
     for module in model.modules():
         if getattr(module, "q_bias", None) is not None and hasattr(module, "qkv_bias_separate"):
             module.qkv_bias_separate = True
 
 
 class TimmEva(Family):
-    """``patch_embed -> _pos_embed (prefix tokens, positions; rotary embedding) -> norm_pre`` is the embedding output;
-    every block takes its rotary embedding."""
+    """The family whose embedding output follows ``_pos_embed`` and ``norm_pre``; blocks take their rotary embedding."""
 
     name = "timm-eva"
     about = "timm Eva: EVA, EVA-02, DINOv3, rotary ViTs (eva02_*, vit_*_dinov3*, vit_*_rope_*)"
@@ -50,11 +46,11 @@ class TimmEva(Family):
 
     def embed(self, model: nn.Module, pixels: Tensor) -> Embedded:
         x, rope = model._pos_embed(model.patch_embed(pixels))
-        kwargs = rope_kwargs(rope, len(model.blocks), getattr(model, "rope_mixed", False))
+        kwargs = _rope_kwargs(rope, len(model.blocks), getattr(model, "rope_mixed", False))
         return Embedded(model.norm_pre(x), kwargs)
 
     def prepare_lora(self, model: nn.Module) -> None:
-        separate_qkv_bias(model)
+        _separate_qkv_bias(model)
 
 
 FAMILY = TimmEva()

@@ -1,6 +1,4 @@
-"""timm's ``NaFlexVit``: ViTs for native aspect ratios and flexible resolutions (an ``embeds`` module holding the
-patch projection, prefix tokens and position embedding; rotary embeddings in some), trained here on fixed-size
-images as a standard ViT."""
+"""Adapt timm's ``NaFlexVit``, trained here on fixed-size images as a standard ViT."""
 
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ from torch import Tensor, nn
 
 from vitplast_tune.freezing import Layout
 from vitplast_tune.vit.families.base import Embedded, Family
-from vitplast_tune.vit.families.timm_eva import MHA_LINEARS, rope_kwargs, separate_qkv_bias
+from vitplast_tune.vit.families.timm_eva import MHA_LINEARS, _rope_kwargs, _separate_qkv_bias
 
 LAYOUT = replace(
     Layout("timm-naflex"),
@@ -22,8 +20,7 @@ LAYOUT = replace(
 
 
 class TimmNaFlex(Family):
-    """``_forward_embeds`` of a standard image batch (patch embedding, prefix tokens, positions, rotary embedding,
-    ``norm_pre``) is the embedding output; every block takes its rotary embedding and attention mask."""
+    """The family whose embedding output is ``_forward_embeds``; each block takes its rotary embedding and mask."""
 
     name = "timm-naflex"
     about = "timm NaFlexVit: flexible-resolution ViTs (naflexvit_*)"
@@ -33,12 +30,12 @@ class TimmNaFlex(Family):
 
     def embed(self, model: nn.Module, pixels: Tensor) -> Embedded:
         embeds = model._forward_embeds(pixels, patch_coord=None, patch_valid=None, attn_mask=None)
-        kwargs = rope_kwargs(embeds["rope_embeds"], len(model.blocks), model.rope_is_mixed)
+        kwargs = _rope_kwargs(embeds["rope_embeds"], len(model.blocks), model.rope_is_mixed)
         mask = embeds["attn_mask"]
         return Embedded(embeds["patches"], [{**k, "attn_mask": mask} for k in kwargs])
 
     def prepare_lora(self, model: nn.Module) -> None:
-        separate_qkv_bias(model)
+        _separate_qkv_bias(model)
 
 
 FAMILY = TimmNaFlex()

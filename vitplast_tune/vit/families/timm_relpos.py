@@ -1,5 +1,4 @@
-"""timm's ``VisionTransformerRelPos``: ViTs with relative position biases (an MLP or a table per block, or one shared by
-every block) instead of a position embedding, pre-norm or res-post-norm blocks (``vit_relpos_*``, ``vit_srelpos_*``)."""
+"""Adapt timm's ``VisionTransformerRelPos``: ViTs with relative position biases instead of a position embedding."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ LAYOUT = replace(Layout("timm-relpos"), emb=(*Layout("timm-relpos").emb, "shared
 
 
 class TimmRelPos(Family):
-    """``patch_embed -> class token`` is the embedding output; every block takes the shared relative position bias,
-    when the model has one."""
+    """The family whose embedding output is the patches and class token; each block takes the shared bias."""
 
     name = "timm-relpos"
     about = "timm VisionTransformerRelPos: ViTs with relative position biases (vit_relpos_*, vit_srelpos_*)"

@@ -1,5 +1,4 @@
-"""timm's ``VisionTransformer`` and its subclasses: ViT, DeiT (the distilled ones too, with their distillation token
-and second head), hybrids (a CNN stem inside ``patch_embed``), register tokens, layer scales, gated MLPs."""
+"""Adapt timm's ``VisionTransformer`` and its subclasses: ViT, DeiT (distilled too), hybrids, register tokens."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ LAYOUT = replace(
 
 
 class TimmViT(Family):
-    """``patch_embed -> _pos_embed (prefix tokens + positions) -> patch_drop -> norm_pre`` is the embedding output."""
+    """The family whose embedding output is ``norm_pre(patch_drop(_pos_embed(patch_embed(x))))``."""
 
     name = "timm-vit"
     about = "timm VisionTransformer and subclasses: ViT, DeiT (distilled too), hybrids (vit_*, deit*, vit_*_r50_*)"

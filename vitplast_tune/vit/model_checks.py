@@ -1,5 +1,4 @@
-"""Whether a search's settings fit its model, checked before Ray starts (``plan.inputs``): block indices and LoRA
-ranks within the model's blocks and layers, and some subset within the parameter budget."""
+"""Check a search's settings against its model before Ray starts: block indices, LoRA ranks, the parameter budget."""
 
 from __future__ import annotations
 
@@ -13,16 +12,15 @@ from vitplast_tune.vit.families.registry import layout_of
 
 
 def check_fits_model(settings: FinetuneConfig, classes: int, trials: tuple[FinetuneConfig, ...] = ()) -> None:
-    """Check that the settings, and each trial's, fit the model; built on the meta device: no memory, no weights read.
+    """Check that the settings and each trial's fit the model, built on the meta device.
 
     Args:
-        settings: the search's trial settings (its model among them).
-        classes: the dataset's classes (the model's head).
-        trials: the settings of other trials (the space's corners), checked the same way.
+        settings: The search's trial settings.
+        classes: The dataset's classes.
+        trials: Other trials' settings, checked the same way.
 
     Raises:
-        UserError: a depth or block index beyond the model's blocks (its family's layout says where they are), or a
-            LoRA rank above the width of a layer it adapts.
+        UserError: A block is beyond the model's blocks, or a LoRA rank is above the width of a layer it adapts.
     """
     with torch.device("meta"):
         model = models.create_model(settings.model, classes, pretrained=False)
@@ -37,7 +35,7 @@ def check_fits_model(settings: FinetuneConfig, classes: int, trials: tuple[Finet
         targets = methods.lora_targets(model, cfg.components, blocks)
         if not targets:
             continue
-        methods.require_peft(cfg.components)  # a LoRA trial without the lora extra: one line, before Ray starts
+        methods._require_peft(cfg.components)  # refuse LoRA without peft before Ray starts
         width, layer = min(
             (min(model.get_submodule(t).in_features, model.get_submodule(t).out_features), t) for t in targets
         )
@@ -51,18 +49,16 @@ def check_fits_model(settings: FinetuneConfig, classes: int, trials: tuple[Finet
 def check_budget(
     settings: FinetuneConfig, classes: int, *, max_trainable_params: int, subsets: tuple[str, ...]
 ) -> None:
-    """Check that some subset the search may train is within the parameter budget.
-
-    Counted on an untrained model with the dataset's head and the settings' blocks.
+    """Check that some subset the search may train fits the parameter budget.
 
     Args:
-        settings: the search's trial settings (its model and blocks).
-        classes: the dataset's classes (the model's head).
-        max_trainable_params: the parameter budget.
-        subsets: every component subset the search may train.
+        settings: The search's trial settings.
+        classes: The dataset's classes.
+        max_trainable_params: The parameter budget.
+        subsets: Every subset the search may train.
 
     Raises:
-        UserError: every subset is over the budget: the search could train nothing.
+        UserError: Every subset is over the budget.
     """
     model = models.create_model(settings.model, classes, pretrained=False)
     layout = layout_of(model)
