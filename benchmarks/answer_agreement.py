@@ -18,16 +18,26 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from vitplast_tune.errors import did_you_mean
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = common.parser(__doc__)
     p.add_argument("--names", nargs="+", required=True, help="the searches, by name")
     p.add_argument("--storage", help="where they are recorded (default: the results folder)")
-    p.add_argument("--page", help="write the dated page (Markdown) here")
+    p.add_argument("--page", type=common.output, help="write the dated page (Markdown) here")
     p.add_argument("--note", default="", help="a line on how the searches ran, for the page")
     common.add_json_flag(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    from vitplast_tune import list_searches
+
+    recorded = list_searches(args.storage)  # each name checked before any is read
+    for name in args.names:
+        if name not in recorded:
+            p.error(
+                f'argument --names: no search "{name}" in {args.storage or "the results folder"}{did_you_mean(name, recorded)}'
+            )
+    return args
 
 
 def subset(configuration) -> str:

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import common
+
 EXTRA = {
     "noflip": dict(scale=(0.08, 1.0), hflip=0.0),
     "crop50": dict(scale=(0.5, 1.0), hflip=0.0),
@@ -145,18 +147,20 @@ def summary(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison from the command line; print the rows and the summary."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = common.parser(__doc__)
     p.add_argument("--dataset", nargs="+", default=["digits"])
-    p.add_argument("--recipes", nargs="+", default=["paper", "light", "none"])
-    p.add_argument("--lrs", nargs="+", type=float, default=[0.01, 0.03, 0.1, 0.3])
-    p.add_argument("--components", nargs="+", default=["all", "mha", "fc1"])
-    p.add_argument("--seeds", nargs="+", type=int, default=[0])
-    p.add_argument("--max-steps", type=int, default=400)
+    p.add_argument(
+        "--recipes", nargs="+", type=common.known(["paper", "light", "none"]), default=["paper", "light", "none"]
+    )
+    p.add_argument("--lrs", nargs="+", type=common.above(0), default=[0.01, 0.03, 0.1, 0.3])
+    p.add_argument("--components", nargs="+", type=common.subset, default=["all", "mha", "fc1"])
+    p.add_argument("--seeds", nargs="+", type=common.at_least(0), default=[0])
+    p.add_argument("--max-steps", type=common.at_least(1), default=400)
     p.add_argument("--model", default="vit_testbed_patch8_32.fractal")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--deadline-s", type=float, default=float("inf"))
-    p.add_argument("--out", type=Path, help="append each run as a JSON line to this file")
+    p.add_argument("--workers", type=common.at_least(1), default=2)
+    p.add_argument("--deadline-s", type=common.above(0), default=float("inf"))
+    p.add_argument("--out", type=common.output_path, help="append each run as a JSON line to this file")
     p.add_argument("--summarize", type=Path, nargs="*", help="only print the summary of these JSON-lines files")
     args = p.parse_args(argv)
     if args.summarize:

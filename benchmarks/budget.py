@@ -28,13 +28,17 @@ from vitplast_tune.vit.training import finetune
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The budgets, learning rates and seeds to run, and where to write the table and the plot."""
     p = common.parser(__doc__)
-    p.add_argument("--budgets", type=int, nargs="+", default=[150, 300, 600, 1200], help="step budgets")
-    p.add_argument("--lrs", type=float, nargs="+", default=[0.03, 0.1], help="learning rates (the lab's)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 42], help="seeds (split, head, batches)")
-    p.add_argument("--components", default="all", help="the subset to train (default: full finetuning)")
-    p.add_argument("--eval-every", type=int, default=50, help="validation every this many steps")
-    p.add_argument("--json", type=Path, default=None, help="write every run's curve and finals here")
-    p.add_argument("--png", type=Path, default=None, help="plot the curves and the finals per budget here")
+    p.add_argument("--budgets", type=common.at_least(1), nargs="+", default=[150, 300, 600, 1200], help="step budgets")
+    p.add_argument("--lrs", type=common.above(0), nargs="+", default=[0.03, 0.1], help="learning rates (the lab's)")
+    p.add_argument("--seeds", type=common.at_least(0), nargs="+", default=[0, 42], help="seeds (split, head, batches)")
+    p.add_argument(
+        "--components", type=common.subset, default="all", help="the subset to train (default: full finetuning)"
+    )
+    p.add_argument("--eval-every", type=common.at_least(1), default=50, help="validation every this many steps")
+    p.add_argument("--json", type=common.output_path, default=None, help="write every run's curve and finals here")
+    p.add_argument(
+        "--png", type=common.output_path, default=None, help="plot the curves and the finals per budget here"
+    )
     p.add_argument("--add", type=Path, default=None, help="a --json of earlier runs to add these to (table and plot)")
     return p.parse_args(argv)
 

@@ -38,10 +38,22 @@ DEFAULT_SUBSETS = "all,mha,head"
 def parse_args(argv: list[str] | None = None):
     p = common.parser(__doc__)
     p.add_argument("--model", default="vit_testbed_patch8_32", help="timm ViT, randomly initialised")
-    p.add_argument("--subsets", default=DEFAULT_SUBSETS, help=f"comma-separated (default: {DEFAULT_SUBSETS})")
-    p.add_argument("--reports", type=int, default=4, help="reports with a checkpoint per trial (default: 4)")
+    p.add_argument(
+        "--subsets",
+        type=common.listed(common.subset),
+        default=DEFAULT_SUBSETS,
+        help=f"comma-separated (default: {DEFAULT_SUBSETS})",
+    )
+    p.add_argument(
+        "--reports", type=common.at_least(1), default=4, help="reports with a checkpoint per trial (default: 4)"
+    )
     p.add_argument("--s3", help="an s3:// URI to use instead of a local S3 server (moto)")
-    p.add_argument("--storages", default="local,s3", help="local, s3 or both (default: local,s3)")
+    p.add_argument(
+        "--storages",
+        type=common.listed(common.known(["local", "s3"])),
+        default="local,s3",
+        help="local, s3 or both (default: local,s3)",
+    )
     common.add_json_flag(p)
     return p.parse_args(argv)
 

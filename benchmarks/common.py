@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
 
-from vitplast_tune.components import COMPONENTS
+from vitplast_tune.components import COMPONENTS, parse_subset
+from vitplast_tune.errors import UserError, did_you_mean
 
 if TYPE_CHECKING:
     import torch
@@ -40,13 +42,121 @@ SUBSETS = ("all", *COMPONENTS, "head")  # full finetuning, each single component
 # ----------------------------------------------------------------------------- command line and results
 
 
-def parser(doc: str | None) -> argparse.ArgumentParser:
+class Parser(argparse.ArgumentParser):
+    """The benchmarks' argument parser: a mistake is one line and exit code 2, before any work. The flags' types
+    below check their values as they are parsed: a count below its floor, a name the benchmark does not know, an
+    output file whose folder cannot be written."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def parser(doc: str | None) -> Parser:
     """An argument parser whose help starts with the benchmark's docstring, laid out as written."""
-    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return Parser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def at_least(floor: float, kind: type = int) -> Callable[[str], Any]:
+    """A flag's type: a number of ``kind`` (int: a whole number; float) not below ``floor`` (nor NaN)."""
+    return _number(kind, floor, f"of at least {floor:g}", lambda value: value >= floor)
+
+
+def above(floor: float, kind: type = float) -> Callable[[str], Any]:
+    """A flag's type: a number of ``kind`` above ``floor`` (a rate, a duration, a fraction: above 0)."""
+    return _number(kind, floor, f"above {floor:g}", lambda value: value > floor)
+
+
+def _number(kind: type, floor: float, bound: str, holds: Callable[[Any], bool]) -> Callable[[str], Any]:
+    noun = "a whole number" if kind is int else "a number"
+
+    def number(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if math.isnan(value) or not holds(value):
+            raise argparse.ArgumentTypeError(f"must be {noun} {bound}, got {text}")
+        return value
+
+    return number
+
+
+def listed(item: Callable[[str], Any]) -> Callable[[str], str]:
+    """A flag's type: comma-separated values, each checked by ``item``; the text kept as given."""
+
+    def values(text: str) -> str:
+        parts = [part.strip() for part in text.split(",")]
+        if not all(parts):
+            raise argparse.ArgumentTypeError(f"{text!r} has an empty value; separate the values by single commas")
+        for part in parts:
+            item(part)
+        return text
+
+    return values
+
+
+def known(names: Iterable[str]) -> Callable[[str], str]:
+    """A flag's type: one of ``names``, with the closest one as a hint (``listed(known(...))``: comma-separated)."""
+    names = list(names)
+
+    def name(text: str) -> str:
+        if text not in names:
+            same = [n for n in names if n.lower() == text.lower()]  # the name in another case, else the closest
+            hint = f' (did you mean "{same[0]}"?)' if same else did_you_mean(text, names)
+            raise argparse.ArgumentTypeError(f'unknown "{text}"{hint}; known: {", ".join(names)}')
+        return text
+
+    return name
+
+
+def output(text: str) -> str:
+    """A flag's type: a file the benchmark writes at its end, checked now: not a folder, in a folder it can write
+    (made if missing); the text kept as given."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; name a file in it")
+    _writable_folder(path.parent, text)
+    return text
+
+
+def output_path(text: str) -> Path:
+    """``output``, as a path."""
+    return Path(output(text))
+
+
+def folder(text: str) -> str:
+    """A flag's type: a folder the benchmark reads (it must be there); the text kept as given."""
+    if not Path(text).expanduser().is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is not a folder")
+    return text
+
+
+def subset(text: str) -> str:
+    """A flag's type: a component subset (``mha``, ``ln1+fc2``, ``all``, ``head``), as ``components`` reads it."""
+    try:
+        parse_subset(text)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def output_dir(text: str) -> str:
+    """A flag's type: a folder the benchmark writes into, checked now: not a file, writable or makeable."""
+    _writable_folder(Path(text).expanduser(), text)
+    return text
+
+
+def _writable_folder(folder: Path, given: str) -> None:
+    existing = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{given}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{given}: the folder {existing} is not writable")
 
 
 def add_json_flag(p: argparse.ArgumentParser, help: str = "also write the results to this JSON file") -> None:
-    p.add_argument("--json", help=help)
+    p.add_argument("--json", type=output, help=help)
 
 
 def write_json(path: str | Path | None, result: Any) -> None:

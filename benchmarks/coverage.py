@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -43,12 +42,27 @@ LEVELS = np.array([-1.2816, -0.8416, -0.3853, 0.0])  # normal quantiles 0.1, 0.2
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Sample sizes, replications, resamples, the tolerance and the output file."""
     p = common.parser(__doc__)
-    p.add_argument("--ns", type=int, nargs="+", default=[4, 5, 6, 8, 10, 12, 15, 20, 25, 31, 40], help="sample sizes")
-    p.add_argument("--reps", type=int, default=1000, help="samples per n and scenario (coverage SE ~0.7%% at 1000)")
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples per interval (trials: 1000, lab 2000)")
-    p.add_argument("--tolerance", type=float, default=0.05, help="how far below 95%% coverage may fall")
-    p.add_argument("--seed", type=int, default=0, help="seed of the samples")
-    p.add_argument("--json", type=Path, default=None, help="write the table here")
+    p.add_argument(
+        "--ns",
+        type=common.at_least(2),
+        nargs="+",
+        default=[4, 5, 6, 8, 10, 12, 15, 20, 25, 31, 40],
+        help="sample sizes",
+    )
+    p.add_argument(
+        "--reps", type=common.at_least(1), default=1000, help="samples per n and scenario (coverage SE ~0.7%% at 1000)"
+    )
+    p.add_argument(
+        "--n-boot",
+        type=common.at_least(1),
+        default=1000,
+        help="bootstrap resamples per interval (trials: 1000, lab 2000)",
+    )
+    p.add_argument(
+        "--tolerance", type=common.at_least(0, float), default=0.05, help="how far below 95%% coverage may fall"
+    )
+    p.add_argument("--seed", type=common.at_least(0), default=0, help="seed of the samples")
+    p.add_argument("--json", type=common.output_path, default=None, help="write the table here")
     return p.parse_args(argv)
 
 

@@ -47,10 +47,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--model", default="vit_base_patch16_224", help="timm ViT, randomly initialised (default: vit_base_patch16_224)"
     )
-    p.add_argument("--batch-size", type=int, default=64, help="pipeline batch (default: 64)")
-    p.add_argument("--model-batch", type=int, default=8, help="training batch of the model (default: 8)")
-    p.add_argument("--seconds", type=float, default=3.0, help="time per pipeline measurement (default: 3)")
-    p.add_argument("--model-steps", type=int, default=3, help="timed training steps (default: 3, after one untimed)")
+    p.add_argument("--batch-size", type=common.at_least(1), default=64, help="pipeline batch (default: 64)")
+    p.add_argument("--model-batch", type=common.at_least(1), default=8, help="training batch of the model (default: 8)")
+    p.add_argument("--seconds", type=common.above(0), default=3.0, help="time per pipeline measurement (default: 3)")
+    p.add_argument(
+        "--model-steps", type=common.at_least(1), default=3, help="timed training steps (default: 3, after one untimed)"
+    )
     common.add_json_flag(p, help="write the results here")
     return p.parse_args(argv)
 

@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--plasticity",
-        type=int,
+        type=common.at_least(0),
         default=0,
         metavar="PAIRS",
         help="measure plasticity on this many image pairs first, as a default search does (default 0: --no-plasticity)",

@@ -90,10 +90,16 @@ def table(runs: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run every job on ``--workers`` processes, print the table, optionally write every run to ``--json``."""
     p = common.parser(__doc__)
-    p.add_argument("--workers", type=int, default=2, help="runs at once, one torch thread each (default: 2)")
+    p.add_argument(
+        "--workers", type=common.at_least(1), default=2, help="runs at once, one torch thread each (default: 2)"
+    )
     common.add_json_flag(p, "write every run's metrics to this file")
-    p.add_argument("--seeds", type=int, default=len(SEEDS), help=f"seeds per row (default: {len(SEEDS)})")
-    p.add_argument("--max-steps", type=int, default=400, help="steps per run (default: 400, the quickstart's)")
+    p.add_argument(
+        "--seeds", type=common.at_least(1), default=len(SEEDS), help=f"seeds per row (default: {len(SEEDS)})"
+    )
+    p.add_argument(
+        "--max-steps", type=common.at_least(1), default=400, help="steps per run (default: 400, the quickstart's)"
+    )
     args = p.parse_args(argv)
     runs = []
     with ProcessPoolExecutor(args.workers) as pool:

@@ -178,12 +178,16 @@ def compare(args) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = common.parser(__doc__)
     p.add_argument("--model", default="vit_small_patch16_224")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=8, help="the global batch (each of N workers takes 1/N)")
-    p.add_argument("--steps", type=int, default=4, help="timed steps per variant and round, after a first one")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--train-start", type=int, default=3, help="Train runs timed (0: none)")
-    p.add_argument("--timeout-s", type=float, default=1800.0)
+    p.add_argument("--workers", type=common.at_least(1), default=2)
+    p.add_argument(
+        "--batch-size", type=common.at_least(1), default=8, help="the global batch (each of N workers takes 1/N)"
+    )
+    p.add_argument(
+        "--steps", type=common.at_least(1), default=4, help="timed steps per variant and round, after a first one"
+    )
+    p.add_argument("--rounds", type=common.at_least(1), default=3)
+    p.add_argument("--train-start", type=common.at_least(0), default=3, help="Train runs timed (0: none)")
+    p.add_argument("--timeout-s", type=common.above(0), default=1800.0)
     common.add_json_flag(p)
     args = p.parse_args(argv)
     result = compare(args)

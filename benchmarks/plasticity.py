@@ -31,24 +31,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--batch-size",
-        type=int,
+        type=common.at_least(1),
         default=64,
         help="pairs per batch; the forward baseline runs 2x this many images per call (default: 64)",
     )
     p.add_argument(
         "--pairs",
-        type=int,
+        type=common.at_least(1),
         default=1024,
         help="number of pairs N; the baseline forwards 2N images (default: 1024)",
     )
     p.add_argument(
         "--repeats",
-        type=int,
+        type=common.at_least(1),
         default=5,
         help="timed repeats; the median is reported (default: 5)",
     )
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument(
+        "--threads", type=common.at_least(1), default=None, help="torch CPU threads (default: torch's choice)"
+    )
     return p.parse_args(argv)
 
 

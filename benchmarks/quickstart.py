@@ -16,7 +16,6 @@ clock alone.
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import subprocess
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchmarks import common
 from benchmarks.common import ROOT, python_env, scratch
 
 IDLE = "idle Ray workers"
@@ -125,10 +125,12 @@ def trial_breakdown(trials: pd.DataFrame) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the quickstart and print its breakdown."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--storage", type=Path, help="results folder (default: a temporary one)")
+    p = common.parser(__doc__)
+    p.add_argument(
+        "--storage", type=lambda text: Path(common.output_dir(text)), help="results folder (default: a temporary one)"
+    )
     p.add_argument("--name", default="quickstart-benchmark")
-    p.add_argument("--every", type=float, default=2.0, help="seconds between CPU readings (default: 2)")
+    p.add_argument("--every", type=common.above(0), default=2.0, help="seconds between CPU readings (default: 2)")
     p.add_argument("flags", nargs="*", help="more search flags, after --")
     args = p.parse_args(argv)
     with scratch("vitplast-quickstart-") as tmp:

@@ -49,14 +49,36 @@ BASELINES = ("all", "head")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = common.parser(__doc__)
-    p.add_argument("--tables", nargs="*", help="kept folders to replay (default: every lab and check of lab-v2)")
-    p.add_argument("--seeds", type=int, default=50, help="search seeds per table (default: 50)")
-    p.add_argument("--trials", default=",".join(map(str, TRIALS)), help="T values, comma-separated")
-    p.add_argument("--tops", default=",".join(map(str, TOPS)), help="K values, comma-separated")
-    p.add_argument("--finalist-seeds", default=",".join(map(str, SEEDS)), help="N values, comma-separated")
-    p.add_argument("--rates", type=int, default=3, help="rates per baseline of the reference trials (default: 3)")
-    p.add_argument("--cache", help="cache folder (default: $VITPLAST_CACHE_DIR/search_replay)")
-    p.add_argument("--page", help="write the dated page (Markdown) here")
+    p.add_argument(
+        "--tables",
+        nargs="*",
+        type=common.folder,
+        help="kept folders to replay (default: every lab and check of lab-v2)",
+    )
+    p.add_argument("--seeds", type=common.at_least(1), default=50, help="search seeds per table (default: 50)")
+    p.add_argument(
+        "--trials",
+        type=common.listed(common.at_least(1)),
+        default=",".join(map(str, TRIALS)),
+        help="T values, comma-separated",
+    )
+    p.add_argument(
+        "--tops",
+        type=common.listed(common.at_least(0)),
+        default=",".join(map(str, TOPS)),
+        help="K values, comma-separated",
+    )
+    p.add_argument(
+        "--finalist-seeds",
+        type=common.listed(common.at_least(1)),
+        default=",".join(map(str, SEEDS)),
+        help="N values, comma-separated",
+    )
+    p.add_argument(
+        "--rates", type=common.at_least(1), default=3, help="rates per baseline of the reference trials (default: 3)"
+    )
+    p.add_argument("--cache", type=common.output_dir, help="cache folder (default: $VITPLAST_CACHE_DIR/search_replay)")
+    p.add_argument("--page", type=common.output, help="write the dated page (Markdown) here")
     common.add_json_flag(p)
     return p.parse_args(argv)
 

@@ -55,12 +55,26 @@ SPACE = {
 def parse_args(argv: list[str] | None = None):
     p = common.parser(__doc__)
     p.add_argument(
-        "--trials", default="100,1000,3000", help="comma-separated numbers of trials (default 100,1000,3000)"
+        "--trials",
+        type=common.listed(common.at_least(1)),
+        default="100,1000,3000",
+        help="comma-separated numbers of trials (default 100,1000,3000)",
     )
-    p.add_argument("--stacks", default=",".join(STACKS), help=f"comma-separated, of {', '.join(STACKS)}")
-    p.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray instance, one per trial (default 2)")
+    p.add_argument(
+        "--stacks",
+        type=common.listed(common.known(STACKS)),
+        default=",".join(STACKS),
+        help=f"comma-separated, of {', '.join(STACKS)}",
+    )
+    p.add_argument(
+        "--cpus", type=common.at_least(1), default=2, help="CPUs of the local Ray instance, one per trial (default 2)"
+    )
     p.add_argument("--again", action="store_true", help="measure again what the --json file already holds")
-    p.add_argument("--profile", help="profile vitplast's driver into this folder (py-spy, else pyinstrument)")
+    p.add_argument(
+        "--profile",
+        type=common.output_dir,
+        help="profile vitplast's driver into this folder (py-spy, else pyinstrument)",
+    )
     p.add_argument("--child", nargs=4, metavar=("STACK", "N", "DIR", "CPUS"), help=argparse.SUPPRESS)
     common.add_json_flag(p, help="write each measurement here as it ends; a run given it again skips those")
     return p.parse_args(argv)

@@ -44,7 +44,7 @@ from vitplast_tune import storage
 from vitplast_tune.plan import prepare
 from vitplast_tune.records.table import trial_subset
 from vitplast_tune.run import OptunaSearcher, schedulers
-from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
+from vitplast_tune.run.driver import run as run_search
 from vitplast_tune.run.optuna_search import warm_start_points
 from vitplast_tune.run.variants import tune_param_space
 from vitplast_tune.space import OptunaSpace, SearchSpec, load_space
@@ -69,6 +69,7 @@ def _grid_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--curves",
+        type=common.output,
         default=str(storage.default_storage() / "bench_search_curves.json"),
         help="recorded grid curves: read when present, else the grid runs and writes them (default: ~/vitplast_tune_results/bench_search_curves.json)",
     )
@@ -80,7 +81,7 @@ def _grid_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="load the model's pretrained weights (default: the space file's)",
     )
-    p.add_argument("--max-steps", type=int, help="steps per trial (default: the space file's)")
+    p.add_argument("--max-steps", type=common.at_least(1), help="steps per trial (default: the space file's)")
     p.add_argument(
         "--set",
         action="append",
@@ -95,40 +96,52 @@ def _grid_flags(p: argparse.ArgumentParser) -> None:
         help="learning-rate grid replacing the space's lr range, e.g. 0.03,0.1,0.3 (component_subsets)",
     )
     p.add_argument(
-        "--cpus", type=int, default=2, help="CPUs of the Ray instance for the grid; one per trial (default: 2)"
+        "--cpus",
+        type=common.at_least(1),
+        default=2,
+        help="CPUs of the Ray instance for the grid; one per trial (default: 2)",
     )
 
 
 def _replay_flags(p: argparse.ArgumentParser) -> None:
     """The flags of the replayed searches (and of the check that they replay the grid exactly)."""
     p.add_argument(
-        "--seeds", type=int, default=50, help="search seeds averaged over; the replay is cheap (default: 50)"
+        "--seeds",
+        type=common.at_least(1),
+        default=50,
+        help="search seeds averaged over; the replay is cheap (default: 50)",
     )
-    p.add_argument("--workers", type=int, default=1, help="trials running at once in the replay (default: 1)")
+    p.add_argument(
+        "--workers", type=common.at_least(1), default=1, help="trials running at once in the replay (default: 1)"
+    )
     p.add_argument(
         "--max-trials",
-        type=int,
+        type=common.at_least(1),
         default=200,
         help="a replayed search that has not reached the target after this many trials counts as failed (default: 200)",
     )
-    p.add_argument("--grace-period", type=int, help="ASHA grace period in steps (default: component_subsets.yaml's)")
-    p.add_argument("--reduction-factor", type=int, help="ASHA reduction factor (default: component_subsets.yaml's)")
+    p.add_argument(
+        "--grace-period", type=common.at_least(1), help="ASHA grace period in steps (default: component_subsets.yaml's)"
+    )
+    p.add_argument(
+        "--reduction-factor", type=common.at_least(2), help="ASHA reduction factor (default: component_subsets.yaml's)"
+    )
     p.add_argument(
         "--warm-start",
-        type=int,
+        type=common.at_least(0),
         default=3,
         metavar="K",
         help="also replay TPE (+ ASHA) with recommend's top K subsets enqueued first (default: 3; 0: none)",
     )
     p.add_argument(
         "--tolerance",
-        type=float,
+        type=common.at_least(0, float),
         default=0.005,
         help="accuracy below the grid's best that counts as reached (default: 0.005 = 0.5 points)",
     )
     p.add_argument(
         "--check",
-        type=int,
+        type=common.at_least(0),
         default=1,
         help="configurations trained again in this process to confirm the curves replay exactly (default: 1; 0 skips)",
     )

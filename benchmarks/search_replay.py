@@ -62,25 +62,51 @@ VERSION = 1  # of the replay's rules: a change makes every cached replay stale
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = common.parser(__doc__)
-    p.add_argument("--tables", nargs="*", help="kept folders to replay (default: every lab and check of lab-v2)")
-    p.add_argument("--seeds", type=int, default=50, help="search seeds per table and algorithm (default: 50)")
-    p.add_argument("--samplers", default=",".join(SAMPLERS), help=f"comma-separated (default: {','.join(SAMPLERS)})")
     p.add_argument(
-        "--schedulers", default=",".join(SCHEDULERS), help=f"comma-separated (default: {','.join(SCHEDULERS)})"
+        "--tables",
+        nargs="*",
+        type=common.folder,
+        help="kept folders to replay (default: every lab and check of lab-v2)",
     )
-    p.add_argument("--tolerance", type=float, default=0.005, help="below the best mean test accuracy (default: 0.005)")
-    p.add_argument("--budget", type=float, default=1.0, help="a replay stops at this fraction of the grid's cost")
-    p.add_argument("--max-trials", type=int, default=200, help="and after this many trials (default: 200)")
-    p.add_argument("--workers", type=int, default=1, help="trials running at once (default: 1)")
-    p.add_argument("--cache", help="cache folder (default: $VITPLAST_CACHE_DIR/search_replay)")
+    p.add_argument(
+        "--seeds", type=common.at_least(1), default=50, help="search seeds per table and algorithm (default: 50)"
+    )
+    p.add_argument(
+        "--samplers",
+        type=common.listed(common.known(SAMPLERS)),
+        default=",".join(SAMPLERS),
+        help=f"comma-separated (default: {','.join(SAMPLERS)})",
+    )
+    p.add_argument(
+        "--schedulers",
+        type=common.listed(common.known(SCHEDULERS)),
+        default=",".join(SCHEDULERS),
+        help=f"comma-separated (default: {','.join(SCHEDULERS)})",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=common.at_least(0, float),
+        default=0.005,
+        help="below the best mean test accuracy (default: 0.005)",
+    )
+    p.add_argument(
+        "--budget", type=common.above(0), default=1.0, help="a replay stops at this fraction of the grid's cost"
+    )
+    p.add_argument(
+        "--max-trials", type=common.at_least(1), default=200, help="and after this many trials (default: 200)"
+    )
+    p.add_argument("--workers", type=common.at_least(1), default=1, help="trials running at once (default: 1)")
+    p.add_argument("--cache", type=common.output_dir, help="cache folder (default: $VITPLAST_CACHE_DIR/search_replay)")
     p.add_argument(
         "--from-cache",
         action="store_true",
         help="replay nothing: the figures of the replays cached so far (seeds 0, 1, ... up to --seeds; each algorithm "
         "as many as it has on every table), e.g. when the model-based samplers got fewer seeds than the rest",
     )
-    p.add_argument("--plot", help="write the plot (PNG) here")
-    p.add_argument("--check", type=int, default=0, metavar="N", help="train N configurations again and compare")
+    p.add_argument("--plot", type=common.output, help="write the plot (PNG) here")
+    p.add_argument(
+        "--check", type=common.at_least(0), default=0, metavar="N", help="train N configurations again and compare"
+    )
     common.add_json_flag(p)
     return p.parse_args(argv)
 
@@ -777,15 +803,10 @@ def lab_settings(table: Table):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     folders = [Path(p) for p in args.tables] if args.tables else discover()
-    samplers = [s.strip() for s in args.samplers.split(",")]
+    samplers = [s.strip() for s in args.samplers.split(",")]  # each known, the counts positive: parse_args
     scheds = [s.strip() for s in args.schedulers.split(",")]
-    unknown = [s for s in samplers if s not in SAMPLERS] + [s for s in scheds if s not in SCHEDULERS]
-    if unknown or not folders or min(args.seeds, args.max_trials, args.workers) < 1 or not args.budget > 0:
-        print(
-            f"error: unknown sampler or scheduler {unknown}, no tables, --seeds, --max-trials or --workers < 1, "
-            "or --budget not positive",
-            file=sys.stderr,
-        )
+    if not folders:
+        print("error: no kept tables found; give them with --tables FOLDER ...", file=sys.stderr)
         return 2
     try:
         tables = [load_table(f) for f in folders]

@@ -55,19 +55,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="timm ViT, randomly initialised (default: vit_testbed_patch8_32)",
     )
     p.add_argument("--dataset", default="digits", help="dataset, upscaled to the model's input size (default: digits)")
-    p.add_argument("--batch-size", type=int, default=64, help="training batch (default: 64)")
-    p.add_argument("--steps", type=int, default=100, help="timed steps per configuration (default: 100)")
-    p.add_argument("--warmup", type=int, default=20, help="untimed steps before them (default: 20)")
+    p.add_argument("--batch-size", type=common.at_least(1), default=64, help="training batch (default: 64)")
+    p.add_argument("--steps", type=common.at_least(1), default=100, help="timed steps per configuration (default: 100)")
+    p.add_argument("--warmup", type=common.at_least(0), default=20, help="untimed steps before them (default: 20)")
     p.add_argument(
-        "--repeats", type=int, default=3, help="rounds over all configurations; the median is reported (default: 3)"
+        "--repeats",
+        type=common.at_least(1),
+        default=3,
+        help="rounds over all configurations; the median is reported (default: 3)",
     )
     p.add_argument(
         "--subsets",
+        type=common.listed(common.subset),
         default=",".join(SUBSETS),
         help=f"comma-separated subsets; 'all' is always run (default: {','.join(SUBSETS)})",
     )
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads, as a 1-CPU trial has (default: 1)")
+    p.add_argument(
+        "--threads", type=common.at_least(1), default=1, help="torch CPU threads, as a 1-CPU trial has (default: 1)"
+    )
     p.add_argument(
         "--cuda-options",
         action=argparse.BooleanOptionalAction,
@@ -78,7 +84,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compile", action="store_true", help="finetune with compile=True (torch.compile of the model)")
     p.add_argument(
         "--trial-steps",
-        type=int,
+        type=common.at_least(1),
         default=400,
         help="trial length for the head-only speed-up including its feature cache (default: 400)",
     )

@@ -22,7 +22,7 @@ from typing import Any
 from ray.tune import Callback
 
 from benchmarks import common
-from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
+from vitplast_tune.run.driver import run as run_search
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -34,17 +34,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="load the model's pretrained weights (default: random init, as timing does not depend on them)",
     )
     p.add_argument("--dataset", default="digits", help="dataset (default: digits)")
-    p.add_argument("--components", default="all", help="the trial's subset (default: all, full finetuning)")
-    p.add_argument("--lr", type=float, default=0.03, help="learning rate (default: 0.03)")
-    p.add_argument("--max-steps", type=int, default=400, help="training steps (default: 400, the testbed spaces')")
     p.add_argument(
-        "--eval-every", type=int, default=50, help="evaluate, report and checkpoint every N steps (default: 50)"
+        "--components", type=common.subset, default="all", help="the trial's subset (default: all, full finetuning)"
     )
-    p.add_argument("--batch-size", type=int, default=64, help="batch size (default: 64)")
+    p.add_argument("--lr", type=common.above(0), default=0.03, help="learning rate (default: 0.03)")
     p.add_argument(
-        "--cpus", type=int, default=1, help="CPUs of the Ray instance and of the trial (its torch threads) (default: 1)"
+        "--max-steps", type=common.at_least(1), default=400, help="training steps (default: 400, the testbed spaces')"
     )
-    p.add_argument("--gpus", type=float, default=0, help="GPUs of the trial (default: 0)")
+    p.add_argument(
+        "--eval-every",
+        type=common.at_least(1),
+        default=50,
+        help="evaluate, report and checkpoint every N steps (default: 50)",
+    )
+    p.add_argument("--batch-size", type=common.at_least(1), default=64, help="batch size (default: 64)")
+    p.add_argument(
+        "--cpus",
+        type=common.at_least(1),
+        default=1,
+        help="CPUs of the Ray instance and of the trial (its torch threads) (default: 1)",
+    )
+    p.add_argument("--gpus", type=common.at_least(0, float), default=0, help="GPUs of the trial (default: 0)")
     common.add_json_flag(p)
     return p.parse_args(argv)
 

@@ -67,7 +67,7 @@ def test_the_driver_side_of_the_package_imports_no_torch():
 def test_the_boundary_check_fails_when_a_driver_module_imports_torch(tmp_path):
     """The same check on a copy of the package where one driver-side module imports torch at the top."""
     shutil.copytree(PACKAGE, tmp_path / "vitplast_tune", ignore=shutil.ignore_patterns("__pycache__", "weights"))
-    spaces = tmp_path / "vitplast_tune" / "space" / "files.py"
+    spaces = tmp_path / "vitplast_tune" / "space" / "reading.py"  # imports yaml at the top
     spaces.write_text(spaces.read_text().replace("import yaml\n", "import torch  # planted\nimport yaml\n", 1))
     assert loaded_after_import(driver_side_modules(), root=tmp_path) == ["torch"]
 

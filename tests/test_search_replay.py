@@ -151,13 +151,16 @@ def test_the_benchmark_figures_pair_every_algorithm_with_the_default(tmp_path, c
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
     assert search_replay.main([*argv, "--cache", str(tmp_path)]) == 0
     assert "3 seeds (3 cached)" in capsys.readouterr().out  # resumed from the cache
-    assert search_replay.main(["--samplers", "CMA"]) == 2
-    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:  # when its flags are parsed (tests/test_bench_flags.py)
+        search_replay.main(["--samplers", "CMA"])
+    assert refused.value.code == 2 and 'unknown "CMA"' in capsys.readouterr().err
+    (tmp_path / "nowhere").mkdir()  # a folder without a kept table (one that is not there: refused when parsed)
     assert search_replay.main(["--tables", str(tmp_path / "nowhere")]) == 2  # one line, no traceback
     assert capsys.readouterr().err.strip().splitlines() == [
         f"error: --tables: {tmp_path / 'nowhere'}: no trials.csv nor analysis/lab_trials.csv"
     ]
-    assert search_replay.main([*argv, "--workers", "0"]) == 2  # would replay nothing and report "not reached"
+    with pytest.raises(SystemExit, match="2"):  # would replay nothing and report "not reached"
+        search_replay.main([*argv, "--workers", "0"])
 
 
 def test_the_figures_from_the_cache_take_each_algorithm_as_far_as_every_table_has_it(tmp_path, capsys):

@@ -10,7 +10,6 @@ from .errors import SpaceError as SpaceError
 from .errors import UserError as UserError
 from .plan.options import SearchOptions as SearchOptions
 from .predictors.report import plasticity_report as plasticity_report
-from .records.result import SearchResult as SearchResult
 from .records.search import Search as Search
 from .records.search import list_searches as list_searches
 from .records.search import load_search as load_search

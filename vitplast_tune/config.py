@@ -31,8 +31,17 @@ def cache_dir() -> Path:
 
     Returns:
         ``$VITPLAST_CACHE_DIR``, else ``~/.cache/vitplast_tune``.
+
+    Raises:
+        UserError: ``$VITPLAST_CACHE_DIR`` is a file or lies under one (named in the message).
     """
-    return Path(environment.read(CACHE_ENV) or Path.home() / ".cache" / "vitplast_tune").expanduser()
+    given = (environment.read(CACHE_ENV) or "").strip()
+    folder = Path(given or Path.home() / ".cache" / "vitplast_tune").expanduser()
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), folder)
+    if given and not existing.is_dir():
+        where = "" if existing == folder else f" lies under {existing}, which"
+        raise UserError(f"{CACHE_ENV}={given}{where} is a file; point it at a folder (it is made if missing)")
+    return folder
 
 
 def default_data_dir() -> Path:

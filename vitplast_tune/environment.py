@@ -70,6 +70,14 @@ VARIABLES: dict[str, Variable] = _by_name(
         "plan.planner, records.best_trial, vit.best_model",
     ),
     Variable(
+        "MLFLOW_ALLOW_FILE_STORE",
+        "MLflow's own: true lets MLflow 3 open a tracking URI that is a folder (its file store, in maintenance mode); "
+        "unset, such a URI is refused before the search starts.",
+        "a folder is refused as a tracking URI",
+        "honoured",
+        "plan.services (through MLflow's own reader)",
+    ),
+    Variable(
         "MLFLOW_EXPERIMENT_NAME",
         "MLflow's own: the experiment a new search's runs go to (--experiment wins).",
         "vitplast_tune",

@@ -9,8 +9,10 @@ Tune does, so the driver reads what trials on other nodes wrote through the same
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -267,17 +269,37 @@ def read_record(directory: Path, purpose: str = "to resume") -> dict[str, Any]:
     return record
 
 
+@contextlib.contextmanager
+def replaced(path: Path) -> Iterator[Path]:
+    """Write a file whole or not at all.
+
+    The block writes the temporary file it is given, renamed over ``path`` when the block ends; on an error (a full
+    disk, say) the temporary file is removed and ``path`` is left as it was.
+
+    Args:
+        path: The file to write.
+
+    Yields:
+        The temporary file beside it, to write (``.<name>.<pid>.tmp``).
+    """
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield partial
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
 def write_record(directory: Path, record: dict[str, Any]) -> None:
-    """Write a search's record (``SEARCH_FILE``) whole or not at all: a temporary file renamed over the old one.
+    """Write a search's record (``SEARCH_FILE``) whole or not at all (``replaced``).
 
     Args:
         directory: The search's directory, made if missing.
         record: The record.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    partial = directory / f".{SEARCH_FILE}.{os.getpid()}.tmp"
-    partial.write_text(json.dumps(record, indent=2, default=str))
-    os.replace(partial, directory / SEARCH_FILE)
+    with replaced(directory / SEARCH_FILE) as partial:
+        partial.write_text(json.dumps(record, indent=2, default=str))
 
 
 # URI schemes that pyarrow.fs.FileSystem.from_uri (what Ray Tune uses) resolves, and the pyarrow

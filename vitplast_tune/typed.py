@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+import collections.abc
+import dataclasses
+import functools
+import inspect
 import math
 import os
 import types
 import typing
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from vitplast_tune.errors import UserError
+from vitplast_tune.errors import OptionsError, UserError, did_you_mean
 
 
 @cache
@@ -19,40 +24,50 @@ def field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def check_types(settings: Any) -> None:
-    """Check that every field of a settings dataclass fits its annotation: a new field is typed by declaring it.
+def check_types(
+    settings: Any, skip: tuple[str, ...] = (), label: Callable[[str], str] = str, error: type[UserError] = UserError
+) -> None:
+    """Check that every field of a dataclass fits its annotation: a new field is typed by declaring it.
 
-    The annotations understood: ``int``, ``float``, ``bool``, ``str``, ``X | None``, ``list[X]``.
+    The annotations understood: those of ``fits``.
 
     Args:
-        settings: A settings dataclass (``FinetuneConfig``, ``PretrainConfig``).
+        settings: A dataclass (``FinetuneConfig``, ``PretrainConfig``, ``SearchOptions``).
+        skip: Fields checked elsewhere.
+        label: How a field is named in the message (``errors.option``: the flag, or the keyword).
+        error: The ``UserError`` kind to raise.
 
     Raises:
-        UserError: Naming the first field whose value does not fit.
+        UserError: (of kind ``error``) Naming the first field whose value does not fit.
     """
-    for name, hint in field_types(type(settings)).items():
-        check_type(name, getattr(settings, name), hint)
+    hints = field_types(type(settings))
+    for f in dataclasses.fields(settings):
+        if f.name not in skip:
+            check_type(label(f.name), getattr(settings, f.name), hints[f.name], error)
 
 
-def check_type(name: str, value: Any, hint: Any) -> None:
+def check_type(name: str, value: Any, hint: Any, error: type[UserError] = UserError) -> None:
     """Check that ``value`` fits the annotation ``hint`` (see ``fits``).
 
     Args:
         name: The setting's name, for the message.
         value: Its value.
         hint: Its annotation.
+        error: The ``UserError`` kind to raise.
 
     Raises:
-        UserError: The value does not fit; the message names ``name``.
+        UserError: (of kind ``error``) The value does not fit; the message names ``name``.
     """
     if not fits(value, hint):
-        raise UserError(f"{name} must be {describe_type(hint)}, got {value!r} ({_kind(value)})")
+        raise error(f"{name} must be {describe_type(hint)}, got {_shown(value)}")
 
 
 def fits(value: Any, hint: Any) -> bool:
     """Tell whether ``value`` is of type ``hint``.
 
-    A bool is not a number, an int is a float, a float is finite, a path is a string.
+    A bool is not a number, an int is a float, a float is finite, a path is a string; a list and a tuple are each
+    other's, their items checked, as are a mapping's keys and values. A type that cannot be checked at run time (a
+    protocol, a type variable, a name only type checkers see) lets every value through.
 
     Args:
         value: The value.
@@ -61,13 +76,22 @@ def fits(value: Any, hint: Any) -> bool:
     Returns:
         Whether it fits.
     """
-    origin = typing.get_origin(hint)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        return any(fits(value, h) for h in typing.get_args(hint))
-    if origin in (list, tuple):
-        item = (typing.get_args(hint) or (Any,))[0]
+        return any(fits(value, h) for h in args)
+    if origin is typing.Literal:
+        return value in args
+    if origin in (list, tuple, collections.abc.Sequence):
+        item = (args or (Any,))[0]
         return isinstance(value, (list, tuple)) and all(fits(v, item) for v in value)
-    if hint is Any:
+    if origin in (dict, collections.abc.Mapping):
+        key, item = args or (Any, Any)
+        return isinstance(value, collections.abc.Mapping) and all(
+            fits(k, key) and fits(v, item) for k, v in value.items()
+        )
+    if origin is collections.abc.Callable:
+        return callable(value)
+    if hint is Any or isinstance(hint, (str, typing.TypeVar)) or getattr(hint, "_is_protocol", False):
         return True
     if hint is type(None):
         return value is None
@@ -79,7 +103,7 @@ def fits(value: Any, hint: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if hint is str:
         return isinstance(value, (str, os.PathLike))  # a path given as a Path (data_dir, weights)
-    return isinstance(value, hint) if isinstance(hint, type) else True
+    return isinstance(value, origin or hint) if isinstance(origin or hint, type) else True
 
 
 def describe_type(hint: Any) -> str:
@@ -91,14 +115,94 @@ def describe_type(hint: Any) -> str:
     Returns:
         Its name in words.
     """
-    origin = typing.get_origin(hint)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    plural = lambda item: f"{describe_type(item).removeprefix('an ').removeprefix('a ')}s"
     if origin in (typing.Union, types.UnionType):
-        return " or ".join(describe_type(h) for h in typing.get_args(hint))
-    if origin in (list, tuple):
-        item = (typing.get_args(hint) or (Any,))[0]
-        return f"a list of {describe_type(item).removeprefix('an ').removeprefix('a ')}s"
+        return " or ".join(describe_type(h) for h in args)
+    if origin in (list, tuple, collections.abc.Sequence):
+        return f"a list of {plural((args or (Any,))[0])}"
+    if origin in (dict, collections.abc.Mapping):
+        key, item = args or (Any, Any)
+        return f"a mapping of {plural(key)} to {plural(item)}"
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(repr, args))
     names = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string", type(None): "null"}
-    return names.get(hint, getattr(hint, "__name__", str(hint)))
+    if hint in names:
+        return names[hint]
+    name = getattr(hint, "__name__", str(hint))
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}" if isinstance(hint, type) else name
+
+
+P = typing.ParamSpec("P")
+R = typing.TypeVar("R")
+
+
+def checked(**at_least: int) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Check a public function's arguments before it runs.
+
+    Each is checked against its annotation (``fits``), the counts named in ``at_least`` against their floor, an
+    unknown keyword named with the closest one. The one checker of the package's public functions (``vitplast_tune.load_search``, ``create_model``, ...): a value
+    of the wrong type or form is one ``OptionsError`` naming the function, the argument and what it takes, before any
+    work, not a traceback from deep inside.
+
+    Args:
+        **at_least: The least value of each integer argument named (``num_classes=0``).
+
+    Returns:
+        The decorator.
+    """
+
+    def decorate(function: Callable[P, R]) -> Callable[P, R]:
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            name = f"{function.__name__}()"
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                unknown = next((k for k in kwargs if k not in signature.parameters), None)
+                hint = did_you_mean(unknown, signature.parameters) if unknown else ""
+                raise OptionsError(f"{name}: {exc}{hint}") from None
+            hints = _hints(function)
+            for key, value in bound.arguments.items():
+                if signature.parameters[key].kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+                    continue
+                if key in hints and not fits(value, hints[key]):
+                    raise OptionsError(f"{name} takes {key} as {describe_type(hints[key])}, got {_shown(value)}")
+                if key in at_least and isinstance(value, int) and value < at_least[key]:
+                    raise OptionsError(f"{name} takes {key} as an integer of at least {at_least[key]}, got {value}")
+            return function(*args, **kwargs)
+
+        return call
+
+    return decorate
+
+
+@functools.cache
+def _hints(function: Callable) -> dict[str, Any]:
+    """A function's annotations as types; one naming a type only type checkers import is left out (not checked)."""
+    found = {}
+    for key, text in function.__annotations__.items():
+        try:
+            found[key] = typing.get_type_hints(_Only(text, function), function.__globals__)["value"]
+        except Exception:  # a name imported under TYPE_CHECKING, or a form this Python cannot evaluate
+            continue
+    return found
+
+
+class _Only:
+    """One annotation as an object ``typing.get_type_hints`` reads (its ``value``)."""
+
+    def __init__(self, annotation: Any, function: Callable):
+        self.__annotations__ = {"value": annotation}
+        self.__module__ = function.__module__
+
+
+def _shown(value: Any) -> str:
+    """A value and its kind in a message: its repr on one line, at most 60 characters."""
+    text = " ".join(repr(value).split())
+    return f"{text if len(text) <= 60 else text[:57] + '...'} ({_kind(value)})"
 
 
 def _kind(value: Any) -> str:

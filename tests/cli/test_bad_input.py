@@ -50,6 +50,7 @@ def edit(old: str, new: str, base: str = GOOD) -> str:
 # (arguments, space file text, what the one line says); {tmp} is the test's folder, the space is {tmp}/space.yaml
 SEARCH = [
     ([], edit("mode: max", "mode: [max"), "malformed YAML"),
+    ([], edit("mode: max", "mode: max  # caf\udce9"), "(0xe9) is not UTF-8; save the space file as UTF-8 text"),
     ([], edit("num_samples", "num_sample"), 'did you mean "num_samples"'),
     (["--data-dir", "{tmp}"], GOOD, '--data-dir does not apply to dataset "digits" and "fractals", shipped or'),
     (["--download"], GOOD, '--download does not apply to dataset "digits" and "fractals"'),
@@ -292,7 +293,7 @@ def world(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("args, space_text, message", SEARCH, ids=[c[2][:40] for c in SEARCH])
 def test_search_refuses_bad_input(world, capsys, args, space_text, message):
-    (world / "space.yaml").write_text(space_text)
+    (world / "space.yaml").write_bytes(space_text.encode("utf-8", "surrogateescape"))  # \udce9: the byte 0xe9
     storage = world / "results"
     line = refused("search", ["--space", str(world / "space.yaml"), "--storage", str(storage), *args], world, capsys)
     assert message.replace("{tmp}", str(world)) in line

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from tests._spaces import space_text
 from vitplast_tune.config import TESTBED_MODEL
 from vitplast_tune.plan import SearchOptions
-from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
+from vitplast_tune.run.driver import run as run_search
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from vitplast_tune.cli.analyze import as_json
 from vitplast_tune.cli.base import plain, print_json
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.recommend.ranking import EVIDENCE_COLUMNS, Recommendation, as_plain
-from vitplast_tune.records.result import SearchResult
+from vitplast_tune.records.search import Search
 from vitplast_tune.space.files import load_space
 from vitplast_tune.storage import SearchPlace
 
@@ -40,7 +40,8 @@ def test_analyze_json_holds_the_answers_numbers_and_the_correlations(tmp_path):
     correlations = pd.DataFrame({"predictor": ["plasticity_mean"], "target": ["val_acc"], "spearman": [0.5]})
     place = SearchPlace("s", str(tmp_path), "sqlite:///x.db", "vitplast_tune", "id")
     spec = load_space("component_subsets")
-    result = SearchResult(place, spec, FinetuneConfig(), trials, "parent")
+    result = Search(place, {"parent_run_id": "parent"}, trials)
+    result.spec, result.settings = spec, FinetuneConfig()
     result.analysis = SearchAnalysis(trials=TrialAnalysis(correlations, pd.DataFrame(), [], 2))
     said = json.loads(json.dumps(plain(as_json(result))))
     assert (said["name"], said["trials"], said["parent_run_id"]) == ("s", 3, "parent")

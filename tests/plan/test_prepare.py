@@ -221,7 +221,7 @@ def augment_options(tmp_path, defaults=None, parameters=None, **kw) -> SearchOpt
 
 def test_the_augmentation_is_the_datasets_unless_the_space_or_a_flag_names_one(tmp_path):
     from vitplast_tune.config import trial_config
-    from vitplast_tune.records.result import augmentation_text
+    from vitplast_tune.records.search_run import augmentation_text
 
     default = prepare(augment_options(tmp_path, name="a"))
     assert default.settings.augment == "light"  # digits' default, resolved before anything starts

@@ -17,7 +17,7 @@ from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import summary, top_trials
 from vitplast_tune.records.tracking import BEST_RUN_TAG, BEST_TAG, child_runs
-from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
+from vitplast_tune.run.driver import run as run_search
 from vitplast_tune.vit import training
 
 pytestmark = pytest.mark.slow

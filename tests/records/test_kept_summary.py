@@ -7,7 +7,8 @@ import pandas as pd
 
 import vitplast_tune as vt
 from vitplast_tune.config import FinetuneConfig
-from vitplast_tune.records.result import SUMMARY_FILE, SearchResult, forget_summary, keep_summary
+from vitplast_tune.records.printed import SUMMARY_FILE, forget_summary, keep_summary
+from vitplast_tune.records.search import Search
 from vitplast_tune.records.table import write_trials
 from vitplast_tune.space.files import load_space
 from vitplast_tune.storage import SearchPlace, write_record
@@ -20,14 +21,14 @@ def trial(trial_id, components, lr, best, params):
             "over_budget": False, "error": None}  # fmt: skip
 
 
-def finished_search(storage) -> SearchResult:
+def finished_search(storage) -> Search:
     """A finished search "s" as the driver returns it (timed, its wall time known), its record and table written."""
     trials = pd.DataFrame([trial("t1", "fc1", 0.1, 0.97, 100_000), trial("t2", "head", 0.3, 0.80, 1_000)])
     spec, settings = load_space("component_subsets"), FinetuneConfig()
     place = SearchPlace("s", str(storage), f"sqlite:///{storage / 'mlflow.db'}", "vitplast_tune", "id")
-    result = SearchResult(place, spec, settings, trials, "parent", elapsed_s=90.0, timings=Timings({"trials": 80.0}))
     record = {"name": "s", "space_path": str(spec.path), "fingerprint": spec.fingerprint}
     record |= {"tracking_uri": place.tracking_uri, "parent_run_id": "parent", "settings": settings.to_dict()}
+    result = Search(place, record, trials, elapsed_s=90.0, timings=Timings({"trials": 80.0}))
     write_record(place.results_dir, record)
     write_trials(trials, place.results_dir)
     return result

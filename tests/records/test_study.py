@@ -13,14 +13,15 @@ from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import summary, write_study
 from vitplast_tune.records.study import (
     TRIAL_ATTR,
+    describe_study,
     open_study,
     parameter_table,
     storage_url,
-    study_made,
     study_parameters,
+    trial_count,
 )
 from vitplast_tune.records.tracking import STUDY_TAG
-from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
+from vitplast_tune.run.driver import run as run_search
 from vitplast_tune.space import SearchSpec, load_space, parse_param
 from vitplast_tune.space.files import SchedulerSpec
 
@@ -66,7 +67,7 @@ def test_the_study_file_appears_whole_with_its_study_and_a_second_opening_makes_
 
     monkeypatch.setattr(optuna.storages.RDBStorage, "create_new_study", spy)
     study = open_study(study_file.parent, "s", spec)
-    assert made == [False] and study_made(study_file, "s")
+    assert made == [False] and trial_count(study_file, "s") == 0 and trial_count(study_file, "other") is None
     assert study.user_attrs == {"space": spec.name, "algorithm": spec.algorithm, "metric": spec.metric}
     assert sorted(p.name for p in study_file.parent.iterdir()) == ["optuna.db"]  # nothing left aside
     again = open_study(study_file.parent, "s", spec)
@@ -77,12 +78,13 @@ def test_each_trial_is_one_optuna_trial_with_every_flag_and_resume_adds_only_new
     spec_path = tmp_path / "tpe.yaml"
     spec_path.write_text(space_text(**TPE))
     spec = load_space(str(spec_path))
-    first = write_study(tmp_path, "s", spec, table(ROWS[:4]), CURVES)
-    assert (first.trials, first.added) == (4, 4) and first.url == f"sqlite:///{tmp_path.resolve()}/optuna.db"
-
-    again = write_study(tmp_path, "s", spec, table(ROWS), CURVES)  # a resumed search: one trial more
-    assert (again.trials, again.added) == (5, 1)
-    loaded = optuna.load_study(study_name="s", storage=again.url)
+    assert write_study(tmp_path, "s", spec, table(ROWS[:4]), CURVES) == 4
+    assert storage_url(tmp_path) == f"sqlite:///{tmp_path.resolve()}/optuna.db"
+    assert write_study(tmp_path, "s", spec, table(ROWS), CURVES) == 1  # a resumed search: one trial more
+    assert trial_count(tmp_path / "optuna.db", "s") == 5
+    line = f"Optuna study:       optuna-dashboard {storage_url(tmp_path)}   (study 's', 5 trials)"
+    assert describe_study(tmp_path, "s") == line and describe_study(tmp_path, "other") is None
+    loaded = optuna.load_study(study_name="s", storage=storage_url(tmp_path))
     by_id = {t.user_attrs[TRIAL_ATTR]: t for t in loaded.trials}
     assert sorted(by_id) == ["a", "b", "c", "d", "e"]
     states = {k: t.state.name for k, t in by_id.items()}
@@ -134,7 +136,7 @@ def test_after_a_real_search_load_study_gives_every_trial_and_a_resume_adds_none
     options, found = searched
     trials = found.trials
     loaded = optuna.load_study(study_name="tpe", storage=storage_url(found.place.local_dir))
-    assert len(loaded.trials) == len(trials) == 6 and found.study.trials == 6
+    assert len(loaded.trials) == len(trials) == len(found.study.trials) == 6
     by_id = {t.user_attrs[TRIAL_ATTR]: t for t in loaded.trials}
     assert sorted(by_id) == sorted(trials["trial_id"])
     for row in trials.itertuples():
@@ -148,8 +150,7 @@ def test_after_a_real_search_load_study_gives_every_trial_and_a_resume_adds_none
     assert (loaded.trials_dataframe()["duration"] > pd.Timedelta(0)).all()  # each trial's real start and end
 
     resumed = run_search(SearchOptions(**{**vars(options), "resume": True}))
-    assert resumed.study.added == 0 and resumed.study.trials == 6
-    assert len(optuna.load_study(study_name="tpe", storage=resumed.study.url).trials) == 6
+    assert sorted(t.user_attrs[TRIAL_ATTR] for t in resumed.study.trials) == sorted(by_id)  # none added
 
 
 @pytest.mark.slow
@@ -158,7 +159,7 @@ def test_the_parent_run_holds_the_importance_and_says_which_augmentation_ran(sea
     client = MlflowClient(found.place.tracking_uri)
     parent = client.get_run(found.parent_run_id)
     assert parent.data.params["augment"] == "light" and parent.data.params["default.augment"] == "light"
-    assert parent.data.tags[STUDY_TAG].startswith(found.study.url)
+    assert parent.data.tags[STUDY_TAG].startswith(storage_url(found.directory))
     artifacts = {a.path for a in client.list_artifacts(found.parent_run_id, "analysis")}
     assert {"analysis/importance.json", "analysis/importance.csv", "analysis/importance.png"} <= artifacts
     importance = found.analysis.importance.table
@@ -168,4 +169,5 @@ def test_the_parent_run_holds_the_importance_and_says_which_augmentation_ran(sea
     head = next(i for i, line in enumerate(lines) if line.startswith("Search "))
     assert lines[0].startswith("Answer: finetune ") and head > 0  # the answer first, then the search's line
     assert "on digits, augmentation light)" in lines[head] and lines[head + 1].startswith("Time: ")
-    assert "Which settings matter? fANOVA importance" in text and found.study.describe() in text
+    assert "Which settings matter? fANOVA importance" in text
+    assert f"optuna-dashboard {storage_url(found.directory)}   (study 'tpe', 6 trials)" in text

@@ -130,7 +130,7 @@ def test_a_search_on_an_mlflow_whose_ui_format_is_unknown_says_so_and_links_the_
     from vitplast_tune.plan import SearchOptions
     from vitplast_tune.records import summary
     from vitplast_tune.records.tracking import NOTE_TAG, VIEW_LINK_TAG
-    from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
+    from vitplast_tune.run.driver import run as run_search
 
     monkeypatch.setattr(mlflow_module, "installed_version", lambda: "3.19.0")
     space = tiny_space(parameters={"components": {"choice": ["fc1"]}}, defaults={"max_steps": 8, "eval_every": 8})

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from _commands import refused
+from _disk import fill, small_disk
 from _spaces import space_text
 from mlflow.tracking import MlflowClient
 from ray.tune import Callback
@@ -27,7 +28,7 @@ from vitplast_tune.errors import SearchInterrupted, UserError
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records.tracking import ROLE_TAG, SEARCH_TAG, child_runs
 from vitplast_tune.run import driver, guard, interrupts
-from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
+from vitplast_tune.run.driver import run as run_search
 
 pytestmark = pytest.mark.slow
 SPACE = space_text(
@@ -251,49 +252,39 @@ def test_with_tpes_state_moved_aside_resume_ends_the_search_with_a_new_tpe(stopp
 
 
 @pytest.fixture
-def small_disk(tmp_path):
+def disk(tmp_path):
     """A 48 MiB tmpfs at tmp_path/disk (mount needs root), unmounted after."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+    with small_disk(tmp_path / "disk") as mounted:
+        yield mounted
 
 
 class FillTheDisk(Callback):
     """At the first trial's first report, fill the search's disk to the last byte (a file that takes it all)."""
 
     def __init__(self, disk: Path):
-        self.filler, self.full = disk / "filler", False
+        self.disk, self.filler = disk, disk / "filler"
+
+    @property
+    def full(self) -> bool:
+        return self.filler.exists()
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        if self.full:
-            return
-        self.full = True
-        with open(self.filler, "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 2**16)
-                    f.flush()
-            except OSError:
-                pass
+        if not self.full:
+            fill(self.disk)
 
 
-def test_a_disk_that_fills_stops_the_search_as_an_interrupt_and_resume_loses_nothing(ray_local, small_disk):
-    space = small_disk.parent / "space.yaml"
+def test_a_disk_that_fills_stops_the_search_as_an_interrupt_and_resume_loses_nothing(ray_local, disk):
+    space = disk.parent / "space.yaml"
     space.write_text(SPACE.replace("max_steps: 16", "max_steps: 32").replace("num_samples: 4", "num_samples: 2"))
-    storage = small_disk / "results"  # the search and its MLflow store on the small disk
+    storage = disk / "results"  # the search and its MLflow store on the small disk
     options = SearchOptions(space=str(space), name="full", storage=str(storage), plasticity=False, verbose=0)
-    fill = FillTheDisk(small_disk)
+    filling = FillTheDisk(disk)
     with pytest.raises(SearchInterrupted) as stopped:  # a traceback with three runs left RUNNING before
-        run_search(options, callbacks=[fill])
-    assert fill.full and stopped.value.exit_code == guard.EXIT_CODE
+        run_search(options, callbacks=[filling])
+    assert filling.full and stopped.value.exit_code == guard.EXIT_CODE
     text = str(stopped.value)
     assert text.startswith("No space left on device") and "stopped before its trials ended" not in text[:20]
+    assert f"(the filesystem at {disk} is full)" in text  # the device to free, where the error names no file
     assert "nothing is lost: free space (or fix the filesystem), then continue the search with vitplast search" in text
     assert text.endswith("--resume") and "\n" not in text
     record = json.loads((storage / "full" / "vitplast_search.json").read_text())
@@ -303,7 +294,7 @@ def test_a_disk_that_fills_stops_the_search_as_an_interrupt_and_resume_loses_not
     assert statuses and set(statuses.values()) <= {"KILLED", "FAILED"}  # never RUNNING
     assert not (storage / "full" / ".driver.json").exists() and not (storage / "full" / guard.RESERVE_FILE).exists()
 
-    fill.filler.unlink()  # space again: the same search resumes with what it recorded
+    filling.filler.unlink()  # space again: the same search resumes with what it recorded
     result = run_search(dataclasses.replace(options, resume=True))
     assert len(result.trials) == 2 and result.trials["error"].isna().all() and (result.trials["step"] == 32).all()
     finished = {r.info.run_id: r.info.status for r in child_runs(client, record["parent_run_id"])}

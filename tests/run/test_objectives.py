@@ -253,7 +253,7 @@ def test_a_pareto_search_records_its_front_and_says_what_it_costs(ray_local, tmp
     from mlflow.tracking import MlflowClient
 
     from vitplast_tune.records.cost import cost_points
-    from vitplast_tune.records.result import summary
+    from vitplast_tune.records.printed import summary
 
     path = tmp_path / "space.yaml"
     path.write_text(COST_SPACE)
@@ -279,8 +279,7 @@ def test_a_pareto_search_records_its_front_and_says_what_it_costs(ray_local, tmp
     assert parent.data.params["objective"] == "pareto" and parent.data.params["sampler"] == "gp"
     answer = client.download_artifacts(found.parent_run_id, "cost/answer.txt", str(tmp_path))
     assert Path(answer).read_text().splitlines() == [p.sentence() for p in front]
-    assert found.study is not None
-    study = optuna.load_study(study_name=found.study.name, storage=found.study.url)
+    study = found.study
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]  # Optuna's multi-objective GP
     trial_run = client.get_run(trials["run_id"].dropna().iloc[0])
     assert "time_in_steps_s" in trial_run.data.metrics and "val_acc_per_gpu_hour" in trial_run.data.metrics

@@ -20,7 +20,7 @@ from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import trial_runs
 from vitplast_tune.records.tracking import PARENT_TAG, ROLE_TAG, SEARCH_TAG, TRIAL_TAG, child_runs, log_params
 from vitplast_tune.run import interrupts
-from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
+from vitplast_tune.run.driver import run as run_search
 
 pytestmark = pytest.mark.slow
 SPACE = space_text(

@@ -27,7 +27,7 @@ from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import summary
 from vitplast_tune.records.tracking import SEARCH_ID_TAG, TRIAL_TAG, child_runs
 from vitplast_tune.run import OptunaSearcher
-from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
+from vitplast_tune.run.driver import run as run_search
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

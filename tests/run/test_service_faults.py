@@ -17,7 +17,7 @@ from vitplast_tune.errors import SearchInterrupted
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records.tracking import ROLE_TAG, SEARCH_TAG, TRIAL_TAG, child_runs
 from vitplast_tune.run import guard
-from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
+from vitplast_tune.run.driver import run as run_search
 
 pytestmark = pytest.mark.slow
 SPACE = space_text(

@@ -11,7 +11,7 @@ from vitplast_tune.components import METHOD_FLAGS, component_methods
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import summary
 from vitplast_tune.records.tracking import child_runs
-from vitplast_tune.run.driver import run as run_search  # the SearchResult of a run, not its Search
+from vitplast_tune.run.driver import run as run_search
 
 pytestmark = pytest.mark.slow
 

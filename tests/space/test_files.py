@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import optuna
@@ -180,6 +181,30 @@ def test_unknown_top_level_key_suggests(tmp_path):
 def test_malformed_yaml_names_the_line(tmp_path):
     with pytest.raises(UserError, match=r"malformed YAML at line \d"):
         load_space(write_space(tmp_path, text="metric: val_acc\nmode: [max\nparameters: {}\n"))
+
+
+SPACE = VALID.format(parameters="  lr: 0.1", algorithm="optuna")
+# The "billion laughs" in a description, at 10^5 leaves (10^9 with 9 levels): the text it became was 1 MB.
+LAUGHS = "description: [&l0 lol, " + ", ".join(f"&l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 6)) + "]\n"
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (SPACE.replace("mode: max", "mode: max  # caf\xe9").encode("latin-1"), r"byte 33 \(0xe9\) is not UTF-8"),
+        ((SPACE + LAUGHS).encode(), r"at line 10: an alias \(\*l0\), which this file"),
+        (SPACE.encode() + b"#" * 2**20, r"over 1,048,576 bytes, more than a space file holds"),
+        (b"parameters: " + b"[" * 5000 + b"]" * 5000, "nested too deeply to be a space file"),
+    ],
+    ids=["not UTF-8", "aliases", "too large", "too deep"],
+)
+def test_a_space_file_is_read_within_bounds_in_one_line_naming_where(tmp_path, content, message):
+    """A traceback before (UnicodeDecodeError, RecursionError), or the aliases expanded, the whole file read."""
+    path = tmp_path / "space.yaml"
+    path.write_bytes(content)
+    with pytest.raises(UserError, match=f"^{re.escape(str(path))}: .*{message}") as refused:
+        load_space(path)
+    assert "\n" not in str(refused.value)
 
 
 def test_unknown_scheduler_and_missing_space(tmp_path):

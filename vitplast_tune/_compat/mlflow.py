@@ -20,6 +20,8 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # + the view's key: a JSON envelope
 VIEW_FORMAT_VERSIONS = ("3.17", "3.18")  # major.minor of the UIs whose bundle reads that format
 MAX_KEY = 250  # MLflow's longest tag key (and param key)
 MAX_EXPERIMENT_NAME = 500  # MLflow's longest experiment name (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH)
+# The logger on which MLflow's SQL store logs each database error with its traceback before it raises it again.
+DATABASE_ERROR_LOGGER = "mlflow.store.db.utils"
 
 
 def installed_version() -> str:
@@ -39,6 +41,15 @@ def tracking_schemes() -> list[str]:
     from mlflow.tracking._tracking_service.utils import _tracking_store_registry
 
     return sorted(_tracking_store_registry._registry)
+
+
+def file_store_allowed() -> bool:
+    """Whether MLflow opens a file store (a tracking URI that is a folder): MLflow 3.x's file store is in maintenance
+    mode, refused unless ``MLFLOW_ALLOW_FILE_STORE`` is true (``mlflow.environment_variables``); older ones open it."""
+    from mlflow import environment_variables
+
+    allowed = getattr(environment_variables, "MLFLOW_ALLOW_FILE_STORE", None)
+    return allowed is None or bool(allowed.get())
 
 
 def ask_server(

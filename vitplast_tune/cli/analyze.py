@@ -30,7 +30,7 @@ def analyze_main(argv: Sequence[str] | None = None) -> int:
     cross-dataset table (several)."""
     args = parser().parse_args(argv)
     from vitplast_tune import workflows
-    from vitplast_tune.records.result import keep_summary
+    from vitplast_tune.records.printed import keep_summary
 
     twice = sorted({n for n in args.name if args.name.count(n) > 1})
     if twice:

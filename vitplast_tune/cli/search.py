@@ -84,7 +84,7 @@ def search_main(argv: Sequence[str] | None = None) -> int:
 
         print(dry_run(options))
         return 0
-    from vitplast_tune.records.result import keep_summary
+    from vitplast_tune.records.printed import keep_summary
     from vitplast_tune.run import driver
 
     print(keep_summary(driver.run(options, timings=timings)))

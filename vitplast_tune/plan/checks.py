@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vitplast_tune import outputs
-from vitplast_tune.config import check_variant
-from vitplast_tune.errors import UserError
+from vitplast_tune import environment, outputs
+from vitplast_tune.config import cache_dir, check_variant
+from vitplast_tune.errors import OptionsError, UserError
+from vitplast_tune.log import LEVEL_ENV, LEVELS, environment_level
 from vitplast_tune.plan import resources, services
 from vitplast_tune.plan.options import SearchOptions
+from vitplast_tune.plan.resources import CLUSTER_CONFIG_ENV
 from vitplast_tune.plan.search_plan import Running
 
 
@@ -47,10 +49,26 @@ def _check_workers(options: SearchOptions) -> None:
         raise UserError(f"--workers-per-trial {workers} needs a whole GPU each: --gpus-per-trial {workers}, or 0")
 
 
-def _check_writable(path: Path) -> None:
+def _check_writable(path: Path, origin: str = "--storage") -> None:
     """Refuse a storage folder this process cannot write or make; it is not made here."""
-    outputs.output_dir(path, "--storage")  # a file, or a path under one
-    services.check_writable(path, f"storage path {path}", "; pass --storage DIR")
+    outputs.output_dir(path, origin)  # a file, or a path under one
+    services.check_writable(path, f"storage path {path} (from {origin})", "; pass --storage DIR")
+
+
+def _check_environment(running: Running) -> None:
+    """Refuse a bad cache folder, log level or cluster launcher YAML, naming its variable.
+
+    The storage's and MLflow's variables are checked with their services (``services``).
+    """
+    cache_dir()  # VITPLAST_CACHE_DIR: a folder, or a path where one can be made
+    level = (environment.read(LEVEL_ENV) or "").strip()
+    if level and environment_level() is None:
+        raise OptionsError(f"{LEVEL_ENV}={level} names no level; use one of {', '.join(LEVELS)}, or unset it")
+    config = environment.read(CLUSTER_CONFIG_ENV) if running.joining else None
+    if config and not Path(config).expanduser().is_file():
+        raise OptionsError(
+            f"{CLUSTER_CONFIG_ENV}={config} is not a file; point it at the cluster launcher YAML, or unset it"
+        )
 
 
 def _check_plasticity(running: Running) -> None:

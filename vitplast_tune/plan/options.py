@@ -19,6 +19,7 @@ from vitplast_tune.config import PAPER_MODEL, PLASTICITY_VARIANTS, PRECISIONS, c
 from vitplast_tune.errors import OptionsError, did_you_mean, option, speaking_flags
 from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.space.objectives import OBJECTIVES
+from vitplast_tune.typed import check_types
 
 EXPERIMENT = "vitplast_tune"  # the MLflow experiment a search logs to unless --experiment or MLFLOW_EXPERIMENT_NAME
 # MLflow's own environment variables, honoured as defaults (flags win).
@@ -342,6 +343,7 @@ class SearchOptions:
     )
 
     def __post_init__(self) -> None:
+        check_types(self, skip=("space", "settings"), label=option, error=OptionsError)  # each option's type
         self.space = _space_file(self.space)
         if self.budgets is not None:
             self.budgets = tuple(self.budgets)
@@ -349,7 +351,9 @@ class SearchOptions:
 
     def _gathered_settings(self) -> dict[str, Any]:
         """Gather ``settings`` and the trial options given; refuse a setting given two values."""
-        pairs = list(self.settings.items()) if isinstance(self.settings, Mapping) else list(self.settings)
+        pairs = list(self.settings.items()) if isinstance(self.settings, Mapping) else self.settings
+        if not isinstance(pairs, (list, tuple)) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
+            raise OptionsError(f"{option('settings')} must be a mapping of settings, got {pairs!r:.60}")
         given = {key: getattr(self, key) for key in TRIAL_SETTINGS if getattr(self, key) is not None}
         gathered = dict(given)
         for key, value in pairs:

@@ -47,6 +47,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     """
     checks.check_resources(options)
     running = Running.of(options)  # what follows reads this, not the options
+    checks._check_environment(running)
     checks._check_plasticity(running)
     spec = load_space(options.space).with_overrides(num_samples=options.num_samples, budgets=options.budgets)
     spec = with_objective(spec, options.objective)
@@ -56,7 +57,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     local = not is_uri(storage)
     if local:
         storage = str(Path(storage).expanduser().resolve())
-        checks._check_writable(Path(storage))
+        checks._check_writable(Path(storage), _storage_origin(options.storage))
     name = check_name(options.name or default_name(spec.name), storage)
     directory = Path(storage) / name if local else None  # None when the search lies behind a URI
     check_not_running(directory or default_storage() / name, name)
@@ -66,7 +67,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     else:
         plan = resume.resumed_plan(spec, options, running, storage, name, record)
         said = _resumed_state(plan, directory, record)
-    bucket = None if local else "--storage" if options.storage else f"${RESULTS_ENV}"
+    bucket = None if local else _storage_origin(options.storage)
     _check_services(plan, bucket, _tracking_origin(options.tracking_uri, record is not None, name))
     spec, notes = _fit_scheduler(plan.spec, plan.settings.max_steps)
     trials._check_batches(spec, plan.settings, running.resources.workers)
@@ -120,6 +121,13 @@ def _resumed_state(plan: SearchPlan, directory: Path | None, record: dict) -> li
     state._check_resume_state(directory, record)
     note = state._check_generator_state(directory, plan.spec.algorithm)
     return [note] if note else []
+
+
+def _storage_origin(given: str | None) -> str:
+    """Say where a search's storage came from, for the messages of its checks."""
+    if given:
+        return option("storage")
+    return f"${RESULTS_ENV}" if (environment.read(RESULTS_ENV) or "").strip() else "the default storage"
 
 
 def _tracking_origin(given: str | None, resumed: bool, name: str) -> str:

@@ -14,6 +14,7 @@ from vitplast_tune._compat import ray as ray_internals
 from vitplast_tune.errors import UserError
 
 _EPS = 1e-9
+CLUSTER_CONFIG_ENV = "VITPLAST_CLUSTER_CONFIG"  # the cluster launcher YAML of a cluster joined (run.cluster reads it)
 LOWER = "lower --cpus-per-trial/--gpus-per-trial/--resources-per-trial"
 TRIAL_PROCESS_CPU = 0.01  # what a trial of several workers keeps of its CPUs for its own process (Tune needs some)
 

@@ -34,11 +34,17 @@ def check_tracking(uri: str, origin: str, timeout_s: float = TIMEOUT_S) -> None:
     parts = urlsplit(uri)
     scheme = parts.scheme.lower().split("+")[0]  # postgresql+psycopg2 -> postgresql
     known = mlflow_internals.tracking_schemes()
-    if scheme not in known or not uri.strip():
+    if scheme not in known or not uri.strip() or (not scheme and ":" in uri):  # "::x": no scheme, nor a folder
         schemes = ", ".join(f"{s}://" for s in known if s)
         raise ServicesError(
             f'MLflow tracking URI "{uri}" (from {origin}): unknown scheme {scheme or "(none)"}://; use one of '
             f"{schemes}, or a local path (e.g. sqlite:///results/mlflow.db, http://127.0.0.1:5000)"
+        )
+    if scheme in ("", "file") and not mlflow_internals.file_store_allowed():
+        raise ServicesError(
+            f'MLflow tracking URI "{uri}" (from {origin}) names a folder, a file store, which MLflow '
+            f"{mlflow_internals.installed_version()} opens only with MLFLOW_ALLOW_FILE_STORE=true; give a database "
+            "(sqlite:///<folder>/mlflow.db) or a server (http://...)"
         )
     if scheme in ("http", "https"):
         _check_server(uri.rstrip("/"), origin, timeout_s)

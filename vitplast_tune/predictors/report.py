@@ -23,6 +23,8 @@ from vitplast_tune.errors import UserError
 from vitplast_tune.predictors import scores
 from vitplast_tune.predictors.cache import cache_key, default_out_dir
 from vitplast_tune.predictors.scores import aggregate_plasticity
+from vitplast_tune.storage import replaced
+from vitplast_tune.typed import checked
 
 if TYPE_CHECKING:
     import torch
@@ -53,6 +55,7 @@ class PlasticityReport:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+@checked(batch_size=1, max_pairs=1)
 def plasticity_report(
     model_name: str,
     *,
@@ -252,11 +255,14 @@ def _write(
     ranking = aggregate_plasticity(table)
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(key, n_pairs=int(table["n_pairs"].max()), **where, **parameters)
-    table.to_csv(files["csv"], index=False)
     payload = dict(meta, table=_records(table), ranking=_records(ranking))
-    files["json"].write_text(json.dumps(payload, indent=2) + "\n")
     title = f"{key['model']}: {key['dataset']} vs {key['reference']} ({key['variant']})"
-    plot_plasticity(table, files["png"], title=title)
+    with replaced(files["csv"]) as partial:  # each whole or not at all, the JSON (what ``_read`` matches) last
+        table.to_csv(partial, index=False)
+    with replaced(files["png"]) as partial:
+        plot_plasticity(table, partial, title=title)
+    with replaced(files["json"]) as partial:
+        partial.write_text(json.dumps(payload, indent=2) + "\n")
     return PlasticityReport(table, ranking, out, files, meta)
 
 

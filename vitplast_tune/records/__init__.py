@@ -6,11 +6,12 @@ import lazy_loader as _lazy
 __getattr__, __dir__, __all__ = _lazy.attach(
     __name__,
     submod_attrs={
-        "result": ["SearchResult", "summary", "ui_command"],
+        "search": ["Search"],
+        "printed": ["summary"],
         "table": ["trial_table", "read_trials", "write_trials", "top_trials"],
-        "study": ["StudyRecord", "write_study"],
+        "study": ["write_study"],
         "trial_runs": ["MlflowTracker"],
-        "view": ["View"],
+        "view": ["View", "ui_command"],
         "pareto": ["pareto_front", "describe_pareto"],
         "ui": ["serve"],
     },

@@ -1,11 +1,4 @@
-"""The answer a search opens its summary with: the subset and rate to use, how it compares with the linear probe,
-full finetuning and the cheapest trial close to it, and whether plasticity predicted the trials' accuracy; the
-numbers first (``Answer``, what ``vt.load_search(name).answer`` gives), every word chosen from them. A search with a
-finalists stage answers by its finalists instead (``records.finalists``: the one-standard-error rule).
-
-Like is compared with like: a baseline is compared at the best trial's step budget, so a baseline trial that the
-scheduler stopped earlier is not compared with a longer-trained best; it is named as stopped, with its step.
-"""
+"""The answer a search's summary opens with: its numbers (``Answer``) and the words made from them."""
 
 from __future__ import annotations
 
@@ -25,27 +18,19 @@ BASELINES = (("head", "the linear probe"), ("all", "full finetuning"))
 
 @dataclass(frozen=True)
 class Baseline:
-    """How the best trial compares with one baseline (the linear probe or full finetuning).
-
-    ``kind``: ``missing`` (no such trial), ``itself`` (the best is that baseline), ``compared`` (``gap`` points over
-    the baseline's best trial, ``accuracy``, among those that trained the best's ``step`` steps or more), or ``stopped`` (every such trial stopped
-    before the best's step budget; ``accuracy`` and ``step`` are its best one's).
-    """
+    """How the best trial compares with one baseline (the linear probe or full finetuning)."""
 
     components: str
     label: str
-    kind: str
-    accuracy: float | None = None
-    gap: float | None = None
-    step: int | None = None
+    kind: str  # missing, itself, compared, or stopped (every baseline trial stopped before the best's budget)
+    accuracy: float | None = None  # the baseline's best trial's
+    gap: float | None = None  # points over that trial
+    step: int | None = None  # the budget compared at
 
 
 @dataclass(frozen=True)
 class Answer:
-    """The numbers behind the printed answer: the best trial, the cheapest trial close to it, the baselines.
-
-    Printed (``str``), it is the answer's line, the summary's first (``line``).
-    """
+    """The numbers behind the printed answer: the best trial, the cheapest trial close to it, the baselines."""
 
     n_trials: int
     best: dict[str, Any]  # the best trial's row of the trial table
@@ -55,7 +40,7 @@ class Answer:
 
     @property
     def line(self) -> str:
-        """The answer as the summary opens with it: ``Answer: finetune ...``, the best trial as an instruction."""
+        """The summary's first line, ``Answer: finetune ...``."""
         best = self.best
         return (
             f"Answer: finetune {instruction(best)} ({pct(best['best_val_acc'])} best validation accuracy, test "
@@ -67,29 +52,14 @@ class Answer:
 
 
 def answer_of(trials: pd.DataFrame) -> Answer | FinalAnswer | None:
-    """The answer's numbers from a trial table.
-
-    Args:
-        trials: the search's trial table (``records.trial_table``), one row per trial.
-
-    Returns:
-        The finalists' ``FinalAnswer`` (``records.finalists``: the one-standard-error rule) where a finalist trained;
-        else the ``Answer`` of the search's best trial; None when no trial reported a validation accuracy.
-    """
+    """Find the answer's numbers: the finalists' where a finalist trained, else the best trial's; None before any."""
     if (final := final_answer(trials)) is not None:
         return final
-    return best_answer(search_trials(trials))
+    return _best_answer(search_trials(trials))
 
 
-def best_answer(trials: pd.DataFrame) -> Answer | None:
-    """The answer's numbers from the search's trials alone: its best trial, the cheapest close to it, the baselines.
-
-    Args:
-        trials: the search's trials (no finalists).
-
-    Returns:
-        The ``Answer``, or None when no trial reported a validation accuracy.
-    """
+def _best_answer(trials: pd.DataFrame) -> Answer | None:
+    """Find the best trial, the cheapest close to it and the baselines among the search's trials."""
     ok = trials[~trials["diverged"].astype(bool) & trials["best_val_acc"].notna()] if not trials.empty else trials
     if ok.empty:
         return None
@@ -100,19 +70,10 @@ def best_answer(trials: pd.DataFrame) -> Answer | None:
 
 
 def answer_lines(trials: pd.DataFrame, analysis: SearchAnalysis | None = None) -> list[str]:
-    """The summary's opening lines: the finalists' answer where a finalist trained (``records.finalists``), else the
-    best trial as an instruction; then the comparisons the trials allow.
-
-    Args:
-        trials: the search's trial table.
-        analysis: its analysis, for the plasticity line (None: plasticity not measured).
-
-    Returns:
-        The lines, the first one ``Answer: ...``.
-    """
+    """Write the summary's opening lines: the answer, then the comparisons the trials and ``analysis`` allow."""
     if (final := final_answer(trials)) is not None:
         return [*final.lines(), f"  {_plasticity(analysis)}"]
-    found = best_answer(search_trials(trials))
+    found = _best_answer(search_trials(trials))
     if found is None:
         return ["Answer: none yet (no trial reported a validation accuracy)."]
     lines = [found.line]
@@ -129,12 +90,12 @@ def answer_lines(trials: pd.DataFrame, analysis: SearchAnalysis | None = None) -
 
 
 def ratio(value: float) -> str:
-    """A ratio as the answer prints it, three significant digits so that 0.997 is not 1: ``0.997x``, ``0.5x``."""
+    """Write a ratio with three significant digits, so that 0.997 is not 1: ``0.997x``."""
     return f"{value:.3g}x"
 
 
 def _cheaper(ok: pd.DataFrame, best: pd.Series) -> tuple[pd.Series | None, float | None]:
-    """The full-budget trial with the fewest trainable parameters within CLOSE_POINTS of the best, if cheaper."""
+    """Find the full-budget trial with the fewest parameters within CLOSE_POINTS of the best, if cheaper."""
     done = finished_trials(ok).dropna(subset=["trainable_params"])
     close = done[done["best_val_acc"] >= best["best_val_acc"] - CLOSE_POINTS / 100]
     if close.empty or pd.isna(best.get("trainable_params")):
@@ -151,7 +112,7 @@ def _step(row: pd.Series | dict[str, Any]) -> int | None:
 
 
 def _baseline(ok: pd.DataFrame, best: pd.Series, name: str, label: str) -> Baseline:
-    """The best trial against one baseline's trials, at the best's step budget (see ``Baseline``)."""
+    """Compare the best trial with one baseline's trials at the best's step budget."""
     rows = ok[ok["components"] == name]
     if "depth" in rows:
         rows = rows[rows["depth"].fillna("all").isin(["all", ""])]
@@ -169,7 +130,7 @@ def _baseline(ok: pd.DataFrame, best: pd.Series, name: str, label: str) -> Basel
 
 
 def _said(b: Baseline) -> str:
-    """One baseline's comparison in words."""
+    """Put one baseline's comparison in words."""
     if b.kind == "missing":
         return f"no {b.label.removeprefix('the ')} trial in this search"
     if b.kind == "itself":
@@ -183,8 +144,7 @@ def _said(b: Baseline) -> str:
 
 
 def _plasticity(analysis: SearchAnalysis | None) -> str:
-    """Whether plasticity predicted the trials' accuracy better than their parameter count, as the analysis says: its
-    scores grouped by verdict on the target with the most trials, with their differences and Holm p-values."""
+    """Say whether plasticity ranked the trials better than their parameter count, grouped by verdict."""
     parts = [analysis] if analysis is not None else []
     parts = [a for a in parts + [b for a in parts for b in a.budgets] if a.trials is not None]
     if not parts:
@@ -198,7 +158,7 @@ def _plasticity(analysis: SearchAnalysis | None) -> str:
 
 
 def _verdict_group(verdict: str, rows: pd.DataFrame) -> str:
-    """Scores of one verdict: ``names: the verdict (their differences; their Holm p-values)``."""
+    """Write the scores of one verdict with their differences and Holm p-values."""
     diffs = ", ".join(f"{d:+.2f}" for d in rows["diff_vs_baseline"])
     figures = f"Spearman difference{'s' if len(rows) > 1 else ''} {diffs}"
     if "p_holm" in rows and rows["p_holm"].notna().any():

@@ -1,12 +1,4 @@
-"""The best trial of a finished search on MLflow: its best-validation weights and settings on the parent run and its
-own run, and the model rebuilt with them as the parent's MLflow model.
-
-The model is built where the trials ran (``vit.best_model.prepare``, sent by the caller's ``runner`` to a Ray worker
-with a trial's resources) and reaches the driver as files through the search's storage, which every node reaches
-(or, when the storage is an object store, through Ray from the worker's folder, a chunk at a time); the driver logs
-those files to MLflow and never imports torch. Each part is written once: a resumed search whose end
-was interrupted logs what is missing.
-"""
+"""Log a finished search's best trial on MLflow: its weights, its settings and its model rebuilt where trials ran."""
 
 from __future__ import annotations
 
@@ -40,10 +32,10 @@ from vitplast_tune.storage import (
     remove,
 )
 
-CHUNK_BYTES = 64 * 2**20  # the best model's files from a worker to the driver, this much at a time
-STAGING_DIR = ".best_model"  # in Tune's folder of the search: what the worker made, removed once it is logged
+CHUNK_BYTES = 64 * 2**20  # how much of the best model's files a worker sends the driver at a time
+STAGING_DIR = ".best_model"  # in Tune's folder of the search; removed once the model is logged
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
-# What the saved model's MLmodel says about the model (the rest says where it was logged, which Model.log decides).
+# The MLmodel fields that describe the model; Model.log writes the others.
 MODEL_FIELDS = ("flavors", "signature", "saved_input_example_info", "mlflow_version", "model_size_bytes", "metadata")
 
 
@@ -57,14 +49,10 @@ def log_best_trial(
     runner: Callable[..., Any],
     staged: Sequence = (),
 ) -> tuple[str | None, str]:
-    """The best trial of a finished search on MLflow; return its model's URI (``runs:/<parent>/best_model``, None
-    when the model could not be built where the trials ran) and a note saying why not.
+    """Log the best trial's weights and settings on the parent run and its own run, and its model on the parent.
 
-    ``result`` is its Tune result (config, last checkpoint), ``row`` its row of the trial table; ``runner`` runs a
-    function where the trials ran (``runner(fn, **kwargs)``), ``staged`` the driver's files the model reads there.
-    Its best-validation weights (the trainable tensors, safetensors) and settings (``trial.json``) go to the parent
-    run (``best_trial/``) and to the trial's own run (``weights/``, tagged ``vitplast.best``); the model rebuilt with
-    them is logged as the parent's MLflow model. Nothing is done again once the model is logged.
+    ``runner(fn, **kwargs)`` runs the model's build where the trials ran. Nothing is done again once the model is
+    logged. Returns the model's URI (None when it was not built) and a note saying why not.
     """
     if (uri := logged_model(mlflow, parent_run_id)) is not None:
         return uri, ""
@@ -101,9 +89,7 @@ def log_best_trial(
 def fetch_from_worker(
     runner: Callable[..., Any], made: str, sizes: dict[str, int], folder: Path, chunk_bytes: int = CHUNK_BYTES
 ) -> None:
-    """Copy the files ``_prepare`` made in the worker's folder ``made`` (relative path -> size) into ``folder``,
-    ``chunk_bytes`` per call of ``runner``, so that the driver never holds a whole model; the worker's folder is
-    removed afterwards, also when a copy fails."""
+    """Copy the files a worker made in its folder ``made`` into ``folder``, a chunk per call, then remove them."""
     try:
         for name, size in sizes.items():
             path = folder / name
@@ -116,10 +102,7 @@ def fetch_from_worker(
 
 
 def _prepare(**kwargs: Any) -> tuple[str, dict[str, int], str | None]:
-    """``vit.best_model.prepare``, imported where it runs (a Ray worker): the driver stays torch-free; its note, and
-    for an object store the files' sizes and the worker's folder that holds them. A storage path gets the files
-    there; for an object store they are made in a folder of the worker's own, which the driver copies through Ray
-    (``fetch_from_worker``): that reaches the driver however the store's clients are configured."""
+    """Build the best model in a Ray worker; for an object store, keep its files there and return their sizes."""
     from vitplast_tune.vit.best_model import prepare
 
     if not is_uri(kwargs["target"]):
@@ -131,14 +114,14 @@ def _prepare(**kwargs: Any) -> tuple[str, dict[str, int], str | None]:
 
 
 def _read_chunk(path: str, offset: int, size: int) -> bytes:
-    """At most ``size`` bytes of the file ``path`` from ``offset`` (where it is: the worker's node)."""
+    """Read at most ``size`` bytes of the file ``path`` from ``offset``, on the worker's node."""
     with open(path, "rb") as f:
         f.seek(offset)
         return f.read(size)
 
 
 def logged_model(mlflow: MlflowClient, run_id: str) -> str | None:
-    """``runs:/<run_id>/best_model`` when the run already holds that MLflow model, whole (READY), else None."""
+    """Return ``runs:/<run_id>/best_model`` when the run holds that model whole (READY), else None."""
     outputs = mlflow.get_run(run_id).outputs
     for output in outputs.model_outputs if outputs is not None else []:
         model = mlflow.get_logged_model(output.model_id)
@@ -148,8 +131,7 @@ def logged_model(mlflow: MlflowClient, run_id: str) -> str | None:
 
 
 class _Saved:
-    """A flavour for ``mlflow.models.Model.log`` whose model is already saved in ``folder`` (by
-    ``vit.best_model.save_model``, where the trials ran): its files and what its MLmodel says about the model."""
+    """A flavour for ``mlflow.models.Model.log`` whose model is already saved in ``folder``."""
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -165,10 +147,7 @@ class _Saved:
 
 
 def log_prepared_model(tracking_uri: str, run_id: str, folder: Path) -> str:
-    """Log the MLflow model saved in ``folder`` as the model ``best_model`` of run ``run_id`` (MLflow's own
-    ``Model.log`` of a logged model made in the run's experiment: linked to the run, as ``mlflow.pytorch.log_model``
-    makes it, without loading it: its serving example is not validated here, where torch is not); return
-    ``runs:/<run_id>/best_model``."""
+    """Log the MLflow model saved in ``folder`` as ``best_model`` of run ``run_id``, without loading it."""
     from mlflow.models import Model
 
     mlflow = MlflowClient(tracking_uri)
@@ -190,8 +169,7 @@ def log_prepared_model(tracking_uri: str, run_id: str, folder: Path) -> str:
 
 @contextlib.contextmanager
 def _tracking(tracking_uri: str) -> Iterator[None]:
-    """``tracking_uri`` as MLflow's tracking URI in the block (what ``Model.log`` logs to); the process's own put
-    back afterwards, and ``$MLFLOW_TRACKING_URI`` too (``mlflow.set_tracking_uri`` writes it)."""
+    """Set MLflow's tracking URI in the block, then put back the process's own and ``$MLFLOW_TRACKING_URI``."""
     import mlflow
 
     env = environment.read(TRACKING_URI_ENV)

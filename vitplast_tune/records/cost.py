@@ -1,6 +1,4 @@
-"""What an answer costs in GPU time, for the cost-aware objectives (``--objective accuracy_per_gpu_hour`` and
-``pareto``): each trial worth naming against the most accurate one, in points of validation accuracy and in its share
-of that trial's training seconds (each trial's own ``time_in_steps_s``), worded from the numbers."""
+"""Compare trials with the most accurate one in GPU time, for the cost-aware objectives."""
 
 from __future__ import annotations
 
@@ -26,7 +24,7 @@ class CostPoint:
     share: float
 
     def sentence(self) -> str:
-        """The comparison in words, e.g. "fc1+fc2 at 0.3: 0.4 points below the best at 38% of its GPU-seconds"."""
+        """Put the comparison in words: "fc1 at 0.3: 0.4 points below the best at 38% of its GPU-seconds"."""
         what = self.components if self.lr is None else f"{self.components} at {self.lr:.3g}"
         if self.gap <= 0:
             return f"{what}: the most accurate ({100 * self.accuracy:.2f}%, {self.seconds:.1f} GPU-seconds)"
@@ -34,15 +32,10 @@ class CostPoint:
 
 
 def cost_points(trials: pd.DataFrame, objective: str) -> list[CostPoint]:
-    """The trials the objective names, each against the most accurate full-budget trial.
+    """Compare the trials the objective names with the most accurate full-budget trial.
 
-    Args:
-        trials: the search's trial table.
-        objective: ``pareto`` (the front of best validation accuracy and training seconds, most accurate last) or
-            ``accuracy_per_gpu_hour`` (the trial with the most accuracy per GPU-hour); any other: none.
-
-    Returns:
-        The points; empty when no full-budget trial reported its training seconds.
+    ``pareto`` names the front of accuracy and training seconds, ``accuracy_per_gpu_hour`` the trial with the most
+    accuracy per GPU-hour, and any other objective none.
     """
     if trials.empty or TRAINING_SECONDS not in trials or objective not in ("pareto", "accuracy_per_gpu_hour"):
         return []
@@ -59,7 +52,7 @@ def cost_points(trials: pd.DataFrame, objective: str) -> list[CostPoint]:
 
 
 def cost_lines(trials: pd.DataFrame, objective: str) -> list[str]:
-    """The answer's lines on cost for a cost-aware objective (none for ``accuracy``)."""
+    """Write the answer's lines on cost; none for the ``accuracy`` objective."""
     points = cost_points(trials, objective)
     if not points:
         return []

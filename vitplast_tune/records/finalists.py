@@ -1,15 +1,4 @@
-"""The answer of a search with a finalists stage (``space.finalists``), by the one-standard-error rule: pure functions
-over the trial table's finalist rows, which ``records.answer`` opens the summary with.
-
-Each finalist configuration trained on the same seeds; a seed that failed or diverged is left out of its means (and
-said). The best configuration has the highest mean validation accuracy; every configuration whose mean is within one
-standard error of that mean (the best's SE over its seeds) cannot be told apart from it, and of those the one with the
-fewest trainable parameters is the answer (the rule cross-validation has used since Breiman et al., 1984). Its test
-accuracy is given as a mean and its standard deviation over seeds, and its gain over full finetuning and over the
-linear probe as a mean difference of test accuracy with a 95% interval (mean ± 1.96 standard errors of the
-difference, paired by seed where both trained on the same seeds). With one seed no standard error exists: the best
-mean alone is chosen, and the answer says so.
-"""
+"""The answer of a search with a finalists stage, by the one-standard-error rule (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -29,25 +18,15 @@ LABELS = {ALL: "full finetuning", HEAD: "the linear probe"}
 
 @dataclass(frozen=True)
 class Configuration:
-    """One finalist configuration over its seeds.
+    """One finalist configuration over its seeds."""
 
-    Attributes:
-        index: Its number among the finalists (best first, the baselines last).
-        row: Its first row of the trial table (its subset, depth, rate, trainable parameters).
-        val: Best validation accuracy by seed, the seeds that trained.
-        test: Test accuracy by seed, the same seeds.
-        failed: The seeds that failed or diverged, left out.
-        baseline: ``all`` or ``head`` where it is a baseline, else None.
-        lr_from: Where its rate came from: ``own`` (its own best trial), ``best`` (the search's best trial).
-    """
-
-    index: int
-    row: dict[str, Any]
-    val: dict[int, float]
-    test: dict[int, float]
-    failed: tuple[int, ...] = ()
-    baseline: str | None = None
-    lr_from: str = "own"
+    index: int  # its number among the finalists, best first, the baselines last
+    row: dict[str, Any]  # its first row of the trial table
+    val: dict[int, float]  # best validation accuracy by seed, of the seeds that trained
+    test: dict[int, float]  # test accuracy by seed, of the same seeds
+    failed: tuple[int, ...] = ()  # the seeds that failed or diverged, left out
+    baseline: str | None = None  # ``all`` or ``head`` where it is a baseline
+    lr_from: str = "own"  # whose best trial its rate came from: ``own`` or the search's ``best``
 
     @property
     def n(self) -> int:
@@ -88,22 +67,17 @@ class Configuration:
 
 @dataclass(frozen=True)
 class Gain:
-    """The chosen configuration's test accuracy over one baseline's, in points.
-
-    ``kind``: ``itself`` (the chosen one is that baseline), ``failed`` (no seed of the baseline trained), ``compared``
-    (``points``: the mean difference; ``half``: 1.96 standard errors of it, NaN with one seed; ``n``: the seeds,
-    ``paired`` when both trained on the same seeds).
-    """
+    """The chosen configuration's test accuracy over one baseline's, in points."""
 
     label: str
-    kind: str
-    points: float = math.nan
-    half: float = math.nan
+    kind: str  # ``itself``, ``failed`` (no seed of the baseline trained) or ``compared``
+    points: float = math.nan  # the mean difference
+    half: float = math.nan  # 1.96 standard errors of it; NaN with one seed
     n: int = 0
     paired: bool = False
 
     def said(self) -> str:
-        """The gain in words."""
+        """Put the gain in words."""
         if self.kind == "itself":
             return f"it is {self.label}"
         if self.kind == "failed":
@@ -119,32 +93,19 @@ class Gain:
 
 @dataclass(frozen=True)
 class FinalAnswer:
-    """The finalists' answer: the configuration chosen by the one-standard-error rule and what it is compared with.
+    """The finalists' answer: the configuration chosen by the one-standard-error rule and what it is compared with."""
 
-    Printed (``str``), it is the answer's line, the summary's first (``line``).
-
-    Attributes:
-        chosen: The configuration with the fewest trainable parameters within one SE of the best mean.
-        best: The configuration with the best mean validation accuracy.
-        configurations: Every finalist configuration with a seed that trained, best mean first.
-        tied: The others within one SE of the best mean (the chosen one's one-SE set, less itself).
-        gains: Its gain over full finetuning and over the linear probe (a baseline with no finalist: left out).
-        seeds: The seeds the finalists trained on.
-        lost: Configurations no seed of which trained.
-    """
-
-    chosen: Configuration
-    best: Configuration
-    configurations: tuple[Configuration, ...]
-    tied: tuple[Configuration, ...]
-    gains: tuple[Gain, ...]
-    seeds: tuple[int, ...]
-    lost: tuple[Configuration, ...] = field(default_factory=tuple)
+    chosen: Configuration  # the fewest trainable parameters within one SE of the best mean
+    best: Configuration  # the best mean validation accuracy
+    configurations: tuple[Configuration, ...]  # each with a seed that trained, best mean first
+    tied: tuple[Configuration, ...]  # the others within one SE of the best mean
+    gains: tuple[Gain, ...]  # over full finetuning and over the linear probe, where they were finalists
+    seeds: tuple[int, ...]  # the seeds the finalists trained on
+    lost: tuple[Configuration, ...] = field(default_factory=tuple)  # those no seed of which trained
 
     @property
     def line(self) -> str:
-        """The answer in plain words: what to finetune at what rate, its test accuracy over seeds, its gains over the
-        baselines, and what it cannot be told apart from."""
+        """The summary's first line: what to finetune, its test accuracy, its gains and its ties."""
         c = self.chosen
         spread = f" ± {100 * c.sd_test:.2f} (SD over {c.n} seeds)" if c.n > 1 else " (one seed: no spread)"
         gains = "; ".join(g.said() for g in self.gains)
@@ -157,8 +118,7 @@ class FinalAnswer:
         return f"Answer: finetune {c.name}: test accuracy {pct(c.mean_test)}{spread}; {gains}; {apart}."
 
     def lines(self) -> list[str]:
-        """The answer's lines: its line, then how it was chosen, where the baselines' rates came from, the seeds left
-        out and each finalist."""
+        """Write the answer's line, how it was chosen, the baselines' rates, the seeds left out and each finalist."""
         c, b = self.chosen, self.best
         if math.isfinite(b.se_val):
             rule = (
@@ -198,15 +158,8 @@ class FinalAnswer:
         return self.line
 
 
-def configurations(trials: pd.DataFrame) -> list[Configuration]:
-    """Group a trial table's finalist rows by configuration.
-
-    Args:
-        trials: The trial table (its rows of stage ``finalist`` are read).
-
-    Returns:
-        One ``Configuration`` per finalist configuration, by its number.
-    """
+def _configurations(trials: pd.DataFrame) -> list[Configuration]:
+    """Group a trial table's finalist rows by configuration, in the finalists' order."""
     rows = finalist_trials(trials)
     if rows.empty:
         return []
@@ -235,15 +188,8 @@ def configurations(trials: pd.DataFrame) -> list[Configuration]:
 
 
 def final_answer(trials: pd.DataFrame) -> FinalAnswer | None:
-    """The finalists' answer of a trial table, by the one-standard-error rule (see the module's docstring).
-
-    Args:
-        trials: The trial table.
-
-    Returns:
-        The answer; None when no finalist trained (no stage, or every seed failed).
-    """
-    every = configurations(trials)
+    """Choose the finalists' answer by the one-standard-error rule; None when no finalist trained."""
+    every = _configurations(trials)
     found = sorted((c for c in every if c.n), key=lambda c: -c.mean_val)
     if not found:
         return None
@@ -251,23 +197,16 @@ def final_answer(trials: pd.DataFrame) -> FinalAnswer | None:
     floor = best.mean_val - (best.se_val if math.isfinite(best.se_val) else 0.0)
     within = [c for c in found if c.mean_val >= floor - 1e-12]
     chosen = min(within, key=lambda c: (c.params, -c.mean_val))
-    gains = tuple(gain(chosen, x) for x in every if x.baseline is not None)
+    gains = tuple(_gain(chosen, x) for x in every if x.baseline is not None)
     seeds = tuple(sorted({s for c in every for s in (*c.val, *c.failed)}))
     tied = tuple(c for c in within if c is not chosen)
     return FinalAnswer(chosen, best, tuple(found), tied, gains, seeds, tuple(c for c in every if not c.n))
 
 
 def answer_trial(trials: pd.DataFrame, spec: SearchSpec) -> pd.DataFrame:
-    """The trial that stands for the search's answer, whose weights are its best model: where a finalist trained, the
-    seed of the configuration the answer chose (``final_answer``) with the best validation accuracy; else the search's
-    best trial (``records.table.top_trials``).
+    """Find the row of the trial whose weights are the search's best model; none before any trial reported.
 
-    Args:
-        trials: The trial table.
-        spec: The search's space (its metric and mode, without finalists).
-
-    Returns:
-        The trial's row (none when no trial reported the metric).
+    With finalists, it is the chosen configuration's seed of the best validation accuracy; else the best trial.
     """
     final = final_answer(trials)
     if final is None:
@@ -277,16 +216,8 @@ def answer_trial(trials: pd.DataFrame, spec: SearchSpec) -> pd.DataFrame:
     return chosen.sort_values("best_val_acc", ascending=False, kind="stable").head(1)
 
 
-def gain(chosen: Configuration, baseline: Configuration) -> Gain:
-    """The chosen configuration's test accuracy over a baseline's, in points, with a 95% interval over seeds.
-
-    Args:
-        chosen: The chosen configuration.
-        baseline: A baseline's configuration.
-
-    Returns:
-        The gain: paired by seed when both trained on the same seeds, else a difference of means.
-    """
+def _gain(chosen: Configuration, baseline: Configuration) -> Gain:
+    """Compare the chosen configuration's test accuracy with a baseline's, paired by seed where the seeds match."""
     label = LABELS[baseline.baseline or ALL]
     if baseline is chosen or baseline.index == chosen.index:
         return Gain(label, "itself")
@@ -302,7 +233,7 @@ def gain(chosen: Configuration, baseline: Configuration) -> Gain:
 
 
 def _baseline(row: dict[str, Any]) -> str | None:
-    """The baseline a finalist's row is (full finetuning in every block, or the linear probe), or None."""
+    """Say which baseline a finalist's row is (full finetuning in every block, or the linear probe), or None."""
     depth = row.get("depth")
     everywhere = depth is None or (isinstance(depth, float) and math.isnan(depth)) or depth in ("", "all")
     components = row.get("components")
@@ -314,7 +245,7 @@ def _mean(values: list[float]) -> float:
 
 
 def _sd(values: list[float]) -> float:
-    """The sample standard deviation (n - 1); NaN under two values."""
+    """Return the sample standard deviation (n - 1); NaN under two values."""
     if len(values) < 2:
         return math.nan
     m = _mean(values)

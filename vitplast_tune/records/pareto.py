@@ -1,5 +1,4 @@
-"""The Pareto fronts of a search: the full-budget trials that no other beats on both accuracy and a cost (trainable
-parameters, training throughput), as tables, CSV and plots."""
+"""Find a search's Pareto fronts of accuracy against a cost, and write them as tables, CSV and plots."""
 
 from __future__ import annotations
 
@@ -9,6 +8,7 @@ import pandas as pd
 
 from vitplast_tune.analysis.prediction import finished_trials
 from vitplast_tune.records.table import display_table
+from vitplast_tune.storage import replaced
 
 # What each Pareto front trades accuracy against: (column, "min" when less is better, label).
 PARETO_AXES: tuple[tuple[str, str, str], ...] = (
@@ -17,18 +17,18 @@ PARETO_AXES: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def pareto_front(trials: pd.DataFrame, cost: str, better: str = "min", accuracy: str = "best_val_acc") -> pd.DataFrame:
-    """Find the full-budget trials that no other full-budget trial beats on both accuracy and cost.
+def pareto_front(trials: pd.DataFrame, cost: str, better: str = "min") -> pd.DataFrame:
+    """Find the full-budget trials that no other full-budget trial beats on both best validation accuracy and cost.
 
     Args:
         trials: The trial table.
         cost: The cost column.
         better: "min" when a lower cost is better, "max" when a higher one is.
-        accuracy: The accuracy column (higher is better).
 
     Returns:
         The front, sorted from the cheapest; ties keep the first. Empty when a column is missing.
     """
+    accuracy = "best_val_acc"
     if trials.empty or cost not in trials or accuracy not in trials:
         return trials.head(0)
     done = finished_trials(trials).dropna(subset=[cost, accuracy])
@@ -38,7 +38,7 @@ def pareto_front(trials: pd.DataFrame, cost: str, better: str = "min", accuracy:
 
 
 def write_pareto(trials: pd.DataFrame, out: Path) -> list[Path]:
-    """Each Pareto front as CSV and PNG (``pareto_<cost>.csv``/``.png``) in the folder ``out``."""
+    """Write each Pareto front as CSV and PNG (``pareto_<cost>.csv``, ``.png``) in the folder ``out``."""
     from vitplast_tune.analysis.plots import plot_pareto
 
     files: list[Path] = []
@@ -47,7 +47,8 @@ def write_pareto(trials: pd.DataFrame, out: Path) -> list[Path]:
         if front.empty:
             continue
         out.mkdir(parents=True, exist_ok=True)
-        front.to_csv(out / f"pareto_{cost}.csv", index=False)
+        with replaced(out / f"pareto_{cost}.csv") as partial:
+            front.to_csv(partial, index=False)
         files += [out / f"pareto_{cost}.csv", plot_pareto(trials, front, cost, out / f"pareto_{cost}.png")]
     return files
 

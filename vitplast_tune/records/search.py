@@ -1,12 +1,8 @@
-"""A search read back from its records, without Ray: ``load_search(name)`` gives a ``Search`` whose trials are a
-DataFrame, whose study is the Optuna study on the search's own storage, whose runs are its MLflow runs, and whose
-best model, answer, summary, Pareto fronts and correlations are a call away, on a finished search and on one that
-still runs (what has ended so far); ``list_searches`` names the searches a storage holds.
-"""
+"""A search as its driver returns it and as ``load_search`` reads it back from its records, without Ray."""
 
 from __future__ import annotations
 
-import json
+import copy
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -16,20 +12,31 @@ import pandas as pd
 
 from vitplast_tune.errors import SearchNotFound, UserError
 from vitplast_tune.lock import running_owner
+from vitplast_tune.records.printed import TOP_TRIALS, kept_summary, summary
 from vitplast_tune.storage import SEARCH_FILE, STUDY_FILE, SearchPlace, default_storage, read_record
+from vitplast_tune.typed import checked
 
-if TYPE_CHECKING:  # torch only in annotations: loading a search's records imports no torch
+if TYPE_CHECKING:  # annotations only: loading a search's records imports no torch
+    import optuna
     from torch import nn
 
+    from vitplast_tune.analysis.analyze import SearchAnalysis
+    from vitplast_tune.config import FinetuneConfig
+    from vitplast_tune.records.answer import Answer
+    from vitplast_tune.records.finalists import FinalAnswer
+    from vitplast_tune.records.view import View
+    from vitplast_tune.space.files import SearchSpec
+    from vitplast_tune.timings import Timings
+
 STATUSES = ("finished", "pruned", "failed")  # a trial's status in ``Search.trials`` (Optuna: COMPLETE, PRUNED, FAIL)
-_STATES = {"COMPLETE": "finished", "PRUNED": "pruned", "FAIL": "failed"}
 
 
+@checked()
 def list_searches(storage: str | Path | None = None) -> list[str]:
-    """The names of the searches recorded in a storage folder, sorted.
+    """List the names of the searches recorded in a storage folder, sorted.
 
     Args:
-        storage: the storage root (default: ``$VITPLAST_RESULTS_DIR``, else ``~/vitplast_tune_results``).
+        storage: The storage root (default: ``$VITPLAST_RESULTS_DIR``, else ``~/vitplast_tune_results``).
 
     Returns:
         Each folder name under ``storage`` that holds a search record.
@@ -40,19 +47,20 @@ def list_searches(storage: str | Path | None = None) -> list[str]:
     return sorted(p.parent.name for p in root.glob(f"*/{SEARCH_FILE}"))
 
 
+@checked()
 def load_search(name: str, storage: str | Path | None = None, tracking_uri: str | None = None) -> Search:
-    """A recorded search read back (no Ray started), finished or still running.
+    """Read a recorded search back, finished or still running, without starting Ray.
 
     Args:
-        name: the search's name (``--name``).
-        storage: its storage root (default: ``$VITPLAST_RESULTS_DIR``, else ``~/vitplast_tune_results``).
-        tracking_uri: its MLflow tracking URI, when the store moved (default: the one the search recorded to).
+        name: The search's name (``--name``).
+        storage: Its storage root (default: ``$VITPLAST_RESULTS_DIR``, else ``~/vitplast_tune_results``).
+        tracking_uri: Its MLflow tracking URI, when the store moved (default: the one the search recorded to).
 
     Returns:
-        The ``Search``.
+        The search.
 
     Raises:
-        SearchNotFound: no search of that name in ``storage``; the message lists the known ones.
+        SearchNotFound: No search of that name is in ``storage``; the message lists the known ones.
     """
     root = Path(storage or default_storage()).expanduser().resolve()
     if not (root / name / SEARCH_FILE).is_file():
@@ -60,27 +68,42 @@ def load_search(name: str, storage: str | Path | None = None, tracking_uri: str 
         listed = f"known: {', '.join(known)}" if known else "it holds none"
         raise SearchNotFound(f'no search "{name}" in {root} ({listed}); check the name and the storage')
     record = read_record(root / name, purpose="recorded")
-    place = SearchPlace(
-        name,
-        str(root),
-        tracking_uri or record["tracking_uri"],
-        record.get("experiment", "vitplast_tune"),
-        record.get("search_id", ""),
+    uri = tracking_uri or record["tracking_uri"]
+    return Search(
+        SearchPlace(name, str(root), uri, record.get("experiment", "vitplast_tune"), record.get("search_id", "")),
+        record,
     )
-    return Search(place, record)
 
 
 @dataclass
 class Search:
-    """A search as its records hold it: a finished one whole, a running one as far as its trials have ended.
+    """A search: finished, as its driver returns it, or finished or running, as its records hold it.
+
+    The driver fills the fields after ``record``; a search read back has them empty and reads its records instead.
 
     Attributes:
         place: Its name, storage, MLflow tracking URI and experiment.
-        record: Its record (``storage.SEARCH_FILE``), as the driver wrote it.
+        record: Its record (``storage.SEARCH_FILE``).
+        table: The trial table its driver made (None: read from the records at each call).
+        analysis: Its analysis (None: the summary reads the recorded one).
+        view: Its MLflow UI view.
+        timings: Seconds per phase of the driver that ran it.
+        elapsed_s: That driver's wall time in seconds (0: the summary reads the recorded one).
+        best_model_uri: ``runs:/<parent>/best_model``, the best trial's model.
+        best_run_id: The best trial's MLflow run.
+        notes: The adjustments the search made and said.
     """
 
     place: SearchPlace
     record: dict[str, Any] = field(repr=False)
+    table: pd.DataFrame | None = field(default=None, repr=False)
+    analysis: SearchAnalysis | None = None
+    view: View | None = None
+    timings: Timings | None = None
+    elapsed_s: float = 0.0
+    best_model_uri: str | None = None
+    best_run_id: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -89,22 +112,24 @@ class Search:
 
     @property
     def directory(self) -> Path:
-        """The search's folder in its storage."""
-        return Path(self.place.storage) / self.place.name
+        """The search's results folder."""
+        return self.place.results_dir
+
+    @property
+    def parent_run_id(self) -> str:
+        """The id of the search's MLflow parent run."""
+        return self.record["parent_run_id"]
 
     @property
     def status(self) -> str:
-        """``running`` (its driver holds the lock), ``finished`` (its trial table is written) or ``stopped``
-        (interrupted: ``vitplast search --name NAME --resume`` continues it)."""
+        """Say ``running`` (its driver holds the lock), ``finished`` or ``stopped`` (``--resume`` continues it)."""
         if running_owner(self.directory) is not None:
             return "running"
-        return "finished" if (self.directory / "trials.csv").is_file() else "stopped"
+        return "finished" if self.table is not None or (self.directory / "trials.csv").is_file() else "stopped"
 
     @cached_property
-    def spec(self):
-        """The search's space (``SearchSpec``), read from the file it recorded, with the trial count, budgets,
-        finalists stage and reference trials the search ran (``num_samples=``, ``budgets=`` and the finalists' flags
-        override the file's; a search recorded before the stage or the reference trials existed has none)."""
+    def spec(self) -> SearchSpec:
+        """The search's space, with the trial count, budgets, finalists and reference trials it ran."""
         from dataclasses import replace
 
         from vitplast_tune.space.files import load_space
@@ -114,47 +139,59 @@ class Search:
         spec = load_space(self.record["space_path"]).with_overrides(
             num_samples=self.record.get("num_samples"), budgets=tuple(budgets) if budgets else None
         )
-        return replace(
-            spec, finalists=Finalists(**self.record.get("finalists", {})), baselines=self.record.get("baselines", 0)
-        )
+        finalists = Finalists(**self.record.get("finalists", {}))
+        return replace(spec, finalists=finalists, baselines=self.record.get("baselines", 0))
 
-    @property
-    def settings(self):
-        """What every trial did before its sampled parameters (a ``FinetuneConfig``)."""
+    @cached_property
+    def settings(self) -> FinetuneConfig:
+        """What every trial did before its sampled parameters."""
         from vitplast_tune.config import FinetuneConfig
 
         return FinetuneConfig.from_dict(self.record["settings"])
 
     @property
     def total_trials(self) -> int:
-        """How many trials the search runs in all (its reference trials, and its finalists stage's at most)."""
+        """How many trials the search runs in all, its reference trials and finalists included."""
         return int(self.spec.total_trials + self.spec.finalists.trials)
 
     @property
     def trials(self) -> pd.DataFrame:
-        """One row per trial that has ended: its subset, every searched parameter, ``status`` (finished, pruned,
-        failed), its final metrics, plasticity scores and MLflow run id (``run_id``); read anew at each call."""
-        path = self.directory / "trials.csv"
-        if path.is_file():
+        """One row per ended trial: its parameters, metrics, MLflow run (``run_id``) and ``status``.
+
+        The status is finished, pruned or failed. A running search's trials come from its Optuna study.
+        """
+        if self.table is not None:
+            table = self.table
+        elif (self.directory / "trials.csv").is_file():
             from vitplast_tune.records.table import read_trials
 
-            table = read_trials(self.directory)  # a damaged table: UserError saying which file and what to do
-            return table.assign(status=table.apply(_trial_status, axis=1))
-        from vitplast_tune.records.study import study_made
+            table = read_trials(self.directory)
+        else:
+            from vitplast_tune.records.study import study_table, trial_count
 
-        if not study_made(self.directory / STUDY_FILE, self.name):  # a starting driver may be making it
-            return pd.DataFrame()
-        return _study_table(self.study, self.settings.max_steps)
+            if trial_count(self.directory / STUDY_FILE, self.name) is None:  # a starting driver may be making it
+                return pd.DataFrame()
+            return study_table(self.study, self.settings.max_steps)
+        return table.assign(status=[_trial_status(row) for _, row in table.iterrows()])
 
     @property
-    def study(self):
-        """The search's Optuna study on its own storage (``optuna.db`` in its folder), the one ``optuna-dashboard``
-        opens: not a copy; UserError, and no file made, where the study is not there."""
+    def search_trials(self) -> pd.DataFrame:
+        """The trials of the search itself, without its finalists."""
+        from vitplast_tune.records.table import search_trials
+
+        return search_trials(self.trials)
+
+    @property
+    def study(self) -> optuna.Study:
+        """The search's Optuna study in its own file (``optuna.db``), the one ``optuna-dashboard`` opens.
+
+        Raises UserError, and makes no file, where the study is not there.
+        """
         import optuna
 
-        from vitplast_tune.records.study import storage_url, study_made
+        from vitplast_tune.records.study import storage_url, trial_count
 
-        if not study_made(self.directory / STUDY_FILE, self.name):  # Optuna's own opening would make an empty one
+        if trial_count(self.directory / STUDY_FILE, self.name) is None:  # Optuna's opening would make an empty one
             raise UserError(
                 f'search "{self.name}" has no Optuna study in {self.directory / STUDY_FILE} (missing, unreadable, '
                 "or not made yet): restore the file, or let the search start its trials"
@@ -163,15 +200,13 @@ class Search:
         return optuna.load_study(study_name=self.name, storage=storage_url(self.directory))
 
     def runs(self) -> pd.DataFrame:
-        """Read the search's MLflow runs (its trials' child runs) from its own tracking URI.
-
-        They come as ``mlflow.search_runs`` gives them.
+        """Read the search's trial runs from its MLflow store, as ``mlflow.search_runs`` gives them.
 
         Returns:
-            One row per trial run, MLflow's columns (``run_id``, ``params.*``, ``metrics.*``, ``tags.*``).
+            One row per trial run, with MLflow's columns (``run_id``, ``params.*``, ``metrics.*``, ``tags.*``).
 
         Raises:
-            UserError: The search's SQLite store is not there (a read never makes one).
+            UserError: The search's SQLite store is not there. A read never makes one.
         """
         import mlflow
         from mlflow.tracking import MlflowClient
@@ -184,25 +219,24 @@ class Search:
                 f'the MLflow store {store} of search "{self.name}" is not there; restore it, or pass the tracking URI '
                 "it moved to (tracking_uri=)"
             )
-        client = MlflowClient(self.place.tracking_uri)
-        experiment = client.get_experiment_by_name(self.place.experiment)
+        experiment = MlflowClient(self.place.tracking_uri).get_experiment_by_name(self.place.experiment)
         if experiment is None:
             return pd.DataFrame()
-        parent = self.record["parent_run_id"]
         previous = mlflow.get_tracking_uri()
         mlflow.set_tracking_uri(self.place.tracking_uri)
         try:
             return mlflow.search_runs(
-                experiment_ids=[experiment.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'"
+                [experiment.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{self.parent_run_id}'"
             )
         finally:
             mlflow.set_tracking_uri(previous)
 
     @property
     def best_trial(self) -> pd.Series | None:
-        """The trial that stands for the answer, whose weights ``best_model`` loads (the row of ``trials``): the
-        finalists' chosen configuration's best seed, else the trial of the best validation metric
-        (``records.finalists.answer_trial``); None before any trial ended."""
+        """The trial that stands for the answer, whose weights ``best_model`` loads; None before any trial ended.
+
+        With finalists, it is the chosen configuration's best seed, else the trial of the best validation metric.
+        """
         from vitplast_tune.records.finalists import answer_trial
 
         top = answer_trial(self.trials, self.spec)
@@ -211,51 +245,44 @@ class Search:
     def best_model(self, device: str = "cpu") -> nn.Module:
         """Load the best trial's timm model with its best-validation weights, in eval mode.
 
-        The search must have finished.
-
         Args:
-            device: where to put it.
+            device: Where to put it.
 
         Returns:
-            The ``torch.nn.Module``.
+            The model. The search must have finished.
         """
         from vitplast_tune.vit.best_model import load_best_model
 
         return load_best_model(self.name, self.place.storage, self.place.tracking_uri, device=device)
 
     @property
-    def answer(self):
-        """The numbers behind the answer the summary opens with (``records.answer.Answer``; printed, its line
-        ``Answer: finetune ...``), or None before any trial reported a validation accuracy."""
+    def answer(self) -> Answer | FinalAnswer | None:
+        """The numbers behind the summary's first line; None before any trial reported a validation accuracy."""
         from vitplast_tune.records.answer import answer_of
 
         return answer_of(self.trials)
 
-    def summary(self, k: int = 10) -> str:
-        """Summarize the search as the text it prints at its end.
-
-        The answer, the top ``k`` trials, the Pareto fronts, the analysis recorded, and where everything lies. A
-        finished search gives the very text its command printed (``summary.txt`` in its folder, timings and links
-        included) for the ``k`` printed; otherwise the text is made again from its records, with the wall time its
-        driver recorded.
+    def summary(self, k: int = TOP_TRIALS) -> str:
+        """Return the text the search printed at its end, or make it again from its records.
 
         Args:
-            k: how many of the top trials to show.
+            k: How many top trials to show.
 
         Returns:
-            The summary, lines joined.
+            The kept text of a finished search for the default ``k``, else a text made from the records.
         """
-        from vitplast_tune.records.result import TOP_TRIALS, SearchResult, kept_summary, summary
-
-        kept = kept_summary(self.place.results_dir) if k == TOP_TRIALS and self.status == "finished" else None
+        kept = kept_summary(self.directory) if k == TOP_TRIALS and self.status == "finished" else None
         if kept is not None:
             return kept
-        result = SearchResult(self.place, self.spec, self.settings, self.trials, self.record["parent_run_id"])
-        result.analysis, result.elapsed_s = self._analysis(), _recorded_elapsed_s(self._parent_run()) or 0.0
-        return summary(result, k)
+        filled = copy.copy(self)
+        if filled.analysis is None:
+            filled.analysis = self._recorded_analysis()
+        if not filled.elapsed_s:
+            filled.elapsed_s = _recorded_elapsed_s(self._parent_run()) or 0.0
+        return summary(filled, k)
 
     def pareto(self) -> dict[str, pd.DataFrame]:
-        """The Pareto fronts of the full-budget trials, one per cost.
+        """Find the Pareto fronts of the full-budget trials, one per cost.
 
         Returns:
             The cost's column (``trainable_params``, ``images_per_s``) -> the trials on its front.
@@ -268,49 +295,48 @@ class Search:
     def correlation(self) -> pd.DataFrame:
         """Tell how well each plasticity score, and the parameter count, ranked the trials.
 
-        The analysis the search recorded (``analysis/correlations.csv``), else computed now from the trials that have
-        ended.
+        The recorded analysis answers; without one, it is computed from the trials that have ended.
 
         Returns:
             One row per score and target: Spearman, its interval, the difference with the baseline and the verdict.
         """
-        from vitplast_tune.analysis.prediction import analyze_trials, read_correlations
-
-        path = self.place.results_dir / "analysis" / "correlations.csv"
-        if path.is_file():
-            return read_correlations(path)
         import tempfile
 
+        from vitplast_tune.analysis.prediction import analyze_trials, read_correlations
+
+        path = self.directory / "analysis" / "correlations.csv"
+        if path.is_file():
+            return read_correlations(path)
         trials = self.trials
         if trials.empty or "plasticity_mean" not in trials:
             return pd.DataFrame()
         with tempfile.TemporaryDirectory(prefix="vitplast-correlation-") as tmp:
             return analyze_trials(trials, tmp).correlations
 
-    def _analysis(self):
-        """The recorded per-trial analysis as a ``SearchAnalysis`` for the summary (None when none is recorded)."""
+    def _recorded_analysis(self) -> SearchAnalysis | None:
+        """Read the recorded per-trial analysis for the summary; None when none is recorded."""
         from vitplast_tune.analysis.analyze import SearchAnalysis
         from vitplast_tune.analysis.prediction import TrialAnalysis, read_correlations
 
-        folder = self.place.results_dir / "analysis"
+        folder = self.directory / "analysis"
         if not (folder / "correlations.csv").is_file():
             return None
         single = folder / "single_components.csv"
         singles = pd.read_csv(single) if single.is_file() and single.stat().st_size > 1 else pd.DataFrame()
-        table = read_correlations(folder / "correlations.csv")
         finished = sum(self.trials["status"] == "finished")
-        return SearchAnalysis(trials=TrialAnalysis(table, singles, [], finished))
+        return SearchAnalysis(
+            trials=TrialAnalysis(read_correlations(folder / "correlations.csv"), singles, [], finished)
+        )
 
     def describe(self) -> dict[str, Any]:
-        """Where the search stands and where its records lie, as plain values (``vitplast status NAME --json``).
+        """Say where the search stands and where its records lie, as plain values (``vitplast status --json``).
 
         Returns:
-            ``name``, ``status`` (finished, running, stopped), ``trials`` (in all), ``ended``, ``finished``,
-            ``pruned``, ``failed``, ``left`` (trials not ended yet), ``best`` (the best trial's subset, learning rate
-            and validation accuracy, or None), ``answer`` (the summary's answer line, or None), ``elapsed_s`` (the
-            driver's wall time as its summary said it, else since its MLflow parent run started), and where the
-            records lie: ``directory``, ``storage``, ``tracking_uri``, ``experiment``, ``experiment_id`` and
-            ``parent_run_id`` (MLflow), ``study_url`` and ``study_name`` (Optuna; None before the study is made).
+            ``name``, ``status``, the trial counts (``trials``, ``ended``, ``finished``, ``pruned``, ``failed``,
+            ``left``), ``best`` (the best trial's subset, rate and accuracies), ``answer`` (the summary's first
+            line), ``elapsed_s``, and where the records lie: ``directory``, ``storage``, ``tracking_uri``,
+            ``experiment``, ``experiment_id``, ``parent_run_id``, ``study_url`` and ``study_name``. A value not known
+            yet is None.
         """
         trials, best = self.trials, self.best_trial
         counts = trials["status"].value_counts().to_dict() if "status" in trials else {}
@@ -340,18 +366,18 @@ class Search:
         }
 
     def _parent_run(self):
-        """The search's MLflow parent run, or None when the tracking store does not answer."""
+        """Read the search's MLflow parent run; None when the tracking store does not answer."""
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
         from vitplast_tune.records.tracking import bounded_calls, sqlite_file
 
         store = sqlite_file(self.place.tracking_uri)
-        if store is not None and not store.is_file():  # gone: never made anew by a read
+        if store is not None and not store.is_file():  # gone: a read never makes it anew
             return None
         try:
-            with bounded_calls(retries=0, timeout_s=5):  # a server that is down: noticed in seconds, not minutes
-                return MlflowClient(self.place.tracking_uri).get_run(self.record["parent_run_id"])
+            with bounded_calls(retries=0, timeout_s=5):  # a server that is down: noticed in seconds
+                return MlflowClient(self.place.tracking_uri).get_run(self.parent_run_id)
         except (MlflowException, OSError):
             return None
 
@@ -365,17 +391,14 @@ class Search:
 
 
 def _recorded_elapsed_s(parent) -> float | None:
-    """The wall time a search's driver recorded at its end (``ELAPSED_METRIC``), or None (running, or recorded
-    before)."""
+    """Read the wall time the search's driver recorded at its end; None while it runs."""
     from vitplast_tune.records.tracking import ELAPSED_METRIC
 
     return parent.data.metrics.get(ELAPSED_METRIC) if parent is not None else None
 
 
 def _elapsed_s(parent) -> float | None:
-    """A search's wall time in seconds: what its driver recorded at its end (``ELAPSED_METRIC``, the summary's "in N
-    min"), else since its MLflow parent run started, until it ended (a running or stopped search); None without the
-    run."""
+    """Return the search's wall time in seconds: the recorded one, else since its parent run started; None without it."""
     import time
 
     if parent is None:
@@ -388,7 +411,7 @@ def _elapsed_s(parent) -> float | None:
 
 
 def _trial_status(row: pd.Series) -> str:
-    """A row of the trial table as finished, pruned or failed, as its Optuna trial is (``records.study``)."""
+    """Say whether a trial finished, was pruned or failed, as its Optuna trial does."""
     if bool(row.get("diverged")) or isinstance(row.get("error"), str):
         return "failed"
     if bool(row.get("over_budget")) or not (row.get("step", 0) or 0) >= (row.get("max_steps", 0) or 0):
@@ -396,47 +419,7 @@ def _trial_status(row: pd.Series) -> str:
     return "finished"
 
 
-def _study_table(study, max_steps: int) -> pd.DataFrame:
-    """The trials a running search's study holds, one row each: the trial table's columns that the study keeps
-    (its parameters, subset, accuracies, step, parameters trained, MLflow run), ``max_steps`` where it samples none,
-    and a failed trial's ``error`` pointing at its run."""
-    from vitplast_tune.components import COMPONENT_FLAGS
-    from vitplast_tune.records.study import TRIAL_ATTR
-
-    rows = []
-    for t in study.get_trials(deepcopy=False):
-        attrs = dict(t.user_attrs)
-        params = {k: _loaded(v) for k, v in t.params.items() if k not in COMPONENT_FLAGS}
-        status = _STATES.get(t.state.name, "running")
-        rows.append(
-            {
-                "trial_id": attrs.pop(TRIAL_ATTR, None),
-                **params,
-                **attrs,
-                "max_steps": params.get("max_steps", max_steps),
-                "diverged": False,
-                "error": "failed: see its MLflow run" if status == "failed" else None,
-                "status": status,
-            }
-        )
-    table = pd.DataFrame(rows)
-    for column in ("best_val_acc", "test_acc", "step", "trainable_params"):
-        if column not in table:
-            table[column] = float("nan")
-    return table
-
-
 def _plain(value: Any) -> Any:
-    """A table's value as JSON takes it (numpy scalars as Python's, NaN as None)."""
+    """Turn a table's value into what JSON takes: numpy scalars as Python's, NaN as None."""
     value = value.item() if hasattr(value, "item") else value
     return None if isinstance(value, float) and value != value else value
-
-
-def _loaded(value: Any) -> Any:
-    """A choice as the study stores it, back (JSON text for lists and mappings)."""
-    if isinstance(value, str) and value[:1] in "[{":
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value

@@ -1,9 +1,7 @@
-"""The MLflow parent run of a search: opened (or found again on resume) with the space, the settings and the
-plasticity, described for the UI, linked to the saved view, and given the search's results and analysis."""
+"""Open a search's MLflow parent run, and log its view, results and analysis on it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +13,6 @@ from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import criteria_summary, gradient_criteria
 from vitplast_tune.records import view as saved_view
 from vitplast_tune.records.cost import cost_points
-from vitplast_tune.records.result import augmentation_text
 from vitplast_tune.records.table import read_trials
 from vitplast_tune.records.tracking import (
     BEST_TAG,
@@ -33,7 +30,7 @@ from vitplast_tune.records.tracking import (
     start_ms,
     start_search_run,
 )
-from vitplast_tune.space.files import SearchSpec
+from vitplast_tune.space.files import SearchSpec, searched_augmentations
 from vitplast_tune.space.objectives import objective_of
 from vitplast_tune.storage import BEST_TRIAL_DIR, MODEL_NAME, TRIAL_FILE, SearchPlace
 
@@ -48,7 +45,7 @@ def open_search_run(
     seed: int,
     resume: bool = False,
 ) -> str:
-    """The parent run of a search: found again when ``resume``, else created with the space, settings and plasticity."""
+    """Find the parent run again when ``resume``, else create it with the space, settings and plasticity; return its id."""
     if resume:
         existing = find_search_run(
             mlflow,
@@ -77,7 +74,7 @@ def open_search_run(
         "vitplast.space_fingerprint": spec.fingerprint,
         STORAGE_TAG: place.location,
         SEARCH_ID_TAG: place.search_id,
-        NOTE_TAG: search_note(place.name),
+        NOTE_TAG: _note(place.name),
     }
     plasticity = predictors.plasticity
     if plasticity is not None:
@@ -99,8 +96,8 @@ def open_search_run(
     return run_id
 
 
-def search_note(search: str, link: str | None = None, note: str = "") -> str:
-    """The parent run's description (Markdown): what the search's runs and metrics are, and the view's link."""
+def _note(search: str, link: str | None = None, note: str = "") -> str:
+    """Write the parent run's description in Markdown: what the runs and metrics are, and the view's link."""
     lines = [
         f"**Search `{search}`**: one child run per trial (tag `{ROLE_TAG}` = `trial`); this run (`search`) holds "
         "the search-wide settings (params `default.*`), the plasticity table and the analysis."
@@ -130,19 +127,17 @@ def search_note(search: str, link: str | None = None, note: str = "") -> str:
 def publish_view(
     mlflow: MlflowClient, place: SearchPlace, run_id: str, plasticity: bool, cost: bool = False
 ) -> saved_view.View:
-    """Save the search's MLflow UI view (``cost``: with accuracy vs training seconds), and its link on the parent run
-    (tag and description)."""
+    """Save the search's MLflow UI view and put its link on the parent run; ``cost`` adds the cost charts."""
     experiment = mlflow.get_run(run_id).info.experiment_id
     base_url = saved_view.ui_base_url(place.tracking_uri)
     view = saved_view.publish(mlflow, experiment, place.name, plasticity, base_url, cost)
-    tags = {VIEW_LINK_TAG: view.link, NOTE_TAG: search_note(place.name, view.link, view.note)}
+    tags = {VIEW_LINK_TAG: view.link, NOTE_TAG: _note(place.name, view.link, view.note)}
     mlflow.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     return view
 
 
 def log_results(mlflow: MlflowClient, run_id: str, trials_csv: Path, best: pd.DataFrame, num_trials: int) -> None:
-    """The trial table (CSV, and a table the UI shows with ids as text) and the headline metrics on the parent run,
-    once: a resumed search's end logs only what is missing."""
+    """Log the trial table, as CSV and as ``trials.json``, and the headline metrics on the parent run, once."""
     log_artifacts(mlflow, run_id, [trials_csv])
     log_table_once(mlflow, run_id, read_trials(trials_csv.parent), "trials.json")
     if not best.empty:
@@ -152,8 +147,7 @@ def log_results(mlflow: MlflowClient, run_id: str, trials_csv: Path, best: pd.Da
 
 
 def log_analysis(mlflow: MlflowClient, run_id: str, found, once: bool = False) -> None:
-    """An ``analysis.SearchAnalysis`` on the parent run: its tables (every column) and its files; ``once``: a table
-    the run already holds is not logged again (a resumed search's end)."""
+    """Log a ``SearchAnalysis``'s tables and files on the parent run; ``once`` skips a table the run holds."""
     tables = {
         "analysis/correlations.json": found.trials.correlations if found.trials is not None else None,
         "analysis/paper_table.json": found.paper.table if found.paper is not None else None,
@@ -171,16 +165,18 @@ def log_analysis(mlflow: MlflowClient, run_id: str, found, once: bool = False) -
     log_artifacts(mlflow, run_id, found.files, "analysis")
 
 
-def log_pareto(mlflow: MlflowClient, run_id: str, files: Iterable[Path]) -> None:
-    """The Pareto fronts (``pareto.write_pareto``: CSV and PNG per axis) on the parent run, under ``pareto/``."""
-    log_artifacts(mlflow, run_id, files, "pareto")
-
-
 def log_cost(mlflow: MlflowClient, run_id: str, trials: pd.DataFrame, objective: str) -> None:
-    """A cost-aware objective's trials against the most accurate one (``cost.cost_points``) on the parent run:
-    ``cost/points.json`` (the numbers) and ``cost/answer.txt`` (the sentences); nothing for ``accuracy``."""
+    """Log a cost-aware objective's points on the parent run: the numbers and the sentences."""
     points = cost_points(trials, objective)
     if not points:
         return
     mlflow.log_dict(run_id, {"objective": objective, "points": [vars(p) for p in points]}, "cost/points.json")
     mlflow.log_text(run_id, "\n".join(p.sentence() for p in points) + "\n", "cost/answer.txt")
+
+
+def augmentation_text(spec: SearchSpec, settings: FinetuneConfig) -> str:
+    """Say which training augmentation the trials used: the settings' recipe, or the recipes the space searches."""
+    searched = searched_augmentations(spec)
+    if len(set(searched)) > 1:
+        return f"augmentation searched: {', '.join(map(str, dict.fromkeys(searched)))}"
+    return f"augmentation {searched[0] if searched else settings.augment}"

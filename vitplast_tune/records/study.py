@@ -1,22 +1,4 @@
-"""A search's trials as an Optuna study in an SQLite file beside its results (``<search directory>/optuna.db``, the
-study named as the search), so that ``optuna.load_study`` and ``optuna-dashboard`` open it for any algorithm, while
-the search runs (``run.live_study`` creates it before the first trial and adds each trial as it ends) and after it
-(``write_study`` adds any trial the study lacks).
-
-The study's parameters are one boolean per component (``train_emb`` ... ``train_fc2``, when the subset varies) and
-every other parameter the space searches (``lr``, ...), with their Optuna distributions. Each Ray Tune trial is one
-Optuna trial (a finalist, trained again after the search, is none): COMPLETE when it trained its whole budget,
-PRUNED when the scheduler stopped it earlier (or it was over the parameter budget), FAIL when it errored or diverged; its value is the search's metric at its last report (one
-value per objective), its intermediate values the metric at each evaluation step, its start and end the Ray trial's
-(``trials_dataframe()``'s ``duration``: the seconds it ran), and its user attributes the Ray
-trial id, the subset, the test accuracy and the MLflow run (an Optuna trial is fixed once it ends, so what is known
-only when the whole search has ended, such as the accuracy at the common step, is in the trial table and MLflow
-instead). A resumed search adds to the same study only the trials it lacks.
-
-TPE's own study stays in Ray's searcher (in memory, pickled with the experiment): written from the trial table
-instead, the study has every component flag in every trial (TPE forces ``train_fc2`` without asking it when no
-other flag is set) and no trial a killed driver left RUNNING.
-"""
+"""Keep a search's sampled trials as an Optuna study in ``optuna.db`` beside its results (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -25,7 +7,6 @@ import json
 import math
 import os
 import sqlite3
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -39,42 +20,17 @@ from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.storage import STUDY_FILE, spoken
 
 TRIAL_ATTR = "ray_trial_id"  # the user attribute that ties an Optuna trial to its Ray Tune trial
+_STATES = {"COMPLETE": "finished", "PRUNED": "pruned", "FAIL": "failed"}  # as ``Search.trials`` says
 USER_ATTRS = ("components", "best_val_acc", "test_acc", "step", "trainable_params", "run_id")
 
 
-@dataclass
-class StudyRecord:
-    """Where a search's study lies and how many trials it holds.
-
-    Attributes:
-        url: The study's storage URL (SQLite).
-        name: The study's name.
-        trials: How many trials it holds.
-        added: How many of them this write added.
-    """
-
-    url: str
-    name: str
-    trials: int
-    added: int
-
-    def describe(self) -> str:
-        """Describe the study in the summary's line: its storage and how to open it.
-
-        Returns:
-            The line.
-        """
-        return f"Optuna study:       optuna-dashboard {spoken(self.url)}   (study '{self.name}', {self.trials} trials)"
-
-
 def storage_url(directory: Path) -> str:
-    """The SQLite URL of the study file in a search's directory."""
+    """Return the SQLite URL of the study file in a search's directory."""
     return f"sqlite:///{Path(directory).resolve() / STUDY_FILE}"
 
 
 def study_parameters(spec: SearchSpec) -> dict[str, Any]:
-    """The study's parameters and their Optuna distributions: the component flags when the subset varies, then every
-    other parameter the space searches (constants are not parameters)."""
+    """List the study's parameters and their Optuna distributions: the component flags, then the others searched."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     found: dict[str, Any] = {}
@@ -93,7 +49,7 @@ def study_parameters(spec: SearchSpec) -> dict[str, Any]:
 
 
 def parameter_table(trials: pd.DataFrame, spec: SearchSpec) -> pd.DataFrame:
-    """The study's parameters of each trial (``study_parameters``), one column each, rows as in ``trials``."""
+    """Tabulate each trial's study parameters, one column each, rows as in ``trials``."""
     columns: dict[str, Any] = {}
     for name in study_parameters(spec):
         if name in COMPONENT_FLAGS:
@@ -105,7 +61,7 @@ def parameter_table(trials: pd.DataFrame, spec: SearchSpec) -> pd.DataFrame:
 
 
 def frozen_trials(trials: pd.DataFrame, spec: SearchSpec, curves: dict[str, dict[str, dict[int, float]]]) -> list:
-    """One Optuna ``FrozenTrial`` per row of the trial table; ``curves``: trial id -> metric -> {step: value}."""
+    """Make one Optuna ``FrozenTrial`` per row; ``curves`` maps trial id -> metric -> {step: value}."""
     from optuna.trial import create_trial
 
     distributions = study_parameters(spec)
@@ -132,8 +88,7 @@ def frozen_trials(trials: pd.DataFrame, spec: SearchSpec, curves: dict[str, dict
 
 
 def open_study(directory: Path, name: str, spec: SearchSpec):
-    """The study ``name`` in ``directory/optuna.db``, created (with the space's name, algorithm and metric as its user
-    attributes) when missing."""
+    """Open the study ``name`` in ``directory/optuna.db``, making it when missing."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -141,7 +96,7 @@ def open_study(directory: Path, name: str, spec: SearchSpec):
     directions = ["maximize" if mode == "max" else "minimize" for _, mode in spec.objectives or [(None, spec.mode)]]
     if not (Path(directory) / STUDY_FILE).exists():
         _make_whole(Path(directory), name, directions, spec)
-    study = optuna.create_study(  # the file's tables made: this only opens the study (or adds it beside another)
+    study = optuna.create_study(  # the tables exist: this opens the study or adds it
         storage=storage_url(directory), study_name=name, directions=directions, load_if_exists=True
     )
     _label(study, spec)
@@ -149,10 +104,10 @@ def open_study(directory: Path, name: str, spec: SearchSpec):
 
 
 def _make_whole(directory: Path, name: str, directions: list[str], spec: SearchSpec) -> None:
-    """Make ``directory/optuna.db`` with its tables and the study beside it, then link it into place: a reader (the
-    printed ``optuna-dashboard`` command, ``load_study``) that opens the file finds it whole, never its tables half
-    made, which Optuna's own opening would race to make too ("UNIQUE constraint failed: alembic_version"). Where
-    another process made the file first, theirs stays."""
+    """Make ``optuna.db`` aside, then link it into place, so that a reader never races Optuna to make its tables.
+
+    A file another process made first stays.
+    """
     import optuna
 
     aside = directory / f".{STUDY_FILE}.{os.getpid()}.making"
@@ -175,24 +130,23 @@ def _make_whole(directory: Path, name: str, directions: list[str], spec: SearchS
 
 
 def _label(study, spec: SearchSpec) -> None:
-    """The space's name, algorithm and metric as the study's user attributes."""
+    """Put the space's name, algorithm and metric in the study's user attributes."""
     for key, value in (("space", spec.name), ("algorithm", spec.algorithm), ("metric", spec.metric)):
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)
 
 
 def known_trials(study) -> set[str]:
-    """The Ray trial ids of the trials a study holds."""
+    """Return the Ray trial ids of the trials a study holds."""
     return {t.user_attrs.get(TRIAL_ATTR) for t in study.get_trials(deepcopy=False)}
 
 
 def write_study(
     directory: Path, name: str, spec: SearchSpec, trials: pd.DataFrame, curves: dict[str, dict[str, dict[int, float]]]
-) -> StudyRecord:
-    """Add the trials of the table that the study ``name`` in ``directory/optuna.db`` lacks (created when missing).
+) -> int:
+    """Add the sampled trials the study ``name`` in ``directory/optuna.db`` lacks, making the study when missing.
 
-    The baselines' reference trials and the finalists (``space.baselines``, ``space.finalists``) are left out: the
-    study holds the trials the search's sampler drew, as TPE's own study does.
+    Reference trials and finalists are left out: the study holds the trials the sampler drew.
 
     Args:
         directory: The search's directory.
@@ -202,18 +156,17 @@ def write_study(
         curves: Each trial's curves: trial id -> metric -> {step: value}.
 
     Returns:
-        Where the study lies and how many trials it holds and this write added.
+        How many trials this write added.
     """
     study = open_study(directory, name, spec)
     trials = sampled_trials(trials)  # the reference trials and the finalists are no trials of the search's sampler
     new = trials[~trials["trial_id"].astype(str).isin(known_trials(study))]
     study.add_trials(frozen_trials(new, spec, curves))
-    return StudyRecord(storage_url(directory), name, len(study.get_trials(deepcopy=False)), len(new))
+    return len(new)
 
 
 def _state_and_values(row: pd.Series, finals: list[float | None]):
-    """A trial's Optuna state and values: FAIL (error, divergence, no finite value at the end of its budget), PRUNED
-    (stopped before its budget, or over the parameter budget) or COMPLETE."""
+    """Give a trial's Optuna state and values: FAIL, PRUNED (stopped before its budget) or COMPLETE."""
     from optuna.trial import TrialState
 
     failed = bool(row.get("diverged")) or isinstance(row.get("error"), str)
@@ -252,23 +205,62 @@ def _categorical(value: Any) -> Any:
     return value if value is None or isinstance(value, (bool, int, float, str)) else json.dumps(value)
 
 
-def study_made(path: Path, name: str) -> bool:
-    """Tell whether the Optuna storage file ``path`` holds the study ``name``, reading it without writing.
+def trial_count(path: Path, name: str) -> int | None:
+    """Count the trials of the study ``name`` in the file ``path``; None while the study is not there.
 
-    Optuna's own opening makes missing tables, which races a starting driver making them ("UNIQUE constraint failed:
-    alembic_version"); a read-only look does not.
-
-    Args:
-        path: The study's SQLite file (``optuna.db`` in a search's folder).
-        name: The study's name (the search's).
-
-    Returns:
-        Whether the study is there; False while the file or its tables are being made.
+    The look is read-only: Optuna's own opening would make missing tables and race a starting driver.
     """
     if not path.is_file():
-        return False
+        return None
+    query = (
+        "SELECT COUNT(t.trial_id) FROM studies s LEFT JOIN trials t ON t.study_id = s.study_id WHERE s.study_name = ?"
+    )
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)) as db:
-            return db.execute("SELECT 1 FROM studies WHERE study_name = ?", (name,)).fetchone() is not None
-    except sqlite3.Error:  # no studies table yet, or the file being written
-        return False
+            found = db.execute(query + " GROUP BY s.study_id", (name,)).fetchone()
+    except sqlite3.Error:  # no tables yet, or the file being written
+        return None
+    return None if found is None else int(found[0])
+
+
+def describe_study(directory: Path, name: str) -> str | None:
+    """Write the summary's line on a search's study: how to open it and how many trials it holds; None without it."""
+    count = trial_count(Path(directory) / STUDY_FILE, name)
+    if count is None:
+        return None
+    return f"Optuna study:       optuna-dashboard {spoken(storage_url(directory))}   (study '{name}', {count} trials)"
+
+
+def study_table(study, max_steps: int) -> pd.DataFrame:
+    """Turn the trials a running search's study holds into trial table rows, with their ``status``."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        attrs = dict(t.user_attrs)
+        params = {k: _loaded(v) for k, v in t.params.items() if k not in COMPONENT_FLAGS}
+        status = _STATES.get(t.state.name, "running")
+        rows.append(
+            {
+                "trial_id": attrs.pop(TRIAL_ATTR, None),
+                **params,
+                **attrs,
+                "max_steps": params.get("max_steps", max_steps),
+                "diverged": False,
+                "error": "failed: see its MLflow run" if status == "failed" else None,
+                "status": status,
+            }
+        )
+    table = pd.DataFrame(rows)
+    for column in ("best_val_acc", "test_acc", "step", "trainable_params"):
+        if column not in table:
+            table[column] = float("nan")
+    return table
+
+
+def _loaded(value: Any) -> Any:
+    """Turn a choice as the study stores it back into its value (JSON text for lists and mappings)."""
+    if isinstance(value, str) and value[:1] in "[{":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value

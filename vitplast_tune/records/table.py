@@ -1,9 +1,4 @@
-"""The trial table of a search: one row per trial (its subset, parameters, final and best metrics, status and
-pre-training predictors), read from Ray Tune's result grid and kept as ``trials.csv`` in the search's directory; and
-each trial's curves.
-
-The grid is duck-typed (each result's config, metrics, error and metrics dataframe), so this module needs no Ray.
-"""
+"""A search's trial table, one row per trial, read from Ray Tune's result grid and kept as ``trials.csv``."""
 
 from __future__ import annotations
 
@@ -20,30 +15,23 @@ from vitplast_tune.predictors.scores import log_trainable_params
 from vitplast_tune.space.baselines import FINALIST, SEARCH, stage_of
 from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.space.finalists import finalist_of
+from vitplast_tune.storage import replaced
 
-# A trial's stage (``space.baselines.stage_of``): one its sampler drew (``search``), a baseline's reference trial
-# (``baseline``), or a finalist trained again after them (``finalist``).
-# Where a trial's time went (training.finetune's cumulative timing metrics at its last report).
+# Where a trial's time went: finetune's cumulative timings at its last report.
 TRIAL_TIMES = ("time_setup_s", "time_in_steps_s", "time_in_eval_s")
 
 
 def trial_table(
     grid: Iterable[Any], settings: FinetuneConfig, predictors: report.Predictors | None = None
 ) -> pd.DataFrame:
-    """Tabulate a search's trials, one row each: subset, parameters, final and best metrics, status and predictors.
+    """Tabulate a search's trials, one row each: subset, parameters, metrics, stage, status and predictors.
 
-    ``val_acc_common`` is each trial's validation accuracy at ``common_step``, the last evaluation
-    every trial reached: with early stopping, the one budget all trials share. ``best_val_loss`` is
-    the lowest validation loss it reported (a tie-break between equal accuracies). ``stage`` says whether a trial is
-    one its sampler drew (``search``), a baseline's reference trial (``baseline``, ``space.baselines``) or a finalist
-    (``finalist``: ``finalist`` numbers its configuration, ``lr_from`` says whose rate it took,
-    ``space.finalists``); ``seed`` is each trial's training seed.
+    ``val_acc_common`` is each trial's validation accuracy at ``common_step``, the last evaluation every trial reached.
 
     Args:
-        grid: Ray Tune's result grid, or any results with its ``config``, ``metrics``, ``error`` and
-            ``metrics_dataframe`` (duck-typed).
+        grid: Ray Tune's result grid, or results with its ``config``, ``metrics``, ``error`` and ``metrics_dataframe``.
         settings: What every trial does, before its sampled parameters.
-        predictors: The pre-training predictors, whose scores each trial's row gets (None: no scores).
+        predictors: The pre-training predictors, whose scores each row gets (None: no scores).
 
     Returns:
         The trial table.
@@ -68,11 +56,11 @@ def trial_table(
                 "test_acc": metrics.get("test_acc"),
                 "step": metrics.get("step"),
                 "trainable_params": metrics.get("trainable_params"),
-                "images_per_s": images_per_s(result, cfg.batch_size * cfg.grad_accum_steps),  # the effective batch
+                "images_per_s": _images_per_s(result, cfg.batch_size * cfg.grad_accum_steps),  # the effective batch
                 "log10_trainable_params": log_trainable_params(metrics.get("trainable_params")),
                 "best_val_loss": _lowest(result, "val_loss"),
                 **{k: metrics.get(k) for k in TRIAL_TIMES},
-                **trial_span(metrics),
+                **_trial_span(metrics),
                 "val_acc_per_gpu_hour": metrics.get("val_acc_per_gpu_hour"),  # at its last report, as Optuna got it
                 "max_steps": config.get("max_steps", settings.max_steps),
                 "diverged": bool(metrics.get("diverged", 0)),
@@ -81,7 +69,7 @@ def trial_table(
                 **(predictors.trial_scores(cfg) if predictors is not None else {}),
             }
         )
-        curves.append(val_curve(result))
+        curves.append(_curve(result))
     reached = [max(curve) for curve, row in zip(curves, rows) if curve and not row["diverged"] and row["error"] is None]
     common = min(reached) if reached else None
     for row, curve in zip(rows, curves):
@@ -90,48 +78,22 @@ def trial_table(
 
 
 def search_trials(trials: pd.DataFrame) -> pd.DataFrame:
-    """Keep the trials of the search itself, its reference trials included, without its finalists (a table written
-    before the stage existed: all).
-
-    Args:
-        trials: The trial table.
-
-    Returns:
-        Its rows of stage ``search`` and ``baseline``.
-    """
+    """Keep the trials of the search itself, its reference trials included, without its finalists."""
     return trials[trials["stage"] != FINALIST] if "stage" in trials else trials
 
 
 def sampled_trials(trials: pd.DataFrame) -> pd.DataFrame:
-    """Keep the trials the search's sampler drew: no reference trial, no finalist (a table written before the stages
-    existed: all).
-
-    Args:
-        trials: The trial table.
-
-    Returns:
-        Its rows of stage ``search``.
-    """
+    """Keep the trials the search's sampler drew: no reference trial, no finalist."""
     return trials[trials["stage"] == SEARCH] if "stage" in trials else trials
 
 
 def finalist_trials(trials: pd.DataFrame) -> pd.DataFrame:
-    """Keep the finalists' trials of a trial table (none in a table written before the stage existed).
-
-    Args:
-        trials: The trial table.
-
-    Returns:
-        Its rows of stage ``finalist``.
-    """
+    """Keep the finalists' trials of a trial table."""
     return trials[trials["stage"] == FINALIST] if "stage" in trials else trials.iloc[0:0]
 
 
 def write_trials(trials: pd.DataFrame, directory: Path | None) -> Path | None:
     """Write the trial table as ``trials.csv`` in the search's directory, unless it is empty.
-
-    Read it back with ``read_trials`` (ids as text); the parent run also holds it as ``trials.json``, a
-    table the MLflow UI shows with the ids as text (its CSV preview reads "00012" as 12).
 
     Args:
         trials: The trial table.
@@ -143,12 +105,13 @@ def write_trials(trials: pd.DataFrame, directory: Path | None) -> Path | None:
     if directory is None or trials.empty:
         return None
     path = directory / "trials.csv"
-    trials.to_csv(path, index=False)
+    with replaced(path) as partial:  # whole or not at all: a full disk leaves the table read back as it was
+        trials.to_csv(partial, index=False)
     return path
 
 
 def read_trials(directory: Path) -> pd.DataFrame:
-    """Read the trial table a finished search wrote in its directory (``write_trials``).
+    """Read the trial table a finished search wrote in its directory.
 
     Args:
         directory: The search's directory.
@@ -164,7 +127,7 @@ def read_trials(directory: Path) -> pd.DataFrame:
     path = directory / "trials.csv"
     if not path.is_file():
         raise UserError(f'search "{directory.name}" in {directory.parent} has not finished: no trial table to analyze')
-    problem = table_problem(path)
+    problem = _table_problem(path)
     if problem is None:
         try:
             table = pd.read_csv(path, dtype={"trial_id": str, "run_id": str})
@@ -180,8 +143,8 @@ def read_trials(directory: Path) -> pd.DataFrame:
     return table
 
 
-def table_problem(path: Path) -> str | None:
-    """What is wrong with a trial table's CSV file (cut short, rows of another width), or None when it looks whole."""
+def _table_problem(path: Path) -> str | None:
+    """Say what is wrong with a trial table's CSV file (cut short, rows of another width); None when it looks whole."""
     import csv
 
     text = path.read_bytes()
@@ -201,7 +164,7 @@ def table_problem(path: Path) -> str | None:
 
 
 def _column_problem(table: pd.DataFrame) -> str | None:
-    """A column a trial table always has missing, or a flag column that does not read as true/false."""
+    """Find a missing column, or a flag column that does not read as true and false."""
     missing = [c for c in ("trial_id", "components", "best_val_acc", "diverged") if c not in table]
     if missing:
         return f"no column {missing[0]}"
@@ -212,15 +175,15 @@ def _column_problem(table: pd.DataFrame) -> str | None:
 
 
 def trial_result(grid, trial_id: str):
-    """The result of trial ``trial_id`` in a result grid (its config, metrics and last checkpoint), or None."""
+    """Find the result of trial ``trial_id`` in a result grid; None when it is not there."""
     for result in grid:
         if (result.metrics or {}).get("trial_id") == trial_id:
             return result
     return None
 
 
-def val_curve(result, metric: str = "val_acc") -> dict[int, float]:
-    """Validation accuracy (or another reported ``metric``) by step, from every report of a trial."""
+def _curve(result, metric: str = "val_acc") -> dict[int, float]:
+    """Read a reported metric of a trial by step."""
     frame = result.metrics_dataframe
     if frame is None or metric not in frame or "step" not in frame:
         return {}
@@ -229,24 +192,20 @@ def val_curve(result, metric: str = "val_acc") -> dict[int, float]:
 
 
 def metric_curves(grid, metrics: list[str]) -> dict[str, dict[str, dict[int, float]]]:
-    """Each trial's curve of each of ``metrics``: trial id -> metric -> {step: value}."""
-    return {
-        str((result.metrics or {}).get("trial_id", "")): {m: val_curve(result, m) for m in metrics} for result in grid
-    }
+    """Read each trial's curve of each of ``metrics``: trial id -> metric -> {step: value}."""
+    return {str((result.metrics or {}).get("trial_id", "")): {m: _curve(result, m) for m in metrics} for result in grid}
 
 
-def images_per_s(result, batch_size: int) -> float | None:
-    """A trial's training throughput: the median over its reports of steps/s (training steps only) times the batch
-    size."""
+def _images_per_s(result, batch_size: int) -> float | None:
+    """Return a trial's training throughput: its median steps/s over its reports times the batch size."""
     frame = result.metrics_dataframe
     if frame is None or "steps_per_s" not in frame or frame["steps_per_s"].dropna().empty:
         return None
     return float(frame["steps_per_s"].dropna().median() * batch_size)
 
 
-def trial_span(metrics: dict[str, Any]) -> dict[str, float | None]:
-    """When a trial started and ended, in Unix seconds: ``ended_at`` Tune's time of its last report (``timestamp``),
-    ``started_at`` that less the seconds it ran (``time_total_s``); None each where Tune reported none."""
+def _trial_span(metrics: dict[str, Any]) -> dict[str, float | None]:
+    """Say when a trial started and ended, in Unix seconds, from its last report's time and running time."""
     ended, ran = metrics.get("timestamp"), metrics.get("time_total_s")
     known = isinstance(ended, (int, float)) and isinstance(ran, (int, float))
     return {"started_at": float(ended - ran) if known else None, "ended_at": float(ended) if known else None}
@@ -268,7 +227,7 @@ def top_trials(trials: pd.DataFrame, spec: SearchSpec, k: int = 10) -> pd.DataFr
         k: How many trials to keep.
 
     Returns:
-        The best trials, best first; diverged trials and trials without the metric left out.
+        The best trials, best first, without diverged trials and trials lacking the metric.
     """
     if trials.empty:
         return trials
@@ -280,21 +239,13 @@ def top_trials(trials: pd.DataFrame, spec: SearchSpec, k: int = 10) -> pd.DataFr
 
 
 def error_line(error: BaseException | str) -> str:
-    """A trial's error in one line: the last line of its text (a trial's error is Ray's, its traceback first and the
-    error raised in the trial last), cut at 500 characters; "error" when it has no text.
-
-    Args:
-        error: the error, or the text of Tune's error file.
-
-    Returns:
-        The line.
-    """
+    """Put a trial's error in one line: the last line of its text, at most 500 characters, or "error"."""
     lines = [line for line in str(error).splitlines() if line.strip()]
     return lines[-1].strip()[:500] if lines else "error"
 
 
 def trial_label(config: dict[str, Any]) -> str:
-    """A trial's short name: its subset (and methods), depth and learning rate, e.g. "mha:lora+fc1 @last lr=0.0312"."""
+    """Name a trial by its subset, depth and learning rate: "mha:lora+fc1 @last lr=0.0312"."""
     lr, depth = config.get("lr"), config.get("depth", "all")
     where = "" if depth == "all" else f" @{depth}"
     return (
@@ -303,18 +254,17 @@ def trial_label(config: dict[str, Any]) -> str:
 
 
 def trial_subset(config: dict[str, Any]) -> str:
-    """The subset a trial's config trains, by its canonical name ("all" when the space names none)."""
+    """Name the subset a trial's config trains ("all" when the space names none)."""
     return subset_name(config.get("components", ALL))
 
 
 def pct(value: Any) -> str:
-    """An accuracy as a percentage with two decimals ("" for a missing value)."""
+    """Write an accuracy as a percentage with two decimals ("" for a missing value)."""
     return "" if value is None or pd.isna(value) else f"{100 * float(value):.2f}%"
 
 
 def display_table(top: pd.DataFrame) -> pd.DataFrame:
-    """The columns a person reads per trial; the method and depth when some trial trains otherwise than in full (or
-    as the linear probe), in every block."""
+    """Pick the columns a person reads per trial; the method and depth where some trial does not train in full."""
     where_and_how = {}
     if "method" in top and (~top["method"].fillna("full").isin(["full", "head"])).any():
         where_and_how["method"] = top["method"]
@@ -335,14 +285,7 @@ def display_table(top: pd.DataFrame) -> pd.DataFrame:
 
 
 def instruction(row: dict[str, Any]) -> str:
-    """A trial's configuration as the answer says what to finetune: its subset, depth and learning rate.
-
-    Args:
-        row: Its row of the trial table.
-
-    Returns:
-        The words, e.g. "mha+fc1 in the last blocks at lr 0.0312".
-    """
+    """Say what to finetune as the answer does: "mha+fc1 in the last blocks at lr 0.0312"."""
     depth = row.get("depth")
     where = f" in the {depth} blocks" if isinstance(depth, str) and depth not in ("", "all") else ""
     lr = row.get("lr")
@@ -354,12 +297,5 @@ def instruction(row: dict[str, Any]) -> str:
 
 
 def params_text(row: dict[str, Any]) -> str:
-    """A trial's trainable parameters as the answer prints them ("468,778"; "?" where unknown).
-
-    Args:
-        row: Its row of the trial table.
-
-    Returns:
-        The count, with thousands separated.
-    """
+    """Write a trial's trainable parameters as the answer does: "468,778", or "?" where unknown."""
     return "?" if pd.isna(row.get("trainable_params")) else f"{int(row['trainable_params']):,}"

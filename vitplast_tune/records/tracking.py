@@ -1,10 +1,4 @@
-"""MLflow for a search, the generic part: the client, the experiment and where its artifacts go, the tags that tie
-runs together, finding, closing and failing runs, and logging params, metrics and files in batches.
-
-Logging from the driver (a Tune callback, not inside trials) works wherever trials run, with a SQLite store on the
-head node or an ``mlflow server``. Runs are found again by tags, so a resumed search continues its runs instead of
-duplicating them.
-"""
+"""MLflow for a search: the client, the experiment, the tags that tie runs together, and logging in batches."""
 
 from __future__ import annotations
 
@@ -63,10 +57,8 @@ ARTIFACTS_DIR = "mlartifacts"  # beside a SQLite store: one folder per experimen
 _MAX_PARAM = 6000
 
 
-# While trials run, an MLflow call to a server gets BOUNDED_RETRIES retries and BOUNDED_CALL_S seconds an attempt
-# (MLflow's defaults: 7 retries, 120 s each, many minutes of silence from a stopped or stalled server). urllib3 waits
-# 0, 2, 4, 8, 16, 32 s between them: a server restarted within about a minute is ridden out, one gone longer (or
-# stalled: seven silent attempts) stops the search within about two (run.guard). A user's setting wins.
+# While trials run, an MLflow call to a server gets BOUNDED_RETRIES retries of BOUNDED_CALL_S seconds each, not
+# MLflow's minutes. A server back within a minute is ridden out; one gone longer stops the search (run.guard).
 BOUNDED_CALL_S = 8
 BOUNDED_RETRIES = 6
 BOUNDED_ENV = {
@@ -79,9 +71,7 @@ BOUNDED_ENV = {
 
 @contextlib.contextmanager
 def bounded_calls(retries: int = BOUNDED_RETRIES, timeout_s: int = BOUNDED_CALL_S) -> Iterator[None]:
-    """MLflow's calls to a tracking server bounded while in the block: ``retries`` retries, ``timeout_s`` seconds an
-    attempt (a call that gets no answer fails within about (``retries`` + 1) x ``timeout_s`` + ``retries`` s). A
-    variable the user set is kept."""
+    """Bound MLflow's calls to a server in the block to ``retries`` of ``timeout_s`` s; a user's setting wins."""
     bounds = {
         **BOUNDED_ENV,
         "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries),
@@ -97,21 +87,14 @@ def bounded_calls(retries: int = BOUNDED_RETRIES, timeout_s: int = BOUNDED_CALL_
 
 
 def client(tracking_uri: str) -> MlflowClient:
-    """An MLflow client for ``tracking_uri`` (e.g. ``sqlite:///path/mlflow.db`` or ``http://127.0.0.1:5000``); a
-    SQLite store is opened (made, or its schema upgraded, by MLflow) under ``store_lock``."""
+    """Make an MLflow client for ``tracking_uri``, opening a SQLite store under ``store_lock``."""
     with store_lock(tracking_uri):
         return MlflowClient(tracking_uri=tracking_uri)
 
 
 @contextlib.contextmanager
 def store_lock(tracking_uri: str) -> Iterator[None]:
-    """For a SQLite store: an exclusive lock on a file beside it (``<its file>.lock``) while in the block, so that
-    processes opening one new store at once make (or upgrade) its schema one after the other (MLflow's migrations
-    race otherwise: "table ... already exists"); nothing for other stores.
-
-    Args:
-        tracking_uri: the tracking URI (``sqlite:///path/mlflow.db`` takes the lock).
-    """
+    """Hold a lock beside a SQLite store in the block, so that MLflow's migrations of it never race."""
     path = sqlite_file(tracking_uri)
     if path is None:
         yield
@@ -123,16 +106,13 @@ def store_lock(tracking_uri: str) -> Iterator[None]:
 
 
 def sqlite_file(tracking_uri: str) -> Path | None:
-    """The database file of a SQLite tracking URI (``sqlite:///path/mlflow.db``, ``~`` expanded); None for other
-    stores and an in-memory database."""
+    """Return the file of a SQLite tracking URI; None for other stores and an in-memory database."""
     database = tracking_uri.split(":///", 1)[1].split("?")[0] if tracking_uri.startswith("sqlite:///") else ""
     return Path(database).expanduser() if database and database != ":memory:" else None
 
 
 def experiment_id(mlflow: MlflowClient, name: str, artifact_location: str | None = None) -> str:
-    """Id of the experiment ``name``, created when missing as a model-training experiment (``view.KIND_TAG``; its
-    artifacts at ``artifact_location``: see ``artifact_location``; an existing experiment keeps its location and
-    kind)."""
+    """Return the id of the experiment ``name``, made when missing as a model-training experiment."""
     experiment = mlflow.get_experiment_by_name(name)
     if experiment:
         return experiment.experiment_id
@@ -145,9 +125,8 @@ def experiment_id(mlflow: MlflowClient, name: str, artifact_location: str | None
 
 
 def artifact_location(tracking_uri: str, experiment: str, storage: str) -> str | None:
-    """Where a new experiment keeps its artifacts, never the working directory (MLflow's default ``./mlruns``): beside
-    a SQLite store (``<its folder>/mlartifacts/<experiment>``); the server's choice for http(s) and Databricks (None);
-    the file store's own folder for ``file:`` (None); under the search storage for other databases."""
+    """Choose where a new experiment keeps its artifacts: beside a SQLite store, under the storage for another
+    database, and None where a server or file store chooses."""
     scheme = urlsplit(tracking_uri).scheme.lower()
     folder = _folder_name(experiment)
     if (database := sqlite_file(tracking_uri)) is not None:
@@ -159,8 +138,7 @@ def artifact_location(tracking_uri: str, experiment: str, storage: str) -> str |
 
 
 def _folder_name(experiment: str) -> str:
-    """A folder name for an experiment: its name when that is safe, else a safe form (200 characters at most) with a
-    hash of the name (never digits alone, which an ``mlflow server``'s own experiment folders use)."""
+    """Name an experiment's folder: its name when that is safe, else a safe form with a hash of the name."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", experiment).strip("-.") or "experiment"
     if safe != experiment or safe.isdigit() or len(safe) > 200:  # a file system takes names of 255 bytes at most
         safe = f"{safe[:200]}-{hashlib.sha256(experiment.encode()).hexdigest()[:8]}"
@@ -170,7 +148,7 @@ def _folder_name(experiment: str) -> str:
 def find_search_run(
     mlflow: MlflowClient, experiment: str, search: str, search_id: str | None = None, storage: str | None = None
 ) -> str | None:
-    """Run id of the parent run of search ``search`` (narrowed to its unique id or its storage when given), or None."""
+    """Find the parent run of search ``search``, narrowed by its id or storage when given; None when not one."""
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
         return None
@@ -214,8 +192,7 @@ def start_search_run(
     tags: dict[str, str],
     artifacts: str | None = None,
 ) -> str:
-    """Create the parent run of a search with its params and tags (and the source tags) in ``experiment`` (created
-    with its artifacts at ``artifacts`` when missing); return its id."""
+    """Create a search's parent run with its params and tags, and return its id."""
     tags = {**source_tags(), SEARCH_TAG: search, ROLE_TAG: "search", **tags}
     run = mlflow.create_run(experiment_id(mlflow, experiment, artifacts), run_name=search, tags=tags)
     log_params(mlflow, run.info.run_id, params)
@@ -223,15 +200,15 @@ def start_search_run(
 
 
 def source_tags() -> dict[str, str]:
-    """MLflow's source tags for runs made through the client: entry point, git commit (in a git repo), user."""
+    """Return MLflow's source tags for runs made through the client: entry point, git commit and user."""
     name = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-", "-c") else "vitplast_tune"
     tags = resolve_tags({"mlflow.source.name": name})
     return {k: str(v) for k, v in tags.items() if k.startswith(("mlflow.source.", "mlflow.user"))}
 
 
 def log_params(mlflow: MlflowClient, run_id: str, params: dict[str, Any]) -> None:
-    """Log params (values as strings, None skipped) in one batch."""
-    batch = [Param(k, _param_text(v)) for k, v in params.items() if v is not None]
+    """Log params as text, None skipped, in batches."""
+    batch = [Param(k, v) for k, v in param_texts(params).items()]
     for i in range(0, len(batch), 100):
         mlflow.log_batch(run_id, params=batch[i : i + 100])
 
@@ -239,8 +216,7 @@ def log_params(mlflow: MlflowClient, run_id: str, params: dict[str, Any]) -> Non
 def log_metrics(
     mlflow: MlflowClient, run_id: str, metrics: dict[str, Any], step: int = 0, timestamp_ms: int | None = None
 ) -> None:
-    """Log the finite numeric values of ``metrics`` at ``step`` in one batch (at ``timestamp_ms``, default now: a
-    metric logged again with the same step, value and time is stored once by MLflow's database stores)."""
+    """Log the finite numbers of ``metrics`` at ``step`` and ``timestamp_ms`` (default now) in one batch."""
     now = _now_ms() if timestamp_ms is None else timestamp_ms
     batch = [Metric(k, float(v), now, step) for k, v in metrics.items() if is_number(v)]
     if batch:
@@ -248,17 +224,7 @@ def log_metrics(
 
 
 def log_inputs(mlflow: MlflowClient, run_id: str, inputs: list) -> None:
-    """Log dataset inputs to a run; a dataset another search logged to the experiment at the same moment is taken as
-    logged (MLflow's insert of it fails on its key, and the write is made again, which finds it and links the run).
-
-    Args:
-        mlflow: The client.
-        run_id: The run.
-        inputs: MLflow ``DatasetInput`` entities.
-
-    Raises:
-        MlflowException: On any other failure, or when the write fails twice.
-    """
+    """Log dataset inputs to a run, writing again once where another search logged the same dataset at once."""
     try:
         mlflow.log_inputs(run_id, datasets=inputs)
     except MlflowException as exc:
@@ -268,13 +234,13 @@ def log_inputs(mlflow: MlflowClient, run_id: str, inputs: list) -> None:
 
 
 def trial_runs(mlflow: MlflowClient, parent_run_id: str) -> dict[str, str]:
-    """The child run id of each trial id of a search."""
+    """Map each trial id of a search to its child run id."""
     runs = child_runs(mlflow, parent_run_id)
     return {run.data.tags[TRIAL_TAG]: run.info.run_id for run in runs if TRIAL_TAG in run.data.tags}
 
 
 def child_runs(mlflow: MlflowClient, parent_run_id: str) -> list:
-    """Every child run of a parent run (page after page)."""
+    """List every child run of a parent run."""
     parent = mlflow.get_run(parent_run_id)
     found, token = [], None
     while True:
@@ -291,13 +257,12 @@ def child_runs(mlflow: MlflowClient, parent_run_id: str) -> list:
 
 
 def start_ms(mlflow: MlflowClient, run_id: str) -> int:
-    """When a run started (ms since the epoch): the time of the values a search logs once at its end, so that a
-    resumed end logs the same ones again (stored once, see ``log_metrics``)."""
+    """Return when a run started, in ms: the time of the values logged at a search's end, the same on a resume."""
     return int(mlflow.get_run(run_id).info.start_time)
 
 
 def log_table_once(mlflow: MlflowClient, run_id: str, table, path: str) -> None:
-    """``MlflowClient.log_table`` unless the run already holds ``path`` (log_table appends to a table it finds)."""
+    """Log a table unless the run already holds ``path``; ``log_table`` would append to it."""
     folder = path.rsplit("/", 1)[0] if "/" in path else None
     if any(a.path == path for a in mlflow.list_artifacts(run_id, folder)):
         return
@@ -311,7 +276,7 @@ def log_artifacts(mlflow: MlflowClient, run_id: str, paths: Iterable[Path], arti
 
 
 def param_texts(params: dict[str, Any]) -> dict[str, str]:
-    """``params`` as MLflow stores them (``log_params``): values as strings, None left out."""
+    """Turn params into the text MLflow stores, None left out."""
     return {k: _param_text(v) for k, v in params.items() if v is not None}
 
 
@@ -321,12 +286,12 @@ def _param_text(value: Any) -> str:
 
 
 def number_or(value: Any, default: float) -> float:
-    """``value`` as a float when it is a finite number, else ``default``."""
+    """Return ``value`` as a float when it is a finite number, else ``default``."""
     return float(value) if is_number(value) else default
 
 
 def is_number(value: Any) -> bool:
-    """Whether ``value`` is a finite real number (not a bool): what MLflow takes as a metric."""
+    """Tell whether ``value`` is a finite real number, not a bool: what MLflow takes as a metric."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -1,6 +1,4 @@
-"""The MLflow child run of each trial: made as it starts (``MlflowTracker``, a Tune callback on the driver), named and
-described by its settings and pre-training scores (``trial_describer``), its curves logged at every report, closed
-as it ends, and its values known only after the search logged once (``log_trial_finals``)."""
+"""Keep one MLflow child run per trial: made as it starts, its curves logged at each report, closed as it ends."""
 
 from __future__ import annotations
 
@@ -69,7 +67,7 @@ class TrialRun:
 
 
 def dataset_inputs(cfg: FinetuneConfig) -> list[DatasetInput]:
-    """The training and validation splits a trial uses, as MLflow dataset inputs (the UI's Dataset column)."""
+    """Describe the training and validation splits a trial uses as MLflow dataset inputs."""
     name, seed, fraction = cfg.dataset, cfg.seed, cfg.val_fraction
     source = json.dumps({"dataset": name, "data_dir": cfg.data_dir})
     inputs = []
@@ -87,15 +85,11 @@ def dataset_inputs(cfg: FinetuneConfig) -> list[DatasetInput]:
 class MlflowTracker(Callback):
     """A Tune callback that keeps one MLflow child run per trial under the search's parent run.
 
-    ``describe(config)`` returns the ``TrialRun`` of a trial (name, params, start metrics such as the
-    subset's plasticity scores, tags, dataset inputs; see ``trial_describer``), so this class knows
-    nothing of training.
-
     Args:
         tracking_uri: The MLflow tracking URI.
         parent_run_id: The id of the search's parent run.
-        describe: What a trial's child run starts with, from its config.
-        orphans: Runs of trials Tune never saved, by run id, with their params (``reconcile``): a trial of the same
+        describe: Makes the ``TrialRun`` a trial's child run starts with, from its config.
+        orphans: Runs of trials Tune never saved, by run id, with their params (``reconcile``). A trial of the same
             settings continues one instead of making a new run.
     """
 
@@ -125,10 +119,7 @@ class MlflowTracker(Callback):
         return {**self.__dict__, "_mlflow": None, "_experiment": None}
 
     def run_id(self, trial: Trial, number: int | None = None) -> str:
-        """Find or make the trial's child run.
-
-        The one already made (also by an earlier driver: all are looked up once), else an orphan of the same settings,
-        else a new one.
+        """Find or make the trial's child run: the one made before, else an orphan of the same settings, else a new one.
 
         Args:
             trial: The Tune trial.
@@ -166,7 +157,7 @@ class MlflowTracker(Callback):
         return run_id
 
     def _adopt(self, trial_id: str, params: dict[str, str]) -> str | None:
-        """The orphaned run (``reconcile``) whose params are ``params``, tagged as the run of ``trial_id``, or None."""
+        """Take up the orphaned run whose params are ``params`` as the run of ``trial_id``; None when there is none."""
         for run_id, logged in list(self.orphans.items()):
             if all(logged.get(k) == v for k, v in params.items()):
                 del self.orphans[run_id]
@@ -184,7 +175,7 @@ class MlflowTracker(Callback):
         """Log a trial's report to its child run: its curves, and the node it runs on as tags when that changed."""
         run_id = self.run_id(trial)
         step = int(result.get("step", result.get("training_iteration", 0)))
-        log_metrics(self.mlflow, run_id, {**{k: result.get(k) for k in CURVE_METRICS}, **live_metrics(result)}, step)
+        log_metrics(self.mlflow, run_id, {**{k: result.get(k) for k in CURVE_METRICS}, **_live_metrics(result)}, step)
         node = tuple(result.get(k) for k in ("node_ip", "node_id", "device", "precision", "workers", "worker_node_ids"))
         if result.get("node_ip") and self._tagged_node.get(trial.trial_id) != node:  # again when a retry moved it
             keys = ("ray.node_ip", "ray.node_id", DEVICE_TAG, PRECISION_TAG, WORKERS_TAG, WORKER_NODES_TAG)
@@ -220,21 +211,10 @@ class MlflowTracker(Callback):
 
 
 def reconcile(mlflow: MlflowClient, parent_run_id: str, saved: dict[str, str]) -> dict[str, dict[str, str]]:
-    """Before a resumed search's trials run: the child runs checked against the trials Tune saved (``saved``: trial id
-    -> status), so that each trial keeps one run and none is left RUNNING.
+    """Check a resumed search's child runs against the trials Tune saved (``saved``: id -> status).
 
-    A run whose trial ended (TERMINATED or ERROR) but that a killed driver left RUNNING is closed (FINISHED or
-    FAILED); a run whose trial Tune never saved (the driver killed between making the run and Tune's next save) is
-    closed KILLED and returned as an orphan, for the trial that takes up its settings again to continue
-    (``MlflowTracker``); those left when the trials have ended are removed (``retire``).
-
-    Args:
-        mlflow: the tracking client.
-        parent_run_id: the search's parent run.
-        saved: each trial id of Tune's saved experiment state and its status.
-
-    Returns:
-        The orphans: run id -> its params as logged, with its trial id under ``ray.trial_id``.
+    A run left RUNNING after its trial ended is closed. A run whose trial Tune never saved is closed KILLED and
+    returned as an orphan (run id -> its params and trial id), for a trial of the same settings to continue.
     """
     orphans: dict[str, dict[str, str]] = {}
     for run in child_runs(mlflow, parent_run_id):
@@ -250,8 +230,7 @@ def reconcile(mlflow: MlflowClient, parent_run_id: str, saved: dict[str, str]) -
 
 
 def retire(mlflow: MlflowClient, orphans: dict[str, dict[str, str]]) -> None:
-    """Remove the orphaned runs no trial took up (``reconcile``), each tagged with why: MLflow keeps them among its
-    deleted runs (``mlflow gc`` purges them), out of the search's trial runs."""
+    """Delete the orphaned runs no trial took up, each tagged with why (``mlflow gc`` purges them)."""
     for run_id, logged in list(orphans.items()):
         if mlflow.get_run(run_id).data.tags.get(TRIAL_TAG, "") == logged.get(TRIAL_TAG, ""):  # not taken up since
             mlflow.set_tag(run_id, SUPERSEDED_TAG, "its trial was never saved by Tune (the driver was killed)")
@@ -259,18 +238,15 @@ def retire(mlflow: MlflowClient, orphans: dict[str, dict[str, str]]) -> None:
         del orphans[run_id]
 
 
-def live_metrics(result: dict[str, Any]) -> dict[str, Any]:
-    """What the search's view plots, from one report, so that its charts fill in while trials run: the trial's
-    latest ``val_acc`` as ``val_acc_common`` (replaced by the accuracy at the common step when the search ends, see
-    ``log_trial_finals``), ``trainable_params`` and its log10."""
+def _live_metrics(result: dict[str, Any]) -> dict[str, Any]:
+    """Pick what the view plots from one report; the latest ``val_acc`` stands in for ``val_acc_common``."""
     params = result.get("trainable_params")
     log10 = log_trainable_params(params) if is_number(params) else None  # NaN for a count of 0: not logged
     return {"val_acc_common": result.get("val_acc"), "trainable_params": params, "log10_trainable_params": log10}
 
 
 def trial_describer(search: str, settings: FinetuneConfig, predictors: report.Predictors):
-    """The function that names a trial's child run and gives its params, predictor scores and tags (its stage,
-    ``vitplast.stage``: ``search``, ``baseline`` or ``finalist``, and its seed, ``vitplast.seed``; see MlflowTracker)."""
+    """Make the function that names a trial's child run and gives its params, scores and tags."""
     source = source_tags()
 
     def describe(config: dict[str, Any]) -> TrialRun:
@@ -297,8 +273,7 @@ def trial_describer(search: str, settings: FinetuneConfig, predictors: report.Pr
 
 
 def log_trial_finals(mlflow: MlflowClient, trials: pd.DataFrame, timestamp_ms: int | None = None) -> None:
-    """The values known only after the search (``FINAL_METRICS`` of the trial table) on each trial's run, once (at
-    ``timestamp_ms``: the same time when a resumed end logs them again)."""
+    """Log the values known only after the search on each trial's run, at one time that a resume logs again."""
     for row in trials.itertuples(index=False):
         run_id = getattr(row, "run_id", None)
         if isinstance(run_id, str) and run_id:

@@ -1,7 +1,4 @@
-"""The MLflow UI of a search, one command away (``vitplast ui NAME``): found through the search's record, started on
-its tracking store (bound to 127.0.0.1, artifacts served from beside the store), and the link to its view printed
-(and opened in a browser on request). A search that records to an MLflow server needs no new UI: its link is printed.
-"""
+"""Serve a search's MLflow UI on 127.0.0.1 and print the link to its view (``vitplast ui NAME``)."""
 
 from __future__ import annotations
 
@@ -13,11 +10,10 @@ import time
 import urllib.request
 import webbrowser
 from importlib.metadata import entry_points
-from pathlib import Path
 
 from vitplast_tune.errors import UserError
 from vitplast_tune.records import view as mlflow_view
-from vitplast_tune.records.tracking import ARTIFACTS_DIR, BEST_RUN_TAG, client
+from vitplast_tune.records.tracking import ARTIFACTS_DIR, BEST_RUN_TAG, client, sqlite_file
 from vitplast_tune.storage import read_record, search_dir
 
 HOST = "127.0.0.1"
@@ -26,8 +22,7 @@ APP = "vitplast"  # MLflow's server whose UI opens in model-training mode (pypro
 
 
 def links(name: str, record: dict, base_url: str | None = None) -> list[str]:
-    """The links a person opens for search ``name`` (its ``record``): its view, then its best trial's run when known.
-    ``base_url``: the UI serving the search's store (asked through it), default its tracking server."""
+    """Return the links to a search's view and to its best trial's run, asked through ``base_url`` when given."""
     uri = record["tracking_uri"]
     mlflow = client(base_url or uri)
     try:
@@ -45,8 +40,7 @@ def links(name: str, record: dict, base_url: str | None = None) -> list[str]:
 
 
 def compared(names: list[str], records: list[dict], base_url: str | None = None) -> str:
-    """The link to one view of several searches' trials (``names``, their ``records``: one tracking store and
-    experiment), saved on their experiment."""
+    """Save one view of several searches' trials on their shared experiment, and return its link."""
     uri = records[0]["tracking_uri"]
     mlflow = client(base_url or uri)
     try:
@@ -61,8 +55,8 @@ def compared(names: list[str], records: list[dict], base_url: str | None = None)
     return mlflow_view.publish_comparison(mlflow, experiment, names, run_ids, base)
 
 
-def same_store(names: list[str], records: list[dict]) -> None:
-    """Several searches compare in one view only when they record to one tracking store and experiment."""
+def _same_store(names: list[str], records: list[dict]) -> None:
+    """Refuse searches that do not record to one tracking store and experiment."""
     for key, what in (("tracking_uri", "MLflow tracking stores"), ("experiment", "MLflow experiments")):
         values = {n: r.get(key, "vitplast_tune") for n, r in zip(names, records)}
         if len(set(values.values())) > 1:
@@ -71,13 +65,12 @@ def same_store(names: list[str], records: list[dict]) -> None:
 
 
 def serve(name: str | list[str], storage: str | None = None, port: int = 5000, open_browser: bool = False) -> int:
-    """Start the MLflow UI on a search's store, print its links, and keep the UI running until Ctrl-C (or SIGTERM).
+    """Start the MLflow UI on a search's store, print its links, and serve until Ctrl-C or SIGTERM.
 
-    No UI starts when the search records to a server; its links are printed all the same.
+    A search that records to a server gets its links and no new UI.
 
     Args:
-        name: The search's name; several names: one view of all their trials, which must share a tracking store and
-            experiment.
+        name: The search's name, or several searches of one store to show in one view.
         storage: The storage folder the searches are in (None: the default).
         port: The port the UI serves on, at 127.0.0.1.
         open_browser: Open the view in a browser.
@@ -86,13 +79,13 @@ def serve(name: str | list[str], storage: str | None = None, port: int = 5000, o
         The exit code, 0.
 
     Raises:
-        UserError: A search is named twice, is not recorded, the searches do not share a store, or the port is taken.
+        UserError: A search is named twice or not recorded, the stores differ, or the port is taken.
     """
     names = [name] if isinstance(name, str) else list(name)
     if len(set(names)) < len(names):
         raise UserError(f"a search is named twice ({', '.join(names)}); name each once")
     records = [read_record(search_dir(n, storage), purpose="recorded") for n in names]
-    same_store(names, records)
+    _same_store(names, records)
     record, name = records[0], names[0]
     record_uri, server = record["tracking_uri"], None
     previous = signal.signal(signal.SIGTERM, _exit)  # a terminated command stops its UI too
@@ -127,8 +120,10 @@ def _exit(signum, frame) -> None:
 
 
 def start_ui(tracking_uri: str, port: int) -> subprocess.Popen:
-    """``mlflow ui --app-name vitplast`` on ``tracking_uri`` at 127.0.0.1:``port`` (its UI in model-training mode for
-    a browser that has not chosen one), once it answers; UserError when the port is taken or the UI does not start."""
+    """Start ``mlflow ui --app-name vitplast`` on ``tracking_uri`` at 127.0.0.1 and wait until it answers.
+
+    Raises UserError when the port is taken or the UI does not start.
+    """
     with socket.socket() as probe:
         if probe.connect_ex((HOST, port)) == 0:
             raise UserError(f"port {port} on {HOST} is in use (another MLflow UI?); pass --port N")
@@ -143,9 +138,8 @@ def start_ui(tracking_uri: str, port: int) -> subprocess.Popen:
             file=sys.stderr,
             flush=True,
         )
-    if tracking_uri.startswith("sqlite:///"):  # what the UI itself creates goes beside the store too
-        database = Path(tracking_uri.split(":///", 1)[1].split("?")[0]).expanduser().resolve()
-        cmd += ["--artifacts-destination", str(database.parent / ARTIFACTS_DIR)]
+    if (database := sqlite_file(tracking_uri)) is not None:  # what the UI makes goes beside the store too
+        cmd += ["--artifacts-destination", str(database.resolve().parent / ARTIFACTS_DIR)]
     server = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
     try:
         _wait_ready(server, f"http://{HOST}:{port}/health")
@@ -170,7 +164,7 @@ def _wait_ready(server: subprocess.Popen, health: str) -> None:
 
 
 def stop(server: subprocess.Popen) -> None:
-    """Stop the UI this command started (it passes the signal on to its server), by its pid."""
+    """Stop the UI this command started, by its pid."""
     if server.poll() is None:
         server.terminate()
         try:

@@ -1,18 +1,4 @@
-"""The MLflow UI view of a search: a saved runs view (its trials, columns, sort and charts) and the deep link
-that opens it.
-
-The MLflow UI keeps a shared runs view as the experiment tag ``mlflow.sharedViewState.<key>``: a JSON
-envelope ``{name, createdAt, updatedAt, state}`` whose ``state`` is the JSON text of the runs page's
-search facets (filter, sort) and UI state (columns, charts, visible runs). The page opens it from
-``viewStateShareKey=<key>`` in the URL. That format is internal to the UI (``_compat.mlflow`` lists the versions it
-was read from); for any other version no view is written and the link opens the runs page filtered and sorted
-through the URL instead.
-
-The UI opens in GenAI or model-training mode from the URL's ``workflowType`` (else the browser's choice, kept in
-its localStorage as ``mlflow.workflowType_v1``, else GenAI): every link made here says
-``workflowType=machine_learning``. Links inside the UI drop it, so a run opened from the table follows the
-browser's setting (the sidebar's "Model training" switch sets it once per browser).
-"""
+"""Save a search's MLflow UI view (its trials, columns, sort and charts) and make the link that opens it."""
 
 from __future__ import annotations
 
@@ -25,12 +11,13 @@ from urllib.parse import urlencode, urlsplit
 from vitplast_tune._compat import mlflow as mlflow_internals
 from vitplast_tune.components import COMPONENT_FLAGS
 from vitplast_tune.names import view_key
+from vitplast_tune.storage import SearchPlace, spoken
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-# The experiment's kind: model training, not GenAI (MLflow 3's ExperimentKind). Read only by MLflow UIs whose
-# workflow-type flag is off: 3.17 and 3.18 ignore it and take the mode from ``workflowType`` (see above).
+# The experiment's kind: model training, not GenAI. MLflow UIs 3.17 and 3.18 ignore it and read the mode from the
+# link's ``workflowType=machine_learning``, which every link made here carries.
 KIND_TAG = "mlflow.experimentKind"
 KIND = "custom_model_development"
 DEFAULT_UI = "http://127.0.0.1:5000"  # what ``mlflow ui --host 127.0.0.1`` serves
@@ -42,7 +29,7 @@ PARALLEL_HEIGHT = 480  # px: the parallel coordinates chart spans the charts' wi
 
 @dataclass
 class View:
-    """A search's MLflow UI view: the link that opens it, and why it is a plain link when no view could be saved.
+    """A search's MLflow UI view and the link that opens it.
 
     Attributes:
         link: The link that opens the view (or the runs page, filtered and sorted).
@@ -58,15 +45,31 @@ class View:
 
 
 def ui_base_url(tracking_uri: str) -> str:
-    """The MLflow UI's address: the tracking server for an http(s) URI, else what ``mlflow ui`` serves by default."""
+    """Return the MLflow UI's address: the tracking server's, else what ``mlflow ui`` serves by default."""
     parts = urlsplit(tracking_uri)
     if parts.scheme in ("http", "https") and parts.netloc:
         return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
     return DEFAULT_UI
 
 
+def ui_command(place: SearchPlace) -> str | None:
+    """Write the command that starts the MLflow UI on a search's store.
+
+    Args:
+        place: Where the search keeps its records.
+
+    Returns:
+        ``vitplast ui NAME``, or ``mlflow ui`` for a search without a local record; None when a server records it.
+    """
+    if place.tracking_uri.startswith(("http://", "https://")):
+        return None
+    if place.local_dir is None:
+        return f"mlflow ui --backend-store-uri {spoken(place.tracking_uri)} --host 127.0.0.1"
+    return f"vitplast ui {place.name}" + ("" if place.in_default_storage() else f" --storage {spoken(place.storage)}")
+
+
 def search_filter(search: str) -> str:
-    """The runs filter that shows the trials of one search and not its parent run."""
+    """Write the runs filter that shows the trials of one search, not its parent run."""
     return f"tags.`{SEARCH_TAG}` = '{search}' and tags.`{ROLE_TAG}` = 'trial'"
 
 
@@ -74,8 +77,7 @@ SECTION, WIDE = "vitplast_tune", "vitplast_tune-parallel"  # the parallel coordi
 
 
 def view_state(search: str, plasticity: bool, cost: bool = False) -> dict[str, Any]:
-    """The runs page state of a search's view: its trials sorted by accuracy at the common step, all shown,
-    the comparison columns (``cost``: the training seconds too), and the charts of ``view_charts``."""
+    """Make the runs page state of a search's view: its trials by accuracy at the common step, columns and charts."""
     metrics = ["best_val_acc", SORT_METRIC, *(["plasticity_mean"] if plasticity else []), "trainable_params"]
     metrics += ["time_in_steps_s"] if cost else []
     columns = [
@@ -95,7 +97,7 @@ def view_state(search: str, plasticity: bool, cost: bool = False) -> dict[str, A
         "selectedColumns": columns,
         "columnOrder": [],
         "runsHiddenMode": "SHOW_ALL",
-        "compareRunCharts": view_charts(plasticity, cost),
+        "compareRunCharts": _charts(plasticity, cost),
         "compareRunSections": [
             _section(SECTION, "vitplast_tune"),
             _section(WIDE, "vitplast_tune: component flags and lr", columns=1, cardHeight=PARALLEL_HEIGHT),
@@ -109,9 +111,8 @@ def view_state(search: str, plasticity: bool, cost: bool = False) -> dict[str, A
     }
 
 
-def view_charts(plasticity: bool, cost: bool = False) -> list[dict[str, Any]]:
-    """Accuracy vs plasticity, vs trainable parameters and (``cost``) vs training seconds, parallel coordinates of the
-    component flags and log10 lr to accuracy (a row of its own), and the val_acc curves overlaid."""
+def _charts(plasticity: bool, cost: bool = False) -> list[dict[str, Any]]:
+    """Make the view's charts: accuracy against each predictor and cost, the flags in parallel, the curves."""
     parallel = _chart(
         "PARALLEL",
         WIDE,
@@ -148,7 +149,7 @@ def view_charts(plasticity: bool, cost: bool = False) -> list[dict[str, Any]]:
 
 
 def save_view(client, experiment_id: str, key: str, name: str, state: dict[str, Any]) -> None:
-    """Store ``state`` as the experiment's shared view ``key`` (the tag the UI reads for ``viewStateShareKey``)."""
+    """Store ``state`` as the experiment's shared view ``key``, the tag the UI reads for ``viewStateShareKey``."""
     now = int(time.time() * 1000)
     envelope = {"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}
     tag = (experiment_id, mlflow_internals.VIEW_TAG_PREFIX + key, json.dumps(envelope))
@@ -160,7 +161,7 @@ def save_view(client, experiment_id: str, key: str, name: str, state: dict[str, 
         client.set_experiment_tag(*tag)
 
 
-def runs_link(
+def _runs_link(
     base_url: str,
     experiment_id: str,
     share_key: str | None = None,
@@ -168,8 +169,7 @@ def runs_link(
     mode: str = "CHART",
     runs_filter: str | None = None,
 ) -> str:
-    """The runs page in model-training mode: the saved view ``share_key``, else the search's trials (or the runs of
-    ``runs_filter``) via the URL."""
+    """Link the runs page in model-training mode: the saved view, else the runs filtered through the URL."""
     query: dict[str, str] = {"workflowType": "machine_learning", "compareRunsMode": mode}
     if share_key:
         query["viewStateShareKey"] = share_key
@@ -180,23 +180,21 @@ def runs_link(
 
 
 def run_link(base_url: str, experiment_id: str, run_id: str) -> str:
-    """A run's page in model-training mode."""
+    """Link a run's page in model-training mode."""
     return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
 
 
-def kind_chosen(kind: str | None) -> bool:
-    """Whether an experiment's ``mlflow.experimentKind`` is a kind someone set (kept), not unset or the UI's guess."""
+def _kind_chosen(kind: str | None) -> bool:
+    """Tell whether someone set an experiment's kind, rather than leaving it unset or to the UI's guess."""
     return bool(kind) and not kind.endswith("_inferred") and kind != "no_inferred_type"
 
 
 def mark_model_training(client, experiment_id: str, tries: int = 3) -> None:
-    """Tag the experiment as model training, unless a kind is already set (ours, or another a user chose, which is
-    kept); two searches starting at once on one tracking server may both set it, and the server refuses the second
-    insert (a unique key): the tag is then read again."""
+    """Tag the experiment as model training unless a kind is set, trying again when another search set it at once."""
     from mlflow.exceptions import MlflowException
 
     for attempt in range(tries):
-        if kind_chosen(client.get_experiment(experiment_id).tags.get(KIND_TAG)):
+        if _kind_chosen(client.get_experiment(experiment_id).tags.get(KIND_TAG)):
             return
         try:
             client.set_experiment_tag(experiment_id, KIND_TAG, KIND)
@@ -208,8 +206,7 @@ def mark_model_training(client, experiment_id: str, tries: int = 3) -> None:
 
 
 def publish(client, experiment_id: str, search: str, plasticity: bool, base_url: str, cost: bool = False) -> View:
-    """Save the search's view (when this MLflow's format is known; ``cost``: with accuracy vs training seconds) and
-    mark the experiment as model training."""
+    """Mark the experiment as model training and save the search's view where this MLflow's format is known."""
     mark_model_training(client, experiment_id)
     if not mlflow_internals.view_supported():
         note = (
@@ -217,49 +214,35 @@ def publish(client, experiment_id: str, search: str, plasticity: bool, base_url:
             f"{', '.join(mlflow_internals.VIEW_FORMAT_VERSIONS)}; its format is not one this knows): the link opens "
             "the trials without the saved columns and charts"
         )
-        return View(runs_link(base_url, experiment_id, search=search), False, note, experiment_id)
+        return View(_runs_link(base_url, experiment_id, search=search), False, note, experiment_id)
     key = view_key(search)
     save_view(client, experiment_id, key, f"vitplast_tune: {search}", view_state(search, plasticity, cost))
-    return View(runs_link(base_url, experiment_id, share_key=key), True, "", experiment_id)
+    return View(_runs_link(base_url, experiment_id, share_key=key), True, "", experiment_id)
 
 
 def view_link(client, experiment_id: str, search: str, base_url: str) -> str:
-    """The link to a search's view as stored: the saved view when its tag is there, else the trials via the URL."""
+    """Link a search's view as stored: the saved view when its tag is there, else the trials through the URL."""
     key = view_key(search)
     saved = mlflow_internals.VIEW_TAG_PREFIX + key in client.get_experiment(experiment_id).tags
-    return runs_link(base_url, experiment_id, share_key=key if saved else None, search=search)
-
-
-def comparison_filter(run_ids: list[str]) -> str:
-    """The runs filter that shows exactly these runs (MLflow's filters have no OR: several searches' trials are
-    named by their run ids)."""
-    return "attributes.run_id IN (" + ", ".join(f"'{r}'" for r in run_ids) + ")"
+    return _runs_link(base_url, experiment_id, share_key=key if saved else None, search=search)
 
 
 def publish_comparison(
     client: MlflowClient, experiment_id: str, searches: list[str], run_ids: list[str], base_url: str
 ) -> str:
-    """Save one view of several searches' trials (``run_ids``), each run's search a column, and return its link.
+    """Save one view of several searches' trial runs, each run's search a column, and return its link.
 
-    Args:
-        client: an ``MlflowClient`` on the searches' tracking store.
-        experiment_id: their MLflow experiment.
-        searches: the searches' names.
-        run_ids: every trial run of those searches.
-        base_url: the MLflow UI's address.
-
-    Returns:
-        The link to the saved view, or (an MLflow whose view format is unknown) to the runs filtered via the URL.
+    MLflow's filters have no OR, so the view names the runs. An unknown view format gets the filter in the URL.
     """
-    runs = comparison_filter(run_ids)
+    runs = "attributes.run_id IN (" + ", ".join(f"'{r}'" for r in run_ids) + ")"
     if not mlflow_internals.view_supported():
-        return runs_link(base_url, experiment_id, runs_filter=runs)
+        return _runs_link(base_url, experiment_id, runs_filter=runs)
     state = view_state(searches[0], plasticity=True)  # charts without a metric are hidden (hideEmptyCharts)
     state["searchFilter"] = runs
     state["selectedColumns"] = [_column("tags", SEARCH_TAG), *state["selectedColumns"]]
     key = view_key("compare-" + "-".join(searches))
     save_view(client, experiment_id, key, f"vitplast_tune: {', '.join(searches)}", state)
-    return runs_link(base_url, experiment_id, share_key=key)
+    return _runs_link(base_url, experiment_id, share_key=key)
 
 
 def _column(group: str, name: str) -> str:
@@ -267,7 +250,7 @@ def _column(group: str, name: str) -> str:
 
 
 def _section(uuid: str, name: str, **grid: Any) -> dict[str, Any]:
-    """A chart section of the view; ``grid``: the UI's ``columns`` per row and ``cardHeight`` in pixels."""
+    """Make a chart section of the view; ``grid`` holds the UI's ``columns`` per row and ``cardHeight``."""
     return {
         "uuid": uuid,
         "name": name,

@@ -35,7 +35,7 @@ from vitplast_tune.plan import resources
 
 log = get_logger(__name__)
 
-CONFIG_ENV = "VITPLAST_CLUSTER_CONFIG"
+CONFIG_ENV = resources.CLUSTER_CONFIG_ENV  # checked in the plan too (plan.checks._check_environment)
 BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"
 # A local instance starts no idle workers ahead of time: Ray would start one per CPU when the driver connects, each
 # holding memory for nothing, and trials are actors that start their own worker anyway.

@@ -3,9 +3,9 @@ results -> the best model -> the Optuna study -> analyze, Ray up until the end. 
 measurements and the best model run in Ray workers.
 
 ``run(options)`` is the whole job (``run_search``, the package's, returns its ``Search``); ``execute(plan)`` runs a
-prepared plan. Each step is one call into the module that owns it: ``plan`` (validation), ``run.cluster`` and ``run.nodes`` (Ray), ``run.before_trials`` (plasticity, gradient
-table), ``records`` (MLflow, the trial table, the Optuna study, the summary), ``run.tuner`` (the Tuner) and
-``analysis`` (statistics, plots).
+prepared plan. Each step is one call into the module that owns it: ``plan`` (validation), ``run.cluster`` and
+``run.nodes`` (Ray), ``run.before_trials`` (plasticity, gradient table), ``records`` (MLflow, the trial table, the
+Optuna study, the summary), ``run.tuner`` (the Tuner) and ``analysis`` (statistics, plots).
 """
 
 from __future__ import annotations
@@ -28,15 +28,16 @@ from vitplast_tune.plan.search_plan import Running, SearchPlan
 from vitplast_tune.predictors.report import Predictors
 from vitplast_tune.recommend import ranking
 from vitplast_tune.records import best_trial, finalists, pareto, search_run, study, tracking, trial_runs
-from vitplast_tune.records.result import SearchResult, ui_command
-from vitplast_tune.records.search import Search, load_search
-from vitplast_tune.records.table import metric_curves, trial_result, trial_table, write_trials
+from vitplast_tune.records.search import Search
+from vitplast_tune.records.table import metric_curves, search_trials, trial_result, trial_table, write_trials
+from vitplast_tune.records.view import ui_command
 from vitplast_tune.run import before_trials, guard, interrupts, nodes, parallel, tuner
 from vitplast_tune.run.live_study import LiveStudy
 from vitplast_tune.run.trainable import train_trial
 from vitplast_tune.space.objectives import objective_of
 from vitplast_tune.storage import spoken, write_record
 from vitplast_tune.timings import Timings
+from vitplast_tune.typed import checked
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -49,7 +50,7 @@ def run(
     callbacks: Sequence[Callback] = (),
     timings: Timings | None = None,
     trainable: Callable[..., Any] | None = None,
-) -> SearchResult:
+) -> Search:
     """Validate the options into a plan, then run (or resume) the search and return its trials.
 
     Args:
@@ -99,7 +100,7 @@ def execute(
     callbacks: Sequence[Callback] = (),
     timings: Timings | None = None,
     trainable: Callable[..., Any] | None = None,
-) -> SearchResult:
+) -> Search:
     """Run a prepared search, then its end phase, with Ray shut down after.
 
     In order: Ray, the predictors, the MLflow parent run, the Tuner, then the end phase (results, the best model, the
@@ -121,11 +122,16 @@ def execute(
     Raises:
         SearchInterrupted: Ctrl-C, SIGTERM or an OS error stopped it; the error holds the command that resumes it.
     """
-    with guard.guarded(plan):
-        return _execute(plan, callbacks, timings, trainable)
+    try:
+        with guard.guarded(plan):
+            return _execute(plan, callbacks, timings, trainable)
+    except OSError as exc:  # its folder, lock or space held back on a full disk: nothing started
+        if (fault := guard.named_fault(exc, [plan.local_dir or plan.results_dir])) is None:
+            raise
+        raise _interrupted(plan, _Records(written=plan.running.resume), fault=f"{fault}, while locking") from None
 
 
-def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings | None, trainable) -> SearchResult:
+def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings | None, trainable) -> Search:
     """``execute`` with the search's lock held and its OS faults watched."""
     import ray
 
@@ -147,17 +153,16 @@ def _execute(plan: SearchPlan, callbacks: Sequence[Callback], timings: Timings |
             with interrupts.deferred():  # every trial ended: SIGTERM waits for the results (Ctrl-C still stops)
                 result = _finish(plan, tuned, records, timings, started)
         except KeyboardInterrupt:
-            _close_stopped(records)
+            guard.close_stopped(records.mlflow, records.parent)
             raise _interrupted(plan, records) from None
         except SearchInterrupted:
             raise
-        except Exception as exc:
-            if guard.stopped_by(exc, "the driver recorded the search"):  # a full disk, a read-only filesystem, ...
-                _close_stopped(records)
+        except Exception as exc:  # an OS fault (a full disk, ...), or another error whose closing of the runs met one
+            if guard.stopped_by(exc, "the driver recorded the search") or not guard.closed_as_failed(
+                records.mlflow, records.parent, exc
+            ):
+                guard.close_stopped(records.mlflow, records.parent)
                 raise _interrupted(plan, records, "stopped before its trials ended") from None
-            if records.parent is not None:
-                tracking.close_trials(records.mlflow, records.parent, "KILLED")
-                tracking.mark_failed(records.mlflow, records.parent, exc)
             raise
         finally:
             if owns_ray:
@@ -171,12 +176,12 @@ def _check_ended(plan: SearchPlan, records: _Records) -> None:
     SearchInterrupted raised."""
     unfinished = tuner.unfinished(plan.location, plan.spec)
     if unfinished or guard.current_fault():
-        _close_stopped(records)
+        guard.close_stopped(records.mlflow, records.parent)
         raise _interrupted(plan, records, f"{unfinished} trial(s) unfinished")
     records.ended = True
 
 
-def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings, started: float) -> SearchResult:
+def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings, started: float) -> Search:
     """The end phase, every trial ended: the results recorded (MLflow, trial table, Pareto fronts), the best model
     built in a Ray worker with a trial's resources and logged, the Optuna study completed, the analyses (that worker
     makes their measurements), then the parent run ended FINISHED. Each step writes what a resumed search lacks."""
@@ -185,8 +190,8 @@ def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings
         trial_runs.retire(mlflow, records.orphans)  # runs of trials Tune never saved, taken up by none
     with timings.phase("results"):
         table = trial_table(tuned.grid, plan.settings, tuned.predictors)
-        result = SearchResult(plan.place, plan.spec, plan.settings, table, parent, view=tuned.view)
-        result.notes = list(plan.notes)
+        result = Search(plan.place, plan.record(parent), table, view=tuned.view, notes=list(plan.notes))
+        result.spec, result.settings = plan.spec, plan.settings
         _record_results(result, mlflow, tuned.grid)
     _check_some_reported(plan, table, tuned.grid)
     running = plan.running
@@ -197,7 +202,7 @@ def _finish(plan: SearchPlan, tuned: _Tuned, records: _Records, timings: Timings
         with timings.phase("best_model"):
             _record_best(result, mlflow, tuned.grid, runner, tuned.staged)
         with timings.phase("study"):
-            result.study = record_study(result, mlflow, tuned.grid)
+            record_study(result, mlflow, tuned.grid)
         with timings.phase("analysis"):
             measuring = {"runner": runner, "decoded": plan.decoded, "staged": tuned.staged}
             analyze(result, mlflow, running, measuring=measuring, once=True)
@@ -255,11 +260,11 @@ def _record_and_tune(
 
 
 def _interrupted(
-    plan: SearchPlan, records: _Records, what: str = "stopped before its trials ended"
+    plan: SearchPlan, records: _Records, what: str = "stopped before its trials ended", fault: str | None = None
 ) -> SearchInterrupted:
-    """The SearchInterrupted of a search stopped by Ctrl-C, SIGTERM or an OS fault: how to resume (or finish) it, or
-    that nothing was recorded."""
-    fault = guard.current_fault()
+    """The SearchInterrupted of a search stopped by Ctrl-C, SIGTERM or an OS fault (``fault``, else the guard's): how
+    to resume (or finish) it, or that nothing was recorded."""
+    fault = fault or guard.current_fault()
     fix, fault_exit = guard.current_fix()
     if fault:
         what = f"{fault}: {what}"
@@ -275,21 +280,6 @@ def _interrupted(
     else:
         text = f"{what}; nothing is lost: {fix}continue the search with {resume_command(plan)}"
     return SearchInterrupted(text, fault_exit if fault else interrupts.exit_code())
-
-
-def _close_stopped(records: _Records) -> None:
-    """Close the runs of a search stopped before its trials ended as KILLED (``--resume`` reopens them), once Tune's
-    state is whole again after an OS fault (``guard.after_stop``)."""
-    guard.after_stop()
-    if records.parent is not None:
-        try:
-            with tracking.bounded_calls(retries=0, timeout_s=5):  # a tracking store that stopped answering: once
-                tracking.close_search(records.mlflow, records.parent, "KILLED")
-        except Exception as exc:
-            if not guard.stopped_by(exc, "the driver closed its MLflow runs"):
-                raise
-            why = guard.fault_of(exc) or guard.service_fault_of(exc) or guard.current_fault()
-            log.warning(f"warning: the MLflow runs stay RUNNING ({why}): --resume closes them")
 
 
 def _tune(
@@ -350,7 +340,7 @@ def _warm_start(plan: SearchPlan, predictors: Predictors) -> list[str]:
 
 
 def analyze(
-    result: SearchResult,
+    result: Search,
     mlflow: MlflowClient,
     running: Running | None = None,
     measuring: dict | None = None,
@@ -367,7 +357,7 @@ def analyze(
         measuring: Where its measurements run (``runner``, ``decoded``, ``staged``: see ``predictors.report``).
         once: Whether a table the parent run already holds is left unlogged (a resumed search's end).
     """
-    spec, found, o = result.spec, result.search_trials, running or Running.of(SearchOptions())
+    spec, found, o = result.spec, search_trials(result.table), running or Running.of(SearchOptions())
     parameters = None if found.empty else (study.parameter_table(found, spec), study.study_parameters(spec))
     result.analysis = analyze_search(
         found,
@@ -383,23 +373,21 @@ def analyze(
     search_run.log_analysis(mlflow, result.parent_run_id, result.analysis, once=once)
 
 
-def record_study(result: SearchResult, mlflow, grid) -> study.StudyRecord | None:
-    """The search's trials added to its Optuna study (``records.study``: ``optuna.db`` in its directory), whose
-    storage the parent run's tag ``vitplast.optuna_study`` names."""
-    if result.trials.empty:
-        return None
+def record_study(result: Search, mlflow, grid) -> None:
+    """Add the trials its live study lacks to the search's Optuna study, and name the study on the parent run."""
+    if result.table is None or result.table.empty:
+        return
     spec = result.spec
-    metrics = [m for m, _ in spec.objectives] or [spec.metric]
-    curves = metric_curves(grid, metrics)
-    found = study.write_study(result.place.results_dir, result.place.name, spec, result.trials, curves)
-    mlflow.set_tag(result.parent_run_id, tracking.STUDY_TAG, f"{found.url} (study {found.name})")
-    return found
+    curves = metric_curves(grid, [m for m, _ in spec.objectives] or [spec.metric])
+    study.write_study(result.directory, result.name, spec, result.table, curves)
+    url = study.storage_url(result.directory)
+    mlflow.set_tag(result.parent_run_id, tracking.STUDY_TAG, f"{url} (study {result.name})")
 
 
-def _record_results(result: SearchResult, mlflow, grid) -> None:
+def _record_results(result: Search, mlflow, grid) -> None:
     """Each trial's run id and final metrics on its run; the trial table as CSV in the search's directory, the
     headline metrics and the Pareto fronts on the parent run."""
-    table = result.trials
+    table = result.table
     if not table.empty:
         table["run_id"] = table["trial_id"].map(tracking.trial_runs(mlflow, result.parent_run_id))
         trial_runs.log_trial_finals(mlflow, table, tracking.start_ms(mlflow, result.parent_run_id))
@@ -408,11 +396,11 @@ def _record_results(result: SearchResult, mlflow, grid) -> None:
     if path is not None:
         search_run.log_results(mlflow, result.parent_run_id, path, best, len(table))
     fronts = pareto.write_pareto(table, result.place.results_dir / "analysis")
-    search_run.log_pareto(mlflow, result.parent_run_id, fronts)
+    tracking.log_artifacts(mlflow, result.parent_run_id, fronts, "pareto")
     search_run.log_cost(mlflow, result.parent_run_id, table, objective_of(result.spec))
 
 
-def _record_best(result: SearchResult, mlflow, grid, runner, staged=()) -> None:
+def _record_best(result: Search, mlflow, grid, runner, staged=()) -> None:
     """The answer's trial (``records.finalists.answer_trial``): its weights on its run and the parent's, its model on
     the parent's (``records.best_trial``), built by ``runner`` (a Ray worker with a trial's resources)."""
     best = finalists.answer_trial(result.trials, result.spec)
@@ -429,6 +417,7 @@ def _record_best(result: SearchResult, mlflow, grid, runner, staged=()) -> None:
         log.info(f"note: {note}")
 
 
+@checked()
 def run_search(options: SearchOptions | None = None, /, **keywords: Any) -> Search:
     """Run (or resume) a search and return it as its records hold it (``vitplast_tune.run_search``).
 
@@ -445,5 +434,4 @@ def run_search(options: SearchOptions | None = None, /, **keywords: Any) -> Sear
         UserError: a bad option, space, input or service (one of its kinds), before Ray starts.
         SearchInterrupted: the search was stopped (Ctrl-C, SIGTERM); its message says how to resume it.
     """
-    result = run(SearchOptions.of(options, **keywords))
-    return load_search(result.place.name, result.place.storage, result.place.tracking_uri)
+    return run(SearchOptions.of(options, **keywords))

@@ -8,8 +8,9 @@ about a minute is ridden out, one that stays away is noticed at the first call t
 
 The error may come from any writer on the driver: the MLflow tracker and Tune's loggers (callbacks, each wrapped by
 ``watched``), Tune's own save of its experiment state (logged, not raised: a filter on its loggers sees it), a
-trial's checkpoint (the trial errors: ``Watch.on_trial_recover``) or the driver's own calls (``fault_of`` in the
-driver). When Tune has stopped, the space held back is freed, Tune's state files are written again from the driver's
+trial's checkpoint (the trial errors: ``Watch.on_trial_recover``), the driver's own calls (``fault_of`` in the
+driver) or the closing of the runs of a search that failed otherwise (``closed_as_failed``: Ray's own processes may
+die on the same full disk). A full filesystem is named by its mount point (``full_filesystem``). When Tune has stopped, the space held back is freed, Tune's state files are written again from the driver's
 copy (its in-place upload may have truncated them on the full disk) and the runs are closed.
 """
 
@@ -22,14 +23,21 @@ import os
 import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ray.tune import Callback
 
+from vitplast_tune._compat import mlflow as mlflow_internals
 from vitplast_tune._compat import ray_tune
+from vitplast_tune.errors import trial_cause
 from vitplast_tune.lock import SearchLock
 from vitplast_tune.log import get_logger
 from vitplast_tune.plan.search_plan import SearchPlan
+from vitplast_tune.records import tracking
 from vitplast_tune.run import interrupts
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 log = get_logger(__name__)
 
@@ -106,6 +114,27 @@ def service_fault_of(error: BaseException | None) -> str | None:
     return None
 
 
+FULL_TEXTS = ("No space left on device", "database or disk is full")  # the faults of a full filesystem
+FULL_BYTES = 2**20  # a filesystem with less free than this counts as the full one
+
+
+def named_fault(error: BaseException | str | None, folders: Sequence[Path]) -> str | None:
+    """``fault_of(error)``, with the mount point of the full filesystem among ``folders`` (less than ``FULL_BYTES``
+    free, as a user sees it) when the fault is a full one that names no file: the device to free."""
+    fault = fault_of(error)
+    for folder in folders if fault in FULL_TEXTS else ():
+        try:
+            path = next(p for p in (Path(folder).absolute(), *Path(folder).absolute().parents) if p.exists())
+            found, device = os.statvfs(path), path.stat().st_dev
+            while path != path.parent and path.parent.stat().st_dev == device:
+                path = path.parent
+        except OSError:
+            continue
+        if found.f_bavail * found.f_frsize < FULL_BYTES:
+            return f"{fault} (the filesystem at {path} is full)"
+    return fault
+
+
 def _matching_text(text: str) -> str | None:
     for words in FAULT_TEXTS:
         if words in text:
@@ -150,6 +179,7 @@ class Watch(Callback):
         self.staging: Path | None = None  # Tune's own copy of its state files, on the driver's disk
         self.storage = None  # (pyarrow filesystem, path) of the search in its storage
         self.reserve = Reserve([])  # the space held back (``guarded``)
+        self.folders: list[Path] = []  # the search's folder and its SQLite store's: a full disk may be either
 
     def __getstate__(self) -> dict:
         return {
@@ -158,25 +188,27 @@ class Watch(Callback):
             "staging": None,
             "storage": None,
             "reserve": Reserve([]),
+            "folders": [],
         }
 
     def take(self, error: BaseException | str | None, where: str, service: bool = False) -> bool:
         """Take ``error`` (met ``where``) as the search's fault when it is an OS fault (or, ``service``: an MLflow
         call met it, the tracking store's failure to answer); True when it is one."""
-        fault = fault_of(error)
+        fault = named_fault(error, self.folders)
         down = service_fault_of(error) if fault is None and service and isinstance(error, BaseException) else None
         if fault is None and down is None:
             return False
         if self.fault is None:
             self.fault, self.service = f"{fault or down}, while {where}", down is not None
-            log.warning(f"warning: {self.fault}: stopping the search")
         return True
 
     def report(self, error: BaseException | str | None, where: str, service: bool = False) -> bool:
-        """``take``, and ask the running Tuner to stop on the first fault (as Ctrl-C does)."""
+        """``take``, and ask the running Tuner to stop on the first fault (as Ctrl-C does), saying so: its trials take
+        a while to stop (the driver's own faults are said once, in the line that ends the search)."""
         first = self.fault is None
         taken = self.take(error, where, service)
         if taken and first:
+            log.warning(f"warning: {self.fault}: stopping the search")
             interrupts.stop_tune()
         return taken
 
@@ -271,6 +303,51 @@ def stopped_by(error: BaseException, where: str) -> bool:
     return _current is not None and (_current.fault is not None or _current.take(error, where, service=True))
 
 
+def closed_as_failed(mlflow: MlflowClient, parent: str | None, error: BaseException) -> bool:
+    """Close the runs of a search that failed with ``error`` (not an OS fault): its trials KILLED, its parent FAILED.
+
+    Args:
+        mlflow: The MLflow client of its tracking store.
+        parent: Its parent run (None: none was opened, nothing to close).
+        error: Why it failed, recorded on the parent run.
+
+    Returns:
+        False when the closing met an OS fault (the disk the failure filled, say), taken as the search's: the driver
+        then ends the search as it does on one; True otherwise.
+    """
+    if parent is None:
+        return True
+    try:
+        tracking.close_trials(mlflow, parent, "KILLED")
+        tracking.mark_failed(mlflow, parent, error)
+    except Exception as exc:
+        if not stopped_by(exc, f"the driver closed its MLflow runs after {trial_cause(error)}"):
+            raise
+        return False
+    return True
+
+
+def close_stopped(mlflow: MlflowClient | None, parent: str | None) -> None:
+    """Close the runs of a search stopped before its trials ended as KILLED (``--resume`` reopens them), once Tune's
+    state is whole again after an OS fault (``after_stop``); a store that cannot take it leaves them to ``--resume``.
+
+    Args:
+        mlflow: The MLflow client of its tracking store.
+        parent: Its parent run (None: none was opened, nothing to close).
+    """
+    after_stop()
+    if parent is None or mlflow is None:
+        return
+    try:
+        with tracking.bounded_calls(retries=0, timeout_s=5):  # a tracking store that stopped answering: once
+            tracking.close_search(mlflow, parent, "KILLED")
+    except Exception as exc:
+        if not stopped_by(exc, "the driver closed its MLflow runs"):
+            raise
+        why = fault_of(exc) or service_fault_of(exc) or current_fault()
+        log.warning(f"warning: the MLflow runs stay RUNNING ({why}): --resume closes them")
+
+
 def current_fault() -> str | None:
     """The OS fault (or the tracking store's failure to answer) that stopped the search running now, or None."""
     return _current.fault if _current is not None else None
@@ -293,18 +370,31 @@ def guarded(plan: SearchPlan) -> Iterator[Watch]:
     if stale is not None:
         log.info(f"note: took over the lock of a driver that no longer runs ({stale.describe()})")
     watch, loggers = Watch(), [logging.getLogger(name) for name in ray_tune.FAILURE_LOGGERS]
-    watch.reserve = Reserve([folder, *_store_folders(plan.tracking_uri)])
+    database = logging.getLogger(mlflow_internals.DATABASE_ERROR_LOGGER)  # its traceback of a full disk: not shown
+    try:
+        watch.folders = [folder, *_store_folders(plan.tracking_uri)]
+    except OSError:
+        lock.release()  # the store's folder cannot be made (a full disk): the caller says so
+        raise
+    watch.reserve = Reserve(watch.folders)
     _current = watch
     for logger in loggers:
         logger.addFilter(watch)
+    database.addFilter(_not_a_fault)
     try:
         yield watch
     finally:
         for logger in loggers:
             logger.removeFilter(watch)
+        database.removeFilter(_not_a_fault)
         _current = None
         watch.reserve.free()
         lock.release()
+
+
+def _not_a_fault(record: logging.LogRecord) -> bool:
+    """A logging filter: a record of an error that is an OS fault is not shown (the search says it in one line)."""
+    return fault_of(record.exc_info[1] if record.exc_info else record.getMessage()) is None
 
 
 def after_stop(watch: Watch | None = None) -> None:

@@ -31,13 +31,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from vitplast_tune.errors import SpaceError, did_you_mean
 from vitplast_tune.space import samplers
 from vitplast_tune.space.baselines import parse_baselines, references
 from vitplast_tune.space.distributions import Constant, Distribution, Subsets, parse_param
 from vitplast_tune.space.finalists import OFF, Finalists, parse_finalists
+from vitplast_tune.space.reading import read_yaml
+from vitplast_tune.typed import checked
 
 SHIPPED = "vitplast_tune.search_spaces"  # the repository's search_spaces/, installed under this name (pyproject.toml)
 
@@ -248,6 +248,7 @@ def list_spaces() -> list[str]:
     return sorted(p.stem for p in spaces_dir().glob("*.yaml"))
 
 
+@checked()
 def load_space(name_or_path: str | Path) -> SearchSpec:
     """Read and validate a space file.
 
@@ -261,14 +262,8 @@ def load_space(name_or_path: str | Path) -> SearchSpec:
         UserError: If the file is not found or is malformed; the message names the file and the problem.
     """
     path = resolve_space_path(name_or_path)
-    text = path.read_text()
+    raw, text = read_yaml(path, "space file", SpaceError)  # within bounds: its size, UTF-8, no aliases
     where = str(path)
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise SpaceError(f"{where}: malformed YAML{at}: {getattr(exc, 'problem', exc)}") from exc
     if not isinstance(raw, dict):
         raise SpaceError(f"{where}: a space file is a YAML mapping with keys {', '.join(_TOP_KEYS)}")
     _check_keys(raw, _TOP_KEYS, where, "key")

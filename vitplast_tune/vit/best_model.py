@@ -35,6 +35,7 @@ from vitplast_tune.storage import (
     search_dir,
     upload,
 )
+from vitplast_tune.typed import checked
 from vitplast_tune.vit import methods, models
 from vitplast_tune.vit.families.hf import HFClassifier
 
@@ -111,6 +112,7 @@ def save_model(model: nn.Module, cfg: FinetuneConfig, path: Path) -> Path:
     return path
 
 
+@checked()
 def load_best_model(
     name: str | None = None,
     storage: str | Path | None = None,

@@ -16,6 +16,7 @@ from torch import nn
 
 from vitplast_tune.config import TESTBED_MODEL, TESTBED_SEED1_MODEL, TESTBED_SEED1_WEIGHTS, TESTBED_WEIGHTS
 from vitplast_tune.errors import UserError, did_you_mean
+from vitplast_tune.typed import checked
 from vitplast_tune.vit import (
     hub,
     tiny,  # noqa: F401  (registers the tiny models of every family with timm)
@@ -58,6 +59,7 @@ def vit_testbed_patch8_32(pretrained: bool = False, **kwargs: Any) -> VisionTran
     )
 
 
+@checked(num_classes=0)
 def create_model(
     name: str,
     num_classes: int,

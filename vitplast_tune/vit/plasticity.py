@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from vitplast_tune.components import BLOCK_COMPONENTS
 from vitplast_tune.config import check_variant
 from vitplast_tune.errors import UserError
+from vitplast_tune.typed import checked
 from vitplast_tune.vit.devices import resolve_device
 from vitplast_tune.vit.families.base import Family, first_tensor
 from vitplast_tune.vit.families.registry import family_of
@@ -24,6 +25,7 @@ from vitplast_tune.vit.families.registry import family_of
 Images = Tensor | Iterable[Any]  # (N, C, H, W), or batches of it (or of (images, labels) tuples)
 
 
+@checked(batch_size=1, max_pairs=1)
 def compute_plasticity(
     model: nn.Module,
     reference: Images,

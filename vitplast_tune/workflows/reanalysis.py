@@ -10,18 +10,16 @@ import pandas as pd
 
 from vitplast_tune._compat import mlflow as mlflow_internals
 from vitplast_tune.analysis import protocol
-from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.plan.options import EXPERIMENT
 from vitplast_tune.records import tracking
-from vitplast_tune.records.result import SearchResult, forget_summary
+from vitplast_tune.records.printed import forget_summary
+from vitplast_tune.records.search import Search
 from vitplast_tune.records.table import read_trials
 from vitplast_tune.space.files import load_space
 from vitplast_tune.storage import SearchPlace, default_storage, read_record
 
 
-def reanalyze(
-    name: str, storage: str | None = None, tracking_uri: str | None = None, criteria: bool = False
-) -> SearchResult:
+def reanalyze(name: str, storage: str | None = None, tracking_uri: str | None = None, criteria: bool = False) -> Search:
     """Analyze a finished search again from its trial table and log the analysis to its parent run.
 
     Args:
@@ -44,7 +42,8 @@ def reanalyze(
     place = SearchPlace(
         name, str(directory.parent), uri, record.get("experiment", EXPERIMENT), record.get("search_id", "")
     )
-    result = SearchResult(place, spec, FinetuneConfig.from_dict(record["settings"]), table, record["parent_run_id"])
+    result = Search(place, record, table)
+    result.spec = spec
     from vitplast_tune.run import driver  # it imports Ray Tune
 
     with mlflow_internals.no_artifact_progress_bar():

@@ -11,7 +11,7 @@ import pandas as pd
 from vitplast_tune.plan.options import SearchOptions
 from vitplast_tune.recommend import verify
 from vitplast_tune.recommend.ranking import Recommendation
-from vitplast_tune.records.result import SearchResult
+from vitplast_tune.records.search import Search
 
 
 def verify_recommendation(
@@ -24,7 +24,7 @@ def verify_recommendation(
     max_steps: int | None = None,
     cpus_per_trial: float = 1.0,
     verbose: int = 0,
-) -> tuple[pd.DataFrame, SearchResult]:
+) -> tuple[pd.DataFrame, Search]:
     """Check a recommendation with a short search: its top subsets, full finetuning and the linear probe.
 
     Args:
