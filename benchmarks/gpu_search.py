@@ -16,6 +16,7 @@ what it found. Each search starts its own Ray, as a user's does, unless this pro
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import os
@@ -53,7 +54,9 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--window", type=int, default=30, help="steps per timed window of one trial alone (default: 30)")
     p.add_argument("--peak-tflops", type=float, help="the device's peak TFLOPS (default: from its name)")
     p.add_argument("--sample-s", type=float, default=0.25, help="seconds between NVML samples (default: 0.25)")
-    p.add_argument("--page", help="markdown page (default: docs/results/benchmarks/gpu-search-DATE-gpu.md)")
+    p.add_argument(
+        "--page", type=common.output, help="markdown page (default: docs/results/benchmarks/gpu-search-DATE-gpu.md)"
+    )
     p.add_argument("--cpu-dry-run", action="store_true", help="the testbed on the CPU at tiny sizes, CPU shares")
     common.add_json_flag(p, help="results (default: docs/results/data/gpu_search/DATE-gpu.json)")
     args = p.parse_args(argv)
@@ -62,18 +65,6 @@ def parse_args(argv: list[str] | None = None):
         args = p.parse_args(argv)
     args.device, args.backend = ("cpu", "aot_eager") if args.cpu_dry_run else ("cuda", "inductor")
     return args
-
-
-def writable_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be written as a file (a folder there, a read-only folder above), or None."""
-    if path.is_dir():
-        return f"{path} is a folder"
-    if path.exists():
-        return None if os.access(path, os.W_OK) else f"{path} is not writable"
-    above = next(p for p in path.absolute().parents if p.exists())
-    if not above.is_dir():
-        return f"{above} is not a folder"
-    return None if os.access(above, os.W_OK) else f"{above} is not writable"
 
 
 def check_args(args) -> str | None:
@@ -106,7 +97,12 @@ def check_args(args) -> str | None:
     name = f"{time.strftime('%Y-%m-%d')}-{'cpu-dry-run' if args.cpu_dry_run else 'gpu'}"
     args.page = Path(args.page or common.ROOT / f"docs/results/benchmarks/gpu-search-{name}.md")
     args.json = Path(args.json or common.ROOT / f"docs/results/data/gpu_search/{name}.json")
-    return next(filter(None, (writable_problem(args.page), writable_problem(args.json))), None)
+    for path in (args.page, args.json):  # the defaults too: both are written after the work
+        try:
+            common.output(str(path))
+        except argparse.ArgumentTypeError as exc:
+            return str(exc)
+    return None
 
 
 def trial_timeline(spans: list[tuple[float, float]], slots: int, started: float) -> dict[str, Any]:

@@ -11,8 +11,9 @@ import pytest
 
 from tests.lab._synthetic import design_file, write_lab
 from vitplast_tune.analysis.protocol import best_lr_table
-from vitplast_tune.lab import analysis, kept, ordering, pooled, verdict_page
+from vitplast_tune.lab import analysis, ordering, pooled, verdict_page
 from vitplast_tune.lab.design import read_design
+from vitplast_tune.lab.records import read_kept
 
 DATA = Path(__file__).resolve().parents[2] / verdict_page.KEPT
 
@@ -21,15 +22,15 @@ def test_the_kept_labs_reproduce_the_independent_recompute():
     """Issue 58 recomputed from the raw records without the package: the gap positive in 8 of 8 labs, +7.66 points on
     the labs' mean, positive in all 27 non-saturated checks; fc2 less plastic than ln2 in 7 of 8 labs, yet more
     accurate in 7 of 8."""
-    labs = [ordering.gap_of(kept.read_kept(f), n_boot=200) for f in sorted(DATA.glob("lab.*"))]
-    checks = [kept.read_kept(f) for f in sorted((DATA / "checks").glob("lab.*"))]
+    labs = [ordering.gap_of(read_kept(f), n_boot=200) for f in sorted(DATA.glob("lab.*"))]
+    checks = [read_kept(f) for f in sorted((DATA / "checks").glob("lab.*"))]
     found = ordering.ordering(labs, *ordering.checks_gaps(checks))
     assert len(checks) == 46 and found.open_checks == 27 and len(found.checks) == 27
     assert found.positive == 8 and all(g.gap > 0 for g in found.checks)
     assert found.gap == pytest.approx(0.0766, abs=5e-5) and found.low < found.gap < found.high
     assert ordering.contradiction(found) == "fc2 is less plastic than ln2 in 7 of 8 labs yet more accurate in 7 of 8"
     first = labs[0]  # the gap is the components' test means at the rate validation chose, as the labs table's
-    table = best_lr_table(kept.read_kept(DATA / first.lab).trials, "test_acc", select_by="val_acc")
+    table = best_lr_table(read_kept(DATA / first.lab).trials, "test_acc", select_by="val_acc")
     means = table.set_index("components")["mean"]
     assert first.accuracy["mha"] == pytest.approx(means["mha"]) and first.accuracy["all"] == pytest.approx(means["all"])
     assert first.gap == pytest.approx(means[["mha", "fc1", "fc2"]].mean() - means[["ln1", "ln2"]].mean())
@@ -66,7 +67,7 @@ def test_the_words_follow_the_figures():
 
 def test_a_saturated_check_counts_out_and_one_without_single_components_has_no_gap(tmp_path):
     folder = write_lab(tmp_path, 0)
-    records = kept.read_kept(folder)
+    records = read_kept(folder)
     records.record["qualification"] = {"full": {"mean": 0.97}, "max_full_val_acc": 0.95}
     assert ordering.checks_gaps([records]) == ([], 0)
     records.record["qualification"] = {"full": {"mean": 0.90}, "max_full_val_acc": 0.95}
@@ -81,7 +82,7 @@ def pooled_both(tmp_path_factory):
     root = tmp_path_factory.mktemp("labs")
     folders = [write_lab(root, k) for k in range(3)] + [write_lab(root, 3, model="model1")]
     design = read_design(design_file(root))
-    records = [kept.read_kept(f) for f in folders]
+    records = [read_kept(f) for f in folders]
     labs = [analysis.analyze_lab(r, design, n_boot=400) for r in records]
     fixed = [analysis.analyze_lab(r, design, n_boot=400, draw_subsets=False) for r in records]
     return pooled.pool(labs, design), pooled.pool(fixed, design)

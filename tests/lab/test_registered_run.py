@@ -1,6 +1,9 @@
-"""The pre-registered run (workflows/registered.py) with planted stage searches: the checks in the file's order until
-``tasks_per_model`` qualify per model, then the labs interleaved by model, every lab with the file's seeds; a resume
-trains nothing twice; a second start, a resume of nothing and a resume with an edited file are refused."""
+"""Test the pre-registered labs (workflows/preregistered_labs.py) with planted stage searches.
+
+The checks go in the file's order until ``tasks_per_model`` qualify per model, and the labs interleave by model with
+the file's seeds. A resume trains nothing twice. A second start, a resume of nothing and a resume with an edited file
+are refused.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from vitplast_tune.errors import UserError
 from vitplast_tune.lab.preregistration import read_preregistration
 from vitplast_tune.lab.tasks import read_lab_record, record_stage
 from vitplast_tune.workflows import lab as driver
-from vitplast_tune.workflows import registered
+from vitplast_tune.workflows import preregistered_labs
 
 CANDIDATES = ["digits_c-contrast", "digits_c-snow", "fractals_novel", "fractals_novel_c-gaussian_noise"]
 QUALIFYING = {"s0": {"digits_c-contrast", "fractals_novel", "fractals_novel_c-gaussian_noise"}, "s1": set(CANDIDATES)}
@@ -63,8 +66,8 @@ def planted(monkeypatch):
 
 
 def test_checks_in_order_then_labs_interleaved_with_the_files_seeds(prereg, planted, tmp_path):
-    settings = registered.RunSettings(tmp_path / "labs", verbose=0)
-    record = registered.run_registered(read_preregistration(prereg), settings)
+    settings = preregistered_labs.RunSettings(tmp_path / "labs", verbose=0)
+    record = preregistered_labs.run_registered(read_preregistration(prereg), settings)
     main = [(lab, stage) for lab, stage, _ in planted if "." not in stage]
     assert main == [
         ("lab.s0.digits_c-contrast", "full"), ("lab.s0.digits_c-contrast", "single"),
@@ -91,20 +94,20 @@ def test_checks_in_order_then_labs_interleaved_with_the_files_seeds(prereg, plan
     assert not (tmp_path / "labs" / "lab.s0.fractals_novel_c-gaussian_noise").exists()
 
     planted.clear()
-    again = registered.run_registered(read_preregistration(prereg), settings, resume=True)
+    again = preregistered_labs.run_registered(read_preregistration(prereg), settings, resume=True)
     assert planted == [] and [e["event"] for e in again["events"]][-2:] == ["resumed", "finished"]
 
 
 def test_a_second_start_a_resume_of_nothing_and_an_edited_file_are_refused(prereg, planted, tmp_path):
-    settings = registered.RunSettings(tmp_path / "labs", verbose=0)
+    settings = preregistered_labs.RunSettings(tmp_path / "labs", verbose=0)
     with pytest.raises(UserError, match="holds no registered run to continue"):
-        registered.start_or_resume(read_preregistration(prereg), settings, resume=True)
-    registered.start_or_resume(read_preregistration(prereg), settings, resume=False)
+        preregistered_labs.start_or_resume(read_preregistration(prereg), settings, resume=True)
+    preregistered_labs.start_or_resume(read_preregistration(prereg), settings, resume=False)
     with pytest.raises(UserError, match="holds a registered run already: --resume continues it"):
-        registered.start_or_resume(read_preregistration(prereg), settings, resume=False)
+        preregistered_labs.start_or_resume(read_preregistration(prereg), settings, resume=False)
     prereg.write_text(prereg.read_text().replace("margin: 0.1", "margin: 0.2"))
     with pytest.raises(UserError, match="changed since the run .* started"):
-        registered.start_or_resume(read_preregistration(prereg), settings, resume=True)
+        preregistered_labs.start_or_resume(read_preregistration(prereg), settings, resume=True)
     assert planted == []
 
 
@@ -145,16 +148,16 @@ def test_a_run_restored_from_kept_checks_trains_only_the_labs_rest_and_keeps_the
     monkeypatch.setattr(driver, "keep", REAL_KEEP)
     monkeypatch.setattr(driver, "in_network", lambda lab, subsets: pd.Series(1.5, index=list(subsets)))
     design = read_preregistration(prereg)
-    earlier = registered.RunSettings(tmp_path / "earlier", verbose=0)
-    record = registered.start_or_resume(design, earlier, resume=False)
+    earlier = preregistered_labs.RunSettings(tmp_path / "earlier", verbose=0)
+    record = preregistered_labs.start_or_resume(design, earlier, resume=False)
     for model in design.models:
-        registered.check_model(design, earlier, record, model)  # the earlier machine checked, then was lost
+        preregistered_labs.check_model(design, earlier, record, model)  # the earlier machine checked, then was lost
     committed = tmp_path / "committed" / "checks"
     shutil.copytree(tmp_path / "earlier" / "kept", committed)
     planted.clear()
 
-    settings = registered.RunSettings(tmp_path / "labs", verbose=0, restore_from=committed.parent)
-    record = registered.run_registered(design, settings)
+    settings = preregistered_labs.RunSettings(tmp_path / "labs", verbose=0, restore_from=committed.parent)
+    record = preregistered_labs.run_registered(design, settings)
     assert {stage for _, stage, _ in planted} == {"rest"}  # no check trained again
     assert [e["lab"] for e in record["events"] if e["event"] == "restored"] == sorted(
         p.name for p in committed.iterdir()
@@ -169,7 +172,7 @@ def test_a_run_restored_from_kept_checks_trains_only_the_labs_rest_and_keeps_the
     assert kept["restored"]["copy"] == "restored/lab.s0.fractals_novel"
 
     planted.clear()  # a resume restores nothing twice and trains nothing
-    again = registered.run_registered(design, settings, resume=True)
+    again = preregistered_labs.run_registered(design, settings, resume=True)
     assert planted == [] and "restored" not in [e["event"] for e in again["events"][len(record["events"]) :]]
 
 
@@ -202,8 +205,8 @@ def test_an_amendments_tasks_are_checked_after_the_files_own_for_a_model_still_s
             }
         )
     )
-    settings = registered.RunSettings(tmp_path / "labs", verbose=0)
-    record = registered.run_registered(read_preregistration(amendment), settings)
+    settings = preregistered_labs.RunSettings(tmp_path / "labs", verbose=0)
+    record = preregistered_labs.run_registered(read_preregistration(amendment), settings)
     checked = [e["lab"] for e in record["events"] if e["event"] == "checked"]
     assert checked == [  # s0 qualifies on digits_c-contrast alone of the file's: the amendment's first task next
         "lab.s0.digits_c-contrast", "lab.s0.digits_c-snow", "lab.s0.fractals_novel",
@@ -221,7 +224,7 @@ def test_an_interrupted_registered_run_says_to_resume_it_with_resume(prereg, pla
     def interrupted(*args, **kwargs):
         raise SearchInterrupted("interrupted: 5 trial(s) unfinished; nothing is lost", 130)
 
-    monkeypatch.setattr(registered, "run_registered", interrupted)
+    monkeypatch.setattr(preregistered_labs, "run_registered", interrupted)
     argv = ["registered", "--preregistration", str(prereg), "--storage", str(tmp_path / "labs"), "--quiet"]
     with pytest.raises(SearchInterrupted, match="registered command with --resume continues the run"):
         lab_main(argv)

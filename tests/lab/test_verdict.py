@@ -1,4 +1,4 @@
-"""The pre-registered verdict from kept folders (lab/kept.py, lab/analysis.py, lab/pooled.py, lab/report.py): the
+"""The pre-registered verdict from kept folders (lab/records.py, lab/analysis.py, lab/pooled.py, lab/report.py): the
 crossed bootstrap, p-values with their Monte Carlo error, equivalence, the narrower claim against the baseline, the
 random-effects headline, the design refusing what it does not name, the files, forest plots and the MLflow run."""
 
@@ -14,9 +14,11 @@ import pytest
 from tests.lab._synthetic import design_file, write_lab
 from tests.lab.test_results_page import judged_and_said, same_to_the_printed_digit
 from vitplast_tune.analysis import crossed, resampling
+from vitplast_tune.analysis.verdicts import decision
 from vitplast_tune.errors import UserError
-from vitplast_tune.lab import analysis, kept, pooled, report
+from vitplast_tune.lab import analysis, pooled, report
 from vitplast_tune.lab.design import read_design
+from vitplast_tune.lab.records import read_kept
 
 
 @pytest.fixture(scope="module")
@@ -28,19 +30,19 @@ def labs(tmp_path_factory):
 
 def test_a_kept_folder_is_read_whole_and_its_outcomes_align_with_its_trials(labs):
     _, folders, _ = labs
-    records = kept.read_kept(folders[0])
+    records = read_kept(folders[0])
     assert records.select == "val_acc" and records.notes == [] and records.seeds == 5
     assert records.correct.shape == (len(records.trials), 200)
     np.testing.assert_allclose(records.correct.mean(axis=1), records.trials["test_acc"])
     with pytest.raises(UserError, match="is not a kept lab"):
-        kept.read_kept(folders[0].parent / "nowhere")
+        read_kept(folders[0].parent / "nowhere")
 
 
 def test_seeds_are_drawn_jointly_for_every_subset(labs):
     """A seed shifts every subset alike here (no interaction): drawn jointly, the subsets' differences are the same on
     every resample of the seeds (test images not resampled); drawn per subset, as before, they are not."""
     _, folders, _ = labs
-    records = kept.read_kept(folders[0])
+    records = read_kept(folders[0])
     trials = records.trials.assign(test_acc=lambda t: t["val_acc"])  # the target: the seed-shifted accuracy itself
     keys = ["mha", "fc1", "mha+fc1"]
     grid = crossed.grid_of(trials, keys, select="val_acc")
@@ -56,7 +58,7 @@ def test_seeds_are_drawn_jointly_for_every_subset(labs):
 def test_test_images_are_drawn_jointly_for_every_subset(labs):
     """Two runs with the same outcomes score alike on every draw of the test images; the draws move the scores."""
     _, folders, _ = labs
-    records = kept.read_kept(folders[0])
+    records = read_kept(folders[0])
     correct = records.correct.copy()
     first, second = ((records.trials["components"] == c).to_numpy() for c in ("mha", "fc1"))
     correct[second] = correct[first]
@@ -72,7 +74,7 @@ def test_the_family_is_judged_with_mc_errors_equivalence_and_the_narrower_claim(
 
     _, folders, design = labs
     result, text = report.pool_folders(folders, tmp_path / "pooled", design=design)
-    said = {(j.claim.claim, j.claim.predictor): pooled.decision(j.result) for j in result.judged}
+    said = {(j.claim.claim, j.claim.predictor): decision(j.result) for j in result.judged}
     assert said[("better", "good")] == "established" and said[("better", "noise")] == "not established"
     assert said[("equivalent", "copy")] == "established" and said[("equivalent", "noise")] == "not established"
     assert said[("narrower", "plasticity_mean")] == "established"
@@ -120,7 +122,7 @@ def test_the_design_refuses_what_it_does_not_name(labs, tmp_path):
         read_design(design_file(tmp_path / "h", headline="fixed_effects"))
     narrow = read_design(design_file(tmp_path / "c", candidate_tasks=["t0"]))
     with pytest.raises(UserError, match="its task t1 is not among the pre-registered tasks"):
-        analysis.analyze_lab(kept.read_kept(folders[1]), narrow)
+        analysis.analyze_lab(read_kept(folders[1]), narrow)
     with pytest.raises(UserError, match="no preregistration.yaml beside the labs"):
         report.design_for([tmp_path / "x" / "lab.m0.t0"], None)
     assert report.design_for(folders, None).source == str(root / "preregistration.yaml")
@@ -156,7 +158,7 @@ def test_recommend_follows_the_pooled_verdict(labs, tmp_path):
 
     _, folders, design = labs
     result, _ = report.pool_folders(folders, tmp_path / "storage" / "pooled-all", design=design)
-    better = [j for j in result.judged if j.claim.claim == "better" and pooled.decision(j.result) == "established"]
+    better = [j for j in result.judged if j.claim.claim == "better" and decision(j.result) == "established"]
     assert {j.claim.predictor for j in better} == {"good", "plasticity_mean"}  # both the true accuracy, jittered
     criterion, why = choose_criterion(read_evidence(tmp_path / "storage"))
     assert criterion == max(better, key=lambda j: j.estimate).claim.predictor
@@ -182,7 +184,7 @@ def test_the_analysis_reads_an_amendment_as_its_preregistration_with_the_tasks_i
     assert amended.family == base.family and amended.alpha == base.alpha and amended.margin == base.margin
     assert amended.candidate_tasks[: len(base.candidate_tasks)] == base.candidate_tasks
     assert "digits_c-fog" in amended.candidate_tasks and "digits_c-fog" not in base.candidate_tasks
-    fog = kept.read_kept(data / "checks" / "lab.s0.digits_c-fog")
+    fog = read_kept(data / "checks" / "lab.s0.digits_c-fog")
     assert len(analysis.analyze_lab(fog, amended, n_boot=1000).singles) == 8
     with pytest.raises(UserError, match="not among the pre-registered tasks"):
         analysis.analyze_lab(fog, base, n_boot=1000)
@@ -219,7 +221,7 @@ def test_subsets_whose_resampled_accuracies_are_equal_tie_exactly():
     from scipy import stats
 
     folder = Path(__file__).resolve().parents[2] / "docs/results/data/lab-v2/checks/lab.s0.digits_c-snow"
-    records = kept.read_kept(folder)
+    records = read_kept(folder)
     singles = ["ln1", "mha", "ln2", "fc1", "fc2"]
     grid = crossed.grid_of(records.trials, singles, select=records.select, correct=records.correct)
     _, values = crossed.targets(grid, 2000, crossed.stream(records.name, 0), draw_subsets=False)
@@ -273,7 +275,7 @@ def test_the_labs_for_80_percent_power_are_those_each_claim_needs(labs):
 
     _, folders, design_path = labs
     design = read_design(design_path)
-    result = pooled.pool([analysis.analyze_lab(kept.read_kept(f), design, n_boot=1000) for f in folders], design)
+    result = pooled.pool([analysis.analyze_lab(read_kept(f), design, n_boot=1000) for f in folders], design)
     z = stats.norm.ppf(1 - design.alpha / 9)
     for row in result.power.itertuples():
         var = row.se_pooled**2 * row.labs
@@ -303,7 +305,7 @@ def test_a_claim_no_lab_could_judge_says_why(tmp_path):
     data = Path(__file__).resolve().parents[2] / "docs" / "results" / "data" / "lab-v2"
     design = read_design(data / "amendment-2.yaml")
     folders = [data / "checks" / f"lab.{m}.digits_c-contrast" for m in ("s0", "s1")]
-    result = pooled.pool([analysis.analyze_lab(kept.read_kept(f), design, n_boot=1000) for f in folders], design)
+    result = pooled.pool([analysis.analyze_lab(read_kept(f), design, n_boot=1000) for f in folders], design)
     untested = {j.claim.key: j.why_untested for j in result.judged if j.result is None}
     assert set(untested) == {"better:contains_mha_or_fc:pooled", "equivalent:contains_mha_or_fc:pooled"}
     assert all(why.startswith("undetermined") for why in untested.values())

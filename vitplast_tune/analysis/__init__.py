@@ -1,5 +1,4 @@
-"""What a search's trials say: rank statistics with bootstrap intervals, the paper's protocol, subsets at their best rates, verdict words,
-parameter importance, the depth analysis and their plots."""
+"""Analyze a search's trials: rank statistics, the paper's protocol, the criteria lab, importance and depth."""
 
 import lazy_loader as _lazy
 

@@ -1,9 +1,4 @@
-"""Every analysis a search's trials support, in the order a person reads them: plasticity against accuracy per
-trial (``trials``), the paper's protocol for a grid with seeds (``protocol``) and the criteria lab (``lab``).
-
-pandas, scipy and matplotlib only: nothing here needs torch, Ray or MLflow (the lab's in-network plasticity is
-read from its cached report, or measured in this process when missing).
-"""
+"""Run every analysis that a search's trials support, in the order a person reads them."""
 
 from __future__ import annotations
 
@@ -17,7 +12,7 @@ from vitplast_tune.analysis import subsets as lab
 from vitplast_tune.analysis import subsets_report
 from vitplast_tune.analysis.depth import DepthAnalysis, analyze_depth, describe_depth, varies_depth
 from vitplast_tune.analysis.importance import Importance, describe_importance, parameter_importance
-from vitplast_tune.analysis.plots import plot_importance
+from vitplast_tune.analysis.plots import _plot_importance
 from vitplast_tune.analysis.prediction import TrialAnalysis, analyze_trials, describe_correlations
 from vitplast_tune.analysis.protocol import PaperResults, describe_paper, paper_results
 from vitplast_tune.config import FinetuneConfig
@@ -31,40 +26,35 @@ if TYPE_CHECKING:
 
 @dataclass
 class SearchAnalysis:
-    """Every analysis a search's trials support, and the files written.
-
-    A grid with several step budgets has one analysis per budget (``budgets``) and the lab's verdict at each
-    (``criteria`` with a ``budget`` column).
+    """Hold every analysis that a search's trials support, and the files written.
 
     Attributes:
-        trials: Plasticity against accuracy per trial (when plasticity was measured).
-        paper: The paper's protocol (a grid with seeds).
-        criteria: The criteria lab's comparison at every budget (``criteria: true``).
+        trials: Plasticity against accuracy per trial, when plasticity was measured.
+        paper: The paper's protocol, for a grid with seeds.
+        criteria: The criteria lab's comparison at every budget.
         lab: The criteria lab, one result per budget.
-        importance: Which searched parameters matter (when the space searches any).
-        depth: Where to finetune (trials at several depths).
+        importance: Which searched parameters matter.
+        depth: Where to finetune, for trials at several depths.
         files: The files written.
         budget: The step budget of these trials, when the search has several.
         budgets: One analysis per budget, when the search has several.
     """
 
-    trials: TrialAnalysis | None = None  # plasticity vs accuracy per trial (when plasticity was measured)
-    paper: PaperResults | None = None  # the paper's protocol (a grid with seeds)
-    criteria: pd.DataFrame | None = None  # the criteria lab's comparison at every budget (``criteria: true``)
-    lab: list[lab.LabResult] = field(default_factory=list)  # the criteria lab, one result per budget
-    importance: Importance | None = None  # which searched parameters matter (when the space searches any)
-    depth: DepthAnalysis | None = None  # where to finetune (trials at several depths)
+    trials: TrialAnalysis | None = None
+    paper: PaperResults | None = None
+    criteria: pd.DataFrame | None = None
+    lab: list[lab.LabResult] = field(default_factory=list)
+    importance: Importance | None = None
+    depth: DepthAnalysis | None = None
     files: list[Path] = field(default_factory=list)
-    budget: int | None = None  # the step budget of these trials, when the search has several
-    budgets: list[SearchAnalysis] = field(default_factory=list)  # one analysis per budget
+    budget: int | None = None
+    budgets: list[SearchAnalysis] = field(default_factory=list)
 
     def describe(self) -> str:
-        """Describe the analyzes as plain text, in the order a person reads them.
-
-        Budget by budget, then whether the lab's verdict held across them.
+        """Describe the analyses as text, budget by budget.
 
         Returns:
-            The text (empty when there is nothing to say).
+            The text, empty when there is nothing to say.
         """
         if self.budgets:
             parts = [f"=== Budget {part.budget} steps ===\n{part.describe()}" for part in self.budgets]
@@ -102,30 +92,26 @@ def analyze_search(
     variant: str = "paper",
     measuring: dict | None = None,
 ) -> SearchAnalysis:
-    """Run every analysis a search's trials support (see ``SearchAnalysis``) and write their files into ``out_dir``.
+    """Run every analysis that a search's trials support and write the files into ``out_dir``.
 
     Args:
-        trials: The trial table; several step budgets (``max_steps``) are analyzed apart, into ``out_dir/steps-N``.
+        trials: The trial table. Each step budget is analyzed apart, into ``out_dir/steps-N``.
         spec: The search's space.
-        settings: What every trial did, before its sampled parameters.
-        out_dir: Where the files go (the criteria lab's ``criteria.csv``, with a ``budget`` column, and others).
-        reference: The reference dataset the plasticity is measured against.
-        plasticity_pairs: The most image pairs for plasticity (None: all).
-        parameters: Each trial's searched parameters and their Optuna distributions (``records.study.parameter_table``).
-        variant: The plasticity variant of the depth analysis' plasticity per layer.
-        measuring: Where its measurements run (``runner``, ``decoded``, ``staged``: ``predictors.report``; None: here).
+        settings: The settings every trial shares.
+        out_dir: Where the files go.
+        reference: The reference dataset for the plasticity.
+        plasticity_pairs: The most image pairs for plasticity, or None for all.
+        parameters: Each trial's searched parameters and their Optuna distributions.
+        variant: The plasticity variant of the depth analysis.
+        measuring: Where the measurements run, as ``predictors.report`` takes it, or None for here.
 
     Returns:
-        The analysis (several budgets: one each, the criteria lab's verdicts at all of them judged in one family)."""
+        The analysis. The criteria lab judges the verdicts of every budget in one family.
+    """
     out = Path(out_dir).expanduser()
     steps = sorted(pd.to_numeric(trials["max_steps"], errors="coerce").dropna().unique()) if len(trials) else []
-    options = dict(
-        reference=reference,
-        plasticity_pairs=plasticity_pairs,
-        parameters=parameters,
-        variant=variant,
-        measuring=measuring or {},
-    )
+    options = dict(reference=reference, plasticity_pairs=plasticity_pairs, parameters=parameters, variant=variant)
+    options["measuring"] = measuring or {}
     if len(steps) < 2:
         found = _analyze_one(trials, spec, settings, out, **options)
         parts = {None: trials}
@@ -153,8 +139,7 @@ def analyze_search(
 
 
 def _grid_rates(spec) -> list[float] | None:
-    """The learning rates a space lists (a choice, or one value), beyond which the criteria lab says a rate was
-    added; None for a range (a TPE or random search: every rate it drew is its own)."""
+    """Return the learning rates that a space lists, or None for a range."""
     lr = spec.parameters.get("lr")
     try:
         return list(lr.grid_values()) if lr is not None else None
@@ -174,11 +159,11 @@ def _analyze_one(
     variant: str,
     measuring: dict,
 ) -> SearchAnalysis:
-    """The analyzes of trials of one step budget (see ``analyze_search``)."""
+    """Analyze the trials of one step budget."""
     found = SearchAnalysis()
     if parameters is not None and parameters[1]:
-        found.importance = importance_of(trials, parameters[0].loc[trials.index], parameters[1])
-        found.files += write_importance(found.importance, out)
+        found.importance = _importance_of(trials, parameters[0].loc[trials.index], parameters[1])
+        found.files += _write_importance(found.importance, out)
     if "plasticity_mean" in trials:
         found.trials = analyze_trials(trials, out)
         found.files += found.trials.files
@@ -197,8 +182,7 @@ def _analyze_one(
 def _depth(
     trials: pd.DataFrame, settings: FinetuneConfig, out: Path, *, reference: str, plasticity_pairs, measuring: dict
 ) -> DepthAnalysis:
-    """The depth analysis, per layer on in-network plasticity (each layer on its real input: its report measured once,
-    cached, where ``measuring`` says) when the trials carry plasticity scores."""
+    """Analyze depth, with in-network plasticity per layer when the trials carry plasticity scores."""
     if "plasticity_mean" not in trials:
         return analyze_depth(trials, out, num_blocks=0)
     measured = search_report(
@@ -210,9 +194,8 @@ def _depth(
     return analyze_depth(trials, out, num_blocks=blocks, layers=layer_table(measured.table), predictors=scores)
 
 
-def importance_of(trials: pd.DataFrame, params: pd.DataFrame, distributions: dict) -> Importance:
-    """The importance of the searched parameters for the validation accuracy at the last step every trial reached
-    (``val_acc_common``), else for the final validation accuracy."""
+def _importance_of(trials: pd.DataFrame, params: pd.DataFrame, distributions: dict) -> Importance:
+    """Rate the searched parameters by the accuracy at the last step every trial reached, else the final one."""
     if "val_acc_common" in trials and trials["val_acc_common"].notna().any():
         step = trials["common_step"].dropna()
         at = f"step {int(step.iloc[0])}, " if len(step) else ""
@@ -221,12 +204,12 @@ def importance_of(trials: pd.DataFrame, params: pd.DataFrame, distributions: dic
     return parameter_importance(params, distributions, trials["val_acc"], label="final validation accuracy")
 
 
-def write_importance(found: Importance, out: Path) -> list[Path]:
-    """The importance table as ``importance.csv`` and its bar chart ``importance.png`` in ``out``."""
+def _write_importance(found: Importance, out: Path) -> list[Path]:
+    """Write the importance table and its bar chart into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     fitted = found.n if found.fitted is None else found.fitted
     found.table.assign(target=found.target, n=found.n, fitted=fitted).to_csv(out / "importance.csv", index=False)
     if found.table.empty:
         return [out / "importance.csv"]
     title = f"fANOVA importance of {found.target} ({found.trials})"
-    return [out / "importance.csv", plot_importance(found.table, title, out / "importance.png")]
+    return [out / "importance.csv", _plot_importance(found.table, title, out / "importance.png")]

@@ -1,9 +1,4 @@
-"""The paired BCa bootstrap: an interval of a statistic and the p-value that matches it, from one set of seeded
-resamples (``scipy.stats.bootstrap``, paired: every resample keeps rows together).
-
-A statistic is NaN on a resample where it is undefined (a constant column, say): such resamples are left out of the
-interval, which is undetermined (NaN) when more than ``MAX_DEGENERATE`` of them are.
-"""
+"""Compute a paired BCa bootstrap interval of a statistic and the p-value that matches it."""
 
 from __future__ import annotations
 
@@ -15,16 +10,16 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy import special, stats
 
-MAX_DEGENERATE = 0.05  # more resamples than this without a defined statistic: the interval is undetermined
+MAX_DEGENERATE = 0.05  # the interval is NaN when a larger share of resamples has no defined statistic
 
 
 class Bca(NamedTuple):
-    """A paired BCa bootstrap's interval of a statistic and the p-value of a null from the same resamples.
+    """Hold a BCa interval and the p-value of a null from the same resamples.
 
     Attributes:
-        low: the interval's lower end (NaN: undetermined).
-        high: its upper end.
-        p: the two-sided p-value of the null (NaN when none was asked, or where the interval would be undetermined).
+        low: The interval's lower end, NaN when undetermined.
+        high: The interval's upper end.
+        p: The two-sided p-value of the null, NaN when none was asked or the interval is undetermined.
     """
 
     low: float
@@ -42,25 +37,19 @@ def bca(
     vectorized: bool = False,
     null: float | None = None,
 ) -> Bca:
-    """Paired BCa bootstrap interval of ``statistic(*data)`` (``scipy.stats.bootstrap``), and the p-value of ``null``.
-
-    ``statistic`` returns NaN where it is undefined: resamples where it is are left out (the BCa formula applied
-    to the others, ``bca_from_resamples``), and the interval is NaN (undetermined) when they are more than
-    ``MAX_DEGENERATE`` of all. A bootstrap distribution with a single value (e.g. a perfect rank correlation)
-    gives that value twice. The p-value matches the interval: the smallest ``1 - level`` whose BCa interval reaches
-    ``null``, found by inverting the BCa percentile formula at the share of the same resamples below ``null``.
+    """Bootstrap a paired BCa interval of ``statistic(*data)``, leaving out resamples where it is NaN.
 
     Args:
-        data: the paired samples, one array per argument of ``statistic``.
-        statistic: the statistic of the samples.
-        n_boot: how many resamples; 0 gives no interval.
-        seed: the seed of the resamples.
-        level: the confidence level.
-        vectorized: the statistic takes an ``axis`` (scipy resamples in one call).
-        null: the value whose p-value is wanted (None: no p-value).
+        data: The paired samples, one array per argument of ``statistic``.
+        statistic: The statistic of the samples.
+        n_boot: How many resamples. 0 gives no interval.
+        seed: The seed of the resamples.
+        level: The confidence level.
+        vectorized: Whether the statistic takes an ``axis``.
+        null: The value whose p-value is wanted, or None for no p-value.
 
     Returns:
-        The interval's ends (NaN, NaN when ``n_boot`` is 0 or the interval is undetermined) and the p-value.
+        The interval's ends and the p-value, the smallest ``1 - level`` whose interval reaches ``null``.
     """
     if n_boot <= 0:
         return Bca(math.nan, math.nan)
@@ -81,19 +70,16 @@ def bca(
 def bca_from_resamples(
     data: tuple[np.ndarray, ...], statistic: Callable[..., Any], boot: np.ndarray, *, level: float = 0.95
 ) -> tuple[float, float]:
-    """Efron's BCa interval from given bootstrap values of a statistic on paired data.
-
-    The formulas of ``scipy.stats.bootstrap``: the bias from the share of values below the estimate, the acceleration
-    from the leave-one-out jackknife, whose undefined values are left out.
+    """Compute Efron's BCa interval from given finite bootstrap values, with scipy's formulas.
 
     Args:
-        data: the paired samples, one array per argument of ``statistic``.
-        statistic: the statistic of the samples.
-        boot: its bootstrap values (finite ones).
-        level: the confidence level.
+        data: The paired samples, one array per argument of ``statistic``.
+        statistic: The statistic of the samples.
+        boot: The statistic's finite bootstrap values.
+        level: The confidence level.
 
     Returns:
-        The interval's ends; NaN, NaN when it cannot be formed.
+        The interval's ends, NaN when it cannot be formed.
     """
     parts = _bias_and_acceleration(data, statistic, boot)
     if parts is None:
@@ -108,7 +94,7 @@ def bca_from_resamples(
 
 
 def _p(data: tuple[np.ndarray, ...], statistic: Callable[..., Any], boot: np.ndarray, null: float) -> float:
-    """The two-sided BCa p-value of ``null`` from the bootstrap values ``boot`` (NaN: too many undefined)."""
+    """Return the two-sided BCa p-value of ``null``, NaN when too many values are undefined."""
     finite = boot[np.isfinite(boot)]
     parts = _bias_and_acceleration(data, statistic, finite) if len(finite) >= (1 - MAX_DEGENERATE) * len(boot) else None
     if parts is None:
@@ -130,8 +116,7 @@ def _resampled(
     vectorized: bool,
     level: float,
 ) -> Any:
-    """scipy's paired BCa bootstrap of ``statistic`` (its warnings about degenerate distributions silenced: the
-    caller handles them)."""
+    """Run scipy's paired BCa bootstrap, silencing its warnings because the caller handles degenerate cases."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return stats.bootstrap(
@@ -149,7 +134,7 @@ def _resampled(
 def _bias_and_acceleration(
     data: tuple[np.ndarray, ...], statistic: Callable[..., Any], boot: np.ndarray
 ) -> tuple[float, float] | None:
-    """BCa's bias correction z0 and acceleration of ``boot`` (finite values), or None when they cannot be formed."""
+    """Return BCa's bias correction and acceleration, or None when they cannot be formed."""
     theta = float(statistic(*data))
     n = len(data[0])
     jack = np.array([statistic(*(d[np.arange(n) != i] for d in data)) for i in range(n)], dtype=float)

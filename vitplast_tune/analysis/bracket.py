@@ -1,11 +1,4 @@
-"""Is each configuration at its best learning rate? A configuration whose best mean validation accuracy (over seeds)
-lies at an end of the rates it was trained at may do better beyond that end: ``bracket_table`` says where each
-configuration's best rate lies and the next rate to try there, so a lab can train it (``labs.py``) or mark its row
-and leave it out of the verdict.
-
-Pure pandas: the trials of a grid with seeds (``components``, ``lr``, the selection metric), any depth or budget
-apart (``keys``).
-"""
+"""Find whether each configuration's best learning rate lies inside its grid, and the next rate to try if not."""
 
 from __future__ import annotations
 
@@ -14,22 +7,21 @@ import math
 import numpy as np
 import pandas as pd
 
-from vitplast_tune.analysis.correlation import numeric, require_columns
+from vitplast_tune.analysis.correlation import _numeric, _require_columns
 from vitplast_tune.components import subset_name
 
-LADDER = (1.0, 3.0)  # the half-decade rates of the shipped grids: ... 0.03, 0.1, 0.3, 1, 3 ...
+LADDER = (1.0, 3.0)  # the shipped grids step by half decades: 0.03, 0.1, 0.3, 1, 3
 INTERIOR, LOW, HIGH, SINGLE = "interior", "low edge", "high edge", "one rate"
 
 
 def on_ladder(lr: float) -> bool:
-    """Whether ``lr`` is 1 or 3 times a power of ten (to 1%)."""
+    """Return whether ``lr`` is 1 or 3 times a power of ten, to 1%."""
     mantissa = lr / 10 ** math.floor(math.log10(lr))
     return any(abs(mantissa - m) < 0.01 * m for m in (*LADDER, 10.0))
 
 
 def next_rate(lrs: list[float], side: str) -> float:
-    """The rate beyond the ``side`` ("low" or "high") end of the rates ``lrs``: the next rung of the half-decade ladder
-    when every rate lies on it, else one more geometric step of the grid's spacing at that end."""
+    """Return the next rate beyond the "low" or "high" end of ``lrs``, on the half-decade ladder where it fits."""
     rates = sorted(lrs)
     if all(on_ladder(r) for r in rates):
         end = rates[0] if side == "low" else rates[-1]
@@ -48,34 +40,30 @@ def bracket_table(
 ) -> pd.DataFrame:
     """Tell, per configuration, whether its best learning rate is bracketed, and which rate to try next when not.
 
-    A rate whose runs all lack ``select_by`` (diverged before any evaluation) counts as the worst, so a rate tried
-    once is never asked for again.
-
     Args:
         trials: The trial table.
-        select_by: The metric the best rate is chosen by (its mean over seeds).
-        keys: The columns that make a configuration (components as subset names).
+        select_by: The metric whose mean over seeds picks the best rate.
+        keys: The columns that make a configuration.
 
     Returns:
-        One row per configuration: the rates it was trained at, the one with the best mean ``select_by`` over seeds,
-        where that rate lies (``position``: interior, low edge, high edge, or one rate) and ``next_lr``, the rate to
-        try beyond that edge (NaN when interior).
+        One row per configuration with its rates, ``best_lr``, its ``position`` and ``next_lr``.
 
     Raises:
-        UserError: The trial table lacks a column it needs.
+        UserError: If the trial table lacks a column it needs.
     """
-    require_columns(trials, [*keys, "lr", select_by])
+    _require_columns(trials, [*keys, "lr", select_by])
     frame = trials[[*keys, "lr"]].copy()
     frame["components"] = [subset_name(c) for c in trials["components"]] if "components" in keys else None
-    frame["_select"] = numeric(trials[select_by])
+    frame["_select"] = _numeric(trials[select_by])
     rows = []
     for key, runs in frame.groupby(list(keys), sort=False, dropna=False):
+        # A rate whose runs all diverged before any evaluation counts as the worst, so no rate is asked for twice.
         means = runs.groupby("lr")["_select"].mean().fillna(-np.inf).sort_index()
         lrs = [float(v) for v in means.index]
         best = float(means.idxmax())
         position = SINGLE if len(lrs) == 1 else LOW if best == lrs[0] else HIGH if best == lrs[-1] else INTERIOR
         side = {LOW: "low", HIGH: "high"}.get(position)
-        if position == SINGLE:  # one rate: try above it (a lab's grid always has more than one)
+        if position == SINGLE:  # try above a lone rate; a lab's grid always has more than one
             side = "high"
         key = key if isinstance(key, tuple) else (key,)
         rows.append(
@@ -91,7 +79,7 @@ def bracket_table(
 
 
 def extension_groups(table: pd.DataFrame) -> dict[float, list[str]]:
-    """The configurations at an edge, grouped by the rate to try next: {rate: [components, ...]}, rates ascending."""
+    """Group the configurations at an edge by the rate to try next, rates ascending."""
     edges = table[table["position"] != INTERIOR]
     groups: dict[float, list[str]] = {}
     for row in edges.sort_values("next_lr").itertuples():

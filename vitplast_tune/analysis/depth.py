@@ -1,16 +1,4 @@
-"""Where to finetune: depth as a dimension of a search. Per configuration (a subset with its methods, at a depth) at
-its best learning rate, does the plasticity of the layers it trains predict its test accuracy, beside the naive
-baseline log10(#trainable parameters)? Within each subset, is its most plastic depth its best one?
-
-A per-layer question asks for each layer's plasticity on its real input: the in-network variant
-(``in_network_mean``, the mean over the layers a configuration trains) when the analysis has it, the trials'
-paper-variant score (every layer fed the embedding output, which only block 0 sees) otherwise, and the text says which.
-The depths compared within a subset are those no other depth of it contains (``all`` contains the thirds, and its mean
-over every layer can never be the most plastic): under the null that accuracy and plasticity order them
-independently, each subset's chance of agreement is one over their number, and the count of agreements is tested
-exactly against that Poisson-binomial law. The comparison over configurations is the lab's (hierarchical bootstrap,
-``lab.predictor_statistics``), judged with the agreement test in one family (Holm).
-"""
+"""Analyze where to finetune when a search varies the depth: does plasticity find the best depth and configuration?"""
 
 from __future__ import annotations
 
@@ -22,17 +10,17 @@ import numpy as np
 import pandas as pd
 
 from vitplast_tune.analysis import multiple
-from vitplast_tune.analysis.correlation import MIN_POINTS, is_constant, spearman
+from vitplast_tune.analysis.correlation import MIN_POINTS, _is_constant, spearman
 from vitplast_tune.analysis.protocol import best_lr_table
 from vitplast_tune.analysis.resampling import runs_of
 from vitplast_tune.analysis.subsets import (
     N_BOOT,
     Statistics,
-    comparison_frame,
-    fill_verdicts,
-    predictor_statistics,
+    _comparison_frame,
+    _fill_verdicts,
+    _predictor_statistics,
 )
-from vitplast_tune.analysis.subsets_report import comparison_line, mean_std
+from vitplast_tune.analysis.subsets_report import _comparison_line, _mean_std
 from vitplast_tune.analysis.verdicts import CORRECTIONS, corrected_p, family_clause
 from vitplast_tune.components import depth_blocks, subset_name
 from vitplast_tune.predictors.scores import BASELINE, log_trainable_params
@@ -42,28 +30,26 @@ DEPTH_PREDICTORS: tuple[str, ...] = ("in_network_mean", "plasticity_mean", "plas
 
 @dataclass
 class DepthAnalysis:
-    """The depth analysis of a search whose trials vary their depth, and the files written."""
+    """Hold the depth analysis of a search whose trials vary their depth, and the files written."""
 
-    table: pd.DataFrame  # per (components, depth) at its best lr: test accuracy and the predictors
-    agreement: pd.DataFrame  # per subset: its best depth by accuracy and its most plastic depth, among comparable ones
-    score: str = "plasticity_mean"  # the per-layer score the agreement uses
-    test: dict = field(default_factory=dict)  # the count of agreements against its chance law
-    comparison: pd.DataFrame | None = None  # each predictor's rank correlation with accuracy over configurations
-    layers: pd.DataFrame | None = None  # plasticity per block component (rows) and layer (columns)
+    table: pd.DataFrame  # each configuration at its best lr, with test accuracy and the predictors
+    agreement: pd.DataFrame  # each subset's best depth and its most plastic depth
+    score: str = "plasticity_mean"  # the agreement uses this per-layer score
+    test: dict = field(default_factory=dict)  # the count of agreements against chance
+    comparison: pd.DataFrame | None = None  # each predictor's rank correlation with accuracy
+    layers: pd.DataFrame | None = None  # plasticity per component and layer
     files: list[Path] = field(default_factory=list)
     family: int = 0
     alpha: float = multiple.ALPHA
 
 
 def varies_depth(trials: pd.DataFrame) -> bool:
-    """Whether a trial table's trials train at more than one depth."""
+    """Return whether the trials train at more than one depth."""
     return "depth" in trials and trials["depth"].fillna("all").nunique() > 1
 
 
 def depth_table(trials: pd.DataFrame, predictors: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per (components, depth) at its best lr (mean validation accuracy over seeds): test accuracy there (mean, std,
-    seeds), the plasticity of the layers it trains (the trials' mean and max; ``predictors``, indexed by (components,
-    depth), adds e.g. ``in_network_mean``) and log10(#trainable parameters)."""
+    """Tabulate each (components, depth) at its best lr with its test accuracy, plasticity and parameter count."""
     select = "best_val_acc" if "best_val_acc" in trials else "val_acc"
     table = best_lr_table(trials, "test_acc", select_by=select)
     keys = pd.MultiIndex.from_arrays(
@@ -83,15 +69,13 @@ def depth_table(trials: pd.DataFrame, predictors: pd.DataFrame | None = None) ->
 
 
 def comparable_depths(depths: list[str], num_blocks: int) -> list[str]:
-    """The depths of ``depths`` whose blocks contain no other's (``all`` contains every third): those whose mean
-    plasticity can be the largest."""
+    """Keep the depths whose blocks contain no other depth's blocks, since only those can be the most plastic."""
     blocks = {d: set(depth_blocks(d, num_blocks) or range(num_blocks)) for d in depths}
     return [d for d in depths if not any(o != d and blocks[o] < blocks[d] for o in depths)]
 
 
 def depth_agreement(table: pd.DataFrame, score: str, num_blocks: int) -> pd.DataFrame:
-    """Per subset trained at two or more comparable depths: those depths by accuracy and by ``score``, whether its best
-    one is its most plastic one, the chance of that (one over their number) and the Spearman between the two orders."""
+    """Order each subset's comparable depths by accuracy and by ``score``, and say whether the two firsts agree."""
     rows = []
     for components, runs in table.groupby("components", sort=False) if score in table and num_blocks else []:
         runs = runs.dropna(subset=["mean"])
@@ -101,7 +85,7 @@ def depth_agreement(table: pd.DataFrame, score: str, num_blocks: int) -> pd.Data
         by_acc = runs.sort_values("mean", ascending=False)
         by_score = runs.sort_values(score, ascending=False)
         x, y = runs[score].to_numpy(float), runs["mean"].to_numpy(float)
-        rho = spearman(x, y) if len(runs) >= 3 and not (is_constant(x) or is_constant(y)) else math.nan
+        rho = spearman(x, y) if len(runs) >= 3 and not (_is_constant(x) or _is_constant(y)) else math.nan
         rows.append(
             {
                 "components": components,
@@ -120,11 +104,10 @@ def depth_agreement(table: pd.DataFrame, score: str, num_blocks: int) -> pd.Data
 
 
 def agreement_test(agreement: pd.DataFrame) -> dict:
-    """The count of subsets whose most plastic depth was their best, its expectation by chance, and the exact one-sided
-    p-value of at least that many under independent chances (the Poisson-binomial law of ``agreement["chance"]``)."""
+    """Test the count of agreements exactly against its Poisson-binomial law under chance."""
     chances = agreement["chance"].to_numpy(float)
     law = np.array([1.0])
-    for q in chances:  # the distribution of the count, one subset at a time
+    for q in chances:  # build the count's distribution one subset at a time
         law = np.convolve(law, [1 - q, q])
     observed = int(agreement["agree"].sum())
     p = float(law[observed:].sum()) if len(chances) else math.nan
@@ -141,18 +124,14 @@ def analyze_depth(
     n_boot: int = N_BOOT,
     alpha: float = multiple.ALPHA,
 ) -> DepthAnalysis:
-    """Analyze where to finetune: how well the most plastic depth finds the best one, and each predictor's ranking.
-
-    The analysis holds ``depth_table``, the agreement of best and most plastic depths with its exact test, and over
-    every configuration each predictor against the baseline (hierarchical bootstrap), all judged in one family; it is
-    written as CSV into ``out_dir``.
+    """Analyze whether the most plastic depth is the best one, and how well each predictor ranks configurations.
 
     Args:
         trials: The trial table, trials at several depths.
         out_dir: Where the CSV files go.
         num_blocks: The model's number of blocks.
-        layers: The per-layer plasticity shown beside (None: none).
-        predictors: Per-(components, depth) columns such as ``in_network_mean`` (None: none).
+        layers: The per-layer plasticity to show, or None.
+        predictors: Extra columns per (components, depth), such as ``in_network_mean``, or None.
         n_boot: Bootstrap resamples.
         alpha: The family's level.
 
@@ -172,22 +151,22 @@ def analyze_depth(
     if BASELINE in table:
         runs = runs_of(trials, list(zip(table["components"], table["depth"])), ("components", "depth"))
         options = dict(n_boot=n_boot, seed=0, min_points=MIN_POINTS)
-        statistics = [predictor_statistics(table, runs, p, **options) for p in DEPTH_PREDICTORS if p in table]
+        statistics = [_predictor_statistics(table, runs, p, **options) for p in DEPTH_PREDICTORS if p in table]
     found.family, found.alpha = _judge(found, statistics, alpha), alpha
     if statistics:
-        found.comparison = comparison_frame(statistics)
+        found.comparison = _comparison_frame(statistics)
     found.files = _write(found, Path(out_dir).expanduser())
     return found
 
 
 def _judge(found: DepthAnalysis, statistics: list[Statistics], alpha: float) -> int:
-    """Holm over the depth analysis's verdicts: each predictor's difference and the agreement count."""
+    """Judge each predictor's difference and the agreement count in one Holm family."""
     flat = [s for s in statistics if s.row["predictor"] != BASELINE]
     test = found.test
     estimates = [s.row["diff_vs_baseline"] for s in flat] + [test["agree"] - test["expected"]]
     given = [None] * len(flat) + [test["p"] if test["subsets"] else None]
     judged = multiple.judge(estimates, [s.samples for s in flat] + [None], given, alpha=alpha)
-    fill_verdicts(flat, judged.iloc[: len(flat)])
+    _fill_verdicts(flat, judged.iloc[: len(flat)])
     last = judged.iloc[-1]
     test.update(
         p_holm=last["p_holm"],
@@ -211,7 +190,7 @@ def _write(found: DepthAnalysis, out: Path) -> list[Path]:
 
 
 def describe_depth(found: DepthAnalysis) -> str:
-    """The depth analysis as text: plasticity per layer, accuracy per subset and depth, and the verdicts."""
+    """Describe the depth analysis as text."""
     lines = []
     if found.layers is not None:
         lines += [
@@ -225,7 +204,7 @@ def describe_depth(found: DepthAnalysis) -> str:
             "components": t["components"],
             "depth": t["depth"],
             "best lr": t["lr"].map(lambda v: f"{v:.3g}"),
-            "test acc": [mean_std(m, s) for m, s in zip(t["mean"], t["std"])],
+            "test acc": [_mean_std(m, s) for m, s in zip(t["mean"], t["std"])],
             "seeds": t["n_seeds"],
         }
     )
@@ -247,7 +226,7 @@ def _variant(score: str) -> str:
 
 
 def _agreement_lines(found: DepthAnalysis) -> list[str]:
-    """Per subset, its best and most plastic comparable depths; the count against its computed chance."""
+    """Describe each subset's best and most plastic depths, and the count against chance."""
     agreement, test = found.agreement, found.test
     if agreement.empty:
         return ["", "No subset was trained at two depths of which neither contains the other: no depth to compare."]
@@ -275,7 +254,7 @@ def _comparison_text(found: DepthAnalysis) -> str:
         f"bootstrap; difference to log(#trainable params) with its interval adjusted for the {found.family} verdicts "
         f"({family_clause(found.alpha, multiple.CORRECTION, found.family)}):"
     ]
-    lines += [comparison_line(r, kendall=False) for r in found.comparison.itertuples()]
+    lines += [_comparison_line(r, kendall=False) for r in found.comparison.itertuples()]
     better = found.comparison[found.comparison["verdict"] == "better"]
     lines.append(
         "  -> "

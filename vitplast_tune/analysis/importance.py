@@ -1,21 +1,4 @@
-"""Which searched settings matter for accuracy: Optuna's fANOVA importance of each parameter (a component's flag, the
-learning rate, ...) and the direction of its effect.
-
-Each trial with a finite target becomes a COMPLETE trial of an in-memory Optuna study whose value is the target;
-``FanovaImportanceEvaluator`` (seeded) splits the variance of the target between the parameters (importances sum
-to 1). A search's target is ``val_acc_common``, the validation accuracy at the last step every trial reached, so
-that trials the scheduler stopped early count at the budget all trials share (Optuna's own importance would use
-only the COMPLETE trials, those ASHA let finish: the best ones). The direction of a boolean (a component's flag) is
-the mean target with it minus without it; of a number (the learning rate), Spearman's rank correlation with the
-target; of another choice, the best mean minus the worst.
-
-fANOVA's cost grows faster than linearly with the trials on a noisy target (its trees' leaves, each marginalized
-over every subspace; measured on the dated scale page of the docs' results). Above ``MAX_FANOVA_TRIALS`` it is
-fitted on a seeded random sample of that many trials, which the summary states; the directions are always over
-every trial.
-
-Pure functions on pandas objects and Optuna; nothing here needs Ray, MLflow or torch.
-"""
+"""Rate how much each searched parameter matters for accuracy with Optuna's fANOVA, and which way it acts."""
 
 from __future__ import annotations
 
@@ -26,25 +9,24 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-MIN_TRIALS = 5  # fewer trials with a finite target: no importance, only a note
-MAX_FANOVA_TRIALS = 1000  # more: fANOVA on a seeded sample of this many (directions over all)
+MIN_TRIALS = 5  # fewer trials with a finite target get a note instead of an importance
+MAX_FANOVA_TRIALS = 1000  # fANOVA fits a seeded sample of this many trials when there are more
 
 
 @dataclass
 class Importance:
-    """The importance table (``parameter``, ``importance``, ``effect``, ``effect_kind``, ``detail``; most important
-    first), what it was computed for, and why it is empty when it is."""
+    """Hold the importance table, most important first, what it was computed for, and why it is empty if so."""
 
     table: pd.DataFrame
     target: str
     n: int
     seed: int
     note: str = ""
-    fitted: int | None = None  # the trials fANOVA was fitted on, when a sample of the ``n``
+    fitted: int | None = None  # the size of fANOVA's sample, when it took one
 
     @property
     def trials(self) -> str:
-        """The trials it counts, in words: ``60 trials`` or ``1,000 of 3,000 trials`` (a sample)."""
+        """Count the trials in words, such as ``60 trials`` or ``1,000 of 3,000 trials``."""
         return f"{self.n} trials" if self.fitted is None else f"{self.fitted:,} of {self.n:,} trials"
 
 
@@ -58,22 +40,19 @@ def parameter_importance(
     min_trials: int = MIN_TRIALS,
     max_trials: int = MAX_FANOVA_TRIALS,
 ) -> Importance:
-    """Measure how much each searched parameter matters for ``target``, and which way: fANOVA importance and direction.
-
-    fANOVA sees a seeded sample of ``max_trials`` trials when there are more.
+    """Measure how much each searched parameter matters for ``target`` with fANOVA, and which way it acts.
 
     Args:
         params: The searched parameters, a column each, a row per trial.
         distributions: The Optuna distribution of each column, by column.
         target: What they should explain, a Series aligned with ``params``.
-        label: What the target is (default: its name).
+        label: What the target is, by default its name.
         seed: The seed of fANOVA and of its sample.
         min_trials: The fewest trials with finite values that get an importance.
-        max_trials: The most trials fANOVA is fitted on.
+        max_trials: The most trials fANOVA is fitted on, as a seeded sample.
 
     Returns:
-        The importance table, most important first, and what it was computed for; empty (with a note saying why)
-        with too few trials or a constant target.
+        The importance. Its table is empty, with a note, for too few trials or a constant target.
     """
     label = label or str(target.name)
     keep = np.isfinite(pd.to_numeric(target, errors="coerce").to_numpy(dtype=float)) & params.notna().all(axis=1)
@@ -94,7 +73,7 @@ def parameter_importance(
 
 
 def _fanova(x: pd.DataFrame, distributions: dict, y: pd.Series, seed: int) -> dict[str, float]:
-    """Optuna's fANOVA importances of the columns of ``x`` for ``y``, through an in-memory study of COMPLETE trials."""
+    """Compute Optuna's fANOVA importances through an in-memory study of complete trials."""
     import optuna
     from optuna.importance import FanovaImportanceEvaluator, get_param_importances
     from optuna.trial import create_trial
@@ -109,7 +88,7 @@ def _fanova(x: pd.DataFrame, distributions: dict, y: pd.Series, seed: int) -> di
 
 
 def _direction(values: pd.Series, y: pd.Series) -> dict:
-    """The sign of a parameter's effect: with minus without (a boolean), Spearman (a number), best minus worst mean."""
+    """Measure which way a parameter acts: with minus without, Spearman for a number, else best minus worst."""
     if values.map(lambda v: isinstance(v, (bool, np.bool_))).all():
         on = values.astype(bool)
         n_on, n_off = int(on.sum()), int((~on).sum())
@@ -128,7 +107,7 @@ def _direction(values: pd.Series, y: pd.Series) -> dict:
 
 
 def describe_importance(found: Importance) -> str:
-    """The importance block of a search's summary: one line per parameter, most important first."""
+    """Describe the importance for a search's summary, one line per parameter."""
     trials = found.trials + ("" if found.fitted is None else " (a seeded sample)")
     head = (
         f"Which settings matter? fANOVA importance (Optuna, seed {found.seed}; shares of the variance, summing to 1) "

@@ -1,9 +1,4 @@
-"""Figures of the analyzes (PNG): the plasticity per component and layer, a score against accuracy, the
-paper-style gain next to plasticity, a search's Pareto front, and the importance of its parameters.
-
-Plots draw on ``matplotlib.figure.Figure`` directly (Agg rendering), so importing this module never
-selects a pyplot backend.
-"""
+"""Draw the analyses' PNG figures on plain matplotlib figures, so no pyplot backend is ever selected."""
 
 from __future__ import annotations
 
@@ -14,17 +9,17 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from vitplast_tune.analysis.correlation import is_constant, numeric, require_columns
+from vitplast_tune.analysis.correlation import _is_constant, _numeric, _require_columns
 from vitplast_tune.components import BLOCK_COMPONENTS, HEAD, TABLE_ORDER
 
 
 def plot_score_vs_accuracy(trials: pd.DataFrame, score: str, target: str, path: str | Path) -> Path:
     """Write a PNG scatter of ``target`` against ``score``, one point per trial, coloured by log10 learning rate."""
-    require_columns(trials, [score, target])
-    x, y = numeric(trials[score]), numeric(trials[target])
+    _require_columns(trials, [score, target])
+    x, y = _numeric(trials[score]), _numeric(trials[target])
     keep = np.isfinite(x) & np.isfinite(y)
     fig, (ax,) = _figure(ncols=1, figsize=(6, 4.5))
-    lr = numeric(trials["lr"]) if "lr" in trials.columns else None
+    lr = _numeric(trials["lr"]) if "lr" in trials.columns else None
     if lr is not None and np.all(lr[keep] > 0):
         points = ax.scatter(x[keep], y[keep], c=np.log10(lr[keep]), cmap="viridis", edgecolors="k", linewidths=0.3)
         fig.colorbar(points, ax=ax, label="log10 learning rate")
@@ -33,13 +28,13 @@ def plot_score_vs_accuracy(trials: pd.DataFrame, score: str, target: str, path: 
     ax.set_xlabel(score)
     ax.set_ylabel(target)
     xs, ys, n = x[keep], y[keep], int(keep.sum())
-    rho = stats.spearmanr(xs, ys).statistic if n >= 2 and not (is_constant(xs) or is_constant(ys)) else math.nan
+    rho = stats.spearmanr(xs, ys).statistic if n >= 2 and not (_is_constant(xs) or _is_constant(ys)) else math.nan
     ax.set_title(f"Spearman ρ = {rho:.3f} (n = {n})" if np.isfinite(rho) else f"Spearman ρ undefined (n = {n})")
     return _save(fig, path)
 
 
-def plot_gain_and_plasticity(table: pd.DataFrame, plasticity: pd.Series, path: str | Path) -> Path:
-    """Write a PNG like the paper's figure: relative gain (or test accuracy) per configuration beside plasticity."""
+def _plot_gain_and_plasticity(table: pd.DataFrame, plasticity: pd.Series, path: str | Path) -> Path:
+    """Write a PNG like the paper's figure, with each configuration's gain beside each component's plasticity."""
     value = "relative_gain" if "relative_gain" in table else "mean"
     shown = table[table["components"] != HEAD]
     fig, (left, right) = _figure(ncols=2, figsize=(11, 4.2))
@@ -62,12 +57,12 @@ def plot_gain_and_plasticity(table: pd.DataFrame, plasticity: pd.Series, path: s
 def plot_pareto(
     trials: pd.DataFrame, front: pd.DataFrame, cost: str, path: str | Path, accuracy: str = "best_val_acc"
 ) -> Path:
-    """Write a PNG: every trial's ``accuracy`` against ``cost`` (log scale), the front as a labelled step line."""
+    """Write a PNG of every trial's ``accuracy`` against ``cost``, with the front as a labelled step line."""
     fig, (ax,) = _figure(ncols=1, figsize=(7, 4.8))
-    x, y = numeric(trials[cost]), numeric(trials[accuracy])
+    x, y = _numeric(trials[cost]), _numeric(trials[accuracy])
     keep = np.isfinite(x) & np.isfinite(y) & (x > 0)
     ax.scatter(x[keep], 100 * y[keep], color="0.7", edgecolors="k", linewidths=0.3, label="trials")
-    fx, fy = numeric(front[cost]), 100 * numeric(front[accuracy])
+    fx, fy = _numeric(front[cost]), 100 * _numeric(front[accuracy])
     ax.step(fx, fy, where="post" if cost == "trainable_params" else "pre", color="C3", marker="o", label="Pareto front")
     for xi, yi, name in zip(fx, fy, front["components"]):
         ax.annotate(str(name), (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=8)
@@ -78,22 +73,21 @@ def plot_pareto(
     return _save(fig, path)
 
 
-def plot_importance(table: pd.DataFrame, title: str, path: str | Path) -> Path:
-    """Write a PNG: each parameter's fANOVA importance as a bar, green when it raises accuracy, red when it lowers it,
-    grey when its direction is undetermined; the direction written beside the bar."""
+def _plot_importance(table: pd.DataFrame, title: str, path: str | Path) -> Path:
+    """Write a PNG with a bar per parameter's importance, green when it raises accuracy and red when it lowers it."""
     fig, (ax,) = _figure(ncols=1, figsize=(7, 0.45 * max(len(table), 3) + 1.2))
     shown = table.iloc[::-1]
     y = np.arange(len(shown))
-    effect = numeric(shown["effect"])
+    effect = _numeric(shown["effect"])
     colors = ["0.6" if not np.isfinite(e) or e == 0 else ("C2" if e > 0 else "C3") for e in effect]
-    ax.barh(y, numeric(shown["importance"]), color=colors)
+    ax.barh(y, _numeric(shown["importance"]), color=colors)
     ax.set_yticks(y, shown["parameter"])
     for yi, (importance, e, kind) in enumerate(zip(shown["importance"], effect, shown["effect_kind"])):
         text = "" if not np.isfinite(e) else (f"ρ {e:+.2f}" if kind == "spearman" else f"{100 * e:+.1f} pts")
         ax.annotate(text, (importance, yi), textcoords="offset points", xytext=(4, -3), fontsize=8)
     ax.set_xlabel("fANOVA importance (share of the variance)")
     ax.set_title(title, fontsize=9)
-    ax.set_xlim(0, max(1.0, float(numeric(table["importance"]).max() or 0) * 1.25))
+    ax.set_xlim(0, max(1.0, float(_numeric(table["importance"]).max() or 0) * 1.25))
     return _save(fig, path)
 
 

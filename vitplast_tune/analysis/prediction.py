@@ -1,8 +1,4 @@
-"""The analysis of one search's trials: does the plasticity of a trial's subset predict its accuracy,
-beside the naive baseline log10(trainable parameters)? Correlations per view, written and described.
-
-Pure functions on pandas objects; nothing here needs Ray or MLflow.
-"""
+"""Test whether the plasticity of each trial's subset predicts its accuracy better than the parameter count."""
 
 from __future__ import annotations
 
@@ -15,10 +11,10 @@ import pandas as pd
 
 from vitplast_tune.analysis import multiple
 from vitplast_tune.analysis.correlation import (
+    _numeric,
     compare_predictors,
     compare_with_baseline,
     interval,
-    numeric,
     partial_correlations,
 )
 from vitplast_tune.analysis.plots import plot_score_vs_accuracy
@@ -30,12 +26,12 @@ from vitplast_tune.analysis.verdicts import corrected_p, family_clause
 from vitplast_tune.components import HEAD
 from vitplast_tune.predictors.scores import BASELINE, PLASTICITY, criteria, log_trainable_params
 
-TEXT_COLUMNS = ("note", "verdict")  # the correlations table's text, "" where a row has none
+TEXT_COLUMNS = ("note", "verdict")  # the text columns of the correlations table
 
 
 @dataclass
 class TrialAnalysis:
-    """Plasticity vs accuracy over a search's finished trials, with the files written."""
+    """Hold plasticity against accuracy over a search's finished trials, with the files written."""
 
     correlations: pd.DataFrame
     single_components: pd.DataFrame
@@ -44,28 +40,18 @@ class TrialAnalysis:
 
 
 def read_correlations(path: str | Path) -> pd.DataFrame:
-    """Read a correlations table (``correlations.csv``, ``analyze_trials``) back as it was written.
-
-    pandas reads an empty field as NaN, which is true where the "" written was false: the notes and verdicts come
-    back as text, "" where a row has none.
-
-    Args:
-        path: The CSV file.
-
-    Returns:
-        The table, one row per predictor and target.
-    """
-    return with_text(pd.read_csv(path))
+    """Read ``correlations.csv`` back as it was written, with empty notes and verdicts as "" rather than NaN."""
+    return _with_text(pd.read_csv(path))
 
 
-def with_text(table: pd.DataFrame) -> pd.DataFrame:
-    """Give a correlations table its notes and verdicts as text, "" where one is missing (NaN, None)."""
+def _with_text(table: pd.DataFrame) -> pd.DataFrame:
+    """Turn missing notes and verdicts into ""."""
     present = [c for c in TEXT_COLUMNS if c in table]
     return table.assign(**{c: table[c].astype(object).where(table[c].notna(), "") for c in present})
 
 
 def finished_trials(trials: pd.DataFrame) -> pd.DataFrame:
-    """Trials that trained their whole step budget without error or divergence (early-stopped ones are left out)."""
+    """Keep the trials that trained their whole step budget without error or divergence."""
     ok = trials["step"].fillna(0) >= trials["max_steps"]
     if "diverged" in trials:
         ok &= ~trials["diverged"].astype(bool)
@@ -83,16 +69,7 @@ def analyze_trials(
     n_boot: int = 1000,
     seed: int = 0,
 ) -> TrialAnalysis:
-    """Correlate each plasticity score, and the naive baseline log10(trainable parameters), with accuracy.
-
-    Two views: final ``target`` of the finished trials (those that trained their whole budget),
-    and, when the table has it, ``val_acc_common`` of every trial (accuracy at the last step all
-    trials reached, the fair view under early stopping). Adds the relative gain over the linear
-    probe when the search has head-only trials. Each row also carries the paired-bootstrap difference
-    of its Spearman against the baseline's (diff_vs_baseline, diff_low, diff_high, verdict) and, when
-    the learning rate varies, the partial Spearman controlling for it (partial_spearman, _low, _high).
-    Writes correlations.csv, single_components.csv and scatter plots to ``out_dir``.
-    """
+    """Correlate each plasticity score and the parameter count with accuracy, and write the tables and plots."""
     out = Path(out_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     trials = trials.copy()
@@ -102,10 +79,10 @@ def analyze_trials(
     views = [(target, done)]
     if "relative_gain" in single:
         done["relative_gain"] = relative_gain(
-            numeric(done[target]), single.loc[single["components"] == HEAD, "mean"].iloc[0]
+            _numeric(done[target]), single.loc[single["components"] == HEAD, "mean"].iloc[0]
         )
         views.append(("relative_gain", done))
-    if "val_acc_common" in trials and trials["val_acc_common"].notna().any():
+    if "val_acc_common" in trials and trials["val_acc_common"].notna().any():  # the fair view under early stopping
         views.append(("val_acc_common", trials))
     predictors = [c for c in criteria(PLASTICITY) if c in trials] + [BASELINE]
     options = dict(n_boot=n_boot, seed=seed, min_trials=min_trials)
@@ -116,7 +93,7 @@ def analyze_trials(
         ],
         ignore_index=True,
     )
-    table = adjust_verdicts(table, dict(views), n_boot=n_boot, seed=seed)
+    table = _adjust_verdicts(table, dict(views), n_boot=n_boot, seed=seed)
     files = [out / "correlations.csv", out / "single_components.csv", out / "finished_trials.csv"]
     table.to_csv(files[0], index=False)
     single.to_csv(files[1], index=False)
@@ -131,16 +108,13 @@ def analyze_trials(
 JUDGED = ("better", "worse", "no clear difference")
 
 
-def adjust_verdicts(
+def _adjust_verdicts(
     table: pd.DataFrame, frames: dict[str, pd.DataFrame], *, n_boot: int, seed: int, alpha: float = multiple.ALPHA
 ) -> pd.DataFrame:
-    """Holm over every verdict the per-trial analysis prints (each plasticity score against the baseline, in each
-    view): ``p_holm``, the adjusted interval of the difference (``diff_low``/``diff_high`` at ``level``: the BCa
-    interval again at the Holm step of a rejected hypothesis, Bonferroni's level otherwise) and the verdict, "better"
-    or "worse" only where Holm's p is below ``alpha`` and that interval excludes 0."""
+    """Judge every verdict of the per-trial analysis in one Holm family, with intervals at the adjusted levels."""
     table = table.assign(p_holm=math.nan, level=math.nan)
     table.attrs["alpha"] = alpha
-    same_ranks = table["target"] == "relative_gain"  # a monotone function of the accuracy: its ranks, its verdicts
+    same_ranks = table["target"] == "relative_gain"  # it ranks trials as the accuracy does, so it is not judged again
     table.loc[same_ranks, "verdict"] = ""
     tested = table.index[
         table["predictor"].isin(criteria(PLASTICITY)) & table["verdict"].isin(JUDGED) & table["diff_p"].notna()
@@ -150,8 +124,8 @@ def adjust_verdicts(
     for i in tested:
         row = table.loc[i]
         frame = frames[row["target"]]
-        base = numeric(frame[BASELINE])
-        common = frame[np.isfinite(base) & np.isfinite(numeric(frame[row["predictor"]]))]
+        base = _numeric(frame[BASELINE])
+        common = frame[np.isfinite(base) & np.isfinite(_numeric(frame[row["predictor"]]))]
         c = compare_predictors(
             common, row["predictor"], BASELINE, row["target"], n_boot=n_boot, seed=seed, level=row["level"]
         )
@@ -166,14 +140,14 @@ def adjust_verdicts(
 def _with_partials(
     table: pd.DataFrame, frame: pd.DataFrame, *, n_boot: int, seed: int, min_trials: int
 ) -> pd.DataFrame:
-    """Add each predictor's partial Spearman given lr (when lr varies), on the same rows as its other figures."""
+    """Add each predictor's partial Spearman given lr, on the same rows as its other figures, when lr varies."""
     for column in ("partial_spearman", "partial_low", "partial_high"):
         table[column] = math.nan
     if not ("lr" in frame and pd.to_numeric(frame["lr"], errors="coerce").nunique() > 1):
         return table
-    base = numeric(frame[BASELINE])
-    for i, row in table[with_text(table)["note"] == ""].iterrows():
-        common = frame[np.isfinite(base) & np.isfinite(numeric(frame[row["predictor"]]))]
+    base = _numeric(frame[BASELINE])
+    for i, row in table[_with_text(table)["note"] == ""].iterrows():
+        common = frame[np.isfinite(base) & np.isfinite(_numeric(frame[row["predictor"]]))]
         p = partial_correlations(
             common, [row["predictor"]], row["target"], "lr", n_boot=n_boot, seed=seed, min_trials=min_trials
         ).iloc[0]
@@ -199,8 +173,8 @@ CONFOUND_NOTE = (
 
 
 def describe_correlations(table: pd.DataFrame) -> str:
-    """Plain lines per target: each predictor's Spearman with its interval, then plasticity vs the baseline."""
-    table = with_text(table)  # read back from CSV, an empty note is NaN: no note all the same
+    """Describe each target's correlations and verdicts as text."""
+    table = _with_text(table)
     lines = [f"  ({CONFOUND_NOTE})"] if "partial_spearman" in table and table["partial_spearman"].notna().any() else []
     if "p_holm" in table and table["p_holm"].notna().any():
         family = int(table["p_holm"].notna().sum())
@@ -227,18 +201,15 @@ def describe_correlations(table: pd.DataFrame) -> str:
 
 
 def plasticity_verdict(table: pd.DataFrame) -> str:
-    """The sentences that say whether each plasticity score ranked the trials better than log10(trainable parameters)
-    (their verdicts adjusted together, Holm), on the target with the most trials ("" when the table supports no
-    verdict), prefixed by that target's name."""
+    """Say whether each plasticity score ranked the trials better than the parameter count, on the fullest target."""
     target, rows = judged_scores(table)
     sentences = _verdicts(rows) if target else []
     return f"on {TARGET_LABELS.get(target, target)}: {' '.join(sentences)}" if sentences else ""
 
 
 def judged_scores(table: pd.DataFrame) -> tuple[str, pd.DataFrame]:
-    """The target with the most trials and its plasticity scores' rows that carry a verdict (or its "no verdict");
-    ("", empty) when none does."""
-    table = with_text(table)
+    """Return the target with the most trials and its plasticity rows that carry a verdict, or "" and no rows."""
+    table = _with_text(table)
     scored = table[(table["note"] == "") & table["predictor"].isin(criteria(PLASTICITY))] if not table.empty else table
     if scored.empty or "verdict" not in scored:
         return "", scored.head(0)
@@ -248,9 +219,8 @@ def judged_scores(table: pd.DataFrame) -> tuple[str, pd.DataFrame]:
 
 
 def _verdicts(rows: pd.DataFrame) -> list[str]:
-    """Each plasticity score against log10(trainable params), paired bootstrap, its interval and verdict adjusted for
-    every verdict of the analysis (Holm); below ``correlation.MIN_POINTS`` trials the figures without a verdict."""
-    rows = with_text(rows)
+    """Word each plasticity score's comparison with the parameter count, one sentence each."""
+    rows = _with_text(rows)
     valid = rows[(rows["note"] == "") & rows["predictor"].isin(criteria(PLASTICITY))]
     if valid.empty or "verdict" not in valid or not (valid["verdict"] != "").any():
         return []
@@ -264,9 +234,9 @@ def _verdicts(rows: pd.DataFrame) -> list[str]:
     for p in valid.itertuples():
         figures = f"Spearman difference {p.diff_vs_baseline:+.2f} {interval(p.diff_low, p.diff_high)}"
         if np.isfinite(p.p_holm):
-            figures += f" ({multiple.describe_level(p.level)}, {corrected_p(multiple.CORRECTION)}={p.p_holm:.2g})"
+            figures += f" ({multiple._describe_level(p.level)}, {corrected_p(multiple.CORRECTION)}={p.p_holm:.2g})"
         figures += f", n={p.n}"
-        if p.verdict not in words:  # no verdict: too few trials
+        if p.verdict not in words:  # too few trials for a verdict
             out.append(f"{p.predictor} vs log(trainable parameters): {figures}; {p.verdict}: too few trials to judge.")
         else:
             out.append(f"{p.predictor} {words[p.verdict]} log(trainable parameters): {figures}.")

@@ -1,14 +1,4 @@
-"""The hierarchical bootstrap of a grid with seeds: configurations resampled, and within each drawn configuration its
-seeds, with its learning rate chosen again on each resample, so the seeds' noise and the choice of rate reach every
-interval.
-
-A configuration's runs are two (rates, seeds) arrays, the selection metric (mean validation accuracy picks the rate)
-and the target (test accuracy there), NaN where a run is missing. A resample draws the configurations with
-replacement; each drawn one draws its seed columns with replacement (the same seeds at every rate: a seed fixes the
-split and the batch order), takes the rate with the best mean selection metric over those seeds and the mean target
-there. ``resample`` returns, per bootstrap replicate, which configurations were drawn and their targets, so a
-statistic over configurations (a rank correlation with a predictor) is computed on all replicates at once.
-"""
+"""Resample configurations, then each one's seeds, choosing the learning rate again on every resample."""
 
 from __future__ import annotations
 
@@ -18,15 +8,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from vitplast_tune.analysis.correlation import numeric, require_columns
+from vitplast_tune.analysis.correlation import _numeric, _require_columns
 from vitplast_tune.components import subset_name
 
 
 @dataclass
 class Runs:
-    """Per configuration, its runs as (rates, seeds) arrays of the selection metric and of the target."""
+    """Hold each configuration's runs as (rates, seeds) arrays of the selection metric and the target."""
 
-    keys: list[tuple]  # one per configuration, in the order of the arrays
+    keys: list[tuple]  # one per configuration, in the arrays' order
     lrs: list[np.ndarray]
     select: list[np.ndarray]
     target: list[np.ndarray]
@@ -35,7 +25,7 @@ class Runs:
         return len(self.keys)
 
     def subset(self, mask: np.ndarray) -> Runs:
-        """The configurations where ``mask`` is true, in order."""
+        """Keep the configurations where ``mask`` is true, in order."""
         chosen = np.flatnonzero(mask)
         return Runs(*([getattr(self, f)[i] for i in chosen] for f in ("keys", "lrs", "select", "target")))
 
@@ -48,31 +38,29 @@ def runs_of(
     select: str = "best_val_acc",
     target: str = "test_acc",
 ) -> Runs:
-    """Gather the runs of each configuration in ``configs`` from a trial table with ``lr`` and ``seed`` columns.
-
-    A table without a seed column has every run at seed 0.
+    """Gather each configuration's runs from a trial table, with seed 0 for every run when it has no seeds.
 
     Args:
         trials: The trial table.
-        configs: The configurations, as tuples of the ``keys`` columns' values (components as subset names).
+        configs: The configurations, as tuples of the ``keys`` columns' values.
         keys: The columns that make a configuration.
-        select: The metric a rate is chosen by.
+        select: The metric that picks a rate.
         target: The metric reported at the chosen rate.
 
     Returns:
-        Per configuration, its runs as (rates, seeds) arrays of ``select`` and of ``target``.
+        Each configuration's runs.
 
     Raises:
-        UserError: The trial table lacks a column it needs.
+        UserError: If the trial table lacks a column it needs.
     """
-    require_columns(trials, [*keys, "lr", select, target])
+    _require_columns(trials, [*keys, "lr", select, target])
     frame = pd.DataFrame({k: trials[k].to_numpy() for k in keys})
     if "components" in keys:
         frame["components"] = [subset_name(c) for c in trials["components"]]
-    frame["lr"] = numeric(trials["lr"])
+    frame["lr"] = _numeric(trials["lr"])
     frame["seed"] = trials["seed"].to_numpy() if "seed" in trials else 0
-    frame["_select"], frame["_target"] = numeric(trials[select]), numeric(trials[target])
-    both = np.isfinite(frame["_select"]) & np.isfinite(frame["_target"])  # as best_lr_table: runs with both only
+    frame["_select"], frame["_target"] = _numeric(trials[select]), _numeric(trials[target])
+    both = np.isfinite(frame["_select"]) & np.isfinite(frame["_target"])  # best_lr_table also keeps only these
     frame.loc[~both, ["_select", "_target"]] = np.nan
     groups = {(k if isinstance(k, tuple) else (k,)): g for k, g in frame.groupby(list(keys), sort=False)}
     out = Runs([], [], [], [])
@@ -91,10 +79,9 @@ def runs_of(
 
 
 def best_target(select: np.ndarray, target: np.ndarray, axis_seeds: int = -1) -> np.ndarray:
-    """The mean target at the rate with the best mean selection metric: ``select`` and ``target`` shaped
-    (rates, ..., seeds); a rate without any selection value counts as the worst. Shape: the middle axes."""
+    """Return the mean target at the rate with the best mean selection metric, for arrays (rates, ..., seeds)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a rate or a resample with no finite run: NaN, handled
+        warnings.simplefilter("ignore", RuntimeWarning)  # a rate with no finite run gives NaN, the worst
         chosen = np.nanmean(select, axis=axis_seeds)
         reached = np.nanmean(target, axis=axis_seeds)
     chosen = np.where(np.isnan(chosen), -np.inf, chosen)
@@ -103,14 +90,12 @@ def best_target(select: np.ndarray, target: np.ndarray, axis_seeds: int = -1) ->
 
 
 def point_targets(runs: Runs) -> np.ndarray:
-    """Each configuration's mean target at its best rate (no resampling)."""
+    """Return each configuration's mean target at its best rate, without resampling."""
     return np.array([float(best_target(s, t)) for s, t in zip(runs.select, runs.target)])
 
 
 def resample(runs: Runs, n_boot: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Draw ``n_boot`` hierarchical resamples: the configurations, then each drawn configuration's seeds.
-
-    Seeded: the same call gives the same resamples.
+    """Draw ``n_boot`` seeded resamples of the configurations, then of each drawn configuration's seeds.
 
     Args:
         runs: The runs of each configuration.
@@ -118,9 +103,7 @@ def resample(runs: Runs, n_boot: int, seed: int = 0) -> tuple[np.ndarray, np.nda
         seed: The seed.
 
     Returns:
-        (drawn, targets), both (n_boot, configurations): ``drawn[b, j]`` the configuration drawn in slot j of
-        replicate b, ``targets[b, j]`` its mean target at its best rate on its own draw of seeds (NaN when the drawn
-        seeds have none there).
+        The drawn configurations and their targets at their best rates, both shaped (n_boot, configurations).
     """
     rng = np.random.default_rng(seed)
     n = len(runs)

@@ -1,14 +1,4 @@
-"""The criteria lab: per subset at its best learning rate, which predictor computed before training (plasticity,
-gradient norms, Auto-RGN, "contains attention or feed-forward") ranks the subsets' test accuracy better than
-log10(#trainable parameters)?
-
-Every subset of the block components is taken at its best rate (mean validation accuracy over seeds), and a subset
-whose best rate lies at an end of the rates it was trained at is marked and left out of the verdict (a lab extends its
-grid first: ``labs.py``). The intervals come from the hierarchical bootstrap (``resampling``: subsets resampled, and
-their seeds within them, the rate chosen again each time). Every verdict the lab prints, one per predictor against the
-parameter count at each budget and the paper's narrower claim on the single components (an exact permutation test),
-is one family under Holm (``multiple``); ``subsets_report`` puts the lab in words, generated from those figures.
-"""
+"""Judge which pre-training predictor ranks the subsets' test accuracy better than the parameter count."""
 
 from __future__ import annotations
 
@@ -33,13 +23,13 @@ from vitplast_tune.analysis.resampling import Runs, point_targets, resample, run
 from vitplast_tune.components import BLOCK_COMPONENTS, parse_subset, subset_name
 from vitplast_tune.predictors.scores import BASELINE, lab_criteria, structure_scores
 
-N_BOOT = 4000  # hierarchical resamples per lab: p-values down to 1/2000, below the smallest Holm step of a family
-AGREEMENT_SCORE = "plasticity_mean"  # the paper's claim: single components rank by accuracy as by their plasticity
+N_BOOT = 4000  # resamples per lab, so p-values reach 1/2000, below a family's smallest Holm step
+AGREEMENT_SCORE = "plasticity_mean"  # the paper claims single components rank by accuracy as by this score
 WORDS = {"above 0": "better", "below 0": "worse", "not different from 0": "no clear difference"}
 
 
-def is_block_subset(components) -> bool:
-    """Whether a subset trains block components only (no embedding, not the head alone, not ``all``)."""
+def _is_block_subset(components) -> bool:
+    """Return whether a subset trains block components only."""
     names = set(parse_subset(components))
     return bool(names) and names <= set(BLOCK_COMPONENTS)
 
@@ -51,14 +41,7 @@ def subset_table(
     grid_lrs: list[float] | None = None,
     columns: tuple[str, ...] | None = None,
 ) -> pd.DataFrame:
-    """Per subset at its best lr (``best_lr_table`` on test accuracy) with every pre-training predictor beside it, and
-    where that rate lies: ``lrs`` (every rate trained), ``added`` (those beyond ``grid_lrs``, the space's own rates),
-    ``position`` (``bracket.bracket_table``) and ``in_verdict`` (a block subset at an interior best rate).
-
-    Criteria (``columns``, default ``lab_criteria()``) come from the trial table (the first value per subset), from
-    the subset and its trainable_params (``structure_scores``: contains_mha_or_fc, log_trainable_params) and from
-    ``predictors`` (indexed by subset name, e.g. in-network).
-    """
+    """Tabulate each subset at its best lr with every criterion, and where that rate lies among those trained."""
     select = "best_val_acc" if "best_val_acc" in trials else "val_acc"
     table = best_lr_table(trials, "test_acc", select_by=select).set_index("components")
     names = pd.Series([subset_name(c) for c in trials["components"]], index=trials.index)
@@ -77,26 +60,23 @@ def subset_table(
     table["lrs"] = bracket["lrs"]
     table["added"] = [[r for r in lrs if grid is not None and r not in grid] for lrs in bracket["lrs"]]
     table["position"] = bracket["position"]
-    table["in_verdict"] = [is_block_subset(c) and p == INTERIOR for c, p in zip(table.index, bracket["position"])]
+    # Only a block subset whose best rate lies inside its grid enters the verdict.
+    table["in_verdict"] = [_is_block_subset(c) and p == INTERIOR for c, p in zip(table.index, bracket["position"])]
     return table.rename_axis("components").reset_index()
 
 
 @dataclass
 class Statistics:
-    """One predictor's figures on the lab's subsets, and the bootstrap values of its difference to the baseline."""
+    """Hold one predictor's figures and the bootstrap values of its difference to the baseline."""
 
     row: dict
-    samples: np.ndarray | None = None  # the difference to the baseline on each resample (NaN where undefined)
+    samples: np.ndarray | None = None  # NaN where the difference is undefined
 
 
-def predictor_statistics(
+def _predictor_statistics(
     table: pd.DataFrame, runs: Runs, predictor: str, *, n_boot: int, seed: int, min_points: int
 ) -> Statistics:
-    """Spearman and Kendall of ``predictor`` with each subset's test accuracy at its best rate, and the difference of
-    its Spearman to the baseline's, on the subsets where both are known (``n``), by the hierarchical bootstrap
-    (``resampling.resample``: the same resamples for every predictor on the same subsets, so the difference is
-    paired). 95% percentile intervals for the correlations; the difference's interval and verdict come with the
-    family (``judge_family``)."""
+    """Correlate ``predictor`` with the subsets' accuracy and bootstrap its Spearman's difference to the baseline's."""
     x, base = (pd.to_numeric(table[c], errors="coerce").to_numpy(float) for c in (predictor, BASELINE))
     keep = np.isfinite(x) & np.isfinite(base)
     row = {"predictor": predictor, "n": int(keep.sum()), "note": ""}
@@ -106,7 +86,9 @@ def predictor_statistics(
         return Statistics(row)
     part = runs.subset(keep)
     y = point_targets(part)
-    drawn, targets = resample(part, n_boot, seed)
+    drawn, targets = resample(
+        part, n_boot, seed
+    )  # every predictor sees the same resamples, so the difference is paired
     xs, bs = x[keep][drawn], base[keep][drawn]
     rho, tau = spearman(xs, targets), kendall(xs, targets)
     row |= {"spearman": spearman(x[keep], y), "kendall": kendall(x[keep], y)}
@@ -123,9 +105,7 @@ def predictor_statistics(
     if row["n"] < min_points:
         row["verdict"] = f"no verdict (n < {min_points})"
         return Statistics(row)
-    return Statistics(
-        row, diff
-    )  # every replicate, NaN where undefined: pooled labs average them replicate by replicate
+    return Statistics(row, diff)  # pooled labs average these replicate by replicate
 
 
 _STAT_COLUMNS = (
@@ -134,8 +114,8 @@ _STAT_COLUMNS = (
 )
 
 
-def comparison_frame(statistics: list[Statistics]) -> pd.DataFrame:
-    """Predictors' rows as a table with every statistic column (NaN where a row has none) and ``verdict`` ("" none)."""
+def _comparison_frame(statistics: list[Statistics]) -> pd.DataFrame:
+    """Tabulate the predictors' rows with every statistic column."""
     columns = ["predictor", "n", *_STAT_COLUMNS, "verdict", "note"]
     frame = pd.DataFrame([s.row for s in statistics]).reindex(columns=columns)
     for column in ("verdict", "note"):
@@ -143,10 +123,8 @@ def comparison_frame(statistics: list[Statistics]) -> pd.DataFrame:
     return frame
 
 
-def single_component_agreement(table: pd.DataFrame, score: str = AGREEMENT_SCORE) -> dict:
-    """The paper's narrower claim on the lab's table: Spearman between the single block components' ``score`` and
-    their test accuracy at their best rates, with its exact permutation p-value (two-sided; every ordering of the few
-    components is enumerated, ``correlation.permutation_p``); the statistic NaN with fewer than 3 components."""
+def _single_component_agreement(table: pd.DataFrame, score: str = AGREEMENT_SCORE) -> dict:
+    """Test exactly whether at least 3 single components rank by ``score`` as by their accuracy."""
     rows = table.set_index("components")
     common = [c for c in BLOCK_COMPONENTS if c in rows.index and np.isfinite(rows.loc[c].get(score, math.nan))]
     common = [c for c in common if rows.loc[c, "position"] == INTERIOR]
@@ -161,17 +139,15 @@ def single_component_agreement(table: pd.DataFrame, score: str = AGREEMENT_SCORE
     return out
 
 
-def judge_family(results: list[LabResult], alpha: float = multiple.ALPHA) -> int:
-    """Holm over every verdict of a lab (each predictor's difference to the baseline at each budget, and each budget's
-    single-component agreement): fills in their p, Holm p, adjusted interval, its level and the verdict; returns the
-    family's size (the hypotheses tested)."""
+def _judge_family(results: list[LabResult], alpha: float = multiple.ALPHA) -> int:
+    """Judge every verdict of a lab at every budget in one Holm family, and return the family's size."""
     flat = [s for r in results for s in r.statistics if s.row["predictor"] != BASELINE]
     agreements = [r.agreement for r in results]
     estimates = [s.row["diff_vs_baseline"] for s in flat] + [a["spearman"] for a in agreements]
     samples = [s.samples for s in flat] + [None] * len(agreements)
     given = [None] * len(flat) + [a["p"] for a in agreements]
     judged = multiple.judge(estimates, samples, given, alpha=alpha)
-    fill_verdicts(flat, judged.iloc[: len(flat)])
+    _fill_verdicts(flat, judged.iloc[: len(flat)])
     for a, j in zip(agreements, judged.iloc[len(flat) :].itertuples()):
         a.update(p_holm=j.p_holm, verdict=AGREEMENT_WORDS.get(j.verdict, ""))
     family = int(judged.attrs["family"])
@@ -180,9 +156,8 @@ def judge_family(results: list[LabResult], alpha: float = multiple.ALPHA) -> int
     return family
 
 
-def fill_verdicts(statistics: list[Statistics], judged: pd.DataFrame) -> None:
-    """Copy a family's judgement (``multiple.judge``'s rows, in the same order) into predictors' rows: the adjusted
-    interval of the difference, its level, p, Holm's p and the verdict (those with bootstrap values only)."""
+def _fill_verdicts(statistics: list[Statistics], judged: pd.DataFrame) -> None:
+    """Copy a family's judgement into the rows of the predictors that have bootstrap values."""
     for s, j in zip(statistics, judged.itertuples()):
         if s.samples is not None:
             s.row.update(diff_low=j.low, diff_high=j.high, level=j.level, p=j.p, p_holm=j.p_holm)
@@ -194,8 +169,7 @@ AGREEMENT_WORDS = {"above 0": "holds", "below 0": "is reversed", "not different 
 
 @dataclass
 class LabResult:
-    """The lab at one step budget: the subsets' table, each predictor's figures and verdict, the single-component
-    agreement, and the family its verdicts were judged in."""
+    """Hold the lab at one step budget: the subsets, each predictor's verdict, the agreement and the family."""
 
     table: pd.DataFrame
     statistics: list[Statistics]
@@ -207,9 +181,8 @@ class LabResult:
 
     @property
     def comparison(self) -> pd.DataFrame:
-        """One row per predictor: n, Spearman and Kendall with 95% intervals, the difference to the baseline with its
-        adjusted interval (``level``), p, Holm's p, the verdict, and the budget."""
-        return comparison_frame(self.statistics).assign(budget=self.budget)
+        """Tabulate one row per predictor with its figures, verdict and budget."""
+        return _comparison_frame(self.statistics).assign(budget=self.budget)
 
 
 def criteria_lab(
@@ -223,17 +196,17 @@ def criteria_lab(
     alpha: float = multiple.ALPHA,
     columns: tuple[str, ...] | None = None,
 ) -> list[LabResult]:
-    """Run the criteria lab on the trials of each budget, every verdict judged in one family (``judge_family``).
+    """Run the criteria lab on the trials of each budget, and judge every verdict in one family.
 
     Args:
-        parts: The trial table of each budget (None for a single one).
-        predictors: More per-subset columns (in-network plasticity).
-        grid_lrs: The space's rates, so the table says which rates were added beyond them.
+        parts: The trial table of each budget, keyed None for a single one.
+        predictors: More per-subset columns, such as in-network plasticity.
+        grid_lrs: The space's rates, so that the table says which rates were added.
         n_boot: Bootstrap resamples.
         seed: The bootstrap's seed.
         min_points: The fewest subsets that get a verdict.
         alpha: The family's level.
-        columns: The criteria compared, the baseline among them (None: ``lab_criteria()``).
+        columns: The criteria compared, the baseline among them, or None for ``lab_criteria()``.
 
     Returns:
         One result per budget, in ``parts``' order.
@@ -246,15 +219,14 @@ def criteria_lab(
         runs = runs_of(trials, [(c,) for c in verdict_rows["components"]])
         options = dict(n_boot=n_boot, seed=seed, min_points=min_points)
         names = [p for p in (lab_criteria() if columns is None else columns) if p in table]
-        statistics = [predictor_statistics(verdict_rows, runs, p, **options) for p in names]
-        results.append(LabResult(table, statistics, single_component_agreement(table), budget, n_boot=n_boot))
-    judge_family(results, alpha)
+        statistics = [_predictor_statistics(verdict_rows, runs, p, **options) for p in names]
+        results.append(LabResult(table, statistics, _single_component_agreement(table), budget, n_boot=n_boot))
+    _judge_family(results, alpha)
     return results
 
 
 def write_lab(results: list[LabResult], out: Path) -> list[Path]:
-    """The lab's tables into ``out``: ``criteria.csv`` (each predictor at each budget), ``criteria_subsets.csv`` (each
-    subset at its best rate, the rates it was trained at) and ``criteria_agreement.csv``; their paths."""
+    """Write the lab's predictor, subset and agreement tables into ``out`` and return their paths."""
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "criteria.csv", out / "criteria_subsets.csv", out / "criteria_agreement.csv"]
     pd.concat([r.comparison for r in results], ignore_index=True).to_csv(files[0], index=False)

@@ -1,6 +1,4 @@
-"""The criteria lab in words (``analysis.subsets``'s results): each budget's table of subsets, each predictor's
-comparison with the parameter count, the single-component agreement, and the closing sentences, every one generated
-from the figures."""
+"""Describe the criteria lab in words, generating every sentence from its figures."""
 
 from __future__ import annotations
 
@@ -12,20 +10,19 @@ import pandas as pd
 from vitplast_tune.analysis import multiple
 from vitplast_tune.analysis.bracket import INTERIOR
 from vitplast_tune.analysis.correlation import interval
-from vitplast_tune.analysis.subsets import LabResult, is_block_subset
+from vitplast_tune.analysis.subsets import LabResult, _is_block_subset
 from vitplast_tune.analysis.verdicts import corrected_p, family_clause
 from vitplast_tune.predictors.scores import BASELINE
 
 
 def describe_subsets(result: LabResult) -> str:
-    """The lab's table: each subset at its best rate, its test accuracy (mean ± std over seeds), the rates it was
-    trained at and those added beyond the grid, and whether it is in the verdict."""
+    """Describe each subset at its best rate, the rates it was trained at, and whether it is in the verdict."""
     t = result.table
     shown = pd.DataFrame(
         {
             "components": t["components"],
             "best lr": t["lr"].map(lambda v: f"{v:.3g}"),
-            "test acc": [mean_std(m, s) for m, s in zip(t["mean"], t["std"])],
+            "test acc": [_mean_std(m, s) for m, s in zip(t["mean"], t["std"])],
             "seeds": t["n_seeds"],
             "rates": [" ".join(f"{r:g}" for r in lrs) for lrs in t["lrs"]],
             "added": [" ".join(f"{r:g}" for r in a) or "-" for a in t["added"]],
@@ -34,7 +31,7 @@ def describe_subsets(result: LabResult) -> str:
         }
     )
     out = [shown.to_string(index=False)]
-    edges = t[t["components"].map(is_block_subset) & (t["position"] != INTERIOR)]
+    edges = t[t["components"].map(_is_block_subset) & (t["position"] != INTERIOR)]
     if len(edges):
         out.append(
             f"  {len(edges)} subset(s) left out of the verdict, their best rate still at an end of the rates tried: "
@@ -46,37 +43,25 @@ def describe_subsets(result: LabResult) -> str:
     return "\n".join(out)
 
 
-def mean_std(mean: float, std: float) -> str:
-    """A mean and std of accuracies as percentages, "97.12 ± 1.13%" (the mean alone when there is no std)."""
+def _mean_std(mean: float, std: float) -> str:
+    """Write a mean and std of accuracies as percentages, such as "97.12 ± 1.13%"."""
     return f"{100 * mean:.2f} ± {100 * std:.2f}%" if np.isfinite(std) else f"{100 * mean:.2f}%"
 
 
-def describe_comparison(result: LabResult, what: str = "subsets") -> str:
-    """Each predictor's Spearman and Kendall (hierarchical-bootstrap 95% intervals) and its difference to the
-    baseline with the adjusted interval, p and Holm's p, and the verdict."""
+def _describe_comparison(result: LabResult, what: str = "subsets") -> str:
+    """Describe each predictor's correlations, its difference to the baseline and its verdict."""
     lines = [
         f"Which pre-training predictor ranks the {what} (test accuracy at each one's best rate)? Hierarchical "
         f"bootstrap ({result.n_boot} resamples of the {what} and their seeds, the rate chosen again each time); "
         f"difference = its Spearman minus log(#trainable params)'s on the same rows, its interval adjusted for the "
         f"verdicts of this lab ({family_clause(result.alpha, multiple.CORRECTION, result.family)}; level in brackets):"
     ]
-    lines += [comparison_line(r, n_boot=result.n_boot) for r in result.comparison.itertuples()]
+    lines += [_comparison_line(r, n_boot=result.n_boot) for r in result.comparison.itertuples()]
     return "\n".join(lines)
 
 
-def comparison_line(r: Any, *, n_boot: int | None = None, kendall: bool = True) -> str:
-    """One predictor's row of a comparison table in words: its rank correlations with their intervals, its
-    difference to the baseline with the corrected interval, p-values and verdict (or the note why there is none).
-
-    Args:
-        r: a row of a comparison frame (``comparison_frame``), as ``itertuples`` gives it.
-        n_boot: the resamples behind the p-values, which print the raw p and a floor of ``1/n_boot`` for 0 (None:
-            the Holm p alone, at two significant digits).
-        kendall: whether the row has Kendall's tau beside Spearman's rho.
-
-    Returns:
-        The line, indented two spaces.
-    """
+def _comparison_line(r: Any, *, n_boot: int | None = None, kendall: bool = True) -> str:
+    """Word one predictor's comparison row; with ``n_boot`` it prints the raw p and a floor of ``1/n_boot`` for 0."""
     if r.note:
         return f"  {r.predictor:<22} n={r.n}: {r.note}"
     line = f"  {r.predictor:<22} n={r.n:<3} Spearman {r.spearman:+.2f} {interval(r.spearman_low, r.spearman_high)}"
@@ -86,7 +71,7 @@ def comparison_line(r: Any, *, n_boot: int | None = None, kendall: bool = True) 
         return line
     line += f"  diff {r.diff_vs_baseline:+.2f}"
     if np.isfinite(r.p):
-        line += f" {interval(r.diff_low, r.diff_high)} ({multiple.describe_level(r.level)}) "
+        line += f" {interval(r.diff_low, r.diff_high)} ({multiple._describe_level(r.level)}) "
         line += (
             f"p={_format_p(r.p, n_boot)} {corrected_p(multiple.CORRECTION)}={_format_p(r.p_holm, n_boot)}"
             if n_boot
@@ -99,8 +84,8 @@ def _format_p(p: float, n_boot: int) -> str:
     return f"<{1 / n_boot:.2g}" if p == 0 else f"{p:.2g}"
 
 
-def describe_agreement(agreement: dict) -> str:
-    """The single-component agreement as one line: both orders, Spearman, the exact p and Holm's p."""
+def _describe_agreement(agreement: dict) -> str:
+    """Describe the single-component agreement in one line."""
     a = agreement
     if not np.isfinite(a["spearman"]):
         return f"Single components by test accuracy vs by {a['score']}: fewer than 3 at an interior rate, no test."
@@ -112,9 +97,7 @@ def describe_agreement(agreement: dict) -> str:
 
 
 def conclusions(results: list[LabResult], what: str = "subsets") -> list[str]:
-    """The lab's closing sentences, each generated from its figures: per budget, which predictors rank the ``what``
-    better or worse than the parameter count after Holm (none is said to where no adjusted interval excludes 0),
-    the single-component agreement, the subsets left out; with several budgets, where the verdicts differ."""
+    """Write the lab's closing sentences from its figures, budget by budget, then where the budgets differ."""
     lines = []
     for r in results:
         at = f" at {r.budget} steps" if r.budget is not None else ""
@@ -138,7 +121,7 @@ def _budget_sentences(r: LabResult, what: str) -> list[str]:
         out.append(
             f"{b.predictor} ranks the {what} better than log(#trainable parameters) ({family}): Spearman "
             f"{b.spearman:+.2f} against {b.baseline_spearman:+.2f}, difference {b.diff_vs_baseline:+.2f} "
-            f"{interval(b.diff_low, b.diff_high)} at {multiple.describe_level(b.level)}, {corrected_p(multiple.CORRECTION)}={_format_p(b.p_holm, r.n_boot)}"
+            f"{interval(b.diff_low, b.diff_high)} at {multiple._describe_level(b.level)}, {corrected_p(multiple.CORRECTION)}={_format_p(b.p_holm, r.n_boot)}"
         )
     if better.empty:
         out.append(
@@ -149,7 +132,7 @@ def _budget_sentences(r: LabResult, what: str) -> list[str]:
         listed = ", ".join(f"{w.predictor} ({w.diff_vs_baseline:+.2f})" for w in worse.itertuples())
         out.append(f"Worse than the parameter count after the same correction: {listed}")
     out.append(_agreement_sentence(r))
-    left = int((r.table["components"].map(is_block_subset) & ~r.table["in_verdict"]).sum())
+    left = int((r.table["components"].map(_is_block_subset) & ~r.table["in_verdict"]).sum())
     if left:
         out.append(f"{left} subset(s) were left out, their best rate at an end of the rates they were trained at")
     return out
@@ -174,7 +157,7 @@ def _agreement_sentence(r: LabResult) -> str:
 
 
 def _across_budgets(results: list[LabResult]) -> str:
-    """Which predictors' verdicts differ between the budgets, or that none does."""
+    """Say which predictors' verdicts differ between the budgets."""
     verdicts: dict[str, list[tuple[int | None, str]]] = {}
     for r in results:
         for row in r.comparison.itertuples():
@@ -190,11 +173,9 @@ def _across_budgets(results: list[LabResult]) -> str:
 def describe_lab(results: list[LabResult], what: str = "subsets") -> str:
     """Describe the whole lab as text, budget by budget, then its conclusions.
 
-    Per budget: the subsets' table, the comparison and the agreement.
-
     Args:
         results: The lab's results, one per budget.
-        what: What the rows are called in the text (e.g. "subsets").
+        what: What the text calls the rows, such as "subsets".
 
     Returns:
         The text.
@@ -207,9 +188,9 @@ def describe_lab(results: list[LabResult], what: str = "subsets") -> str:
             + "Each subset at its best rate (mean validation accuracy over seeds), test accuracy there:\n"
             + describe_subsets(r)
             + "\n\n"
-            + describe_comparison(r, what)
+            + _describe_comparison(r, what)
             + "\n  "
-            + describe_agreement(r.agreement)
+            + _describe_agreement(r.agreement)
         )
     parts.append(
         "\n".join(["What it says (generated from the figures above):", *(f"  {s}" for s in conclusions(results, what))])

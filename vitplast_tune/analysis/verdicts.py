@@ -1,11 +1,4 @@
-"""Verdict words, written in one place: a test result (its statistic, interval, corrected p and its Monte Carlo error,
-the family's alpha and correction) becomes the sentence every report prints.
-
-Nothing here is typed into a sentence that the numbers do not carry: the alpha, the correction's name and the family's
-size come from the result, and a corrected p within ``undecided_se`` Monte Carlo standard errors of alpha is
-"undecided", never a finding. A claim not established is said as such ("not shown to rank ... better"), never as its
-opposite. Figures drawn from resamples are printed to the digit their Monte Carlo error allows (``format_mc``).
-"""
+"""Turn a test result into the sentence every report prints, taking every word from the numbers."""
 
 from __future__ import annotations
 
@@ -14,13 +7,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-CORRECTIONS = {"holm": "Holm", "bonferroni": "Bonferroni"}  # statsmodels' multipletests names -> as printed
+CORRECTIONS = {"holm": "Holm", "bonferroni": "Bonferroni"}  # statsmodels' names and how they print
 ESTABLISHED, NOT_ESTABLISHED, UNDECIDED = "established", "not established", "undecided"
 
 
 @dataclass(frozen=True)
 class TestResult:
-    """One tested claim, with its estimate, interval, p-values and family.
+    """Hold one tested claim with its estimate, interval, p-values and family.
 
     Attributes:
         claim: What is claimed: "better", "equivalent", "worse" or "agrees".
@@ -32,18 +25,17 @@ class TestResult:
         high: The interval's upper end.
         level: The interval's confidence level.
         p: The p-value.
-        p_se: Its Monte Carlo standard error (0: exact).
+        p_se: Its Monte Carlo standard error, 0 when exact.
         p_adjusted: The p-value corrected for the family.
-        p_adjusted_se: Its Monte Carlo standard error (0: exact).
+        p_adjusted_se: Its Monte Carlo standard error, 0 when exact.
         alpha: The family's level.
         correction: The family's correction for multiple tests.
         family: How many hypotheses the family holds.
         margin: The margin of an equivalence claim.
         interval_se: The Monte Carlo error of the interval's ends.
-        scope: Where the claim holds (e.g. "across these 4 tasks").
-        undecided_se: How many Monte Carlo standard errors from ``alpha`` a corrected p leaves the claim undecided.
-        earlier_undecided: Whether a step of a step-down correction (Holm) that this claim's rejection rests on, an
-            earlier hypothesis's p against its own threshold, is within ``undecided_se`` of its Monte Carlo errors.
+        scope: Where the claim holds, such as "across these 4 tasks".
+        undecided_se: How many Monte Carlo standard errors from ``alpha`` leave the claim undecided.
+        earlier_undecided: Whether an earlier Holm step that this claim rests on is undecided.
     """
 
     claim: str
@@ -62,16 +54,14 @@ class TestResult:
     correction: str
     family: int
     margin: float = math.nan
-    interval_se: float = math.nan  # the Monte Carlo error of the interval's ends
+    interval_se: float = math.nan
     scope: str = ""
     undecided_se: float = 3.0
     earlier_undecided: bool = False
 
 
 def decision(result: TestResult) -> str:
-    """ "established" (corrected p below alpha, more than ``undecided_se`` Monte Carlo errors from it, and no earlier
-    step it rests on undecided), "undecided" (within them, or resting on such a step), else "not established"; "not
-    established" for an untested (NaN) p."""
+    """Decide a claim: "established", "undecided" within the Monte Carlo errors of alpha, or "not established"."""
     p, se = result.p_adjusted, result.p_adjusted_se
     if not math.isfinite(p):
         return NOT_ESTABLISHED
@@ -83,8 +73,7 @@ def decision(result: TestResult) -> str:
 
 
 def quantile_se(samples, q: float) -> float:
-    """The Monte Carlo standard error of the ``q`` quantile of bootstrap values, from the order statistics
-    ``sqrt(B q (1 - q))`` ranks either side of it (half their distance); NaN without values."""
+    """Estimate the Monte Carlo standard error of the ``q`` quantile of bootstrap values from order statistics."""
     values = np.sort(np.asarray(samples if samples is not None else [], dtype=float))
     values = values[np.isfinite(values)]
     if len(values) < 2:
@@ -95,30 +84,28 @@ def quantile_se(samples, q: float) -> float:
 
 
 def p_se(p: float, n: int) -> float:
-    """The Monte Carlo standard error of a share ``p`` of ``n`` resamples (of one resample's share at 0 or 1)."""
+    """Return the Monte Carlo standard error of a share ``p`` of ``n`` resamples, one resample's share at 0 or 1."""
     if not math.isfinite(p) or n <= 0:
         return math.nan
     return math.sqrt(p * (1 - p) / n) if 0 < p < 1 else 1 / n
 
 
-def mc_decimals(se: float, most: int = 4) -> int:
-    """The decimals a figure with Monte Carlo standard error ``se`` is printed to: its last digit worth at least 5
-    standard errors, so a rerun with another bootstrap seed moves it by at most one unit; ``most`` when exact."""
+def _mc_decimals(se: float, most: int = 4) -> int:
+    """Return the decimals whose last digit is worth at least 5 standard errors, so a rerun moves it by one unit."""
     if not math.isfinite(se) or se <= 0:
         return most
     return max(0, min(most, math.floor(-math.log10(5 * se))))
 
 
 def format_mc(value: float, se: float, *, most: int = 2, signed: bool = True) -> str:
-    """``value`` to the decimals its Monte Carlo error allows (at most ``most``), e.g. "+0.2"; "nan" when not finite."""
+    """Write ``value`` to the decimals its Monte Carlo error allows, at most ``most``, such as "+0.2"."""
     if not math.isfinite(value):
         return "nan"
-    return f"{value:{'+' if signed else ''}.{mc_decimals(se, most)}f}"
+    return f"{value:{'+' if signed else ''}.{_mc_decimals(se, most)}f}"
 
 
 def format_p(p: float, se: float) -> str:
-    """A p-value with its Monte Carlo standard error, "0.01 (MC SE 0.0008)"; one without error (exact, or capped at
-    1) to 3 digits."""
+    """Write a p-value with its Monte Carlo standard error, such as "0.01 (MC SE 0.0008)", or exact to 3 digits."""
     if not math.isfinite(p):
         return "nan"
     if not math.isfinite(se) or se == 0:
@@ -127,20 +114,13 @@ def format_p(p: float, se: float) -> str:
 
 
 def family_clause(alpha: float, correction: str, family: int) -> str:
-    """The family a verdict was judged in, from its numbers: "Holm over 17 verdicts, family-wise 5%"."""
+    """Name the family a verdict was judged in, such as "Holm over 17 verdicts, family-wise 5%"."""
     name = CORRECTIONS.get(correction, correction)
     return f"{name} over {family} verdict{'s' if family != 1 else ''}, family-wise {100 * alpha:g}%"
 
 
 def corrected_p(correction: str) -> str:
-    """Label a p-value adjusted by a correction as a sentence prints it, from the correction's name.
-
-    Args:
-        correction: statsmodels' name of the correction (``CORRECTIONS``), e.g. ``multiple.CORRECTION``.
-
-    Returns:
-        The label, e.g. "Holm p" for "holm".
-    """
+    """Label a corrected p-value by the correction's name, such as "Holm p" for "holm"."""
     return f"{CORRECTIONS.get(correction, correction)} p"
 
 
@@ -153,7 +133,7 @@ def _figures(r: TestResult) -> str:
     )
 
 
-_WORDS = {  # claim -> (established, not established)
+_WORDS = {  # each claim's words when established and when not
     "better": ("{s} ranks {w} better than {b}", "{s} is not shown to rank {w} better than {b}"),
     "worse": ("{s} ranks {w} worse than {b}", "{s} is not shown to rank {w} worse than {b}"),
     "equivalent": (
@@ -173,7 +153,7 @@ def sentence(result: TestResult) -> str:
         The sentence.
 
     Raises:
-        ValueError: The claim is none of the known ones.
+        ValueError: If the claim is none of the known ones.
     """
     r = result
     if r.claim not in _WORDS:
@@ -195,8 +175,7 @@ def sentence(result: TestResult) -> str:
 
 
 def summary(results: list[TestResult]) -> list[str]:
-    """A family's sentences: each established or undecided claim in full (``sentence``), the claims not established
-    grouped by what they claim, with the range of their corrected p-values."""
+    """Say a family's claims: each established or undecided one in full, the rest grouped with their p-values' range."""
     out = [sentence(r) for r in results if decision(r) != NOT_ESTABLISHED]
     groups: dict[tuple, list[TestResult]] = {}
     for r in results:

@@ -138,7 +138,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _registered(args: argparse.Namespace, storage) -> int:
     """``registered``: the checks and labs of a pre-registration, in --storage (new, or continued with --resume)."""
     from vitplast_tune.lab.preregistration import read_preregistration
-    from vitplast_tune.workflows import registered
+    from vitplast_tune.workflows import preregistered_labs
 
     if not args.preregistration or not args.storage:
         raise UserError("registered needs --preregistration FILE and --storage DIR (where the run lives)")
@@ -149,11 +149,11 @@ def _registered(args: argparse.Namespace, storage) -> int:
         )
     prereg = read_preregistration(args.preregistration)
     restore = Path(args.restore_from) if args.restore_from else None
-    settings = registered.RunSettings(storage, args.cpus_per_trial, 0 if args.quiet else 1, restore)
-    registered.restorable(prereg, restore)  # refused before anything is written
-    record = registered.start_or_resume(prereg, settings, resume=args.resume)  # refused before Ray starts
-    record = registered.run_registered(prereg, settings, record=record)
-    print(registered.describe_run(record))
+    settings = preregistered_labs.RunSettings(storage, args.cpus_per_trial, 0 if args.quiet else 1, restore)
+    preregistered_labs.restorable(prereg, restore)  # refused before anything is written
+    record = preregistered_labs.start_or_resume(prereg, settings, resume=args.resume)  # refused before Ray starts
+    record = preregistered_labs.run_registered(prereg, settings, record=record)
+    print(preregistered_labs.describe_run(record))
     return 0
 
 

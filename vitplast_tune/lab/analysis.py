@@ -1,10 +1,4 @@
-"""One lab's figures under the pre-registered design: each subset at its best rate, and each predictor's Spearman
-difference to the baseline on the subsets in the verdict and on the single block components, with the crossed
-bootstrap's values (``analysis.crossed``: seeds and test images drawn once per resample for every subset).
-
-A lab alone prints figures only: the pre-registered family is judged on the labs pooled (``pooled``), so no verdict is
-said in words here.
-"""
+"""Compute one lab's figures under the pre-registered design; only the pooled labs get verdicts."""
 
 from __future__ import annotations
 
@@ -23,15 +17,14 @@ from vitplast_tune.analysis.subsets_report import describe_subsets
 from vitplast_tune.analysis.verdicts import format_mc, quantile_se
 from vitplast_tune.components import BLOCK_COMPONENTS
 from vitplast_tune.lab.design import Design
-from vitplast_tune.lab.kept import LabRecords
+from vitplast_tune.lab.records import LabRecords
 
 SUBSETS, SINGLES = "subsets", "single components"
 
 
 @dataclass
 class Difference:
-    """A predictor's Spearman minus the baseline's on one lab's rows (``what``: the subsets or the single components):
-    the observed figures and the difference on each resample (None, with a ``note``, where it cannot be judged)."""
+    """Hold a predictor's Spearman minus the baseline's on one lab's rows, observed and on each resample."""
 
     predictor: str
     what: str
@@ -47,7 +40,7 @@ class Difference:
 
     @property
     def se(self) -> float:
-        """The bootstrap standard deviation of the difference over the resamples where it is defined."""
+        """Return the bootstrap standard deviation of the difference where it is defined."""
         values = defined(self.samples)
         return float(np.std(values)) if len(values) > 1 else math.nan
 
@@ -57,7 +50,7 @@ class Difference:
 
 @dataclass
 class LabAnalysis:
-    """A lab's table (each subset at its best rate) and its differences, on ``n_boot`` crossed resamples.
+    """Hold a lab's table of subsets at their best rates and its differences, on ``n_boot`` crossed resamples.
 
     Attributes:
         records: The kept lab.
@@ -76,7 +69,7 @@ class LabAnalysis:
     notes: list[str] = field(default_factory=list)
 
     def difference(self, predictor: str, what: str = SUBSETS) -> Difference | None:
-        """One predictor's difference.
+        """Return one predictor's difference.
 
         Args:
             predictor: The predictor.
@@ -92,8 +85,7 @@ class LabAnalysis:
 def _difference(
     predictor: str, what: str, x: np.ndarray, base: np.ndarray, y: np.ndarray, drawn: np.ndarray, values: np.ndarray
 ) -> Difference:
-    """The difference of ``predictor`` (values ``x``) to the baseline (``base``) against the targets ``y``, and on each
-    resample (``drawn`` rows, ``values`` their targets)."""
+    """Compute the predictor's difference to the baseline against ``y``, observed and on each resample."""
     found = Difference(predictor, what, len(x))
     if len(x) < 3 or len(np.unique(x)) < 2:
         found.note = "too few rows (n < 3)" if len(x) < 3 else "the predictor is constant"
@@ -110,20 +102,19 @@ def _difference(
 def analyze_lab(
     records: LabRecords, design: Design, *, n_boot: int | None = None, draw_subsets: bool = True
 ) -> LabAnalysis:
-    """A kept lab's figures under ``design``: the subsets' table, each predictor's difference to the baseline.
+    """Compute a kept lab's subsets table and each predictor's difference to the baseline under ``design``.
 
     Args:
-        records: the lab (``kept.read_kept``).
-        design: the pre-registered design (its predictors, baseline, resamples, bootstrap seed).
-        n_boot: resamples (default: the design's).
-        draw_subsets: draw the subsets in each resample too, as the pooled verdict does (the pre-registration names
-            the seeds and the test images only; False keeps the subsets fixed, the pages' sensitivity row).
+        records: The kept lab.
+        design: The pre-registered design.
+        n_boot: The number of resamples, or None for the design's.
+        draw_subsets: Whether each resample draws the subsets too, as the pooled verdict does.
 
     Returns:
         The lab's analysis.
 
     Raises:
-        UserError: the design does not name the lab's model or task.
+        UserError: If the design does not name the lab's model or task.
     """
     design.check_lab(records.name, records.model, records.task)
     n_boot = n_boot or design.resamples
@@ -162,8 +153,8 @@ def _column_difference(rows: pd.DataFrame, predictor: str, baseline: str, what: 
     return _difference(predictor, what, x, base, y, drawn, values)
 
 
-def describe_differences(analysis: LabAnalysis, what: str = SUBSETS) -> str:
-    """Each predictor's Spearman and its difference to the baseline with a 95% interval (figures only)."""
+def _describe_differences(analysis: LabAnalysis, what: str = SUBSETS) -> str:
+    """Describe each predictor's Spearman and its difference to the baseline with a 95% interval."""
     found = analysis.differences if what == SUBSETS else analysis.singles
     lines = []
     for d in found:
@@ -180,7 +171,7 @@ def describe_differences(analysis: LabAnalysis, what: str = SUBSETS) -> str:
 
 
 def describe_lab(analysis: LabAnalysis) -> str:
-    """A lab's analysis as text: what its records lack, its subsets' table and both sets of differences.
+    """Describe a lab's analysis as text, with what its records lack.
 
     Args:
         analysis: The lab's analysis.
@@ -196,21 +187,21 @@ def describe_lab(analysis: LabAnalysis) -> str:
             *head,
             "",
             "Each subset at its best rate (mean validation accuracy over seeds), test accuracy there:",
-            describe_subsets_table(analysis),
+            _describe_subsets_table(analysis),
             "",
             f"Each predictor's Spearman minus the baseline's over the subsets in the verdict (crossed bootstrap, "
             f"{analysis.n_boot} resamples of the subsets, the seeds and the test images; figures only, the verdicts are "
             "the pooled family's):",
-            describe_differences(analysis, SUBSETS),
+            _describe_differences(analysis, SUBSETS),
             "",
             "The same on the single block components (seeds and test images resampled, the components kept):",
-            describe_differences(analysis, SINGLES),
+            _describe_differences(analysis, SINGLES),
         ]
     )
 
 
-def describe_subsets_table(analysis: LabAnalysis) -> str:
-    """The subsets' table as the lab prints it."""
+def _describe_subsets_table(analysis: LabAnalysis) -> str:
+    """Describe the subsets' table as the lab prints it."""
     from vitplast_tune.analysis.subsets import LabResult
 
     return describe_subsets(LabResult(analysis.table, [], {}))

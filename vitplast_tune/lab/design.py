@@ -1,8 +1,4 @@
-"""The lab's pre-registered design as the analysis reads it (``preregistration.yaml``, committed before the labs ran):
-the models and tasks, the predictors and baseline, the resampling, alpha, the equivalence margin, the correction and
-the one family of claims that may be said in words. The analysis judges those claims and no other: a claim the file
-does not name is refused, as is a lab whose model or task it does not name.
-"""
+"""Read the pre-registered design that the lab's analysis judges, refusing claims and labs it does not name."""
 
 from __future__ import annotations
 
@@ -19,12 +15,12 @@ from vitplast_tune.errors import UserError
 PREREGISTRATION = "preregistration.yaml"
 CLAIMS = ("better", "equivalent", "narrower")  # superiority, equivalence within the margin, single components
 SCOPES = ("pooled",)
-CORRECTIONS = ("holm", "bonferroni")  # statsmodels.stats.multitest.multipletests methods the family may name
+CORRECTIONS = ("holm", "bonferroni")  # the statsmodels methods that the family may name
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One pre-registered verdict: ``claim`` about ``predictor`` against the baseline, at ``scope``."""
+    """Name one pre-registered claim about ``predictor`` against the baseline."""
 
     claim: str
     predictor: str
@@ -37,29 +33,29 @@ class Claim:
 
 @dataclass(frozen=True)
 class Design:
-    """The pre-registered design: the keys of ``preregistration.yaml`` the analysis reads.
+    """Hold the keys of ``preregistration.yaml`` that the analysis reads.
 
     Attributes:
         registered: The date it was registered.
-        models: Short name -> timm name.
+        models: The timm name of each short name.
         candidate_tasks: The tasks a lab may be of.
-        predictors: Every predictor judged (the baseline may be among them).
+        predictors: Every predictor judged, possibly the baseline too.
         baseline: The predictor every other is compared with.
         family: Every claim that may be said in words.
         alpha: The family-wise error rate.
         margin: The equivalence margin on the Spearman difference.
-        correction: The correction over the family (a multipletests method).
+        correction: The correction over the family.
         resamples: Crossed resamples per lab.
         bootstrap_seed: The resamples' seed.
         seeds_joint: Whether seeds are drawn jointly across subsets.
-        test_images_joint: Whether test images are drawn jointly (where a lab kept them).
+        test_images_joint: Whether test images are drawn jointly.
         undecided_mc_se: Monte Carlo errors from alpha within which a decision is undecided.
-        headline: The headline figure (random effects).
+        headline: The headline figure.
         seeds: Seeds per configuration the design asks for.
-        tasks_per_model: The labs each model has in the verdict (0: the file names no number).
+        tasks_per_model: The labs each model has in the verdict, 0 when the file names no number.
         source: The file it was read from.
-        sha256: The SHA-256 of that file's bytes, which the registered run records in each lab's ``lab.json``.
-        amends_sha256: For an amendment, the SHA-256 of the pre-registration it amends ("" otherwise).
+        sha256: The SHA-256 of that file's bytes.
+        amends_sha256: For an amendment, the SHA-256 of the pre-registration it amends.
     """
 
     registered: str
@@ -84,17 +80,14 @@ class Design:
     amends_sha256: str = ""
 
     def ran_under(self, recorded: str | None, name: str) -> None:
-        """Check that a lab was run under this design.
-
-        The pre-registration's SHA-256 it recorded (None: a lab of before that record) must be this file's, or, for
-        an amendment, that of the file it amends.
+        """Check that a lab ran under this file, or under the file this amendment amends.
 
         Args:
-            recorded: The lab's ``preregistration_sha256``.
+            recorded: The lab's ``preregistration_sha256``, None for a lab that predates it.
             name: The lab's name, for the message.
 
         Raises:
-            UserError: It ran under another file, or this one was edited after it ran.
+            UserError: If it ran under another file, or this one was edited after it ran.
         """
         if recorded is None or recorded in (self.sha256, self.amends_sha256):
             return
@@ -105,7 +98,7 @@ class Design:
         )
 
     def claims(self, kind: str) -> list[Claim]:
-        """The family's claims of one kind, in the file's order.
+        """Return the family's claims of one kind, in the file's order.
 
         Args:
             kind: "better", "equivalent" or "narrower".
@@ -116,15 +109,15 @@ class Design:
         return [c for c in self.family if c.claim == kind]
 
     def check_lab(self, name: str, model: str, task: str) -> None:
-        """Refuse a lab whose model (by short or timm name) or task the design does not name.
+        """Refuse a lab whose model or task the design does not name.
 
         Args:
-            name: The lab's name (for the message).
-            model: Its model.
+            name: The lab's name, for the message.
+            model: Its model, by short or timm name.
             task: Its task.
 
         Raises:
-            UserError: The design does not name them.
+            UserError: If the design does not name them.
         """
         if model not in self.models and model not in self.models.values():
             raise UserError(f"lab {name}: its model {model} is not in the pre-registration {self.source}")
@@ -153,7 +146,7 @@ def _claims(entries, predictors: tuple[str, ...], source: str) -> tuple[Claim, .
 
 
 def _amended(path: Path, amendment: dict[str, Any]) -> dict[str, Any]:
-    """The pre-registration an amendment amends (its SHA-256 checked), with the amendment's candidate tasks added."""
+    """Read the pre-registration an amendment amends, check its SHA-256 and add the amendment's tasks."""
     keys = ("amends", "amends_sha256", "candidate_tasks_added")
     if any(k not in amendment for k in keys) or set(amendment) - {*keys, "registered", "reason"}:
         raise UserError(f"{path}: an amendment names {', '.join(keys)} (and its date and reason) only")
@@ -171,17 +164,16 @@ def _amended(path: Path, amendment: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_design(path: str | Path) -> Design:
-    """Read the design from a pre-registration file, or from an amendment (the file it amends, its tasks added).
+    """Read the design from a pre-registration file, or from an amendment with its tasks added.
 
     Args:
         path: The YAML file.
 
     Returns:
-        The design (an amendment's: the pre-registration's, with the amendment's candidate tasks and its path).
+        The design.
 
     Raises:
-        UserError: The file is missing, lacks a key, or names a claim, scope, predictor, correction or headline the
-            analysis does not know; an amendment whose pre-registration is missing or changed.
+        UserError: If the file is missing, lacks a key or names what the analysis does not know.
     """
     path = Path(path)
     if not path.is_file():
@@ -195,12 +187,12 @@ def read_design(path: str | Path) -> Design:
         raise UserError(f"{path}: the pre-registration lacks {', '.join(missing)}")
     predictors = tuple(str(p) for p in data["predictors"])
     resampling = data.get("resampling") or {}
-    if resampling.get("seeds", "joint") != "joint":  # analysis.crossed draws one set of seeds for every subset
+    if resampling.get("seeds", "joint") != "joint":  # analysis.crossed draws one set of seeds for all subsets
         raise UserError(f"{path}: the analysis draws seeds jointly across subsets only (resampling: {{seeds: joint}})")
     correction = str(data.get("correction", "holm"))
     if correction not in CORRECTIONS:
         raise UserError(f"{path}: correction {correction!r} is not one the analysis applies ({', '.join(CORRECTIONS)})")
-    if str(data.get("headline", "random_effects")) != "random_effects":  # lab.pooled.headline computes no other
+    if str(data.get("headline", "random_effects")) != "random_effects":  # the pooled headline computes only this
         raise UserError(f"{path}: headline {data['headline']!r} is not one the analysis computes (random_effects)")
     design = Design(
         registered=str(data["registered"]),

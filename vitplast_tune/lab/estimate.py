@@ -1,5 +1,4 @@
-"""How long a lab takes here: each stage still to run, from a few timed training steps (``workflows.lab.estimate``
-times them), and the most its extension rounds add."""
+"""Hold and describe how long each lab's stages still to run will take here."""
 
 from __future__ import annotations
 
@@ -8,30 +7,16 @@ from dataclasses import dataclass
 
 @dataclass
 class Estimate:
-    """A lab's estimated wall time here, stage by stage, and its extension rounds' bound.
-
-    Attributes:
-        lab: The lab's name.
-        stages: Stage -> (trials, seconds) from a few timed steps; None when it finished already.
-        extension_s: The most the extension rounds add: every configuration at an end, every round.
-        searches: Searches still to run without extensions (each starts Ray and measures the predictors).
-    """
+    """Hold a lab's estimated wall time here, stage by stage, and the most its extension rounds add."""
 
     lab: str
-    stages: dict[str, tuple[int, float] | None]
+    stages: dict[str, tuple[int, float] | None]  # each stage's trials and seconds, None once it finished
     extension_s: float
-    searches: int
+    searches: int  # the searches still to run, without extensions
 
 
 def describe_estimates(found: list[Estimate]) -> str:
-    """Each lab's estimated minutes as text.
-
-    Args:
-        found: the labs' estimates.
-
-    Returns:
-        One line per lab (stage by stage, its searches, its extensions' bound) and the total.
-    """
+    """Describe each lab's estimated minutes as text, one line per lab, and the total."""
     lines = [
         "Estimated wall time here (a few training steps timed per stage; Ray's start and the measurements before "
         "each search's trials not counted):"

@@ -1,6 +1,4 @@
-"""Forest plots of the pooled verdict: per predictor, one row per model x task lab (its Spearman difference to the
-baseline with its 95% crossed-bootstrap interval), a diamond per model and one over every lab (the labs' mean, its 95%
-interval from the pooled resamples), the random-effects diamond, and the equivalence margin drawn either side of 0."""
+"""Draw a forest plot per predictor of the pooled verdict: a row per lab and diamonds per model and overall."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ from vitplast_tune.lab.pooled import BASELINE_WORDS, PooledResult
 
 
 def _pooled_interval(result: PooledResult, predictor: str, what: str, model: str | None) -> tuple[float, float, float]:
-    """The mean difference over the labs (of ``model``, or all) and its 95% interval from their pooled resamples."""
+    """Return the mean difference over the labs of ``model``, or all, and its 95% interval from pooled resamples."""
     found = [a.difference(predictor, what) for a in result.labs if model is None or a.records.model == model]
     found = [d for d in found if d is not None and d.samples is not None]
     if not found:
@@ -27,18 +25,8 @@ def _diamond(ax, y: float, mid: float, low: float, high: float, color: str) -> N
     ax.fill([low, mid, high, mid], [y, y + 0.3, y, y - 0.3], color=color, alpha=0.8)
 
 
-def forest_plot(result: PooledResult, predictor: str, what: str, path: Path) -> Path:
-    """One predictor's forest plot as a PNG at ``path``.
-
-    Args:
-        result: the pooled verdict.
-        predictor: the predictor.
-        what: the rows compared ("subsets" or "single components").
-        path: the file to write.
-
-    Returns:
-        ``path``.
-    """
+def _forest_plot(result: PooledResult, predictor: str, what: str, path: Path) -> Path:
+    """Write one predictor's forest plot as a PNG at ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -87,7 +75,7 @@ def forest_plot(result: PooledResult, predictor: str, what: str, path: Path) -> 
 
 
 def forest_plots(result: PooledResult, folder: Path) -> list[Path]:
-    """Every claim's forest plot, one per predictor and rows the family judges.
+    """Write a forest plot for each predictor and kind of rows that the family judges.
 
     Args:
         result: The pooled verdict.
@@ -102,5 +90,5 @@ def forest_plots(result: PooledResult, folder: Path) -> list[Path]:
     paths = []
     for predictor, what in wanted:
         stem = predictor if what == SUBSETS else f"{predictor}-single"
-        paths.append(forest_plot(result, predictor, what, Path(folder) / f"forest-{stem}.png"))
+        paths.append(_forest_plot(result, predictor, what, Path(folder) / f"forest-{stem}.png"))
     return paths

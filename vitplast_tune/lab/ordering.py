@@ -1,11 +1,6 @@
-"""The paper's practical claim on the kept labs, outside the pre-registered family (exploratory): finetuned alone,
-do attention and the feed-forward layers (mha, fc1, fc2) beat the layer norms (ln1, ln2), and does plasticity order
-the single components better than their parameter count does?
+"""Test the paper's practical claim on the kept labs, outside the pre-registered family.
 
-Each component's figure is its mean test accuracy over the seeds at the rate chosen on mean validation accuracy. The
-gap mean(mha, fc1, fc2) - mean(ln1, ln2) comes with the crossed bootstrap of ``analysis.crossed`` (seeds and test
-images drawn once per resample for every component, the components kept), from each lab's own stream; pooled, the
-gap is the labs' mean, resample by resample.
+Finetuned alone, do mha, fc1 and fc2 beat ln1 and ln2, and does plasticity order them better than parameter count?
 """
 
 from __future__ import annotations
@@ -21,55 +16,35 @@ from vitplast_tune.analysis import crossed
 from vitplast_tune.analysis.correlation import spearman
 from vitplast_tune.analysis.multiple import percentile_interval
 from vitplast_tune.components import ALL, HEAD, subset_name
-from vitplast_tune.lab.kept import LabRecords
 from vitplast_tune.lab.pooled import BASELINE_WORDS
+from vitplast_tune.lab.records import LabRecords
 
 AHEAD, BEHIND = ("mha", "fc1", "fc2"), ("ln1", "ln2")
-SHOWN = (*AHEAD, *BEHIND, ALL, HEAD)  # the table's columns: the five block components, full finetuning, the head
+SHOWN = (*AHEAD, *BEHIND, ALL, HEAD)  # the table shows the five block components, full finetuning and the head
 SCORE = "plasticity_mean"  # the paper's plasticity
-LABELS = {ALL: "full"}  # the table's names where the records' differ
+LABELS = {ALL: "full"}  # the table renames these
 LEVEL = 0.95
 
 
 @dataclass
 class Gap:
-    """One lab's (or check's) single components and their gap.
-
-    Attributes:
-        lab: The lab's name.
-        model: Its model.
-        task: Its task.
-        accuracy: Component -> mean test accuracy over the seeds at its rate chosen on validation.
-        plasticity: Component -> its plasticity (``SCORE``; NaN where not measured, the head's).
-        params: Component -> its trainable parameters.
-        gap: mean(``AHEAD``) - mean(``BEHIND``) accuracy.
-        samples: The gap on each crossed resample (None: not resampled).
-    """
+    """Hold one lab's or check's single components, by name, and the gap between ``AHEAD`` and ``BEHIND``."""
 
     lab: str
     model: str
     task: str
-    accuracy: dict[str, float]
+    accuracy: dict[str, float]  # mean test accuracy over the seeds at the rate chosen on validation
     plasticity: dict[str, float]
     params: dict[str, float]
     gap: float
-    samples: np.ndarray | None = None
+    samples: np.ndarray | None = None  # the gap on each crossed resample
 
     def interval(self, level: float = LEVEL) -> tuple[float, float]:
         return percentile_interval(self.samples, level) if self.samples is not None else (math.nan, math.nan)
 
 
 def gap_of(records: LabRecords, *, n_boot: int = 0, seed: int = 0) -> Gap | None:
-    """A lab's single components and their gap, with ``n_boot`` crossed resamples of it (0: none).
-
-    Args:
-        records: The kept lab (or check).
-        n_boot: Crossed resamples of the gap.
-        seed: The bootstrap seed (the lab's stream is drawn from it and the lab's name).
-
-    Returns:
-        Its gap, or None when it did not train every block component alone.
-    """
+    """Measure a lab's single components and their gap with ``n_boot`` resamples, or None if some are missing."""
     trials = records.trials
     names = pd.Series([subset_name(c) for c in trials["components"]], index=trials.index)
     if not set(AHEAD + BEHIND) <= set(names):
@@ -89,9 +64,7 @@ def gap_of(records: LabRecords, *, n_boot: int = 0, seed: int = 0) -> Gap | None
 
 
 def checks_gaps(checks: list[LabRecords]) -> tuple[list[Gap], int]:
-    """The gaps of the checks that were not saturated (full finetuning below the check's threshold on validation):
-    those gaps (point figures) and how many such checks there are (a check that stopped before its single components
-    counts, without a gap)."""
+    """Return the gaps of the checks that were not saturated, and how many such checks there are."""
     open_checks = [r for r in checks if not _saturated(r.record.get("qualification", {}))]
     return [g for r in open_checks if (g := gap_of(r)) is not None], len(open_checks)
 
@@ -103,27 +76,16 @@ def _saturated(q: dict) -> bool:
 
 @dataclass
 class Ordering:
-    """The gap over the labs and the checks, and how plasticity and parameter count order the components.
-
-    Attributes:
-        labs: Each lab's gap.
-        checks: Each non-saturated check's gap (point figures).
-        open_checks: The non-saturated checks.
-        gap: The labs' mean gap.
-        low: Its interval's lower end (``LEVEL``, the labs' mean resample by resample).
-        high: Its upper end.
-        pairs: Per (ahead, behind) pair and lab: accuracy's, plasticity's and parameter count's sign.
-        spearman: Per lab, each score's Spearman with accuracy over the five block components.
-    """
+    """Hold the gap over the labs and checks, and how plasticity and parameter count order the components."""
 
     labs: list[Gap]
-    checks: list[Gap]
+    checks: list[Gap]  # the non-saturated checks' gaps
     open_checks: int
-    gap: float
+    gap: float  # the labs' mean gap, with its interval at LEVEL
     low: float
     high: float
-    pairs: pd.DataFrame  # lab, ahead, behind, accuracy, plasticity, params (each the sign of ahead - behind)
-    spearman: pd.DataFrame  # lab, plasticity, params
+    pairs: pd.DataFrame  # the sign of accuracy, plasticity and parameter count per (ahead, behind) pair and lab
+    spearman: pd.DataFrame  # each score's Spearman with accuracy per lab
 
     @property
     def positive(self) -> int:
@@ -134,21 +96,12 @@ class Ordering:
         return sum(g.interval()[0] > 0 or g.interval()[1] < 0 for g in self.labs)
 
     def agree(self, score: str) -> int:
-        """The (ahead, behind) pairs, over the labs, that ``score`` ("plasticity", "params") orders as accuracy."""
+        """Count the pairs over the labs that ``score`` orders as accuracy does."""
         return int(((self.pairs[score] == self.pairs["accuracy"]) & (self.pairs["accuracy"] != 0)).sum())
 
 
 def ordering(labs: list[Gap], checks: list[Gap], open_checks: int) -> Ordering:
-    """The gap pooled over ``labs`` (each resampled) and each (ahead, behind) pair's order by each score.
-
-    Args:
-        labs: The labs' gaps, each with its resamples.
-        checks: The non-saturated checks' gaps.
-        open_checks: The number of non-saturated checks.
-
-    Returns:
-        The figures the page's words come from.
-    """
+    """Pool the resampled gap over ``labs`` and order each (ahead, behind) pair by each score."""
     samples = np.vstack([g.samples for g in labs]).mean(axis=0)
     low, high = percentile_interval(samples, LEVEL)
     pairs, ranks, keys = [], [], [*AHEAD, *BEHIND]
@@ -168,7 +121,7 @@ def _points(value: float) -> str:
 
 
 def finding(o: Ordering) -> str:
-    """The single-component result in one sentence (the README quotes it), generated from the figures."""
+    """Say the single-component result in the one sentence that the README quotes."""
     n = len(o.labs)
     beat = (
         "beat" if o.low > 0 and o.positive == n else "beat, on the labs' mean but not in every lab," if o.low > 0
@@ -191,7 +144,7 @@ def finding(o: Ordering) -> str:
 
 
 def contradiction(o: Ordering) -> str:
-    """The (ahead, behind) pair plasticity orders against accuracy in the most labs, in words ("" when none)."""
+    """Name the pair that plasticity orders against accuracy in the most labs, or return ""."""
     p = o.pairs
     against = p[(p["plasticity"] < 0) & (p["accuracy"] > 0)].groupby(["ahead", "behind"]).size()
     if against.empty:
@@ -208,7 +161,7 @@ def _bracket(value: float) -> str:
 
 
 def describe(o: Ordering) -> list[str]:
-    """The page's lines: the finding, the table per lab, the checks and the orderings, every word from the figures."""
+    """Write the page's lines: the finding, the table per lab, the checks and the orderings."""
     keys = [k for k in SHOWN if all(k in g.accuracy for g in o.labs)]
     head = [
         "| lab | " + " | ".join(LABELS.get(k, k) for k in keys) + f" | gap [{100 * LEVEL:.0f}%] |",
@@ -256,6 +209,3 @@ _encoded = (
     " The pre-registered narrower claim compares these two Spearmans; since parameter count puts every one of mha, "
     "fc1 and fc2 above ln1 and ln2, it cannot test whether plasticity is why they beat them."
 )
-
-
-__all__ = ["Gap", "Ordering", "gap_of", "checks_gaps", "ordering", "finding", "describe", "AHEAD", "BEHIND"]

@@ -1,7 +1,6 @@
-"""The dated page of the first kept labs re-analysed, generated from their kept records alone
-(``scripts/lab_results_page.py`` writes it; a test generates it again and compares): the pre-registered analysis
-as the command prints it, its forest plots, and what each change of the design does to every figure the page of
-2026-12-01 quoted for the same labs (read from that page's quoted printout, so each "before" is the printed one).
+"""Generate the dated page that re-analyses the first kept labs under the pre-registered design.
+
+The page shows what each change of the design does to every figure that the page of 2026-12-01 quoted.
 """
 
 from __future__ import annotations
@@ -17,9 +16,10 @@ import pandas as pd
 
 from vitplast_tune.analysis import multiple
 from vitplast_tune.analysis.correlation import spearman
-from vitplast_tune.analysis.verdicts import format_mc, format_p, p_se, quantile_se
+from vitplast_tune.analysis.verdicts import decision, format_mc, format_p, p_se, quantile_se
 from vitplast_tune.components import BLOCK_COMPONENTS
-from vitplast_tune.lab import analysis, forest, kept, pooled, report
+from vitplast_tune.lab import analysis, forest, pooled, report
+from vitplast_tune.lab.records import read_kept
 
 OLD_ROW = re.compile(
     r"^  (\w+)\s+labs=\d+\s+diff ([-+]\d\.\d\d) (\[[^\]]+\]) \(([\d.]+%)\) p=([\d.e-]+) Holm p=([\d.e-]+) (.+?)\s+"
@@ -30,8 +30,7 @@ OLD_NARROWER = re.compile(r"mean Spearman ([-+]\d\.\d\d), exact permutation p=([
 
 @dataclass
 class Quoted:
-    """What the page of 2026-12-01 printed for the pooled labs: per predictor (diff, interval, level, p, Holm p,
-    verdict), the per-lab table (lab -> predictor -> "diff [low, high]") and the narrower claim (rho, p, Holm p)."""
+    """Hold what the page of 2026-12-01 printed for the pooled labs: per predictor, per lab and the narrower claim."""
 
     pooled: dict[str, tuple[str, ...]]
     per_lab: dict[str, dict[str, str]]
@@ -39,7 +38,7 @@ class Quoted:
 
 
 def read_quoted(page: str) -> Quoted:
-    """The pooled-s1 printout quoted on the page of 2026-12-01."""
+    """Read the pooled-s1 printout quoted on the page of 2026-12-01."""
     block = page.split("### The pooled verdict on `s1`")[1].split("```")[1]
     rows = {m.group(1): m.groups()[1:] for line in block.splitlines() if (m := OLD_ROW.match(line))}
     table = block.split("figures only):\n")[1].split("\n\n")[0].splitlines()
@@ -52,9 +51,8 @@ def read_quoted(page: str) -> Quoted:
     return Quoted(rows, per_lab, narrower.groups() if narrower else ("", "", ""))
 
 
-def exact_agreement(labs: list[analysis.LabAnalysis], score: str = "plasticity_mean") -> tuple[float, float]:
-    """The narrower claim as the page of 2026-12-01 tested it: the labs' mean Spearman of ``score`` with the single
-    components' test accuracy, and its exact permutation p (each lab's components permuted independently)."""
+def _exact_agreement(labs: list[analysis.LabAnalysis], score: str = "plasticity_mean") -> tuple[float, float]:
+    """Test the narrower claim as the old page did: the labs' mean Spearman and its exact permutation p."""
     laws, observed = [], []
     for a in labs:
         rows = a.table.set_index("components")
@@ -64,7 +62,7 @@ def exact_agreement(labs: list[analysis.LabAnalysis], score: str = "plasticity_m
         laws.append(spearman(np.broadcast_to(x, orders.shape), y[orders], -1))
         observed.append(spearman(x, y))
     values, probs = np.array([0.0]), np.array([1.0])
-    for law in laws:  # the law of the sum, convolved lab by lab
+    for law in laws:  # convolve the law of the sum lab by lab
         v, counts = np.unique(np.round(law, 9), return_counts=True)
         sums = np.round(values[:, None] + v[None, :], 9).ravel()
         values, inverse = np.unique(sums, return_inverse=True)
@@ -73,21 +71,19 @@ def exact_agreement(labs: list[analysis.LabAnalysis], score: str = "plasticity_m
     return mean, float(probs[np.abs(values / len(laws)) >= abs(mean) - 1e-9].sum())
 
 
-def two_sided_family(labs: list[analysis.LabAnalysis], predictors: list[str], alpha: float) -> pd.DataFrame:
-    """The family of 2026-12-01 on these resamples: each predictor's pooled difference against 0 (two-sided bootstrap
-    p) and the narrower claim's exact p, one Holm family of 9; with each p's Monte Carlo error and the decision
-    ("undecided" within 3 errors of alpha)."""
+def _two_sided_family(labs: list[analysis.LabAnalysis], predictors: list[str], alpha: float) -> pd.DataFrame:
+    """Judge the old page's Holm family of 9 on these resamples, with Monte Carlo errors and decisions."""
     rows = []
     for p in predictors:
-        _, estimate, samples = pooled.pooled_samples(labs, p, analysis.SUBSETS)
+        _, estimate, samples = pooled._pooled_samples(labs, p, analysis.SUBSETS)
         rows.append({"predictor": p, "estimate": estimate, "samples": samples})
-    rho, exact = exact_agreement(labs)
+    rho, exact = _exact_agreement(labs)
     judged = multiple.judge(
         [r["estimate"] for r in rows] + [rho], [r["samples"] for r in rows] + [None], [None] * len(rows) + [exact]
     )
     table = pd.DataFrame(rows).drop(columns="samples").assign(**{c: judged[c].to_numpy()[:-1] for c in judged})
     n_boot = len(rows[0]["samples"])
-    table["p_se"] = [2 * p_se(q / 2, n_boot) for q in table["p"]]  # p = twice a share: twice its error
+    table["p_se"] = [2 * p_se(q / 2, n_boot) for q in table["p"]]  # p is twice a share, so its error doubles
     order = np.argsort(np.r_[table["p"], exact], kind="stable")
     multiplier = np.empty(len(order))
     multiplier[order] = len(order) - np.arange(len(order))
@@ -101,7 +97,7 @@ def two_sided_family(labs: list[analysis.LabAnalysis], predictors: list[str], al
 
 @dataclass
 class Page:
-    """The generated page, the pooled result, the forest plots' paths and (the verdict's page) the README's block."""
+    """Hold a generated page, its pooled result, its forest plots and, for the verdict's page, the README's block."""
 
     text: str
     result: pooled.PooledResult
@@ -126,7 +122,7 @@ def _pooled_rows(quoted: Quoted, first: pd.DataFrame, second: pd.DataFrame, resu
         d, interval, level, p, holm, said = quoted.pooled.get(a.predictor, ("?",) * 6)
         better, same = claims.get(("better", a.predictor)), claims.get(("equivalent", a.predictor))
         new = "; ".join(
-            f"corrected p {format_p(j.result.p_adjusted, j.result.p_adjusted_se)} {pooled.decision(j.result)}"
+            f"corrected p {format_p(j.result.p_adjusted, j.result.p_adjusted_se)} {decision(j.result)}"
             for j in (better, same)
             if j is not None and j.result is not None
         )
@@ -148,7 +144,7 @@ def _narrower_row(quoted: Quoted, first: pd.DataFrame, second: pd.DataFrame, res
         f"| narrower claim (plasticity_mean, single components) | mean Spearman {rho} against 0, exact p {p}, Holm p "
         f"{holm} | {new_rho:+.2f}, exact p {exact:.3g}, Holm p {holm4:.3g} | Holm p {holm20:.3g} | against the "
         f"baseline: mean difference {r.estimate:+.2f}, corrected p {format_p(r.p_adjusted, r.p_adjusted_se)} "
-        f"{pooled.decision(r)} |"
+        f"{decision(r)} |"
     )
 
 
@@ -166,7 +162,7 @@ def _per_lab_rows(quoted: Quoted, result: pooled.PooledResult) -> list[str]:
 
 
 def _changes(quoted: Quoted, first: pd.DataFrame, second: pd.DataFrame, result: pooled.PooledResult) -> list[str]:
-    """The changes in words, each with what it does, counted from the figures."""
+    """Say what each change does, counted from the figures."""
     widths = []
     for a in first.itertuples():
         old = quoted.pooled.get(a.predictor)
@@ -191,30 +187,17 @@ def _changes(quoted: Quoted, first: pd.DataFrame, second: pd.DataFrame, result: 
     ]
 
 
-def results_page(
+def _results_page(
     root: Path, folders: list[Path], design_path: Path, old_page: Path, images: Path, *, date: str
 ) -> Page:
-    """The dated page for the kept labs in ``folders`` under the pre-registration ``design_path`` (paths in the repo
-    ``root``), its forest plots written into ``images``.
-
-    Args:
-        root: the repository (paths on the page are relative to it).
-        folders: the kept labs.
-        design_path: the pre-registration.
-        old_page: the page that quoted these labs' figures before.
-        images: the folder for the forest plots (under docs/).
-        date: the page's date.
-
-    Returns:
-        The page, the result and the plots.
-    """
+    """Generate the dated page for the kept labs in ``folders`` and write its forest plots into ``images``."""
     design = report.design_for(folders, design_path)
-    records = [kept.read_kept(f) for f in folders]
+    records = [read_kept(f) for f in folders]
     labs = [analysis.analyze_lab(r, design) for r in records]
     result = pooled.pool(labs, design)
     predictors = [c.predictor for c in design.claims("better")]
-    first = two_sided_family([analysis.analyze_lab(r, design, n_boot=4000) for r in records], predictors, design.alpha)
-    second = two_sided_family(labs, predictors, design.alpha)
+    first = _two_sided_family([analysis.analyze_lab(r, design, n_boot=4000) for r in records], predictors, design.alpha)
+    second = _two_sided_family(labs, predictors, design.alpha)
     quoted = read_quoted(old_page.read_text())
     plots = forest.forest_plots(result, images)
     text = report.describe_pooled(result)
@@ -225,26 +208,26 @@ def results_page(
 
 
 DATE = "2026-12-02"
-PAGE = f"docs/results/lab-{DATE}.md"  # the page, the kept labs it reads, their design, the page quoted before
+PAGE = f"docs/results/lab-{DATE}.md"  # then the kept labs it reads, their design and the page quoted before
 KEPT, DESIGN = f"docs/results/data/lab-{DATE}", "docs/results/data/lab-v2/preregistration.yaml"
 OLD_PAGE, IMAGES = "docs/results/lab-2026-12-01.md", f"docs/results/img/lab-{DATE}"
 
 
 def generate(root: Path, images: Path | None = None) -> Page:
-    """The page for the repository at ``root`` (its forest plots into ``images``, default the docs' folder)."""
+    """Generate the page for the repository at ``root``, writing its forest plots into ``images``."""
     folders = sorted((root / KEPT).glob("lab.*"))
-    return results_page(root, folders, root / DESIGN, root / OLD_PAGE, images or root / IMAGES, date=DATE)
+    return _results_page(root, folders, root / DESIGN, root / OLD_PAGE, images or root / IMAGES, date=DATE)
 
 
 def write_page(root: Path) -> str:
-    """Write the page and its plots into the repository at ``root``; what was written."""
+    """Write the page and its plots into the repository at ``root`` and say what was written."""
     page = generate(root)
     (root / PAGE).write_text(page.text)
     return f"wrote {PAGE} and {len(page.plots)} forest plots in {IMAGES}"
 
 
-def printout_and_plots(command: str, text: str) -> list[str]:
-    """A results page's section of the command's printout, and the heading of its forest plots."""
+def _printout_and_plots(command: str, text: str) -> list[str]:
+    """Return a results page's section of the command's printout and the heading of its forest plots."""
     return [
         "## The verdict, as the command prints it",
         "",
@@ -263,7 +246,7 @@ def _markdown(
     where: dict, quoted: Quoted, families: tuple[pd.DataFrame, pd.DataFrame], result: pooled.PooledResult,
     text: str, plots: list[Path], date: str,
 ) -> list[str]:  # fmt: skip
-    """The page's lines: the changes and their tables, the printout, the plots, the one-lab command."""
+    """Write the page's lines: the changes, their tables, the printout, the plots and the one-lab command."""
     design = result.design
     command = f"vitplast lab pooled --from {' '.join(where['folders'])} --design {where['design']} --out pooled-s1"
     return [
@@ -288,7 +271,7 @@ def _markdown(
         "",
         *_per_lab_rows(quoted, result),
         "",
-        *printout_and_plots(command, text),
+        *_printout_and_plots(command, text),
         *[f"![{p.stem}](img/lab-{date}/{p.name})\n" for p in plots],
         "## One lab from its folder alone",
         "",

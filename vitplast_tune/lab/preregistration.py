@@ -1,13 +1,4 @@
-"""The pre-registration of a lab run: the one source of its design (models, candidate tasks in the order they are
-checked, how many qualify per model, the qualification's thresholds on validation data, seeds, the space) and of its
-analysis (predictors, baseline, statistic, resampling, alpha, margin, correction, the family of verdicts). The runner
-reads the design from it; the file's SHA-256 goes into every record the run makes, so a resumed run refuses a changed
-file.
-
-An amendment is a file of its own, committed before anything it adds runs: it names the pre-registration it amends
-(``amends``, with that file's SHA-256) and adds candidate tasks (``candidate_tasks_added``), checked after the file's
-own; nothing else of the design or the analysis changes. The runner is given the amendment, which reads as the
-pre-registration with those tasks added."""
+"""Read and check a pre-registration file, or an amendment that adds candidate tasks to one."""
 
 from __future__ import annotations
 
@@ -21,7 +12,7 @@ import yaml
 from vitplast_tune.errors import UserError
 from vitplast_tune.lab.tasks import MODELS, TASKS
 
-KEYS = (  # every key the file must have (docs/results/data/README.md says what each means)
+KEYS = (  # the file must have every key; docs/results/data/README.md says what each means
     "registered",
     "models",
     "candidate_tasks",
@@ -48,12 +39,12 @@ AMENDMENT_KEYS = ("amends", "amends_sha256", "registered", "reason", "candidate_
 
 @dataclass(frozen=True)
 class Preregistration:
-    """A pre-registration file, read and checked: the design the runner follows, the rest as written.
+    """Hold a checked pre-registration: the design the runner follows, and the rest as written.
 
     Attributes:
         path: The file.
-        sha256: Its SHA-256 (of its bytes).
-        models: The models' short names (s0, s1), in the file's order.
+        sha256: The SHA-256 of its bytes.
+        models: The models' short names, in the file's order.
         candidate_tasks: The tasks, in the order they are checked.
         tasks_per_model: How many must qualify per model.
         max_full_val_acc: The check's saturation threshold on validation accuracy.
@@ -61,8 +52,8 @@ class Preregistration:
         seeds: The seed values.
         space: The lab space.
         extension_rounds: Extension rounds beyond the grid's rates.
-        raw: The whole file as YAML read it (an amendment's: the pre-registration's, its ``amendment`` added).
-        amends: The pre-registration an amendment amends (None: the file is a pre-registration).
+        raw: The whole file as read. An amendment adds itself under ``amendment``.
+        amends: The pre-registration an amendment amends, or None.
     """
 
     path: Path
@@ -83,14 +74,13 @@ def read_preregistration(path: str | Path) -> Preregistration:
     """Read and check a pre-registration file.
 
     Args:
-        path: the YAML file.
+        path: The YAML file.
 
     Returns:
         The checked pre-registration.
 
     Raises:
-        UserError: the file is missing, not YAML, lacks a key, or names a model or task the lab does not know, a
-            timm name that is not the model's, or a number of seeds that is not the seed values'.
+        UserError: If the file is missing, is not YAML, lacks a key, or names what the lab does not know.
     """
     path = Path(path).expanduser()
     if not path.is_file():
@@ -138,7 +128,7 @@ def read_preregistration(path: str | Path) -> Preregistration:
 
 
 def _amended(path: Path, text: bytes, raw: dict[str, Any]) -> Preregistration:
-    """An amendment read as the pre-registration it amends with its candidate tasks added (both checked)."""
+    """Read an amendment as the pre-registration it amends, with its candidate tasks added."""
     where = f"amendment {path}"
     missing = [k for k in AMENDMENT_KEYS if k not in raw]
     if missing:
@@ -173,14 +163,14 @@ def _amended(path: Path, text: bytes, raw: dict[str, Any]) -> Preregistration:
 
 
 def _count(value: Any, key: str, where: str) -> int:
-    """A count the file gives (a whole number, 0 or more)."""
+    """Check that a count is a whole number, 0 or more."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise UserError(f"{where}: {key} must be a whole number >= 0, not {value!r}")
     return value
 
 
 def _models(models: Any, where: str) -> tuple[str, ...]:
-    """The short model names of the file's ``models`` (short name -> timm name), each checked against the lab's."""
+    """Check the file's models against the lab's and return their short names."""
     if not isinstance(models, dict) or not models:
         raise UserError(f"{where}: models must map short names to timm names, e.g. {{s0: {MODELS['s0']}}}")
     for short, timm_name in models.items():

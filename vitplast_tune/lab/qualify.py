@@ -1,6 +1,4 @@
-"""Is a task worth a lab on a model? Read on validation data only (the test set judges once, in the lab's analysis):
-full finetuning's mean validation accuracy at its best rate must stay below a threshold (else the task is saturated),
-and the best and worst single block components at theirs must differ by at least so many seed standard deviations."""
+"""Check on validation data whether a task is worth a lab: not saturated, and its single components apart."""
 
 from __future__ import annotations
 
@@ -16,19 +14,19 @@ from vitplast_tune.analysis.protocol import best_lr_table
 from vitplast_tune.components import BLOCK_COMPONENTS
 from vitplast_tune.lab.tasks import FULL, Lab, read_lab_record, write_lab_record
 
-SCORE = "best_val_acc"  # what the check reads: each trial's best validation accuracy (its scored checkpoint's)
+SCORE = "best_val_acc"  # the check reads each trial's best validation accuracy, never the test set
 
 
 @dataclass
 class Qualification:
-    """A task's check on a model, read on validation accuracy.
+    """Hold a task's check on a model, read on validation accuracy.
 
     Attributes:
         lab: The lab's name.
         task: The task.
         model: The model's short name.
-        full: Full finetuning at its best rate: lr, mean, std, n_seeds, position.
-        singles: Each block component alone at its best rate (``at_best_rate``'s table).
+        full: Full finetuning at its best rate.
+        singles: Each block component alone at its best rate.
         saturated: The saturation threshold it was judged by.
         spread_sds: The spread threshold it was judged by, in seed standard deviations.
         best: The single component with the highest mean.
@@ -55,22 +53,12 @@ class Qualification:
 
     @property
     def in_sds(self) -> float:
-        """The spread in seed standard deviations."""
+        """Return the spread in seed standard deviations."""
         return self.spread / self.seed_sd if self.seed_sd > 0 else math.inf if self.spread > 0 else math.nan
 
 
 def at_best_rate(trials: pd.DataFrame, components: list[str], value: str = SCORE) -> pd.DataFrame:
-    """Each of ``components`` at its best rate (mean validation accuracy over seeds).
-
-    Args:
-        trials: the stage's trials.
-        components: the configurations to read, in order.
-        value: the column summarised at the best rate (default: validation accuracy, never the test's here).
-
-    Returns:
-        Indexed by configuration: lr, mean and std of ``value`` over seeds, n_seeds, and where the rate lies among
-        those it was trained at (``position``).
-    """
+    """Tabulate ``value`` for each of ``components`` at its best rate by mean validation accuracy over seeds."""
     table = best_lr_table(trials, value, select_by=SCORE).set_index("components")
     positions = bracket.bracket_table(trials).set_index("components")["position"]
     table = table.reindex([c for c in components if c in table.index])
@@ -78,15 +66,7 @@ def at_best_rate(trials: pd.DataFrame, components: list[str], value: str = SCORE
 
 
 def judge_full(lab: Lab, full_trials: pd.DataFrame) -> Qualification:
-    """The first half of the check: is full finetuning saturated on validation data?
-
-    Args:
-        lab: the lab (its thresholds).
-        full_trials: the ``full`` stage's trials with their extensions.
-
-    Returns:
-        The qualification so far (``reason`` set when saturated).
-    """
+    """Judge whether full finetuning saturates the task, and set ``reason`` if it does."""
     full = at_best_rate(full_trials, list(FULL)).iloc[0].to_dict()
     found = Qualification(lab.name, lab.task, lab.model, full, pd.DataFrame(), lab.saturated, lab.spread_sds)
     if full["mean"] >= lab.saturated:
@@ -95,15 +75,7 @@ def judge_full(lab: Lab, full_trials: pd.DataFrame) -> Qualification:
 
 
 def judge_singles(found: Qualification, single_trials: pd.DataFrame) -> Qualification:
-    """The second half of the check: are the single block components apart, in seed standard deviations?
-
-    Args:
-        found: ``judge_full``'s result on a task that is not saturated.
-        single_trials: the ``single`` stage's trials with their extensions.
-
-    Returns:
-        ``found`` with the spread, its seed standard deviation and the decision filled in.
-    """
+    """Judge whether the single block components lie far enough apart in seed standard deviations."""
     singles = at_best_rate(single_trials, list(BLOCK_COMPONENTS))
     found.singles = singles
     best, worst = singles["mean"].idxmax(), singles["mean"].idxmin()
@@ -116,15 +88,7 @@ def judge_singles(found: Qualification, single_trials: pd.DataFrame) -> Qualific
 
 
 def record_qualification(lab: Lab, found: Qualification) -> Qualification:
-    """Write the check into the lab's record (``qualification``, with what it read and its thresholds).
-
-    Args:
-        lab: the lab.
-        found: its check.
-
-    Returns:
-        ``found``.
-    """
+    """Write the check with its thresholds into the lab's record and return it."""
     record = read_lab_record(lab.dir)
     number = (int, float, np.floating, np.integer)
     record["qualification"] = {
@@ -145,14 +109,13 @@ def record_qualification(lab: Lab, found: Qualification) -> Qualification:
 
 
 def describe_qualifications(found: list[Qualification]) -> str:
-    """The check of every task as text.
+    """Describe every task's check as a table, and which tasks qualify.
 
     Args:
-        found: the checks.
+        found: The checks.
 
     Returns:
-        A table (full finetuning's validation accuracy, the single components' spread and its size in seed standard
-        deviations, the decision) and which tasks qualify.
+        The text.
     """
     rows = []
     for q in found:

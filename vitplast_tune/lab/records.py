@@ -1,17 +1,18 @@
-"""A lab's kept records, made from its folder as its stages finish: ``trials.csv`` (one row per trial, its scored
-checkpoint's metrics and every predictor), ``curves.csv`` (every evaluation of every trial) and ``test_correct.csv``
-(0/1 per test image of each scored checkpoint, in the task's fixed test order), beside ``lab.json``. Read from each
-stage's trial table and from the reports Ray Tune keeps in every trial's folder (``result.json``, one line per
-report); docs/results/data/README.md describes the columns."""
+"""Write a lab's kept records from its folder as its stages finish, and read a kept lab back from its folder alone.
+
+docs/results/data/README.md describes the columns.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from vitplast_tune.errors import UserError
@@ -27,44 +28,30 @@ CURVE_COLUMNS = ("trial_id", "step", "seconds", "val_acc", "val_loss")
 
 
 def stage_dirs(lab_dir: Path) -> list[Path]:
-    """The finished stages of a lab (those with a trial table), in name order.
-
-    Args:
-        lab_dir: the lab's folder.
-
-    Returns:
-        Their folders.
-    """
+    """Return the folders of a lab's finished stages, those with a trial table, in name order."""
     return sorted(d for d in Path(lab_dir).iterdir() if d.is_dir() and (d / "trials.csv").is_file())
 
 
 def lab_trials(lab_dir: Path) -> pd.DataFrame:
-    """Every finished stage's trial table together, a ``stage`` column saying whose.
+    """Join every finished stage's trial table, with a ``stage`` column.
 
     Args:
-        lab_dir: the lab's folder.
+        lab_dir: The lab's folder.
 
     Returns:
         The trials.
 
     Raises:
-        UserError: no stage has finished.
+        UserError: If no stage has finished.
     """
-    parts = [lab_trials_of(d).assign(stage=d.name) for d in stage_dirs(lab_dir)]
+    parts = [_stage_trials(d).assign(stage=d.name) for d in stage_dirs(lab_dir)]
     if not parts:
         raise UserError(f"lab {Path(lab_dir).name} has no finished stage yet: nothing to read")
     return pd.concat(parts, ignore_index=True)
 
 
-def trial_reports(stage_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every report of every trial of a stage, from the ``result.json`` Ray Tune keeps in each trial's folder.
-
-    Args:
-        stage_dir: the stage's search folder.
-
-    Returns:
-        Trial id -> its reports in order (each the metrics it reported, with Ray's ``time_total_s``).
-    """
+def _trial_reports(stage_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Read each trial's reports in order from the ``result.json`` that Ray Tune keeps in its folder."""
     found: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(Path(stage_dir).glob("*/result.json")):
         for line in path.read_text().splitlines():
@@ -75,19 +62,11 @@ def trial_reports(stage_dir: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def kept_tables(lab_dir: Path, in_network: pd.Series | None = None) -> dict[str, pd.DataFrame]:
-    """A lab's kept records as tables.
-
-    Args:
-        lab_dir: the lab's folder.
-        in_network: each subset's in-network plasticity (``in_network_mean``; None: left empty).
-
-    Returns:
-        ``{"trials.csv": ..., "curves.csv": ..., "test_correct.csv": ...}``.
-    """
+    """Build a lab's kept tables of trials, curves and per-image test outcomes, keyed by file name."""
     trials, curves, correct = [], [], []
     for stage in stage_dirs(lab_dir):
-        table = lab_trials_of(stage)
-        reports = trial_reports(stage)
+        table = _stage_trials(stage)
+        reports = _trial_reports(stage)
         for row in table.to_dict("records"):
             tid = str(row["trial_id"])
             own = [r for r in reports.get(tid, []) if _finite(r.get("val_acc")) and "step" in r]
@@ -103,35 +82,27 @@ def kept_tables(lab_dir: Path, in_network: pd.Series | None = None) -> dict[str,
     }
 
 
-def lab_trials_of(stage_dir: Path) -> pd.DataFrame:
-    """One stage's trial table (ids as text)."""
+def _stage_trials(stage_dir: Path) -> pd.DataFrame:
+    """Read one stage's trial table, with ids as text."""
     from vitplast_tune.records.table import read_trials
 
     return read_trials(stage_dir)
 
 
 def write_kept(lab_dir: Path, out: Path, in_network: pd.Series | None = None, *, earlier: Path | None = None) -> Path:
-    """Write a lab's kept records (``kept_tables``) and its ``lab.json`` into ``out``, each file whole.
+    """Write a lab's kept records and its ``lab.json`` into ``out``, each file whole, after any ``earlier`` ones.
 
-    Args:
-        lab_dir: the lab's folder.
-        out: the folder to write (made when missing).
-        in_network: each subset's in-network plasticity.
-        earlier: kept records of the same lab's earlier stages (its check, kept on another machine), written first,
-            their text unchanged.
-
-    Returns:
-        ``out``.
+    The ``earlier`` records are those of the lab's check kept on another machine.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for name, table in kept_tables(lab_dir, in_network).items():
-        if earlier is not None:  # read as text: ids, digits and 0/1 strings come back as they were written
+        if earlier is not None:  # read as text so ids, digits and 0/1 strings come back as written
             table = pd.concat([pd.read_csv(Path(earlier) / name, dtype=str, keep_default_na=False), table])
         tmp = out / (name + ".tmp")
         table.to_csv(tmp, index=False)
         tmp.replace(out / name)
-    if (Path(lab_dir) / LAB_FILE).is_file():  # last: a kept lab.json says the tables beside it are whole
+    if (Path(lab_dir) / LAB_FILE).is_file():  # lab.json goes last, so it says the tables beside it are whole
         shutil.copyfile(Path(lab_dir) / LAB_FILE, out / (LAB_FILE + ".tmp"))
         (out / (LAB_FILE + ".tmp")).replace(out / LAB_FILE)
     return out
@@ -149,7 +120,7 @@ def _curve_point(report: dict[str, Any]) -> dict[str, Any]:
 def _trial_row(
     stage: str, row: dict[str, Any], curve: list[dict[str, Any]], last: dict[str, Any], in_network: pd.Series | None
 ) -> dict[str, Any]:
-    """One kept trial: its scored checkpoint (the best validation accuracy's) and every predictor."""
+    """Build one kept trial's row from its best-validation checkpoint, with every predictor."""
     best_step = last.get("best_step")
     at_best = [r for r in curve if best_step is not None and int(r["step"]) == int(best_step)]
     subset = str(row["components"])
@@ -188,3 +159,119 @@ def _true(value: Any) -> bool:
 
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+# The first kept labs, of 2026-12-02, kept final values only, in these files.
+FIRST_TRIALS, FIRST_SUBSETS = Path("analysis") / "lab_trials.csv", Path("analysis") / "criteria_subsets.csv"
+
+
+@dataclass
+class LabRecords:
+    """Hold a kept lab as the analysis reads it.
+
+    Attributes:
+        name: The lab's folder name.
+        model: Its model (timm name).
+        task: Its task.
+        dataset: Its dataset.
+        trials: Every trial: components, lr, seed, the selection metric, test_acc, every predictor.
+        select: The selection metric's column (best validation accuracy).
+        correct: Per-image test outcomes (trials x images), None when not kept.
+        curves: The learning curves, None when not kept.
+        extra: Per-subset predictors not in the trials, such as the first kept labs' in-network plasticity.
+        record: Its ``lab.json``.
+        notes: What the folder does not keep.
+    """
+
+    name: str
+    model: str
+    task: str
+    dataset: str
+    trials: pd.DataFrame
+    select: str
+    correct: np.ndarray | None = None
+    curves: pd.DataFrame | None = None
+    extra: pd.DataFrame | None = None
+    record: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def qualifies(self) -> bool:
+        """Return whether the lab's record says its task qualified, taking a record without a check as yes."""
+        return bool(self.record.get("qualification", {}).get("qualifies", True))
+
+    @property
+    def minutes(self) -> float:
+        """Return the recorded wall minutes of the lab's stages, NaN without stages."""
+        stages = self.record.get("stages", {})
+        return sum(float(s.get("seconds", 0.0)) for s in stages.values()) / 60 if stages else math.nan
+
+    @property
+    def seeds(self) -> int:
+        """Count the distinct seeds among the trials."""
+        return int(self.trials["seed"].nunique())
+
+
+def read_kept(folder: str | Path) -> LabRecords:
+    """Read a lab from its kept folder, in the current layout or that of the first kept labs.
+
+    Args:
+        folder: The lab's folder, ``lab.<model>.<task>``.
+
+    Returns:
+        The lab's records, whose ``notes`` say what the folder does not keep.
+
+    Raises:
+        UserError: If the folder has no ``lab.json`` or no trial table.
+    """
+    folder = Path(folder)
+    if not (folder / LAB_FILE).is_file():
+        raise UserError(f"{folder} is not a kept lab: it has no {LAB_FILE}")
+    record = json.loads((folder / LAB_FILE).read_text())
+    where = (folder.name, str(record.get("model", "")), str(record.get("task", "")), str(record.get("dataset", "")))
+    if (folder / TRIALS).is_file():
+        return _read_current(folder, record, where)
+    if (folder / FIRST_TRIALS).is_file():
+        return _read_first(folder, record, where)
+    raise UserError(f"{folder}: no {TRIALS} (nor the first labs' {FIRST_TRIALS}): nothing to analyse")
+
+
+def _read_current(folder: Path, record: dict, where: tuple[str, str, str, str]) -> LabRecords:
+    trials = pd.read_csv(folder / TRIALS, dtype={"trial_id": str})
+    if "status" in trials:
+        trials = trials[trials["status"].fillna("ok") == "ok"].reset_index(drop=True)
+    trials = trials.rename(columns={"subset": "components"})
+    notes = []
+    correct = _outcomes(folder / TEST_CORRECT, trials["trial_id"]) if (folder / TEST_CORRECT).is_file() else None
+    if correct is None:
+        notes.append(f"no per-image test outcomes ({TEST_CORRECT}): test images are not resampled")
+    curves = pd.read_csv(folder / CURVES, dtype={"trial_id": str}) if (folder / CURVES).is_file() else None
+    if curves is None:
+        notes.append(f"no learning curves ({CURVES})")
+    return LabRecords(*where, trials, "val_acc", correct, curves, None, record, notes)
+
+
+def _read_first(folder: Path, record: dict, where: tuple[str, str, str, str]) -> LabRecords:
+    trials = pd.read_csv(folder / FIRST_TRIALS, dtype={"trial_id": str, "run_id": str})
+    extra = None
+    if (folder / FIRST_SUBSETS).is_file():
+        subsets = pd.read_csv(folder / FIRST_SUBSETS)
+        if "in_network_mean" in subsets:
+            extra = subsets.set_index("components")[["in_network_mean"]]
+    notes = [
+        "kept as final values only (the first kept labs): no per-image test outcomes, so test images are not "
+        "resampled; no learning curves"
+    ]
+    return LabRecords(*where, trials, "best_val_acc", None, None, extra, record, notes)
+
+
+def _outcomes(path: Path, trial_ids: pd.Series) -> np.ndarray:
+    """Read each trial's 0/1 outcome per test image, in ``trial_ids``' order."""
+    table = pd.read_csv(path, dtype={"trial_id": str, "correct": str}).set_index("trial_id")["correct"]
+    missing = [t for t in trial_ids if t not in table.index]
+    if missing:
+        raise UserError(f"{path}: no outcomes for trial(s) {', '.join(missing[:3])}")
+    strings = [table[t] for t in trial_ids]
+    if len({len(s) for s in strings}) > 1:
+        raise UserError(f"{path}: the outcome strings differ in length (one test set per lab)")
+    return np.array([np.frombuffer(s.encode(), dtype=np.uint8) - ord("0") for s in strings], dtype=np.uint8)

@@ -1,6 +1,4 @@
-"""The pooled verdict as the lab prints and keeps it: the text (per lab figures, the family judged, the headline, the
-power, the sentences), ``pooled.json`` (what ``vitplast recommend`` reads), its tables and forest plots, and the
-pooled MLflow run that holds them as artifacts. Every sentence comes from ``analysis.verdicts``."""
+"""Print and keep the pooled verdict: its text, ``pooled.json`` and tables, forest plots and an MLflow run."""
 
 from __future__ import annotations
 
@@ -13,9 +11,10 @@ import pandas as pd
 
 from vitplast_tune.analysis.verdicts import decision, family_clause, format_mc, format_p, summary
 from vitplast_tune.errors import UserError
-from vitplast_tune.lab import analysis, forest, kept
+from vitplast_tune.lab import analysis, forest
 from vitplast_tune.lab.design import PREREGISTRATION, Design, read_design
 from vitplast_tune.lab.pooled import PooledResult, pool
+from vitplast_tune.lab.records import read_kept
 from vitplast_tune.recommend.ranking import POOLED_FILE
 
 SAYS = "What it says (generated from the figures above):"
@@ -23,9 +22,7 @@ EXPERIMENT = "vitplast-lab-pooled"
 
 
 def conclusions(result: PooledResult) -> list[str]:
-    """The pooled verdict's sentences: the family's (``verdicts.summary``), the headline's figures, the tasks a
-    task-level test needs, what the labs' records lack; an interim look (not the labs the design names) says that
-    in place of the verdict."""
+    """Write the pooled verdict's sentences, or say that an interim look gives figures only."""
     d = result.design
     lacking = sorted({n for a in result.labs for n in a.notes})
     records = [f"The labs' records: {'; '.join(lacking)}."] if lacking else []
@@ -87,7 +84,7 @@ def _power_lines(result: PooledResult) -> list[str]:
 
 
 def describe_pooled(result: PooledResult) -> str:
-    """The pooled verdict as text: per lab, the family, the headline, the power, the sentences.
+    """Describe the pooled verdict as text: per lab, the family, the headline, the power and the sentences.
 
     Args:
         result: The pooled verdict.
@@ -130,9 +127,8 @@ def describe_pooled(result: PooledResult) -> str:
     return "\n".join(lines)
 
 
-def write_pooled(result: PooledResult, out: Path) -> list[Path]:
-    """``pooled.json`` (each predictor's pooled verdict, as ``vitplast recommend`` reads it), ``pooled.csv``,
-    ``pooled_per_lab.csv``, ``headline.csv`` and the forest plots into ``out``; their paths."""
+def _write_pooled(result: PooledResult, out: Path) -> list[Path]:
+    """Write ``pooled.json``, which ``vitplast recommend`` reads, the tables and the forest plots into ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -177,9 +173,8 @@ def write_pooled(result: PooledResult, out: Path) -> list[Path]:
     return files + forest.forest_plots(result, out)
 
 
-def log_pooled(result: PooledResult, files: list[Path], tracking_uri: str, name: str) -> str:
-    """The pooled MLflow run: the design as params, each claim's pooled difference and corrected p as metrics, and
-    ``files`` (the forest plots, pooled.json, the tables) as artifacts; its run id."""
+def _log_pooled(result: PooledResult, files: list[Path], tracking_uri: str, name: str) -> str:
+    """Log the pooled MLflow run with the design, each claim's figures and ``files``, and return its run id."""
     from vitplast_tune.records.tracking import client, experiment_id
 
     mlflow = client(tracking_uri)
@@ -201,7 +196,7 @@ def log_pooled(result: PooledResult, files: list[Path], tracking_uri: str, name:
 
 
 def design_for(folders: list[Path], design: str | Path | None) -> Design:
-    """The design named, else the ``preregistration.yaml`` beside the lab folders; UserError when there is none."""
+    """Read the design named, else the ``preregistration.yaml`` beside the lab folders."""
     if design is not None:
         return read_design(design)
     found = {Path(f).resolve().parent / PREREGISTRATION for f in folders}
@@ -211,21 +206,20 @@ def design_for(folders: list[Path], design: str | Path | None) -> Design:
 
 
 def analyze_folder(folder: str | Path, design: str | Path | None = None, *, n_boot: int | None = None) -> str:
-    """A lab re-analysed from its kept folder alone.
+    """Analyze a lab again from its kept folder alone.
 
     Args:
         folder: The kept lab.
-        design: The pre-registration (default: the one beside the folder).
-        n_boot: Resamples (default: the design's).
+        design: The pre-registration, by default the one beside the folder.
+        n_boot: The number of resamples, by default the design's.
 
     Returns:
-        Its analysis as text.
+        The analysis as text.
 
     Raises:
-        UserError: The folder is not a kept lab, or there is no pre-registration, it does not name the lab, or the
-            lab ran under another pre-registration (or this one edited since).
+        UserError: If the folder or the pre-registration is missing, or the lab ran under another design.
     """
-    records = kept.read_kept(folder)
+    records = read_kept(folder)
     chosen = design_for([Path(folder)], design)
     chosen.ran_under(records.record.get("preregistration_sha256"), records.name)
     return analysis.describe_lab(analysis.analyze_lab(records, chosen, n_boot=n_boot))
@@ -240,35 +234,31 @@ def pool_folders(
     include_unqualified: bool = False,
     n_boot: int | None = None,
 ) -> tuple[PooledResult, str]:
-    """Pool kept labs under the pre-registration, writing its files and (optionally) its MLflow run.
+    """Pool kept labs under the pre-registration and write its files, and an MLflow run if asked.
 
     Args:
         folders: The kept labs.
         out: The folder for pooled.json, its tables and forest plots.
-        design: The pre-registration (default: the one beside the folders).
-        tracking_uri: Where to log the pooled MLflow run (None: no run).
-        include_unqualified: Pool labs whose task did not qualify too.
-        n_boot: Resamples (default: the design's).
+        design: The pre-registration, by default the one beside the folders.
+        tracking_uri: Where to log the pooled MLflow run, or None for no run.
+        include_unqualified: Whether to pool labs whose task did not qualify too.
+        n_boot: The number of resamples, by default the design's.
 
     Returns:
         The result and its text.
 
     Raises:
-        UserError: A folder is not a kept lab, there is no pre-registration, it does not name a lab, or a lab ran
-            under another pre-registration (or this one edited since: ``Design.ran_under``).
+        UserError: If a folder or the pre-registration is missing, or a lab ran under another design.
     """
-    records = [kept.read_kept(f) for f in folders]
+    records = [read_kept(f) for f in folders]
     chosen = design_for(folders, design)
     for r in records:
         chosen.ran_under(r.record.get("preregistration_sha256"), r.name)
     used = [r for r in records if r.qualifies or include_unqualified]
     result = pool([analysis.analyze_lab(r, chosen, n_boot=n_boot) for r in used], chosen)
     result.excluded = [r.name for r in records if r not in used]
-    files = write_pooled(result, Path(out))
+    files = _write_pooled(result, Path(out))
     text = describe_pooled(result)
     if tracking_uri:
-        text += f"\nMLflow run {log_pooled(result, files, tracking_uri, Path(out).name)} ({EXPERIMENT})"
+        text += f"\nMLflow run {_log_pooled(result, files, tracking_uri, Path(out).name)} ({EXPERIMENT})"
     return result, text + f"\nfiles: {Path(out)}"
-
-
-__all__ = ["conclusions", "describe_pooled", "write_pooled", "log_pooled", "analyze_folder", "pool_folders"]

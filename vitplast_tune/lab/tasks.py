@@ -1,6 +1,4 @@
-"""The criteria lab's tasks, models and folder layout: a ``Lab`` names one task's lab on one model, where it lives
-(``<storage>/lab.<model>.<task>/``, one search per stage inside) and how its searches run; ``lab.json`` is its record
-(the stages that finished, with their wall seconds, and the qualification)."""
+"""Name the criteria lab's tasks and models, and keep each lab's folder and its ``lab.json`` record."""
 
 from __future__ import annotations
 
@@ -15,39 +13,39 @@ from vitplast_tune.config import TESTBED_MODEL, TESTBED_SEED1_MODEL
 from vitplast_tune.errors import UserError, did_you_mean
 from vitplast_tune.storage import default_storage
 
-CORRUPTIONS = (  # data/corruptions.py's, each a task on digits and on the novel fractals
+CORRUPTIONS = (  # each of data/corruptions.py's corruptions makes a task on digits and on the novel fractals
     "contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise",
     "shot_noise", "impulse_noise", "defocus_blur", "pixelate", "jpeg_compression",
     "fog", "glass_blur", "zoom_blur", "gaussian_blur",
 )  # fmt: skip
-TASKS: dict[str, str] = {  # task name (a folder name) -> dataset
+TASKS: dict[str, str] = {  # maps a task's folder name to its dataset
     "digits": "digits",
     **{f"digits_c-{c}": f"digits_c:{c}" for c in CORRUPTIONS},
     "fractals_novel": "fractals_novel",
     **{f"fractals_novel_c-{c}": f"fractals_novel_c:{c}" for c in CORRUPTIONS},
 }
-MODELS: dict[str, str] = {"s0": TESTBED_MODEL, "s1": TESTBED_SEED1_MODEL}  # short name -> timm name
+MODELS: dict[str, str] = {"s0": TESTBED_MODEL, "s1": TESTBED_SEED1_MODEL}  # maps a short name to a timm name
 DEFAULT_SPACE = "criteria_lab"
 MAX_ROUNDS = 2  # extension rounds beyond the grid's rates
 FULL, SINGLES = ("all",), (*BLOCK_COMPONENTS, "head")
-SATURATED = 0.95  # full finetuning's validation accuracy at or above this: the task is saturated
+SATURATED = 0.95  # full finetuning at or above this validation accuracy saturates the task
 SPREAD_SDS = 3.0  # the best and worst single components must differ by this many seed standard deviations
 LAB_FILE = "lab.json"
 
 
 @dataclass
 class Lab:
-    """One task's lab on one model: where it lives and how its searches run.
+    """Name one task's lab on one model, where it lives and how its searches run.
 
     Attributes:
-        task: The task (a key of ``TASKS``).
-        model: The model's short name (a key of ``MODELS``).
+        task: The task, a key of ``TASKS``.
+        model: The model's short name, a key of ``MODELS``.
         storage: The folder holding the lab's folder.
-        space: The lab space (name or file).
+        space: The lab space's name or file.
         max_rounds: Extension rounds beyond the grid's rates.
         cpus_per_trial: CPUs per trial.
         verbose: 0 for no progress lines.
-        seeds: The seeds every configuration trains with (None: the lab space's).
+        seeds: The seeds every configuration trains with, or None for the lab space's.
         saturated: The check's threshold on full finetuning's mean validation accuracy.
         spread_sds: The check's threshold on the single components' spread, in seed standard deviations.
     """
@@ -80,45 +78,33 @@ class Lab:
 
     @property
     def name(self) -> str:
-        """The lab's folder name: ``lab.<model>.<task>``."""
+        """Return the lab's folder name, ``lab.<model>.<task>``."""
         return f"lab.{self.model}.{self.task}"
 
     @property
     def dir(self) -> Path:
-        """The lab's folder: one search per stage inside, and ``lab.json``."""
+        """Return the lab's folder, which holds one search per stage and ``lab.json``."""
         return self.storage / self.name
 
     @property
     def settings(self) -> dict[str, Any]:
-        """What every trial of the lab trains: the model and the dataset (the space's defaults otherwise)."""
+        """Return the model and dataset that every trial of the lab trains."""
         return {"model": MODELS[self.model], "dataset": TASKS[self.task]}
 
     @property
     def tracking_uri(self) -> str:
-        """Every lab's runs in the storage's one MLflow store."""
+        """Return the storage's one MLflow store, which holds every lab's runs."""
         return f"sqlite:///{self.storage / 'mlflow.db'}"
 
 
 def read_lab_record(directory: Path) -> dict[str, Any]:
-    """A lab's record ``lab.json``.
-
-    Args:
-        directory: the lab's folder.
-
-    Returns:
-        The record; empty before its first stage finished.
-    """
+    """Read a lab's record ``lab.json``, which is empty before the first stage finished."""
     path = Path(directory) / LAB_FILE
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def write_lab_record(directory: Path, record: dict[str, Any]) -> None:
-    """Write a lab's record ``lab.json`` whole (a temporary file replaced, never half-written).
-
-    Args:
-        directory: the lab's folder (made when missing).
-        record: the whole record.
-    """
+    """Write a lab's record ``lab.json`` whole, through a temporary file."""
     path = Path(directory) / LAB_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -129,16 +115,7 @@ def write_lab_record(directory: Path, record: dict[str, Any]) -> None:
 def record_stage(
     lab: Lab, stage: str, components: list[str], lrs: list[float] | None, *, seconds: float, trials: int
 ) -> None:
-    """Add a finished stage (its configurations, rates, seeds, trials and wall seconds) to the lab's record.
-
-    Args:
-        lab: the lab.
-        stage: the stage's name (its search's name).
-        components: the configurations it trained.
-        lrs: its rates (None: the lab space's grid).
-        seconds: its wall seconds.
-        trials: its number of trials.
-    """
+    """Add a finished stage with its configurations, rates, trials and wall seconds to the lab's record."""
     record = read_lab_record(lab.dir)
     from vitplast_tune.space.files import load_space
 
@@ -157,13 +134,6 @@ def record_stage(
 
 
 def lab_minutes(lab: Lab) -> tuple[float, int]:
-    """The wall minutes of a lab's finished stages.
-
-    Args:
-        lab: the lab.
-
-    Returns:
-        (minutes as recorded when each stage finished, number of stages).
-    """
+    """Return the recorded wall minutes of a lab's finished stages and their number."""
     stages = read_lab_record(lab.dir).get("stages", {})
     return sum(s["seconds"] for s in stages.values()) / 60, len(stages)

@@ -1,5 +1,4 @@
-"""Recommending which component subsets to finetune from measured predictors and recorded evidence, and checking
-a recommendation with a short search."""
+"""Recommend which component subsets to finetune, and check a recommendation with a short search."""
 
 import lazy_loader as _lazy
 
@@ -7,6 +6,5 @@ __getattr__, __dir__, __all__ = _lazy.attach(
     __name__,
     submod_attrs={
         "ranking": ["Recommendation", "recommend", "describe"],
-        "verify": ["verification", "verdict", "verify_space"],
     },
 )

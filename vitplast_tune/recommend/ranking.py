@@ -1,11 +1,4 @@
-"""Recommending which component subsets to finetune before any search, with the evidence behind the ranking.
-
-``recommend`` measures the pre-training predictors of a model on a dataset (the paper plasticity, the
-in-network plasticity, the gradient criteria: ``report``), scores every non-empty subset, and ranks them by the
-parameter count unless a pooled criteria-lab verdict recorded under the storage folder (``vitplast lab pooled``:
-several tasks, and models) found a criterion better, and says which models and tasks that verdict came from. Single
-labs and per-trial correlations are shown as evidence. Checking a recommendation with a real search is ``verify``'s.
-"""
+"""Rank the component subsets to finetune before any search, and show the evidence behind the ranking."""
 
 from __future__ import annotations
 
@@ -26,7 +19,7 @@ from vitplast_tune.predictors import report
 from vitplast_tune.predictors.scores import BASELINE, structure_scores
 from vitplast_tune.storage import SEARCH_FILE
 
-POOLED_FILE = "pooled.json"  # a pooled criteria-lab verdict's file (``vitplast lab pooled`` writes it)
+POOLED_FILE = "pooled.json"  # vitplast lab pooled writes the pooled verdict here
 
 
 @dataclass
@@ -38,17 +31,17 @@ class Recommendation:
         dataset: The dataset's name.
         ranked: One row per subset within the budget, best first, with every score.
         criterion: The criterion that ranks them.
-        evidence: ``read_evidence``'s rows: how well each criterion predicted accuracy so far.
-        budget: The most trainable parameters a subset may have (None: no limit).
+        evidence: How well each criterion predicted accuracy so far, as ``read_evidence`` reads it.
+        budget: The most trainable parameters a subset may have, or None for no limit.
         seconds: How long measuring took.
         settings: The finetuning settings the predictors were measured under.
     """
 
     model: str
     dataset: str
-    ranked: pd.DataFrame  # one row per subset within the budget, best first
+    ranked: pd.DataFrame
     criterion: str
-    evidence: pd.DataFrame  # read_evidence's rows
+    evidence: pd.DataFrame
     budget: int | None = None
     seconds: float = 0.0
     settings: FinetuneConfig = field(default_factory=FinetuneConfig)
@@ -60,12 +53,10 @@ def subset_scores(
     in_network: pd.DataFrame | None = None,
     subsets: Iterable[str] | None = None,
 ) -> pd.DataFrame:
-    """One row per subset (default: every non-empty subset, in full; or ``subsets``, which may name methods such as
-    "mha:lora+fc1"): its trainable parameters (by its methods, in the blocks of ``settings``' depth, at its LoRA rank,
-    head included) and every pre-training predictor of the lab."""
+    """Score each subset, such as "mha:lora+fc1", by its trainable parameters and every pre-training predictor."""
     from vitplast_tune.vit.methods import trainable_parameters
 
-    summary = predictors.plasticity.meta["parameter_summary"]  # of the model without its head
+    summary = predictors.plasticity.meta["parameter_summary"]  # it leaves out the head
     head = trainable_parameters(trial_config({"components": HEAD}, settings))
     num_blocks = 1 + max((r["block"] for r in summary if r["block"] is not None), default=-1)
     rows = []
@@ -95,16 +86,7 @@ EVIDENCE_COLUMNS = (
 
 
 def read_evidence(storage: Path) -> pd.DataFrame:
-    """How well each criterion predicted accuracy on what is recorded under ``storage``: one row per record and
-    criterion.
-
-    Pooled criteria-lab verdicts (``<name>/pooled.json``, ``vitplast lab pooled``) have ``source`` "pooled": each
-    criterion's mean Spearman difference to the parameter count over the labs, its Holm-adjusted interval and verdict,
-    and the labs (model / task) it came from; an interim look (not the labs its pre-registration judges) has no row.
-    Criteria labs (``lab.*/analysis/criteria.csv`` of ``vitplast lab``, and ``analysis/criteria.csv`` of a search
-    with ``criteria: true``; of a lab at several step budgets, the longest) have "lab"; per-trial correlations
-    (``analysis/correlations.csv``, final validation accuracy, confounded by lr) "trials".
-    """
+    """Read how well each criterion predicted accuracy in the verdicts, labs and searches under ``storage``."""
     root = Path(storage).expanduser()
     rows = []
     for path in sorted(root.glob(f"*/{POOLED_FILE}")):
@@ -128,9 +110,9 @@ def read_evidence(storage: Path) -> pd.DataFrame:
 
 
 def _pooled_rows(path: Path) -> list[dict[str, Any]]:
-    """A pooled verdict's rows: per criterion its pooled difference and verdict, and the labs it pooled."""
+    """Read one row per criterion from a pooled verdict."""
     pooled = json.loads(path.read_text())
-    if pooled.get("complete") is False:  # an interim look: figures only, it backs no criterion
+    if pooled.get("complete") is False:  # an interim look backs no criterion
         return []
     labs = pooled.get("labs", [])
     where = {
@@ -149,8 +131,7 @@ def _pooled_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _longest_budget(table: pd.DataFrame) -> pd.DataFrame:
-    """A lab table at several step budgets (a ``budget`` column) as the rows of its longest: where the subsets end,
-    not how fast they start."""
+    """Keep the rows of the longest step budget, where the subsets end."""
     if "budget" not in table or table["budget"].isna().all():
         return table
     return table[table["budget"] == table["budget"].max()]
@@ -166,20 +147,14 @@ def _evidence_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
             "spearman_low": r.spearman_low,
             "spearman_high": r.spearman_high,
             "n": int(r.n),
-            "verdict": verdict
-            if isinstance(verdict, str) and verdict
-            else None,  # a lab's, against the parameter count
+            "verdict": verdict if isinstance(verdict, str) and verdict else None,
         }
         for r, verdict in zip(ok.itertuples(), verdicts)
     ]
 
 
 def choose_criterion(evidence: pd.DataFrame, model: str | None = None, dataset: str | None = None) -> tuple[str, str]:
-    """The criterion to rank by, and why. Only a pooled criteria-lab verdict (several tasks, and models) backs a
-    criterion: one it found better than the parameter count (the largest pooled difference of those), said with the
-    models and tasks it came from and whether ``model`` / ``dataset`` are among them. Otherwise, and without any
-    evidence, the parameter count: the baseline every criterion must beat (a lab on one task, or per-trial
-    correlations confounded by the learning rate, back none on their own)."""
+    """Choose the criterion a pooled lab verdict backs, else the parameter count, and say why."""
     pooled = evidence[evidence["source"] == "pooled"]
     if pooled.empty:
         labs = evidence.loc[evidence["source"] == "lab", "search"].nunique()
@@ -188,7 +163,7 @@ def choose_criterion(evidence: pd.DataFrame, model: str | None = None, dataset: 
             "no pooled criteria-lab verdict backs another criterion yet (vitplast lab pooled), so the ranking is by the "
             f"parameter count, the baseline every criterion must beat{seen}"
         )
-    name = pooled.groupby("search")["n"].max().sort_values(kind="stable").index[-1]  # the verdict over the most labs
+    name = pooled.groupby("search")["n"].max().sort_values(kind="stable").index[-1]  # it pooled the most labs
     rows = pooled[pooled["search"] == name]
     first = rows.iloc[0]
     here = model in str(first["model"]).split(", ") and dataset in str(first["dataset"]).split(", ")
@@ -206,8 +181,7 @@ def choose_criterion(evidence: pd.DataFrame, model: str | None = None, dataset: 
 
 
 def rank(scores: pd.DataFrame, criterion: str, budget: int | None = None) -> pd.DataFrame:
-    """The subsets within ``budget`` trainable parameters, best first by ``criterion`` (higher first); ties: fewer
-    parameters."""
+    """Rank the subsets within ``budget`` by ``criterion``, higher first, and break ties by fewer parameters."""
     shown = scores if budget is None else scores[scores["trainable_params"] <= budget]
     shown = shown.dropna(subset=[criterion])
     ranked = shown.sort_values([criterion, "trainable_params"], ascending=[False, True], kind="stable")
@@ -223,23 +197,20 @@ def recommend(
     plasticity_pairs: int | None = None,
     num_batches: int = 5,
 ) -> Recommendation:
-    """Measure the predictors of ``settings``' model and dataset and rank every subset.
-
-    Cached plasticity is reused.
+    """Measure the predictors of the model on the dataset and rank every subset.
 
     Args:
-        settings: The finetuning settings: the model, the dataset and how subsets would train.
-        storage: The storage folder whose records give the evidence (``read_evidence``).
-        budget: The most trainable parameters a ranked subset may have (None: no limit).
-        reference: The reference data set the plasticity is measured against.
-        plasticity_pairs: How many image pairs the plasticity uses (None: the default).
+        settings: The finetuning settings. They name the model and dataset and say how subsets train.
+        storage: The storage folder whose records give the evidence.
+        budget: The most trainable parameters a ranked subset may have, or None for no limit.
+        reference: The reference dataset for the plasticity.
+        plasticity_pairs: How many image pairs the plasticity uses, or None for the default.
         num_batches: How many batches the gradient criteria average over.
 
     Returns:
-        The recommendation: every subset within the budget ranked, the criterion and the evidence.
+        The ranked subsets with the criterion and the evidence.
     """
-    started = time.perf_counter()
-    s = settings
+    started, s = time.perf_counter(), settings
     measured = report.search_report(s, reference=reference, max_pairs=plasticity_pairs)
     gradients = report.gradient_report(s, num_batches=num_batches)
     in_network = report.in_network_scores(s, all_subsets(), reference=reference, plasticity_pairs=plasticity_pairs)
@@ -251,14 +222,14 @@ def recommend(
 
 
 def describe(rec: Recommendation, top: int = 10) -> str:
-    """Describe a recommendation as text: the ranked subsets with their scores, the criterion and the evidence.
+    """Describe the ranked subsets, the criterion and the evidence as text.
 
     Args:
         rec: The recommendation.
         top: How many ranked subsets to show.
 
     Returns:
-        The text, the evidence for every criterion included.
+        The text.
     """
     _, why = choose_criterion(rec.evidence, rec.model, rec.dataset)
     budget = "" if rec.budget is None else f", within {rec.budget:,} trainable parameters"
@@ -289,16 +260,7 @@ def describe(rec: Recommendation, top: int = 10) -> str:
 
 
 def as_plain(rec: Recommendation, top: int = 10) -> dict[str, Any]:
-    """The recommendation as ``recommend --json`` prints it (``describe``'s numbers).
-
-    Args:
-        rec: the recommendation.
-        top: how many ranked subsets to keep.
-
-    Returns:
-        ``model``, ``dataset``, ``budget``, ``seconds``, ``criterion`` and ``why`` (the reason it ranks), ``ranked``
-        (the top subsets, best first, with every score) and ``evidence`` (one row per criterion and source).
-    """
+    """Return the numbers of ``describe`` as ``recommend --json`` prints them."""
     _, why = choose_criterion(rec.evidence, rec.model, rec.dataset)
     return {
         "model": rec.model,
@@ -328,8 +290,7 @@ def _evidence_line(r) -> str:
 def warm_start_subsets(
     predictors: report.Predictors, settings: FinetuneConfig, storage: str | Path, budget: int | None = None
 ) -> list[str]:
-    """Every subset within ``budget`` trainable parameters, ranked best first by the criterion the evidence recorded
-    under ``storage`` backs (``choose_criterion``): the subsets a space with ``warm_start`` lets TPE try first."""
+    """Rank the subsets within ``budget`` for TPE to try first when a space sets ``warm_start``."""
     scores = subset_scores(predictors, settings)
     ranked = rank(scores, choose_criterion(read_evidence(Path(storage)))[0], budget)
     return list(ranked["components"])

@@ -1,7 +1,4 @@
-"""Checking a recommendation with a short real search: a grid over the top K recommended subsets, full finetuning
-and the linear probe (``verify_space``, run by ``workflows.verify_recommendation``), and whether the
-recommendation held (``verification``, ``verdict``).
-"""
+"""Check a recommendation with a short grid search and judge whether it held."""
 
 from __future__ import annotations
 
@@ -22,30 +19,12 @@ VERIFY_LRS: tuple[float, ...] = (0.03, 0.1, 0.3)
 def verify_space(
     rec: Recommendation, k: int, directory: Path, *, lrs: Sequence[float] = VERIFY_LRS, max_steps: int | None = None
 ) -> Path:
-    """Write a grid space file over the top ``k`` subsets, full finetuning and the linear probe, times ``lrs``.
-
-    Args:
-        rec: The recommendation.
-        k: How many of its top subsets to include.
-        directory: The folder the space file goes into (made when missing).
-        lrs: The learning rates of the grid.
-        max_steps: Training steps per trial (None: the recommendation's settings).
-
-    Returns:
-        The space file's path.
-    """
+    """Write a grid space file over the top ``k`` subsets, full finetuning and the linear probe, times ``lrs``."""
     subsets = list(dict.fromkeys([*rec.ranked["components"].head(k), ALL, HEAD]))
     keep = (
-        "model",
-        "weights",
-        "pretrained",
-        "dataset",
-        "data_dir",
-        "batch_size",
-        "max_steps",
-        "warmup_fraction",
-        "eval_every",
-    )
+        "model", "weights", "pretrained", "dataset", "data_dir",
+        "batch_size", "max_steps", "warmup_fraction", "eval_every",
+    )  # fmt: skip
     given = rec.settings.to_dict()
     defaults = {key: given[key] for key in keep if given.get(key) is not None}
     if max_steps:
@@ -68,17 +47,7 @@ def verify_space(
 
 
 def verification(rec: Recommendation, trials: pd.DataFrame, k: int) -> pd.DataFrame:
-    """Tabulate each verified configuration at its best learning rate, with its predicted and actual rank.
-
-    Args:
-        rec: The recommendation checked.
-        trials: The verification search's trial table.
-        k: How many of the recommendation's top subsets were checked.
-
-    Returns:
-        One row per configuration: the lr with the best validation accuracy, its test accuracy, trainable
-        parameters, predicted rank (empty when not recommended) and actual rank, best test accuracy first.
-    """
+    """Tabulate each verified configuration at its best learning rate, with its predicted and actual rank."""
     ok = trials[trials["best_val_acc"].notna()]
     best = ok.loc[ok.groupby("components")["best_val_acc"].idxmax()]
     table = best[["components", "lr", "best_val_acc", "test_acc", "trainable_params"]].copy()
@@ -90,16 +59,7 @@ def verification(rec: Recommendation, trials: pd.DataFrame, k: int) -> pd.DataFr
 
 
 def verdict(table: pd.DataFrame) -> str:
-    """Judge whether the recommendation held: the top-ranked subset against the median configuration.
-
-    Rank agreement and the comparison with full finetuning and the linear probe follow.
-
-    Args:
-        table: ``verification``'s table.
-
-    Returns:
-        The verdict as text, one finding a line.
-    """
+    """Judge whether the top-ranked subset beat the median configuration, one finding a line."""
     if table["predicted_rank"].notna().sum() == 0:
         return "nothing to judge: no recommended subset finished"
     top = table[table["predicted_rank"] == 1].iloc[0]
@@ -131,7 +91,7 @@ def verdict(table: pd.DataFrame) -> str:
 
 
 def describe_verification(table: pd.DataFrame) -> str:
-    """The verification table (each configuration at its best-validation lr) and the verdict, as text."""
+    """Describe the verification table and the verdict as text."""
     shown = table.assign(
         predicted_rank=table["predicted_rank"].map(lambda v: "" if pd.isna(v) else int(v)),
         best_val_acc=table["best_val_acc"].map(lambda v: f"{100 * v:.2f}%"),

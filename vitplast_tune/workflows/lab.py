@@ -1,10 +1,4 @@
-"""The criteria lab's driver: each stage of a task's lab run as a search (``run.driver``) in one shared Ray instance,
-extended beyond the grid where a configuration's best rate lies at an end of the rates it was trained at, the
-qualifying check (``lab.qualify``, on validation data), the rest of the lab, its analysis, and its estimated time.
-
-A stage whose trial table exists is done, one with a record and no table is resumed, so the same command run again
-goes on where it stopped. No torch at import; Ray and the search driver are imported where a stage runs.
-"""
+"""Run the criteria lab's stages as searches in one Ray instance, then check, analyze and estimate a lab."""
 
 from __future__ import annotations
 
@@ -32,21 +26,10 @@ if TYPE_CHECKING:
 _log = log.get_logger(__name__)
 
 
-def stage_options(
+def _stage_options(
     lab: Lab, stage: str, components: list[str], lrs: list[float] | None = None, verbose: int = 1
 ) -> SearchOptions:
-    """The search options of one stage: its space file, in the lab's folder and MLflow store, resumed when started.
-
-    Args:
-        lab: the lab.
-        stage: the stage's name.
-        components: its configurations.
-        lrs: its rates (None: the space's).
-        verbose: the search's verbosity.
-
-    Returns:
-        The stage's ``SearchOptions``.
-    """
+    """Build one stage's search options, resuming a stage that has started."""
     from vitplast_tune.plan.options import SearchOptions
 
     return SearchOptions(
@@ -62,24 +45,14 @@ def stage_options(
 
 
 def run_stage(lab: Lab, stage: str, components: list[str], lrs: list[float] | None = None) -> pd.DataFrame:
-    """One stage's trials: read when its search finished, else run (or resumed) and its wall time recorded.
-
-    Args:
-        lab: the lab.
-        stage: the stage's name.
-        components: its configurations.
-        lrs: its rates (None: the space's).
-
-    Returns:
-        The stage's trial table.
-    """
+    """Return one stage's trials, running or resuming its search unless it has finished."""
     from vitplast_tune.records.table import read_trials
     from vitplast_tune.run import driver
 
     directory = lab.dir / stage
     if (directory / "trials.csv").is_file():
         return read_trials(directory)
-    options = stage_options(lab, stage, components, lrs, lab.verbose)
+    options = _stage_options(lab, stage, components, lrs, lab.verbose)
     _say(lab, f"[{lab.name}] stage {stage}: {len(components)} configuration(s){'' if lrs is None else f' at lr {lrs}'}")
     started = time.perf_counter()
     found = driver.run(options)
@@ -88,16 +61,9 @@ def run_stage(lab: Lab, stage: str, components: list[str], lrs: list[float] | No
 
 
 def bracketed_stage(lab: Lab, stage: str, components: list[str]) -> pd.DataFrame:
-    """A stage and its extension rounds (every configuration whose best rate is at an end of its rates trained at
-    the next one, one search per rate, at most ``lab.max_rounds`` rounds).
+    """Run a stage, then extend its grid while a configuration's best rate lies at an end of it.
 
-    Args:
-        lab: the lab.
-        stage: the stage's name.
-        components: its configurations.
-
-    Returns:
-        The trials of the stage and of its extensions together.
+    Each round trains such a configuration at the next rate beyond that end, for at most ``lab.max_rounds`` rounds.
     """
     parts = [run_stage(lab, stage, components)]
     for round_ in range(1, lab.max_rounds + 1):
@@ -112,12 +78,10 @@ def bracketed_stage(lab: Lab, stage: str, components: list[str]) -> pd.DataFrame
 
 @contextlib.contextmanager
 def ray_session() -> Iterator[None]:
-    """One local Ray instance for every stage search run inside, shut down after; nothing when Ray runs already.
-
-    A signal while Ray starts or between stages ends in SearchInterrupted, as one within a stage's search does.
+    """Start one local Ray instance for the stages run inside, unless Ray runs already, and shut it down after.
 
     Yields:
-        Nothing: the stages run inside.
+        Nothing.
     """
     import ray
 
@@ -126,8 +90,7 @@ def ray_session() -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
-    # Ctrl-C or SIGTERM while Ray starts or between stages: one line and 130 or 143, as within a stage's search.
-    with interrupts.before_start(resuming=True):
+    with interrupts.before_start(resuming=True):  # a signal here raises SearchInterrupted, as within a search
         with interrupts.starting_ray():
             cluster.init(None)
         try:
@@ -137,65 +100,46 @@ def ray_session() -> Iterator[None]:
 
 
 def qualify(lab: Lab) -> check.Qualification:
-    """Check a task: run (or read) its ``full`` and ``single`` stages and judge it on validation data.
-
-    A saturated task's single components are not trained (``lab.qualify`` judges).
+    """Check a task by running its ``full`` and ``single`` stages and judging it on validation data.
 
     Args:
-        lab: the lab.
+        lab: The lab.
 
     Returns:
-        Its qualification, also written into its record.
+        The qualification, which is also written into the lab's record.
     """
     found = check.judge_full(lab, bracketed_stage(lab, "full", list(FULL)))
-    if not found.reason:
+    if not found.reason:  # a saturated task does not train its single components
         found = check.judge_singles(found, bracketed_stage(lab, "single", list(SINGLES)))
     return check.record_qualification(lab, found)
 
 
-def run_rest(lab: Lab) -> pd.DataFrame:
-    """The lab's ``rest`` stage (every other subset of the space) with its extensions.
-
-    Args:
-        lab: the lab.
-
-    Returns:
-        Its trials (none when the space has no other subset).
-    """
+def _run_rest(lab: Lab) -> pd.DataFrame:
+    """Run the ``rest`` stage, which trains every other subset of the space, with its extensions."""
     rest = stage_components(lab)["rest"]
     return bracketed_stage(lab, "rest", rest) if rest else pd.DataFrame()
 
 
 def run_lab(lab: Lab, *, even_if_unqualified: bool = False) -> tuple[check.Qualification, Any]:
-    """Run the whole lab on its task: the check, then the other subsets, then the lab's analysis.
-
-    The other subsets (with their extensions) run when the task qualifies, or with ``even_if_unqualified``.
+    """Check the task, then train the other subsets and analyze the lab if the task qualifies.
 
     Args:
-        lab: the lab.
-        even_if_unqualified: run the rest even on a task that fails the check.
+        lab: The lab.
+        even_if_unqualified: Whether to go on after a failed check.
 
     Returns:
-        (qualification, the lab's analysis or None when not run further).
+        The qualification and the lab's analysis, which is None when the lab stopped after the check.
     """
     found = qualify(lab)
     _say(lab, check.describe_qualifications([found]))
     if not (found.qualifies or even_if_unqualified):
         return found, None
-    run_rest(lab)
+    _run_rest(lab)
     return found, analyze_lab(lab)
 
 
 def in_network(lab: Lab, subsets: Iterable[str]) -> pd.Series:
-    """Each subset's mean in-network plasticity (measured once per model, then read from its cache).
-
-    Args:
-        lab: the lab (a finished stage's recorded settings).
-        subsets: the subsets.
-
-    Returns:
-        ``in_network_mean`` by subset.
-    """
+    """Return each subset's mean in-network plasticity, measured once per model and then cached."""
     from vitplast_tune.config import FinetuneConfig
     from vitplast_tune.predictors.report import in_network_scores
     from vitplast_tune.storage import read_record
@@ -206,27 +150,22 @@ def in_network(lab: Lab, subsets: Iterable[str]) -> pd.Series:
 
 
 def keep(lab: Lab, out: Path) -> None:
-    """Write the lab's kept records (``lab.records``: trials, curves, per-image test correctness) into ``out``.
-
-    Args:
-        lab: the lab.
-        out: the folder.
-    """
+    """Write the lab's kept records into ``out``."""
     trials = lab_trials(lab.dir)
-    restored = read_lab_record(lab.dir).get("restored")  # its check kept on another machine: those tables first
+    restored = read_lab_record(lab.dir).get("restored")  # another machine ran the check; its tables come first
     earlier = lab.storage / restored["copy"] if restored else None
     write_kept(lab.dir, out, in_network(lab, trials["components"].unique()), earlier=earlier)
 
 
 def analyze_lab(lab: Lab, *, n_boot: int | None = None) -> Any:
-    """The lab's analysis over every stage's trials (``analysis.subsets.criteria_lab``), written to ``<lab>/analysis``.
+    """Analyze every stage's trials together and write the results to ``<lab>/analysis``.
 
     Args:
-        lab: the lab.
-        n_boot: resamples (default: the analysis's).
+        lab: The lab.
+        n_boot: The number of bootstrap resamples, or None for the analysis's default.
 
     Returns:
-        Its results.
+        The analysis's results.
     """
     from vitplast_tune.analysis import subsets as criteria
 
@@ -241,15 +180,7 @@ def analyze_lab(lab: Lab, *, n_boot: int | None = None) -> Any:
 
 
 def describe_report(lab: Lab, results: list[LabResult]) -> str:
-    """The lab's analysis as text, with the minutes its searches took.
-
-    Args:
-        lab: the lab.
-        results: its analysis.
-
-    Returns:
-        The text.
-    """
+    """Describe the lab's analysis and the minutes its searches took as text."""
     from vitplast_tune.analysis.subsets_report import describe_lab
 
     minutes, stages = lab_minutes(lab)
@@ -261,16 +192,9 @@ def describe_report(lab: Lab, results: list[LabResult]) -> str:
 
 
 def estimate(lab: Lab, *, qualify_only: bool = False) -> Estimate:
-    """Time a few steps of each stage still to run (``plan.estimate``'s own timing, in a child process); nothing
-    trains. The extension rounds add between nothing and ``max_rounds`` times one rate's trials of every
-    configuration.
+    """Estimate the lab's time by timing a few steps of each stage still to run, without training.
 
-    Args:
-        lab: the lab.
-        qualify_only: the check's stages only.
-
-    Returns:
-        The lab's estimate.
+    The extension rounds may add up to ``max_rounds`` times one rate's trials of every configuration.
     """
     _, _, grid = base_space(lab.space)
     stages = stage_components(lab)
@@ -289,19 +213,14 @@ def estimate(lab: Lab, *, qualify_only: bool = False) -> Estimate:
 
 
 def _stage_seconds(lab: Lab, stage: str, components: list[str]) -> tuple[int, float]:
-    """A stage's trials and its estimated wall seconds here: the middle of ``plan.estimate.wall_range``'s range."""
-    from vitplast_tune.child import call_in_child
+    """Return a stage's trials and the middle of its estimated wall time here."""
     from vitplast_tune.plan import estimate as est
     from vitplast_tune.plan.planner import prepare
-    from vitplast_tune.workflows.preview import capacity
+    from vitplast_tune.workflows.preview import _capacity, _time_steps
 
-    plan = prepare(stage_options(lab, stage, components, verbose=0))
-    configs = est.timed_configs(plan)
-    timed = call_in_child(
-        "vitplast_tune.vit.training:time_steps", configs, "cpu", est.STEPS, est.BUDGET_S, plan.decoded
-    )
-    timings = [est.Timing(**{k: run[k] for k in est.Timing.__dataclass_fields__}) for run in timed["runs"]]
-    where, nodes = capacity(None, timed["gpus"])
+    plan = prepare(_stage_options(lab, stage, components, verbose=0))
+    timings, _, gpus = _time_steps(plan, "cpu")
+    where, nodes = _capacity(None, gpus)
     fewest, most = est.wall_range(plan, timings, est.concurrency(plan, nodes, where))
     return plan.spec.total_trials, (fewest + most) / 2
 

@@ -1,4 +1,4 @@
-"""A finished search analyzed again from its stored trial table, and the paper's cross-dataset table of several."""
+"""Analyze a finished search again, or build the paper's cross-dataset table of several."""
 
 from __future__ import annotations
 
@@ -20,19 +20,16 @@ from vitplast_tune.storage import SearchPlace, default_storage, read_record
 
 
 def reanalyze(name: str, storage: str | None = None, tracking_uri: str | None = None, criteria: bool = False) -> Search:
-    """Analyze a finished search again from its stored trial table, and log the analysis to its parent run.
-
-    The summary the search kept as printed (``records.printed.keep_summary``) no longer says its analysis: it is
-    removed, and ``vitplast analyze`` keeps the one it prints.
+    """Analyze a finished search again from its trial table and log the analysis to its parent run.
 
     Args:
         name: The search's name.
-        storage: The storage holding the search (None: the default storage).
-        tracking_uri: The MLflow store (None: the one the search used).
-        criteria: Whether to run the criteria lab's analysis too, even if the space does not ask for it.
+        storage: The storage holding the search, or None for the default.
+        tracking_uri: The MLflow store, or None for the one the search used.
+        criteria: Whether to run the criteria lab's analysis even if the space does not ask for it.
 
     Returns:
-        The search's result, analyzed.
+        The analyzed result.
 
     Raises:
         UserError: If the search's record or trial table is missing.
@@ -47,11 +44,11 @@ def reanalyze(name: str, storage: str | None = None, tracking_uri: str | None = 
     )
     result = Search(place, record, table)
     result.spec = spec
-    from vitplast_tune.run import driver  # Ray Tune: imported by the jobs that run or record a search
+    from vitplast_tune.run import driver  # it imports Ray Tune
 
     with mlflow_internals.no_artifact_progress_bar():
         driver.analyze(result, tracking.client(uri))
-    forget_summary(result.place.results_dir)
+    forget_summary(result.place.results_dir)  # the kept summary is stale; vitplast analyze keeps the new one
     return result
 
 
@@ -60,8 +57,8 @@ def compare_datasets(names: Sequence[str], storage: str | None = None, out_dir: 
 
     Args:
         names: The searches' names.
-        storage: The storage holding them (None: the default storage).
-        out_dir: Where the files go (None: ``cross-<names>`` in the storage).
+        storage: The storage holding them, or None for the default.
+        out_dir: Where the files go, or None for ``cross-<names>`` in the storage.
 
     Returns:
         The table as text, with the folder of its files.
@@ -73,15 +70,15 @@ def compare_datasets(names: Sequence[str], storage: str | None = None, out_dir: 
 def cross_dataset(
     names: Sequence[str], storage: str | None = None, out_dir: str | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame, Path]:
-    """The cross-dataset tables of several finished searches (``compare_datasets``' numbers), their files written.
+    """Build the cross-dataset tables of several finished searches and write their files.
 
     Args:
         names: The searches' names.
-        storage: The storage holding them (None: the default storage).
-        out_dir: Where the files go (None: ``cross-<names>`` in the storage).
+        storage: The storage holding them, or None for the default.
+        out_dir: Where the files go, or None for ``cross-<names>`` in the storage.
 
     Returns:
-        The relative gains per configuration and dataset, the rank agreement per dataset, and the files' folder.
+        The relative gains, the rank agreement per dataset, and the files' folder.
     """
     root = Path(storage or default_storage()).expanduser()
     found = {name: read_trials(root / name) for name in names}

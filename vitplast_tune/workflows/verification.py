@@ -1,4 +1,4 @@
-"""A recommendation checked with a short search (the grid of ``recommend.verify.verify_space``)."""
+"""Check a recommendation with a short grid search."""
 
 from __future__ import annotations
 
@@ -31,14 +31,14 @@ def verify_recommendation(
         rec: The recommendation.
         k: How many of its top subsets to check.
         storage: Where the search and its space file go.
-        name: The search's name (None: ``recommend-verify-<time>``).
-        lrs: The learning rates of the grid (``recommend.verify.verify_space``).
-        max_steps: Training steps per trial (None: the recommendation's settings).
+        name: The search's name, or None for ``recommend-verify-<time>``.
+        lrs: The learning rates of the grid.
+        max_steps: Training steps per trial, or None for the recommendation's.
         cpus_per_trial: CPUs per trial.
         verbose: Ray Tune's verbosity.
 
     Returns:
-        The table of ``recommend.verify.verification`` and the search's result.
+        The verification table and the search's result.
     """
     name = name or f"recommend-verify-{time.strftime('%Y%m%d-%H%M%S')}"
     space = verify.verify_space(rec, k, Path(storage).expanduser() / "recommend", lrs=lrs, max_steps=max_steps)
