@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from vitplast_tune.child import call_in_child, session
 from vitplast_tune.errors import UserError
+from vitplast_tune.subprocess_call import call_in_child, session
 
 
 def test_each_call_runs_in_a_process_of_its_own_outside_a_session():

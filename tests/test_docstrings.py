@@ -43,7 +43,7 @@ MODULES = (
     "vitplast_tune.errors",
     "vitplast_tune.log",
     "vitplast_tune.environment",
-    "vitplast_tune.child",
+    "vitplast_tune.subprocess_call",
     "vitplast_tune.outputs",
 )
 

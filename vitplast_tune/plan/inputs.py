@@ -9,9 +9,9 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from vitplast_tune.child import call_in_child
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
+from vitplast_tune.subprocess_call import call_in_child
 
 if TYPE_CHECKING:
     from vitplast_tune.data.decoded import InMemory

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from vitplast_tune.child import call_in_child
 from vitplast_tune.errors import ServicesError
 from vitplast_tune.storage import filesystem, join
+from vitplast_tune.subprocess_call import call_in_child
 
 TIMEOUT_S = 10.0  # how long a tracking server or database gets to answer
 STORAGE_TIMEOUT_S = 30.0  # how long a bucket gets to answer and take a probe file (pyarrow retries for a while)

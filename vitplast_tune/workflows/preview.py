@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from vitplast_tune import child
+from vitplast_tune import subprocess_call
 from vitplast_tune.plan import estimate, resources
 from vitplast_tune.plan.options import SearchOptions
 from vitplast_tune.plan.planner import prepare
@@ -25,7 +25,7 @@ def dry_run(options: SearchOptions) -> str:
         UserError: If the options, the space or the settings are invalid.
     """
     started = time.perf_counter()
-    with child.session():  # one child process runs the checks and the timed steps, so torch is imported once
+    with subprocess_call.session():  # one child process runs the checks and the timed steps, so torch is imported once
         plan = prepare(options)
         device = "cuda" if options.gpus_per_trial > 0 else "cpu"  # Ray hides the GPUs from a trial without any
         timings, timed_on, gpus = _time_steps(plan, device)
@@ -42,7 +42,7 @@ def dry_run(options: SearchOptions) -> str:
 
 def _time_steps(plan: SearchPlan, device: str) -> tuple[list[estimate.Timing], str, int]:
     """Time a few steps of each timed configuration in a child process and return the timings, device and GPUs."""
-    timed = child.call_in_child(
+    timed = subprocess_call.call_in_child(
         "vitplast_tune.vit.training:time_steps",
         estimate.timed_configs(plan),
         device,

@@ -42,7 +42,7 @@ def call_in_child(target: str, *args: Any, timeout_s: float | None = None) -> An
         if _sessions and timeout_s is None:
             returncode = _sessions[-1].call(exchange)
         else:
-            code = "import sys; from vitplast_tune.child import _child_main; _child_main(sys.argv[1])"
+            code = "import sys; from vitplast_tune.subprocess_call import _child_main; _child_main(sys.argv[1])"
             try:
                 child = subprocess.run([sys.executable, "-c", code, str(exchange)], env=_env(), timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -82,7 +82,9 @@ class _Child:
     def __init__(self):
         calls, self._calls = os.pipe()
         self._ends, ends = os.pipe()
-        code = "import sys; from vitplast_tune.child import _serve; _serve(int(sys.argv[1]), int(sys.argv[2]))"
+        code = (
+            "import sys; from vitplast_tune.subprocess_call import _serve; _serve(int(sys.argv[1]), int(sys.argv[2]))"
+        )
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code, str(calls), str(ends)], env=_env(), pass_fds=(calls, ends)
         )
