@@ -9,7 +9,7 @@ import pytest
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.errors import UserError
 from vitplast_tune.pretrain_config import PretrainConfig
-from vitplast_tune.typed import check_types, describe_type, field_types, fits
+from vitplast_tune.type_checks import check_types, describe_type, field_types, fits
 
 
 @pytest.mark.parametrize("cls", [FinetuneConfig, PretrainConfig])

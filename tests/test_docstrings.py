@@ -36,7 +36,7 @@ MODULES = (
     "vitplast_tune.analysis.bootstrap",
     "vitplast_tune.vit.model_checks",
     "vitplast_tune.config",
-    "vitplast_tune.typed",
+    "vitplast_tune.type_checks",
     "vitplast_tune.pretrain_config",
     "vitplast_tune.plan.search_plan",
     "vitplast_tune._compat.versions",

@@ -1,6 +1,6 @@
 """The Python face checks its arguments as the command line does: a value of the wrong type or form given to a public
 function is one ``OptionsError`` naming the function, the argument and what it takes, before any work (one checker,
-``typed.checked``, on every public function; ``SearchOptions`` checks its fields by their annotations)."""
+``type_checks.checked``, on every public function; ``SearchOptions`` checks its fields by their annotations)."""
 
 from __future__ import annotations
 

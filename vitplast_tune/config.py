@@ -8,7 +8,7 @@ from typing import Any
 
 from vitplast_tune import components, environment
 from vitplast_tune.errors import UserError, did_you_mean
-from vitplast_tune.typed import _describe_parsed, _parse_typed, check_types, field_types
+from vitplast_tune.type_checks import _describe_parsed, _parse_typed, check_types, field_types
 
 TESTBED_MODEL = "vit_testbed_patch8_32.fractal"  # the offline default (vit/models.py registers it with timm)
 # The paper's checkpoint: Google's ViT-B/16 trained on ImageNet-21k, as timm converted it (what the paper's reference

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vitplast_tune.errors import UserError
-from vitplast_tune.typed import check_types
+from vitplast_tune.type_checks import check_types
 
 
 @dataclass

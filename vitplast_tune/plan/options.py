@@ -19,7 +19,7 @@ from vitplast_tune.config import PAPER_MODEL, PLASTICITY_VARIANTS, PRECISIONS, c
 from vitplast_tune.errors import OptionsError, did_you_mean, option, speaking_flags
 from vitplast_tune.space.files import SearchSpec
 from vitplast_tune.space.objectives import OBJECTIVES
-from vitplast_tune.typed import check_types
+from vitplast_tune.type_checks import check_types
 
 EXPERIMENT = "vitplast_tune"  # the MLflow experiment a search logs to unless --experiment or MLFLOW_EXPERIMENT_NAME
 # MLflow's own environment variables, honoured as defaults (flags win).

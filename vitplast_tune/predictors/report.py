@@ -18,7 +18,7 @@ from vitplast_tune.predictors import scores
 from vitplast_tune.predictors.cache import cache_key, default_out_dir
 from vitplast_tune.predictors.scores import aggregate_plasticity
 from vitplast_tune.storage import replaced
-from vitplast_tune.typed import checked
+from vitplast_tune.type_checks import checked
 
 if TYPE_CHECKING:
     import torch

@@ -14,7 +14,7 @@ from vitplast_tune.errors import SearchNotFound, UserError
 from vitplast_tune.lock import running_owner
 from vitplast_tune.records.printed import TOP_TRIALS, kept_summary, summary
 from vitplast_tune.storage import SEARCH_FILE, STUDY_FILE, SearchPlace, default_storage, read_record
-from vitplast_tune.typed import checked
+from vitplast_tune.type_checks import checked
 
 if TYPE_CHECKING:  # annotations only: loading a search's records imports no torch
     import optuna

@@ -29,7 +29,7 @@ from vitplast_tune.run.trainable import train_trial
 from vitplast_tune.space.objectives import objective_of
 from vitplast_tune.storage import spoken, write_record
 from vitplast_tune.timings import Timings
-from vitplast_tune.typed import checked
+from vitplast_tune.type_checks import checked
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient

@@ -16,7 +16,7 @@ from vitplast_tune.space.baselines import _parse_baselines, references
 from vitplast_tune.space.distributions import Constant, Distribution, Subsets, parse_param
 from vitplast_tune.space.finalists import OFF, Finalists, _parse_finalists
 from vitplast_tune.space.reading import _read_yaml
-from vitplast_tune.typed import checked
+from vitplast_tune.type_checks import checked
 
 SHIPPED = "vitplast_tune.search_spaces"  # the repository's search_spaces/, installed under this name (pyproject.toml)
 

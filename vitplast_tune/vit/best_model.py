@@ -35,7 +35,7 @@ from vitplast_tune.storage import (
     search_dir,
     upload,
 )
-from vitplast_tune.typed import checked
+from vitplast_tune.type_checks import checked
 from vitplast_tune.vit import methods, models
 from vitplast_tune.vit.families.hf import HFClassifier
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from vitplast_tune.config import TESTBED_MODEL, TESTBED_SEED1_MODEL, TESTBED_SEED1_WEIGHTS, TESTBED_WEIGHTS
 from vitplast_tune.errors import UserError, did_you_mean
-from vitplast_tune.typed import checked
+from vitplast_tune.type_checks import checked
 from vitplast_tune.vit import (
     hub,
     tiny,  # noqa: F401  (registers the tiny models of every family with timm)

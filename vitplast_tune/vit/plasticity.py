@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from vitplast_tune.components import BLOCK_COMPONENTS
 from vitplast_tune.config import check_variant
 from vitplast_tune.errors import UserError
-from vitplast_tune.typed import checked
+from vitplast_tune.type_checks import checked
 from vitplast_tune.vit.devices import resolve_device
 from vitplast_tune.vit.families.base import Family, first_tensor
 from vitplast_tune.vit.families.registry import family_of

@@ -14,7 +14,7 @@ from torch import nn
 
 from vitplast_tune.config import FinetuneConfig
 from vitplast_tune.data.decoded import InMemory
-from vitplast_tune.typed import checked
+from vitplast_tune.type_checks import checked
 from vitplast_tune.vit import loop, recipe
 from vitplast_tune.vit.building import build_run, create_run_model
 from vitplast_tune.vit.devices import run_device
