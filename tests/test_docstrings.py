@@ -29,7 +29,7 @@ FACES = (
 MODULES = (
     "vitplast_tune.components",
     "vitplast_tune.freezing",
-    "vitplast_tune.names",
+    "vitplast_tune.search_names",
     "vitplast_tune.storage",
     "vitplast_tune.timings",
     "vitplast_tune.lock",

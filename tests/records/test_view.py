@@ -8,9 +8,9 @@ from mlflow.tracking import MlflowClient
 
 from vitplast_tune._compat import mlflow as mlflow_module
 from vitplast_tune._compat.mlflow import VIEW_TAG_PREFIX, view_supported
-from vitplast_tune.names import view_key
 from vitplast_tune.records import ui_command
 from vitplast_tune.records.view import KIND_TAG, publish, run_link, search_filter, ui_base_url, view_link, view_state
+from vitplast_tune.search_names import view_key
 
 
 def test_ui_base_url_is_the_tracking_server_or_the_mlflow_ui_default():

@@ -19,7 +19,6 @@ from ray.tune import Callback
 from safetensors.torch import load_file
 
 from vitplast_tune._compat.mlflow import VIEW_TAG_PREFIX
-from vitplast_tune.names import view_key
 from vitplast_tune.plan import SearchOptions
 from vitplast_tune.records import pareto_front, read_trials, summary, top_trials
 from vitplast_tune.records.tracking import FAILURE_TAG, NOTE_TAG, ROLE_TAG, SEARCH_TAG, VIEW_LINK_TAG, child_runs
@@ -27,6 +26,7 @@ from vitplast_tune.records.view import DEFAULT_UI, KIND, KIND_TAG
 from vitplast_tune.run import measuring_worker, tuner
 from vitplast_tune.run.before_trials import worker_options
 from vitplast_tune.run.driver import run as run_search
+from vitplast_tune.search_names import view_key
 
 pytestmark = pytest.mark.slow
 

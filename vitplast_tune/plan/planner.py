@@ -14,7 +14,6 @@ from vitplast_tune._compat.mlflow import MAX_EXPERIMENT_NAME
 from vitplast_tune.config import FinetuneConfig, trial_config
 from vitplast_tune.errors import OptionsError, UserError, option
 from vitplast_tune.lock import check_not_running
-from vitplast_tune.names import check_name, default_name
 from vitplast_tune.plan import checks, finalists, inputs, resume, services, state, trials
 from vitplast_tune.plan.options import (
     DEFAULT_MAX_FAILURES,
@@ -25,6 +24,7 @@ from vitplast_tune.plan.options import (
     SearchOptions,
 )
 from vitplast_tune.plan.search_plan import Running, SearchPlan
+from vitplast_tune.search_names import check_name, default_name
 from vitplast_tune.space.distributions import Constant
 from vitplast_tune.space.files import SearchSpec, load_space, searched_augmentations
 from vitplast_tune.space.objectives import with_objective

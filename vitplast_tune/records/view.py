@@ -10,7 +10,7 @@ from urllib.parse import urlencode, urlsplit
 
 from vitplast_tune._compat import mlflow as mlflow_internals
 from vitplast_tune.components import COMPONENT_FLAGS
-from vitplast_tune.names import view_key
+from vitplast_tune.search_names import view_key
 from vitplast_tune.storage import SearchPlace, spoken
 
 if TYPE_CHECKING:
