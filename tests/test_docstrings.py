@@ -44,7 +44,7 @@ MODULES = (
     "vitplast_tune.log",
     "vitplast_tune.environment",
     "vitplast_tune.subprocess_call",
-    "vitplast_tune.outputs",
+    "vitplast_tune.output_paths",
 )
 
 _SECTION = re.compile(r"^(\w[\w ]*):\s*$")

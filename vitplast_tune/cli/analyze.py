@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NoReturn
 
-from vitplast_tune import outputs
+from vitplast_tune import output_paths
 from vitplast_tune.cli.base import Parser, print_json, run_main
 from vitplast_tune.errors import UserError
 
@@ -36,9 +36,9 @@ def analyze_main(argv: Sequence[str] | None = None) -> int:
     if twice:
         raise UserError(f"--name {twice[0]} is given {args.name.count(twice[0])} times; name each search once")
     if args.storage:
-        outputs.existing_dir(args.storage, "--storage")
+        output_paths.existing_dir(args.storage, "--storage")
     if args.out:
-        outputs.output_dir(args.out, "--out")
+        output_paths.output_dir(args.out, "--out")
     if len(args.name) == 1:
         result = workflows.reanalyze(args.name[0], args.storage, args.tracking_uri, criteria=args.criteria)
         print_json(as_json(result)) if args.json else print(keep_summary(result))

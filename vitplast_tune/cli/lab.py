@@ -82,13 +82,13 @@ def lab_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from vitplast_tune import outputs
+    from vitplast_tune import output_paths
     from vitplast_tune.lab import tasks
     from vitplast_tune.storage import default_storage
 
     if args.kept:
         return _from_kept(args)
-    storage = outputs.output_dir(args.storage, "--storage") if args.storage else default_storage()
+    storage = output_paths.output_dir(args.storage, "--storage") if args.storage else default_storage()
     models = args.model or ["s0"]
 
     def make(task: str, model: str) -> tasks.Lab:
@@ -161,7 +161,7 @@ def _from_kept(args: argparse.Namespace) -> int:
     """``analyze --from FOLDER`` and ``pooled --from FOLDER ...``: kept labs re-analysed from their folders alone."""
     from pathlib import Path
 
-    from vitplast_tune import outputs
+    from vitplast_tune import output_paths
     from vitplast_tune.lab import report
 
     if args.command not in ("analyze", "pooled") or args.labs:
@@ -177,7 +177,7 @@ def _from_kept(args: argparse.Namespace) -> int:
         return 0
     if not args.out:
         raise UserError("pooled --from needs --out DIR (where pooled.json, its tables and forest plots go)")
-    out = outputs.output_dir(args.out, "--out")
+    out = output_paths.output_dir(args.out, "--out")
     _, text = report.pool_folders(
         folders, out, design=args.design, tracking_uri=args.tracking_uri, include_unqualified=args.even_if_unqualified
     )

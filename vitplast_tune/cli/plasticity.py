@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Sequence
 from typing import NoReturn
 
-from vitplast_tune import outputs
+from vitplast_tune import output_paths
 from vitplast_tune.cli.base import Parser, positive_int, run_main
 from vitplast_tune.config import PLASTICITY_VARIANTS, TESTBED_MODEL
 
@@ -91,7 +91,7 @@ def plasticity_main(argv: Sequence[str] | None = None) -> int:
     resolve_device(args.device)  # before any work: a device torch does not know, or a GPU that is not there
     datasets.check_applies((args.dataset, args.reference), args.data_dir, args.download)
     if args.out is not None:
-        outputs.output_dir(args.out, "--out")
+        output_paths.output_dir(args.out, "--out")
 
     report = plasticity_report(
         args.model,

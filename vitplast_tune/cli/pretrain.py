@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from vitplast_tune import outputs
+from vitplast_tune import output_paths
 from vitplast_tune.cli.base import Parser, add_dataclass_flags, run_main
 from vitplast_tune.config import TESTBED_WEIGHTS
 from vitplast_tune.pretrain_config import PretrainConfig
@@ -43,8 +43,8 @@ def pretrain_main(argv: Sequence[str] | None = None) -> int:
     """Pretrain the testbed ViT from command-line arguments (every field of ``PretrainConfig`` is a flag)."""
     args = parser().parse_args(argv)
     config = PretrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PretrainConfig)}).validate()
-    out = outputs.output_file(args.out, "--out", suffix=".safetensors", overwrite=args.overwrite)
-    outputs.output_file(out.with_suffix(".json"), "--out's provenance file", overwrite=True)
+    out = output_paths.output_file(args.out, "--out", suffix=".safetensors", overwrite=args.overwrite)
+    output_paths.output_file(out.with_suffix(".json"), "--out's provenance file", overwrite=True)
     from vitplast_tune.vit.pretraining import pretrain_testbed
 
     command = shlex.join(["vitplast", "pretrain", *(sys.argv[1:] if argv is None else argv)])

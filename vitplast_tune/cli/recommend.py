@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from vitplast_tune import outputs, storage
+from vitplast_tune import output_paths, storage
 from vitplast_tune.cli.base import Parser, positive_int, print_json, run_main
 from vitplast_tune.errors import UserError
 
@@ -64,7 +64,7 @@ def recommend_main(argv: Sequence[str] | None = None) -> int:
     if args.verify < 0:
         raise UserError("--verify must not be negative")
     if args.storage:
-        outputs.existing_dir(args.storage, "--storage")
+        output_paths.existing_dir(args.storage, "--storage")
     chosen = dict(model=args.model, weights=args.weights, dataset=args.dataset, data_dir=args.data_dir)
     settings = FinetuneConfig(**chosen)
     models.check_weights(settings.model, settings.weights, settings.pretrained)

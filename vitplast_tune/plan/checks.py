@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vitplast_tune import environment, outputs
+from vitplast_tune import environment, output_paths
 from vitplast_tune.config import cache_dir, check_variant
 from vitplast_tune.errors import OptionsError, UserError
 from vitplast_tune.log import LEVEL_ENV, LEVELS, environment_level
@@ -51,7 +51,7 @@ def _check_workers(options: SearchOptions) -> None:
 
 def _check_writable(path: Path, origin: str = "--storage") -> None:
     """Refuse a storage folder this process cannot write or make; it is not made here."""
-    outputs.output_dir(path, origin)  # a file, or a path under one
+    output_paths.output_dir(path, origin)  # a file, or a path under one
     services.check_writable(path, f"storage path {path} (from {origin})", "; pass --storage DIR")
 
 
