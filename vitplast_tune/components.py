@@ -29,14 +29,8 @@ _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 def parse_methods(subset: str | Iterable[str] | Mapping[str, str]) -> dict[str, str]:
     """Read the method of each component that trains: "mha:lora+fc1" -> {"mha": "lora", "fc1": "full"}.
 
-    Args:
-        subset: A subset's name, a list of names, "all", "head", or a mapping of component to method.
-
-    Returns:
-        The method of each component that trains, in canonical order.
-
-    Raises:
-        UserError: A name is unknown, or a component does not allow its method.
+    ``subset`` is a subset's name, a list of names, "all", "head", or a mapping of component to method. Raises UserError
+    when a name is unknown or a component does not allow its method.
     """
     if isinstance(subset, Mapping):
         items = [(str(c).strip().lower(), str(m).strip().lower()) for c, m in subset.items()]
@@ -68,25 +62,14 @@ def _check_method(name: str, method: str) -> None:
 
 
 def parse_subset(subset: str | Iterable[str] | Mapping[str, str]) -> tuple[str, ...]:
-    """Read the components that train: "fc1+mha:lora" -> ("mha", "fc1"), "head" -> ().
-
-    Args:
-        subset: The subset, in any form ``parse_methods`` takes.
-
-    Returns:
-        The components, in canonical order.
-    """
+    """Read the components that train, in canonical order: "fc1+mha:lora" -> ("mha", "fc1"), "head" -> ()."""
     return tuple(parse_methods(subset))
 
 
 def subset_name(subset: str | Iterable[str] | Mapping[str, str]) -> str:
     """Name a subset and its methods canonically: "fc1+mha" -> "mha+fc1", {"mha": "lora"} -> "mha:lora".
 
-    Args:
-        subset: The subset, in any form ``parse_methods`` takes.
-
-    Returns:
-        The name: "all" for the six in full, "all:bitfit" for every bias, "head" for none.
+    "all" is the six in full, "all:bitfit" every bias, "head" none.
     """
     methods = parse_methods(subset if isinstance(subset, (str, Mapping)) else list(subset))
     if tuple(methods) == COMPONENTS and len(set(methods.values())) == 1:
@@ -96,27 +79,13 @@ def subset_name(subset: str | Iterable[str] | Mapping[str, str]) -> str:
 
 
 def method_label(subset: str | Iterable[str] | Mapping[str, str]) -> str:
-    """Name the methods a subset trains by: "mha:lora+fc1" -> "full+lora".
-
-    Args:
-        subset: The subset, in any form ``parse_methods`` takes.
-
-    Returns:
-        The methods joined by "+", or "head" for none.
-    """
+    """Name the methods a subset trains by: "mha:lora+fc1" -> "full+lora", none -> "head"."""
     used = set(parse_methods(subset).values())
     return "+".join(m for m in METHODS if m in used) or HEAD
 
 
 def check_depth(depth: str) -> str:
-    """Check that a depth is one of ``DEPTHS`` or a block range "i" or "i-j" with i <= j.
-
-    Args:
-        depth: The depth; a YAML range of one block may come as a number.
-
-    Returns:
-        The depth, as text.
-    """
+    """Check that a depth is one of ``DEPTHS`` or a block range "i" or "i-j" with i <= j; return it as text."""
     depth = str(depth)
     match = _RANGE.match(depth)
     if depth in DEPTHS or (match and int(match.group(1)) <= int(match.group(2) or match.group(1))):
@@ -128,17 +97,9 @@ def check_depth(depth: str) -> str:
 
 
 def depth_blocks(depth: str, num_blocks: int) -> list[int] | None:
-    """List the block indices a depth names in a model.
+    """List the block indices a depth names in a model (None for "all").
 
-    Args:
-        depth: The depth.
-        num_blocks: The model's number of blocks.
-
-    Returns:
-        The indices, or None for "all".
-
-    Raises:
-        UserError: The depth is unknown, takes thirds of fewer than 3 blocks, or runs beyond the model.
+    Raises UserError when the depth is unknown, takes thirds of fewer than 3 blocks, or runs beyond the model.
     """
     depth = check_depth(depth)
     if depth == "all":
@@ -162,28 +123,14 @@ def depth_blocks(depth: str, num_blocks: int) -> list[int] | None:
 
 
 def contiguous_depths(num_blocks: int) -> list[str]:
-    """List every contiguous block range of a model, shortest first.
-
-    Args:
-        num_blocks: The model's number of blocks.
-
-    Returns:
-        The ranges, as depths.
-    """
+    """List every contiguous block range of a model as a depth, shortest first."""
     return [
         f"{i}" if n == 1 else f"{i}-{i + n - 1}" for n in range(1, num_blocks + 1) for i in range(num_blocks - n + 1)
     ]
 
 
 def all_subsets(allow_head: bool = False) -> list[str]:
-    """List the names of all non-empty subsets of the six components, smallest first.
-
-    Args:
-        allow_head: Whether "head" comes first too.
-
-    Returns:
-        The names.
-    """
+    """List the names of all non-empty subsets of the six components, smallest first ("head" first if allowed)."""
     subsets = [
         subset_name(combo) for k in range(1, len(COMPONENTS) + 1) for combo in itertools.combinations(COMPONENTS, k)
     ]
@@ -191,26 +138,12 @@ def all_subsets(allow_head: bool = False) -> list[str]:
 
 
 def component_flag(component: str) -> str:
-    """Name the config key of the boolean that says whether a component trains.
-
-    Args:
-        component: The component.
-
-    Returns:
-        ``train_<component>``.
-    """
+    """Name the config key of the boolean that says whether a component trains: ``train_<component>``."""
     return f"train_{component}"
 
 
 def method_flag(component: str) -> str:
-    """Name the config key of the categorical that says how a component trains.
-
-    Args:
-        component: The component.
-
-    Returns:
-        ``method_<component>``.
-    """
+    """Name the config key of the categorical that says how a component trains: ``method_<component>``."""
     return f"method_{component}"
 
 
@@ -220,26 +153,12 @@ ENCODING_KEYS = COMPONENT_FLAGS + METHOD_FLAGS  # what Optuna samples to make ``
 
 
 def component_flags(subset: str) -> dict[str, bool]:
-    """Encode a subset as one boolean per component.
-
-    Args:
-        subset: The subset's name.
-
-    Returns:
-        Whether each component trains, by its ``component_flag``.
-    """
+    """Encode a subset as one boolean per component, keyed by ``component_flag``."""
     chosen = parse_subset(subset)
     return {component_flag(c): c in chosen for c in COMPONENTS}
 
 
 def component_methods(subset: str) -> dict[str, str]:
-    """Encode a subset as the method of each component.
-
-    Args:
-        subset: The subset's name.
-
-    Returns:
-        How each component trains, by its ``method_flag``.
-    """
+    """Encode a subset as the method of each component, keyed by ``method_flag``."""
     methods = parse_methods(subset)
     return {method_flag(c): methods.get(c, FROZEN) for c in COMPONENTS}

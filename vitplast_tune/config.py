@@ -25,13 +25,9 @@ CACHE_ENV = "VITPLAST_CACHE_DIR"  # overrides the cache root
 
 
 def cache_dir() -> Path:
-    """Find where generated files live: datasets, image caches, plasticity reports.
+    """Find where generated files live (datasets, image caches, plasticity reports).
 
-    Returns:
-        ``$VITPLAST_CACHE_DIR``, else ``~/.cache/vitplast_tune``.
-
-    Raises:
-        UserError: ``$VITPLAST_CACHE_DIR`` is a file or lies under one.
+    ``$VITPLAST_CACHE_DIR``, else ``~/.cache/vitplast_tune``; UserError when it is a file or lies under one.
     """
     given = (environment.read(CACHE_ENV) or "").strip()
     folder = Path(given or Path.home() / ".cache" / "vitplast_tune").expanduser()
@@ -43,11 +39,7 @@ def cache_dir() -> Path:
 
 
 def default_data_dir() -> Path:
-    """Find where datasets live when ``--data-dir`` is not given.
-
-    Returns:
-        The cache's ``data`` folder.
-    """
+    """Find where datasets live without ``--data-dir``: the cache's ``data`` folder."""
     return cache_dir() / "data"
 
 
@@ -62,14 +54,7 @@ PLASTICITY_VARIANTS = ("paper", "in_network")
 
 
 def check_variant(variant: str) -> str:
-    """Check that ``variant`` is one of ``PLASTICITY_VARIANTS``.
-
-    Args:
-        variant: A plasticity variant's name.
-
-    Returns:
-        The variant.
-    """
+    """Check that ``variant`` is one of ``PLASTICITY_VARIANTS``."""
     if variant not in PLASTICITY_VARIANTS:
         raise UserError(
             f'unknown plasticity variant "{variant}"{did_you_mean(variant, PLASTICITY_VARIANTS)}; '
@@ -82,16 +67,8 @@ def check_variant(variant: str) -> str:
 class PlasticityInputs:
     """Hold what a plasticity measurement reads, which keys its cached report.
 
-    Attributes:
-        model_name: The model's name, as ``vit.models.create_model`` takes it.
-        weights: A weights file to load into it (None: none).
-        pretrained: Whether to start from the pretrained weights.
-        dataset: The downstream dataset, whose test split is measured.
-        reference: The reference dataset (the pretraining distribution).
-        reference_split: The reference's split: "test" or "train".
-        data_dir: The data's root (None: the default data directory).
-        variant: The plasticity variant.
-        max_pairs: At most this many image pairs (None: no limit).
+    ``weights`` None loads no file; ``reference`` is the pretraining distribution's dataset; ``data_dir`` None is the
+    default data directory; ``max_pairs`` None measures every image pair.
     """
 
     model_name: str
@@ -329,14 +306,8 @@ NOT_SETTINGS = (*components.ENCODING_KEYS, FINALIST_KEY, REFERENCE_KEY)  # a tri
 
 
 def trial_config(config: dict[str, Any], settings: FinetuneConfig) -> FinetuneConfig:
-    """Make a trial's settings: its sampled parameters over the search's settings.
-
-    Args:
-        config: The trial's sampled parameters; encodings and marks are left out.
-        settings: The search's settings.
-
-    Returns:
-        The trial's settings, not yet validated.
+    """Make a trial's settings, not yet validated: its sampled parameters (encodings and marks left out) over the
+    search's.
     """
     return settings.merged({k: v for k, v in config.items() if k not in NOT_SETTINGS})
 
@@ -345,16 +316,9 @@ def trial_config(config: dict[str, Any], settings: FinetuneConfig) -> FinetuneCo
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
-    """Parse ``KEY=VALUE`` (``--set``) as a setting and its value, by the field's type.
+    """Parse ``KEY=VALUE`` (``--set``) as a field's name and its value, by the field's type.
 
-    Args:
-        text: The ``KEY=VALUE`` text.
-
-    Returns:
-        The field's name and its value.
-
-    Raises:
-        UserError: The text is no setting, or the value is not of its type.
+    Raises UserError when the text is no setting or the value is not of its type.
     """
     key, sep, raw = text.partition("=")
     name = key.strip().replace("-", "_")

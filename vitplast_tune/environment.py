@@ -10,12 +10,7 @@ from dataclasses import dataclass
 class Variable:
     """Describe an environment variable: what it sets, what happens when it is unset, and who reads it.
 
-    Attributes:
-        name: The variable's name.
-        what: What it sets, in a sentence or two.
-        unset: What happens when it is unset.
-        kind: ``setting`` (the user's), ``honoured`` (another project's) or ``internal`` (set while a search runs).
-        read_by: The modules that read it.
+    ``kind`` is ``setting`` (the user's), ``honoured`` (another project's) or ``internal`` (set while a search runs).
     """
 
     name: str
@@ -204,33 +199,12 @@ SCRIPT_VARIABLES: dict[str, Variable] = _by_name(
 
 
 def read(name: str, default: str | None = None) -> str | None:
-    """Read a registered environment variable.
-
-    Args:
-        name: The variable's name, one of ``VARIABLES``.
-        default: What to return when it is unset.
-
-    Returns:
-        Its value, else ``default``.
-
-    Raises:
-        KeyError: ``name`` is not registered.
-    """
+    """Read a registered environment variable, else ``default``; KeyError when ``name`` is not in ``VARIABLES``."""
     if name not in VARIABLES:
         raise KeyError(f"environment variable {name} is not registered in vitplast_tune.environment.VARIABLES")
     return os.environ.get(name, default)
 
 
 def is_set(name: str) -> bool:
-    """Tell whether a registered environment variable is set, even to an empty value.
-
-    Args:
-        name: The variable's name, one of ``VARIABLES``.
-
-    Returns:
-        True when the environment holds it.
-
-    Raises:
-        KeyError: ``name`` is not registered.
-    """
+    """Tell whether a registered environment variable is set, even to an empty value; KeyError when unregistered."""
     return read(name) is not None

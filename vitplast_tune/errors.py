@@ -40,14 +40,9 @@ class SearchNotFound(UserError, LookupError):
 
 
 def option(key: str, value: object = None) -> str:
-    """Spell an option as the user gave it: the flag on the command line, the keyword from Python.
+    """Spell an option as the user gave it: ``--max-steps 20`` from the command line, ``max_steps=20`` from Python.
 
-    Args:
-        key: The option's name in ``SearchOptions``.
-        value: Its value, shown after the name when given.
-
-    Returns:
-        ``--max-steps 20`` from the command line, ``max_steps=20`` from Python.
+    ``key`` is the option's name in ``SearchOptions``; ``value``, when given, follows the name.
     """
     if _FLAGS.get():
         return f"--{key.replace('_', '-')}" + ("" if value is None or value is True else f" {value}")
@@ -55,21 +50,13 @@ def option(key: str, value: object = None) -> str:
 
 
 def speaking_flags() -> bool:
-    """Tell whether messages name options as the command line's flags.
-
-    Returns:
-        True inside ``flags_spoken``, else False.
-    """
+    """Tell whether messages name options as the command line's flags (True inside ``flags_spoken``)."""
     return _FLAGS.get()
 
 
 @contextmanager
 def flags_spoken() -> Iterator[None]:
-    """Name options as the command line's flags inside the block; the ``vitplast`` commands run in one.
-
-    Yields:
-        Nothing.
-    """
+    """Name options as the command line's flags inside the block; the ``vitplast`` commands run in one."""
     token = _FLAGS.set(True)
     try:
         yield
@@ -78,14 +65,9 @@ def flags_spoken() -> Iterator[None]:
 
 
 def did_you_mean(word: str, options: Iterable[str]) -> str:
-    """Find the closest option to a word the user gave, as a hint for a message.
+    """Find the closest of ``options`` to a word the user gave, as a hint for a message.
 
-    Args:
-        word: What the user gave.
-        options: The names it may have meant.
-
-    Returns:
-        ``' (did you mean "x"?)'``, or ``''`` when none is close.
+    Returns ``' (did you mean "x"?)'``, or ``''`` when none is close.
     """
     names, parts = [str(o) for o in options], str(word).split("_")
     leading = [n for n in names if n in ("_".join(parts[:i]) for i in range(1, len(parts)))]
@@ -111,14 +93,7 @@ class SearchFailed(Exception):
 
 
 def trial_cause(error: BaseException | str) -> str:
-    """Say in one line why a trial failed, from the exception raised in the trial.
-
-    Args:
-        error: What Tune recorded of the failure.
-
-    Returns:
-        ``<kind>: <first line of its message>``, at most 300 characters.
-    """
+    """Say in one line why a trial failed: ``<kind>: <first line of its message>``, at most 300 characters."""
     cause = getattr(error, "cause", None) or error
     if isinstance(cause, str):
         lines = [line.strip() for line in cause.splitlines() if line.strip()]

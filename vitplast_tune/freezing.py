@@ -17,7 +17,6 @@ from vitplast_tune.components import (
     HEAD,
     LORA,
     parse_methods,
-    parse_subset,
 )
 from vitplast_tune.errors import UserError
 
@@ -31,17 +30,10 @@ _LORA_PARAM = re.compile(r"\.lora_(A|B)\.")
 class Layout:
     """Say where a model family keeps each component, by parameter and module names.
 
-    A name matches a parameter that it names or lies under as a module path. Names a block lacks are skipped.
-
-    Attributes:
-        family: The family's name.
-        blocks: The module path of the block list.
-        emb: The model-level parameters of the embedding.
-        head: The model-level parameters of the head, which always trains.
-        modules: Per block component, the submodules of a block that compute it.
-        extras: Per block component, other parameters it owns.
-        layer_scales: Per block component, its layer-scale tensors.
-        lora: Per block component, the linear layers LoRA adapts in it.
+    A name matches a parameter that it names or lies under as a module path; names a block lacks are skipped. ``emb``
+    and ``head`` name model-level parameters (the head always trains). ``modules``, ``extras``, ``layer_scales`` and
+    ``lora`` map each block component to the submodules that compute it, its other parameters, its layer-scale tensors
+    and the linear layers LoRA adapts in it.
     """
 
     family: str
@@ -68,14 +60,7 @@ class Layout:
     )
 
     def block_names(self, component: str) -> tuple[str, ...]:
-        """List every name inside a block that belongs to a block component.
-
-        Args:
-            component: The block component.
-
-        Returns:
-            Its modules, extras and layer scales.
-        """
+        """List every name inside a block that belongs to a block component: modules, extras, layer scales."""
         return (*self.modules[component], *self.extras.get(component, ()), *self.layer_scales.get(component, ()))
 
 
@@ -85,17 +70,9 @@ def _under(name: str, prefixes: Iterable[str]) -> bool:
 
 
 def parameter_component(name: str, layout: Layout) -> tuple[str, int | None]:
-    """Place a parameter in its component by the model family's layout.
+    """Return a parameter's component (or "head") and its block index (None for model-level parameters).
 
-    Args:
-        name: The parameter's name.
-        layout: The family's layout.
-
-    Returns:
-        The component (or "head") and the block index (None for model-level parameters).
-
-    Raises:
-        UserError: The layout does not place the parameter, so an unsupported model fails loudly.
+    Raises UserError where the layout does not place the parameter, so an unsupported model fails loudly.
     """
     if _under(name, layout.emb):
         return "emb", None
@@ -119,44 +96,12 @@ def _block_pattern(blocks: str) -> re.Pattern[str]:
 
 
 def num_blocks(model: nn.Module, layout: Layout) -> int:
-    """Count a model's blocks.
-
-    Args:
-        model: The model.
-        layout: Its family's layout.
-
-    Returns:
-        The number of blocks.
-    """
+    """Count a model's blocks."""
     return len(model.get_submodule(layout.blocks))
 
 
-def component_parameters(model: nn.Module, component: str, *, layout: Layout) -> dict[str, nn.Parameter]:
-    """Collect the parameters of one component, or the head, across every block.
-
-    Args:
-        model: The model.
-        component: The component, or "head".
-        layout: Its family's layout.
-
-    Returns:
-        The parameters, by name.
-    """
-    if component != HEAD:
-        parse_subset([component])
-    return {name: p for name, p in model.named_parameters() if parameter_component(name, layout)[0] == component}
-
-
 def count_parameters(model: nn.Module, *, layout: Layout) -> dict[str, int]:
-    """Count a model's parameters per component and for the head.
-
-    Args:
-        model: The model.
-        layout: Its family's layout.
-
-    Returns:
-        The counts, in canonical order, "head" last.
-    """
+    """Count a model's parameters per component, in canonical order, "head" last."""
     counts = {c: 0 for c in (*COMPONENTS, HEAD)}
     for name, p in model.named_parameters():
         counts[parameter_component(name, layout)[0]] += p.numel()
@@ -172,19 +117,9 @@ def freeze(
 ) -> dict[str, int]:
     """Train only the subset's components by their methods, and the head; freeze the rest.
 
-    LoRA adapters must be in the model already; ``vit.methods.apply_methods`` injects them.
-
-    Args:
-        model: The model, changed in place.
-        subset: The subset and its methods, in any form ``parse_methods`` takes.
-        blocks: The block indices the block components train in (None: all).
-        layout: The model family's layout.
-
-    Returns:
-        The trainable parameter count of each component and "head".
-
-    Raises:
-        UserError: Blocks are out of range, the layout misses a parameter, or LoRA has no adapters.
+    LoRA adapters must be in the model already: ``vit.methods.apply_methods`` injects them. ``blocks`` None trains the
+    block components in every block. Returns the trainable parameter count of each component and "head"; raises
+    UserError when blocks are out of range, the layout misses a parameter, or LoRA has no adapters.
     """
     methods = parse_methods(subset)
     allowed_blocks = None if blocks is None else set(blocks)
@@ -210,15 +145,7 @@ def freeze(
 
 
 def trains(name: str, method: str) -> bool:
-    """Tell whether a parameter trains under its component's method.
-
-    Args:
-        name: The parameter's name.
-        method: The component's method.
-
-    Returns:
-        Whether it trains.
-    """
+    """Tell whether a parameter trains under its component's method."""
     adapter = is_adapter(name)
     if method == FULL:
         return not adapter
@@ -228,42 +155,18 @@ def trains(name: str, method: str) -> bool:
 
 
 def is_bias(name: str) -> bool:
-    """Tell whether a parameter is a bias, which BitFit trains.
-
-    Args:
-        name: The parameter's name.
-
-    Returns:
-        Whether it is ``*.bias`` or a separate ``q_bias`` or ``v_bias``.
-    """
+    """Tell whether a parameter is a bias (``*.bias``, ``q_bias``, ``v_bias``), which BitFit trains."""
     last = name.rsplit(".", 1)[-1]
     return last == "bias" or last.endswith("_bias")
 
 
 def is_adapter(name: str) -> bool:
-    """Tell whether a parameter belongs to a LoRA adapter.
-
-    Args:
-        name: The parameter's name.
-
-    Returns:
-        Whether it does.
-    """
+    """Tell whether a parameter belongs to a LoRA adapter."""
     return _LORA_PARAM.search(name) is not None
 
 
 def lora_layers(model: nn.Module, component: str, block: int, layout: Layout) -> list[str]:
-    """List the layers of a block that LoRA adapts in a component.
-
-    Args:
-        model: The model.
-        component: The component.
-        block: The block's index.
-        layout: The model family's layout.
-
-    Returns:
-        The layers' full names, in the layout's order.
-    """
+    """List the full names of a block's layers that LoRA adapts in a component, in the layout's order."""
     names = [f"{layout.blocks}.{block}.{rel}" for rel in layout.lora.get(component, ())]
     return [name for name in names if _has_module(model, name)]
 
@@ -276,14 +179,8 @@ def _has_module(model: nn.Module, name: str) -> bool:
 
 
 def parameter_summary(model: nn.Module, *, layout: Layout) -> list[dict[str, Any]]:
-    """Summarize a model's parameters per component and block, for ``count_trainable``.
-
-    Args:
-        model: The model.
-        layout: Its family's layout.
-
-    Returns:
-        One row per component and block, with ``params``, ``bias`` and ``lora_width``.
+    """Summarize a model's parameters per component and block (``params``, ``bias``, ``lora_width``) for
+    ``count_trainable``.
     """
     rows: dict[tuple[str, int | None], dict[str, Any]] = {}
     for name, p in model.named_parameters():
@@ -307,17 +204,7 @@ def count_trainable(
     blocks: Sequence[int] | None = None,
     lora_rank: int = 8,
 ) -> dict[str, int]:
-    """Count what ``freeze`` would return for a subset, from a parameter summary, without the model.
-
-    Args:
-        summary: The model's ``parameter_summary``.
-        subset: The subset and its methods, in any form ``parse_methods`` takes.
-        blocks: The block indices the block components train in (None: all).
-        lora_rank: The rank of LoRA's adapters.
-
-    Returns:
-        The trainable parameter count of each component and "head".
-    """
+    """Count what ``freeze`` would return for a subset from a ``parameter_summary``, without the model."""
     methods = parse_methods(subset)
     per_method = {FULL: lambda r: r["params"], BITFIT: lambda r: r["bias"], LORA: lambda r: lora_rank * r["lora_width"]}
     counts = {c: 0 for c in (*COMPONENTS, HEAD)}

@@ -23,12 +23,8 @@ OWNER_FILE = ".driver.json"  # who holds it, written once it is held and removed
 class Owner:
     """Name the driver that holds, or held, a search's lock.
 
-    Attributes:
-        pid: Its process id.
-        host: Its host's name.
-        since: When it took the lock, in local time.
-        command: Its command line.
-        started: Its start time in clock ticks since boot, which tells it from a later process of the same pid.
+    ``since`` is when it took the lock, in local time; ``started`` is its start time in clock ticks since boot, which
+    tells it from a later process of the same pid.
     """
 
     pid: int
@@ -38,19 +34,11 @@ class Owner:
     started: int | None = None
 
     def describe(self) -> str:
-        """Describe the driver for messages.
-
-        Returns:
-            ``pid 123 on host since 2026-12-01 15:30:02 (vitplast search ...)``.
-        """
+        """Describe the driver for messages: ``pid 123 on host since 2026-12-01 15:30:02 (vitplast search ...)``."""
         return f"pid {self.pid} on {self.host} since {self.since} ({self.command[:120]})"
 
     def alive_here(self) -> bool:
-        """Tell whether this driver's process still runs on this host.
-
-        Returns:
-            Whether it runs; False for another host's driver, which cannot be asked.
-        """
+        """Tell whether this driver's process still runs on this host (False for another host's driver)."""
         if self.host != socket.gethostname():
             return False
         now = _started(self.pid)
@@ -58,14 +46,7 @@ class Owner:
 
 
 def read_owner(folder: Path) -> Owner | None:
-    """Read the driver that a search folder's owner file names.
-
-    Args:
-        folder: The search's folder.
-
-    Returns:
-        The driver, or None when there is no readable owner file.
-    """
+    """Read the driver that a search folder's owner file names (None when there is no readable owner file)."""
     try:
         return Owner(**json.loads((Path(folder) / OWNER_FILE).read_text()))
     except (OSError, ValueError, TypeError):
@@ -73,14 +54,7 @@ def read_owner(folder: Path) -> Owner | None:
 
 
 def running_owner(folder: Path) -> Owner | None:
-    """Find the driver that runs a search now, writing nothing.
-
-    Args:
-        folder: The search's folder.
-
-    Returns:
-        The running driver, or None.
-    """
+    """Find the driver that runs a search now (None if none), writing nothing."""
     owner = read_owner(folder)
     if owner is None:
         return None
@@ -96,12 +70,7 @@ def running_owner(folder: Path) -> Owner | None:
 
 
 class SearchLock:
-    """Hold the lock of one search's folder from ``acquire`` to ``release``.
-
-    Args:
-        folder: The search's folder.
-        name: The search's name, for messages.
-    """
+    """Hold the lock of one search's folder from ``acquire`` to ``release``; ``name`` is for messages."""
 
     def __init__(self, folder: Path, name: str) -> None:
         self.folder, self.name = Path(folder), name
@@ -112,11 +81,8 @@ class SearchLock:
     def acquire(self) -> Owner | None:
         """Take the lock, make the folder if missing, and write this driver into the owner file.
 
-        Returns:
-            The stale owner taken over, or None.
-
-        Raises:
-            UserError: Another driver runs the search; the message names it.
+        Returns the stale owner taken over, or None. Raises UserError, naming the other driver, when one runs the
+        search.
         """
         self._made = [f for f in (self.folder, *self.folder.parents) if not f.exists()]  # deepest first
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -171,12 +137,7 @@ def _refusal(folder: Path, name: str, owner: Owner | None) -> UserError:
 
 
 def check_not_running(folder: Path, name: str) -> None:
-    """Check that no driver runs a search now, writing nothing.
-
-    Args:
-        folder: The search's folder.
-        name: The search's name.
-    """
+    """Check that no driver runs a search now, writing nothing."""
     owner = running_owner(folder)
     if owner is not None:
         raise _refusal(folder, name, owner)

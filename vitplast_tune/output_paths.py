@@ -11,14 +11,8 @@ from vitplast_tune.errors import UserError
 def output_file(path: str | Path, flag: str, *, suffix: str | None = None, overwrite: bool = False) -> Path:
     """Check that the file ``path`` can be written: not a folder, under a writable folder, with ``suffix``, and new.
 
-    Args:
-        path: The file.
-        flag: How the user gave it, for the message.
-        suffix: The suffix it must have (None: any).
-        overwrite: Whether an existing file may be written over.
-
-    Returns:
-        The file's path, ``~`` expanded.
+    ``flag`` names how the user gave it, for the message; ``overwrite`` lets an existing file be written over. Returns
+    the path, ``~`` expanded.
     """
     out = Path(path).expanduser()
     if out.is_dir():
@@ -32,30 +26,14 @@ def output_file(path: str | Path, flag: str, *, suffix: str | None = None, overw
 
 
 def output_dir(path: str | Path, flag: str) -> Path:
-    """Check that files can be written into the folder ``path``, made if missing.
-
-    Args:
-        path: The folder a command writes into.
-        flag: How the user gave it, for the message.
-
-    Returns:
-        The folder's path, ``~`` expanded.
-    """
+    """Check that files can be written into the folder ``path``, made if missing; return it, ``~`` expanded."""
     out = _not_a_file(path, flag, "name a folder (it is made if missing)")
     _check_parent(out, flag, out)
     return out
 
 
 def existing_dir(path: str | Path, flag: str) -> Path:
-    """Check that the folder ``path`` is not a file; a missing one is allowed.
-
-    Args:
-        path: The folder of searches a command reads.
-        flag: How the user gave it, for the message.
-
-    Returns:
-        The folder's path, ``~`` expanded.
-    """
+    """Check that the folder ``path`` is not a file (a missing one is allowed); return it, ``~`` expanded."""
     return _not_a_file(path, flag, "name the folder that holds the searches")
 
 

@@ -17,40 +17,18 @@ MAX_NAME = MAX_KEY - len(VIEW_TAG_PREFIX + VIEW_KEY_PREFIX)
 
 
 def view_key(search: str) -> str:
-    """Make the key of a search's saved MLflow view.
-
-    Args:
-        search: The search's name.
-
-    Returns:
-        The name, prefixed, with characters a URL or a tag name refuses replaced by "-".
-    """
+    """Make the key of a search's saved MLflow view: its name, prefixed, characters a URL or tag refuses as "-"."""
     return VIEW_KEY_PREFIX + "".join(c if c.isalnum() or c in "-_" else "-" for c in search)
 
 
 def default_name(space: str) -> str:
-    """Make a search's default name from its space's.
-
-    Args:
-        space: The space's name.
-
-    Returns:
-        ``<space>-<date>-<time>``, with characters a name refuses replaced by "-".
-    """
+    """Make a search's default name from its space's: ``<space>-<date>-<time>``, characters refused as "-"."""
     stem = re.sub(r"[^A-Za-z0-9_.,+=@-]", "-", space).lstrip(".,+=@-")[:64] or "search"
     return f"{stem}-{datetime.now():%Y%m%d-%H%M%S}"
 
 
 def check_name(name: str, storage: str) -> str:
-    """Check that a name can name a search's folder and its MLflow records.
-
-    Args:
-        name: The name.
-        storage: The storage root, whose file system may limit a folder name's length.
-
-    Returns:
-        The name.
-    """
+    """Check that a name can name a search's folder (on the storage root's file system) and its MLflow records."""
     if not NAME_PATTERN.fullmatch(name):
         raise UserError(
             f'--name "{name}" must be a plain name: letters, digits and . _ , + = @ - (not first: . , + = @ -)'

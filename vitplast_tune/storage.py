@@ -42,12 +42,7 @@ STUDY_FILE = "optuna.db"  # the search's Optuna study, a SQLite file in its dire
 class SearchPlace:
     """Say where a search keeps its records.
 
-    Attributes:
-        name: The search's name.
-        storage: Its storage root, a path or a URI.
-        tracking_uri: Its MLflow tracking URI.
-        experiment: Its MLflow experiment.
-        search_id: The unique id that tags its MLflow parent run.
+    ``storage`` is its storage root (a path or a URI); ``search_id`` is the unique id that tags its MLflow parent run.
     """
 
     name: str
@@ -72,32 +67,19 @@ class SearchPlace:
         return self.local_dir or default_storage() / self.name
 
     def in_default_storage(self) -> bool:
-        """Tell whether the search lies in ``default_storage()``, so its commands need no ``--storage``.
-
-        Returns:
-            Whether it does.
-        """
+        """Tell whether the search lies in ``default_storage()``, so its commands need no ``--storage``."""
         return self.local_dir is not None and Path(self.storage) == default_storage().resolve()
 
 
 def default_storage() -> Path:
-    """Find where searches are stored when ``--storage`` is not given.
-
-    Returns:
-        ``$VITPLAST_RESULTS_DIR``, else ``~/vitplast_tune_results``.
+    """Find where searches are stored without ``--storage``: ``$VITPLAST_RESULTS_DIR``, else
+    ``~/vitplast_tune_results``.
     """
     return Path(environment.read(RESULTS_ENV) or Path.home() / "vitplast_tune_results").expanduser()
 
 
 def spoken(location: str | Path) -> str:
-    """Write a path or a SQLite URL as a user types it, the home folder as ``~`` or ``$HOME``.
-
-    Args:
-        location: A local path, a ``sqlite:///`` URL, or another URI.
-
-    Returns:
-        The text to print.
-    """
+    """Write a path or a ``sqlite:///`` URL as a user types it, the home folder as ``~`` or ``$HOME``."""
     text, home = str(location), str(Path.home())
     for prefix, shown in (("sqlite:///", "sqlite:///$HOME"), ("", "~")):
         if home != "/" and (text == prefix + home or text.startswith(f"{prefix}{home}/")):
@@ -106,27 +88,12 @@ def spoken(location: str | Path) -> str:
 
 
 def is_uri(path: str) -> bool:
-    """Tell whether a storage location is a URI rather than a local path.
-
-    Args:
-        path: The location.
-
-    Returns:
-        Whether it is a URI.
-    """
+    """Tell whether a storage location is a URI rather than a local path."""
     return "://" in path
 
 
 def join(location: str, *parts: str) -> str:
-    """Extend a storage location by more parts, a URI's parts before its query.
-
-    Args:
-        location: A path or a URI.
-        *parts: The parts.
-
-    Returns:
-        The extended location.
-    """
+    """Extend a storage location (a path or a URI) by more parts, a URI's parts before its query."""
     if not is_uri(location):
         return str(Path(location, *parts))
     base, mark, query = location.partition("?")
@@ -134,14 +101,7 @@ def join(location: str, *parts: str) -> str:
 
 
 def filesystem(location: str) -> tuple[pyarrow.fs.FileSystem, str]:
-    """Open the pyarrow filesystem of a storage location, as Ray Tune does.
-
-    Args:
-        location: A path, or a URI with its query options.
-
-    Returns:
-        The filesystem and the path in it.
-    """
+    """Open the pyarrow filesystem of a storage location, as Ray Tune does, and return it with the path in it."""
     import pyarrow.fs
 
     if not is_uri(location):
@@ -150,16 +110,7 @@ def filesystem(location: str) -> tuple[pyarrow.fs.FileSystem, str]:
 
 
 def download(fs: pyarrow.fs.FileSystem, path: str, into: Path) -> Path:
-    """Copy a file of a pyarrow filesystem into a local folder.
-
-    Args:
-        fs: The filesystem.
-        path: The file's path in it.
-        into: The local folder.
-
-    Returns:
-        The local copy.
-    """
+    """Copy a file of a pyarrow filesystem into a local folder and return the local copy."""
     import pyarrow.fs
 
     target = Path(into) / Path(path).name
@@ -168,12 +119,7 @@ def download(fs: pyarrow.fs.FileSystem, path: str, into: Path) -> Path:
 
 
 def upload(folder: Path, location: str) -> None:
-    """Copy a local folder's files into a storage location, made if missing.
-
-    Args:
-        folder: The local folder.
-        location: A path, or a URI with its query options.
-    """
+    """Copy a local folder's files into a storage location (a path or a URI), made if missing."""
     import pyarrow.fs
 
     fs, path = filesystem(location)
@@ -183,15 +129,7 @@ def upload(folder: Path, location: str) -> None:
 
 
 def fetch(location: str, into: Path) -> bool:
-    """Copy the files of a storage folder into a local folder.
-
-    Args:
-        location: The folder, a path or a URI.
-        into: The local folder, made if missing.
-
-    Returns:
-        Whether there was such a folder to copy.
-    """
+    """Copy the files of a storage folder into a local folder; return whether there was such a folder."""
     import pyarrow.fs
 
     fs, path = filesystem(location)
@@ -203,11 +141,7 @@ def fetch(location: str, into: Path) -> bool:
 
 
 def remove(location: str) -> None:
-    """Delete a storage folder and what it holds, if it is there.
-
-    Args:
-        location: The folder, a path or a URI.
-    """
+    """Delete a storage folder (a path or a URI) and what it holds, if it is there."""
     import pyarrow.fs
 
     fs, path = filesystem(location)
@@ -216,30 +150,15 @@ def remove(location: str) -> None:
 
 
 def search_dir(name: str, storage: str | Path | None = None) -> Path:
-    """Find the directory of a search.
-
-    Args:
-        name: The search's name.
-        storage: The storage root (None: ``default_storage()``).
-
-    Returns:
-        The directory.
-    """
+    """Find the directory of a search under ``storage`` (None: ``default_storage()``)."""
     return Path(storage or default_storage()).expanduser() / name
 
 
 def read_record(directory: Path, purpose: str = "to resume") -> dict[str, Any]:
     """Read the record of the search stored in a directory.
 
-    Args:
-        directory: The search's directory.
-        purpose: What the record is read for, named in the message when there is none.
-
-    Returns:
-        The record.
-
-    Raises:
-        UserError: There is no record, or it is unreadable or incomplete.
+    ``purpose`` says what the record is read for, in the message when there is none. Raises UserError when there is no
+    record, or it is unreadable or incomplete.
     """
     path = directory / SEARCH_FILE
     if not path.is_file():
@@ -263,14 +182,7 @@ def read_record(directory: Path, purpose: str = "to resume") -> dict[str, Any]:
 
 @contextlib.contextmanager
 def replaced(path: Path) -> Iterator[Path]:
-    """Write a file whole or not at all: the block writes a temporary file, renamed over ``path`` at its end.
-
-    Args:
-        path: The file to write.
-
-    Yields:
-        The temporary file beside it, to write.
-    """
+    """Write a file whole or not at all: the block writes the yielded temporary file, then it replaces ``path``."""
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         yield partial
@@ -280,12 +192,7 @@ def replaced(path: Path) -> Iterator[Path]:
 
 
 def write_record(directory: Path, record: dict[str, Any]) -> None:
-    """Write a search's record whole or not at all.
-
-    Args:
-        directory: The search's directory, made if missing.
-        record: The record.
-    """
+    """Write a search's record whole or not at all, the directory made if missing."""
     directory.mkdir(parents=True, exist_ok=True)
     with replaced(directory / SEARCH_FILE) as partial:
         partial.write_text(json.dumps(record, indent=2, default=str))
@@ -305,14 +212,7 @@ _SCHEMES = {
 
 
 def storage_uri(storage: str) -> str:
-    """Check a ``--storage`` location.
-
-    Args:
-        storage: A path, or a URI.
-
-    Returns:
-        The location; ``file://`` becomes a path.
-    """
+    """Check a ``--storage`` location (a path or a URI); ``file://`` becomes a path."""
     if "://" not in storage:
         return storage
     parsed = urlparse(storage)

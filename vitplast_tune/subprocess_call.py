@@ -21,20 +21,9 @@ _sessions: list[_Child] = []  # the child processes of the open sessions, the in
 def call_in_child(target: str, *args: Any, timeout_s: float | None = None) -> Any:
     """Run ``module:function(*args)`` in a short-lived Python process and return its result.
 
-    Inside a ``session`` without ``timeout_s`` the call uses the session's process.
-
-    Args:
-        target: The function, as ``module:function``.
-        *args: Its arguments, picklable.
-        timeout_s: The most seconds the child may run (None: no limit).
-
-    Returns:
-        The function's result.
-
-    Raises:
-        UserError: The function raised one in the child.
-        RuntimeError: The child failed otherwise; its traceback is printed.
-        TimeoutError: The child still ran after ``timeout_s``; it is killed.
+    The arguments and the result must pickle. Inside a ``session`` without ``timeout_s`` the call uses the session's
+    process; ``timeout_s`` None sets no limit. A UserError raised in the child is raised here; another failure is a
+    RuntimeError (its traceback printed), and a child still running after ``timeout_s`` is killed (TimeoutError).
     """
     with tempfile.TemporaryDirectory(prefix="vitplast-child-") as tmp:
         exchange = Path(tmp) / "call.pkl"  # holds (target, args), then (ok, result or UserError)
@@ -58,11 +47,7 @@ def call_in_child(target: str, *args: Any, timeout_s: float | None = None) -> An
 
 @contextlib.contextmanager
 def session() -> Iterator[None]:
-    """Let the block's ``call_in_child`` calls share one child process, which imports torch once.
-
-    Yields:
-        Nothing.
-    """
+    """Let the block's ``call_in_child`` calls share one child process, which imports torch once."""
     child = _Child()
     _sessions.append(child)
     try:

@@ -26,24 +26,13 @@ PHASES = {
 
 @dataclass
 class Timings:
-    """Add up the seconds spent in each phase of a search.
-
-    Attributes:
-        seconds: The seconds of each phase, by name.
-    """
+    """Add up the seconds spent in each phase of a search (``seconds``, by phase name)."""
 
     seconds: dict[str, float] = field(default_factory=dict)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Add the wall-clock seconds of a block to a phase.
-
-        Args:
-            name: The phase, a key of ``PHASES`` or any other name.
-
-        Yields:
-            Nothing.
-        """
+        """Add the wall-clock seconds of a block to a phase, a key of ``PHASES`` or any other name."""
         started = time.perf_counter()
         try:
             yield
@@ -56,11 +45,7 @@ class Timings:
         return sum(self.seconds.values())
 
     def describe(self) -> str:
-        """Describe the phases in one line.
-
-        Returns:
-            Each phase's seconds and share of the total, in the order of ``PHASES``.
-        """
+        """Describe the phases in one line: each one's seconds and share of the total, in ``PHASES`` order."""
         total = self.total or 1.0
         order = [n for n in PHASES if n in self.seconds] + [n for n in self.seconds if n not in PHASES]
         parts = [f"{PHASES.get(n, n)} {self.seconds[n]:.1f} s ({100 * self.seconds[n] / total:.0f}%)" for n in order]

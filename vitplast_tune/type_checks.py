@@ -28,11 +28,8 @@ def check_types(
 ) -> None:
     """Check that every field of a dataclass fits its annotation, so a new field is typed by declaring it.
 
-    Args:
-        settings: A settings dataclass.
-        skip: Fields checked elsewhere.
-        label: How a field is named in the message.
-        error: The ``UserError`` kind to raise.
+    ``skip`` names fields checked elsewhere; ``label`` names a field in the message; ``error`` is the UserError kind
+    raised.
     """
     hints = field_types(type(settings))
     for f in dataclasses.fields(settings):
@@ -45,13 +42,6 @@ def fits(value: Any, hint: Any) -> bool:
 
     A bool is not a number, an int is a float, a float is finite and a path is a string. Lists and tuples match each
     other, with their items checked. A type that cannot be checked at run time lets every value through.
-
-    Args:
-        value: The value.
-        hint: The annotation.
-
-    Returns:
-        Whether it fits.
     """
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
@@ -84,14 +74,7 @@ def fits(value: Any, hint: Any) -> bool:
 
 
 def describe_type(hint: Any) -> str:
-    """Name a type as a message does: ``int | None`` is "an integer or null".
-
-    Args:
-        hint: The annotation.
-
-    Returns:
-        Its name in words.
-    """
+    """Name a type as a message does: ``int | None`` is "an integer or null"."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     plural = lambda item: f"{describe_type(item).removeprefix('an ').removeprefix('a ')}s"
     if origin in (typing.Union, types.UnionType):
@@ -117,14 +100,8 @@ R = typing.TypeVar("R")
 def checked(**at_least: int) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Check a public function's arguments against their annotations before it runs.
 
-    A value of the wrong type, a count below its floor or an unknown keyword raises one ``OptionsError`` that names
-    the function, the argument and what it takes.
-
-    Args:
-        **at_least: The least value of each integer argument named.
-
-    Returns:
-        The decorator.
+    A value of the wrong type, a count below its floor (``at_least``, by argument name) or an unknown keyword raises one
+    ``OptionsError`` that names the function, the argument and what it takes.
     """
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
