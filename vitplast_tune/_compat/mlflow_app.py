@@ -17,14 +17,7 @@ SEED = (
 
 
 def seeded(index_html: str) -> str:
-    """Put the mode's seed first in the UI page's head.
-
-    Args:
-        index_html: The text of MLflow's ``index.html``.
-
-    Returns:
-        The page with ``SEED`` right after ``<head>``, or before the page without one.
-    """
+    """Put the mode's ``SEED`` right after ``<head>`` of MLflow's ``index.html`` (before the page without one)."""
     head = index_html.find("<head>")
     if head < 0:
         return SEED + index_html

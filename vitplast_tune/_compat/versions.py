@@ -18,11 +18,7 @@ def _major_minor(version: str) -> tuple[int, ...]:
 def untested(installed: dict[str, str] | None = None) -> list[str]:
     """Note each project whose installed version is newer than the one its internals were read from.
 
-    Args:
-        installed: The installed versions by project (None: read from the packages' metadata).
-
-    Returns:
-        One note per newer project; empty when every one is as read.
+    ``installed`` None reads the versions from the packages' metadata.
     """
     notes = []
     for project, read in READ_FROM.items():

@@ -70,17 +70,7 @@ def bca(
 def bca_from_resamples(
     data: tuple[np.ndarray, ...], statistic: Callable[..., Any], boot: np.ndarray, *, level: float = 0.95
 ) -> tuple[float, float]:
-    """Compute Efron's BCa interval from given finite bootstrap values, with scipy's formulas.
-
-    Args:
-        data: The paired samples, one array per argument of ``statistic``.
-        statistic: The statistic of the samples.
-        boot: The statistic's finite bootstrap values.
-        level: The confidence level.
-
-    Returns:
-        The interval's ends, NaN when it cannot be formed.
-    """
+    """Compute Efron's BCa interval from finite bootstrap values by scipy's formulas; NaN ends where none forms."""
     parts = _bias_and_acceleration(data, statistic, boot)
     if parts is None:
         return math.nan, math.nan

@@ -29,19 +29,10 @@ if TYPE_CHECKING:
 class Running:
     """How a search runs, resolved once from its options: what the run and the analysis read of them.
 
-    Attributes:
-        resume: Whether it continues a recorded search.
-        verbose: The progress output while trials run (0: none).
-        address: The Ray cluster to join as given (None: ``RAY_ADDRESS``, else a local Ray).
-        joining: The cluster it joins, resolved once (None: a local Ray of its own).
-        connect_timeout_s: How long to wait for the services and the cluster's head.
-        resources: What one trial asks of Ray.
-        max_trainable_params: The option's parameter budget (None: the space file's).
-        plasticity: Whether plasticity is measured before the trials.
-        plasticity_variant: The plasticity variant.
-        plasticity_reference: The reference dataset.
-        plasticity_pairs: The most image pairs (None: all).
-        resume_flags: The words the resume command repeats, which the record does not hold.
+    ``verbose`` 0 prints no progress. ``address`` is the Ray cluster as given (None: ``RAY_ADDRESS``, else a local Ray);
+    ``joining`` is the cluster it joins, resolved once (None: a local Ray of its own). ``max_trainable_params`` None
+    takes the space file's budget; ``plasticity_pairs`` None measures every pair. ``resume_flags`` are the words the
+    resume command repeats, which the record does not hold.
     """
 
     resume: bool
@@ -64,14 +55,7 @@ class Running:
 
     @classmethod
     def of(cls, options: SearchOptions) -> Running:
-        """Resolve how a search runs from its options.
-
-        Args:
-            options: How the search runs.
-
-        Returns:
-            The value the run reads instead of the options.
-        """
+        """Resolve how a search runs from its options."""
         o, again = options, resumed_with(options)
         if not o.plasticity:  # the plasticity options then do not matter
             flags = o.words(["plasticity"]) + o.words([n for n in again if not n.startswith("plasticity")])

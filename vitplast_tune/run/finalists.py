@@ -19,12 +19,7 @@ if TYPE_CHECKING:
 class StagedSearcher(Searcher):
     """Suggest the reference trials, then the search's own trials, then the finalists once those have ended.
 
-    Args:
-        searcher: The search's own searcher.
-        main: How many trials ``searcher`` suggests.
-        stage: The finalists stage.
-        seeds: The seeds the finalists train on.
-        references: The configs of the reference trials.
+    ``main`` is how many trials ``searcher`` suggests; ``seeds`` are the seeds the finalists train on.
     """
 
     def __init__(

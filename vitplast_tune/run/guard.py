@@ -277,13 +277,7 @@ def stopped_by(error: BaseException, where: str) -> bool:
 def closed_as_failed(mlflow: MlflowClient, parent: str | None, error: BaseException) -> bool:
     """Close the runs of a search that failed with ``error``: its trials KILLED, its parent FAILED.
 
-    Args:
-        mlflow: The MLflow client of its tracking store.
-        parent: Its parent run (None: nothing to close).
-        error: Why it failed, recorded on the parent run.
-
-    Returns:
-        False when the closing met an OS fault, taken as the search's; True otherwise.
+    ``parent`` None closes nothing. Returns False when the closing met an OS fault, taken as the search's.
     """
     if parent is None:
         return True

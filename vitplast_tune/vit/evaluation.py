@@ -41,17 +41,9 @@ def evaluate(
 ) -> dict[str, Any]:
     """Score ``model``, or ``forward``, on ``dataset``: its accuracy and mean cross-entropy.
 
-    Each data-parallel worker scores its share, and every worker gets the whole split's result.
-
-    Args:
-        dataset: A split, or this worker's batches of it.
-        batch_size: The training batch size; at least 64 for evaluation.
-        forward: The forward pass to score (default: the model's).
-        world: This process's place among the run's workers.
-        per_image: Also say which images it got right (one worker only).
-
-    Returns:
-        ``acc`` and ``loss``; with ``per_image`` also ``correct``, a string of 0 and 1 per image.
+    Each data-parallel worker scores its share of the split (or its batches), and every worker gets the whole split's
+    result. ``batch_size`` is the training one (evaluation takes at least 64). Returns ``acc`` and ``loss``; with
+    ``per_image`` (one worker only) also ``correct``, a string of 0 and 1 per image.
     """
     forward = model if forward is None else forward  # not `or`: a compiled module has no truth value
     was_training = model.training

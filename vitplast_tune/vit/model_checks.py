@@ -14,13 +14,7 @@ from vitplast_tune.vit.families.registry import layout_of
 def check_fits_model(settings: FinetuneConfig, classes: int, trials: tuple[FinetuneConfig, ...] = ()) -> None:
     """Check that the settings and each trial's fit the model, built on the meta device.
 
-    Args:
-        settings: The search's trial settings.
-        classes: The dataset's classes.
-        trials: Other trials' settings, checked the same way.
-
-    Raises:
-        UserError: A block is beyond the model's blocks, or a LoRA rank is above the width of a layer it adapts.
+    Raises UserError when a block is beyond the model's blocks, or a LoRA rank is above the width of a layer it adapts.
     """
     with torch.device("meta"):
         model = models.create_model(settings.model, classes, pretrained=False)
@@ -49,17 +43,7 @@ def check_fits_model(settings: FinetuneConfig, classes: int, trials: tuple[Finet
 def check_budget(
     settings: FinetuneConfig, classes: int, *, max_trainable_params: int, subsets: tuple[str, ...]
 ) -> None:
-    """Check that some subset the search may train fits the parameter budget.
-
-    Args:
-        settings: The search's trial settings.
-        classes: The dataset's classes.
-        max_trainable_params: The parameter budget.
-        subsets: Every subset the search may train.
-
-    Raises:
-        UserError: Every subset is over the budget.
-    """
+    """Check that some subset the search may train fits the parameter budget; UserError when every one is over."""
     model = models.create_model(settings.model, classes, pretrained=False)
     layout = layout_of(model)
     counts = {s: sum(freezing.freeze(model, s, settings.blocks, layout=layout).values()) for s in subsets}
