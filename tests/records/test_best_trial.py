@@ -147,7 +147,7 @@ def test_a_best_model_made_in_a_worker_comes_to_the_driver_a_chunk_at_a_time_and
     for name, data in files.items():
         (made / name).write_bytes(data)
     calls = []
-    with measuring_worker({"cpu": 1}) as runner:
+    with measuring_worker({"cpu": 1}, here=False) as runner:
 
         def counting(fn, **kwargs):
             out = runner(fn, **kwargs)

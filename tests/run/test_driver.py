@@ -24,7 +24,7 @@ from vitplast_tune.records import pareto_front, read_trials, summary, top_trials
 from vitplast_tune.records.tracking import FAILURE_TAG, NOTE_TAG, ROLE_TAG, SEARCH_TAG, VIEW_LINK_TAG, child_runs
 from vitplast_tune.records.view import DEFAULT_UI, KIND, KIND_TAG
 from vitplast_tune.run import measuring_worker, tuner
-from vitplast_tune.run.before_trials import worker_options
+from vitplast_tune.run.before_trials import measures_here, worker_options
 from vitplast_tune.run.driver import run as run_search
 from vitplast_tune.search_names import view_key
 
@@ -198,17 +198,27 @@ def test_measurements_run_in_one_ray_worker_with_a_trials_resources(ray_local):
         "resources": {"a100": 1.0},
         "max_restarts": 0,
     }
-    with measuring_worker({"cpu": 0.5, "gpu": 0}) as run:
+    with measuring_worker({"cpu": 0.5, "gpu": 0}, here=False) as run:
         where = run(task_context)
         assert run(os.getpid) == run(os.getpid) != os.getpid()  # both measurements in one process, not the driver's
     assert where["resources"] == {"CPU": 0.5}
     assert where["node_id"] in {n["NodeID"] for n in ray_local.nodes()}
 
 
+def test_a_driver_that_holds_torch_measures_for_cpu_trials_itself():
+    """This process holds torch: a worker would only import it again, unless a trial asks for a GPU or another
+    resource the driver's node may lack. (A driver without torch, as the search command's, is tested in
+    tests/cli/test_commands.py: it holds no torch at its end.)"""
+    assert measures_here({"cpu": 2}) and measures_here({"cpu": 1, "gpu": 0, "memory": 1e9})
+    assert not measures_here({"cpu": 1, "gpu": 0.5}) and not measures_here({"cpu": 1, "trainer": 1})
+    with measuring_worker({"cpu": 2}) as run:
+        assert run(os.getpid) == os.getpid() and run(dict, a=1) == {"a": 1}
+
+
 def test_the_measuring_worker_exits_with_its_block(ray_local):
     """The worker that measured (torch, a model, its allocator's leftovers) does not idle through the search."""
 
-    with measuring_worker({"cpu": 0.5, "gpu": 0}) as run:
+    with measuring_worker({"cpu": 0.5, "gpu": 0}, here=False) as run:
         pid = run(os.getpid)
         assert Path(f"/proc/{pid}").exists()
     deadline = time.monotonic() + 20

@@ -1,8 +1,9 @@
-"""Measure a search's predictors before its trials in one Ray worker with a trial's resources."""
+"""Measure a search's predictors before its trials in one Ray worker with a trial's resources, or in this process."""
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -32,24 +33,37 @@ class _Worker:
         return fn(**kwargs)
 
 
+def measures_here(trial: dict[str, float]) -> bool:
+    """Say whether this process measures for itself: it holds torch already, and a trial asks for CPUs only."""
+    return "torch" in sys.modules and set(resources.ray_request(trial)) <= {"CPU", "memory"}
+
+
 @contextlib.contextmanager
 def measuring_worker(
     trial: dict[str, float],
     every_s: float = 30.0,
     doing: str = "measuring",
     while_waiting: Callable[[], Any] | None = None,
+    here: bool | None = None,
 ) -> Iterator[Callable[..., Any]]:
     """Give a runner backed by one Ray worker with a trial's resources, started at the first call.
+
+    A process that holds torch already (a notebook, a script that imported it) and trials that ask for CPUs only
+    measure in this process: a worker would only import torch again.
 
     Args:
         trial: The resources as ``--*-per-trial`` give them.
         every_s: Seconds between the lines saying a call still runs.
         doing: What those lines say it does.
         while_waiting: What to call every second while a call runs (None: nothing).
+        here: Whether to run the calls in this process (None: as ``measures_here`` says).
 
     Yields:
         The runner: ``runner(fn, **kwargs)`` returns ``fn(**kwargs)``.
     """
+    if measures_here(trial) if here is None else here:
+        yield lambda fn, **kwargs: fn(**kwargs)
+        return
     import ray
 
     shown = resources.show_resources(resources.ray_request(trial))
