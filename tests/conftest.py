@@ -74,6 +74,48 @@ def _session_isolation(tmp_path_factory):
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _mlflow_schema_made_once(tmp_path_factory):
+    """Make each new SQLite MLflow store of this process from the schema MLflow made for its first one.
+
+    MLflow makes a new store by running its schema migrations one by one (about 3 CPU-seconds each time), and the
+    tests of one process make dozens. The first store is made by MLflow's own function and copied aside; each later
+    one gets that copy (SQLite's backup API): the same tables at the same alembic revision, and the same log line.
+    The commands, servers and workers these tests start in other processes make their stores as users' do.
+    """
+    import sqlite3
+
+    import mlflow.store.db.utils as db_utils
+    import mlflow.store.model_registry.sqlalchemy_store as registry
+
+    real, schema = db_utils._initialize_tables, tmp_path_factory.getbasetemp() / "mlflow-schema.db"
+
+    def copy(source: str | Path, target: str | Path) -> None:
+        a, b = sqlite3.connect(source), sqlite3.connect(target)
+        try:
+            a.backup(b)
+        finally:
+            a.close()
+            b.close()
+
+    def initialize(engine) -> None:
+        path = engine.url.database
+        if engine.url.get_backend_name() != "sqlite" or not path or path == ":memory:":
+            return real(engine)
+        if not schema.exists():
+            real(engine)
+            copy(path, f"{schema}.part")
+            os.replace(f"{schema}.part", schema)  # whole, or not there, for another thread of this process
+            return None
+        db_utils._logger.info("Creating initial MLflow database tables...")  # as MLflow's own function says
+        copy(schema, path)
+        return None
+
+    db_utils._initialize_tables = registry._initialize_tables = initialize
+    yield
+    db_utils._initialize_tables = registry._initialize_tables = real
+
+
 @pytest.fixture(autouse=True)
 def _isolation(tmp_path, monkeypatch):
     """This test's own cache, results, working and Ray temp directories; after it, MLflow's process-wide tracking
