@@ -74,21 +74,23 @@ def _session_isolation(tmp_path_factory):
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _mlflow_schema_made_once(tmp_path_factory):
+def _mlflow_stores_from_one_schema(schema: Path) -> None:
     """Make each new SQLite MLflow store of this process from the schema MLflow made for its first one.
 
-    MLflow makes a new store by running its schema migrations one by one (about 3 CPU-seconds each time), and the
+    MLflow makes a new store by running its schema migrations one by one (about 1 CPU-second each time), and the
     tests of one process make dozens. The first store is made by MLflow's own function and copied aside; each later
     one gets that copy (SQLite's backup API): the same tables at the same alembic revision, and the same log line.
-    The commands, servers and workers these tests start in other processes make their stores as users' do.
+    The commands, servers and workers these tests start in other processes make their stores as users' do. Applied
+    once MLflow is loaded (``_isolation``), so that a process that never loads it does not load it for this.
     """
     import sqlite3
 
     import mlflow.store.db.utils as db_utils
     import mlflow.store.model_registry.sqlalchemy_store as registry
 
-    real, schema = db_utils._initialize_tables, tmp_path_factory.getbasetemp() / "mlflow-schema.db"
+    real = db_utils._initialize_tables
+    if getattr(real, "from_one_schema", False):
+        return
 
     def copy(source: str | Path, target: str | Path) -> None:
         a, b = sqlite3.connect(source), sqlite3.connect(target)
@@ -111,13 +113,12 @@ def _mlflow_schema_made_once(tmp_path_factory):
         copy(schema, path)
         return None
 
+    initialize.from_one_schema = True  # type: ignore[attr-defined]
     db_utils._initialize_tables = registry._initialize_tables = initialize
-    yield
-    db_utils._initialize_tables = registry._initialize_tables = real
 
 
 @pytest.fixture(autouse=True)
-def _isolation(tmp_path, monkeypatch):
+def _isolation(tmp_path, tmp_path_factory, monkeypatch):
     """This test's own cache, results, working and Ray temp directories; after it, MLflow's process-wide tracking
     URI and active run are reset, so that neither reaches the next test of this worker."""
     ray_tmp = _short_dir("vt")
@@ -127,6 +128,8 @@ def _isolation(tmp_path, monkeypatch):
     for key in INHERITED:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.chdir(tmp_path)
+    if "mlflow.store.db.utils" in sys.modules:  # loaded by an earlier test of this process
+        _mlflow_stores_from_one_schema(tmp_path_factory.getbasetemp() / "mlflow-schema.db")
     yield
     shutil.rmtree(ray_tmp, ignore_errors=True)
     if (mlflow := sys.modules.get("mlflow")) is not None:  # loaded by this test or an earlier one

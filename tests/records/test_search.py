@@ -143,8 +143,13 @@ def test_list_and_status_print_json_for_scripts(searched):
     assert text.startswith("Search face: finished, 3 of 3 trials ended (3 finished, 0 pruned, 0 failed), 0 left")
     analyzed = vitplast("analyze", "--name", "face", "--storage", str(storage), "--json")
     assert analyzed.returncode == 0, analyzed.stderr
-    answer = json.loads(analyzed.stdout)["answer"]  # the same numbers as the Search's answer
+    said = json.loads(analyzed.stdout)
+    assert (said["name"], said["trials"], said["results_dir"]) == ("face", 3, f"{storage}/face")
+    answer = said["answer"]  # the same numbers as the Search's answer
     assert answer["n_trials"] == 3 and answer["best"]["components"] == search.answer.best["components"]
+    assert answer["best"]["best_val_acc"] == pytest.approx(search.answer.best["best_val_acc"])
+    assert {b["components"] for b in answer["baselines"]} == {"head", "all"}
+    assert said["correlations"] and {"predictor", "target", "spearman"} <= set(said["correlations"][0])
 
 
 def test_a_search_whose_study_is_not_made_yet_loads_with_no_trials(searched, tmp_path):
