@@ -77,8 +77,8 @@ def _session_isolation(tmp_path_factory):
 def _mlflow_stores_from_one_schema(schema: Path) -> None:
     """Make each new SQLite MLflow store of this process from the schema MLflow made for its first one.
 
-    MLflow makes a new store by running its schema migrations one by one (about 1 CPU-second each time), and the
-    tests of one process make dozens. The first store is made by MLflow's own function and copied aside; each later
+    MLflow makes a new store by running its schema migrations one by one, and the tests of one process make
+    dozens. The first store is made by MLflow's own function and copied aside; each later
     one gets that copy (SQLite's backup API): the same tables at the same alembic revision, and the same log line.
     The commands, servers and workers these tests start in other processes make their stores as users' do. Applied
     once MLflow is loaded (``_isolation``), so that a process that never loads it does not load it for this.
