@@ -461,6 +461,8 @@ class MlflowServer:
     """``mlflow server`` on 127.0.0.1 with a SQLite store and local artifacts."""
 
     def __init__(self, root: Path):
+        from vitplast_tune._compat.mlflow import JOB_EXECUTION_ENV  # MLflow's GenAI job runner: off, as `vitplast ui`
+
         (port,) = free_ports(1)
         self.uri = f"http://127.0.0.1:{port}"
         root.mkdir(parents=True, exist_ok=True)
@@ -480,7 +482,7 @@ class MlflowServer:
             "--workers",
             "1",
         ]
-        self.server = Owned(cmd, clean_env(), root / "mlflow-server.log")
+        self.server = Owned(cmd, {**clean_env(), JOB_EXECUTION_ENV: "false"}, root / "mlflow-server.log")
         deadline = time.time() + 120
         while time.time() < deadline:
             self.server.remember()

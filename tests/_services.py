@@ -16,6 +16,8 @@ from pathlib import Path
 
 from _raycluster import S3_CREDENTIALS, MotoS3, Owned, free_ports
 
+from vitplast_tune._compat import mlflow as mlflow_internals
+
 
 def postgres_bin(program: str) -> str | None:
     """The path of a PostgreSQL program: on PATH, else in Debian's versioned folder (/usr/lib/postgresql/N/bin)."""
@@ -82,6 +84,7 @@ class MlflowServer:
             self.env = {**os.environ, **S3_CREDENTIALS, "MLFLOW_S3_ENDPOINT_URL": s3.url, "PYTHONUNBUFFERED": "1"}
         self.backend = backend
         self.env.pop("MLFLOW_TRACKING_URI", None)
+        self.env[mlflow_internals.JOB_EXECUTION_ENV] = "false"  # MLflow's GenAI job runner: 8 processes no search uses
         (self.port,) = free_ports(1)
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_dir, self.starts = log_dir, 0

@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from _raycluster import cmdline, descendants
 from mlflow.tracking import MlflowClient
 
 from vitplast_tune._compat import mlflow as mlflow_internals
@@ -105,6 +106,9 @@ def test_the_command_serves_one_view_of_several_searches(searches):
         said = "".join(lines)
         assert f"MLflow view of a, b: http://127.0.0.1:{port}/#/experiments/" in said, said
         assert f"MLflow UI on http://127.0.0.1:{port}" in said, said
+        # MLflow's job runner (launched before its server answers) and its Huey consumers: 8 of 10 processes, 2 GiB.
+        serving_tree = [cmdline(pid) for pid in descendants(serving.pid)]
+        assert not [c for c in serving_tree if "mlflow.server.jobs" in c], serving_tree
     finally:
         serving.terminate()
         serving.wait(timeout=60)

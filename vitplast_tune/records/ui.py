@@ -11,6 +11,7 @@ import urllib.request
 import webbrowser
 from importlib.metadata import entry_points
 
+from vitplast_tune._compat.mlflow import server_env
 from vitplast_tune.errors import UserError
 from vitplast_tune.records import view as mlflow_view
 from vitplast_tune.records.tracking import ARTIFACTS_DIR, BEST_RUN_TAG, client, sqlite_file
@@ -122,6 +123,8 @@ def _exit(signum, frame) -> None:
 def start_ui(tracking_uri: str, port: int) -> subprocess.Popen:
     """Start ``mlflow ui --app-name vitplast`` on ``tracking_uri`` at 127.0.0.1 and wait until it answers.
 
+    MLflow's job runner stays off (``server_env``): the UI needs none of its processes.
+
     Raises UserError when the port is taken or the UI does not start.
     """
     with socket.socket() as probe:
@@ -140,7 +143,7 @@ def start_ui(tracking_uri: str, port: int) -> subprocess.Popen:
         )
     if (database := sqlite_file(tracking_uri)) is not None:  # what the UI makes goes beside the store too
         cmd += ["--artifacts-destination", str(database.resolve().parent / ARTIFACTS_DIR)]
-    server = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    server = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=server_env())
     try:
         _wait_ready(server, f"http://{HOST}:{port}/health")
     except BaseException:  # not ready, Ctrl-C or SIGTERM: stopped here, as nobody else holds it yet
