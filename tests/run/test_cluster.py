@@ -10,13 +10,13 @@ trial of two data-parallel workers (``--workers-per-trial 2 --placement spread``
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import tomllib
@@ -86,6 +86,14 @@ def run_search(
     cmd = search_command(space, name, root / "results", "--tracking-uri", tracking_uri, "--address", address)
     cmd += ["--max-failures", "0", *extra]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=root)
+
+
+def local_search(root: Path, env: dict, name: str) -> subprocess.CompletedProcess:
+    """A tiny search without --address, as a user runs it, in ``env`` (its RAY_TMPDIR is where Ray looks for clusters)."""
+    space = write_space(root / f"{name}.yaml", ["mha"])
+    cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(space), "--name", name]
+    cmd += ["--storage", str(root / "results"), "--no-plasticity", "--cpus-per-trial", "1"]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=root)
 
 
 def child_runs(tracking_uri: str, name: str) -> tuple[object, list]:
@@ -228,12 +236,17 @@ def mlflow_server(tmp_path_factory):
 @pytest.fixture(scope="class")
 def two_nodes(tmp_path_factory):
     root = tmp_path_factory.mktemp("two-nodes")
-    c = LocalCluster(root, head_cpus=1, auth_token=secrets.token_hex(32))  # the worker joins with the token
+    # The head's temp dir is $RAY_TMPDIR/ray of a RAY_TMPDIR of its own: `ray start` leaves ray_current_cluster there,
+    # where a local search run with that RAY_TMPDIR looks (TestTwoNodeCluster.test_a_local_search_...). Short: sockets.
+    ray_tmpdir = Path(tempfile.mkdtemp(prefix="vtr", dir="/tmp"))
+    # The worker joins with the token.
+    c = LocalCluster(root, head_cpus=1, auth_token=secrets.token_hex(32), temp_dir=ray_tmpdir / "ray")
     try:
         c.add_worker(cpus=1, resources={"worker_node": 1})
         yield c
     finally:
         c.stop()
+        shutil.rmtree(ray_tmpdir, ignore_errors=True)
 
 
 @pytest.mark.slow
@@ -336,6 +349,22 @@ class TestTwoNodeCluster:
     def test_fixed_cluster_does_not_autoscale(self, two_nodes):
         out = two_nodes.query("from vitplast_tune.run import cluster\nprint('AUTOSCALES', cluster.autoscales())")
         assert "AUTOSCALES False" in out.stdout, out.stdout + out.stderr
+
+    def test_a_local_search_starts_its_own_ray_beside_the_cluster(self, two_nodes, tmp_path):
+        """A live cluster on the machine (its ray_current_cluster where the search's Ray looks): a search without
+        --address neither joins it nor fails; its trials run on a node of its own. (A stale ray_current_cluster, its
+        head gone, takes the same path: the search's ``ray.init(address="local")`` reads no such file, or this search
+        would join.)"""
+        ray_dir = two_nodes.temp_dir
+        assert (ray_dir / "ray_current_cluster").read_text().strip() == two_nodes.address  # what ray.init() would join
+        foreign = {n["NodeID"] for n in two_nodes.alive_nodes()}
+        proc = local_search(tmp_path, two_nodes.env(RAY_TMPDIR=str(ray_dir.parent)), "beside")
+        assert proc.returncode == 0, explain(proc)
+        assert "Joining" not in proc.stdout + proc.stderr, explain(proc)
+        _, children = child_runs(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}", "beside")
+        used = {r.data.tags["ray.node_id"] for r in children}
+        assert len(children) == 1 and used.isdisjoint(foreign), f"trials ran on {used}, the cluster's nodes: {foreign}"
+        assert {n["NodeID"] for n in two_nodes.alive_nodes()} == foreign  # the cluster carries on, untouched
 
     @pytest.fixture(scope="class")
     def data_parallel(self, two_nodes, mlflow_server, tmp_path_factory):
@@ -472,35 +501,3 @@ def test_fake_autoscaler_adds_workers_for_trials_and_removes_them(tmp_path):
         assert [n["NodeID"] for n in nodes] == [FAKE_HEAD_NODE_ID], "idle workers were not removed"
     finally:
         c.stop()
-
-
-# ----------------------------------------------------------------------------- another Ray cluster on the machine
-
-
-def local_search(root: Path, env: dict, name: str) -> subprocess.CompletedProcess:
-    """A tiny search without --address, as a user runs it, in ``env`` (its RAY_TMPDIR is where Ray looks for clusters)."""
-    space = write_space(root / f"{name}.yaml", ["mha"])
-    cmd = [sys.executable, str(ROOT / "scripts" / "search.py"), "--space", str(space), "--name", name]
-    cmd += ["--storage", str(root / "results"), "--no-plasticity", "--cpus-per-trial", "1"]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=root)
-
-
-@pytest.mark.slow
-def test_a_local_search_starts_its_own_ray_beside_a_running_cluster(tmp_path):
-    """A live `ray start --head` on the machine (its ray_current_cluster where the search's Ray looks): the search
-    neither joins it nor fails; its trials run on a node of its own. (A stale ray_current_cluster, its head gone,
-    takes the same path: the search's ``ray.init(address="local")`` reads no such file, or this search would join.)"""
-    ray_dir = Path(os.environ["RAY_TMPDIR"]) / "ray"
-    head = LocalCluster(tmp_path, head_cpus=1, temp_dir=ray_dir)
-    try:
-        assert (ray_dir / "ray_current_cluster").read_text().strip() == head.address  # what ray.init() would join
-        foreign = {n["NodeID"] for n in head.alive_nodes()}
-        proc = local_search(tmp_path, head.env(RAY_TMPDIR=os.environ["RAY_TMPDIR"]), "beside")
-        assert proc.returncode == 0, explain(proc)
-        assert "Joining" not in proc.stdout, explain(proc)
-        _, children = child_runs(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}", "beside")
-        used = {r.data.tags["ray.node_id"] for r in children}
-        assert len(children) == 1 and used.isdisjoint(foreign), f"trials ran on {used}, the foreign head is {foreign}"
-        assert {n["NodeID"] for n in head.alive_nodes()} == foreign  # the foreign cluster carries on, untouched
-    finally:
-        head.stop()
