@@ -75,6 +75,18 @@ def test_mlflows_tracking_schemes_and_a_servers_answer_are_read_where_they_live(
         assert mlflow_internals.ask_server(url, "/elsewhere", 5).status_code == 404
 
 
+def test_mlflows_job_runner_switch_is_where_read_and_off_for_our_servers_unless_set(monkeypatch):
+    from mlflow import environment_variables
+
+    key = mlflow_internals.JOB_EXECUTION_ENV
+    assert environment_variables.MLFLOW_SERVER_ENABLE_JOB_EXECUTION.name == key
+    monkeypatch.delenv(key, raising=False)
+    assert environment_variables.MLFLOW_SERVER_ENABLE_JOB_EXECUTION.get() is True  # MLflow's default: on
+    assert mlflow_internals.server_env()[key] == "false"
+    monkeypatch.setenv(key, "true")  # a team that uses MLflow's GenAI jobs keeps them
+    assert mlflow_internals.server_env()[key] == "true"
+
+
 def test_tunes_failure_loggers_are_the_modules_own():
     import importlib
     import logging
