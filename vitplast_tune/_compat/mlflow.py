@@ -61,7 +61,7 @@ def ask_server(
 ARTIFACTS_API = "/api/2.0/mlflow-artifacts/artifacts"  # a server's artifact proxy (mlflow server --serve-artifacts)
 
 
-# On by default: `mlflow server` and `mlflow ui` then start a job runner and five Huey consumers for MLflow's GenAI
+# On by default: `mlflow server` and `mlflow ui` then start a job runner and seven Huey consumers for MLflow's GenAI
 # jobs (8 processes, about 2 GiB and 20 CPU-seconds at start, measured with MLflow 3.17); this package runs no such job.
 JOB_EXECUTION_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
 
