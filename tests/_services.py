@@ -84,7 +84,7 @@ class MlflowServer:
             self.env = {**os.environ, **S3_CREDENTIALS, "MLFLOW_S3_ENDPOINT_URL": s3.url, "PYTHONUNBUFFERED": "1"}
         self.backend = backend
         self.env.pop("MLFLOW_TRACKING_URI", None)
-        self.env[mlflow_internals.JOB_EXECUTION_ENV] = "false"  # MLflow's GenAI job runner: 8 processes no search uses
+        self.env[mlflow_internals.JOB_EXECUTION_ENV] = "false"  # MLflow's GenAI jobs: no search uses them
         (self.port,) = free_ports(1)
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_dir, self.starts = log_dir, 0

@@ -106,7 +106,7 @@ def test_the_command_serves_one_view_of_several_searches(searches):
         said = "".join(lines)
         assert f"MLflow view of a, b: http://127.0.0.1:{port}/#/experiments/" in said, said
         assert f"MLflow UI on http://127.0.0.1:{port}" in said, said
-        # MLflow's job runner (launched before its server answers) and its Huey consumers: 8 of 10 processes, 2 GiB.
+        # MLflow's job runner is launched before its server answers, so its absence here is no race.
         serving_tree = [cmdline(pid) for pid in descendants(serving.pid)]
         assert not [c for c in serving_tree if "mlflow.server.jobs" in c], serving_tree
     finally:

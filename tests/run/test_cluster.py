@@ -237,7 +237,8 @@ def mlflow_server(tmp_path_factory):
 def two_nodes(tmp_path_factory):
     root = tmp_path_factory.mktemp("two-nodes")
     # The head's temp dir is $RAY_TMPDIR/ray of a RAY_TMPDIR of its own: `ray start` leaves ray_current_cluster there,
-    # where a local search run with that RAY_TMPDIR looks (TestTwoNodeCluster.test_a_local_search_...). Short: sockets.
+    # where a local search run with that RAY_TMPDIR looks (TestTwoNodeCluster.test_a_local_search_...). The path is
+    # short, for Ray's socket paths.
     ray_tmpdir = Path(tempfile.mkdtemp(prefix="vtr", dir="/tmp"))
     # The worker joins with the token.
     c = LocalCluster(root, head_cpus=1, auth_token=secrets.token_hex(32), temp_dir=ray_tmpdir / "ray")

@@ -62,7 +62,7 @@ ARTIFACTS_API = "/api/2.0/mlflow-artifacts/artifacts"  # a server's artifact pro
 
 
 # On by default: `mlflow server` and `mlflow ui` then start a job runner and seven Huey consumers for MLflow's GenAI
-# jobs (8 processes, about 2 GiB and 20 CPU-seconds at start, measured with MLflow 3.17); this package runs no such job.
+# jobs. This package runs no such job (what they cost: docs/development.md).
 JOB_EXECUTION_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
 
 
